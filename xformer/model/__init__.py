@@ -1,0 +1,17 @@
+"""The Transformer in plain PyTorch (no Lightning): blocks, variants and the three model shapes.
+
+See :mod:`.transformer` for the public contract.
+"""
+
+from .attention import AttentionPattern, CausalAttention, FullAttention, LocalAttention, MultiHeadAttention
+from .ffn import GELUFFN, ReLUFFN, SwiGLUFFN
+from .norm import PostNorm, PreNorm, PreRMSNorm, Residual, SandwichNorm
+from .positional import ALiBi, Learned, NoPE, PositionalEncoding, RoPE, Sinusoidal, T5RelativeBias
+from .transformer import ConfigError, DecoderOnly, EncoderDecoder, EncoderOnly, Transformer
+
+__all__ = [
+    "AttentionPattern", "CausalAttention", "FullAttention", "LocalAttention", "MultiHeadAttention",
+    "GELUFFN", "ReLUFFN", "SwiGLUFFN", "PostNorm", "PreNorm", "PreRMSNorm", "Residual", "SandwichNorm",
+    "ALiBi", "Learned", "NoPE", "PositionalEncoding", "RoPE", "Sinusoidal", "T5RelativeBias",
+    "ConfigError", "DecoderOnly", "EncoderDecoder", "EncoderOnly", "Transformer",
+]

@@ -1,0 +1,85 @@
+"""Residual connections with their normalisation placement, one class per placement.
+
+Each class wraps one sub-layer ``f`` (attention or FFN) of width ``D`` and returns the block output
+``(B, T, D)``; ``final_norm`` says whether a stack built from it must end with a norm of its own.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from torch import Tensor, nn
+
+
+class Residual(nn.Module):
+    """Base of the residual wrappers: holds ``norm_cls``, the dropout on the sub-layer output, and
+    builds the stack's final norm.
+
+    Args:
+        d_model: width ``D``.
+        dropout: dropout on the sub-layer output before the residual add (Vaswani et al. §5.4).
+        eps: norm epsilon (1e-5, PyTorch's default, so outputs match ``nn.Transformer``).
+    """
+
+    norm_cls: type[nn.Module] = nn.LayerNorm
+    #: True when a stack of these blocks must end with a norm (Pre-LN style; Xiong et al. 2020).
+    final_norm: bool = False
+
+    def __init__(self, d_model: int, dropout: float = 0.0, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.d_model, self.eps = d_model, eps
+        self.drop = nn.Dropout(dropout)
+
+    def make_norm(self) -> nn.Module:
+        """A fresh norm of this placement's kind over ``D`` features."""
+        return self.norm_cls(self.d_model, eps=self.eps)
+
+    def make_final_norm(self) -> nn.Module:
+        """The norm that closes the stack, or ``nn.Identity`` when none is needed."""
+        return self.make_norm() if self.final_norm else nn.Identity()
+
+    def forward(self, x: Tensor, f: Callable[[Tensor], Tensor]) -> Tensor:  # pragma: no cover
+        raise NotImplementedError
+
+
+class PostNorm(Residual):
+    """Post-LN, the original placement: ``LayerNorm(x + Dropout(f(x)))`` (Vaswani et al. 2017 §3.1)."""
+
+    def __init__(self, d_model: int, dropout: float = 0.0, eps: float = 1e-5) -> None:
+        super().__init__(d_model, dropout, eps)
+        self.norm = self.make_norm()
+
+    def forward(self, x: Tensor, f: Callable[[Tensor], Tensor]) -> Tensor:
+        return self.norm(x + self.drop(f(x)))
+
+
+class PreNorm(Residual):
+    """Pre-LN: ``x + Dropout(f(LayerNorm(x)))``, stack ends with a final LayerNorm (Xiong et al. 2020)."""
+
+    final_norm = True
+
+    def __init__(self, d_model: int, dropout: float = 0.0, eps: float = 1e-5) -> None:
+        super().__init__(d_model, dropout, eps)
+        self.norm = self.make_norm()
+
+    def forward(self, x: Tensor, f: Callable[[Tensor], Tensor]) -> Tensor:
+        return x + self.drop(f(self.norm(x)))
+
+
+class PreRMSNorm(PreNorm):
+    """Pre-norm with RMSNorm (Zhang & Sennrich 2019) instead of LayerNorm; final RMSNorm on the stack."""
+
+    norm_cls = nn.RMSNorm
+
+
+class SandwichNorm(Residual):
+    """Sandwich-LN: ``x + Dropout(LN_out(f(LN_in(x))))`` (Ding et al. 2021, CogView §2.4), final LN."""
+
+    final_norm = True
+
+    def __init__(self, d_model: int, dropout: float = 0.0, eps: float = 1e-5) -> None:
+        super().__init__(d_model, dropout, eps)
+        self.norm_in, self.norm_out = self.make_norm(), self.make_norm()
+
+    def forward(self, x: Tensor, f: Callable[[Tensor], Tensor]) -> Tensor:
+        return x + self.drop(self.norm_out(f(self.norm_in(x))))

@@ -1,0 +1,228 @@
+"""Positional schemes, one class per scheme.
+
+A scheme touches a stack in up to three places, so each class implements the hooks it needs and
+inherits identity behaviour for the others:
+
+* :meth:`PositionalEncoding.embed` adds an absolute encoding to the scaled token embeddings
+  (sinusoidal, learned);
+* :meth:`PositionalEncoding.rotate` rotates queries and keys inside self-attention (RoPE);
+* :meth:`PositionalEncoding.attn_bias` returns an additive bias on the attention scores (ALiBi, T5).
+
+Relative schemes (``rotate``/``attn_bias``) act on self-attention only; cross-attention sees no
+positional signal beyond what the encoder output carries. Every constructor takes the same keyword
+arguments (``d_model``, ``n_heads``, ``d_head``, ``max_len``, ``causal``) so the model can build any
+scheme from a ``_partial_`` Hydra node; unused ones are ignored.
+
+Positions are 0-based integer tensors of shape ``(T,)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+
+class PositionalEncoding(nn.Module):
+    """Base class: identity for all three hooks (this is also NoPE, see :class:`NoPE`).
+
+    Args:
+        d_model: model width ``D``.
+        n_heads: number of attention heads ``H``.
+        d_head: per-head size ``d_k``.
+        max_len: longest sequence (tokens) the scheme must support; ``None`` = unbounded.
+        causal: whether the stack this instance serves is causal (decoder) or bidirectional.
+    """
+
+    #: True when the scheme needs absolute positions below ``max_len`` (validated at config time).
+    bounded: bool = False
+    #: True when :meth:`rotate` is not the identity.
+    rotates: bool = False
+
+    def __init__(self, d_model: int, n_heads: int, d_head: int, max_len: int | None = None,
+                 causal: bool = False) -> None:
+        super().__init__()
+        self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_head
+        self.max_len, self.causal = max_len, causal
+
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        """Return ``x`` (``(B, T, D)``) with the absolute encoding of positions ``pos`` (``(T,)``) added."""
+        return x
+
+    def rotate(self, t: Tensor, pos: Tensor) -> Tensor:
+        """Return queries or keys ``t`` (``(B, H, T, d_head)``) rotated to positions ``pos`` (``(T,)``)."""
+        return t
+
+    def attn_bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
+        """Additive score bias ``(H, Tq, Tk)`` for query/key positions, or ``None`` for no bias."""
+        return None
+
+
+class NoPE(PositionalEncoding):
+    """No positional information at all (NoPE; Kazemnejad et al. 2023).
+
+    A causal stack can still infer order from the causal mask; a bidirectional one cannot.
+    """
+
+
+def sinusoid_table(n_pos: int, d_model: int, dtype: torch.dtype = torch.float32) -> Tensor:
+    """The fixed table of Vaswani et al. 2017 §3.5, shape ``(n_pos, d_model)``.
+
+    ``PE[pos, 2i] = sin(pos / 10000^(2i/d_model))`` and ``PE[pos, 2i+1] = cos(...)``. For odd
+    ``d_model`` the last cosine column is dropped.
+    """
+    pos = torch.arange(n_pos, dtype=torch.float64)[:, None]
+    inv_freq = torch.exp(-math.log(10000.0) * torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    table = torch.zeros(n_pos, d_model + (d_model % 2), dtype=torch.float64)
+    table[:, 0::2] = torch.sin(pos * inv_freq)
+    table[:, 1::2] = torch.cos(pos * inv_freq)
+    return table[:, :d_model].to(dtype)
+
+
+class Sinusoidal(PositionalEncoding):
+    """Fixed sinusoidal absolute encoding added to the embeddings (Vaswani et al. 2017 §3.5).
+
+    The formula extends to any position; the table is precomputed for ``max_len`` positions and
+    recomputed on the fly (in float64, then cast) for longer inputs, so inference beyond the training
+    length works, which is what claim C5 probes.
+    """
+
+    bounded = False
+
+    def __init__(self, d_model: int, n_heads: int, d_head: int, max_len: int | None = None,
+                 causal: bool = False) -> None:
+        super().__init__(d_model, n_heads, d_head, max_len, causal)
+        self.register_buffer("table", sinusoid_table(max_len or 1024, d_model), persistent=False)
+
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        n = int(pos.max()) + 1 if pos.numel() else 0
+        table = self.table if n <= self.table.shape[0] else sinusoid_table(n, self.d_model).to(x.device)
+        return x + table[pos].to(x.dtype)
+
+
+class Learned(PositionalEncoding):
+    """A learned absolute position embedding, one ``D``-vector per position (Gehring et al. 2017).
+
+    Raises:
+        IndexError: at run time for positions ``>= max_len`` (configs are validated before this).
+    """
+
+    bounded = True
+
+    def __init__(self, d_model: int, n_heads: int, d_head: int, max_len: int | None = None,
+                 causal: bool = False) -> None:
+        super().__init__(d_model, n_heads, d_head, max_len, causal)
+        if not max_len:
+            raise ValueError("model.max_len: learned positions need a finite max_len")
+        self.weight = nn.Parameter(torch.randn(max_len, d_model) * d_model ** -0.5)
+
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        if pos.numel() and int(pos.max()) >= self.weight.shape[0]:
+            raise IndexError(f"position {int(pos.max())} >= model.max_len={self.weight.shape[0]} "
+                             "(learned positions cannot extrapolate)")
+        return x + self.weight[pos].to(x.dtype)
+
+
+class RoPE(PositionalEncoding):
+    """Rotary position embedding applied to queries and keys (Su et al. 2021, eq. 34).
+
+    Channel pairs ``(2i, 2i+1)`` of each head are rotated by angle ``pos * base^(-2i/d_head)``, so the
+    score ``q_m · k_n`` depends on positions only through ``m - n``.
+
+    Raises:
+        ValueError: if ``d_head`` is odd.
+    """
+
+    rotates = True
+
+    def __init__(self, d_model: int, n_heads: int, d_head: int, max_len: int | None = None,
+                 causal: bool = False, base: float = 10000.0) -> None:
+        super().__init__(d_model, n_heads, d_head, max_len, causal)
+        if d_head % 2:
+            raise ValueError(f"model.d_head={d_head}: rope needs an even head size")
+        inv_freq = base ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def rotate(self, t: Tensor, pos: Tensor) -> Tensor:
+        angles = pos.to(torch.float64)[:, None] * self.inv_freq[None, :]  # (T, d_head/2)
+        cos, sin = angles.cos().to(t.dtype), angles.sin().to(t.dtype)
+        t1, t2 = t[..., 0::2], t[..., 1::2]
+        out = torch.stack((t1 * cos - t2 * sin, t1 * sin + t2 * cos), dim=-1)
+        return out.flatten(-2)
+
+
+def alibi_slopes(n_heads: int) -> Tensor:
+    """Head slopes of ALiBi (Press et al. 2022 §3 and their reference code), shape ``(H,)``.
+
+    For ``H`` a power of two the slopes are the geometric sequence starting at ``2^(-8/H)`` with that
+    ratio. Otherwise take the ``2^floor(log2 H)`` slopes of the nearest lower power of two, then add
+    every other slope of the sequence for twice that power until ``H`` are reached.
+    """
+
+    def power_of_two(n: int) -> list[float]:
+        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
+        return [start * start ** i for i in range(n)]
+
+    if math.log2(n_heads).is_integer():
+        slopes = power_of_two(n_heads)
+    else:
+        closest = 2 ** math.floor(math.log2(n_heads))
+        slopes = power_of_two(closest) + power_of_two(2 * closest)[0::2][: n_heads - closest]
+    return torch.tensor(slopes, dtype=torch.float64)
+
+
+class ALiBi(PositionalEncoding):
+    """Attention with linear biases (Press et al. 2022): score bias ``-m_h · |i - j|``.
+
+    In a causal stack only ``j <= i`` survive the mask, so this is the paper's ``-m_h (i - j)``; in a
+    bidirectional stack the symmetric distance is used.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, d_head: int, max_len: int | None = None,
+                 causal: bool = False) -> None:
+        super().__init__(d_model, n_heads, d_head, max_len, causal)
+        self.register_buffer("slopes", alibi_slopes(n_heads).float(), persistent=False)
+
+    def attn_bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        dist = (q_pos[:, None] - k_pos[None, :]).abs().to(self.slopes.dtype)  # (Tq, Tk)
+        return -self.slopes[:, None, None] * dist
+
+
+class T5RelativeBias(PositionalEncoding):
+    """Learned relative-position bias with log-spaced buckets (Raffel et al. 2020 §2.1).
+
+    One scalar per (bucket, head), shared by all layers of the stack. Offsets ``k - q`` fall into
+    ``num_buckets`` buckets: half exact small offsets, half logarithmic up to ``max_distance``; a
+    bidirectional stack splits the buckets between the two directions.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, d_head: int, max_len: int | None = None,
+                 causal: bool = False, num_buckets: int = 32, max_distance: int = 128) -> None:
+        super().__init__(d_model, n_heads, d_head, max_len, causal)
+        self.num_buckets, self.max_distance = num_buckets, max_distance
+        self.bias = nn.Embedding(num_buckets, n_heads)
+        nn.init.zeros_(self.bias.weight)
+
+    def bucket(self, rel: Tensor) -> Tensor:
+        """Map relative offsets ``k - q`` (any shape, long) to bucket ids of the same shape."""
+        n = self.num_buckets
+        out = torch.zeros_like(rel)
+        if not self.causal:
+            n //= 2
+            out = out + (rel > 0).long() * n
+            rel = rel.abs()
+        else:
+            rel = (-rel).clamp(min=0)
+        max_exact = n // 2
+        is_small = rel < max_exact
+        large = max_exact + (
+            torch.log(rel.float().clamp(min=1) / max_exact) / math.log(self.max_distance / max_exact)
+            * (n - max_exact)
+        ).long()
+        large = large.clamp(max=n - 1)
+        return out + torch.where(is_small, rel, large)
+
+    def attn_bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        rel = k_pos[None, :].long() - q_pos[:, None].long()  # (Tq, Tk)
+        return self.bias(self.bucket(rel)).permute(2, 0, 1)  # (H, Tq, Tk)

@@ -1,0 +1,364 @@
+"""The three model shapes: encoder–decoder (Vaswani et al. 2017 §3), decoder-only LM and encoder-only
+tagger, all built from the blocks of :mod:`.layers`.
+
+Construction is driven by Hydra: ``hydra.utils.instantiate(cfg.model, src_vocab_size=V_s,
+tgt_vocab_size=V_t, pad_id=0)``. The variant arguments (``attention``, ``norm``, ``pe``, ``ffn``) are
+factories (``_partial_`` Hydra nodes or classes); the model calls them with its sizes.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Callable
+
+import torch
+from torch import Tensor, nn
+
+from .attention import AttentionPattern, CausalAttention, FullAttention, MultiHeadAttention
+from .ffn import ReLUFFN
+from .layers import DecoderLayer, EncoderLayer, Stack
+from .norm import PostNorm, Residual
+from .positional import PositionalEncoding, Sinusoidal
+
+
+class ConfigError(ValueError):
+    """An invalid model configuration; the message names the config key and the fix."""
+
+
+def resolve_sizes(d_model: int, n_heads: int, d_head: int | None, ffn_ratio: float,
+                  d_ff: int | None) -> tuple[int, int]:
+    """Return ``(d_head, d_ff)`` from the hyper-parameters.
+
+    ``d_head`` defaults to ``d_model / n_heads``; ``d_ff`` to ``round(ffn_ratio · d_model)``.
+
+    Raises:
+        ConfigError: for non-positive sizes, ``d_model`` not divisible by ``n_heads`` without an
+            explicit ``d_head``, or ``ffn_ratio <= 0``.
+    """
+    if d_model < 1:
+        raise ConfigError(f"model.d_model={d_model}: must be a positive integer")
+    if n_heads < 1:
+        raise ConfigError(f"model.n_heads={n_heads}: must be a positive integer")
+    if d_head is None:
+        if d_model % n_heads:
+            raise ConfigError(f"model.n_heads={n_heads}: d_model={d_model} is not divisible by it; "
+                              "pick a divisor of d_model or set model.d_head explicitly")
+        d_head = d_model // n_heads
+    elif d_head < 1:
+        raise ConfigError(f"model.d_head={d_head}: must be a positive integer (or null for d_model/n_heads)")
+    if d_ff is None:
+        if not ffn_ratio > 0:
+            raise ConfigError(f"model.ffn_ratio={ffn_ratio}: must be > 0 (d_ff = ffn_ratio * d_model)")
+        d_ff = max(1, round(ffn_ratio * d_model))
+    elif d_ff < 1:
+        raise ConfigError(f"model.d_ff={d_ff}: must be a positive integer (or null for ffn_ratio*d_model)")
+    return d_head, d_ff
+
+
+def _factory(obj, default):
+    return default if obj is None else obj
+
+
+class _Base(nn.Module):
+    """Shared construction: sizes, variant factories, embeddings, parameter accounting.
+
+    Args:
+        src_vocab_size, tgt_vocab_size: vocabulary sizes (the data module supplies them).
+        d_model: model width ``D``.
+        n_heads: attention heads ``H``.
+        d_head: per-head size (default ``D / H``; set it to decouple head size from ``D``, claim C11).
+        ffn_ratio: ``d_ff = ffn_ratio · D`` (float allowed); ignored when ``d_ff`` is given.
+        d_ff: explicit FFN inner width.
+        n_encoder_layers, n_decoder_layers: stack depths.
+        dropout: dropout rate everywhere (embeddings, attention weights, sub-layer outputs, FFN).
+        tie_embeddings: output projection shares the target embedding; with equal vocab sizes the
+            source embedding is shared too (Press & Wolf 2017; Vaswani et al. §3.4).
+        max_len: longest sequence the positional scheme must support.
+        attn_scale: scale scores by 1/√d_head (claim C9).
+        pad_id: padding token id; when a padding mask is not passed it is derived from ``ids == pad_id``.
+        attention: encoder self-attention pattern (instance or factory) — default full.
+        norm: residual/norm placement factory ``(d_model, dropout) -> Residual`` — default Post-LN.
+        pe: positional scheme factory ``(d_model, n_heads, d_head, max_len, causal)`` — default sinusoidal.
+        ffn: FFN factory ``(d_model, d_ff, dropout)`` — default ReLU.
+        param_budget: when set, ``budget_solves`` (``"d_model"`` or ``"d_ff"``) is chosen so that the
+            total parameter count is as close to this number as possible (claims C1/C3 at equal size).
+        budget_solves: which size the budget solves for.
+
+    Raises:
+        ConfigError: for invalid sizes or an unreachable budget (message names the key and the fix).
+    """
+
+    arch: str = "base"
+
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 512, n_heads: int = 8,
+                 d_head: int | None = None, ffn_ratio: float = 4.0, d_ff: int | None = None,
+                 n_encoder_layers: int = 6, n_decoder_layers: int = 6, dropout: float = 0.1,
+                 tie_embeddings: bool = True, max_len: int = 512, attn_scale: bool = True,
+                 pad_id: int = 0, attention: AttentionPattern | Callable | None = None,
+                 norm: Callable[..., Residual] | None = None,
+                 pe: Callable[..., PositionalEncoding] | None = None,
+                 ffn: Callable[..., nn.Module] | None = None,
+                 param_budget: int | None = None, budget_solves: str = "d_model") -> None:
+        super().__init__()
+        kwargs = dict(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, d_model=d_model,
+                      n_heads=n_heads, d_head=d_head, ffn_ratio=ffn_ratio, d_ff=d_ff,
+                      n_encoder_layers=n_encoder_layers, n_decoder_layers=n_decoder_layers,
+                      dropout=dropout, tie_embeddings=tie_embeddings, max_len=max_len,
+                      attn_scale=attn_scale, pad_id=pad_id, attention=attention, norm=norm, pe=pe, ffn=ffn)
+        if param_budget:
+            d_model, d_ff = self._solve_budget(kwargs, int(param_budget), budget_solves)
+        if not 0.0 <= dropout < 1.0:
+            raise ConfigError(f"model.dropout={dropout}: must be in [0, 1)")
+        for key, val in (("n_encoder_layers", n_encoder_layers), ("n_decoder_layers", n_decoder_layers)):
+            if val < 0:
+                raise ConfigError(f"model.{key}={val}: must be >= 0")
+        if max_len is not None and max_len < 1:
+            raise ConfigError(f"model.max_len={max_len}: must be >= 1")
+        self.d_head, self.d_ff = resolve_sizes(d_model, n_heads, d_head, ffn_ratio, d_ff)
+        self.d_model, self.n_heads, self.max_len, self.pad_id = d_model, n_heads, max_len, pad_id
+        self.dropout_p, self.attn_scale = dropout, attn_scale
+        self.src_vocab_size, self.tgt_vocab_size = src_vocab_size, tgt_vocab_size
+        pattern = _factory(attention, FullAttention)
+        self.pattern: AttentionPattern = pattern() if not isinstance(pattern, AttentionPattern) else pattern
+        self.residual = _factory(norm, PostNorm)
+        self.pe_factory = _factory(pe, Sinusoidal)
+        self.ffn_factory = _factory(ffn, ReLUFFN)
+        self.embed_drop = nn.Dropout(dropout)
+
+    # -- construction helpers ---------------------------------------------------------------
+    def _block(self, cls: type) -> nn.Module:
+        return cls(self.d_model, self.n_heads, self.d_head, self.d_ff, self.dropout_p, self.attn_scale,
+                   self.residual, self.ffn_factory)
+
+    def _stack(self, cls: type, n: int, pattern: AttentionPattern, causal: bool) -> Stack:
+        try:
+            pe = self.pe_factory(d_model=self.d_model, n_heads=self.n_heads, d_head=self.d_head,
+                                 max_len=self.max_len, causal=causal)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+        final = self.residual(d_model=self.d_model, dropout=0.0).make_final_norm()
+        return Stack([self._block(cls) for _ in range(n)], pe, pattern, final)
+
+    def _embedding(self, vocab: int) -> nn.Embedding:
+        emb = nn.Embedding(vocab, self.d_model, padding_idx=self.pad_id)
+        nn.init.normal_(emb.weight, std=self.d_model ** -0.5)
+        with torch.no_grad():
+            emb.weight[self.pad_id].zero_()
+        return emb
+
+    def _init_linear(self) -> None:
+        """Xavier-uniform for every projection matrix, zero biases (as ``torch.nn.Transformer``)."""
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.xavier_uniform_(m.weight)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+
+    def _embed(self, emb: nn.Embedding, stack: Stack, ids: Tensor, start: int = 0) -> Tensor:
+        """Token ids ``(B, T)`` → ``Dropout(E[ids]·√D + PE)`` ``(B, T, D)`` (§3.4, §3.5, §5.4)."""
+        x = emb(ids) * math.sqrt(self.d_model)
+        pos = torch.arange(start, start + ids.shape[1], device=ids.device)
+        return self.embed_drop(stack.pe.embed(x, pos))
+
+    def _padding(self, ids: Tensor, mask: Tensor | None) -> Tensor | None:
+        if mask is not None:
+            return mask
+        if self.pad_id is None:
+            return None
+        mask = ids == self.pad_id
+        return mask if bool(mask.any()) else None
+
+    @classmethod
+    def _solve_budget(cls, kwargs: dict, budget: int, solves: str) -> tuple[int, int | None]:
+        """Pick ``d_model`` (a multiple of ``2·n_heads``) or ``d_ff`` whose parameter count is closest
+        to ``budget``; counts come from models built on the meta device (no memory, no compute)."""
+
+        def count(**over) -> int:
+            with torch.device("meta"):
+                model = cls(**{**kwargs, **over})
+            return model.param_breakdown()["total"]
+
+        if solves == "d_ff":
+            lo, hi = count(d_ff=1), count(d_ff=1025)
+            per = (hi - lo) / 1024
+            d_ff = round(1 + (budget - lo) / per)
+            if d_ff < 1:
+                raise ConfigError(f"model.param_budget={budget}: below the {lo} parameters the model has "
+                                  "without an FFN; raise the budget or shrink d_model")
+            return kwargs["d_model"], d_ff
+        if solves != "d_model":
+            raise ConfigError(f"model.budget_solves={solves!r}: use 'd_model' or 'd_ff'")
+        step = 2 * kwargs["n_heads"] if kwargs.get("d_head") is None else 2
+        best, best_err = None, None
+        d = step
+        while d <= 16384:
+            n = count(d_model=d)
+            err = abs(n - budget)
+            if best_err is None or err < best_err:
+                best, best_err = d, err
+            if n > budget:
+                break
+            d += step
+        return best, None
+
+    # -- accounting -------------------------------------------------------------------------
+    def param_breakdown(self) -> dict[str, int]:
+        """Parameter counts by role: ``total``, ``attention`` (all q/k/v/out projections),
+        ``ffn``, ``embedding`` (token embeddings and an untied output projection), ``positional``
+        (learned positions, relative bias tables), ``norm``. Tied tensors are counted once."""
+        seen: set[int] = set()
+        out = {"attention": 0, "ffn": 0, "embedding": 0, "positional": 0, "norm": 0}
+
+        def add(module: nn.Module, key: str) -> None:
+            for p in module.parameters():
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    out[key] += p.numel()
+
+        for m in self.modules():
+            if isinstance(m, MultiHeadAttention):
+                add(m, "attention")
+            elif isinstance(m, PositionalEncoding):
+                add(m, "positional")
+            elif isinstance(m, (nn.LayerNorm, nn.RMSNorm)):
+                add(m, "norm")
+            elif isinstance(m, (nn.Embedding,)) or m is getattr(self, "head", None):
+                add(m, "embedding")
+        for layer_stack in [m for m in self.modules() if isinstance(m, (EncoderLayer, DecoderLayer))]:
+            add(layer_stack.ffn, "ffn")
+        rest = sum(p.numel() for p in self.parameters() if id(p) not in seen)
+        out["other"] = rest
+        out["total"] = sum(out.values())
+        return out
+
+
+class EncoderDecoder(_Base):
+    """The Transformer of Vaswani et al. 2017 (§3, Figure 1): encoder, causal decoder with
+    cross-attention, linear output layer.
+
+    ``forward(src (B, S), tgt (B, T)) -> logits (B, T, V_tgt)``. Padding masks are ``(B, S)`` /
+    ``(B, T)`` bool, ``True`` at padding; when omitted they are derived from ``pad_id``. The encoder
+    self-attention uses ``attention`` (full by default); decoder self-attention is always causal.
+    """
+
+    arch = "encoder_decoder"
+
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, **kwargs) -> None:
+        super().__init__(src_vocab_size, tgt_vocab_size, **kwargs)
+        n_enc, n_dec = kwargs.get("n_encoder_layers", 6), kwargs.get("n_decoder_layers", 6)
+        if n_enc < 1 or n_dec < 1:
+            raise ConfigError("model.n_encoder_layers/n_decoder_layers: an encoder-decoder needs >= 1 of each")
+        tie = kwargs.get("tie_embeddings", True)
+        self.tgt_embed = self._embedding(tgt_vocab_size)
+        self.src_embed = (self.tgt_embed if tie and src_vocab_size == tgt_vocab_size
+                          else self._embedding(src_vocab_size))
+        self.encoder = self._stack(EncoderLayer, n_enc, self.pattern, causal=self.pattern.is_causal)
+        self.decoder = self._stack(DecoderLayer, n_dec, CausalAttention(), causal=True)
+        self.head = nn.Linear(self.d_model, tgt_vocab_size, bias=False)
+        self._init_linear()
+        if tie:
+            self.head.weight = self.tgt_embed.weight
+
+    def encode(self, src: Tensor, src_key_padding_mask: Tensor | None = None) -> Tensor:
+        """Encode source ids ``(B, S)`` to memory ``(B, S, D)``."""
+        mask = self._padding(src, src_key_padding_mask)
+        return self.encoder(self._embed(self.src_embed, self.encoder, src), key_padding_mask=mask)
+
+    def decode(self, tgt: Tensor, memory: Tensor, memory_key_padding_mask: Tensor | None = None,
+               tgt_key_padding_mask: Tensor | None = None, cache: list[dict] | None = None) -> Tensor:
+        """Logits ``(B, T, V)`` for target ids ``tgt`` ``(B, T)`` given ``memory`` ``(B, S, D)``.
+
+        Incremental decoding: pass ``cache = model.new_cache()`` and feed only the new tokens each
+        call; keys/values of earlier steps are reused, so step ``t`` costs O(t) instead of O(t²).
+        With a cache, ``tgt_key_padding_mask`` must cover all tokens so far (or be ``None``).
+        """
+        start = 0
+        if cache is not None and cache and "self" in cache[0] and "k" in cache[0]["self"]:
+            start = cache[0]["self"]["k"].shape[2]
+        mask = tgt_key_padding_mask if cache is not None else self._padding(tgt, tgt_key_padding_mask)
+        x = self._embed(self.tgt_embed, self.decoder, tgt, start)
+        x = self.decoder(x, key_padding_mask=mask, start=start, caches=cache, memory=memory,
+                         memory_key_padding_mask=memory_key_padding_mask)
+        return self.head(x)
+
+    def new_cache(self) -> list[dict]:
+        """An empty incremental-decoding cache, one dict per decoder layer."""
+        return [{} for _ in self.decoder.layers]
+
+    def forward(self, src: Tensor, tgt: Tensor, src_key_padding_mask: Tensor | None = None,
+                tgt_key_padding_mask: Tensor | None = None) -> Tensor:
+        """Teacher-forced logits ``(B, T, V_tgt)`` for ``src`` ``(B, S)`` and ``tgt`` ``(B, T)``."""
+        src_mask = self._padding(src, src_key_padding_mask)
+        memory = self.encode(src, src_mask)
+        return self.decode(tgt, memory, memory_key_padding_mask=src_mask,
+                           tgt_key_padding_mask=tgt_key_padding_mask)
+
+
+class DecoderOnly(_Base):
+    """A causal language model (GPT-style) from the same blocks: ``n_decoder_layers`` self-attention
+    + FFN blocks under the causal version of ``attention``.
+
+    ``forward(tgt (B, T)) -> logits (B, T, V)``; vocabulary ``tgt_vocab_size`` (sequence-to-sequence
+    data is fed as ``src <sep> tgt`` by the training module, which needs a joint vocabulary).
+    """
+
+    arch = "decoder_only"
+
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, **kwargs) -> None:
+        super().__init__(src_vocab_size, tgt_vocab_size, **kwargs)
+        n_dec = kwargs.get("n_decoder_layers", 6)
+        if n_dec < 1:
+            raise ConfigError("model.n_decoder_layers: a decoder-only model needs >= 1 layer")
+        self.tgt_embed = self._embedding(tgt_vocab_size)
+        self.decoder = self._stack(EncoderLayer, n_dec, self.pattern.causal(), causal=True)
+        self.head = nn.Linear(self.d_model, tgt_vocab_size, bias=False)
+        self._init_linear()
+        if kwargs.get("tie_embeddings", True):
+            self.head.weight = self.tgt_embed.weight
+
+    def new_cache(self) -> list[dict]:
+        """An empty incremental-decoding cache, one dict per layer."""
+        return [{} for _ in self.decoder.layers]
+
+    def forward(self, tgt: Tensor, tgt_key_padding_mask: Tensor | None = None,
+                cache: list[dict] | None = None) -> Tensor:
+        """Next-token logits ``(B, T, V)`` for ``tgt`` ``(B, T)``; with ``cache`` feed only new tokens."""
+        start = 0
+        if cache is not None and cache and "k" in cache[0]:
+            start = cache[0]["k"].shape[2]
+        mask = tgt_key_padding_mask if cache is not None else self._padding(tgt, tgt_key_padding_mask)
+        x = self._embed(self.tgt_embed, self.decoder, tgt, start)
+        return self.head(self.decoder(x, key_padding_mask=mask, start=start, caches=cache))
+
+    decode = forward
+
+
+class EncoderOnly(_Base):
+    """A bidirectional encoder with a per-token classification head (tagger, BERT-style).
+
+    ``forward(src (B, S)) -> logits (B, S, n_classes)`` with ``n_classes = tgt_vocab_size``; pool
+    them (e.g. mean over non-padding positions) for sequence classification.
+    """
+
+    arch = "encoder_only"
+
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, **kwargs) -> None:
+        super().__init__(src_vocab_size, tgt_vocab_size, **kwargs)
+        n_enc = kwargs.get("n_encoder_layers", 6)
+        if n_enc < 1:
+            raise ConfigError("model.n_encoder_layers: an encoder-only model needs >= 1 layer")
+        self.src_embed = self._embedding(src_vocab_size)
+        self.encoder = self._stack(EncoderLayer, n_enc, self.pattern, causal=self.pattern.is_causal)
+        self.head = nn.Linear(self.d_model, tgt_vocab_size)
+        self._init_linear()
+        if kwargs.get("tie_embeddings", True) and src_vocab_size == tgt_vocab_size:
+            self.head.weight = self.src_embed.weight
+
+    def forward(self, src: Tensor, src_key_padding_mask: Tensor | None = None) -> Tensor:
+        """Per-token logits ``(B, S, n_classes)``."""
+        mask = self._padding(src, src_key_padding_mask)
+        return self.head(self.encoder(self._embed(self.src_embed, self.encoder, src), key_padding_mask=mask))
+
+
+Transformer = EncoderDecoder
