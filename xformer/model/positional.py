@@ -35,7 +35,7 @@ class PositionalEncoding(nn.Module):
         causal: whether the stack this instance serves is causal (decoder) or bidirectional.
     """
 
-    #: True when the scheme needs absolute positions below ``max_len`` (validated at config time).
+    #: True when the scheme works with absolute positions below ``max_len`` (checked against the data).
     bounded: bool = False
     #: True when :meth:`rotate` is not the identity.
     rotates: bool = False
@@ -84,11 +84,11 @@ class Sinusoidal(PositionalEncoding):
     """Fixed sinusoidal absolute encoding added to the embeddings (Vaswani et al. 2017 §3.5).
 
     The formula extends to any position; the table is precomputed for ``max_len`` positions and
-    recomputed on the fly (in float64, then cast) for longer inputs, so inference beyond the training
-    length works, which is what claim C5 probes.
+    recomputed on the fly (in float64, then cast) for longer inputs, so the encoding itself never runs
+    out; configs are still validated against ``max_len`` so the table covers every split.
     """
 
-    bounded = False
+    bounded = True
 
     def __init__(self, d_model: int, n_heads: int, d_head: int, max_len: int | None = None,
                  causal: bool = False) -> None:

@@ -141,10 +141,10 @@ class _Base(nn.Module):
         return Stack([self._block(cls) for _ in range(n)], pe, pattern, final)
 
     def _embedding(self, vocab: int) -> nn.Embedding:
-        emb = nn.Embedding(vocab, self.d_model, padding_idx=self.pad_id)
+        # no padding_idx: a zero pad vector makes a fully padded sequence an all-zero input whose
+        # zero-variance LayerNorm blows gradients up past fp16's range; masks already hide padding
+        emb = nn.Embedding(vocab, self.d_model)
         nn.init.normal_(emb.weight, std=self.d_model ** -0.5)
-        with torch.no_grad():
-            emb.weight[self.pad_id].zero_()
         return emb
 
     def _init_linear(self) -> None:

@@ -1,0 +1,1 @@
+"""Training with Lightning: the LightningModule, decoding, metrics, callbacks and the run driver."""

@@ -1,0 +1,192 @@
+"""Autoregressive decoding: greedy and beam search (Wu et al. 2016 length penalty), with the models'
+incremental key/value caches.
+
+All functions take token ids ``(B, S)`` and return lists of token-id lists without BOS/EOS.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def max_output_len(src_len: int, a: float, b: int, cap: int | None) -> int:
+    """Longest hypothesis for a source of ``src_len`` tokens: ``a·src_len + b``, at most ``cap``."""
+    n = int(a * src_len + b)
+    return max(1, min(n, cap) if cap else n)
+
+
+@torch.no_grad()
+def greedy(model, src: Tensor, bos: int, eos: int, pad: int, max_len: int) -> list[list[int]]:
+    """Greedy decoding for an encoder–decoder model, one token per step with cached keys/values.
+
+    Args:
+        src: ``(B, S)`` source ids padded with ``pad``.
+        max_len: maximum number of generated tokens (EOS included).
+
+    Returns:
+        ``B`` lists of generated ids, EOS and anything after it removed.
+    """
+    src_mask = src == pad
+    memory = model.encode(src, src_mask)
+    bsz = src.shape[0]
+    cache = model.new_cache()
+    tok = torch.full((bsz, 1), bos, dtype=torch.long, device=src.device)
+    out = torch.full((bsz, max_len), pad, dtype=torch.long, device=src.device)
+    done = torch.zeros(bsz, dtype=torch.bool, device=src.device)
+    for t in range(max_len):
+        logits = model.decode(tok, memory, memory_key_padding_mask=src_mask, cache=cache)
+        nxt = logits[:, -1].argmax(-1)
+        nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
+        out[:, t] = nxt
+        done |= nxt == eos
+        if bool(done.all()):
+            break
+        tok = nxt[:, None]
+    return [_strip(row, eos, pad) for row in out.tolist()]
+
+
+@torch.no_grad()
+def greedy_recompute(model, src: Tensor, bos: int, eos: int, pad: int, max_len: int) -> list[list[int]]:
+    """Greedy decoding that re-runs the decoder over the whole prefix each step (no cache).
+
+    Same output as :func:`greedy`; the O(T²)-per-sequence baseline of the decoding benchmark.
+    """
+    src_mask = src == pad
+    memory = model.encode(src, src_mask)
+    bsz = src.shape[0]
+    seq = torch.full((bsz, 1), bos, dtype=torch.long, device=src.device)
+    done = torch.zeros(bsz, dtype=torch.bool, device=src.device)
+    for _ in range(max_len):
+        logits = model.decode(seq, memory, memory_key_padding_mask=src_mask,
+                              tgt_key_padding_mask=torch.zeros_like(seq, dtype=torch.bool))
+        nxt = logits[:, -1].argmax(-1)
+        nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
+        seq = torch.cat((seq, nxt[:, None]), dim=1)
+        done |= nxt == eos
+        if bool(done.all()):
+            break
+    return [_strip(row, eos, pad) for row in seq[:, 1:].tolist()]
+
+
+@torch.no_grad()
+def greedy_lm(model, prompt: Tensor, prompt_len: Tensor, eos: int, pad: int, max_len: int) -> list[list[int]]:
+    """Greedy continuation for a decoder-only model of right-padded prompts of different lengths.
+
+    Each example keeps its own positions (as in training); the full sequence is re-run each step.
+
+    Args:
+        prompt: ``(B, P)`` ids, example ``b`` occupying ``prompt[b, :prompt_len[b]]``.
+        prompt_len: ``(B,)`` prompt lengths.
+    """
+    bsz = prompt.shape[0]
+    total = int(prompt_len.max()) + max_len
+    seq = torch.full((bsz, total), pad, dtype=torch.long, device=prompt.device)
+    seq[:, : prompt.shape[1]] = prompt
+    lens = prompt_len.clone().to(prompt.device)
+    ar = torch.arange(bsz, device=prompt.device)
+    done = torch.zeros(bsz, dtype=torch.bool, device=prompt.device)
+    gen = torch.full((bsz, max_len), pad, dtype=torch.long, device=prompt.device)
+    for t in range(max_len):
+        width = int(lens.max())
+        x = seq[:, :width]
+        pad_mask = torch.arange(width, device=x.device)[None, :] >= lens[:, None]
+        logits = model(x, tgt_key_padding_mask=pad_mask)
+        nxt = logits[ar, lens - 1].argmax(-1)
+        nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
+        gen[:, t] = nxt
+        seq[ar, lens] = nxt
+        lens = lens + (~done).long()
+        done |= nxt == eos
+        if bool(done.all()):
+            break
+    return [_strip(row, eos, pad) for row in gen.tolist()]
+
+
+def length_penalty(length: int, alpha: float) -> float:
+    """GNMT length penalty ``((5 + |Y|) / 6)^α`` (Wu et al. 2016, eq. 14)."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+@torch.no_grad()
+def beam_search(model, src: Tensor, bos: int, eos: int, pad: int, max_len: int, beam_size: int = 4,
+                alpha: float = 0.6) -> list[list[int]]:
+    """Beam search for an encoder–decoder model; hypotheses ranked by ``log P(Y|X) / lp(Y)``.
+
+    Each source sentence keeps ``beam_size`` live hypotheses (batched as ``B·beam_size`` rows,
+    cached keys/values reordered each step). A hypothesis ends at EOS; a sentence stops once it
+    holds ``beam_size`` finished hypotheses (fairseq's rule), the search at ``max_len``. With ``beam_size=1`` it returns exactly the greedy output.
+
+    Returns:
+        ``B`` lists of ids (the best finished hypothesis, or the best live one at ``max_len``).
+    """
+    bsz, k = src.shape[0], beam_size
+    src_mask = src == pad
+    memory = model.encode(src, src_mask)
+    memory = memory.repeat_interleave(k, 0)
+    mem_mask = src_mask.repeat_interleave(k, 0)
+    cache = model.new_cache()
+    tok = torch.full((bsz * k, 1), bos, dtype=torch.long, device=src.device)
+    scores = torch.zeros(bsz, k, device=src.device)
+    scores[:, 1:] = float("-inf")  # only one live copy of the empty hypothesis at the start
+    hist = torch.empty(bsz, k, 0, dtype=torch.long, device=src.device)
+    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(bsz)]
+    for t in range(max_len):
+        logits = model.decode(tok, memory, memory_key_padding_mask=mem_mask, cache=cache)
+        logp = torch.log_softmax(logits[:, -1].float(), -1).view(bsz, k, -1)
+        vocab = logp.shape[-1]
+        cand = (scores[:, :, None] + logp).view(bsz, -1)  # (B, k·V)
+        top, idx = cand.topk(2 * k, dim=-1)
+        beam_idx, tok_idx = idx // vocab, idx % vocab
+        new_scores = torch.full((bsz, k), float("-inf"), device=src.device)
+        new_beam = torch.zeros(bsz, k, dtype=torch.long, device=src.device)
+        new_tok = torch.full((bsz, k), pad, dtype=torch.long, device=src.device)
+        for b in range(bsz):
+            n = 0
+            for j in range(2 * k):
+                s, bi, ti = float(top[b, j]), int(beam_idx[b, j]), int(tok_idx[b, j])
+                if s == float("-inf"):
+                    break
+                if ti == eos:
+                    if j < k:  # only hypotheses ranked in the top k may finish (as in fairseq)
+                        finished[b].append((s / length_penalty(t + 1, alpha), hist[b, bi].tolist()))
+                    continue
+                new_scores[b, n], new_beam[b, n], new_tok[b, n] = s, bi, ti
+                n += 1
+                if n == k:
+                    break
+        # a sentence is done once it holds beam_size finished hypotheses (fairseq's rule), so
+        # beam_size=1 reproduces greedy decoding exactly
+        all_done = True
+        for b in range(bsz):
+            if len(finished[b]) >= k:
+                new_scores[b] = float("-inf")
+            else:
+                all_done = False
+        if all_done:
+            break
+        flat = (torch.arange(bsz, device=src.device)[:, None] * k + new_beam).view(-1)
+        for layer in cache:
+            layer["self"]["k"] = layer["self"]["k"][flat]
+            layer["self"]["v"] = layer["self"]["v"][flat]
+        hist = torch.cat((hist.gather(1, new_beam[:, :, None].expand(-1, -1, hist.shape[2])),
+                          new_tok[:, :, None]), dim=2)
+        scores = new_scores
+        tok = new_tok.view(-1, 1)
+    out = []
+    for b in range(bsz):
+        if finished[b]:
+            out.append(max(finished[b], key=lambda f: f[0])[1])
+        else:
+            j = int(scores[b].argmax())
+            out.append(hist[b, j].tolist())
+    return out
+
+
+def _strip(row: list[int], eos: int, pad: int) -> list[int]:
+    out = []
+    for tok in row:
+        if tok == eos or tok == pad:
+            break
+        out.append(tok)
+    return out

@@ -1,0 +1,168 @@
+"""One job of ``run.py``: validate, build data/model/module/trainer from the config, fit, test,
+write ``metrics.json``, close the W&B run.
+
+Layout of a job folder (Hydra's output dir, one per ``-m`` job)::
+
+    .hydra/           resolved config and overrides (Hydra)
+    checkpoints/      last.ckpt and best-<step>.ckpt (by ``objective``)
+    csv/metrics.csv   every logged value by step (Lightning's CSVLogger; read by ``xformer report``)
+    wandb/            the W&B run (offline runs are synced later with ``wandb sync``)
+    metrics.json      status, resolved config, final/best metrics, wall time, tokens seen, parameters
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import netrc
+import os
+import time
+from pathlib import Path
+
+import lightning as L
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import instantiate
+from lightning.pytorch.loggers import CSVLogger, WandbLogger
+from omegaconf import DictConfig, OmegaConf
+
+from .module import Seq2SeqModule
+from .validate import build_model, check_config, check_with_data
+
+log = logging.getLogger("xformer")
+
+
+def wandb_has_api_key() -> bool:
+    """True when a W&B API key is available (``WANDB_API_KEY`` or a ``~/.netrc`` entry)."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    try:
+        return netrc.netrc().authenticators("api.wandb.ai") is not None
+    except (FileNotFoundError, netrc.NetrcParseError, OSError):
+        return False
+
+
+def job_info() -> dict:
+    """Hydra facts about this job: output dir, overrides, sweep dir and job number (empty outside Hydra)."""
+    if not HydraConfig.initialized():
+        return {"overrides": [], "multirun": False}
+    hc = HydraConfig.get()
+    multirun = str(hc.mode) == "RunMode.MULTIRUN"
+    return {
+        "output_dir": hc.runtime.output_dir,
+        "overrides": list(hc.overrides.task),
+        "multirun": multirun,
+        "sweep_dir": hc.sweep.dir if multirun else None,
+        "job_num": hc.job.num if multirun else None,
+        "choices": dict(hc.runtime.choices),
+    }
+
+
+def build_loggers(cfg: DictConfig, info: dict, out_dir: Path) -> list:
+    """Instantiate the configured loggers plus the always-on CSV logger; fill W&B name/group/tags."""
+    loggers: list = [CSVLogger(save_dir=str(out_dir), name="csv", version="")]
+    for name, node in (cfg.get("logger") or {}).items():
+        if not isinstance(node, DictConfig) or "_target_" not in node:
+            continue
+        kwargs = {}
+        if node._target_.endswith("WandbLogger"):
+            if not wandb_has_api_key() and os.environ.get("WANDB_MODE") not in ("online", "disabled"):
+                os.environ["WANDB_MODE"] = "offline"
+            swept = [o for o in info["overrides"] if not o.startswith(("hydra.", "trainer.max_steps"))]
+            if node.get("name") is None:
+                kwargs["name"] = ",".join(swept) or None
+            if node.get("group") is None and info.get("sweep_dir"):
+                kwargs["group"] = Path(info["sweep_dir"]).name
+            kwargs["tags"] = sorted(set(list(node.get("tags") or []) + swept))[:64]
+        loggers.append(instantiate(node, **kwargs))
+    return loggers
+
+
+def run(cfg: DictConfig) -> float | None:
+    """Train (``mode=train``) or evaluate (``mode=eval``) as configured; return the objective value.
+
+    Raises:
+        ConfigError / DataError: invalid configuration or input, before training starts.
+    """
+    t_start = time.time()
+    info = job_info()
+    out_dir = Path(info.get("output_dir") or cfg.paths.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary: dict = {"status": "running", "job": info, "config": OmegaConf.to_container(cfg, resolve=True)}
+    check_config(cfg)
+    L.seed_everything(cfg.seed, workers=True)
+
+    dm = instantiate(cfg.data)
+    dm.prepare_data()
+    dm.setup("fit")
+    model = build_model(cfg, dm.src_vocab_size, dm.tgt_vocab_size, dm.pad_id)
+    check_with_data(cfg, dm, model)
+    params = model.param_breakdown()
+    log.info("parameters: %s", ", ".join(f"{k}={v:,}" for k, v in params.items()))
+
+    module = Seq2SeqModule(
+        model, optimizer=instantiate(cfg.optim.optimizer), lr_lambda=instantiate(cfg.optim.scheduler),
+        label_smoothing=cfg.loss.label_smoothing, pad_id=dm.pad_id, bos_id=dm.bos_id, eos_id=dm.eos_id,
+        detokenize=dm.detokenize, metrics=dm.metrics,
+        decode={k: cfg.decode[k] for k in ("beam_size", "alpha", "max_len_a", "max_len_b")},
+        test_split_names=dm.test_split_names, val_decode_limit=cfg.decode.get("val_batches"),
+    )
+    if cfg.trainer.get("compile"):
+        module.model = torch.compile(module.model)
+
+    loggers = build_loggers(cfg, info, out_dir)
+    callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()
+                 if isinstance(c, DictConfig) and "_target_" in c]
+    trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
+    trainer_cfg.pop("compile", None)
+    trainer: L.Trainer = instantiate(trainer_cfg, logger=loggers, callbacks=callbacks)
+    flat_cfg = summary["config"]
+    for lg in trainer.loggers:
+        lg.log_hyperparams(flat_cfg)
+        lg.log_metrics({f"model/params_{k}": float(v) for k, v in params.items()}, step=0)
+
+    wandb_dir = next((lg.experiment.dir for lg in loggers if isinstance(lg, WandbLogger)
+                      and trainer.is_global_zero), None)
+    status, exit_code = "failed", 1
+    try:
+        ckpt = cfg.ckpt_path
+        if ckpt == "last":
+            last = out_dir / "checkpoints" / "last.ckpt"
+            ckpt = str(last) if last.exists() else None
+        if cfg.mode == "train":
+            trainer.fit(module, datamodule=dm, ckpt_path=ckpt)
+            fit_metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+            best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+            test_results = trainer.test(module, datamodule=dm, ckpt_path="best" if best else None)
+        else:
+            fit_metrics, best = {}, ""
+            test_results = trainer.test(module, datamodule=dm, ckpt_path=ckpt)
+        test_metrics = {k: v for d in test_results for k, v in d.items()}
+        status, exit_code = "finished", 0
+    finally:
+        summary["status"] = status
+        if trainer.is_global_zero:
+            final = {**(fit_metrics if status == "finished" else {}),
+                     **(test_metrics if status == "finished" else {})}
+            objective_value = final.get(cfg.objective.metric)
+            cb = trainer.checkpoint_callback
+            best_score = cb.best_model_score if cb is not None and cb.best_model_score is not None else None
+            summary.update(
+                metrics={k: v for k, v in sorted(final.items())},
+                best={"metric": cfg.objective.metric, "mode": cfg.objective.mode,
+                      "value": float(best_score) if best_score is not None else objective_value,
+                      "checkpoint": cb.best_model_path if cb is not None else None},
+                objective={"metric": cfg.objective.metric, "value": objective_value},
+                wall_time_s=time.time() - t_start, global_step=trainer.global_step,
+                tokens_seen=module.tokens_seen, params=params,
+            )
+            (out_dir / "metrics.json").write_text(json.dumps(summary, indent=2, default=str))
+            for lg in trainer.loggers:
+                if isinstance(lg, WandbLogger):
+                    lg.experiment.summary.update({f"final/{k}": v for k, v in summary["metrics"].items()})
+                    lg.experiment.finish(exit_code=exit_code)
+                    if os.environ.get("WANDB_MODE") == "offline" and wandb_dir:
+                        log.info("W&B run saved offline; upload with: wandb sync %s", Path(wandb_dir).parent)
+    value = summary.get("objective", {}).get("value")
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
