@@ -1,0 +1,34 @@
+# xformer: `make run` trains the default model, `make test` runs the test suite.
+# Both create .venv on first use: torch first (CPU wheel by default; TORCH_SPEC="torch==X --index-url ..."
+# for a CUDA build), then the project with its dev extras.
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test test-slow install bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q $(TORCH_SPEC)
+	$(BIN)/python -m pip install -q -e ".[dev,bench]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/python run.py $(ARGS)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow
+
+bench: $(STAMP)
+	$(BIN)/xformer bench $(ARGS)
+
+clean:
+	rm -rf outputs multirun .pytest_cache
