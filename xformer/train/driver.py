@@ -73,7 +73,7 @@ def build_loggers(cfg: DictConfig, info: dict, out_dir: Path) -> list:
             if node.get("name") is None:
                 kwargs["name"] = ",".join(swept) or None
             if node.get("group") is None and info.get("sweep_dir"):
-                kwargs["group"] = Path(info["sweep_dir"]).name
+                kwargs["group"] = "_".join(Path(info["sweep_dir"]).parts[-2:])
             kwargs["tags"] = sorted(set(list(node.get("tags") or []) + swept))[:64]
         loggers.append(instantiate(node, **kwargs))
     return loggers
@@ -122,8 +122,13 @@ def run(cfg: DictConfig) -> float | None:
         lg.log_hyperparams(flat_cfg)
         lg.log_metrics({f"model/params_{k}": float(v) for k, v in params.items()}, step=0)
 
-    wandb_dir = next((lg.experiment.dir for lg in loggers if isinstance(lg, WandbLogger)
-                      and trainer.is_global_zero), None)
+    wandb_dir = None
+    for lg in loggers:
+        if isinstance(lg, WandbLogger) and trainer.is_global_zero:
+            run = lg.experiment
+            wandb_dir = run.dir
+            summary["job"]["wandb"] = {"id": run.id, "name": run.name, "group": run.group,
+                                       "tags": list(run.tags or []), "mode": os.environ.get("WANDB_MODE", "online")}
     status, exit_code = "failed", 1
     try:
         ckpt = cfg.ckpt_path
