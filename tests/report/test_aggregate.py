@@ -1,0 +1,101 @@
+"""Finding jobs, swept-key detection, grouping and mean ± std over seeds."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from xformer.report.aggregate import NoJobsError, Stat, aggregate, parse_override, read_curves
+
+from .conftest import write_job, write_sweep
+
+
+def test_grouping_mean_std_match_hand_calculation(tmp_path):
+    write_sweep(tmp_path, "model.ffn_ratio", {2: [0.5, 0.7], 4: [0.4, 0.5, 0.9], 8: [0.3]})
+    sweep = aggregate([tmp_path])
+    by_ratio = {g.values["model.ffn_ratio"]: g.stat("val/loss") for g in sweep.groups}
+    assert list(by_ratio) == [2, 4, 8]
+    # 0.5, 0.7: mean 0.6, std sqrt((0.01 + 0.01) / 1) = 0.141421...
+    assert by_ratio[2].n == 2
+    assert by_ratio[2].mean == pytest.approx(0.6)
+    assert by_ratio[2].std == pytest.approx(0.1414213562)
+    # 0.4, 0.5, 0.9: mean 0.6, std sqrt((0.04 + 0.01 + 0.09) / 2) = sqrt(0.07) = 0.264575...
+    assert by_ratio[4].n == 3
+    assert by_ratio[4].mean == pytest.approx(0.6)
+    assert by_ratio[4].std == pytest.approx(0.2645751311)
+    # one seed: no std
+    assert by_ratio[8].n == 1 and by_ratio[8].mean == pytest.approx(0.3) and by_ratio[8].std is None
+    assert by_ratio[2].text() == "0.6 ± 0.141 (n=2)"
+
+
+def test_failed_and_unfinished_jobs_are_listed_not_averaged(tmp_path):
+    write_sweep(tmp_path, "model.ffn_ratio", {2: [0.5, 0.7]})
+    write_job(tmp_path, 10, ["model.ffn_ratio=2", "seed=3"], {"val/loss": 50.0}, status="failed")
+    write_job(tmp_path, 11, ["model.ffn_ratio=2", "seed=4"], {}, status="running")
+    write_job(tmp_path, 12, ["model.ffn_ratio=2", "seed=5"], status=None)  # crashed before metrics.json
+    sweep = aggregate([tmp_path])
+    assert [j.status for j in sweep.failed] == ["failed", "running", "missing"]
+    assert sweep.failed[0].overrides == {"model.ffn_ratio": 2, "seed": 3}
+    (group,) = sweep.groups
+    assert group.n == 2 and len(group.failed) == 3
+    assert group.stat("val/loss").mean == pytest.approx(0.6)
+
+
+def test_swept_keys_exclude_seed_and_shared_overrides(tmp_path):
+    for i, (ratio, seed) in enumerate([(2, 1), (2, 2), (4, 1), (4, 2)]):
+        write_job(tmp_path, i, [f"model.ffn_ratio={ratio}", f"seed={seed}", "trainer.max_steps=50"], {"val/loss": 1.0})
+    sweep = aggregate([tmp_path])
+    assert sweep.swept_keys == ["model.ffn_ratio"]
+    assert sweep.fixed == {"trainer.max_steps": 50}
+    assert [g.n for g in sweep.groups] == [2, 2]
+
+
+def test_group_choice_is_swept_and_filled_from_choices_when_not_overridden(tmp_path):
+    write_job(tmp_path / "a", 0, ["model/pe=rope", "seed=1"], {"val/loss": 1.0})
+    write_job(tmp_path / "b", 0, ["seed=1"], {"val/loss": 2.0})  # default choice: sinusoidal
+    write_job(tmp_path / "b", 1, ["seed=2"], {"val/loss": 3.0})
+    sweep = aggregate([tmp_path / "a", tmp_path / "b"])
+    assert sweep.swept_keys == ["model/pe"]
+    assert {g.values["model/pe"]: g.n for g in sweep.groups} == {"rope": 1, "sinusoidal": 2}
+
+
+def test_nested_job_folders_are_found_recursively(tmp_path):
+    write_sweep(tmp_path / "multirun" / "d" / "t1", "model.n_heads", {1: [1.0], 4: [0.5]})
+    write_sweep(tmp_path / "multirun" / "d" / "t2", "model.n_heads", {1: [1.2], 4: [0.7]})
+    sweep = aggregate([tmp_path / "multirun"])
+    assert len(sweep.jobs) == 4 and [g.n for g in sweep.groups] == [2, 2]
+
+
+def test_missing_or_empty_dir_raises(tmp_path):
+    with pytest.raises(NoJobsError, match="no jobs found"):
+        aggregate([tmp_path])
+    with pytest.raises(NoJobsError, match="no such directory"):
+        aggregate([tmp_path / "absent"])
+
+
+def test_parse_override_and_nonfinite_stat():
+    assert parse_override("+model.attn_scale=false") == ("model.attn_scale", False)
+    assert parse_override("model/pe=rope") == ("model/pe", "rope")
+    assert parse_override("model.dropout=0.1") == ("model.dropout", 0.1)
+    s = Stat.of([1.0, math.nan, 3.0])
+    assert (s.mean, s.n, s.n_nonfinite) == (2.0, 2, 1)
+
+
+def test_read_curves_from_sparse_csv(tmp_path):
+    job = write_job(tmp_path, 0, ["seed=1"], {"val/loss": 1.0}, curve=[(10, 3.0, 3.5), (20, 2.0, 2.5)])
+    sweep = aggregate([tmp_path])
+    curves = read_curves(sweep.jobs[0])
+    assert curves["train/loss"] == ([10.0, 20.0], [3.0, 2.0])
+    assert curves["val/loss"] == ([10.0, 20.0], [3.5, 2.5])
+    assert job.is_dir()
+
+
+def test_top_level_group_choice_uses_choice_not_config(tmp_path):
+    write_job(tmp_path, 0, ["data=multi30k", "seed=1"], {"val/loss": 1.0})
+    job = write_job(tmp_path, 1, ["seed=1"], {"val/loss": 2.0})
+    text = (job / "metrics.json").read_text().replace('"model/pe"', '"data": "numbers", "model/pe"')
+    (job / "metrics.json").write_text(text)
+    sweep = aggregate([tmp_path])
+    assert sweep.swept_keys == ["data"]
+    assert [g.values["data"] for g in sweep.groups] == ["multi30k", "numbers"]

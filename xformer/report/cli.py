@@ -1,0 +1,149 @@
+"""``xformer report DIR [DIR ...] [--out OUTDIR] [--metric KEY] [--bench FILE] [--wandb ENTITY/PROJECT[:GROUP]]``
+
+Pools every job found below the DIRs (one sweep, or several sweeps of one study), writes
+``OUTDIR/report.md`` (default OUTDIR: the first DIR) and its PNG plots, prints one verdict line per
+recognised claim and, last, the path of ``report.md``.
+
+``--metric KEY`` puts KEY first in the table, plots it and judges the claims on it instead of the
+automatic choice (see :mod:`xformer.report.claims`). ``bench.json`` files below the DIRs (or given
+with ``--bench``) feed the C7/C8 verdicts. ``--wandb`` adds the runs of a W&B project when an API key
+is present (otherwise says so in one line and uses the files only).
+
+Exit status: 0 on success; 2 with one ``error: ...`` line on stderr for a DIR that does not exist or
+holds no job, an unknown ``--metric``, or bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from pathlib import Path
+
+from .aggregate import Job, NoJobsError, Sweep, aggregate_jobs, find_job_dirs, load_job, main_metrics
+from .benchjson import load_bench
+from .claims import Options, evaluate, length_metrics, pick_metric
+from .markdown import render
+from .plots import write_plots
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``xformer report``."""
+    p = argparse.ArgumentParser(prog="xformer report", description=__doc__.split("\n\n")[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("dirs", nargs="*", type=Path, metavar="DIR",
+                   help="sweep folder(s) (multirun/<date>/<time>), searched recursively for jobs")
+    p.add_argument("--out", type=Path, metavar="OUTDIR", help="where report.md and the PNGs go (default: first DIR)")
+    p.add_argument("--metric", metavar="KEY", help="metric to tabulate first, plot and judge claims on (e.g. val/bleu)")
+    p.add_argument("--bench", type=Path, action="append", default=[], metavar="FILE",
+                   help="bench.json for the C7/C8 verdicts (default: any bench.json below the DIRs)")
+    p.add_argument("--wandb", metavar="ENTITY/PROJECT[:GROUP]", help="also read the runs of a W&B project")
+    return p
+
+
+class UsageError(Exception):
+    """Bad input to the report; the message becomes the ``error:`` line."""
+
+
+def find_bench_files(dirs: list[Path]) -> list[Path]:
+    """``bench.json`` files at or below ``dirs`` (hidden folders, wandb and checkpoints skipped)."""
+    out = []
+    for d in dirs:
+        for here, sub, files in os.walk(d):
+            sub[:] = [s for s in sub if not s.startswith(".") and s not in ("wandb", "checkpoints")]
+            if "bench.json" in files:
+                out.append(Path(here) / "bench.json")
+    return sorted(out)
+
+
+def collect_jobs(dirs: list[Path], wandb_spec: str | None, has_bench: set[Path]) -> list[Job]:
+    """Jobs below ``dirs`` plus W&B runs.
+
+    Raises:
+        UsageError: a DIR does not exist, or holds neither a job nor a bench.json.
+    """
+    jobs: list[Job] = []
+    for d in dirs:
+        if not d.is_dir():
+            raise UsageError(f"{d}: no such directory")
+        found = find_job_dirs(d)
+        if not found and d not in has_bench:
+            raise UsageError(f"{d}: no jobs found (no metrics.json or .hydra/overrides.yaml below it)")
+        jobs += [load_job(p) for p in found]
+    if wandb_spec:
+        from .wandb_source import has_api_key, load_wandb_jobs
+
+        if not has_api_key():
+            print(f"wandb: no API key (WANDB_API_KEY or ~/.netrc); skipping {wandb_spec}, using the files only")
+        else:
+            try:
+                runs = load_wandb_jobs(wandb_spec)
+            except ValueError as e:
+                raise UsageError(str(e)) from e
+            except Exception as e:  # noqa: BLE001 - network/auth problems must not lose the file report
+                print(f"wandb: could not read {wandb_spec} ({type(e).__name__}: {e}); using the files only")
+            else:
+                print(f"wandb: {len(runs)} runs from {wandb_spec}")
+                jobs += runs
+    return jobs
+
+
+def run(args: argparse.Namespace, command: str) -> Path:
+    """Build the report described by ``args``; return the path of report.md.
+
+    Raises:
+        UsageError: bad input (see :func:`collect_jobs`, unknown ``--metric``, nothing to report).
+    """
+    if not args.dirs and not args.wandb:
+        raise UsageError("give at least one DIR (or --wandb ENTITY/PROJECT[:GROUP])")
+    bench_files = [*args.bench, *find_bench_files([d for d in args.dirs if d.is_dir()])]
+    for b in args.bench:
+        if not b.is_file():
+            raise UsageError(f"{b}: no such file")
+    has_bench = {d for d in args.dirs if any(b.is_relative_to(d) for b in bench_files)}
+    jobs = collect_jobs(args.dirs, args.wandb, has_bench)
+    bench = load_bench(bench_files)
+    if not jobs and bench is None:
+        raise UsageError("no jobs found" + (f" in {args.wandb}" if args.wandb else ""))
+    sweep = aggregate_jobs(jobs, args.dirs) if jobs else Sweep(list(args.dirs), [], [], {}, [], [], [])
+    if args.metric and jobs and args.metric not in sweep.metric_keys:
+        known = ", ".join(sweep.metric_keys[:12]) or "none"
+        raise UsageError(f"--metric {args.metric}: not a metric of these jobs (known: {known})")
+
+    out = args.out or (args.dirs[0] if args.dirs else Path("report"))
+    out.mkdir(parents=True, exist_ok=True)
+    opts = Options(metric=args.metric, bench=bench)
+    decision = pick_metric(sweep.groups, opts) if sweep.groups else None
+    metrics = main_metrics(sweep, args.metric or decision)
+    verdicts = evaluate(sweep, opts)
+    plot_metrics = list(dict.fromkeys(m for m in (decision, "val/loss") if m and m in sweep.metric_keys))
+    base = args.metric.split("@")[0] if args.metric else None
+    plots = write_plots(sweep, out, plot_metrics, length_metrics(sweep.metric_keys, base)) if sweep.groups else []
+    notes = [f"bench: `{bench_files[0]}`"] if bench is not None else []
+    path = out / "report.md"
+    path.write_text(render(command, sweep, metrics, verdicts, plots, out, decision, notes))
+    for v in verdicts:
+        print(v.line())
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``xformer report``; returns the exit status (0 ok, 2 bad input)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse already printed usage and the error
+        return int(e.code or 0)
+    try:
+        path = run(args, "xformer report " + shlex.join(argv))
+    except (UsageError, NoJobsError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""Jobs from a W&B project (``--wandb ENTITY/PROJECT[:GROUP]``), as the driver logged them.
+
+The driver tags each run with its overrides (``model.ffn_ratio=2``), logs the resolved config, the
+parameter counts as ``model/params_<role>`` and the final metrics as ``final/<metric>`` in the run
+summary. Only used when an API key is present; nothing here runs in the tests (no network).
+"""
+
+from __future__ import annotations
+
+import netrc
+import os
+from pathlib import Path
+
+from .aggregate import Job, parse_override
+
+STATES = {"finished": "finished", "running": "running", "crashed": "failed", "failed": "failed", "killed": "failed"}
+CURVE_KEYS = ("train/loss", "val/loss")
+
+
+def has_api_key() -> bool:
+    """True when a W&B API key is available (``WANDB_API_KEY`` or a ``~/.netrc`` entry)."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    try:
+        return netrc.netrc().authenticators("api.wandb.ai") is not None
+    except (FileNotFoundError, netrc.NetrcParseError, OSError):
+        return False
+
+
+def load_wandb_jobs(spec: str, curves: bool = True) -> list[Job]:
+    """All runs of ``ENTITY/PROJECT`` (only group ``GROUP`` when given) as :class:`Job`.
+
+    Raises:
+        ValueError: ``spec`` is not ``ENTITY/PROJECT[:GROUP]``.
+        Exception: whatever ``wandb.Api`` raises (network, permissions); the caller reports it.
+    """
+    path, _, group = spec.partition(":")
+    if path.count("/") != 1 or not all(path.split("/")):
+        raise ValueError(f"--wandb {spec!r}: expected ENTITY/PROJECT[:GROUP]")
+    import wandb  # imported here: slow, and only needed for this source
+
+    runs = wandb.Api().runs(path, filters={"group": group} if group else None)
+    jobs = []
+    for run in runs:
+        summary = dict(run.summary._json_dict) if hasattr(run.summary, "_json_dict") else dict(run.summary)
+        overrides = dict(kv for kv in (parse_override(t) for t in run.tags) if kv is not None)
+        metrics = {k[len("final/"):]: float(v) for k, v in summary.items()
+                   if k.startswith("final/") and isinstance(v, (int, float)) and not isinstance(v, bool)}
+        params = {k[len("model/params_"):]: int(v) for k, v in summary.items()
+                  if k.startswith("model/params_") and isinstance(v, (int, float))}
+        history = None
+        if curves:
+            history = {}
+            for k in CURVE_KEYS:
+                rows = run.history(keys=[k], pandas=False)
+                pts = [(r["_step"], r[k]) for r in rows if r.get(k) is not None]
+                if pts:
+                    history[k] = ([float(s) for s, _ in pts], [float(v) for _, v in pts])
+        jobs.append(Job(path=Path(f"wandb:{path}/{run.id}"), status=STATES.get(run.state, run.state),
+                        overrides=overrides, config=dict(run.config), metrics=metrics, params=params,
+                        curves=history))
+    return jobs
