@@ -79,6 +79,35 @@ def build_loggers(cfg: DictConfig, info: dict, out_dir: Path) -> list:
     return loggers
 
 
+def tokenizer_blob(dm) -> str | None:
+    """The data module's tokenizer as the JSON text its ``save`` writes (stored in checkpoints)."""
+    tok = getattr(dm, "tokenizer", None)
+    if tok is None:
+        return None
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "tokenizer.json"
+        tok.save(path)
+        return path.read_text(encoding="utf-8")
+
+
+def config_from_checkpoint(cfg: DictConfig, overrides: list[str]) -> DictConfig:
+    """For ``mode=eval``: take ``model`` and ``data`` from the config stored in the checkpoint (the
+    weights only fit that model), keeping ``data.*`` keys given on the command line (e.g. ``data.root``)."""
+    ckpt = cfg.ckpt_path
+    meta = torch.load(ckpt, map_location="cpu", weights_only=False).get("xformer") if ckpt != "last" else None
+    if not meta:
+        return cfg
+    stored = OmegaConf.create(meta["config"])
+    cli = OmegaConf.from_dotlist([o for o in overrides if o.startswith("data.")])
+    cfg = cfg.copy()
+    OmegaConf.set_struct(cfg, False)
+    cfg.model = stored.model
+    cfg.data = OmegaConf.merge(stored.data, cli.get("data", {}))
+    return cfg
+
+
 def run(cfg: DictConfig) -> float | None:
     """Train (``mode=train``) or evaluate (``mode=eval``) as configured; return the objective value.
 
@@ -89,8 +118,10 @@ def run(cfg: DictConfig) -> float | None:
     info = job_info()
     out_dir = Path(info.get("output_dir") or cfg.paths.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    summary: dict = {"status": "running", "job": info, "config": OmegaConf.to_container(cfg, resolve=True)}
     check_config(cfg)
+    if cfg.mode == "eval":
+        cfg = config_from_checkpoint(cfg, info["overrides"])
+    summary: dict = {"status": "running", "job": info, "config": OmegaConf.to_container(cfg, resolve=True)}
     L.seed_everything(cfg.seed, workers=True)
 
     dm = instantiate(cfg.data)
@@ -108,6 +139,10 @@ def run(cfg: DictConfig) -> float | None:
         decode={k: cfg.decode[k] for k in ("beam_size", "alpha", "max_len_a", "max_len_b")},
         test_split_names=dm.test_split_names, val_decode_limit=cfg.decode.get("val_batches"),
     )
+    module.checkpoint_meta = {
+        "config": summary["config"], "tokenizer": tokenizer_blob(dm),
+        "src_vocab_size": dm.src_vocab_size, "tgt_vocab_size": dm.tgt_vocab_size, "pad_id": dm.pad_id,
+    }
     if cfg.trainer.get("compile"):
         module.model = torch.compile(module.model)
 

@@ -88,6 +88,9 @@ class Seq2SeqModule(L.LightningModule):
         self._t0: float | None = None
         self._eval: dict[str, dict] = {}
         self.tokens_seen = 0
+        #: stored in every checkpoint under ``"xformer"`` (config, tokenizer, vocab sizes) so
+        #: ``mode=eval`` and ``xformer translate`` can rebuild the model without the run's files
+        self.checkpoint_meta: dict = {}
 
     # -- forward paths ------------------------------------------------------------------------
     def logits_and_labels(self, batch: dict) -> tuple[Tensor, Tensor]:
@@ -117,6 +120,12 @@ class Seq2SeqModule(L.LightningModule):
         """Mean token cross-entropy over non-padding labels, with label smoothing ``smoothing``."""
         return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=self.pad_id,
                                label_smoothing=smoothing)
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["xformer"] = {**self.checkpoint_meta, "tokens_seen": self.tokens_seen}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self.tokens_seen = int(checkpoint.get("xformer", {}).get("tokens_seen", 0))
 
     # -- training -----------------------------------------------------------------------------
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:

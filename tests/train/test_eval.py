@@ -1,0 +1,46 @@
+"""mode=eval reproduces a run's test metrics from its checkpoint; xformer translate decodes the same."""
+
+import json
+import os
+import subprocess
+import sys
+
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from tests.conftest import REPO
+from tests.train.test_run import TINY, run
+from xformer.train.translate import load_checkpoint, translate
+
+
+def test_eval_mode_and_translate_reproduce_the_test_metrics(tmp_path):
+    job = tmp_path / "job"
+    res = run([*TINY, "trainer.max_steps=30", "trainer.val_check_interval=15", "logger=csv",
+               f"hydra.run.dir={job}"], tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    trained = json.loads((job / "metrics.json").read_text())
+    best = trained["best"]["checkpoint"]
+    res = run(["mode=eval", f"ckpt_path={best}", "logger=csv", f"hydra.run.dir={tmp_path / 'eval'}"], tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    evaluated = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    for key in ("test/loss", "test/acc", "test/exact_match", "test/exact_match@long"):
+        assert abs(evaluated["metrics"][key] - trained["metrics"][key]) < 1e-6, key
+    assert evaluated["config"]["model"]["d_model"] == 32  # taken from the checkpoint, not the defaults
+
+    model, tokenizer, cfg = load_checkpoint(best)
+    os.environ.setdefault("XFORMER_CACHE", str(tmp_path / "cache"))
+    dm = instantiate(cfg.data)
+    dm.setup("test")
+    pairs = [(ex["src_text"], ex["tgt_text"]) for ex in (dm.test_sets["test"][i] for i in range(len(dm.test_sets["test"])))]
+    hyps = translate(model, tokenizer, [s for s, _ in pairs])
+    exact = sum(h.strip() == r.strip() for h, (_, r) in zip(hyps, pairs)) / len(pairs)
+    assert abs(exact - trained["metrics"]["test/exact_match"]) < 1e-9
+
+    cli = subprocess.run([sys.executable, "-m", "xformer.cli", "translate", "--ckpt", best],
+                         input="\n".join(s for s, _ in pairs[:5]) + "\n", capture_output=True, text=True,
+                         cwd=REPO, timeout=120)
+    assert cli.returncode == 0, cli.stderr
+    assert cli.stdout.splitlines() == hyps[:5]
+    bad = subprocess.run([sys.executable, "-m", "xformer.cli", "translate", "--ckpt", str(tmp_path / "nope.ckpt")],
+                         capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert bad.returncode == 2 and "no such file" in bad.stderr
