@@ -1,0 +1,1 @@
+"""Tests of the xformer data layer (package, so module names cannot clash with other test folders)."""

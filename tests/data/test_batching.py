@@ -1,0 +1,161 @@
+"""Batch samplers, sharding across ranks, collate functions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from xformer.data.batching import (
+    RandomBatchSampler, SequentialBatchSampler, TokenBudgetBatchSampler, collate_lm, collate_seq2seq,
+    padding_fraction, shard_batches,
+)
+
+
+@pytest.fixture(scope="module")
+def lengths():
+    rng = np.random.default_rng(123)
+    ls = rng.integers(3, 60, size=3000).tolist()
+    ls[7] = 500  # longer than the budget below: must get a batch of its own
+    return ls
+
+
+def _flat(batches):
+    return [i for b in batches for i in b]
+
+
+@pytest.mark.parametrize("pool_factor", [None, 5])
+def test_budget_respected_and_each_example_once(lengths, pool_factor):
+    s = TokenBudgetBatchSampler(lengths, 400, shuffle=True, seed=0, pool_factor=pool_factor)
+    for epoch in range(3):
+        s.set_epoch(epoch)
+        batches = list(s)
+        assert len(batches) == len(s)
+        assert sorted(_flat(batches)) == list(range(len(lengths)))
+        for b in batches:
+            assert len(b) == 1 or max(lengths[i] for i in b) * len(b) <= 400
+        assert [7] in batches
+
+
+def test_deterministic_per_seed_and_epoch_and_varies_across_epochs(lengths):
+    a = TokenBudgetBatchSampler(lengths, 400, shuffle=True, seed=5)
+    b = TokenBudgetBatchSampler(lengths, 400, shuffle=True, seed=5)
+    a.set_epoch(3)
+    b.set_epoch(3)
+    assert list(a) == list(b)
+    e3 = list(a)
+    a.set_epoch(4)
+    e4 = list(a)
+    assert e3 != e4
+    assert {tuple(sorted(x)) for x in e3} != {tuple(sorted(x)) for x in e4}, "membership should change too"
+    c = TokenBudgetBatchSampler(lengths, 400, shuffle=True, seed=6)
+    c.set_epoch(3)
+    assert list(c) != e3
+    # the default single pool keeps the number of batches fixed across epochs
+    assert len(e3) == len(e4)
+
+
+def test_lightning_finds_set_epoch_on_batch_sampler_sampler(lengths):
+    s = TokenBudgetBatchSampler(lengths, 400, shuffle=True, seed=0)
+    s.sampler.set_epoch(2)  # what Lightning calls (dataloader.batch_sampler.sampler.set_epoch)
+    t = TokenBudgetBatchSampler(lengths, 400, shuffle=True, seed=0)
+    t.set_epoch(2)
+    assert s.epoch == 2 and list(s) == list(t)
+
+
+def test_eval_order_is_sorted_and_unshuffled(lengths):
+    s = TokenBudgetBatchSampler(lengths, 400, shuffle=False, seed=0)
+    s.set_epoch(0)
+    e0 = list(s)
+    s.set_epoch(9)
+    assert list(s) == e0
+    flat_lens = [lengths[i] for i in _flat(e0)]
+    assert flat_lens == sorted(flat_lens)
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_ranks_disjoint_equal_length_and_cover_all(lengths, world, shuffle):
+    per_rank = []
+    for r in range(world):
+        s = TokenBudgetBatchSampler(lengths, 400, shuffle=shuffle, seed=1, num_replicas=world, rank=r)
+        s.set_epoch(2)
+        per_rank.append(list(s))
+        assert len(per_rank[-1]) == len(s)
+    assert len({len(b) for b in per_rank}) == 1, "every rank must get the same number of batches"
+    n_all = len(TokenBudgetBatchSampler(lengths, 400, shuffle=shuffle, seed=1))
+    assert sum(len(b) for b in per_rank) == -(-n_all // world) * world
+    # padding batches are repeats; without them the ranks' batches are disjoint and cover everything
+    seen = [tuple(b) for batches in per_rank for b in batches]
+    unique = set(seen)
+    assert len(unique) == n_all
+    assert sorted(_flat([list(b) for b in unique])) == list(range(len(lengths)))
+
+
+def test_drop_last_truncates_for_ranks(lengths):
+    n_all = len(TokenBudgetBatchSampler(lengths, 400, shuffle=True, seed=1))
+    ranks = [list(TokenBudgetBatchSampler(lengths, 400, True, 1, num_replicas=4, rank=r, drop_last=True))
+             for r in range(4)]
+    assert all(len(b) == n_all // 4 for b in ranks)
+    flat = _flat([x for b in ranks for x in b])
+    assert len(flat) == len(set(flat))
+
+
+def test_shard_batches_pads_by_repeating():
+    batches = [[0], [1], [2], [3], [4]]
+    assert shard_batches(batches, 2, 0) == [[0], [2], [4]]
+    assert shard_batches(batches, 2, 1) == [[1], [3], [0]]
+    with pytest.raises(ValueError):
+        shard_batches(batches, 2, 2)
+
+
+def test_padding_fraction():
+    assert padding_fraction([2, 4, 4], [[0, 1], [2]]) == pytest.approx(1 - 10 / 12)
+    assert padding_fraction([3], []) == 0.0
+
+
+def test_padding_fraction_on_multi30k_train(multi30k_dm):
+    """Target: < 10 % pad tokens on Multi30k train at 4096 tokens per batch (each side)."""
+    ds = multi30k_dm.train_set
+    lens, (src_lens, tgt_lens) = ds.lengths(), ds.sort_keys()
+    s = TokenBudgetBatchSampler(lens, 4096, shuffle=True, seed=0, sort_keys=[src_lens, tgt_lens])
+    batches = s.all_batches()
+    for ls in (lens, src_lens, tgt_lens):
+        assert padding_fraction(ls, batches) < 0.10
+    assert all(max(lens[i] for i in b) * len(b) <= 4096 for b in batches)
+
+
+def test_sequential_and_random_batch_samplers():
+    seq = [list(SequentialBatchSampler(10, 3, num_replicas=2, rank=r)) for r in range(2)]
+    assert seq[0] == [[0, 1, 2], [6, 7, 8]] and seq[1] == [[3, 4, 5], [9]]
+    assert len(SequentialBatchSampler(10, 3, 2, 0)) == 2 and len(SequentialBatchSampler(10, 3)) == 4
+    r0 = RandomBatchSampler(100, 4, 5, seed=0, num_replicas=2, rank=0)
+    r1 = RandomBatchSampler(100, 4, 5, seed=0, num_replicas=2, rank=1)
+    b0, b1 = list(r0), list(r1)
+    assert len(b0) == len(r0) == 5 and all(len(b) == 4 for b in b0) and b0 != b1
+    assert list(r0) == b0
+    r0.set_epoch(1)
+    assert list(r0) != b0
+
+
+def test_collate_seq2seq_shapes_and_padding():
+    ex = [{"src": [5, 6, 2], "tgt": [1, 7, 2], "src_text": "a", "tgt_text": "x", "idx": 4},
+          {"src": [5, 2], "tgt": [1, 7, 8, 9, 2], "src_text": "b", "tgt_text": "y", "idx": 9}]
+    b = collate_seq2seq(ex, pad_id=0)
+    assert b["src"].dtype == torch.long and b["src"].shape == (2, 3)
+    assert b["tgt"].shape == (2, 5) and b["tgt"][0].tolist() == [1, 7, 2, 0, 0]
+    assert b["idx"].tolist() == [4, 9] and b["idx"].dtype == torch.long
+    assert b["src_text"] == ["a", "b"] and b["tgt_text"] == ["x", "y"]
+
+
+def test_collate_lm_masks_and_prompt_len():
+    ex = [{"tgt": [1, 5, 4, 6, 2], "loss_mask": [False, False, False, True, True], "prompt_len": 3,
+           "src_text": "a", "tgt_text": "b", "idx": 0},
+          {"tgt": [1, 5, 5, 4, 6, 6, 2], "loss_mask": [False] * 4 + [True] * 3, "prompt_len": 4,
+           "src_text": "aa", "tgt_text": "bb", "idx": 1}]
+    b = collate_lm(ex, pad_id=0)
+    assert b["tgt"].shape == (2, 7) and b["loss_mask"].dtype == torch.bool
+    assert b["loss_mask"][0].tolist() == [False, False, False, True, True, False, False]
+    assert b["prompt_len"].tolist() == [3, 4] and b["idx"].dtype == torch.long
+    plain = collate_lm([{"tgt": torch.arange(5), "idx": 3}])
+    assert set(plain) == {"tgt", "idx"} and plain["tgt"].shape == (1, 5)

@@ -1,0 +1,47 @@
+"""conf/data/*.yaml: every file instantiates its DataModule and lists every constructor argument."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import pytest
+from hydra.utils import get_class, instantiate
+from omegaconf import OmegaConf
+
+CONF = Path(__file__).resolve().parents[2] / "conf" / "data"
+EXPECTED = {
+    "numbers": "NumbersDataModule", "multi30k": "Multi30kDataModule",
+    "tinyshakespeare": "TinyShakespeareDataModule", "copy": "SyntheticDataModule",
+    "reverse": "SyntheticDataModule", "sort": "SyntheticDataModule", "addition": "SyntheticDataModule",
+    "text": "TextDataModule",
+}
+
+
+def _compose(name: str, tmp_path):
+    top = OmegaConf.create({"seed": 7, "paths": {"cache_dir": str(tmp_path)}})
+    top.data = OmegaConf.load(CONF / f"{name}.yaml")
+    return top
+
+
+def test_every_yaml_is_expected():
+    assert sorted(p.stem for p in CONF.glob("*.yaml")) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_yaml_instantiates_with_all_arguments(name, tmp_path):
+    cfg = _compose(name, tmp_path)
+    cls = get_class(cfg.data._target_)
+    assert cls.__name__ == EXPECTED[name]
+    params = {p for p in inspect.signature(cls.__init__).parameters if p != "self"}
+    keys = set(cfg.data) - {"_target_"}
+    assert keys == params, f"{name}.yaml: missing {params - keys}, unknown {keys - params}"
+    for line in (CONF / f"{name}.yaml").read_text().splitlines():
+        if line and not line.startswith(("#", " ", "_target_")):
+            assert "#" in line, f"{name}.yaml: key without a comment: {line}"
+    dm = instantiate(cfg.data)
+    assert type(dm) is cls and dm.seed == 7
+    if hasattr(dm, "cache_dir"):
+        assert dm.cache_dir == str(tmp_path)
+    if name in ("copy", "reverse", "sort", "addition"):
+        assert dm.task_name == name

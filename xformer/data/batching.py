@@ -1,0 +1,347 @@
+"""Batch samplers and collate functions shared by the xformer DataModules.
+
+Samplers yield lists of dataset indices (use them as ``DataLoader(batch_sampler=...)``). They
+shard batches across DDP ranks themselves, so the Trainer must not inject its own sampler:
+use ``Trainer(use_distributed_sampler=False)``.
+
+Epochs: every sampler has ``set_epoch(epoch)``; it also exposes ``.sampler``, a tiny object whose
+``set_epoch`` forwards to the same state, because Lightning calls ``set_epoch`` on
+``dataloader.sampler`` and ``dataloader.batch_sampler.sampler`` (not on the batch sampler
+itself) at the start of every training epoch. Outside Lightning call ``set_epoch`` yourself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Sampler
+
+from xformer.data.tokenizers import PAD
+
+
+class _EpochClock:
+    """Holds the current epoch; exposed as ``batch_sampler.sampler`` so Lightning finds ``set_epoch``."""
+
+    def __init__(self) -> None:
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Set the epoch used to seed the next iteration."""
+        self.epoch = int(epoch)
+
+
+def shard_batches(
+    batches: list[list[int]], num_replicas: int, rank: int, drop_last: bool = False
+) -> list[list[int]]:
+    """Give rank ``rank`` its share of ``batches`` so every rank gets the same number of batches.
+
+    The list is first made a multiple of ``num_replicas`` long -- by repeating batches from its start
+    (``drop_last=False``; repeated examples carry the same ``idx``, so eval duplicates can be
+    removed) or by dropping the last batches (``drop_last=True``) -- then rank ``r`` takes
+    ``batches[r::num_replicas]`` (interleaved, so ranks see batches of similar size at each step).
+
+    Raises:
+        ValueError: ``rank`` not in ``[0, num_replicas)``.
+    """
+    if not 0 <= rank < num_replicas:
+        raise ValueError(f"rank must be in [0, {num_replicas}), got {rank}")
+    if num_replicas == 1:
+        return list(batches)
+    n = len(batches)
+    if drop_last:
+        batches = batches[: n - n % num_replicas]
+    elif n % num_replicas:
+        n_pad = num_replicas - n % num_replicas
+        batches = list(batches) + [batches[i % n] for i in range(n_pad)]
+    return batches[rank::num_replicas]
+
+
+class TokenBudgetBatchSampler(Sampler[list[int]]):
+    """Length-bucketed batches whose padded size ``max_len_in_batch * n_sentences <= tokens_per_batch``.
+
+    Per epoch (seeded by ``(seed, epoch)``):
+
+    1. ``shuffle=True``: examples are put in random order, then split into pools of
+       ``pool_factor`` x (typical batch size) examples; ``pool_factor=None`` (default) means one
+       pool holding everything. ``shuffle=False``: one pool, original order.
+    2. Each pool is sorted by length, then by ``sort_keys`` (stable, so remaining ties keep the
+       random order), and cut greedily into batches: an example joins the current batch while ``max_len * (n + 1) <= budget``.
+       An example longer than the budget gets a batch of its own.
+    3. ``shuffle=True``: the batch order is shuffled.
+    4. With ``num_replicas > 1`` the batches are split across ranks by :func:`shard_batches`.
+
+    With the default ``pool_factor=None`` the sorted sequence of lengths -- hence the number of
+    batches -- is the same every epoch, while batch membership (ties between equal lengths are
+    broken randomly) and batch order change with the epoch. With a finite ``pool_factor`` the
+    number of batches can differ by a few between epochs; ``len()`` is exact for the epoch last
+    set, but Lightning reads ``len()`` once, so prefer ``None`` for training with Lightning.
+
+    Args:
+        lengths: per-example size in tokens (for seq2seq: ``max(len(src), len(tgt))``).
+        tokens_per_batch: padded-token budget per batch, **per device**.
+        shuffle: randomise batch membership and order (train) or not (eval: sorted, deterministic).
+        seed: base seed; the epoch's generator is ``numpy.random.default_rng((seed, epoch))``.
+        num_replicas: number of DDP ranks sharing the data.
+        rank: this process's rank.
+        drop_last: with ``num_replicas > 1``, drop trailing batches instead of repeating batches to
+            make the count a multiple of ``num_replicas``. No effect with one replica.
+        pool_factor: pool size in typical batches (see above), or None for a single pool.
+        sort_keys: optional extra per-example keys that order examples of equal length, e.g.
+            ``[src_lengths, tgt_lengths]`` so both sides of a seq2seq batch pad little.
+
+    Yields:
+        ``list[int]`` of dataset indices, ordered by length within the batch.
+    """
+
+    def __init__(
+        self,
+        lengths: Sequence[int],
+        tokens_per_batch: int,
+        shuffle: bool,
+        seed: int,
+        num_replicas: int = 1,
+        rank: int = 0,
+        drop_last: bool = False,
+        pool_factor: int | None = None,
+        sort_keys: Sequence[Sequence[int]] = (),
+    ) -> None:
+        if tokens_per_batch < 1:
+            raise ValueError(f"tokens_per_batch must be >= 1, got {tokens_per_batch}")
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank must be in [0, {num_replicas}), got {rank}")
+        if pool_factor is not None and pool_factor < 1:
+            raise ValueError(f"pool_factor must be >= 1 or None, got {pool_factor}")
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        self.tokens_per_batch = int(tokens_per_batch)
+        self.shuffle = bool(shuffle)
+        self.seed = int(seed)
+        self.num_replicas = int(num_replicas)
+        self.rank = int(rank)
+        self.drop_last = bool(drop_last)
+        self.pool_factor = pool_factor
+        self.sort_keys = [np.asarray(k, dtype=np.int64) for k in sort_keys]
+        if any(len(k) != len(self.lengths) for k in self.sort_keys):
+            raise ValueError("every sort key must have one entry per example")
+        self.sampler = _EpochClock()
+        self._cache: tuple[int, list[list[int]]] | None = None
+
+    @property
+    def epoch(self) -> int:
+        """Epoch whose batches the next iteration yields."""
+        return self.sampler.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch (changes membership/order when ``shuffle``)."""
+        self.sampler.set_epoch(epoch)
+
+    def all_batches(self) -> list[list[int]]:
+        """All batches of the current epoch before sharding across ranks (cached per epoch)."""
+        epoch = self.epoch
+        if self._cache is not None and self._cache[0] == epoch:
+            return self._cache[1]
+        n = len(self.lengths)
+        rng = np.random.default_rng((self.seed, epoch))
+        order = rng.permutation(n) if self.shuffle else np.arange(n)
+        if self.shuffle and self.pool_factor is not None and n:
+            typical = max(1, self.tokens_per_batch // max(1, int(np.median(self.lengths))))
+            pool = max(1, self.pool_factor * typical)
+        else:
+            pool = max(1, n)
+        batches: list[list[int]] = []
+        for start in range(0, n, pool):
+            idx = order[start : start + pool]
+            keys = [k[idx] for k in reversed(self.sort_keys)] + [self.lengths[idx]]
+            idx = idx[np.lexsort(keys)]  # stable; last key is the primary one
+            batches.extend(_greedy_batches(idx, self.lengths[idx], self.tokens_per_batch))
+        if self.shuffle:
+            perm = rng.permutation(len(batches))
+            batches = [batches[i] for i in perm]
+        self._cache = (epoch, batches)
+        return batches
+
+    def __iter__(self) -> Iterator[list[int]]:
+        yield from shard_batches(self.all_batches(), self.num_replicas, self.rank, self.drop_last)
+
+    def __len__(self) -> int:
+        """Number of batches this rank yields in the current epoch."""
+        n, r = len(self.all_batches()), self.num_replicas
+        return n // r if self.drop_last else -(-n // r)
+
+
+def _greedy_batches(idx: np.ndarray, lens: np.ndarray, budget: int) -> list[list[int]]:
+    """Cut length-sorted ``idx`` into batches with ``max(lens) * count <= budget`` (>= 1 per batch)."""
+    batches: list[list[int]] = []
+    cur: list[int] = []
+    cur_max = 0
+    for i, ln in zip(idx.tolist(), lens.tolist()):
+        new_max = max(cur_max, ln)
+        if cur and new_max * (len(cur) + 1) > budget:
+            batches.append(cur)
+            cur, new_max = [], ln
+        cur.append(i)
+        cur_max = new_max
+    if cur:
+        batches.append(cur)
+    return batches
+
+
+def padding_fraction(lengths: Sequence[int], batches: Sequence[Sequence[int]]) -> float:
+    """Fraction of PAD positions when each batch is padded to its longest member.
+
+    ``1 - sum(real tokens) / sum(max_len_in_batch * batch_size)`` over ``batches``; 0.0 for no
+    batches.
+    """
+    lengths = np.asarray(lengths)
+    real = padded = 0
+    for b in batches:
+        ls = lengths[np.asarray(b, dtype=np.int64)]
+        real += int(ls.sum())
+        padded += int(ls.max()) * len(b)
+    return 0.0 if padded == 0 else 1.0 - real / padded
+
+
+class SequentialBatchSampler(Sampler[list[int]]):
+    """Deterministic fixed-size batches ``[0..B-1], [B..2B-1], ...`` of ``range(n)``, sharded across ranks.
+
+    For evaluation of fixed-length examples (e.g. LM windows). The last batch may be smaller.
+    With ``num_replicas > 1``, batches are split by :func:`shard_batches` (repeating batches so
+    every rank has the same count; remove duplicates with ``batch["idx"]``).
+
+    Args:
+        n: number of examples.
+        batch_size: examples per batch (per device).
+        num_replicas, rank: DDP layout.
+    """
+
+    def __init__(self, n: int, batch_size: int, num_replicas: int = 1, rank: int = 0) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.n, self.batch_size = int(n), int(batch_size)
+        self.num_replicas, self.rank = int(num_replicas), int(rank)
+        self.sampler = _EpochClock()  # no randomness; present for a uniform interface
+
+    def set_epoch(self, epoch: int) -> None:
+        """No effect on the batches (kept for interface uniformity)."""
+        self.sampler.set_epoch(epoch)
+
+    def _batches(self) -> list[list[int]]:
+        return [list(range(s, min(s + self.batch_size, self.n))) for s in range(0, self.n, self.batch_size)]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        yield from shard_batches(self._batches(), self.num_replicas, self.rank)
+
+    def __len__(self) -> int:
+        """Batches this rank yields."""
+        return -(-(-(-self.n // self.batch_size)) // self.num_replicas)
+
+
+class RandomBatchSampler(Sampler[list[int]]):
+    """``n_batches`` batches of ``batch_size`` indices drawn uniformly (with replacement) from ``range(n)``.
+
+    For training on random windows of a token stream: an "epoch" is a fixed number of batches, so
+    ``limit_train_batches`` and LR schedules behave. Draws for epoch ``e`` come from
+    ``numpy.random.default_rng((seed, e))``: ``num_replicas * n_batches`` batches are drawn and rank
+    ``r`` takes every ``num_replicas``-th, so ranks see different windows.
+
+    Args:
+        n: number of indices to draw from.
+        batch_size: indices per batch (per device).
+        n_batches: batches per epoch **per rank**.
+        seed: base seed.
+        num_replicas, rank: DDP layout.
+    """
+
+    def __init__(
+        self, n: int, batch_size: int, n_batches: int, seed: int, num_replicas: int = 1, rank: int = 0
+    ) -> None:
+        if n < 1 or batch_size < 1 or n_batches < 1:
+            raise ValueError(f"need n, batch_size, n_batches >= 1, got {n}, {batch_size}, {n_batches}")
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank must be in [0, {num_replicas}), got {rank}")
+        self.n, self.batch_size, self.n_batches = int(n), int(batch_size), int(n_batches)
+        self.seed, self.num_replicas, self.rank = int(seed), int(num_replicas), int(rank)
+        self.sampler = _EpochClock()
+
+    @property
+    def epoch(self) -> int:
+        """Epoch whose batches the next iteration yields."""
+        return self.sampler.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch (changes the draws)."""
+        self.sampler.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        rng = np.random.default_rng((self.seed, self.epoch))
+        draws = rng.integers(0, self.n, size=(self.n_batches * self.num_replicas, self.batch_size))
+        for row in draws[self.rank :: self.num_replicas]:
+            yield row.tolist()
+
+    def __len__(self) -> int:
+        """Batches per epoch for this rank (``n_batches``)."""
+        return self.n_batches
+
+
+def _pad(seqs: Sequence[Sequence[int] | torch.Tensor], pad_value: Any, dtype: torch.dtype) -> torch.Tensor:
+    """Stack variable-length 1-D sequences into a ``(B, max_len)`` tensor padded with ``pad_value``."""
+    max_len = max((len(s) for s in seqs), default=0)
+    out = torch.full((len(seqs), max_len), pad_value, dtype=dtype)
+    for i, s in enumerate(seqs):
+        if len(s):
+            out[i, : len(s)] = torch.as_tensor(s, dtype=dtype)
+    return out
+
+
+def collate_seq2seq(examples: Sequence[dict[str, Any]], pad_id: int = PAD) -> dict[str, Any]:
+    """Pad seq2seq examples into a batch.
+
+    Args:
+        examples: dicts with ``src`` (ids + EOS), ``tgt`` (BOS + ids + EOS), ``src_text``,
+            ``tgt_text`` and ``idx`` (see :class:`xformer.data.base.Seq2SeqDataset`).
+        pad_id: padding id.
+
+    Returns:
+        ``{"src": LongTensor (B, S), "tgt": LongTensor (B, T), "src_text": list[str],
+        "tgt_text": list[str], "idx": LongTensor (B,)}``; ``S``/``T`` are the longest lengths in
+        the batch, shorter rows are right-padded with ``pad_id``.
+    """
+    return {
+        "src": _pad([e["src"] for e in examples], pad_id, torch.long),
+        "tgt": _pad([e["tgt"] for e in examples], pad_id, torch.long),
+        "src_text": [e["src_text"] for e in examples],
+        "tgt_text": [e["tgt_text"] for e in examples],
+        "idx": torch.tensor([e["idx"] for e in examples], dtype=torch.long),
+    }
+
+
+def collate_lm(examples: Sequence[dict[str, Any]], pad_id: int = PAD) -> dict[str, Any]:
+    """Pad language-model examples into a batch.
+
+    Args:
+        examples: dicts with ``tgt`` (ids, length ``T_i + 1``) and ``idx``; optionally
+            ``loss_mask`` (bools, same length as ``tgt``), ``prompt_len`` (int), ``src_text``,
+            ``tgt_text`` -- each either in every example or in none.
+        pad_id: padding id.
+
+    Returns:
+        ``{"tgt": LongTensor (B, T+1), "idx": LongTensor (B,)}`` plus, when present,
+        ``"loss_mask": BoolTensor (B, T+1)`` (False on padding), ``"prompt_len": LongTensor (B,)``,
+        ``"src_text"``/``"tgt_text"``: ``list[str]``. The model consumes ``tgt[:, :-1]`` and
+        predicts ``tgt[:, 1:]``; apply ``loss_mask[:, 1:]`` to those predictions.
+    """
+    out: dict[str, Any] = {
+        "tgt": _pad([e["tgt"] for e in examples], pad_id, torch.long),
+        "idx": torch.tensor([e["idx"] for e in examples], dtype=torch.long),
+    }
+    first = examples[0] if examples else {}
+    if "loss_mask" in first:
+        out["loss_mask"] = _pad([e["loss_mask"] for e in examples], False, torch.bool)
+    if "prompt_len" in first:
+        out["prompt_len"] = torch.tensor([e["prompt_len"] for e in examples], dtype=torch.long)
+    for key in ("src_text", "tgt_text"):
+        if key in first:
+            out[key] = [e[key] for e in examples]
+    return out

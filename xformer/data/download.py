@@ -1,0 +1,80 @@
+"""Checksummed, cached downloads of public data files (thin wrapper around ``pooch``)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from pathlib import Path
+
+import pooch
+
+from xformer.data.errors import DataError
+
+log = logging.getLogger(__name__)
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def default_cache_dir() -> Path:
+    """Return the default cache folder: ``$XFORMER_CACHE`` if set and non-empty, else ``~/.cache/xformer``.
+
+    The folder is not created here.
+    """
+    env = os.environ.get("XFORMER_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "xformer"
+
+
+def resolve_cache_dir(cache_dir: str | Path | None) -> Path:
+    """Return ``cache_dir`` as a ``Path`` (``~`` expanded), or :func:`default_cache_dir` when it is None."""
+    return Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+
+
+def fetch(url: str, sha256: str, cache_dir: str | Path, fname: str) -> Path:
+    """Download ``url`` to ``cache_dir/fname`` once and verify its SHA-256; return the local path.
+
+    Uses ``pooch.retrieve``: when the file is already in the cache with the right hash nothing is
+    downloaded; otherwise it is downloaded to a temporary file in ``cache_dir``, hashed, and only
+    then moved into place, so an interrupted or corrupt download never leaves a file under
+    ``fname``.
+
+    Args:
+        url: address of the file (``http(s)://`` or ``ftp://``).
+        sha256: expected SHA-256 of the file as stored at ``url`` (64 hex digits, no prefix).
+        cache_dir: folder to keep the file in; created if missing.
+        fname: name of the file inside ``cache_dir``.
+
+    Returns:
+        Path to the verified local file.
+
+    Raises:
+        DataError: the downloaded file's hash differs from ``sha256`` (message names the file, the
+            expected and the actual hash, and the fix), or the download failed (no network, HTTP
+            error), or ``sha256`` is malformed.
+    """
+    sha256 = sha256.lower().removeprefix("sha256:")
+    if not _SHA256.match(sha256):
+        raise DataError(f"fetch({fname!r}): {sha256!r} is not a SHA-256 hex digest (64 hex digits)")
+    cache_dir = Path(cache_dir).expanduser()
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        path = pooch.retrieve(
+            url, known_hash=f"sha256:{sha256}", fname=fname, path=cache_dir, progressbar=False
+        )
+    except ValueError as e:  # pooch.hashes.hash_matches: "... expected X but got Y ..."
+        if "does not match the known hash" not in str(e):
+            raise
+        got = re.search(r"but got ([0-9a-fA-F]+)", str(e))
+        actual = got.group(1) if got else "unknown"
+        raise DataError(
+            f"checksum mismatch for {fname} downloaded from {url}: expected sha256 {sha256}, "
+            f"got {actual}; the download was deleted. Fix: retry (the download may be corrupt), "
+            f"or if the upstream file changed on purpose, update the sha256 in xformer/data, or "
+            f"put a verified copy in a folder and set data.root to it"
+        ) from None
+    except Exception as e:  # requests.HTTPError, ConnectionError, ftp errors ...
+        raise DataError(
+            f"could not download {fname} from {url} into {cache_dir}: {type(e).__name__}: {e}. "
+            f"Fix: check the network, or download the file yourself and set data.root to its folder"
+        ) from e
+    return Path(path)

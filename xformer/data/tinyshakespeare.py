@@ -1,0 +1,100 @@
+"""Tiny-shakespeare character-level language modelling (Karpathy's char-rnn data set).
+
+Source: https://github.com/karpathy/char-rnn, ``data/tinyshakespeare/input.txt`` (1 115 394
+characters). Split as in nanoGPT's ``shakespeare_char``: first 90 % train, last 10 % val.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from xformer.data.base import WindowLMDataModule
+from xformer.data.download import fetch, resolve_cache_dir
+from xformer.data.errors import DataError
+from xformer.data.textfiles import read_text
+from xformer.data.tokenizers import CharTokenizer
+
+URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+"""Download address of ``input.txt``."""
+SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
+"""SHA-256 of ``input.txt``."""
+
+
+class TinyShakespeareDataModule(WindowLMDataModule):
+    """Character-level LM on tiny-shakespeare (``task="lm"``, ``metrics=[]``).
+
+    Text: ``<root>/input.txt`` when ``root`` is set, else downloaded once from ``url`` into
+    ``cache_dir/tinyshakespeare`` and checked against :data:`SHA256`. Train = first
+    ``int(0.9 * len(text))`` characters, val = the rest (nanoGPT's split); test is the val split
+    (``test_split_names = ["test"]``). The vocabulary is the characters of the train split (65 on
+    this text) after the 4 specials, ``vocab_size = 69``.
+
+    Batches: ``{"tgt": LongTensor (B, block_size+1), "idx": LongTensor (B,)}`` -- random windows for
+    training (``train_windows_per_epoch`` per epoch over all ranks, seeded by ``(seed, epoch)``;
+    None = ``len(train) // block_size``, about one pass), contiguous non-overlapping windows for
+    val/test (see :class:`~xformer.data.base.WindowLMDataModule`).
+
+    Args:
+        root: folder containing ``input.txt``, or None to download.
+        tokens_per_batch: if set, overrides ``batch_size`` with ``tokens_per_batch // block_size``.
+        block_size: context length ``T`` (model sees ``T`` tokens, predicts ``T``).
+        batch_size: windows per batch per device.
+        train_windows_per_epoch: training windows per epoch in total, or None.
+        num_workers, pin_memory: DataLoader options.
+        seed: sampling seed.
+        cache_dir: download cache (None: ``$XFORMER_CACHE`` or ``~/.cache/xformer``).
+        url: download address (override for a mirror or a local test server).
+
+    Raises:
+        DataError: ``input.txt`` missing under ``root``, checksum/download failure, not UTF-8.
+    """
+
+    def __init__(
+        self,
+        root: str | None = None,
+        tokens_per_batch: int | None = None,
+        block_size: int = 64,
+        batch_size: int = 64,
+        train_windows_per_epoch: int | None = None,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+        seed: int = 0,
+        cache_dir: str | None = None,
+        url: str = URL,
+    ) -> None:
+        super().__init__(root=root, tokens_per_batch=tokens_per_batch, block_size=block_size, batch_size=batch_size,
+                         train_windows_per_epoch=train_windows_per_epoch, num_workers=num_workers,
+                         pin_memory=pin_memory, seed=seed)
+        self.cache_dir = cache_dir
+        self.url = url
+        self.train_text: str = ""
+        self.val_text: str = ""
+
+    def file_path(self) -> Path:
+        """Local ``input.txt``: under ``root``, or fetched into the cache.
+
+        Raises:
+            DataError: missing under ``root``, or download/checksum failure.
+        """
+        if self.root is not None:
+            path = Path(self.root).expanduser() / "input.txt"
+            if not path.is_file():
+                raise DataError(f"tiny-shakespeare file not found: {path}. Fix: put input.txt "
+                                f"(char-rnn's tinyshakespeare) there, or set data.root=null to download it")
+            return path
+        return fetch(self.url, SHA256, resolve_cache_dir(self.cache_dir) / "tinyshakespeare", "input.txt")
+
+    def prepare_data(self) -> None:
+        """Download ``input.txt`` if needed (one process per node)."""
+        self.file_path()
+
+    def _build(self) -> None:
+        text = read_text(self.file_path())
+        n = int(0.9 * len(text))
+        self.train_text, self.val_text = text[:n], text[n:]
+        self.tokenizer = CharTokenizer.from_texts([self.train_text])
+        self.train_ids = np.asarray(self.tokenizer.encode(self.train_text), dtype=np.int64)
+        self.val_ids = np.asarray(self.tokenizer.encode(self.val_text), dtype=np.int64)
+        super()._build()
