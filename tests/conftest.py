@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+import torch
+
+# Test tensors are tiny: one intra-op thread is many times faster than two busy-waiting ones on a
+# shared 2-core machine, and subprocesses (run.py jobs) inherit the setting.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+torch.set_num_threads(1)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"

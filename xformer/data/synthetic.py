@@ -105,6 +105,12 @@ class SyntheticDataModule(XformerDataModule):
     task = "seq2seq"
     metrics = ["exact_match"]
 
+    @property
+    def length_preserving(self) -> bool:
+        """True when every target has its source's length (copy, reverse, sort in seq2seq form), so an
+        encoder-only tagger can predict target token ``i`` at source position ``i``."""
+        return self.form == "seq2seq" and self.task_name in ("copy", "reverse", "sort")
+
     def __init__(
         self,
         task_name: str = "copy",
