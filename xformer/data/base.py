@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from xformer.data.batching import (
     RandomBatchSampler,
+    ResumableDataLoader,
     SequentialBatchSampler,
     TokenBudgetBatchSampler,
     collate_lm,
@@ -266,15 +267,25 @@ class XformerDataModule(L.LightningDataModule):
             sort_keys=dataset.sort_keys() if hasattr(dataset, "sort_keys") else (),
         )
         collate = collate_seq2seq if self.task == "seq2seq" else collate_lm
-        return self._make_loader(dataset, sampler, functools.partial(collate, pad_id=self.pad_id), persistent)
+        return self._make_loader(dataset, sampler, functools.partial(collate, pad_id=self.pad_id), persistent,
+                                 train=train)
 
-    def _make_loader(self, dataset: Dataset, batch_sampler, collate_fn, persistent: bool) -> DataLoader:
-        """DataLoader over ``batch_sampler``; workers persist across epochs for train/val only."""
-        return DataLoader(
-            dataset, batch_sampler=batch_sampler, collate_fn=collate_fn,
-            num_workers=self.num_workers, pin_memory=self.pin_memory,
-            persistent_workers=persistent and self.num_workers > 0,
-        )
+    def _make_loader(self, dataset: Dataset, batch_sampler, collate_fn, persistent: bool,
+                     train: bool = False) -> DataLoader:
+        """DataLoader over ``batch_sampler``; workers persist across epochs for train/val only. The
+        training loader is a :class:`ResumableDataLoader`: checkpoints record its position in the epoch."""
+        kwargs = dict(batch_sampler=batch_sampler, collate_fn=collate_fn, num_workers=self.num_workers,
+                      pin_memory=self.pin_memory, persistent_workers=persistent and self.num_workers > 0)
+        if train:
+            return ResumableDataLoader(dataset, batches_done=self._train_batches_done, **kwargs)
+        return DataLoader(dataset, **kwargs)
+
+    def _train_batches_done(self) -> int:
+        """Training batches of the current epoch the attached trainer has consumed (0 without one)."""
+        trainer = getattr(self, "trainer", None)
+        if trainer is None:
+            return 0
+        return int(trainer.fit_loop.epoch_loop.batch_progress.current.processed)
 
     def train_dataloader(self) -> DataLoader:
         """Shuffled (per ``(seed, epoch)``) training loader, sharded across DDP ranks."""
@@ -363,7 +374,8 @@ class WindowLMDataModule(XformerDataModule):
                                          num_replicas, rank)
         else:
             sampler = SequentialBatchSampler(len(dataset), self.batch_size, num_replicas, rank)
-        return self._make_loader(dataset, sampler, functools.partial(collate_lm, pad_id=self.pad_id), persistent)
+        return self._make_loader(dataset, sampler, functools.partial(collate_lm, pad_id=self.pad_id), persistent,
+                                 train=train)
 
 
 def _until_eos(ids: list[int]) -> list[int]:

@@ -8,16 +8,22 @@ Epochs: every sampler has ``set_epoch(epoch)``; it also exposes ``.sampler``, a 
 ``set_epoch`` forwards to the same state, because Lightning calls ``set_epoch`` on
 ``dataloader.sampler`` and ``dataloader.batch_sampler.sampler`` (not on the batch sampler
 itself) at the start of every training epoch. Outside Lightning call ``set_epoch`` yourself.
+
+Resuming mid-epoch: :class:`TokenBudgetBatchSampler` and :class:`RandomBatchSampler` have
+``resume(epoch, batches_done)``, after which their next iteration continues ``epoch`` after its first
+``batches_done`` batches. :class:`ResumableDataLoader` exposes that as the ``state_dict`` /
+``load_state_dict`` pair Lightning stores in (and restores from) every checkpoint, so a run restarted
+from a mid-epoch ``last.ckpt`` sees exactly the batches an uninterrupted run would have seen.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Sampler
+from torch.utils.data import DataLoader, Sampler
 
 from xformer.data.tokenizers import PAD
 
@@ -27,10 +33,27 @@ class _EpochClock:
 
     def __init__(self) -> None:
         self.epoch = 0
+        self.skip: tuple[int, int] | None = None  # (epoch, batches) to skip once, set by resume()
 
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch used to seed the next iteration."""
         self.epoch = int(epoch)
+
+    def take_skip(self) -> int:
+        """Batches the iteration starting now must skip (a pending resume of this epoch), once."""
+        skip, self.skip = self.skip, None
+        return skip[1] if skip is not None and skip[0] == self.epoch else 0
+
+
+def _resume(sampler, epoch: int, batches_done: int) -> None:
+    """Shared ``resume``: continue ``epoch`` after ``batches_done`` batches (next epoch if it is done)."""
+    if epoch < 0 or batches_done < 0:
+        raise ValueError(f"resume needs epoch, batches_done >= 0, got {epoch}, {batches_done}")
+    sampler.set_epoch(epoch)
+    if batches_done >= len(sampler):
+        epoch, batches_done = epoch + 1, 0
+        sampler.set_epoch(epoch)
+    sampler.sampler.skip = (epoch, batches_done) if batches_done else None
 
 
 def shard_batches(
@@ -137,6 +160,11 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         """Select the epoch (changes membership/order when ``shuffle``)."""
         self.sampler.set_epoch(epoch)
 
+    def resume(self, epoch: int, batches_done: int) -> None:
+        """Make the next iteration continue ``epoch`` after this rank's first ``batches_done`` batches
+        (or start ``epoch + 1`` when that is all of them); later iterations are whole epochs again."""
+        _resume(self, epoch, batches_done)
+
     def all_batches(self) -> list[list[int]]:
         """All batches of the current epoch before sharding across ranks (cached per epoch)."""
         epoch = self.epoch
@@ -163,7 +191,8 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         return batches
 
     def __iter__(self) -> Iterator[list[int]]:
-        yield from shard_batches(self.all_batches(), self.num_replicas, self.rank, self.drop_last)
+        skip = self.sampler.take_skip()
+        yield from shard_batches(self.all_batches(), self.num_replicas, self.rank, self.drop_last)[skip:]
 
     def __len__(self) -> int:
         """Number of batches this rank yields in the current epoch."""
@@ -274,15 +303,50 @@ class RandomBatchSampler(Sampler[list[int]]):
         """Select the epoch (changes the draws)."""
         self.sampler.set_epoch(epoch)
 
+    def resume(self, epoch: int, batches_done: int) -> None:
+        """Make the next iteration continue ``epoch`` after its first ``batches_done`` batches (see
+        :meth:`TokenBudgetBatchSampler.resume`)."""
+        _resume(self, epoch, batches_done)
+
     def __iter__(self) -> Iterator[list[int]]:
+        skip = self.sampler.take_skip()
         rng = np.random.default_rng((self.seed, self.epoch))
         draws = rng.integers(0, self.n, size=(self.n_batches * self.num_replicas, self.batch_size))
-        for row in draws[self.rank :: self.num_replicas]:
+        for row in draws[self.rank :: self.num_replicas][skip:]:
             yield row.tolist()
 
     def __len__(self) -> int:
         """Batches per epoch for this rank (``n_batches``)."""
         return self.n_batches
+
+
+class ResumableDataLoader(DataLoader):
+    """A ``DataLoader`` whose position inside an epoch is part of Lightning checkpoints.
+
+    Lightning calls ``state_dict()`` when it saves a checkpoint and ``load_state_dict()`` before it
+    iterates a restored run's loader (it does so for every loader that has both). The state is the
+    batch sampler's epoch and ``batches_done()`` -- how many batches of that epoch the trainer has
+    consumed (not how many were fetched: loaders prefetch); restoring calls the batch sampler's
+    ``resume`` so the next iteration yields exactly the batches the interrupted run had not reached.
+
+    Args:
+        *args, **kwargs: ``DataLoader`` arguments; ``batch_sampler`` must have ``resume(epoch, n)``.
+        batches_done: returns the batches of the current epoch already consumed (e.g. from the
+            trainer's batch progress); None counts 0 (the state then restarts the epoch).
+    """
+
+    def __init__(self, *args: Any, batches_done: Callable[[], int] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._batches_done = batches_done
+
+    def state_dict(self) -> dict[str, int]:
+        """``{"epoch", "batches_done"}`` of the batch sampler's current epoch."""
+        return {"epoch": int(self.batch_sampler.sampler.epoch),
+                "batches_done": int(self._batches_done()) if self._batches_done is not None else 0}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Make the next iteration continue where ``state`` was taken."""
+        self.batch_sampler.resume(int(state["epoch"]), int(state["batches_done"]))
 
 
 def _pad(seqs: Sequence[Sequence[int] | torch.Tensor], pad_value: Any, dtype: torch.dtype) -> torch.Tensor:

@@ -93,11 +93,18 @@ def combine_masks(
 
     Returns:
         ``None`` (nothing to mask), a bool mask broadcastable to ``(B, H, Tq, Tk)`` with ``True`` =
-        may attend, or a float mask holding ``bias`` with ``-inf`` at blocked keys.
+        may attend, or a float mask holding ``bias`` with ``-inf`` at blocked keys. The bool mask
+        keeps its smallest broadcastable shape: ``(B, 1, 1, Tk)`` for padding alone,
+        ``(1, 1, Tq, Tk)`` for a pattern alone, ``(B, 1, Tq, Tk)`` for both.
 
     A query row with every key blocked (a fully padded sequence) is opened to all keys instead, so
     softmax never sees a row of ``-inf`` and outputs stay finite; such rows belong to padding and are
     ignored by the loss. No large finite fill (``-1e9``) is used, so fp16/bf16 never overflow.
+
+    Performance: the mask is not expanded to ``(B, 1, Tq, Tk)`` when padding alone is masked (SDPA
+    broadcasts it, and converts and reads a ``Tq`` times smaller mask), and the empty-row fix is
+    applied unconditionally (OR-ing an all-``False`` tensor changes nothing) instead of behind a
+    ``bool(...)`` test, which would stall a GPU stream and break ``torch.compile`` graphs.
     """
     allowed = None
     if key_padding_mask is not None:
@@ -106,10 +113,7 @@ def combine_masks(
         pat = ~blocked[None, None]  # (1, 1, Tq, Tk)
         allowed = pat if allowed is None else allowed & pat
     if allowed is not None:
-        allowed = allowed.expand(batch, 1, tq, tk)
-        empty = ~allowed.any(-1, keepdim=True)
-        if bool(empty.any()):
-            allowed = allowed | empty
+        allowed = allowed | ~allowed.any(-1, keepdim=True)
     if bias is None:
         return allowed
     bias = bias.to(dtype)

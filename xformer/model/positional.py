@@ -80,6 +80,15 @@ def sinusoid_table(n_pos: int, d_model: int, dtype: torch.dtype = torch.float32)
     return table[:, :d_model].to(dtype)
 
 
+def sinusoid_rows(pos: Tensor, d_model: int) -> Tensor:
+    """Rows ``pos`` (``(T,)`` integer tensor) of :func:`sinusoid_table`, computed directly (float64)."""
+    p = pos.to(torch.float64)[:, None]
+    inv_freq = torch.exp(-math.log(10000.0) * torch.arange(0, d_model, 2, dtype=torch.float64,
+                                                           device=pos.device) / d_model)
+    rows = torch.stack((torch.sin(p * inv_freq), torch.cos(p * inv_freq)), dim=-1).flatten(-2)
+    return rows[:, :d_model].to(torch.float32)
+
+
 class Sinusoidal(PositionalEncoding):
     """Fixed sinusoidal absolute encoding added to the embeddings (Vaswani et al. 2017 §3.5).
 
@@ -96,6 +105,10 @@ class Sinusoidal(PositionalEncoding):
         self.register_buffer("table", sinusoid_table(max_len or 1024, d_model), persistent=False)
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        if torch.compiler.is_compiling():
+            # the same float64 formula evaluated at ``pos`` (equal to the table's rows), without the
+            # data-dependent ``int(pos.max())`` that would break the compiled graph
+            return x + sinusoid_rows(pos, self.d_model).to(x.dtype)
         n = int(pos.max()) + 1 if pos.numel() else 0
         table = self.table if n <= self.table.shape[0] else sinusoid_table(n, self.d_model).to(x.device)
         return x + table[pos].to(x.dtype)

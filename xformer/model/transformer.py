@@ -167,6 +167,8 @@ class _Base(nn.Module):
         if self.pad_id is None:
             return None
         mask = ids == self.pad_id
+        if torch.compiler.is_compiling():
+            return mask  # no data-dependent branch (graph break) under torch.compile; same outputs
         return mask if bool(mask.any()) else None
 
     @classmethod

@@ -24,11 +24,13 @@ import lightning as L
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
-from lightning.pytorch.loggers import CSVLogger, WandbLogger
+from lightning.pytorch.loggers import WandbLogger
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
 from .module import Seq2SeqModule
 from .validate import build_model, check_config, check_with_data
+from .resume import ResumableCSVLogger, checkpoint_step, own_checkpoint, start_wandb, wandb_resume_kwargs
 
 log = logging.getLogger("xformer")
 
@@ -61,7 +63,9 @@ def job_info() -> dict:
 
 def build_loggers(cfg: DictConfig, info: dict, out_dir: Path) -> list:
     """Instantiate the configured loggers plus the always-on CSV logger; fill W&B name/group/tags."""
-    loggers: list = [CSVLogger(save_dir=str(out_dir), name="csv", version="")]
+    resumed = own_checkpoint(cfg, out_dir)  # resuming this job: keep its history before the checkpoint
+    loggers: list = [ResumableCSVLogger(save_dir=str(out_dir), name="csv", version="",
+                                        keep_before=checkpoint_step(resumed) if resumed else None)]
     for name, node in (cfg.get("logger") or {}).items():
         if not isinstance(node, DictConfig) or "_target_" not in node:
             continue
@@ -75,6 +79,9 @@ def build_loggers(cfg: DictConfig, info: dict, out_dir: Path) -> list:
             if node.get("group") is None and info.get("sweep_dir"):
                 kwargs["group"] = "_".join(Path(info["sweep_dir"]).parts[-2:])
             kwargs["tags"] = sorted(set(list(node.get("tags") or []) + swept))[:64]
+            kwargs.update(wandb_resume_kwargs(cfg, out_dir))  # same run id when resuming this job
+            loggers.append(start_wandb(lambda **kw: instantiate(node, **kwargs, **kw), out_dir))
+            continue
         loggers.append(instantiate(node, **kwargs))
     return loggers
 
@@ -151,6 +158,7 @@ def run(cfg: DictConfig) -> float | None:
                  if isinstance(c, DictConfig) and "_target_" in c]
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     trainer_cfg.pop("compile", None)
+    trainer_cfg.setdefault("use_distributed_sampler", False)  # the data modules shard batches across ranks
     trainer: L.Trainer = instantiate(trainer_cfg, logger=loggers, callbacks=callbacks)
     flat_cfg = summary["config"]
     for lg in trainer.loggers:
@@ -170,16 +178,24 @@ def run(cfg: DictConfig) -> float | None:
         if ckpt == "last":
             last = out_dir / "checkpoints" / "last.ckpt"
             ckpt = str(last) if last.exists() else None
+            if ckpt is None:
+                log.warning("ckpt_path=last: no %s yet, starting from scratch (to resume a job, pass its "
+                            "folder: hydra.run.dir=<job dir>)", last)
         if cfg.mode == "train":
             trainer.fit(module, datamodule=dm, ckpt_path=ckpt)
             fit_metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
             best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
-            test_results = trainer.test(module, datamodule=dm, ckpt_path="best" if best else None)
+            test_results = trainer.test(module, datamodule=dm, ckpt_path=best or None)  # the objective's best
         else:
             fit_metrics, best = {}, ""
             test_results = trainer.test(module, datamodule=dm, ckpt_path=ckpt)
         test_metrics = {k: v for d in test_results for k, v in d.items()}
         status, exit_code = "finished", 0
+    except BaseException as err:  # recorded in metrics.json; SIGTERM (preemption) saved last.ckpt
+        preempted = isinstance(err, SIGTERMException)
+        status, exit_code = ("preempted", 143) if preempted else ("failed", 1)
+        summary["error"] = f"{type(err).__name__}: {err}".splitlines()[0][:1000]
+        raise
     finally:
         summary["status"] = status
         if trainer.is_global_zero:
@@ -195,7 +211,7 @@ def run(cfg: DictConfig) -> float | None:
                       "checkpoint": cb.best_model_path if cb is not None else None},
                 objective={"metric": cfg.objective.metric, "value": objective_value},
                 wall_time_s=time.time() - t_start, global_step=trainer.global_step,
-                tokens_seen=module.tokens_seen, params=params,
+                tokens_seen=module.tokens_seen, params=params, bleu_signature=module.bleu_signature,
             )
             (out_dir / "metrics.json").write_text(json.dumps(summary, indent=2, default=str))
             for lg in trainer.loggers:

@@ -20,7 +20,7 @@ import time
 from typing import Callable
 
 import lightning as L
-import sacrebleu
+from sacrebleu.metrics import BLEU
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -91,6 +91,8 @@ class Seq2SeqModule(L.LightningModule):
         #: stored in every checkpoint under ``"xformer"`` (config, tokenizer, vocab sizes) so
         #: ``mode=eval`` and ``xformer translate`` can rebuild the model without the run's files
         self.checkpoint_meta: dict = {}
+        #: sacrebleu's signature of the last BLEU computed (written to metrics.json)
+        self.bleu_signature: str | None = None
 
     # -- forward paths ------------------------------------------------------------------------
     def logits_and_labels(self, batch: dict) -> tuple[Tensor, Tensor]:
@@ -134,7 +136,7 @@ class Seq2SeqModule(L.LightningModule):
         n_tok = int((labels != self.pad_id).sum()) + (int((batch["src"] != self.pad_id).sum()) if "src" in batch else 0)
         self.tokens_seen += n_tok
         self._batch_tokens = n_tok
-        self.log("train/loss", loss, prog_bar=True, batch_size=int((labels != self.pad_id).sum()))
+        self.log("train/loss", loss, prog_bar=True, batch_size=int((labels != self.pad_id).sum()), sync_dist=True)
         return loss
 
     def on_train_batch_start(self, batch, batch_idx) -> None:
@@ -146,6 +148,37 @@ class Seq2SeqModule(L.LightningModule):
             self.log("perf/tokens_per_s", self._batch_tokens / max(dt, 1e-9), prog_bar=False)
             self.log("perf/tokens_seen", float(self.tokens_seen))
 
+    def setup(self, stage: str) -> None:
+        if self._trainer is not None:
+            from .distributed import refresh_csv_headers
+
+            refresh_csv_headers(self.trainer)  # ddp_spawn: the logger copies missed the ranks' columns
+
+    def on_train_end(self) -> None:
+        self.tokens_seen = int(self._all_reduce([float(self.tokens_seen)])[0])  # over all ranks
+
+    def configure_model(self) -> None:
+        """FSDP2 (``trainer=fsdp``): shard every Transformer layer, then the rest (embeddings, head).
+
+        Runs only under a strategy that sets ``device_mesh`` (Lightning's ModelParallelStrategy);
+        idempotent, since Lightning calls it again for ``test`` after ``fit``.
+        """
+        mesh = self.device_mesh
+        if mesh is None:
+            return
+        from torch.distributed.fsdp import FSDPModule, fully_shard
+
+        from xformer.model.layers import DecoderLayer, EncoderLayer
+
+        if isinstance(self.model, FSDPModule):
+            return
+        if mesh.mesh_dim_names and "data_parallel" in mesh.mesh_dim_names:
+            mesh = mesh["data_parallel"]
+        for m in self.model.modules():
+            if isinstance(m, (EncoderLayer, DecoderLayer)):
+                fully_shard(m, mesh=mesh)
+        fully_shard(self.model, mesh=mesh)
+
     def configure_optimizers(self):
         opt = self.optimizer_factory(self.parameters())
         sched = torch.optim.lr_scheduler.LambdaLR(opt, self.lr_lambda)
@@ -153,18 +186,43 @@ class Seq2SeqModule(L.LightningModule):
 
     # -- evaluation ---------------------------------------------------------------------------
     def _eval_step(self, batch: dict, prefix: str, decode: bool) -> None:
+        """Per-example NLL sum, token count, correct tokens (and decoded text), keyed by ``batch["idx"]``:
+        under DDP the sampler repeats examples to even out ranks, and :meth:`_eval_end` keeps each
+        ``idx`` once, so sums and sequence metrics equal the single-process values."""
         logits, labels = self.logits_and_labels(batch)
         mask = labels != self.pad_id
-        n = int(mask.sum())
-        acc = self._eval.setdefault(prefix, {"nll": 0.0, "n": 0, "correct": 0, "hyps": [], "refs": []})
-        if n:
-            acc["nll"] += float(F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(),
-                                                ignore_index=self.pad_id, reduction="sum"))
-            acc["correct"] += int(((logits.argmax(-1) == labels) & mask).sum())
-            acc["n"] += n
+        tok_nll = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=self.pad_id,
+                                  reduction="none").view(labels.shape)
+        acc = self._eval.setdefault(prefix, {"idx": [], "nll": [], "n": [], "correct": [], "text": {}})
+        if "idx" in batch:
+            idx = [int(i) for i in batch["idx"]]
+        else:  # no example ids: count everything (exact only in a single process)
+            start = -1 - len(acc["idx"]) - (self.global_rank << 40)
+            idx = list(range(start, start - labels.shape[0], -1))
+        acc["idx"].extend(idx)
+        acc["nll"].extend(tok_nll.sum(1).double().tolist())
+        acc["n"].extend(mask.sum(1).tolist())
+        acc["correct"].extend(((logits.argmax(-1) == labels) & mask).sum(1).tolist())
         if decode and self.seq_metrics and "tgt_text" in batch:
-            acc["hyps"].extend(self.generate(batch, logits))
-            acc["refs"].extend(batch["tgt_text"])
+            hyps = self._generate_sharded(batch, logits)
+            acc["text"].update(zip(idx, zip(hyps, batch["tgt_text"])))
+
+    def _generate_sharded(self, batch: dict, logits: Tensor) -> list[str]:
+        """:meth:`generate`; with an FSDP2-sharded model, every shard unit is gathered once before and
+        resharded after, since ranks decode for different numbers of steps (per-forward all-gathers
+        would not match up across ranks)."""
+        if not hasattr(self.model, "reshard"):  # not fully_shard-ed
+            return self.generate(batch, logits)
+        units = [m for m in self.model.modules() if hasattr(m, "reshard") and hasattr(m, "unshard")]
+        self.model.set_reshard_after_forward(False)
+        for m in units:
+            m.unshard()
+        try:
+            return self.generate(batch, logits)
+        finally:
+            for m in units:
+                m.reshard()
+            self.model.set_reshard_after_forward(True)
 
     def generate(self, batch: dict, logits: Tensor | None = None) -> list[str]:
         """Decoded, detokenised hypotheses for a batch (greedy or beam per ``decode`` settings)."""
@@ -202,17 +260,22 @@ class Seq2SeqModule(L.LightningModule):
         acc = self._eval.pop(prefix, None)
         if acc is None:
             return {}
-        tot = self._all_reduce([acc["nll"], acc["n"], acc["correct"]])
-        nll, n, correct = tot
+        rows, texts = self._gather_examples(acc)
+        nll = math.fsum(r[0] for r in rows)  # exactly rounded: independent of order and world size
+        n = sum(r[1] for r in rows)
+        correct = sum(r[2] for r in rows)
         out: dict[str, float] = {}
         if n:
             out[f"{prefix}/loss{suffix}"] = nll / n
             out[f"{prefix}/ppl{suffix}"] = math.exp(min(nll / n, 50.0))
             out[f"{prefix}/acc{suffix}"] = correct / n
-        hyps, refs = self._gather_texts(acc["hyps"], acc["refs"])
+        hyps = [texts[i][0] for i in sorted(texts)]
+        refs = [texts[i][1] for i in sorted(texts)]
         if refs:
             if "bleu" in self.seq_metrics:
-                out[f"{prefix}/bleu{suffix}"] = float(sacrebleu.corpus_bleu(hyps, [refs]).score)
+                bleu = BLEU()  # sacrebleu's defaults: 13a tokenisation, exp smoothing, case-sensitive
+                out[f"{prefix}/bleu{suffix}"] = float(bleu.corpus_score(hyps, [refs]).score)
+                self.bleu_signature = str(bleu.get_signature())
             if "exact_match" in self.seq_metrics:
                 out[f"{prefix}/exact_match{suffix}"] = sum(h.strip() == r.strip() for h, r in zip(hyps, refs)) / len(refs)
         for key, val in out.items():
@@ -226,21 +289,30 @@ class Seq2SeqModule(L.LightningModule):
             t = self.trainer.strategy.reduce(t, reduce_op="sum")
         return t.tolist()
 
-    def _gather_texts(self, hyps: list[str], refs: list[str]) -> tuple[list[str], list[str]]:
-        if self.trainer is None or self.trainer.world_size <= 1:
-            return hyps, refs
-        import torch.distributed as dist
-        gathered: list = [None] * self.trainer.world_size
-        dist.all_gather_object(gathered, (hyps, refs))
-        all_h, all_r = [], []
-        for h, r in gathered:
-            all_h.extend(h)
-            all_r.extend(r)
-        return all_h, all_r
+    def _gather_examples(self, acc: dict) -> tuple[list[tuple[float, int, int]], dict[int, tuple[str, str]]]:
+        """Every rank's per-example ``(nll, n, correct)`` rows and ``idx -> (hyp, ref)`` texts, each
+        example once (the first copy; copies padded in by the distributed sampler are identical)."""
+        local = (acc["idx"], acc["nll"], acc["n"], acc["correct"], acc["text"])
+        parts = [local]
+        if self._trainer is not None and self.trainer.world_size > 1:
+            import torch.distributed as dist
+            parts = [None] * self.trainer.world_size
+            dist.all_gather_object(parts, local)
+        rows: dict[int, tuple[float, int, int]] = {}
+        texts: dict[int, tuple[str, str]] = {}
+        for idx, nll, n, correct, text in parts:
+            for i, a, b, c in zip(idx, nll, n, correct):
+                rows.setdefault(i, (a, b, c))
+            for i, t in text.items():
+                texts.setdefault(i, t)
+        return [rows[i] for i in sorted(rows)], texts
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         limit = self.val_decode_limit
-        self._eval_step(batch, "val", decode=limit is None or batch_idx < limit)
+        # batch b of rank r is batch b * world_size + r of the whole (interleaved) validation set
+        world = self.trainer.world_size if self._trainer is not None else 1
+        rank = self.trainer.global_rank if self._trainer is not None else 0
+        self._eval_step(batch, "val", decode=limit is None or batch_idx * world + rank < limit)
 
     def on_validation_epoch_end(self) -> None:
         self._eval_end("val")

@@ -6,13 +6,99 @@ and the fix. ``run.py`` prints that line and exits non-zero without a stack trac
 
 from __future__ import annotations
 
+import math
 import os
+import zipfile
+from pathlib import Path
 
 import torch
 from hydra.utils import instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from xformer.model import ConfigError
+
+# Numeric keys checked for type and range before anything is built (keys absent from the config,
+# e.g. another data set's options, are skipped). key -> (smallest value, None allowed)
+_INTS: dict[str, tuple[int, bool]] = {
+    "seed": (0, False),
+    "model.d_model": (1, False), "model.n_heads": (1, False), "model.d_head": (1, True),
+    "model.d_ff": (1, True), "model.n_encoder_layers": (0, False), "model.n_decoder_layers": (0, False),
+    "model.max_len": (1, False), "model.attention.window": (1, False), "model.param_budget": (1, True),
+    "optim.warmup_steps": (0, False), "optim.decay_from": (1, True),
+    "trainer.max_steps": (-1, False), "trainer.accumulate_grad_batches": (1, False),
+    "trainer.log_every_n_steps": (1, False), "trainer.num_nodes": (1, False),
+    "data.tokens_per_batch": (1, True), "data.block_size": (1, False), "data.batch_size": (1, False),
+    "data.num_workers": (0, False), "data.n_train": (1, False), "data.n_val": (1, False),
+    "data.n_test": (0, False), "data.n_long": (0, False), "data.vocab_size": (1, False),
+    "data.train_max_len": (1, False), "data.train_min_len": (1, False), "data.n_symbols": (2, False),
+    "data.train_windows_per_epoch": (1, True),
+    "decode.beam_size": (1, False), "decode.val_batches": (0, True),
+    "callbacks.last_checkpoint.every_n_train_steps": (1, True),
+    "callbacks.model_checkpoint.every_n_train_steps": (1, True),
+}
+# key -> (low, high, low open, high open, None allowed)
+_FLOATS: dict[str, tuple[float, float, bool, bool, bool]] = {
+    "model.dropout": (0.0, 1.0, False, True, False),
+    "model.ffn_ratio": (0.0, math.inf, True, True, False),
+    "loss.label_smoothing": (0.0, 1.0, False, True, False),
+    "optim.lr": (0.0, math.inf, True, True, False),
+    "trainer.gradient_clip_val": (0.0, math.inf, False, True, True),
+    "decode.alpha": (0.0, math.inf, False, True, False),
+    "decode.max_len_a": (0.0, math.inf, False, True, False),
+    "decode.max_len_b": (0.0, math.inf, False, True, False),
+}
+_BOOLS = ("model.tie_embeddings", "model.attn_scale")
+_ABSENT = object()
+
+
+def _check_types(cfg: DictConfig) -> None:
+    """Type and range of the numeric/boolean keys in :data:`_INTS`, :data:`_FLOATS`, :data:`_BOOLS`."""
+    for key, (lo, nullable) in _INTS.items():
+        value = OmegaConf.select(cfg, key, default=_ABSENT)
+        if value is _ABSENT or (value is None and nullable):
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}={value}: expected an integer >= {lo}" + (" or null" if nullable else ""))
+        if value < lo:
+            raise ConfigError(f"{key}={value}: must be >= {lo}")
+    for key, (lo, hi, lo_open, hi_open, nullable) in _FLOATS.items():
+        value = OmegaConf.select(cfg, key, default=_ABSENT)
+        if value is _ABSENT or (value is None and nullable):
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+            raise ConfigError(f"{key}={value}: expected a number")
+        _range(key, value, lo, hi, lo_open, hi_open)
+    for key in _BOOLS:
+        value = OmegaConf.select(cfg, key, default=_ABSENT)
+        if value is not _ABSENT and not isinstance(value, bool):
+            raise ConfigError(f"{key}={value}: expected true or false")
+
+
+def _check_data(cfg: DictConfig) -> None:
+    """``data.root`` exists when set, and the data module accepts its options (its constructor
+    checks them; nothing is read)."""
+    root = OmegaConf.select(cfg, "data.root", default=None)
+    if root is not None and not Path(str(root)).expanduser().is_dir():
+        raise ConfigError(f"data.root={root}: no such folder. Fix: point data.root at the folder holding "
+                          f"the data files, or set data.root=null to download/generate them")
+    try:
+        instantiate(cfg.data)
+    except Exception as err:  # Hydra wraps constructor errors in InstantiationException
+        cause = err
+        while cause.__cause__ is not None:
+            cause = cause.__cause__
+        if not isinstance(cause, (ValueError, TypeError)):
+            raise
+        target = str(cfg.data.get("_target_", "?")).rsplit(".", 1)[-1]
+        raise ConfigError(f"data ({target}): {str(cause).splitlines()[0]}") from None
+
+
+def _check_ckpt_file(path: str) -> None:
+    if not os.path.isfile(path):
+        raise ConfigError(f"ckpt_path={path}: no such file; give an existing .ckpt or ckpt_path=last")
+    if not zipfile.is_zipfile(path):
+        raise ConfigError(f"ckpt_path={path}: not a readable checkpoint (truncated or corrupt). Fix: use "
+                          f"another checkpoint, e.g. the job's checkpoints/last.ckpt or best-*.ckpt")
 
 
 def _range(key: str, value, lo, hi, lo_open=False, hi_open=True) -> None:
@@ -30,6 +116,7 @@ def check_config(cfg: DictConfig) -> None:
     Raises:
         ConfigError: one line naming the key and the fix.
     """
+    _check_types(cfg)
     _range("loss.label_smoothing", cfg.loss.label_smoothing, 0.0, 1.0)
     if cfg.optim.warmup_steps < 0:
         raise ConfigError(f"optim.warmup_steps={cfg.optim.warmup_steps}: must be >= 0")
@@ -43,10 +130,11 @@ def check_config(cfg: DictConfig) -> None:
         raise ConfigError(f"mode={cfg.mode}: use train or eval")
     if cfg.mode == "eval" and not cfg.ckpt_path:
         raise ConfigError("ckpt_path: mode=eval needs ckpt_path=/path/to/checkpoint.ckpt")
-    if cfg.ckpt_path and cfg.ckpt_path != "last" and not os.path.isfile(cfg.ckpt_path):
-        raise ConfigError(f"ckpt_path={cfg.ckpt_path}: no such file; give an existing .ckpt or ckpt_path=last")
+    if cfg.ckpt_path and cfg.ckpt_path != "last":
+        _check_ckpt_file(str(cfg.ckpt_path))
     _range("model.dropout", cfg.model.dropout, 0.0, 1.0)
     build_model(cfg, 32, 32, 0, device="meta")
+    _check_data(cfg)
 
 
 def build_model(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int,
@@ -84,6 +172,11 @@ def check_with_data(cfg: DictConfig, dm, model: torch.nn.Module) -> None:
     """
     arch = getattr(model, "arch", "encoder_decoder")
     is_lm_data = dm.task == "lm"
+    metric = str(cfg.objective.metric)
+    val_keys = ["val/loss", "val/ppl", "val/acc"] + [f"val/{m}" for m in dm.metrics]
+    if metric.startswith("test/") or (metric.startswith("val/") and metric not in val_keys):
+        raise ConfigError(f"objective.metric={metric}: not logged during training with this data; "
+                          f"use one of {', '.join(val_keys)} (or train/loss)")
     if arch == "encoder_decoder" and is_lm_data:
         raise ConfigError(f"model/arch=encoder_decoder: data {type(dm).__name__} is a language-modelling task; "
                           "use model/arch=decoder_only")

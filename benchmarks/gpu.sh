@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# xformer's benchmark on a GPU machine: every row at GPU sizes with bf16 autocast (training step vs
+# torch.nn.Transformer and x-transformers, run.py overhead, padding, cached decoding, attention cost
+# C7 up to the memory limit, attention vs LSTM C8, MFU against the measured bf16 matmul peak,
+# torch.compile), then DDP throughput scaling over 1 -> N GPUs with `run.py trainer=ddp`.
+#
+# Usage:  benchmarks/gpu.sh [OUT_DIR]        (default benchmarks/results/gpu-<date>-<time>)
+# Env:    PYTHON      interpreter (default: .venv/bin/python if present, else python)
+#         NGPUS       GPUs to scale over (default: all that nvidia-smi lists)
+#         DDP_STEPS   training steps per DDP run (default 300; the first DDP_SKIP are not timed)
+#         DDP_SKIP    steps excluded from the DDP throughput window (default 100)
+#         DATA_ROOT   Multi30k raw files (default: $XFORMER_DATA/multi30k or ../shared/data/multi30k)
+#         QUICK=1     tiny sizes and few steps: a smoke test of this script (numbers mean nothing)
+#         SECTIONS    rows of the single-GPU bench (default: all but ddp)
+# Output: OUT_DIR/bench.json, OUT_DIR/ddp.json (keys: docs/bench.md), OUT_DIR/bench.txt (the tables),
+#         OUT_DIR/nvidia-smi.txt, OUT_DIR/env.txt.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+OUT=${1:-benchmarks/results/gpu-$(date +%Y%m%d-%H%M%S)}
+if [[ -z "${PYTHON:-}" ]]; then
+  if [[ -x .venv/bin/python ]]; then PYTHON=.venv/bin/python; else PYTHON=python; fi
+fi
+command -v nvidia-smi >/dev/null || { echo "gpu.sh: nvidia-smi not found: this script needs NVIDIA GPUs" >&2; exit 2; }
+NGPUS=${NGPUS:-$(nvidia-smi -L | grep -c '^GPU')}
+SECTIONS=${SECTIONS:-train_step,overhead,padding,decoding,attention,recurrence,mfu,compile}
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+mkdir -p "$OUT"
+
+common=(--device cuda)
+[[ "${QUICK:-0}" == 1 ]] && common+=(--quick) || common+=(--preset gpu)
+[[ -n "${DATA_ROOT:-}" ]] && common+=(--data-root "$DATA_ROOT")
+
+# DDP device counts: 1, 2, 4, ... up to NGPUS, and NGPUS itself
+counts=""
+n=1
+while (( n < NGPUS )); do counts+="$n,"; n=$(( n * 2 )); done
+counts+="$NGPUS"
+
+{
+  nvidia-smi
+  nvidia-smi topo -m 2>/dev/null || true
+} > "$OUT/nvidia-smi.txt"
+{
+  echo "date: $(date -Is)"; echo "host: $(hostname)"; echo "git: $(git rev-parse HEAD 2>/dev/null || echo n/a)"
+  "$PYTHON" -c 'import torch, sys; print("python", sys.version.split()[0]); print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())'
+  "$PYTHON" -c 'import importlib.metadata as m; print("x-transformers", m.version("x-transformers"))' 2>/dev/null || echo "x-transformers: not installed (pip install -e .[bench])"
+} > "$OUT/env.txt"
+cat "$OUT/env.txt"
+
+echo "== single-GPU rows: $SECTIONS" | tee "$OUT/bench.txt"
+COLUMNS=160 "$PYTHON" -m xformer.cli bench "${common[@]}" --sections "$SECTIONS" --out "$OUT/bench.json" \
+  | tee -a "$OUT/bench.txt"
+
+echo "== DDP scaling over devices: $counts" | tee -a "$OUT/bench.txt"
+ddp=(--sections ddp --ddp-devices "$counts")
+[[ "${QUICK:-0}" == 1 ]] || ddp+=(--ddp-steps "${DDP_STEPS:-300}" --ddp-skip "${DDP_SKIP:-100}")
+COLUMNS=160 "$PYTHON" -m xformer.cli bench "${common[@]}" "${ddp[@]}" --out "$OUT/ddp.json" \
+  | tee -a "$OUT/bench.txt"
+
+echo "results in $OUT (bench.json, ddp.json, bench.txt)"

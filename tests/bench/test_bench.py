@@ -1,0 +1,149 @@
+"""``xformer bench --quick``: runs end to end in under a minute and writes the documented structure.
+
+Checks the shape of ``bench.json`` and of the printed table, never the speed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import REPO
+
+NUM = (int, float)
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("bench")
+    out = tmp / "bench.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+           "XFORMER_CACHE": os.environ.get("XFORMER_CACHE", str(tmp / "cache")), "COLUMNS": "200"}
+    t0 = time.perf_counter()
+    res = subprocess.run([sys.executable, "-m", "xformer.cli", "bench", "--quick", "--out", str(out)],
+                         cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
+    wall = time.perf_counter() - t0
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(out.read_text()), res.stdout, wall
+
+
+def test_quick_runs_under_a_minute(quick):
+    _, _, wall = quick
+    assert wall < 60, f"xformer bench --quick took {wall:.0f} s"
+
+
+def test_top_level_keys(quick):
+    data, _, _ = quick
+    assert data["schema_version"] == 1
+    assert set(data) == {"schema_version", "meta", "targets", "sections"}
+    m = data["meta"]
+    for key in ("started", "argv", "preset", "quick", "sections", "device", "device_name", "torch",
+                "x_transformers", "python", "cpu_count", "torch_threads", "loadavg_start", "loadavg_end",
+                "wall_s", "config", "data_root"):
+        assert key in m, key
+    assert m["quick"] is True and m["preset"] == "quick" and m["device"] == "cpu"
+    assert m["sections"] == ["train_step", "overhead", "padding", "decoding", "attention", "recurrence", "mfu"]
+    assert list(data["sections"]) == m["sections"]
+    for name, sec in data["sections"].items():
+        assert sec["status"] in ("ok", "skipped", "n/a"), (name, sec.get("error"))
+        assert isinstance(sec["seconds"], NUM)
+
+
+def test_train_step_section(quick):
+    sec = quick[0]["sections"]["train_step"]
+    assert sec["status"] == "ok"
+    for key in ("d_model", "n_heads", "n_layers", "d_ff", "dropout", "vocab", "batch", "seq_len",
+                "tokens_per_step", "pad_fraction", "precision", "optimizer"):
+        assert key in sec["config"], key
+    assert set(sec["contenders"]) == {"xformer", "torch", "x_transformers"}
+    for name, c in sec["contenders"].items():
+        if c["status"] == "skipped":
+            assert name == "x_transformers" and c["note"]
+            continue
+        assert c["tokens_per_s"] > 0 and c["step_ms"] > 0 and c["params"] > 0
+        assert len(c["step_ms_all"]) == quick[0]["meta"]["config"]["repeats"]
+    assert sec["ratio_vs_torch"] > 0
+    xt = sec["contenders"]["x_transformers"]
+    assert (sec["ratio_vs_x_transformers"] > 0) if xt["status"] == "ok" else sec["ratio_vs_x_transformers"] is None
+
+
+def test_overhead_section(quick):
+    sec = quick[0]["sections"]["overhead"]
+    assert sec["status"] == "ok", sec
+    assert sec["run_py"]["tokens_per_s"] > 0 and sec["bare"]["tokens_per_s"] > 0
+    assert sec["ratio"] > 0
+    assert sec["overhead_fraction"] == pytest.approx(1 - sec["ratio"])
+    assert sec["same_batches"] is True  # run.py and the bare loop saw the same batches
+    for rep in sec["run_py"]["repeats"] + sec["bare"]["repeats"]:
+        assert rep["window_steps"] > 0 and rep["window_tokens"] > 0
+
+
+def test_padding_section(quick, shared_data):
+    sec = quick[0]["sections"]["padding"]
+    if not (shared_data / "multi30k").is_dir():
+        assert sec["status"] == "skipped" and sec["note"]
+        return
+    assert sec["status"] == "ok"
+    for side in ("token_budget", "fixed_random"):
+        s = sec[side]
+        assert 0 <= s["pad_fraction"] < 1 and 0 <= s["pad_fraction_max_len"] < 1
+        assert s["batches"] > 0
+    assert sec["token_budget"]["batches"] == pytest.approx(sec["fixed_random"]["batches"], rel=0.05)
+    assert sec["waste_ratio"] > 0
+
+
+def test_decoding_section(quick):
+    sec = quick[0]["sections"]["decoding"]
+    assert sec["status"] == "ok"
+    assert sec["config"]["output_len"] == 64
+    assert sec["cached"]["tokens_per_s"] > 0 and sec["recompute"]["tokens_per_s"] > 0
+    assert sec["speedup"] > 0
+    assert sec["outputs_match"] is True  # the cache changes the speed, not the output
+
+
+def test_attention_sections(quick):
+    a = quick[0]["sections"]["attention"]
+    assert a["status"] == "ok"
+    n = a["n"]
+    assert n == sorted(n) and len(n) >= 3
+    for path in ("explicit", "sdpa"):
+        assert len(a[path]["time_ms"]) == len(n) and all(t > 0 for t in a[path]["time_ms"])
+        assert len(a[path]["peak_mb"]) == len(n)
+        assert isinstance(a[path]["time_exponent"], NUM)
+    assert [r["n"] for r in a["claim_table"]] == [1_000, 10_000, 100_000]
+    assert [r["fp16_nxn_bytes"] for r in a["claim_table"]] == [2e6, 2e8, 2e10]
+    r = quick[0]["sections"]["recurrence"]
+    assert r["status"] == "ok"
+    assert len(r["attention_ms"]) == len(r["lstm_ms"]) == len(r["n"])
+    assert all(x > 0 for x in r["attention_over_lstm"])
+    assert r["claim_crossover_n"] == r["config"]["d"]
+    assert r["crossover_n"] is None or r["crossover_n"] > 0
+
+
+def test_mfu_is_na_on_cpu(quick):
+    assert quick[0]["sections"]["mfu"]["status"] == "n/a"
+
+
+def test_targets_and_table(quick):
+    data, stdout, _ = quick
+    keys = {(t["section"], t["metric"]) for t in data["targets"]}
+    assert ("train_step", "ratio_vs_torch") in keys and ("decoding", "speedup") in keys
+    for t in data["targets"]:
+        assert t["met"] in (True, False, None) and t["target"][:2] in (">=", "<=")
+    for text in ("xformer bench", "train step vs torch.nn.Transformer", "run.py vs bare loop",
+                 "greedy decode, length 64", "C7", "C8", "MFU"):
+        assert text in stdout, text
+
+
+def test_section_selection_and_help(tmp_path):
+    from xformer.bench import ALL_SECTIONS, select_sections
+
+    assert select_sections("decoding,train_step") == ["train_step", "decoding"]
+    assert select_sections("all") == ALL_SECTIONS
+    with pytest.raises(SystemExit):
+        select_sections("nope")

@@ -1,0 +1,150 @@
+"""Helpers for the reliability tests: run ``run.py`` in subprocesses with tiny settings, read its
+outputs, serve files over a local HTTP server, and one shared uninterrupted reference run."""
+
+from __future__ import annotations
+
+import csv
+import functools
+import http.server
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+TINY = ["data.n_train=300", "data.n_val=40", "data.n_test=40", "data.n_long=10", "model.d_model=32",
+        "model.n_heads=2", "model.n_encoder_layers=1", "model.n_decoder_layers=1",
+        "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=1"]
+# 12 training batches per epoch; 16 steps cross an epoch boundary; last.ckpt every 4 steps
+RESUMABLE = [*TINY, "data.tokens_per_batch=256", "trainer.max_steps=16", "trainer.val_check_interval=8",
+             "callbacks.last_checkpoint.every_n_train_steps=4", "trainer.deterministic=true"]
+
+
+def env_for(tmp: Path, **extra: str | None) -> dict:
+    """A clean environment: offline W&B, private cache and HOME, one thread, no API key."""
+    env = {**os.environ, "WANDB_MODE": "offline", "XFORMER_CACHE": str(tmp / "cache"), "HOME": str(tmp / "home"),
+           "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+           "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost", "PYTHONPATH": str(REPO)}
+    for key in ("WANDB_API_KEY", "WANDB_BASE_URL", "WANDB_INIT_TIMEOUT"):
+        env.pop(key, None)
+    for key, value in extra.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    (tmp / "home").mkdir(parents=True, exist_ok=True)
+    return env
+
+
+def run_py(args: list[str], tmp: Path, timeout: float = 300, **env: str | None) -> subprocess.CompletedProcess:
+    """``python run.py *args`` in ``tmp``; returns the finished process (text output captured)."""
+    return subprocess.run([sys.executable, str(REPO / "run.py"), *args], cwd=tmp, env=env_for(tmp, **env),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def start_py(args: list[str], tmp: Path, **env: str | None) -> subprocess.Popen:
+    """Start ``python run.py *args`` in ``tmp`` without waiting; output goes to ``proc.log_path``."""
+    log_path = tmp / f"run-{time.monotonic_ns()}.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, str(REPO / "run.py"), *args], cwd=tmp, env=env_for(tmp, **env),
+                                stdout=log, stderr=subprocess.STDOUT)
+    proc.log_path = log_path
+    return proc
+
+
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 240) -> None:
+    """Poll (every 5 ms) until ``path`` exists; fail if ``proc`` ends first."""
+    t0 = time.monotonic()
+    while not path.exists():
+        if proc.poll() is not None:
+            pytest.fail(f"run ended (status {proc.returncode}) before {path} appeared:\n"
+                        + proc.log_path.read_text()[-3000:])
+        if time.monotonic() - t0 > timeout:
+            proc.kill()
+            pytest.fail(f"{path} did not appear within {timeout} s")
+        time.sleep(0.005)
+
+
+def train_losses(job: Path) -> dict[int, float]:
+    """``step -> train/loss`` from the job's CSV history (the last row wins for a repeated step)."""
+    out = {}
+    with open(job / "csv" / "metrics.csv") as f:
+        for row in csv.DictReader(f):
+            if row.get("train/loss"):
+                out[int(row["step"])] = float(row["train/loss"])
+    return out
+
+
+def metrics(job: Path) -> dict:
+    return json.loads((job / "metrics.json").read_text())
+
+
+def quality(m: dict) -> dict:
+    """The model-quality metrics of a metrics.json (no timings)."""
+    return {k: v for k, v in m["metrics"].items() if k.startswith(("val/", "test/", "train/"))}
+
+
+class FileServer:
+    """``http.server`` on 127.0.0.1 serving one folder, in a thread."""
+
+    def __init__(self, directory: Path) -> None:
+        handler = functools.partial(_QuietHandler, directory=str(directory))
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):  # noqa: D102
+        pass
+
+
+@pytest.fixture(scope="session")
+def reference_run(tmp_path_factory) -> Path:
+    """One uninterrupted :data:`RESUMABLE` run (seed 0) with WANDB_MODE unset and no API key."""
+    tmp = tmp_path_factory.mktemp("reference")
+    job = tmp / "job"
+    res = run_py([*RESUMABLE, f"hydra.run.dir={job}"], tmp, WANDB_MODE=None)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return job
+
+
+def wandb_records(run_dir: Path) -> list:
+    """The protobuf records of an offline W&B run's ``.wandb`` file (W&B's LevelDB-style log:
+    a 7-byte file header, 32 KiB blocks, records of checksum(4) length(2) type(1) + data, split
+    across blocks as FIRST/MIDDLE/LAST)."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = next(run_dir.glob("*.wandb")).read_bytes()
+    block, pos, parts, records = 32768, 7, b"", []
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:
+            pos += block - pos % block
+            continue
+        length, kind = int.from_bytes(data[pos + 4:pos + 6], "little"), data[pos + 6]
+        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        if kind == 0 and length == 0:
+            continue
+        parts = chunk if kind in (1, 2) else parts + chunk
+        if kind in (1, 4):
+            rec = pb.Record()
+            rec.ParseFromString(parts)
+            records.append(rec)
+    return records
+
+
+def wandb_exit_code(job: Path) -> int | None:
+    """Exit code recorded by the job's (last) offline W&B run, None if it has no exit record."""
+    runs = sorted((job / "wandb").glob("offline-run-*"))
+    codes = [r.exit.exit_code for r in wandb_records(runs[-1]) if r.WhichOneof("record_type") == "exit"]
+    return codes[-1] if codes else None

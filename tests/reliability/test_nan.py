@@ -1,0 +1,36 @@
+"""A NaN/Inf loss stops the run with one line naming the step, keeps the last good checkpoint,
+fails the W&B run and metrics.json; in a sweep the other jobs go on. The trigger is real: a
+learning rate of 1e30 blows the weights up after the first step."""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+from tests.reliability.conftest import TINY, metrics, run_py, wandb_exit_code
+
+
+def test_nan_loss_fails_its_job_only_and_keeps_the_last_good_checkpoint(tmp_path):
+    sweep = tmp_path / "sweep"
+    res = run_py(["-m", *TINY, "trainer.max_steps=4", "trainer.val_check_interval=2",
+                  "callbacks.last_checkpoint.every_n_train_steps=1", "optim.lr=1e-3,1e30",
+                  f"hydra.sweep.dir={sweep}"], tmp_path)
+    assert res.returncode != 0, "a sweep with a failed job exits non-zero"
+    good, bad = metrics(sweep / "0"), metrics(sweep / "1")
+    assert good["status"] == "finished" and good["global_step"] == 4, "the other job went on"
+    assert bad["status"] == "failed"
+    match = re.search(r"train/loss is (nan|inf|-inf) at step (\d+) \(epoch 0, batch \d+\); training stopped",
+                      bad["error"])
+    assert match, bad["error"]
+    nan_step = int(match.group(2))
+    assert nan_step == bad["global_step"]
+    assert "last good checkpoint" in bad["error"] and "Fix: lower optim.lr" in bad["error"]
+    assert match.group(0) in res.stdout + res.stderr  # the one-line message is printed
+
+    ckpt = torch.load(sweep / "1" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert ckpt["global_step"] < nan_step, "the failed step was not saved as last.ckpt"
+    assert all(torch.isfinite(t).all() for t in ckpt["state_dict"].values())
+
+    assert wandb_exit_code(sweep / "0") == 0
+    assert wandb_exit_code(sweep / "1") not in (None, 0), "the W&B run is marked failed"

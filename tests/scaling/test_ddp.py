@@ -1,0 +1,101 @@
+"""DDP on CPU (gloo, 2 processes): one run, metrics equal to a single process, torchrun, FSDP, ddp_spawn."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+from tests.scaling.common import DDP_CPU, TINY, fail_msg, metrics, run_py, wandb_run_files
+from tests.scaling.wandb_records import exit_codes
+
+EVAL_KEYS = ("test/loss", "test/acc", "test/ppl", "test/exact_match", "test/loss@long", "test/acc@long",
+             "test/exact_match@long")
+
+
+@pytest.fixture(scope="module")
+def ddp_job(tmp_path_factory):
+    """One 2-rank DDP job (4 steps, global batch 2 x 72 tokens)."""
+    root = tmp_path_factory.mktemp("ddp")
+    res = run_py([*TINY, *DDP_CPU, f"hydra.run.dir={root / 'job'}"], cwd=root, tmp_path=root)
+    return root, res
+
+
+def test_ddp_single_run_one_metrics_json_one_wandb_run(ddp_job):
+    root, res = ddp_job
+    assert res.returncode == 0, fail_msg(res)
+    job = root / "job"
+    m = metrics(job)
+    assert m["status"] == "finished" and m["global_step"] == 4
+    assert m["config"]["trainer"]["strategy"] == "ddp" and m["config"]["trainer"]["devices"] == 2
+    for key in ("val/loss", "val/exact_match", "test/loss", "test/exact_match", "test/exact_match@long"):
+        assert key in m["metrics"], key
+    assert "GLOBAL_RANK: 1, MEMBER: 2/2" in res.stdout + res.stderr
+    assert (job / "train_ddp_process_1.log").is_file()  # rank 1 ran this job, in this folder
+    runs = wandb_run_files(job)
+    assert len(runs) == 1 and exit_codes(runs[0]) == [0]  # one W&B run (rank 0), finished cleanly
+    assert m["tokens_seen"] > 0
+    assert not (root / "outputs").exists() and not (root / "multirun").exists()  # no stray folders
+
+
+def test_ddp_eval_equals_single_process_on_same_checkpoint(ddp_job):
+    """Validation/test under DDP count every example once: the sampler's padded duplicates (odd batch
+    counts) are dropped by idx, so losses, accuracy and exact match equal one process exactly. The DDP
+    job tested its best checkpoint on 2 ranks; here one process evaluates that checkpoint."""
+    root, res = ddp_job
+    assert res.returncode == 0, fail_msg(res)
+    m_ddp = metrics(root / "job")
+    ckpt = m_ddp["best"]["checkpoint"]
+    one = run_py([*TINY, "mode=eval", f"ckpt_path={ckpt}", "logger=none", f"hydra.run.dir={root / 'eval1'}"],
+                 cwd=root, tmp_path=root)
+    assert one.returncode == 0, fail_msg(one)
+    m_one = metrics(root / "eval1")["metrics"]
+    for key in EVAL_KEYS:
+        assert m_ddp["metrics"][key] == m_one[key], (key, m_ddp["metrics"][key], m_one[key])
+
+
+def test_ddp_training_equals_single_process_with_same_global_batch(ddp_job, tmp_path):
+    """2 ranks x 72 tokens per device == 1 process x 72 tokens x accumulate_grad_batches=2: rank r takes
+    batches r, r+2, ... of the same sequence, so every optimizer step sees the same examples."""
+    root, res = ddp_job
+    assert res.returncode == 0, fail_msg(res)
+    # validation every 2 optimizer steps in both runs (val_check_interval counts batches)
+    single = run_py([*TINY, "trainer.accumulate_grad_batches=2", "trainer.val_check_interval=4", "logger=none",
+                     f"hydra.run.dir={tmp_path / 'single'}"], cwd=tmp_path, tmp_path=tmp_path)
+    assert single.returncode == 0, fail_msg(single)
+    m_ddp, m_one = metrics(root / "job"), metrics(tmp_path / "single")
+    assert m_one["global_step"] == m_ddp["global_step"] == 4
+    for key in ("val/loss", "val/acc", *EVAL_KEYS):
+        assert m_ddp["metrics"][key] == pytest.approx(m_one["metrics"][key], rel=1e-4, abs=1e-6), key
+
+
+def test_torchrun_two_ranks_same_config_no_stray_folders(tmp_path):
+    """Processes created by torchrun: Lightning joins them (no relaunch); rank 1 writes no outputs/ folder."""
+    prefix = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+              str(REPO / "run.py")]
+    res = run_py([*TINY, *DDP_CPU, "trainer.max_steps=2"], cwd=tmp_path, tmp_path=tmp_path, prefix=prefix,
+                 TMPDIR=str(tmp_path))
+    assert res.returncode == 0, fail_msg(res)
+    jobs = [p for p in (tmp_path / "outputs").glob("*/*") if p.is_dir()]
+    assert len(jobs) == 1, jobs  # rank 0's folder only, whatever second each rank started in
+    m = metrics(jobs[0])
+    assert m["status"] == "finished" and m["global_step"] == 2
+    assert len(wandb_run_files(jobs[0])) == 1
+    assert not list(jobs[0].glob("train_ddp_process_*.log"))  # nothing was re-launched
+    assert len(list(tmp_path.glob("xformer-rank1-*/run_rank1.log"))) == 1  # rank 1's Hydra log, outside outputs/
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trainer", ["fsdp", "ddp_spawn"])
+def test_fsdp_and_ddp_spawn_run_on_cpu(trainer, tmp_path):
+    res = run_py([*TINY, f"trainer={trainer}", "trainer.accelerator=cpu", "trainer.devices=2", "logger=none",
+                  f"hydra.run.dir={tmp_path / 'job'}"], cwd=tmp_path, tmp_path=tmp_path, timeout=400)
+    # TINY's 72-token batches give ranks different decoding lengths: FSDP must not all-gather per step
+    assert res.returncode == 0, fail_msg(res)
+    m = metrics(tmp_path / "job")
+    assert m["status"] == "finished"
+    if trainer == "fsdp":  # ddp_spawn trains in forked ranks: the job process never counts the steps
+        assert m["global_step"] == 4 and m["tokens_seen"] > 0
+    assert "test/loss" in m["metrics"] and "val/loss" in m["metrics"]
+    assert (tmp_path / "job" / "checkpoints" / "last.ckpt").is_file()

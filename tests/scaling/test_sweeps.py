@@ -1,0 +1,205 @@
+"""Sweeps that scale: DDP inside -m, launchers (joblib, submitit), Optuna with resume, failing jobs,
+seeds, dry runs, W&B sweep commands, the SLURM preset."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+from tests.scaling.common import DDP_CPU, TINY, fail_msg, metrics, run_py, wandb_run_files
+from tests.scaling.wandb_records import exit_codes
+
+FAST = [*TINY, "trainer.max_steps=2"]
+
+
+def summary(sweep: Path) -> dict:
+    return json.loads((sweep / "sweep_summary.json").read_text())
+
+
+def job_dirs(sweep: Path) -> list[Path]:
+    return sorted((p for p in sweep.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
+
+
+def test_ddp_multirun_two_jobs_each_once_one_wandb_run_each(tmp_path):
+    """The relaunch trap: with -m, rank 1 must run its job, not a new sweep. Seeds share the W&B group."""
+    sweep = tmp_path / "sweep"
+    res = run_py([*FAST, *DDP_CPU, "seed=1,2", f"hydra.sweep.dir={sweep}", "-m"], cwd=tmp_path, tmp_path=tmp_path,
+                 timeout=300)
+    assert res.returncode == 0, fail_msg(res)
+    jobs = job_dirs(sweep)
+    assert [p.name for p in jobs] == ["0", "1"]
+    assert sorted(p.name for p in sweep.iterdir()) == [".xformer", "0", "1", "multirun.yaml", "sweep_summary.json"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "cache") == ["sweep"]  # no stray run dirs
+    groups, losses = set(), []
+    for job, seed in zip(jobs, (1, 2)):
+        m = metrics(job)
+        assert m["status"] == "finished" and m["config"]["seed"] == seed
+        assert (job / "train_ddp_process_1.log").is_file()
+        runs = wandb_run_files(job)
+        assert len(runs) == 1 and exit_codes(runs[0]) == [0]
+        wb = m["job"]["wandb"]
+        assert f"seed={seed}" in wb["tags"] and f"seed={seed}" in wb["name"]
+        assert "seed" not in wb["group"]
+        groups.add(wb["group"])
+        losses.append(m["metrics"]["val/loss"])
+    assert len(groups) == 1  # one group per sweep: a dashboard averages the seeds
+    assert losses[0] != losses[1]  # distinct seeds, distinct runs
+    s = summary(sweep)
+    assert s["n_jobs"] == 2 and s["n_failed"] == 0
+    assert [j["status"] for j in s["jobs"]] == ["finished", "finished"]
+    assert "sweep summary: 2 jobs, 0 failed" in res.stdout
+
+
+def test_failing_job_does_not_stop_the_sweep(tmp_path):
+    """Job 1 fails inside training (Adam rejects eps=-1 when fit builds the optimizer)."""
+    sweep = tmp_path / "sweep"
+    res = run_py([*FAST, "optim.optimizer.eps=1e-9,-1,1e-8", f"hydra.sweep.dir={sweep}", "-m"], cwd=tmp_path,
+                 tmp_path=tmp_path, timeout=300)
+    assert res.returncode == 1, fail_msg(res)  # the sweep ran to the end, then reports the failure
+    s = summary(sweep)
+    assert s["n_jobs"] == 3 and s["n_failed"] == 1
+    assert [j["status"] for j in s["jobs"]] == ["finished", "failed", "finished"]
+    failed = s["jobs"][1]
+    assert "optim.optimizer.eps=-1" in failed["overrides"] and "Invalid epsilon" in failed["error"]
+    assert "sweep summary: 3 jobs, 1 failed" in res.stdout
+    for job, ok in zip(job_dirs(sweep), (True, False, True)):
+        m = metrics(job)
+        assert m["status"] == ("finished" if ok else "failed")
+        runs = wandb_run_files(job)
+        assert len(runs) == 1
+        assert exit_codes(runs[0]) == ([0] if ok else [1])  # the failed job's W&B run is marked failed
+        assert m["job"]["wandb"]["id"] == s["jobs"][int(job.name)]["wandb"]["id"]
+
+
+def test_joblib_launcher_runs_seeds_reproducibly(tmp_path):
+    """seed=1,1 on 2 parallel joblib workers: the same seed gives the same run (that different seeds
+    differ is checked by the DDP sweep above)."""
+    sweep = tmp_path / "sweep"
+    res = run_py([*FAST, "logger=none", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=1,1",
+                  f"hydra.sweep.dir={sweep}", "-m"], cwd=tmp_path, tmp_path=tmp_path, timeout=300)
+    assert res.returncode == 0, fail_msg(res)
+    assert "Joblib.Parallel" in res.stdout + res.stderr
+    vals = [metrics(job)["metrics"] for job in job_dirs(sweep)]
+    assert len(vals) == 2
+    for key in ("val/loss", "test/loss", "test/loss@long", "test/acc"):
+        assert vals[0][key] == vals[1][key], key
+    assert [j["status"] for j in summary(sweep)["jobs"]] == ["finished", "finished"]
+
+
+@pytest.mark.slow
+def test_submitit_local_launcher_runs_a_ddp_job(tmp_path):
+    """submitit runs each job in its own worker process; this job is 2-rank DDP, whose rank 1 Lightning
+    starts from inside the worker (the relaunch command names run.py, not submitit's entry point)."""
+    sweep = tmp_path / "sweep"
+    res = run_py([*FAST, "logger=none", *DDP_CPU, "model.ffn_ratio=4", "hydra/launcher=submitit_local",
+                  "hydra.launcher.timeout_min=10", f"hydra.sweep.dir={sweep}", "-m"],
+                 cwd=tmp_path, tmp_path=tmp_path, timeout=400)
+    assert res.returncode == 0, fail_msg(res)
+    jobs = job_dirs(sweep)
+    assert [p.name for p in jobs] == ["0"]
+    assert (sweep / ".submitit").is_dir()
+    assert metrics(jobs[0])["status"] == "finished"
+    assert (jobs[0] / "train_ddp_process_1.log").is_file()
+    assert [j["status"] for j in summary(sweep)["jobs"]] == ["finished"]
+
+
+def test_optuna_nan_trials_fail_and_study_resumes(tmp_path):
+    """3 trials, then the same command again: 6 trials in one SQLite study. lr=1e30 makes the objective
+    NaN (run.py returns None): those trials are FAILED and the study goes on."""
+    import optuna
+
+    db = tmp_path / "study.db"
+    args = [*TINY, "trainer.max_steps=1", "trainer.val_check_interval=1", "logger=none", "optim.warmup_steps=0",
+            "hparams_search=optuna", "hydra.sweeper.params=null", "hydra.sweeper.n_trials=3",
+            "hydra.sweeper.study_name=t", f"hydra.sweeper.storage=sqlite:///{db}", "optim.lr=choice(0.001,1e30)"]
+    for n, sweep in ((3, "s1"), (6, "s2")):
+        res = run_py([*args, f"hydra.sweep.dir={tmp_path / sweep}", "-m"], cwd=tmp_path, tmp_path=tmp_path,
+                     timeout=300)
+        assert res.returncode == 0, fail_msg(res)
+        trials = optuna.load_study(study_name="t", storage=f"sqlite:///{db}").trials
+        assert len(trials) == n
+    states = {t.number: (t.params["optim.lr"], t.state.name) for t in trials}
+    assert all(state == ("FAIL" if lr > 1 else "COMPLETE") for lr, state in states.values()), states
+    assert {s for _, s in states.values()} == {"FAIL", "COMPLETE"}, states
+    assert (tmp_path / "s2" / "optimization_results.yaml").is_file()
+    assert summary(tmp_path / "s2")["optuna"]["study_name"] == "t"
+
+
+def test_dry_run_prints_every_job_without_training(tmp_path):
+    sweep = tmp_path / "sweep"
+    res = run_py(["sweep.dry_run=true", "model.d_model=32", "model.n_heads=2,4", "model.ffn_ratio=2,4",
+                  f"hydra.sweep.dir={sweep}", "-m"], cwd=tmp_path, tmp_path=tmp_path)
+    assert res.returncode == 0, fail_msg(res)
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("[dry run]")]
+    assert len(lines) == 4 and all(ln.endswith("config ok") for ln in lines)
+    assert "model.n_heads=4 model.ffn_ratio=2" in lines[2]
+    assert [j["status"] for j in summary(sweep)["jobs"]] == ["validated"] * 4
+    assert not list(sweep.glob("*/metrics.json")) and not list(sweep.glob("*/checkpoints"))
+
+
+def agent_command(name: str) -> list[str]:
+    """The command `wandb agent` runs for the first grid point of ``sweeps/<name>.yaml``, built with
+    wandb's own helpers (no network); ``python`` is this interpreter, ``${env}`` is dropped."""
+    from wandb.sdk.launch.sweeps import utils as sweep_utils
+
+    spec = yaml.safe_load((REPO / "sweeps" / f"{name}.yaml").read_text())
+    assert spec["command"][-1] == "${args_no_hyphens}" and spec["program"] == "run.py"
+    params = {k: {"value": v["values"][0] if "values" in v else v["value"]} for k, v in spec["parameters"].items()}
+    sweep_vars = sweep_utils.create_sweep_command_args({"args": params})
+    sweep_vars.update(env=[], program=[str(REPO / spec["program"])])
+    command = []
+    for chunk in sweep_utils.create_sweep_command(list(spec["command"])):
+        if chunk.startswith("${") and chunk.endswith("}"):
+            command += sweep_vars.get(chunk[2:-1]) or []
+        else:
+            command.append(sys.executable if chunk == "python" else chunk)
+    return command
+
+
+def test_wandb_sweep_commands_are_accepted_by_run_py(tmp_path):
+    """Parameters arrive as key=value Hydra overrides; run.py parses and validates them (dry run)."""
+    from hydra import compose, initialize_config_dir
+
+    from xformer.train.validate import check_config
+
+    command = agent_command("wandb_ffn_ratio")
+    args = command[2:]
+    assert command[1].endswith("run.py") and all("=" in a and not a.startswith("-") for a in args)
+    res = run_py([*args, "sweep.dry_run=true"], cwd=tmp_path, tmp_path=tmp_path, prefix=command[:2],
+                 WANDB_SWEEP_ID="swp", WANDB_RUN_ID="run1")
+    assert res.returncode == 0, fail_msg(res)
+    assert "model.ffn_ratio=1 seed=0" in res.stdout and "config ok" in res.stdout
+    assert (tmp_path / "outputs" / "wandb" / "swp" / "run1" / ".hydra" / "config.yaml").is_file()
+    # the second sweep's command composes and validates the same way (in-process: no second start-up)
+    args = agent_command("wandb_seeds_heads")[2:]
+    assert "model.n_heads=1" in args and "seed=1" in args
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[a for a in args if not a.startswith("hydra.")])
+    assert cfg.model.n_heads == 1 and cfg.seed == 1
+    check_config(cfg)
+
+
+def test_slurm_launcher_preset_ties_resources_to_trainer(tmp_path):
+    """hydra/launcher=slurm: one SLURM job per sweep job with trainer.devices GPUs and tasks per node."""
+    from hydra import compose, initialize_config_dir
+    from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf  # noqa: F401 (registers configs)
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=["hydra/launcher=slurm", "trainer=ddp", "trainer.devices=4",
+                                           "trainer.num_nodes=2", "hparams_search=optuna", "objective.mode=max"],
+                      return_hydra_config=True)
+    launcher = cfg.hydra.launcher
+    assert launcher._target_.endswith("SlurmLauncher")
+    assert (launcher.gpus_per_node, launcher.tasks_per_node, launcher.nodes) == (4, 4, 2)
+    assert cfg.hydra.sweeper.direction == "maximize"  # Optuna direction follows objective.mode
+    sbatch = _make_sbatch_string(command="python -u run.py", folder=str(tmp_path), job_name="x",
+                                 nodes=launcher.nodes, gpus_per_node=launcher.gpus_per_node,
+                                 ntasks_per_node=launcher.tasks_per_node, time=launcher.timeout_min)
+    for line in ("--gpus-per-node=4", "--ntasks-per-node=4", "--nodes=2"):
+        assert line in sbatch

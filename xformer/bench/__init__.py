@@ -1,0 +1,230 @@
+"""``xformer bench``: xformer against ``torch.nn.Transformer`` and x-transformers, and the cost claims
+C7/C8, measured side by side in one run; prints a table and writes ``bench.json``.
+
+Usage::
+
+    xformer bench [--quick] [--out bench.json] [--device cpu|cuda] [--sections train_step,decoding,...]
+                  [--preset cpu|gpu] [--repeats R] [--data-root DIR] [--ddp-devices 1,2,4 --ddp-steps N]
+
+Sections (rows): ``train_step``, ``overhead``, ``padding``, ``decoding``, ``attention`` (C7),
+``recurrence`` (C8), ``mfu``; opt-in: ``compile`` (``torch.compile`` on xformer's step) and ``ddp``
+(``run.py trainer=ddp`` throughput over ``--ddp-devices``). Every key of ``bench.json`` is documented
+in ``docs/bench.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import platform
+import sys
+import time
+import traceback
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from .config import BenchConfig, preset
+
+DEFAULT_SECTIONS = ["train_step", "overhead", "padding", "decoding", "attention", "recurrence", "mfu"]
+OPTIONAL_SECTIONS = ["compile", "ddp"]
+ALL_SECTIONS = DEFAULT_SECTIONS + OPTIONAL_SECTIONS
+SCHEMA_VERSION = 1
+
+TARGETS = {
+    # (section, key): (description, comparison, threshold)
+    ("train_step", "ratio_vs_torch"): ("training tokens/s, xformer / torch.nn.Transformer", ">=", 1.0),
+    ("train_step", "ratio_vs_x_transformers"): ("training tokens/s, xformer / x-transformers", ">=", 1.0),
+    ("overhead", "overhead_fraction"): ("framework overhead, 1 - run.py / bare loop tokens/s", "<=", 0.05),
+    ("padding", "pad_fraction"): ("pad tokens in a Multi30k train epoch (token-budget batches)", "<=", 0.10),
+    ("decoding", "speedup"): ("greedy tokens/s, cached / recompute, length 64", ">=", 3.0),
+}
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="xformer bench", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="tiny sizes and few repeats (a smoke run, < 1 min)")
+    p.add_argument("--preset", choices=["cpu", "gpu"], help="sizes (default: gpu on cuda, cpu otherwise)")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cpu)")
+    p.add_argument("--out", default="bench.json", help="where to write the JSON (default: bench.json)")
+    p.add_argument("--sections", default=None,
+                   help=f"comma-separated rows to run; default {','.join(DEFAULT_SECTIONS)}; "
+                        f"also {','.join(OPTIONAL_SECTIONS)}; 'all' for every row")
+    p.add_argument("--repeats", type=int, default=None, help="timed repeats per contender (row 1)")
+    p.add_argument("--warmup", type=int, default=None, help="untimed warm-up steps (row 1)")
+    p.add_argument("--data-root", default=None, help="Multi30k raw files (default: $XFORMER_DATA/multi30k "
+                                                     "or ../shared/data/multi30k)")
+    p.add_argument("--ddp-devices", default=None, help="device counts for the ddp row, e.g. 1,2,4,8")
+    p.add_argument("--ddp-steps", type=int, default=None, help="training steps per ddp run")
+    p.add_argument("--ddp-skip", type=int, default=None, help="steps excluded from the ddp throughput window")
+    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: PyTorch's)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--run-override", action="append", default=[],
+                   help="extra run.py override for the overhead/ddp rows (repeatable)")
+    p.add_argument("--no-table", action="store_true", help="do not print the table")
+    return p.parse_args(argv)
+
+
+def make_config(args: argparse.Namespace) -> BenchConfig:
+    device = args.device or "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit("error: --device cuda but torch.cuda.is_available() is False")
+    name = "quick" if args.quick else (args.preset or ("gpu" if device.startswith("cuda") else "cpu"))
+    cfg = preset(name, device)
+    over = {"seed": args.seed}
+    if args.repeats:
+        over["repeats"] = args.repeats
+    if args.threads:
+        over["threads"] = args.threads
+    if args.warmup is not None:
+        over["warmup"] = args.warmup
+    if args.ddp_devices:
+        over["ddp_devices"] = [int(x) for x in args.ddp_devices.split(",") if x]
+    if args.ddp_steps:
+        over["ddp_steps"] = args.ddp_steps
+    if args.ddp_skip is not None:
+        over["ddp_skip"] = args.ddp_skip
+    if args.run_override:
+        over["run_overrides"] = [*cfg.run_overrides, *args.run_override]
+    return replace(cfg, **over)
+
+
+def select_sections(spec: str | None) -> list[str]:
+    if not spec:
+        return list(DEFAULT_SECTIONS)
+    if spec == "all":
+        return list(ALL_SECTIONS)
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    bad = [s for s in names if s not in ALL_SECTIONS]
+    if bad:
+        raise SystemExit(f"error: unknown section(s) {bad}; choose from {ALL_SECTIONS}")
+    return [s for s in ALL_SECTIONS if s in names]
+
+
+def meta(cfg: BenchConfig, sections: list[str], argv: list[str]) -> dict:
+    import os
+
+    try:
+        import importlib.metadata as md
+        xt = md.version("x-transformers")
+    except Exception:
+        xt = None
+    from .timing import loadavg
+
+    dev = torch.device(cfg.device)
+    return {
+        "started": _dt.datetime.now().isoformat(timespec="seconds"),
+        "argv": argv, "preset": cfg.preset, "quick": cfg.preset == "quick", "sections": sections,
+        "device": cfg.device,
+        "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else _cpu_name(),
+        "torch": torch.__version__, "x_transformers": xt, "python": platform.python_version(),
+        "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+        "loadavg_start": loadavg(), "config": cfg.as_dict(),
+    }
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def run_sections(cfg: BenchConfig, sections: list[str], data_root: Path | None, log=print) -> dict:
+    """Run the chosen rows in order; a failing row is recorded as ``status: error`` and the rest go on."""
+    from . import attention, decode, mfu, overhead, padding, scaling, training
+
+    out: dict[str, dict] = {}
+    runners = {
+        "train_step": lambda: training.run(cfg),
+        "overhead": lambda: overhead.run(cfg, data_root),
+        "padding": lambda: padding.run(cfg, data_root),
+        "decoding": lambda: decode.run(cfg),
+        "attention": lambda: attention.run_cost(cfg),
+        "recurrence": lambda: attention.run_recurrence(cfg),
+        "mfu": lambda: mfu.run(cfg, out.get("train_step")),
+        "compile": lambda: scaling.run_compile(cfg),
+        "ddp": lambda: scaling.run_ddp(cfg, data_root),
+    }
+    for name in sections:
+        log(f"[bench] {name} ...")
+        t0 = time.perf_counter()
+        try:
+            res = runners[name]()
+        except Exception as err:  # one broken row must not lose the others
+            res = {"status": "error", "error": f"{type(err).__name__}: {err}"[:2000],
+                   "traceback": traceback.format_exc()[-4000:]}
+        res["seconds"] = round(time.perf_counter() - t0, 2)
+        out[name] = res
+        log(f"[bench] {name}: {res['status']} ({res['seconds']:.1f} s)")
+    return out
+
+
+def evaluate_targets(sections: dict) -> list[dict]:
+    rows = []
+    for (sec, key), (desc, op, thr) in TARGETS.items():
+        s = sections.get(sec)
+        if s is None:
+            continue
+        if sec == "padding":
+            val = (s.get("token_budget") or {}).get(key)
+        else:
+            val = s.get(key)
+        met = None if val is None else (val >= thr if op == ">=" else val <= thr)
+        rows.append({"section": sec, "metric": key, "description": desc, "value": val,
+                     "target": f"{op} {thr:g}", "met": met})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    cfg = make_config(args)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    sections = select_sections(args.sections)
+    from .overhead import data_root_default
+
+    data_root = Path(args.data_root).resolve() if args.data_root else data_root_default()
+    t0 = time.perf_counter()
+    result = {"schema_version": SCHEMA_VERSION, "meta": meta(cfg, sections, argv)}
+    result["meta"]["data_root"] = str(data_root) if data_root else None
+    secs = run_sections(cfg, sections, data_root, log=lambda m: print(m, file=sys.stderr, flush=True))
+    from .timing import loadavg
+
+    result["meta"]["loadavg_end"] = loadavg()
+    result["meta"]["wall_s"] = round(time.perf_counter() - t0, 2)
+    result["targets"] = evaluate_targets(secs)
+    result["sections"] = secs
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(_clean(result), indent=2))
+    if not args.no_table:
+        from .table import render
+
+        render(result)
+    print(f"wrote {out}", file=sys.stderr)
+    return 0 if all(s.get("status") != "error" for s in secs.values()) else 1
+
+
+def _clean(obj):
+    """JSON-safe copy: NaN/inf become null (strict JSON readers reject them)."""
+    import math
+
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+__all__ = ["main", "run_sections", "DEFAULT_SECTIONS", "ALL_SECTIONS", "TARGETS"]

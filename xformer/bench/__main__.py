@@ -1,0 +1,7 @@
+"""``python -m xformer.bench``: same as ``xformer bench``."""
+
+import sys
+
+from xformer.bench import main
+
+sys.exit(main())

@@ -1,0 +1,269 @@
+"""Rows 5 and 6: the cost of self-attention over sequence length (claim C7) and against a recurrent
+layer (claim C8).
+
+Row 5 (C7). One self-attention layer, xformer's :class:`~xformer.model.attention.MultiHeadAttention`
+(d_model ``D``, ``H`` heads, no mask, no dropout, forward pass under ``no_grad``, batch 1), at each
+``n``, by two paths that share its projections:
+
+* ``explicit``: ``softmax(Q Kᵀ/√d_k) V`` written out, so the ``H × n × n`` score matrix and the
+  ``H × n × n`` softmax output are materialised (what Vaswani et al.'s Table 1 counts);
+* ``sdpa``: the layer's own forward, :func:`torch.nn.functional.scaled_dot_product_attention`, whose
+  fused (flash) kernel never holds more than a block of scores.
+
+Time: median of interleaved repeats. Memory: on CUDA, ``torch.cuda.max_memory_allocated`` above
+what was allocated before the call (exact, PyTorch's allocator); on CPU, the rise of the process's
+peak resident set during one call (``VmHWM`` after resetting it via ``/proc/self/clear_refs``; see
+:class:`~xformer.bench.timing.RSSPeak`), which counts every page newly touched: tensors, kernel
+scratch and allocator slack, but not memory the C allocator recycles from earlier frees, so small
+values are under-counted. Exponents are least-squares slopes of ``log(time)``/``log(memory)`` against
+``log n`` over the points at or above a floor (1 ms, 1 MiB) where the measurement is meaningful.
+
+Row 6 (C8). The same attention layer (fused path) against one ``nn.LSTM`` layer with input and hidden
+size ``D``, batch ``B``, forward under ``no_grad``, over ``n``; the crossover is the ``n`` (log-linear
+interpolation) where attention becomes the slower of the two, printed beside ``n = D`` (the claim's
+criterion, from per-layer costs ``n²·d`` vs ``n·d²``) and beside the multiply-add crossover of these
+two exact layers (``4nD² + 2n²D`` for attention with its projections vs ``8nD²`` for the LSTM:
+``n = 2D``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from xformer.model.attention import MultiHeadAttention
+
+from .config import BenchConfig
+from .timing import RSSPeak, fit_exponent, interleaved, median, time_once
+
+TIME_FLOOR_S = 1e-3
+MEM_FLOOR_B = 1 << 20
+CLAIM_TABLE = [(1_000, "2 MB"), (10_000, "200 MB"), (100_000, "20 GB")]
+"""CLAIMS.md C7: fp16 n×n score matrix sizes."""
+
+
+def explicit_forward(mha: MultiHeadAttention, x: torch.Tensor) -> torch.Tensor:
+    """``mha(x)`` with the attention written out (scores and probabilities materialised)."""
+    b, n, _ = x.shape
+    q, k, v = (mha._heads(t) for t in mha.in_proj(x).chunk(3, dim=-1))
+    scale = mha.d_head ** -0.5 if mha.scale is None else mha.scale
+    scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, n, n)
+    probs = torch.softmax(scores, dim=-1)
+    out = torch.matmul(probs, v)
+    return mha.out_proj(out.transpose(1, 2).reshape(b, n, mha.n_heads * mha.d_head))
+
+
+def _cuda_peak_bytes(fn) -> int:
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - base
+
+
+def _autocast(device: str):
+    return torch.autocast("cuda", dtype=torch.bfloat16, enabled=torch.device(device).type == "cuda")
+
+
+def _paths(mha: MultiHeadAttention, x: torch.Tensor, device: str) -> dict:
+    def explicit():
+        with torch.no_grad(), _autocast(device):
+            return explicit_forward(mha, x)
+
+    def fused():
+        with torch.no_grad(), _autocast(device):
+            return mha(x)
+
+    return {"explicit": explicit, "sdpa": fused}
+
+
+GLIBC_TUNABLES = "glibc.malloc.mmap_threshold=65536:glibc.malloc.trim_threshold=0"
+"""Fixed malloc thresholds for the CPU memory worker: every block of 64 KiB or more is its own
+mapping, returned to the OS when freed, so the peak RSS rise of a call is what the call held at once."""
+
+
+def cpu_peak_memory(d: int, h: int, ns: list[int], seed: int, timeout: float = 900) -> dict:
+    """Peak RSS rise (bytes) of each path at each ``n``, measured in a fresh subprocess whose glibc
+    malloc thresholds are fixed (:data:`GLIBC_TUNABLES`) so freed memory is not silently recycled.
+
+    Returns ``{"explicit": [...], "sdpa": [...]}`` (``None`` entries where not measurable) or
+    ``{"error": msg}``.
+    """
+    env = {**os.environ, "GLIBC_TUNABLES": GLIBC_TUNABLES, "PYTHONPATH":
+           os.pathsep.join([str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")])}
+    args = json.dumps({"d": d, "h": h, "ns": ns, "seed": seed})
+    code = "import sys; from xformer.bench.attention import _memory_main; _memory_main(sys.argv[1])"
+    try:
+        res = subprocess.run([sys.executable, "-c", code, args], env=env, capture_output=True, text=True,
+                             timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": "memory worker timed out"}
+    if res.returncode != 0:
+        return {"error": (res.stderr.strip().splitlines() or ["memory worker failed"])[-1][:200]}
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def _memory_main(arg: str) -> None:
+    """Entry of the CPU memory worker (see :func:`cpu_peak_memory`); prints one JSON line."""
+    a = json.loads(arg)
+    torch.manual_seed(a["seed"])
+    mha = MultiHeadAttention(a["d"], a["h"], a["d"] // a["h"], dropout=0.0).eval()
+    out: dict[str, list] = {"explicit": [], "sdpa": []}
+    fns = _paths(mha, torch.randn(1, 8, a["d"]), "cpu")
+    for fn in fns.values():  # first calls touch one-time buffers (thread pools, kernels' tables)
+        fn()
+    for n in a["ns"]:
+        fns = _paths(mha, torch.randn(1, n, a["d"]), "cpu")
+        for name, fn in fns.items():
+            peak = RSSPeak()
+            if not peak.available:
+                out[name].append(None)
+                continue
+            with peak:
+                fn()
+            out[name].append(peak.peak_bytes)
+    print(json.dumps(out))
+
+
+def _adaptive_repeats(fns: dict, base: int, device: str, budget_s: float = 0.3, cap: int = 30) -> dict:
+    """Interleaved timing with more repeats where a call is short (noise matters more there)."""
+    for f in fns.values():  # warm-up (first calls pay one-time set-up)
+        f()
+    est = max(time_once(f, device) for f in fns.values())
+    reps = max(base, min(cap, int(budget_s / max(est, 1e-6))))
+    return interleaved(fns, warmup=0, repeats=reps, device=device)
+
+
+def _fit(ns: list[int], ys: list, floor: float) -> tuple[float | None, list[int], float | None]:
+    """Exponent over the upper half of the ``n`` range (points above ``floor``), and the local
+    exponent of the last two points."""
+    pts = [(n, y) for n, y in zip(ns, ys) if y is not None and y >= floor]
+    upper = pts[len(pts) // 2:] if len(pts) >= 4 else pts
+    k = fit_exponent([p[0] for p in upper], [p[1] for p in upper])
+    last = fit_exponent([p[0] for p in pts[-2:]], [p[1] for p in pts[-2:]]) if len(pts) >= 2 else None
+    return k, [p[0] for p in upper], last
+
+
+def run_cost(cfg: BenchConfig) -> dict:
+    """Row 5; returns the ``attention`` section of ``bench.json``."""
+    dev = cfg.device
+    d, h = cfg.attn_d_model, cfg.attn_heads
+    cuda = torch.device(dev).type == "cuda"
+    elem = 2 if cuda else 4
+    torch.manual_seed(cfg.seed)
+    mha = MultiHeadAttention(d, h, d // h, dropout=0.0).to(dev).eval()
+    rows: dict[str, dict[str, list]] = {p: {"time_ms": [], "peak_mb": []} for p in ("explicit", "sdpa")}
+    done_n: list[int] = []
+    notes: list[str] = []
+    for n in cfg.attn_ns:
+        fns = _paths(mha, torch.randn(1, n, d, device=dev), dev)
+        try:
+            mem = {p: _cuda_peak_bytes(f) for p, f in fns.items()} if cuda else {}
+            times = _adaptive_repeats(fns, cfg.attn_repeats, dev)
+        except (torch.OutOfMemoryError, RuntimeError) as err:  # the explicit path runs out first
+            notes.append(f"stopped at n={n}: {type(err).__name__}: {str(err).splitlines()[0][:120]}")
+            if cuda:
+                torch.cuda.empty_cache()
+            break
+        done_n.append(n)
+        for p in rows:
+            rows[p]["time_ms"].append(median(times[p]) * 1e3)
+            rows[p]["peak_mb"].append(mem[p] / 2**20 if cuda else None)
+    if not cuda and done_n:
+        mem = cpu_peak_memory(d, h, done_n, cfg.seed)
+        if "error" in mem:
+            notes.append(f"CPU memory not measured: {mem['error']}")
+        else:
+            for p in rows:
+                rows[p]["peak_mb"] = [None if b is None else b / 2**20 for b in mem[p]]
+    for p, r in rows.items():
+        r["time_exponent"], r["time_fit_n"], r["time_exponent_last"] = _fit(done_n, r["time_ms"], TIME_FLOOR_S * 1e3)
+        r["memory_exponent"], r["memory_fit_n"], r["memory_exponent_last"] = _fit(
+            done_n, r["peak_mb"], MEM_FLOOR_B / 2**20)
+    score_mb = [h * n * n * elem / 2**20 for n in done_n]
+    ratio = [None if m is None else m / s for m, s in zip(rows["explicit"]["peak_mb"], score_mb)]
+    return {
+        "status": "ok",
+        "config": {"d_model": d, "heads": h, "batch": 1, "pass": "forward, no_grad",
+                   "precision": "bf16 autocast" if cuda else "fp32", "min_repeats": cfg.attn_repeats,
+                   "memory_method": "torch.cuda.max_memory_allocated above the allocated baseline" if cuda else
+                   "peak RSS rise of one call (VmHWM after /proc/self/clear_refs) in a subprocess with "
+                   "fixed malloc thresholds (" + GLIBC_TUNABLES + ")",
+                   "fit": "least squares of log y on log n over the upper half of the n range, points "
+                          f">= {TIME_FLOOR_S * 1e3:g} ms / {MEM_FLOOR_B / 2**20:g} MiB; *_last: last two points"},
+        "n": done_n,
+        "explicit": rows["explicit"],
+        "sdpa": rows["sdpa"],
+        "score_matrices_mb": score_mb,
+        "explicit_peak_over_scores": ratio,
+        "claim_table": [{"n": n, "claimed": claimed, "fp16_nxn_bytes": 2 * n * n,
+                         "fp16_nxn_mb": 2 * n * n / 1e6} for n, claimed in CLAIM_TABLE],
+        "fp16_nxn_mb_at_n": [2 * n * n / 1e6 for n in done_n],
+        "notes": notes,
+    }
+
+
+def _crossover(ns: list[int], ratio: list[float]) -> float | None:
+    """First ``n`` where ``ratio`` (attention / LSTM time) reaches 1, interpolated in log-log."""
+    for i in range(1, len(ns)):
+        a, b = ratio[i - 1], ratio[i]
+        if a < 1.0 <= b:
+            la, lb = math.log(a), math.log(b)
+            f = (0.0 - la) / (lb - la)
+            return math.exp(math.log(ns[i - 1]) + f * (math.log(ns[i]) - math.log(ns[i - 1])))
+    return None
+
+
+def run_recurrence(cfg: BenchConfig) -> dict:
+    """Row 6; returns the ``recurrence`` section of ``bench.json``."""
+    dev = cfg.device
+    d, h, b = cfg.rec_d, cfg.rec_heads, cfg.rec_batch
+    torch.manual_seed(cfg.seed)
+    mha = MultiHeadAttention(d, h, d // h, dropout=0.0).to(dev).eval()
+    lstm = nn.LSTM(d, d, num_layers=1, batch_first=True).to(dev).eval()
+    att_ms, lstm_ms = [], []
+    for n in cfg.rec_ns:
+        x = torch.randn(b, n, d, device=dev)
+
+        def attn():
+            with torch.no_grad():
+                return mha(x)
+
+        def rec():
+            with torch.no_grad():
+                return lstm(x)
+
+        times = _adaptive_repeats({"attention": attn, "lstm": rec}, cfg.rec_repeats, dev)
+        att_ms.append(median(times["attention"]) * 1e3)
+        lstm_ms.append(median(times["lstm"]) * 1e3)
+    ratio = [a / r for a, r in zip(att_ms, lstm_ms)]
+    cross = _crossover(cfg.rec_ns, ratio)
+    note = None
+    if cross is None:
+        note = ("attention slower than the LSTM at every n" if ratio and ratio[0] >= 1
+                else "attention faster than the LSTM over the whole range (crossover beyond the largest n)")
+    return {
+        "status": "ok",
+        "config": {"d": d, "heads": h, "batch": b, "pass": "forward, no_grad", "precision": "fp32",
+                   "attention": "xformer MultiHeadAttention (projections + fused SDPA)",
+                   "recurrent": "torch.nn.LSTM(d, d), 1 layer", "repeats": cfg.rec_repeats},
+        "n": list(cfg.rec_ns),
+        "attention_ms": att_ms,
+        "lstm_ms": lstm_ms,
+        "attention_over_lstm": ratio,
+        "crossover_n": cross,
+        "claim_crossover_n": d,
+        "macs_crossover_n": 2 * d,
+        "attention_time_exponent": fit_exponent(cfg.rec_ns, att_ms),
+        "lstm_time_exponent": fit_exponent(cfg.rec_ns, lstm_ms),
+        "notes": [note] if note else [],
+    }

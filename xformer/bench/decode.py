@@ -1,0 +1,55 @@
+"""Row 4: greedy decoding with the key/value cache (:func:`xformer.train.decoding.greedy`) vs
+recomputing the whole prefix every step (:func:`xformer.train.decoding.greedy_recompute`).
+
+Both library functions are called unchanged. To make every sequence run exactly ``decode_len``
+steps, they are given an EOS id of ``-1``, which argmax can never return (ids are ``>= 0``); the
+model is an untrained xformer encoder–decoder of the row-1 size, in eval mode, on a padded batch of
+random source sentences. The two outputs are compared token for token (``outputs_match``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from xformer.train import decoding
+
+from .config import BenchConfig
+from .models import build_xformer
+from .training import make_batch
+from .timing import interleaved, median
+
+NEVER = -1
+"""EOS id that no argmax can produce: decoding runs to ``max_len``."""
+
+
+def run(cfg: BenchConfig) -> dict:
+    dev = cfg.device
+    torch.manual_seed(cfg.seed)
+    model = build_xformer(cfg.size).model.to(dev).eval()
+    src = make_batch(cfg.decode_batch, cfg.decode_src_len, cfg.size.vocab, cfg.min_len_frac, cfg.seed, dev)["src"]
+    n = cfg.decode_len
+    bos, pad = 1, 0
+    cuda = torch.device(dev).type == "cuda"
+    results: dict[str, list] = {}
+
+    def wrap(name, fn):
+        def call():
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
+                results[name] = fn(model, src, bos, NEVER, pad, n)
+        return call
+
+    times = interleaved({"cached": wrap("cached", decoding.greedy),
+                         "recompute": wrap("recompute", decoding.greedy_recompute)},
+                        warmup=1, repeats=cfg.decode_repeats, device=dev)
+    gen = cfg.decode_batch * n
+    out = {"status": "ok",
+           "config": {"d_model": cfg.size.d_model, "layers": cfg.size.n_layers, "vocab": cfg.size.vocab,
+                      "batch": cfg.decode_batch, "src_len": cfg.decode_src_len, "output_len": n,
+                      "precision": "bf16 autocast" if cuda else "fp32", "repeats": cfg.decode_repeats,
+                      "forced_length": "EOS id -1 (never produced), so every row decodes output_len steps"}}
+    for name, ts in times.items():
+        med = median(ts)
+        out[name] = {"ms": med * 1e3, "tokens_per_s": gen / med, "ms_all": [t * 1e3 for t in ts]}
+    out["speedup"] = out["cached"]["tokens_per_s"] / out["recompute"]["tokens_per_s"]
+    out["outputs_match"] = results.get("cached") == results.get("recompute")
+    return out

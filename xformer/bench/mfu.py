@@ -1,0 +1,71 @@
+"""Row 7: model FLOPs utilisation of xformer's training step, on GPU only.
+
+Model FLOPs of one training step, after PaLM (Chowdhery et al. 2022, App. B: ``6N + 12·L·H·Q·T`` per
+token), applied to each stack of the encoder–decoder over the padded batch ``B × S`` (source) and
+``B × T`` (target):
+
+* matmul parameters: ``6 · N_enc`` per source position; ``6 · (N_dec + D·V)`` per target position,
+  where ``N_enc``/``N_dec`` are the non-embedding parameters of each stack (attention, FFN, norms) and
+  ``D·V`` is the output layer (tied to the embedding, but a real matmul; the embedding lookup is not
+  counted);
+* attention scores and weighted sums: ``12 · H · Q`` times ``L_enc · S`` per source position (encoder
+  self-attention), and ``L_dec · (T + S)`` per target position (decoder self- and cross-attention;
+  the causal half is not discounted, as in PaLM).
+
+Peak: the median rate of a square bf16 matmul (``2n³`` FLOPs) on the device. MFU = model FLOPs per
+step / median step time (row 1's xformer figure) / peak. On CPU the row is ``n/a``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .config import BenchConfig
+from .models import build_xformer
+from .timing import interleaved, median
+
+
+def matmul_peak_flops(device: str, n: int, dtype=torch.bfloat16, repeats: int = 10) -> float:
+    """Measured FLOP/s of an ``n × n`` by ``n × n`` matmul in ``dtype``."""
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    times = interleaved({"mm": lambda: torch.mm(a, b)}, warmup=3, repeats=repeats, device=device)["mm"]
+    return 2 * n ** 3 / median(times)
+
+
+def step_flops(cfg: BenchConfig) -> dict:
+    """Model FLOPs of one row-1 training step (see the module docstring)."""
+    s = cfg.size
+    with torch.device("meta"):
+        model = build_xformer(s).model
+    n_enc = sum(p.numel() for p in model.encoder.parameters())
+    n_dec = sum(p.numel() for p in model.decoder.parameters())
+    q = s.d_model // s.n_heads
+    b, src, tgt = cfg.batch, cfg.seq_len, cfg.seq_len
+    per_src = 6 * n_enc + 12 * s.n_layers * s.n_heads * q * src
+    per_tgt = 6 * (n_dec + s.d_model * s.vocab) + 12 * s.n_layers * s.n_heads * q * (tgt + src)
+    return {"flops_per_step": b * src * per_src + b * tgt * per_tgt, "n_encoder": n_enc, "n_decoder": n_dec,
+            "output_layer": s.d_model * s.vocab, "flops_per_src_position": per_src,
+            "flops_per_tgt_position": per_tgt}
+
+
+def run(cfg: BenchConfig, train_step: dict | None) -> dict:
+    if torch.device(cfg.device).type != "cuda":
+        return {"status": "n/a", "note": "MFU is measured on GPU only"}
+    flops = step_flops(cfg)
+    peak = matmul_peak_flops(cfg.device, cfg.mfu_matmul_n)
+    if train_step is None or train_step.get("status") != "ok":
+        from . import training  # measure xformer's step alone
+
+        ts = training.run(cfg)
+        train_step = ts
+    step_s = train_step["contenders"]["xformer"]["step_ms"] / 1e3
+    achieved = flops["flops_per_step"] / step_s
+    out = {"status": "ok", "device": torch.cuda.get_device_name(), **flops,
+           "step_ms": step_s * 1e3, "achieved_tflops": achieved / 1e12, "peak_tflops": peak / 1e12,
+           "peak_method": f"median bf16 {cfg.mfu_matmul_n}x{cfg.mfu_matmul_n} matmul", "mfu": achieved / peak}
+    for name in ("torch", "x_transformers"):
+        c = train_step["contenders"].get(name, {})
+        if c.get("status") == "ok":
+            out[f"mfu_{name}"] = flops["flops_per_step"] / (c["step_ms"] / 1e3) / peak
+    return out

@@ -1,0 +1,260 @@
+"""Row 2 (framework overhead) and the DDP scaling runs: ``run.py`` (Lightning + Hydra) against a bare
+PyTorch loop over the same model, data batches and optimizer.
+
+Method. ``run.py`` runs as a subprocess with ``trainer.max_steps=N``, no validation
+(``trainer.limit_val_batches=0``), no test (``+trainer.limit_test_batches=0``), the CSV logger, and
+one extra callback, :class:`StepTimer`, which records ``time.perf_counter()`` at the end of every
+training batch (after the optimizer step) and the batch's token count. The bare loop is built from
+the *same* composed Hydra config in this process: the data module's own ``train_dataloader()`` (same
+sampler, seed and epoch, hence the same batches in the same order), the model from
+``build_model`` after ``seed_everything(cfg.seed)``, the optimizer and LR schedule from ``cfg.optim``,
+label-smoothed cross-entropy, ``clip_grad_norm_`` with ``trainer.gradient_clip_val``, and bf16
+autocast when ``trainer.precision=bf16-mixed``. It takes the same timestamps.
+
+Both are measured over the steady-state window: the steps after the first ``skip`` (start-up,
+allocator and cache warm-up excluded), i.e. tokens of steps ``skip+1..N`` divided by the time from
+the end of step ``skip`` to the end of step ``N``. That window contains everything a step costs in
+each setting: fetching and collating the batch, forward, backward, clipping, optimizer and
+scheduler, and, for ``run.py``, every Lightning hook, the logging of ``train/loss`` and
+``perf/*`` and the learning-rate monitor. Runs alternate (bare, run.py, bare, ...) and the medians
+are compared. Not in the window: Python/Hydra/Lightning start-up, data set-up, checkpoint writing at
+the end; the ``wall_s`` of each ``run.py`` subprocess is reported beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from lightning.pytorch.callbacks import Callback
+
+from .config import BenchConfig
+from .timing import median
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class StepTimer(Callback):
+    """Lightning callback: end-of-batch timestamps and token counts, written to ``path`` as JSON at
+    the end of training (rank 0; token counts summed over DDP ranks).
+
+    Add it to a run with ``+callbacks.bench_timer._target_=xformer.bench.overhead.StepTimer
+    +callbacks.bench_timer.path=/tmp/steps.json``.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.times: list[float] = []
+        self.tokens: list[int] = []
+        self.t_fit_start: float | None = None
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        _sync(pl_module.device)
+        self.t_fit_start = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        _sync(pl_module.device)
+        self.times.append(time.perf_counter())
+        self.tokens.append(batch_tokens(batch, pl_module.pad_id))
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        tokens = self.tokens
+        world = getattr(trainer, "world_size", 1)
+        if world > 1:
+            t = torch.tensor(tokens, dtype=torch.float64, device=pl_module.device)
+            tokens = [int(x) for x in trainer.strategy.reduce(t, reduce_op="sum").tolist()]
+        if trainer.is_global_zero:
+            Path(self.path).write_text(json.dumps({"times": self.times, "tokens": tokens,
+                                                   "world_size": world, "t_fit_start": self.t_fit_start}))
+
+
+def _sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def batch_tokens(batch: dict, pad: int) -> int:
+    """Non-padding source tokens + non-padding target tokens predicted (``tgt[:, 1:]``), as the
+    training module counts them."""
+    n = int((batch["tgt"][:, 1:] != pad).sum())
+    if "src" in batch:
+        n += int((batch["src"] != pad).sum())
+    return n
+
+
+def steady_state(times: list[float], tokens: list[int], skip: int) -> dict:
+    """Tokens/s over steps ``skip+1..N`` from end-of-step timestamps."""
+    if len(times) <= skip + 1 or skip < 1:
+        skip = max(1, min(skip, len(times) - 2))
+    dt = times[-1] - times[skip - 1]
+    tok = sum(tokens[skip:])
+    return {"tokens_per_s": tok / dt if dt > 0 else float("nan"), "window_steps": len(times) - skip,
+            "window_tokens": tok, "window_s": dt}
+
+
+# -- the two contenders ---------------------------------------------------------------------------
+
+def data_overrides(cfg: BenchConfig, data_root: Path | None) -> tuple[list[str], str]:
+    """Hydra overrides selecting the row's data set; returns ``(overrides, description)``."""
+    name = cfg.overhead_data
+    tpb = f"data.tokens_per_batch={cfg.overhead_tokens_per_batch}"
+    if name == "multi30k" and data_root is not None:
+        return ["data=multi30k", f"data.root={data_root}", tpb], f"multi30k train ({data_root})"
+    if name in ("copy", "reverse", "sort", "addition"):
+        return [f"data={name}", "data.n_train=2000", "data.n_val=50", "data.n_test=50", tpb], f"synthetic {name}"
+    return ["data=numbers", tpb], "numbers (generated; Multi30k files not found)"
+
+
+def model_overrides(cfg: BenchConfig) -> list[str]:
+    s = cfg.size
+    return [f"model.d_model={s.d_model}", f"model.n_heads={s.n_heads}", f"model.d_ff={s.d_ff}",
+            f"model.n_encoder_layers={s.n_layers}", f"model.n_decoder_layers={s.n_layers}",
+            f"model.dropout={s.dropout}"]
+
+
+def common_overrides(cfg: BenchConfig, steps: int) -> list[str]:
+    acc = "gpu" if torch.device(cfg.device).type == "cuda" else "cpu"
+    return [f"trainer.max_steps={steps}", "trainer.limit_val_batches=0", "+trainer.limit_test_batches=0",
+            f"trainer.accelerator={acc}", "logger=csv", f"seed={cfg.seed}", *cfg.run_overrides]
+
+
+def run_py(overrides: list[str], workdir: Path, timeout: float = 1800) -> dict:
+    """Run ``run.py`` with ``overrides`` plus the :class:`StepTimer` callback; return its record.
+
+    Raises:
+        RuntimeError: the run failed (the tail of its stderr is in the message).
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    steps_file = workdir / "steps.json"
+    args = [sys.executable, str(REPO / "run.py"), *overrides, f"hydra.run.dir={workdir / 'job'}",
+            "+callbacks.bench_timer._target_=xformer.bench.overhead.StepTimer",
+            f"+callbacks.bench_timer.path={steps_file}"]
+    # same intra-op thread count as this process (and as the bare loop)
+    env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads()), "WANDB_MODE": "disabled",
+           "HYDRA_FULL_ERROR": "1", "PYTHONPATH":
+           os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    t0 = time.perf_counter()
+    res = subprocess.run(args, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
+    wall = time.perf_counter() - t0
+    if res.returncode != 0 or not steps_file.is_file():
+        raise RuntimeError(f"run.py failed (exit {res.returncode}): {res.stderr[-1500:]}")
+    rec = json.loads(steps_file.read_text())
+    rec["wall_s"] = wall
+    rec["argv"] = overrides
+    return rec
+
+
+def compose(overrides: list[str]):
+    """The config ``run.py`` would see for ``overrides`` (Hydra's compose API)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return hydra_compose(config_name="config", overrides=overrides)
+
+
+def bare_loop(overrides: list[str], device: str) -> dict:
+    """The hand-written loop over what ``run.py`` builds for ``overrides`` (see the module docstring)."""
+    import lightning as L
+    import torch.nn.functional as F
+    from hydra.utils import instantiate
+
+    from xformer.train.validate import build_model
+
+    cfg = compose(overrides)
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    dm = instantiate(cfg.data)
+    dm.prepare_data()
+    dm.setup("fit")
+    model = build_model(cfg, dm.src_vocab_size, dm.tgt_vocab_size, dm.pad_id).to(device).train()
+    opt = instantiate(cfg.optim.optimizer)(model.parameters())
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, instantiate(cfg.optim.scheduler))
+    clip = cfg.trainer.get("gradient_clip_val")
+    bf16 = str(cfg.trainer.get("precision")) in ("bf16-mixed", "bf16")
+    cuda = torch.device(device).type == "cuda"
+    pad, smoothing = dm.pad_id, cfg.loss.label_smoothing
+    loader = dm.train_dataloader()
+    steps = int(cfg.trainer.max_steps)
+    times: list[float] = []
+    tokens: list[int] = []
+    epoch = 0
+    it = iter(loader)
+    while len(times) < steps:
+        try:
+            batch = next(it)
+        except StopIteration:
+            epoch += 1
+            loader.batch_sampler.set_epoch(epoch)
+            it = iter(loader)
+            continue
+        src = batch["src"].to(device, non_blocking=True)
+        tgt = batch["tgt"].to(device, non_blocking=True)
+        with torch.autocast(device_type="cuda" if cuda else "cpu", dtype=torch.bfloat16, enabled=bf16):
+            logits = model(src, tgt[:, :-1])
+        labels = tgt[:, 1:]
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=pad,
+                               label_smoothing=smoothing)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
+        sched.step()
+        _sync(device)
+        times.append(time.perf_counter())
+        tokens.append(batch_tokens(batch, pad))
+    return {"times": times, "tokens": tokens}
+
+
+def data_root_default() -> Path | None:
+    """Multi30k raw files: ``$XFORMER_DATA/multi30k`` or ``../shared/data/multi30k`` beside the repo."""
+    cands = []
+    if os.environ.get("XFORMER_DATA"):
+        cands.append(Path(os.environ["XFORMER_DATA"]) / "multi30k")
+    cands.append(REPO.parent / "shared" / "data" / "multi30k")
+    for c in cands:
+        if (c / "train.de.gz").is_file() or (c / "train.de").is_file():
+            return c.resolve()
+    return None
+
+
+def run(cfg: BenchConfig, data_root: Path | None = None) -> dict:
+    """Measure row 2; returns the ``overhead`` section of ``bench.json``."""
+    if not (REPO / "run.py").is_file():
+        return {"status": "skipped", "note": f"run.py not found beside the package ({REPO})"}
+    data_ov, data_desc = data_overrides(cfg, data_root)
+    overrides = [*data_ov, *model_overrides(cfg), *common_overrides(cfg, cfg.overhead_steps)]
+    runs, bares = [], []
+    with tempfile.TemporaryDirectory(prefix="xformer-bench-") as tmp:
+        for r in range(cfg.overhead_repeats):
+            bare = bare_loop(overrides, cfg.device)
+            bares.append(steady_state(bare["times"], bare["tokens"], cfg.overhead_skip))
+            rec = run_py(overrides, Path(tmp) / f"run{r}")
+            s = steady_state(rec["times"], rec["tokens"], cfg.overhead_skip)
+            s["wall_s"] = rec["wall_s"]
+            s["same_batches"] = rec["tokens"] == bare["tokens"]
+            runs.append(s)
+    run_tps = median([r["tokens_per_s"] for r in runs])
+    bare_tps = median([b["tokens_per_s"] for b in bares])
+    ratio = run_tps / bare_tps
+    return {
+        "status": "ok",
+        "config": {"data": data_desc, "model": cfg.size.as_dict(), "steps": cfg.overhead_steps,
+                   "skip": cfg.overhead_skip, "repeats": cfg.overhead_repeats,
+                   "tokens_per_batch": cfg.overhead_tokens_per_batch, "overrides": overrides,
+                   "method": "tokens of steps skip+1..N / time from end of step skip to end of step N, "
+                             "end-of-step timestamps (StepTimer callback in run.py; same in the bare loop)"},
+        "run_py": {"tokens_per_s": run_tps, "repeats": runs},
+        "bare": {"tokens_per_s": bare_tps, "repeats": bares},
+        "ratio": ratio,
+        "overhead_fraction": 1.0 - ratio,
+        "same_batches": all(r["same_batches"] for r in runs),
+    }

@@ -1,0 +1,84 @@
+"""Opt-in rows: ``compile`` (``torch.compile`` on xformer's training step) and ``ddp`` (``run.py
+trainer=ddp`` throughput over device counts).
+
+``compile``: row 1's xformer model and batch, eager vs ``torch.compile(model)`` (default mode), each
+with its own Adam; ``compile_s`` is the wall time of the first compiled step (tracing and code
+generation), then both are timed interleaved. ``graph_breaks`` counts Dynamo's graph breaks on one
+forward (``torch._dynamo.explain``).
+
+``ddp``: for each ``N`` in ``--ddp-devices``, ``python run.py trainer=ddp trainer.devices=N`` with the
+overhead row's data and model, ``trainer.max_steps=ddp_steps``, no validation/test, and the
+:class:`~xformer.bench.overhead.StepTimer` callback; tokens are summed over the ranks per step, and
+throughput is taken over steps ``ddp_skip+1..ddp_steps``. The per-device batch
+(``data.tokens_per_batch``) is fixed, so the global batch grows with ``N`` (weak scaling);
+``efficiency = tokens/s(N) / (N · tokens/s(1))``.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from . import overhead
+from .config import BenchConfig
+from .models import build_xformer
+from .timing import interleaved, median, time_once
+from .training import make_batch, make_optimizer, make_step
+
+
+def run_compile(cfg: BenchConfig) -> dict:
+    dev = cfg.device
+    batch = make_batch(cfg.batch, cfg.seq_len, cfg.size.vocab, cfg.min_len_frac, cfg.seed, dev)
+    torch.manual_seed(cfg.seed)
+    eager = build_xformer(cfg.size).to(dev).train()
+    torch.manual_seed(cfg.seed)
+    base = build_xformer(cfg.size).to(dev).train()
+    compiled = torch.compile(base)
+    steps = {"eager": make_step(eager, make_optimizer(eager.parameters(), dev)[0], batch, dev),
+             "compiled": make_step(compiled, make_optimizer(base.parameters(), dev)[0], batch, dev)}
+    breaks = None
+    try:
+        import torch._dynamo as dynamo
+
+        explained = dynamo.explain(base)(batch["src"], batch["tgt_in"], batch["src_pad"], batch["tgt_pad"])
+        breaks = int(explained.graph_break_count)
+        reasons = sorted({str(b.reason).splitlines()[0][:160] for b in explained.break_reasons})
+        dynamo.reset()
+    except Exception as err:  # explain is best effort
+        reasons = [f"explain failed: {type(err).__name__}: {err}"[:200]]
+    t0 = time.perf_counter()
+    compile_s = time_once(steps["compiled"], dev)
+    times = interleaved(steps, cfg.warmup, cfg.repeats, dev)
+    out = {"status": "ok", "compile_s": compile_s, "graph_breaks": breaks, "graph_break_reasons": reasons,
+           "setup_s": time.perf_counter() - t0}
+    for name, ts in times.items():
+        med = median(ts)
+        out[name] = {"step_ms": med * 1e3, "tokens_per_s": batch["n_tokens"] / med}
+    out["speedup"] = out["compiled"]["tokens_per_s"] / out["eager"]["tokens_per_s"]
+    return out
+
+
+def run_ddp(cfg: BenchConfig, data_root: Path | None) -> dict:
+    if not cfg.ddp_devices:
+        return {"status": "skipped", "note": "no device counts given (--ddp-devices 1,2,4)"}
+    data_ov, data_desc = overhead.data_overrides(cfg, data_root)
+    base = [*data_ov, *overhead.model_overrides(cfg), *overhead.common_overrides(cfg, cfg.ddp_steps)]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="xformer-ddp-") as tmp:
+        for n in cfg.ddp_devices:
+            ov = ["trainer=ddp", f"trainer.devices={n}", *base]
+            rec = overhead.run_py(ov, Path(tmp) / f"ddp{n}")
+            s = overhead.steady_state(rec["times"], rec["tokens"], cfg.ddp_skip)
+            rows.append({"devices": n, "world_size": rec.get("world_size"), "wall_s": rec["wall_s"], **s})
+    one = next((r["tokens_per_s"] for r in rows if r["devices"] == 1), None)
+    for r in rows:
+        r["speedup"] = r["tokens_per_s"] / one if one else None
+        r["efficiency"] = r["tokens_per_s"] / (r["devices"] * one) if one else None
+    return {"status": "ok",
+            "config": {"data": data_desc, "model": cfg.size.as_dict(), "steps": cfg.ddp_steps, "skip": cfg.ddp_skip,
+                       "tokens_per_batch_per_device": cfg.overhead_tokens_per_batch, "overrides": base,
+                       "scaling": "weak (fixed per-device batch)"},
+            "runs": rows}

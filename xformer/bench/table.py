@@ -1,0 +1,198 @@
+"""Rich tables of a ``bench.json`` result: one summary row per benchmark row, then the C7/C8 details.
+
+``python -m xformer.bench.table bench.json`` re-prints the tables of a saved result.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _f(x, fmt: str = "{:,.0f}", none: str = "—") -> str:
+    if x is None:
+        return none
+    try:
+        return fmt.format(x)
+    except (TypeError, ValueError):
+        return str(x)
+
+
+def _met(m) -> str:
+    return {True: "[green]yes[/]", False: "[red]no[/]", None: "—"}[m]
+
+
+def summary_rows(result: dict) -> list[list[str]]:
+    """``[row, measure, xformer, baseline, ratio, target, met]`` strings for each section present."""
+    s = result.get("sections", {})
+    tg = {(t["section"], t["metric"]): t for t in result.get("targets", [])}
+    rows: list[list[str]] = []
+
+    def skipped(num: str, name: str, sec: dict) -> None:
+        rows.append([num, name, sec.get("status", "?"), (sec.get("note") or sec.get("error") or "")[:60], "—", "—", "—"])
+
+    if "train_step" in s:
+        sec = s["train_step"]
+        if sec["status"] != "ok":
+            skipped("1", "training step", sec)
+        else:
+            c = sec["contenders"]
+            ours = _f(c["xformer"]["tokens_per_s"]) + " tok/s"
+            for name, label, key in (("torch", "torch.nn.Transformer", "ratio_vs_torch"),
+                                     ("x_transformers", "x-transformers", "ratio_vs_x_transformers")):
+                cc = c.get(name, {})
+                t = tg.get(("train_step", key), {})
+                if cc.get("status") == "ok":
+                    rows.append(["1", f"train step vs {label}", ours, f"{_f(cc['tokens_per_s'])} tok/s",
+                                 _f(sec[key], "{:.2f}×"), t.get("target", ""), _met(t.get("met"))])
+                else:
+                    rows.append(["1", f"train step vs {label}", ours, cc.get("note", "skipped"), "—", "—", "—"])
+    if "overhead" in s:
+        sec = s["overhead"]
+        if sec["status"] != "ok":
+            skipped("2", "framework overhead", sec)
+        else:
+            t = tg.get(("overhead", "overhead_fraction"), {})
+            rows.append(["2", "run.py vs bare loop", f"{_f(sec['run_py']['tokens_per_s'])} tok/s",
+                         f"{_f(sec['bare']['tokens_per_s'])} tok/s",
+                         f"{sec['ratio']:.3f}× (overhead {100 * sec['overhead_fraction']:.1f}%)",
+                         "overhead " + t.get("target", ""), _met(t.get("met"))])
+    if "padding" in s:
+        sec = s["padding"]
+        if sec["status"] != "ok":
+            skipped("3", "padding waste", sec)
+        else:
+            t = tg.get(("padding", "pad_fraction"), {})
+            rows.append(["3", "pad tokens, Multi30k epoch", f"{100 * sec['token_budget']['pad_fraction']:.1f}% (token budget)",
+                         f"{100 * sec['fixed_random']['pad_fraction']:.1f}% (random, {sec['config']['fixed_batch_size']}/batch)",
+                         _f(sec.get("waste_ratio"), "{:.1f}× less"), t.get("target", ""), _met(t.get("met"))])
+    if "decoding" in s:
+        sec = s["decoding"]
+        if sec["status"] != "ok":
+            skipped("4", "decoding", sec)
+        else:
+            t = tg.get(("decoding", "speedup"), {})
+            n = sec["config"]["output_len"]
+            rows.append(["4", f"greedy decode, length {n}", f"{_f(sec['cached']['tokens_per_s'])} tok/s (cache)",
+                         f"{_f(sec['recompute']['tokens_per_s'])} tok/s (recompute)", _f(sec["speedup"], "{:.1f}×"),
+                         t.get("target", ""), _met(t.get("met"))])
+    if "attention" in s:
+        sec = s["attention"]
+        if sec["status"] != "ok":
+            skipped("5", "attention cost (C7)", sec)
+        else:
+            e, f = sec["explicit"], sec["sdpa"]
+            rows.append(["5", "C7 exponent of time / memory in n", f"fused SDPA: {_f(f['time_exponent'], '{:.2f}')} / {_f(f['memory_exponent'], '{:.2f}')}",
+                         f"explicit: {_f(e['time_exponent'], '{:.2f}')} / {_f(e['memory_exponent'], '{:.2f}')}",
+                         "—", "claim: 2 / 2", "—"])
+    if "recurrence" in s:
+        sec = s["recurrence"]
+        if sec["status"] != "ok":
+            skipped("6", "attention vs LSTM (C8)", sec)
+        else:
+            cross = sec["crossover_n"]
+            rows.append(["6", f"C8 crossover n (attention slower than LSTM), d={sec['config']['d']}",
+                         _f(cross, "n ≈ {:,.0f}", "none in range"),
+                         f"claim: n = d = {sec['claim_crossover_n']}", _f(cross / sec["claim_crossover_n"] if cross else None, "{:.1f}× d"),
+                         "—", "—"])
+    if "mfu" in s:
+        sec = s["mfu"]
+        if sec["status"] != "ok":
+            rows.append(["7", "MFU", sec.get("status", "n/a"), sec.get("note", sec.get("error", ""))[:60], "—", "—", "—"])
+        else:
+            rows.append(["7", "MFU (6N + 12·L·H·Q·T)", f"{100 * sec['mfu']:.1f}% of {sec['peak_tflops']:.0f} TFLOP/s",
+                         f"torch {_f(sec.get('mfu_torch'), '{:.1%}')}, x-t {_f(sec.get('mfu_x_transformers'), '{:.1%}')}",
+                         f"{sec['achieved_tflops']:.1f} TFLOP/s", "—", "—"])
+    if "compile" in s:
+        sec = s["compile"]
+        if sec["status"] != "ok":
+            skipped("+", "torch.compile", sec)
+        else:
+            rows.append(["+", "torch.compile train step", f"{_f(sec['compiled']['tokens_per_s'])} tok/s",
+                         f"{_f(sec['eager']['tokens_per_s'])} tok/s eager", _f(sec["speedup"], "{:.2f}×"),
+                         f"compile {sec['compile_s']:.0f} s, {sec['graph_breaks']} breaks", "—"])
+    if "ddp" in s:
+        sec = s["ddp"]
+        if sec["status"] != "ok":
+            skipped("+", "DDP scaling", sec)
+        else:
+            for r in sec["runs"]:
+                rows.append(["+", f"DDP {r['devices']} device(s)", f"{_f(r['tokens_per_s'])} tok/s",
+                             "", _f(r.get("speedup"), "{:.2f}×"), _f(r.get("efficiency"), "eff {:.0%}"), "—"])
+    return rows
+
+
+def render(result: dict, console: Console | None = None) -> None:
+    console = console or Console()
+    m = result.get("meta", {})
+    title = (f"xformer bench — {m.get('device_name', '')} ({m.get('device')}), preset {m.get('preset')}, "
+             f"torch {m.get('torch')}, load {m.get('loadavg_start')} → {m.get('loadavg_end')}")
+    t = Table(title=title, show_lines=False)
+    for col in ("#", "row", "xformer", "baseline", "ratio", "target", "met"):
+        t.add_column(col, overflow="fold")
+    for r in summary_rows(result):
+        t.add_row(*r)
+    console.print(t)
+    s = result.get("sections", {})
+    a = s.get("attention")
+    if a and a.get("status") == "ok":
+        c = Table(title=f"C7: one attention layer (d={a['config']['d_model']}, {a['config']['heads']} heads, "
+                        f"{a['config']['precision']}, {a['config']['pass']})")
+        for col in ("n", "explicit ms", "explicit MiB", "SDPA ms", "SDPA MiB", "H·n² scores MiB", "fp16 n×n MB"):
+            c.add_column(col, justify="right")
+        for i, n in enumerate(a["n"]):
+            c.add_row(str(n), _f(a["explicit"]["time_ms"][i], "{:.2f}"), _f(a["explicit"]["peak_mb"][i], "{:.1f}"),
+                      _f(a["sdpa"]["time_ms"][i], "{:.2f}"), _f(a["sdpa"]["peak_mb"][i], "{:.1f}"),
+                      _f(a["score_matrices_mb"][i], "{:.1f}"), _f(a["fp16_nxn_mb_at_n"][i], "{:.1f}"))
+        for p in ("explicit", "sdpa"):
+            r = a[p]
+            c.add_row(f"fit {p}", _f(r["time_exponent"], "n^{:.2f}") if p == "explicit" else "",
+                      _f(r["memory_exponent"], "n^{:.2f}") if p == "explicit" else "",
+                      _f(r["time_exponent"], "n^{:.2f}") if p == "sdpa" else "",
+                      _f(r["memory_exponent"], "n^{:.2f}") if p == "sdpa" else "", "", "")
+        console.print(c)
+        k = Table(title="C7 claim: fp16 n×n score matrix (one head, one sequence)")
+        for col in ("n", "claimed", "computed n²·2 B"):
+            k.add_column(col, justify="right")
+        for row in a["claim_table"]:
+            k.add_row(f"{row['n']:,}", row["claimed"], _human(row["fp16_nxn_bytes"]))
+        console.print(k)
+        for note in a.get("notes", []):
+            console.print(f"[yellow]C7 note:[/] {note}")
+    r = s.get("recurrence")
+    if r and r.get("status") == "ok":
+        c = Table(title=f"C8: self-attention vs LSTM, d={r['config']['d']}, batch {r['config']['batch']} "
+                        f"(claim: attention cheaper while n < d = {r['claim_crossover_n']}; "
+                        f"equal multiply-adds at n = {r['macs_crossover_n']})")
+        for col in ("n", "attention ms", "LSTM ms", "attention / LSTM"):
+            c.add_column(col, justify="right")
+        for i, n in enumerate(r["n"]):
+            c.add_row(str(n), _f(r["attention_ms"][i], "{:.2f}"), _f(r["lstm_ms"][i], "{:.2f}"),
+                      _f(r["attention_over_lstm"][i], "{:.3f}"))
+        console.print(c)
+        console.print(f"C8 measured crossover: {_f(r['crossover_n'], 'n ≈ {:,.0f}', 'none in the measured range')}")
+    for name, sec in s.items():
+        if sec.get("status") == "error":
+            console.print(f"[red]{name} failed:[/] {sec.get('error')}")
+        for note in sec.get("notes", []) if name != "attention" else []:
+            console.print(f"[yellow]{name} note:[/] {note}")
+
+
+def _human(b: float) -> str:
+    for unit, div in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if b >= div:
+            return f"{b / div:,.1f} {unit}"
+    return f"{b:.0f} B"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    render(json.loads(open(argv[0] if argv else "bench.json").read()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

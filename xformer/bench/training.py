@@ -1,0 +1,118 @@
+"""Row 1: one training step (forward + backward + optimizer) of xformer vs ``torch.nn.Transformer`` vs
+x-transformers, same sizes, same batch, same loss, same optimizer, timed interleaved in one process.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from . import models
+from .config import BenchConfig
+from .timing import interleaved, median
+
+
+def make_batch(batch: int, seq_len: int, vocab: int, min_len_frac: float, seed: int,
+               device: str = "cpu") -> dict[str, Tensor]:
+    """A padded translation-like batch: ``batch`` sentence pairs, each side of a length uniform in
+    ``[ceil(min_len_frac·seq_len), seq_len]`` (one pair at exactly ``seq_len``), right-padded with 0.
+
+    Returns ``src`` ``(B, L)``, ``tgt_in``/``tgt_out`` ``(B, L)`` (target shifted by one, BOS = 1 first),
+    ``src_pad``/``tgt_pad`` (``True`` at padding) and ``n_tokens`` (non-padding source + target-output
+    tokens, as the training module counts them).
+    """
+    g = torch.Generator().manual_seed(seed)
+    lo = max(1, math.ceil(min_len_frac * seq_len))
+
+    def lengths() -> Tensor:
+        ls = torch.randint(lo, seq_len + 1, (batch,), generator=g)
+        ls[0] = seq_len
+        return ls
+
+    pos = torch.arange(seq_len)
+    src_pad = pos[None] >= lengths()[:, None]
+    tgt_len = lengths()
+    src = torch.randint(4, vocab, (batch, seq_len), generator=g).masked_fill(src_pad, 0)
+    tgt = torch.randint(4, vocab, (batch, seq_len + 1), generator=g)
+    tgt[:, 0] = 1
+    tgt = tgt.masked_fill(torch.arange(seq_len + 1)[None] > tgt_len[:, None], 0)
+    tgt_in, tgt_out = tgt[:, :-1].contiguous(), tgt[:, 1:].contiguous()
+    out = {"src": src, "tgt_in": tgt_in, "tgt_out": tgt_out, "src_pad": src_pad, "tgt_pad": tgt_in == 0}
+    out = {k: v.to(device) for k, v in out.items()}
+    out["n_tokens"] = int((~src_pad).sum()) + int((tgt_out != 0).sum())
+    out["pad_fraction"] = 1.0 - out["n_tokens"] / (src.numel() + tgt_out.numel())
+    return out
+
+
+def make_optimizer(params, device: str) -> tuple[torch.optim.Optimizer, str]:
+    """Adam (β 0.9/0.98, ε 1e-9, as ``conf/optim/adam.yaml``), fused where this build supports it."""
+    params = list(params)
+    try:
+        return torch.optim.Adam(params, lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True), "Adam(fused=True)"
+    except (RuntimeError, TypeError, ValueError):
+        return torch.optim.Adam(params, lr=1e-4, betas=(0.9, 0.98), eps=1e-9, foreach=True), "Adam(foreach=True)"
+
+
+def make_step(model: torch.nn.Module, opt: torch.optim.Optimizer, batch: dict, device: str,
+              label_smoothing: float = 0.1):
+    """A closure running one optimizer step of ``model`` on ``batch`` (bf16 autocast on CUDA)."""
+    cuda = torch.device(device).type == "cuda"
+
+    def step() -> float:
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
+            logits = model(batch["src"], batch["tgt_in"], batch["src_pad"], batch["tgt_pad"])
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), batch["tgt_out"].flatten(), ignore_index=0,
+                               label_smoothing=label_smoothing)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+def run(cfg: BenchConfig) -> dict:
+    """Measure row 1; returns the ``train_step`` section of ``bench.json``."""
+    dev = cfg.device
+    size = cfg.size
+    batch = make_batch(cfg.batch, cfg.seq_len, size.vocab, cfg.min_len_frac, cfg.seed, dev)
+    notes: list[str] = []
+    contenders: dict[str, dict] = {}
+    steps = {}
+    opt_name = ""
+    for name, build in models.CONTENDERS.items():
+        if name == "x_transformers" and not models.x_transformers_available():
+            contenders[name] = {"status": "skipped",
+                                "note": "x-transformers not installed (pip install -e '.[bench]')"}
+            notes.append("x-transformers column skipped: package not installed")
+            continue
+        torch.manual_seed(cfg.seed)
+        model = build(size).to(dev).train()
+        opt, opt_name = make_optimizer(model.parameters(), dev)
+        steps[name] = make_step(model, opt, batch, dev)
+        contenders[name] = {"status": "ok", "params": sum(p.numel() for p in model.parameters())}
+    times = interleaved(steps, cfg.warmup, cfg.repeats, dev)
+    for name, ts in times.items():
+        med = median(ts)
+        contenders[name].update(step_ms=med * 1e3, tokens_per_s=batch["n_tokens"] / med,
+                                step_ms_all=[t * 1e3 for t in ts])
+    ours = contenders["xformer"]["tokens_per_s"]
+    ratios = {}
+    for name in ("torch", "x_transformers"):
+        c = contenders.get(name, {})
+        ratios[name] = ours / c["tokens_per_s"] if c.get("status") == "ok" else None
+    return {
+        "status": "ok",
+        "config": {**size.as_dict(), "batch": cfg.batch, "seq_len": cfg.seq_len,
+                   "tokens_per_step": batch["n_tokens"], "pad_fraction": round(batch["pad_fraction"], 4),
+                   "precision": "bf16 autocast" if torch.device(dev).type == "cuda" else "fp32",
+                   "optimizer": opt_name, "loss": "cross-entropy, label smoothing 0.1, padding ignored",
+                   "warmup": cfg.warmup, "repeats": cfg.repeats},
+        "contenders": contenders,
+        "ratio_vs_torch": ratios["torch"],
+        "ratio_vs_x_transformers": ratios["x_transformers"],
+        "notes": notes,
+    }

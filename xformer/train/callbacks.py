@@ -1,0 +1,176 @@
+"""Lightning callbacks that keep long runs safe (all on in ``conf/callbacks/default.yaml``).
+
+* :class:`NonFiniteLossGuard` -- stops at the first NaN/Inf training loss with one line naming the
+  step, *before* any checkpoint of that step is written, so ``last.ckpt`` stays the last good state.
+  The run then fails: ``metrics.json`` says ``"status": "failed"`` with the message, the W&B run is
+  finished with a non-zero exit code, ``run.py`` exits 1; in a ``-m`` sweep the other jobs go on.
+* :class:`StopCheckpoint` -- writes ``last.ckpt`` where training stops between the periodic saves:
+  on SIGTERM (SLURM preemption, ``scancel``, ``kill``) Lightning stops at the next batch boundary
+  and this saves there, so ``ckpt_path=last hydra.run.dir=<job dir>`` continues exactly where the
+  run stopped; and at the end of training, so ``last.ckpt`` holds the final weights.
+* :class:`StepSeed` -- reseeds the RNGs at every training batch from ``(seed, epoch, batch, rank)``:
+  dropout masks are a function of the position in training, so a resumed run draws exactly the
+  masks the uninterrupted run would have drawn (nothing else consumed before the first resumed
+  batch -- model construction, loader start-up -- can shift them).
+* :class:`AtomicCheckpoints` -- installs :class:`~xformer.train.checkpoint_io.AtomicCheckpointIO`, so
+  checkpoints are written to a temporary file and renamed into place.
+
+The data side of exact resumption is :class:`xformer.data.batching.ResumableDataLoader` (the
+position inside the epoch is stored in every checkpoint); optimizer, LR-scheduler, step counters and
+``tokens_seen`` are restored by Lightning and the module.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from .checkpoint_io import AtomicCheckpointIO
+
+log = logging.getLogger("xformer")
+
+
+class NonFiniteLossError(RuntimeError):
+    """The training loss became NaN or Inf; the message names the step and the checkpoint kept."""
+
+
+def _loss_of(outputs: Any) -> torch.Tensor | None:
+    if isinstance(outputs, torch.Tensor):
+        return outputs
+    if isinstance(outputs, dict):
+        loss = outputs.get("loss")
+        return loss if isinstance(loss, torch.Tensor) else None
+    return None
+
+
+class NonFiniteLossGuard(L.Callback):
+    """Raise :class:`NonFiniteLossError` at the first non-finite training loss.
+
+    Runs in ``on_train_batch_end``, which Lightning calls before the ``ModelCheckpoint`` callbacks
+    (checkpoint callbacks always run last), so the poisoned state is never saved. In DDP the ranks
+    agree (any rank non-finite → all stop) so none is left waiting in a collective.
+
+    Args:
+        check_every_n_steps: check every N batches (each check reads the loss back from the
+            accelerator, a device sync; the progress bar does the same for its display).
+    """
+
+    def __init__(self, check_every_n_steps: int = 1) -> None:
+        if check_every_n_steps < 1:
+            raise ValueError(f"check_every_n_steps must be >= 1, got {check_every_n_steps}")
+        self.check_every_n_steps = int(check_every_n_steps)
+        self._last_saved_step: int | None = None
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        self._last_saved_step = trainer.global_step
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        if batch_idx % self.check_every_n_steps:
+            return
+        loss = _loss_of(outputs)
+        if loss is None:
+            return
+        bad = not bool(torch.isfinite(loss.detach()).all())
+        if trainer.world_size > 1:
+            bad = trainer.strategy.reduce_boolean_decision(bad, all=False)
+        if not bad:
+            return
+        value = float(loss.detach().float().mean()) if loss.numel() else math.nan
+        raise NonFiniteLossError(
+            f"train/loss is {value} at step {trainer.global_step} (epoch {trainer.current_epoch}, batch "
+            f"{batch_idx}); training stopped. {self._kept(trainer)} Fix: lower optim.lr, raise "
+            f"optim.warmup_steps, keep trainer.gradient_clip_val > 0, or use trainer.precision=32-true")
+
+    def _kept(self, trainer: L.Trainer) -> str:
+        lasts = [cb.last_model_path for cb in trainer.checkpoint_callbacks
+                 if getattr(cb, "last_model_path", "") and os.path.isfile(cb.last_model_path)]
+        if not lasts:
+            return "No checkpoint had been written yet."
+        step = f" (step {self._last_saved_step})" if self._last_saved_step is not None else ""
+        return f"The last good checkpoint {lasts[0]}{step} was kept; the failed step was not saved."
+
+
+class StopCheckpoint(L.Callback):
+    """Save ``<dirpath>/last.ckpt`` when training stops: on SIGTERM, and when ``fit`` ends.
+
+    Lightning's own SIGTERM handler only sets a flag; the training loop then raises
+    ``SIGTERMException`` after the current batch (and its validation, if due). This callback's
+    ``on_exception`` writes the checkpoint at that consistent point, then the exception ends the run
+    (``metrics.json`` status ``"preempted"``, exit status 143). Other exceptions (a NaN loss, a
+    crash) save nothing: the last periodic ``last.ckpt`` stays the resume point.
+
+    Args:
+        dirpath: folder of ``last.ckpt`` (default: the first checkpoint callback's folder).
+        filename: checkpoint file name.
+        save_on_train_end: also save when ``fit`` ends normally (the periodic saves may have
+            stopped up to ``every_n_train_steps - 1`` steps earlier).
+    """
+
+    def __init__(self, dirpath: str | None = None, filename: str = "last.ckpt", save_on_train_end: bool = True) -> None:
+        self.dirpath = dirpath
+        self.filename = filename
+        self.save_on_train_end = save_on_train_end
+        self.saved_path: str | None = None
+
+    def _path(self, trainer: L.Trainer) -> Path | None:
+        dirpath = self.dirpath or (trainer.checkpoint_callback.dirpath if trainer.checkpoint_callback else None)
+        return Path(dirpath) / self.filename if dirpath else None
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        path = self._path(trainer)
+        if self.save_on_train_end and path is not None and trainer.global_step > 0:
+            trainer.save_checkpoint(path)
+            self.saved_path = str(path)
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        if not isinstance(exception, SIGTERMException):
+            return
+        path = self._path(trainer)
+        if path is None:
+            log.warning("SIGTERM at step %d: no checkpoint folder configured, nothing saved", trainer.global_step)
+            return
+        trainer.save_checkpoint(path)
+        self.saved_path = str(path)
+        if trainer.is_global_zero:
+            log.warning("SIGTERM: saved %s at step %d; continue with ckpt_path=last hydra.run.dir=%s",
+                        path, trainer.global_step, path.parent.parent)
+
+
+class StepSeed(L.Callback):
+    """Reseed ``torch``, ``numpy`` and ``random`` at every training batch from
+    ``(seed, epoch, batch index, global rank)`` (see module docstring).
+
+    Args:
+        seed: the run's seed (``${seed}``).
+    """
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = int(seed)
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        state = np.random.SeedSequence([self.seed, trainer.current_epoch, batch_idx, trainer.global_rank])
+        s = int(state.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
+        torch.manual_seed(s)
+        np.random.seed(s % 2**32)
+        random.seed(s)
+
+
+class AtomicCheckpoints(L.Callback):
+    """Install :class:`~xformer.train.checkpoint_io.AtomicCheckpointIO` on the trainer's strategy (at
+    ``setup``, before anything is saved) unless a non-default ``CheckpointIO`` plugin is configured."""
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
+            trainer.strategy.checkpoint_io = AtomicCheckpointIO()

@@ -1,0 +1,191 @@
+"""Sweep-level behaviour of ``run.py -m``: a summary of every job, failures that do not stop the
+sweep, and dry runs.
+
+* :class:`SweepSummary` (a Hydra callback, registered in ``conf/hydra/default.yaml``) records each
+  job when it ends -- job number, overrides, status, objective, output folder, W&B run, error -- in
+  ``<sweep dir>/.xformer/jobs/<num>.json``, and at the end of the sweep writes
+  ``<sweep dir>/sweep_summary.json`` and prints it as a table. A job that raised is logged with its
+  traceback and handed back to the sweeper as a finished job without a value (``None``), so the
+  remaining jobs and batches run and Optuna records a failed trial; after the summary is printed the
+  sweep exits with status 1 if any job failed.
+* :func:`dry_run` (``sweep.dry_run=true``) validates one job's configuration and prints its overrides
+  instead of training; with ``-m`` it covers every job of the sweep.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from hydra.core.utils import JobStatus
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger("xformer")
+
+JOBS_DIR = ".xformer/jobs"
+SUMMARY_FILE = "sweep_summary.json"
+
+
+def _hydra_info() -> dict:
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return {"num": None, "overrides": [], "output_dir": None, "multirun": False}
+    hc = HydraConfig.get()
+    multirun = str(hc.mode) == "RunMode.MULTIRUN"
+    return {"num": hc.job.num if multirun else None, "overrides": list(hc.overrides.task),
+            "output_dir": hc.runtime.output_dir, "multirun": multirun}
+
+
+def dry_run(cfg: DictConfig) -> None:
+    """Validate ``cfg`` without reading data or training, and print the job's overrides.
+
+    Runs :func:`xformer.train.validate.check_config` (model built on the meta device, optimiser, loss,
+    decoding, objective, checkpoint) and resolves the whole config.
+
+    Raises:
+        ConfigError: as ``check_config``; under ``-m`` the job is listed as failed in the summary.
+    """
+    from xformer.train.validate import check_config
+
+    OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
+    check_config(cfg)
+    info = _hydra_info()
+    label = f"job {info['num']}" if info["multirun"] else "run"
+    print(f"[dry run] {label}: {' '.join(info['overrides']) or '(defaults)'} -> config ok", flush=True)
+    return None
+
+
+def _float_or_none(value: Any) -> float | None:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(value) else value
+
+
+def job_record(config: DictConfig, job_return: Any) -> dict:
+    """The summary entry of one finished job (see :class:`SweepSummary`)."""
+    hc = config.hydra
+    out_dir = Path(str(hc.runtime.output_dir))
+    metric = OmegaConf.select(config, "objective.metric")
+    rec: dict[str, Any] = {
+        "num": int(hc.job.num), "overrides": list(job_return.overrides or []), "status": "finished",
+        "objective": {"metric": metric, "value": None}, "output_dir": str(out_dir), "error": None,
+    }
+    if job_return.status == JobStatus.FAILED:
+        err = job_return._return_value
+        rec["status"] = "failed"
+        rec["error"] = f"{type(err).__name__}: {err}".splitlines()[0][:500]
+    else:
+        rec["objective"]["value"] = _float_or_none(job_return._return_value)
+        if OmegaConf.select(config, "sweep.dry_run"):
+            rec["status"] = "validated"
+    metrics_file = out_dir / "metrics.json"
+    if metrics_file.is_file():
+        try:
+            metrics = json.loads(metrics_file.read_text())
+        except (OSError, ValueError):
+            metrics = {}
+        if metrics.get("status") in ("failed", "preempted"):
+            rec["status"] = metrics["status"]
+            rec["error"] = rec["error"] or metrics.get("error")
+        wandb = (metrics.get("job") or {}).get("wandb")
+        if wandb:
+            rec["wandb"] = {k: wandb.get(k) for k in ("id", "name", "group")}
+        value = (metrics.get("objective") or {}).get("value")
+        if rec["objective"]["value"] is None and value is not None:
+            rec["objective"]["value"] = value if _float_or_none(value) is not None else str(value)
+    return rec
+
+
+class SweepSummary(Callback):
+    """Hydra callback writing ``<sweep dir>/sweep_summary.json`` (see module docstring).
+
+    Args:
+        exit_on_failure: exit the sweep with status 1 after the summary when a job failed.
+    """
+
+    def __init__(self, exit_on_failure: bool = True) -> None:
+        self.exit_on_failure = exit_on_failure
+
+    @staticmethod
+    def _jobs_dir(config: DictConfig) -> Path:
+        return Path(str(config.hydra.sweep.dir)) / JOBS_DIR
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        storage = OmegaConf.select(config, "hydra.sweeper.storage", default=None)
+        if isinstance(storage, str) and storage.startswith("sqlite:///"):  # SQLite does not create folders
+            Path(storage[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        jobs = self._jobs_dir(config)
+        if jobs.is_dir():  # a previous invocation into the same sweep dir (e.g. Optuna resumed there)
+            for f in jobs.glob("*.json"):
+                f.unlink()
+
+    def on_job_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
+        if job_return is None or str(config.hydra.mode) != "RunMode.MULTIRUN":
+            return
+        from xformer.train.distributed import env_rank
+
+        if env_rank() != 0:  # submitit/srun with several tasks per job: rank 0 reports
+            return
+        rec = job_record(config, job_return)
+        jobs = self._jobs_dir(config)
+        jobs.mkdir(parents=True, exist_ok=True)
+        tmp = jobs / f".{rec['num']}.json.{os.getpid()}"
+        tmp.write_text(json.dumps(rec, indent=2, default=str))
+        tmp.replace(jobs / f"{rec['num']}.json")
+        if job_return.status == JobStatus.FAILED:
+            err = job_return._return_value
+            log.error("job %s (%s) failed; the sweep goes on", rec["num"], " ".join(rec["overrides"]),
+                      exc_info=(type(err), err, err.__traceback__))
+            # hand the sweeper a finished job without a value: basic/joblib/submitit sweeps run the
+            # remaining batches and reach on_multirun_end; Optuna records the trial as failed
+            job_return.status = JobStatus.COMPLETED
+            job_return.return_value = None
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        jobs = []
+        for f in sorted(self._jobs_dir(config).glob("*.json"), key=lambda p: int(p.stem)):
+            try:
+                jobs.append(json.loads(f.read_text()))
+            except (OSError, ValueError):
+                continue
+        failed = [j for j in jobs if j["status"] == "failed"]
+        summary: dict[str, Any] = {
+            "sweep_dir": str(sweep_dir), "n_jobs": len(jobs), "n_failed": len(failed),
+            "objective": {"metric": OmegaConf.select(config, "objective.metric"),
+                          "mode": OmegaConf.select(config, "objective.mode")},
+            "jobs": jobs,
+        }
+        sweeper = OmegaConf.select(config, "hydra.sweeper")
+        if sweeper is not None and "storage" in sweeper:
+            summary["optuna"] = {"study_name": sweeper.get("study_name"), "storage": sweeper.get("storage")}
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        (sweep_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=str))
+        print(format_summary(summary), flush=True)
+        if failed and self.exit_on_failure:
+            sys.stdout.flush()
+            sys.exit(1)
+
+
+def format_summary(summary: dict) -> str:
+    """The summary as a text table (one line per job)."""
+    metric = summary["objective"]["metric"]
+    head = (f"sweep summary: {summary['n_jobs']} jobs, {summary['n_failed']} failed -> "
+            f"{Path(summary['sweep_dir']) / SUMMARY_FILE}")
+    common = set.intersection(*(set(j["overrides"]) for j in summary["jobs"])) if len(summary["jobs"]) > 1 else set()
+    lines = [head, f"  {'#':>3}  {'status':<9}  {metric:>12}  overrides" + (" (beyond the shared ones)" if common else "")]
+    for j in summary["jobs"]:
+        value = j["objective"]["value"]
+        shown = f"{value:.4g}" if isinstance(value, (int, float)) else "-"
+        extra = f"  [{j['error']}]" if j.get("error") else ""
+        lines.append(f"  {j['num']:>3}  {j['status']:<9}  {shown:>12}  {' '.join(o for o in j['overrides'] if o not in common)}{extra}")
+    return "\n".join(lines)

@@ -1,0 +1,131 @@
+"""``run.py ... -m`` checks every job's configuration before the first job starts.
+
+:class:`ValidateSweep` is a Hydra callback (registered in ``conf/hydra/default.yaml``). In
+``on_multirun_start`` -- after Hydra composed the sweep's base config, before the sweeper launches
+anything -- it expands the sweep into its jobs (:func:`sweep_jobs`), composes each job's config
+the way the launchers do (``ConfigLoader.load_sweep_config``) and runs
+:func:`xformer.train.validate.check_config` on it. If any job is invalid, it prints one line per
+invalid job (``error: sweep job 3 (model.n_heads=3 optim.lr=0.1): model.n_heads=3: ...``) and exits
+with status 2: nothing has been trained and no job folder exists. ``HYDRA_FULL_ERROR=1`` raises the
+first error with its stack trace instead.
+
+Expansion follows Hydra's ``BasicSweeper``: ``hydra.sweeper.params`` first, then the command line,
+later overrides of a key replacing earlier ones, the cartesian product of the values in order (so
+job numbers match the basic sweeper's). Sweepers that search continuous ranges (Optuna's
+``interval(a, b)``) cannot be enumerated; for those both ends of each interval are checked.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger("xformer")
+
+
+def _interval_ends(sweep: Any) -> list[str]:
+    ends = [sweep.start, sweep.end]
+    if all(isinstance(v, int) for v in ends):
+        return [str(v) for v in ends]
+    return [repr(float(v)) for v in ends]
+
+
+def sweep_jobs(config: DictConfig) -> list[list[str]]:
+    """The override list of every job of the sweep described by ``config`` (a multirun config), in
+    the basic sweeper's job order."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = OmegaConf.select(config, "hydra.sweeper.params") or {}
+    lines = [f"{k}={v}" for k, v in params.items()] if isinstance(params, DictConfig) else []
+    lines += list(config.hydra.overrides.task)
+    per_key: dict[str, list[str]] = {}
+    for ov in OverridesParser.create().parse_overrides(lines):
+        key = ov.get_key_element()
+        if ov.is_delete() and ov.value() is None:  # ~key
+            per_key[key] = [key]
+            continue
+        if ov.is_discrete_sweep():
+            values = list(ov.sweep_string_iterator())
+        elif ov.is_interval_sweep():
+            values = _interval_ends(ov.value())
+        else:
+            values = [ov.get_value_element_as_str()]
+        per_key[key] = [f"{key}={v}" for v in values]  # a later override of a key replaces it in place
+    return [list(job) for job in itertools.product(*per_key.values())]
+
+
+def _swept(jobs: list[list[str]]) -> list[list[str]]:
+    """Each job's overrides of the keys that vary across the sweep (all of them for one job)."""
+    if len(jobs) < 2:
+        return jobs
+    varying = [i for i in range(len(jobs[0])) if len({job[i] for job in jobs}) > 1]
+    return [[job[i] for i in varying] for job in jobs]
+
+
+def check_sweep(config: DictConfig) -> tuple[int, list[tuple[int, list[str], BaseException]]]:
+    """Compose and check every job; return ``(number of jobs, [(job number, swept overrides, error)])``."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from xformer.data.errors import DataError
+    from xformer.model import ConfigError
+    from xformer.train.validate import check_config
+
+    loader = GlobalHydra.instance().config_loader()
+    jobs = sweep_jobs(config)
+    shown = _swept(jobs)
+    bad = []
+    for num, overrides in enumerate(jobs):
+        try:
+            check_config(loader.load_sweep_config(config, overrides))
+        except (ConfigError, DataError) as err:
+            bad.append((num, shown[num], err))
+        except Exception as err:  # composition errors (bad group option, missing key, ...)
+            if type(err).__module__.startswith(("hydra", "omegaconf")):
+                bad.append((num, shown[num], err))
+            else:
+                raise
+    return len(jobs), bad
+
+
+class ValidateSweep(Callback):
+    """Hydra callback: fail a ``-m`` sweep before its first job when any job's config is invalid.
+
+    Args:
+        enabled: set ``hydra.callbacks.validate_sweep.enabled=false`` to skip the check.
+        max_listed: at most this many invalid jobs are printed (all are counted).
+    """
+
+    def __init__(self, enabled: bool = True, max_listed: int = 20) -> None:
+        self.enabled = enabled
+        self.max_listed = max_listed
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if not self.enabled:
+            return
+        t0 = time.perf_counter()
+        n_jobs, bad = check_sweep(config)
+        if not bad:
+            log.info("sweep: the configs of all %d jobs are valid (checked in %.1f s)", n_jobs,
+                     time.perf_counter() - t0)
+            return
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise bad[0][2]
+        lines = []
+        for num, overrides, err in bad[: self.max_listed]:
+            msg = " ".join(str(err).split())  # one line, even for Hydra's multi-line messages
+            lines.append(f"error: sweep job {num} ({' '.join(overrides) or 'defaults'}): {msg}")
+        if len(bad) > self.max_listed:
+            lines.append(f"error: ... and {len(bad) - self.max_listed} more invalid jobs")
+        lines.append(f"error: {len(bad)} of {n_jobs} sweep jobs have an invalid config; nothing was run. "
+                     "Fix the overrides above (HYDRA_FULL_ERROR=1 shows a stack trace)")
+        for line in lines:
+            log.error("%s", line.removeprefix("error: "))
+        print("\n".join(lines), file=sys.stderr, flush=True)
+        sys.exit(2)
