@@ -4,8 +4,6 @@ import pytest
 import torch
 
 from xformer.model import ConfigError, EncoderDecoder, SwiGLUFFN, ReLUFFN
-from xformer.model.layers import EncoderLayer
-from xformer.model.norm import PostNorm
 
 
 def test_block_breakdown_matches_hand_count_for_the_base_model():

@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 from hydra.utils import instantiate
-from omegaconf import OmegaConf
 
 from tests.conftest import REPO
 from tests.train.test_run import TINY, run

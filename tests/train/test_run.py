@@ -4,9 +4,7 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-import pytest
 
 from tests.conftest import REPO
 

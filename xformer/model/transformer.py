@@ -8,7 +8,6 @@ factories (``_partial_`` Hydra nodes or classes); the model calls them with its 
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Callable
 

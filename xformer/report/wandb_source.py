@@ -7,8 +7,6 @@ summary. Only used when an API key is present; nothing here runs in the tests (n
 
 from __future__ import annotations
 
-import netrc
-import os
 from pathlib import Path
 
 from .aggregate import Job, parse_override
@@ -18,13 +16,10 @@ CURVE_KEYS = ("train/loss", "val/loss")
 
 
 def has_api_key() -> bool:
-    """True when a W&B API key is available (``WANDB_API_KEY`` or a ``~/.netrc`` entry)."""
-    if os.environ.get("WANDB_API_KEY"):
-        return True
-    try:
-        return netrc.netrc().authenticators("api.wandb.ai") is not None
-    except (FileNotFoundError, netrc.NetrcParseError, OSError):
-        return False
+    """True when a W&B API key is available (the training driver's own check)."""
+    from xformer.train.driver import wandb_has_api_key
+
+    return wandb_has_api_key()
 
 
 def load_wandb_jobs(spec: str, curves: bool = True) -> list[Job]:
