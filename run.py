@@ -3,7 +3,7 @@
 Returns the configured objective (``objective.metric``) so Hydra sweepers (Optuna) can optimise it.
 Invalid configurations and inputs print one line naming the key/file and the fix, and exit with
 status 2 (set ``HYDRA_FULL_ERROR=1`` for the stack trace). A NaN/Inf training loss prints one line
-naming the step and exits 1; SIGTERM saves ``last.ckpt`` and exits 143 (see docs/troubleshooting.md).
+naming the step and exits 1; SIGTERM saves ``last.ckpt`` and exits 143 (README: "When things go wrong").
 """
 
 import logging
