@@ -101,7 +101,7 @@ def parse_value(text: str) -> Any:
     low = s.lower()
     if low in ("true", "false"):
         return low == "true"
-    if low in ("null", "none", "~"):
+    if low in ("null", "~"):  # Hydra's null; "none" is an option name (model/pe=none)
         return None
     for cast in (int, float):
         try:
