@@ -137,8 +137,10 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def run_sections(cfg: BenchConfig, sections: list[str], data_root: Path | None, log=print) -> dict:
-    """Run the chosen rows in order; a failing row is recorded as ``status: error`` and the rest go on."""
+def run_sections(cfg: BenchConfig, sections: list[str], data_root: Path | None, log=print,
+                 on_section=None) -> dict:
+    """Run the chosen rows in order; a failing row is recorded as ``status: error`` and the rest go on.
+    ``on_section(results_so_far)`` is called after each row (the CLI saves partial results with it)."""
     from . import attention, decode, mfu, overhead, padding, scaling, training
 
     out: dict[str, dict] = {}
@@ -164,6 +166,8 @@ def run_sections(cfg: BenchConfig, sections: list[str], data_root: Path | None, 
         res["seconds"] = round(time.perf_counter() - t0, 2)
         out[name] = res
         log(f"[bench] {name}: {res['status']} ({res['seconds']:.1f} s)")
+        if on_section is not None:
+            on_section(out)
     return out
 
 
@@ -196,16 +200,22 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     result = {"schema_version": SCHEMA_VERSION, "meta": meta(cfg, sections, argv)}
     result["meta"]["data_root"] = str(data_root) if data_root else None
-    secs = run_sections(cfg, sections, data_root, log=lambda m: print(m, file=sys.stderr, flush=True))
-    from .timing import loadavg
-
-    result["meta"]["loadavg_end"] = loadavg()
-    result["meta"]["wall_s"] = round(time.perf_counter() - t0, 2)
-    result["targets"] = evaluate_targets(secs)
-    result["sections"] = secs
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(_clean(result), indent=2))
+    from .timing import loadavg
+
+    def save(secs: dict) -> None:  # after every row, so a long run interrupted keeps what it measured
+        result["meta"]["loadavg_end"] = loadavg()
+        result["meta"]["wall_s"] = round(time.perf_counter() - t0, 2)
+        result["targets"] = evaluate_targets(secs)
+        result["sections"] = secs
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_text(json.dumps(_clean(result), indent=2))
+        tmp.replace(out)
+
+    secs = run_sections(cfg, sections, data_root, log=lambda m: print(m, file=sys.stderr, flush=True),
+                        on_section=save)
+    save(secs)
     if not args.no_table:
         from .table import render
 

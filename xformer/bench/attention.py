@@ -164,20 +164,24 @@ def run_cost(cfg: BenchConfig) -> dict:
     rows: dict[str, dict[str, list]] = {p: {"time_ms": [], "peak_mb": []} for p in ("explicit", "sdpa")}
     done_n: list[int] = []
     notes: list[str] = []
+    alive = ["explicit", "sdpa"]
     for n in cfg.attn_ns:
         fns = _paths(mha, torch.randn(1, n, d, device=dev), dev)
-        try:
-            mem = {p: _cuda_peak_bytes(f) for p, f in fns.items()} if cuda else {}
-            times = _adaptive_repeats(fns, cfg.attn_repeats, dev)
-        except (torch.OutOfMemoryError, RuntimeError) as err:  # the explicit path runs out first
-            notes.append(f"stopped at n={n}: {type(err).__name__}: {str(err).splitlines()[0][:120]}")
-            if cuda:
+        mem: dict[str, int | None] = {}
+        for p in list(alive):  # a path that runs out of memory is dropped; the other goes on
+            try:
+                mem[p] = _cuda_peak_bytes(fns[p]) if cuda else None
+            except torch.OutOfMemoryError as err:
+                notes.append(f"{p}: out of memory at n={n} ({str(err).splitlines()[0][:100]})")
+                alive.remove(p)
                 torch.cuda.empty_cache()
+        if not alive:
             break
+        times = _adaptive_repeats({p: fns[p] for p in alive}, cfg.attn_repeats, dev)
         done_n.append(n)
         for p in rows:
-            rows[p]["time_ms"].append(median(times[p]) * 1e3)
-            rows[p]["peak_mb"].append(mem[p] / 2**20 if cuda else None)
+            rows[p]["time_ms"].append(median(times[p]) * 1e3 if p in times else None)
+            rows[p]["peak_mb"].append(mem[p] / 2**20 if mem.get(p) is not None else None)
     if not cuda and done_n:
         mem = cpu_peak_memory(d, h, done_n, cfg.seed)
         if "error" in mem:
@@ -190,7 +194,7 @@ def run_cost(cfg: BenchConfig) -> dict:
         r["memory_exponent"], r["memory_fit_n"], r["memory_exponent_last"] = _fit(
             done_n, r["peak_mb"], MEM_FLOOR_B / 2**20)
     score_mb = [h * n * n * elem / 2**20 for n in done_n]
-    ratio = [None if m is None else m / s for m, s in zip(rows["explicit"]["peak_mb"], score_mb)]
+    ratio = [None if m is None else m / sc for m, sc in zip(rows["explicit"]["peak_mb"], score_mb)]
     return {
         "status": "ok",
         "config": {"d_model": d, "heads": h, "batch": 1, "pass": "forward, no_grad",
