@@ -12,10 +12,18 @@ import torch
 from tests.reliability.conftest import RESUMABLE, metrics, quality, run_py, start_py, train_losses, wait_for
 
 
-def _assert_same_run(job, reference_run, stopped_at: int) -> None:
+def _assert_same_run(job, reference_run, stopped_at: int, may_lack_last_row: bool = False) -> None:
     ref, got = train_losses(reference_run), train_losses(job)
-    assert sorted(got) == sorted(ref) == list(range(16)), (sorted(got), sorted(ref))
-    assert got == ref, {s: (ref[s], got[s]) for s in ref if ref[s] != got.get(s)}
+    assert sorted(ref) == list(range(16)), sorted(ref)
+    expected = set(range(16))
+    if may_lack_last_row:
+        # Lightning saves the periodic checkpoint in on_train_batch_end, just before it logs that
+        # step's metrics; a SIGKILL in between loses the CSV row of step stopped_at - 1 (only the row:
+        # the weights, optimizer and data position are in the checkpoint)
+        expected.discard(stopped_at - 1)
+    assert expected <= set(got) <= set(range(16)), (sorted(got), stopped_at)
+    assert {k: got[k] for k in ref if k in got} == {k: ref[k] for k in got}, \
+        {s: (ref[s], got[s]) for s in got if ref[s] != got[s]}
     m, m_ref = metrics(job), metrics(reference_run)
     assert m["status"] == "finished" and m["global_step"] == 16
     assert quality(m) == quality(m_ref)
@@ -43,7 +51,7 @@ def test_sigkill_mid_epoch_then_ckpt_path_last_matches_uninterrupted_run(tmp_pat
 
     res = run_py([*RESUMABLE, f"hydra.run.dir={job}", "ckpt_path=last"], tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
-    _assert_same_run(job, reference_run, stopped_at)
+    _assert_same_run(job, reference_run, stopped_at, may_lack_last_row=True)
     assert "not resumable" not in res.stderr + res.stdout  # Lightning's mid-epoch warning
     assert metrics(job)["job"]["wandb"]["id"] == first_id
     assert _wandb_ids(job) == {first_id}, "the resumed part continues the same W&B run"
