@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .dropout import _fast_path, keep_mask
+
 
 class AttentionPattern:
     """Base pattern: every query may see every key (the bidirectional encoder of §3.2.3).
@@ -124,6 +126,36 @@ def combine_masks(
     return bias.masked_fill(~allowed, float("-inf"))
 
 
+def attention_with_dropout(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool,
+                           scale: float | None, p: float) -> Tensor:
+    """``Dropout(softmax(Q Kᵀ · s + mask)) V`` written out (eq. 1 with dropout on the weights, §5.4).
+
+    This is what SDPA itself computes on the CPU whenever ``dropout_p > 0`` (its fused CPU kernel
+    takes no dropout, so it falls back to the same math), except that the dropout mask comes from
+    :func:`xformer.model.dropout.keep_mask`, about 2× cheaper than SDPA's ``bernoulli_``.
+    :class:`MultiHeadAttention` uses it only for CPU training in eager mode.
+
+    Args:
+        q: ``(B, H, Tq, d)``; k, v: ``(B, H, Tk, d)``.
+        mask: as from :func:`combine_masks`: bool (``True`` = may attend) or float (added), or ``None``.
+        is_causal: block keys after the query (``Tq == Tk``).
+        scale: score scale, ``None`` for ``1/√d``.
+        p: dropout probability on the attention weights.
+
+    Returns:
+        ``(B, H, Tq, d)``.
+    """
+    s = q.shape[-1] ** -0.5 if scale is None else scale
+    scores = torch.matmul(q * s, k.transpose(-2, -1))  # (B, H, Tq, Tk)
+    if is_causal:
+        tq, tk = scores.shape[-2:]
+        mask = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril_()
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+    weights = torch.softmax(scores, dim=-1)
+    return torch.matmul(weights * keep_mask(weights.shape, p, weights.dtype, weights.device), v)
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head scaled dot-product attention (Vaswani et al. 2017 §3.2.2, eq. 1).
 
@@ -231,8 +263,10 @@ class MultiHeadAttention(nn.Module):
         if pattern is not None and pattern.is_causal and tq == 1:
             blocked = None  # a single newest query sees every cached key
         mask = combine_masks(bsz, tq, tk, key_padding_mask, blocked, bias, q.dtype)
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
-            is_causal=is_causal, scale=self.scale,
-        )
+        p = self.dropout if self.training else 0.0
+        if p > 0.0 and _fast_path(q):
+            out = attention_with_dropout(q, k, v, mask, is_causal, self.scale, p)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=is_causal,
+                                                 scale=self.scale)
         return self.out_proj(out.transpose(1, 2).reshape(bsz, tq, inner))

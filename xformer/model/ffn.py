@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .dropout import Dropout
+
 
 class ReLUFFN(nn.Module):
     """``W2 · Dropout(ReLU(W1 x + b1)) + b2`` (Vaswani et al. 2017 §3.3, eq. 2).
@@ -23,7 +25,7 @@ class ReLUFFN(nn.Module):
         super().__init__()
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.linear2(self.drop(self.activation(self.linear1(x))))
@@ -48,7 +50,7 @@ class SwiGLUFFN(nn.Module):
         self.w1 = nn.Linear(d_model, hidden, bias=False)
         self.w3 = nn.Linear(d_model, hidden, bias=False)
         self.w2 = nn.Linear(hidden, d_model, bias=False)
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.w2(self.drop(F.silu(self.w1(x)) * self.w3(x)))

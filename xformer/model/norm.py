@@ -10,6 +10,8 @@ from typing import Callable
 
 from torch import Tensor, nn
 
+from .dropout import Dropout
+
 
 class Residual(nn.Module):
     """Base of the residual wrappers: holds ``norm_cls``, the dropout on the sub-layer output, and
@@ -28,7 +30,7 @@ class Residual(nn.Module):
     def __init__(self, d_model: int, dropout: float = 0.0, eps: float = 1e-5) -> None:
         super().__init__()
         self.d_model, self.eps = d_model, eps
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
 
     def make_norm(self) -> nn.Module:
         """A fresh norm of this placement's kind over ``D`` features."""

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from .attention import AttentionPattern, CausalAttention, FullAttention, MultiHeadAttention
+from .dropout import Dropout
 from .ffn import ReLUFFN
 from .layers import DecoderLayer, EncoderLayer, Stack
 from .norm import PostNorm, Residual
@@ -123,7 +124,7 @@ class _Base(nn.Module):
         self.residual = _factory(norm, PostNorm)
         self.pe_factory = _factory(pe, Sinusoidal)
         self.ffn_factory = _factory(ffn, ReLUFFN)
-        self.embed_drop = nn.Dropout(dropout)
+        self.embed_drop = Dropout(dropout)
 
     # -- construction helpers ---------------------------------------------------------------
     def _block(self, cls: type) -> nn.Module:
