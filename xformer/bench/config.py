@@ -30,7 +30,7 @@ class BenchConfig:
     # 2. framework overhead
     overhead_steps: int = 40
     overhead_skip: int = 10  # steps excluded from the steady-state window (start-up, warm-up)
-    overhead_repeats: int = 2
+    overhead_repeats: int = 3
     overhead_data: str = "multi30k"  # multi30k (if its files are found) else numbers
     overhead_tokens_per_batch: int = 4096
     # 3. padding: tokens per batch of the token-budget sampler

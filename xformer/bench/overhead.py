@@ -5,20 +5,22 @@ Method. ``run.py`` runs as a subprocess with ``trainer.max_steps=N``, no validat
 (``trainer.limit_val_batches=0``), no test (``+trainer.limit_test_batches=0``), the CSV logger, and
 one extra callback, :class:`StepTimer`, which records ``time.perf_counter()`` at the end of every
 training batch (after the optimizer step) and the batch's token count. The bare loop is built from
-the *same* composed Hydra config in this process: the data module's own ``train_dataloader()`` (same
-sampler, seed and epoch, hence the same batches in the same order), the model from
-``build_model`` after ``seed_everything(cfg.seed)``, the optimizer and LR schedule from ``cfg.optim``,
-label-smoothed cross-entropy, ``clip_grad_norm_`` with ``trainer.gradient_clip_val``, and bf16
-autocast when ``trainer.precision=bf16-mixed``. It takes the same timestamps.
+the *same* composed Hydra config, in a fresh Python process of its own as ``run.py`` is: the data
+module's own ``train_dataloader()`` (same sampler, seed and epoch, hence the same batches in the
+same order), the model from ``build_model`` after ``seed_everything(cfg.seed)``, the optimizer and
+LR schedule from ``cfg.optim``, label-smoothed cross-entropy, ``clip_grad_norm_`` with
+``trainer.gradient_clip_val``, and bf16 autocast when ``trainer.precision=bf16-mixed``. It takes the
+same timestamps.
 
 Both are measured over the steady-state window: the steps after the first ``skip`` (start-up,
 allocator and cache warm-up excluded), i.e. tokens of steps ``skip+1..N`` divided by the time from
 the end of step ``skip`` to the end of step ``N``. That window contains everything a step costs in
 each setting: fetching and collating the batch, forward, backward, clipping, optimizer and
-scheduler, and, for ``run.py``, every Lightning hook, the logging of ``train/loss`` and
-``perf/*`` and the learning-rate monitor. Runs alternate (bare, run.py, bare, ...) and the medians
-are compared. Not in the window: Python/Hydra/Lightning start-up, data set-up, checkpoint writing at
-the end; the ``wall_s`` of each ``run.py`` subprocess is reported beside it.
+scheduler, and, for ``run.py``, every Lightning hook, the logging of ``train/loss`` and ``perf/*``
+and the learning-rate monitor. Each repeat runs both, alternating which goes first (bare then
+run.py, then run.py then bare, ...), and the medians over repeats are compared. Not in the window:
+Python/Hydra/Lightning start-up, data set-up, checkpoint writing at the end; the ``wall_s`` of each
+``run.py`` subprocess is reported beside it.
 """
 
 from __future__ import annotations
@@ -135,12 +137,8 @@ def run_py(overrides: list[str], workdir: Path, timeout: float = 1800) -> dict:
     args = [sys.executable, str(REPO / "run.py"), *overrides, f"hydra.run.dir={workdir / 'job'}",
             "+callbacks.bench_timer._target_=xformer.bench.overhead.StepTimer",
             f"+callbacks.bench_timer.path={steps_file}"]
-    # same intra-op thread count as this process (and as the bare loop)
-    env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads()), "WANDB_MODE": "disabled",
-           "HYDRA_FULL_ERROR": "1", "PYTHONPATH":
-           os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     t0 = time.perf_counter()
-    res = subprocess.run(args, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
+    res = subprocess.run(args, cwd=workdir, env=_child_env(), capture_output=True, text=True, timeout=timeout)
     wall = time.perf_counter() - t0
     if res.returncode != 0 or not steps_file.is_file():
         raise RuntimeError(f"run.py failed (exit {res.returncode}): {res.stderr[-1500:]}")
@@ -214,6 +212,34 @@ def bare_loop(overrides: list[str], device: str) -> dict:
     return {"times": times, "tokens": tokens}
 
 
+def bare_py(overrides: list[str], device: str, workdir: Path, timeout: float = 1800) -> dict:
+    """:func:`bare_loop` in a fresh Python process (as ``run.py`` runs in one), so neither contender
+    inherits this process's allocator state, warm caches or loaded modules.
+
+    Raises:
+        RuntimeError: the loop failed (the tail of its stderr is in the message).
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    out = workdir / "bare.json"
+    args = [sys.executable, "-m", "xformer.bench.overhead", "--device", device, "--out", str(out), "--",
+            *overrides]
+    t0 = time.perf_counter()
+    res = subprocess.run(args, cwd=workdir, env=_child_env(), capture_output=True, text=True, timeout=timeout)
+    wall = time.perf_counter() - t0
+    if res.returncode != 0 or not out.is_file():
+        raise RuntimeError(f"bare loop failed (exit {res.returncode}): {res.stderr[-1500:]}")
+    rec = json.loads(out.read_text())
+    rec["wall_s"] = wall
+    return rec
+
+
+def _child_env() -> dict:
+    """Environment of both contenders' processes: this process's intra-op thread count, W&B off."""
+    return {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads()), "WANDB_MODE": "disabled",
+            "HYDRA_FULL_ERROR": "1", "PYTHONPATH":
+            os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+
+
 def data_root_default() -> Path | None:
     """Multi30k raw files: ``$XFORMER_DATA/multi30k`` or ``../shared/data/multi30k`` beside the repo."""
     cands = []
@@ -235,9 +261,18 @@ def run(cfg: BenchConfig, data_root: Path | None = None) -> dict:
     runs, bares = [], []
     with tempfile.TemporaryDirectory(prefix="xformer-bench-") as tmp:
         for r in range(cfg.overhead_repeats):
-            bare = bare_loop(overrides, cfg.device)
-            bares.append(steady_state(bare["times"], bare["tokens"], cfg.overhead_skip))
-            rec = run_py(overrides, Path(tmp) / f"run{r}")
+            # alternate which goes first, so drift in machine load hits both alike
+            order = ("bare", "run") if r % 2 == 0 else ("run", "bare")
+            recs = {}
+            for who in order:
+                if who == "bare":
+                    recs[who] = bare_py(overrides, cfg.device, Path(tmp) / f"bare{r}")
+                else:
+                    recs[who] = run_py(overrides, Path(tmp) / f"run{r}")
+            bare, rec = recs["bare"], recs["run"]
+            b = steady_state(bare["times"], bare["tokens"], cfg.overhead_skip)
+            b["wall_s"] = bare["wall_s"]
+            bares.append(b)
             s = steady_state(rec["times"], rec["tokens"], cfg.overhead_skip)
             s["wall_s"] = rec["wall_s"]
             s["same_batches"] = rec["tokens"] == bare["tokens"]
@@ -258,3 +293,20 @@ def run(cfg: BenchConfig, data_root: Path | None = None) -> dict:
         "overhead_fraction": 1.0 - ratio,
         "same_batches": all(r["same_batches"] for r in runs),
     }
+
+
+def _main(argv: list[str] | None = None) -> None:
+    """``python -m xformer.bench.overhead --device cpu --out bare.json -- <overrides>``: run
+    :func:`bare_loop` and write its step timestamps and token counts as JSON."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=_main.__doc__)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("overrides", nargs="*")
+    a = ap.parse_args(argv)
+    Path(a.out).write_text(json.dumps(bare_loop(a.overrides, a.device)))
+
+
+if __name__ == "__main__":
+    _main()
