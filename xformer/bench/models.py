@@ -6,7 +6,9 @@ where ``src_pad``/``tgt_pad`` are ``(B, S)``/``(B, T)`` bool, ``True`` at paddin
 the optimizer are applied outside, identically for all of them.
 
 * ``xformer``: :class:`xformer.model.EncoderDecoder` (Post-LN, sinusoidal positions, ReLU FFN,
-  tied embeddings; the masks are passed explicitly, as the training module's batches imply).
+  tied embeddings; the masks are passed explicitly, as the training module's batches imply). On the
+  CPU its dropout is :mod:`xformer.model.dropout` (same distribution, cheaper mask); the
+  baselines keep PyTorch's ``F.dropout``/SDPA dropout, as a researcher using them would.
 * ``torch``: ``torch.nn.Transformer(batch_first=True)`` with the same sizes, dropout, activation
   and Post-LN placement, wrapped in the same embedding (``E[ids]·√D`` + sinusoidal table, dropout)
   and the same tied output layer; decoder self-attention gets the causal ``tgt_mask`` with

@@ -137,14 +137,21 @@ def run_py(overrides: list[str], workdir: Path, timeout: float = 1800) -> dict:
     args = [sys.executable, str(REPO / "run.py"), *overrides, f"hydra.run.dir={workdir / 'job'}",
             "+callbacks.bench_timer._target_=xformer.bench.overhead.StepTimer",
             f"+callbacks.bench_timer.path={steps_file}"]
+    rec = _child(args, workdir, steps_file, "run.py", timeout)
+    rec["argv"] = overrides
+    return rec
+
+
+def _child(args: list[str], workdir: Path, out: Path, what: str, timeout: float) -> dict:
+    """Run ``args`` in ``workdir`` with :func:`_child_env`; return the JSON it wrote to ``out`` plus
+    ``wall_s`` (the whole process). Raises ``RuntimeError`` with the stderr tail if it failed."""
     t0 = time.perf_counter()
     res = subprocess.run(args, cwd=workdir, env=_child_env(), capture_output=True, text=True, timeout=timeout)
     wall = time.perf_counter() - t0
-    if res.returncode != 0 or not steps_file.is_file():
-        raise RuntimeError(f"run.py failed (exit {res.returncode}): {res.stderr[-1500:]}")
-    rec = json.loads(steps_file.read_text())
+    if res.returncode != 0 or not out.is_file():
+        raise RuntimeError(f"{what} failed (exit {res.returncode}): {res.stderr[-1500:]}")
+    rec = json.loads(out.read_text())
     rec["wall_s"] = wall
-    rec["argv"] = overrides
     return rec
 
 
@@ -223,14 +230,7 @@ def bare_py(overrides: list[str], device: str, workdir: Path, timeout: float = 1
     out = workdir / "bare.json"
     args = [sys.executable, "-m", "xformer.bench.overhead", "--device", device, "--out", str(out), "--",
             *overrides]
-    t0 = time.perf_counter()
-    res = subprocess.run(args, cwd=workdir, env=_child_env(), capture_output=True, text=True, timeout=timeout)
-    wall = time.perf_counter() - t0
-    if res.returncode != 0 or not out.is_file():
-        raise RuntimeError(f"bare loop failed (exit {res.returncode}): {res.stderr[-1500:]}")
-    rec = json.loads(out.read_text())
-    rec["wall_s"] = wall
-    return rec
+    return _child(args, workdir, out, "bare loop", timeout)
 
 
 def _child_env() -> dict:
