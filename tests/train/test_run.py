@@ -71,3 +71,19 @@ def test_invalid_config_fails_before_training_with_one_line(tmp_path):
     assert res.returncode == 2
     assert "model.n_heads=3" in res.stderr and "Traceback" not in res.stderr
     assert not (tmp_path / "x" / "checkpoints").exists()
+
+
+def test_tokens_seen_counts_all_training_when_the_best_checkpoint_is_earlier(tmp_path):
+    """Testing reloads the best checkpoint; metrics.json must still report the tokens of the whole
+    run (the last logged perf/tokens_seen), not the count stored in that earlier checkpoint."""
+    import csv
+
+    out = tmp_path / "job"
+    # objective.mode=max on val/loss: the *worst* validation (the first, at step 3) is "best"
+    res = run([*TINY, "objective.mode=max", f"hydra.run.dir={out}"], tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["best"]["checkpoint"].endswith("best-3.ckpt"), metrics["best"]  # step 3 of 6
+    rows = list(csv.DictReader((out / "csv" / "metrics.csv").open()))
+    logged = [float(r["perf/tokens_seen"]) for r in rows if r.get("perf/tokens_seen")]
+    assert metrics["tokens_seen"] == int(logged[-1]) > int(logged[2])

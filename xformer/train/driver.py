@@ -173,6 +173,7 @@ def run(cfg: DictConfig) -> float | None:
             summary["job"]["wandb"] = {"id": run.id, "name": run.name, "group": run.group,
                                        "tags": list(run.tags or []), "mode": os.environ.get("WANDB_MODE", "online")}
     status, exit_code = "failed", 1
+    tokens_seen: int | None = None
     try:
         ckpt = cfg.ckpt_path
         if ckpt == "last":
@@ -184,11 +185,13 @@ def run(cfg: DictConfig) -> float | None:
         if cfg.mode == "train":
             trainer.fit(module, datamodule=dm, ckpt_path=ckpt)
             fit_metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+            tokens_seen = module.tokens_seen  # testing the best checkpoint reloads its (older) count
             best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
             test_results = trainer.test(module, datamodule=dm, ckpt_path=best or None)  # the objective's best
         else:
             fit_metrics, best = {}, ""
             test_results = trainer.test(module, datamodule=dm, ckpt_path=ckpt)
+            tokens_seen = module.tokens_seen
         test_metrics = {k: v for d in test_results for k, v in d.items()}
         status, exit_code = "finished", 0
     except BaseException as err:  # recorded in metrics.json; SIGTERM (preemption) saved last.ckpt
@@ -211,7 +214,7 @@ def run(cfg: DictConfig) -> float | None:
                       "checkpoint": cb.best_model_path if cb is not None else None},
                 objective={"metric": cfg.objective.metric, "value": objective_value},
                 wall_time_s=time.time() - t_start, global_step=trainer.global_step,
-                tokens_seen=module.tokens_seen, params=params, bleu_signature=module.bleu_signature,
+                tokens_seen=tokens_seen if tokens_seen is not None else module.tokens_seen, params=params, bleu_signature=module.bleu_signature,
             )
             (out_dir / "metrics.json").write_text(json.dumps(summary, indent=2, default=str))
             for lg in trainer.loggers:
