@@ -19,6 +19,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run ``xformer <command> [args]``; each command's module exposes ``main(argv) -> int``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        if argv and argv[0] not in ("-h", "--help"):
+            print(f"error: unknown command {argv[0]!r}; choose from {', '.join(COMMANDS)}", file=sys.stderr)
         print("usage: xformer {" + ",".join(COMMANDS) + "} [args]\n")
         for name, (_, text) in COMMANDS.items():
             print(f"  {name:<10} {text}")

@@ -157,12 +157,25 @@ def test_targets_and_table(quick):
 
 
 def test_section_selection_and_help(tmp_path):
-    from xformer.bench import ALL_SECTIONS, select_sections
+    from xformer.bench import ALL_SECTIONS, UsageError, select_sections
 
     assert select_sections("decoding,train_step") == ["train_step", "decoding"]
     assert select_sections("all") == ALL_SECTIONS
-    with pytest.raises(SystemExit):
+    with pytest.raises(UsageError, match="unknown section"):
         select_sections("nope")
+
+
+@pytest.mark.parametrize("argv, key", [
+    (["--sections", "bogus"], "--sections"), (["--repeats", "-1"], "--repeats=-1"),
+    (["--warmup", "-2"], "--warmup=-2"), (["--threads", "0"], "--threads=0"),
+])
+def test_bad_arguments_exit_2_with_one_error_line(argv, key, tmp_path, capsys):
+    from xformer.bench import main
+
+    assert main(["--quick", "--out", str(tmp_path / "b.json"), *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {key}"), err
+    assert not (tmp_path / "b.json").exists()
 
 
 def test_console_command_dispatches_to_bench(monkeypatch):

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from hydra.utils import instantiate
 
 from tests.conftest import REPO
@@ -43,3 +44,28 @@ def test_eval_mode_and_translate_reproduce_the_test_metrics(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "xformer.cli", "translate", "--ckpt", str(tmp_path / "nope.ckpt")],
                          capture_output=True, text=True, cwd=REPO, timeout=60)
     assert bad.returncode == 2 and "no such file" in bad.stderr
+
+
+def test_translate_rejects_a_corrupt_checkpoint_in_one_line(tmp_path, capsys):
+    from xformer.cli import main
+
+    trunc = tmp_path / "trunc.ckpt"
+    trunc.write_bytes(b"PK\x03\x04" + b"\x00" * 100)  # the start of a zip, cut short
+    assert main(["translate", "--ckpt", str(trunc)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a readable checkpoint" in err[0], err
+
+
+@pytest.mark.parametrize("flag", [["--beam", "0"], ["--alpha", "-1"]])
+def test_translate_rejects_bad_decoding_flags(flag, tmp_path, capsys):
+    from xformer.cli import main
+
+    assert main(["translate", "--ckpt", str(tmp_path / "any.ckpt"), *flag]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {flag[0]}=")
+
+
+def test_unknown_xformer_command_says_so(capsys):
+    from xformer.cli import main
+
+    assert main(["frobnicate"]) == 2
+    assert "error: unknown command 'frobnicate'" in capsys.readouterr().err

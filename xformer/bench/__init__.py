@@ -69,11 +69,21 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def make_config(args: argparse.Namespace) -> BenchConfig:
+    """The preset chosen by ``args`` with the command-line overrides applied.
+
+    Raises:
+        UsageError: a value out of range, or ``--device cuda`` without CUDA.
+    """
     device = args.device or "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise SystemExit("error: --device cuda but torch.cuda.is_available() is False")
+        raise UsageError("--device cuda but torch.cuda.is_available() is False")
     name = "quick" if args.quick else (args.preset or ("gpu" if device.startswith("cuda") else "cpu"))
     cfg = preset(name, device)
+    for flag, value, low in (("--repeats", args.repeats, 1), ("--warmup", args.warmup, 0),
+                             ("--threads", args.threads, 1), ("--ddp-steps", args.ddp_steps, 2),
+                             ("--ddp-skip", args.ddp_skip, 1)):
+        if value is not None and value < low:
+            raise UsageError(f"{flag}={value}: must be >= {low}")
     over = {"seed": args.seed}
     if args.repeats:
         over["repeats"] = args.repeats
@@ -100,7 +110,7 @@ def select_sections(spec: str | None) -> list[str]:
     names = [s.strip() for s in spec.split(",") if s.strip()]
     bad = [s for s in names if s not in ALL_SECTIONS]
     if bad:
-        raise SystemExit(f"error: unknown section(s) {bad}; choose from {ALL_SECTIONS}")
+        raise UsageError(f"--sections: unknown section(s) {bad}; choose from {ALL_SECTIONS}")
     return [s for s in ALL_SECTIONS if s in names]
 
 
@@ -187,13 +197,22 @@ def evaluate_targets(sections: dict) -> list[dict]:
     return rows
 
 
+class UsageError(ValueError):
+    """A bad command-line value; :func:`main` prints it as one ``error:`` line and exits 2."""
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; returns the exit status (0 ok, 1 a row failed, 2 bad arguments)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    cfg = make_config(args)
+    try:
+        cfg = make_config(args)
+        sections = select_sections(args.sections)
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    sections = select_sections(args.sections)
     from .overhead import data_root_default
 
     data_root = Path(args.data_root).resolve() if args.data_root else data_root_default()

@@ -46,7 +46,7 @@ from .timing import RSSPeak, fit_exponent, interleaved, median, time_once
 TIME_FLOOR_S = 1e-3
 MEM_FLOOR_B = 1 << 20
 CLAIM_TABLE = [(1_000, "2 MB"), (10_000, "200 MB"), (100_000, "20 GB")]
-"""CLAIMS.md C7: fp16 n×n score matrix sizes."""
+"""Claim C7's fp16 n×n score matrix sizes."""
 
 
 def explicit_forward(mha: MultiHeadAttention, x: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,6 @@
 """Sizes and repeat counts of every benchmark row, by preset.
 
-``cpu`` is the issue's size (d_model 256, 4 heads, 3+3 layers, d_ff 1024, 64 × 64 tokens per side);
+``cpu`` is the project's CPU target size (d_model 256, 4 heads, 3+3 layers, d_ff 1024, 64 × 64 tokens per side);
 ``gpu`` is the base Transformer (d_model 512, 8 heads, 6+6, d_ff 2048) at 256 × 64 per side; ``quick``
 shrinks everything and uses one thread so the whole bench runs in well under a minute even on a
 busy machine (for the test; its numbers say nothing about speed: with two intra-op threads on an

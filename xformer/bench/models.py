@@ -38,7 +38,7 @@ from xformer.model.positional import sinusoid_table
 
 @dataclass
 class ModelSize:
-    """Sizes shared by every contender (defaults: the issue's CPU size)."""
+    """Sizes shared by every contender (defaults: the CPU target size)."""
 
     d_model: int = 256
     n_heads: int = 4

@@ -103,7 +103,8 @@ def render(command: str, sweep: Sweep, metrics: list[str], verdicts: list[Verdic
     parts += [sweep_table(sweep, metrics) if sweep.groups else "_No finished job._", ""]
     parts += ["## Claim verdicts", "",
               "Rules: `xformer/report/claims.py`; a difference counts only when it exceeds the pooled std "
-              "over seeds (at least 2 seeds per side).", ""]
+              "over seeds (at least 2 seeds per side). In `A vs B: Δ`, Δ is A's improvement over B in the "
+              "metric's better direction: positive means A is better (for a loss, lower).", ""]
     parts += [verdict_item(v) for v in verdicts] or ["_No claim is addressed by these runs._"]
     parts += ["", "## Failed or unfinished jobs", ""]
     root = sweep.dirs[0] if sweep.dirs else out_dir

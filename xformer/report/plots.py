@@ -152,11 +152,16 @@ def plot_curves(sweep: Sweep, out: Path, keys: tuple[str, ...] = CURVE_KEYS) -> 
         for g, means in per_group:
             if k in means:
                 ax.plot(*means[k], label=f"{g.label()} (n={g.n})")
+        if not ax.get_lines():  # e.g. fewer steps than trainer.log_every_n_steps
+            ax.text(0.5, 0.5, f"no {k} points logged", ha="center", va="center", transform=ax.transAxes)
         ax.set_xlabel("step")
         ax.set_ylabel(k)
         ax.set_title(f"{k} (mean over seeds)")
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize="small")
+    for ax in axes:
+        if ax.get_lines():
+            ax.legend(fontsize="small")
+            break
     return _save(fig, out / "curves.png")
 
 

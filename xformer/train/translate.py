@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import pickle
 import tempfile
 from pathlib import Path
 
@@ -24,13 +25,18 @@ def load_checkpoint(path: str | Path):
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: the checkpoint was not written by xformer (no ``xformer`` section).
+        ValueError: the file is not a readable checkpoint, or was not written by xformer (no
+            ``xformer`` section).
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"--ckpt {path}: no such file")
-    ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    meta = ckpt.get("xformer")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as err:
+        raise ValueError(f"--ckpt {path}: not a readable checkpoint (truncated or corrupt: "
+                         f"{str(err).splitlines()[0]}). Fix: use the job's checkpoints/last.ckpt or best-*.ckpt") from err
+    meta = ckpt.get("xformer") if isinstance(ckpt, dict) else None
     if not meta:
         raise ValueError(f"--ckpt {path}: not an xformer checkpoint (no 'xformer' section)")
     cfg = OmegaConf.create(meta["config"])
@@ -74,6 +80,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--beam", type=int, default=None, help="beam size (default: the run's decode.beam_size)")
     ap.add_argument("--alpha", type=float, default=None, help="length penalty alpha")
     args = ap.parse_args(argv)
+    if args.beam is not None and args.beam < 1:
+        print(f"error: --beam={args.beam}: must be >= 1 (1 = greedy)", file=sys.stderr)
+        return 2
+    if args.alpha is not None and not args.alpha >= 0:
+        print(f"error: --alpha={args.alpha}: must be >= 0", file=sys.stderr)
+        return 2
     try:
         model, tokenizer, cfg = load_checkpoint(args.ckpt)
     except (FileNotFoundError, ValueError) as err:

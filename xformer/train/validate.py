@@ -128,6 +128,10 @@ def check_config(cfg: DictConfig) -> None:
         raise ConfigError(f"decode.beam_size={cfg.decode.beam_size}: must be >= 1")
     if cfg.mode not in ("train", "eval"):
         raise ConfigError(f"mode={cfg.mode}: use train or eval")
+    max_steps = OmegaConf.select(cfg, "trainer.max_steps", default=None)
+    if cfg.mode == "train" and max_steps == 0:
+        raise ConfigError("trainer.max_steps=0: would train nothing and test an untrained model. Fix: "
+                          "max_steps >= 1 (or -1 with trainer.max_epochs), or mode=eval ckpt_path=...")
     if cfg.mode == "eval" and not cfg.ckpt_path:
         raise ConfigError("ckpt_path: mode=eval needs ckpt_path=/path/to/checkpoint.ckpt")
     if cfg.ckpt_path and cfg.ckpt_path != "last":
