@@ -87,7 +87,7 @@ def preset(name: str, device: str = "cpu") -> BenchConfig:
             batch=8, seq_len=24, overhead_steps=10, overhead_skip=4, overhead_repeats=1,
             overhead_data="copy", overhead_tokens_per_batch=512,
             decode_batch=4, decode_src_len=12, decode_len=64, decode_repeats=2,
-            attn_d_model=64, attn_heads=2, attn_ns=[128, 256, 512, 1024], attn_repeats=2,
+            attn_d_model=64, attn_heads=2, attn_ns=[128, 256, 512, 1024, 2048], attn_repeats=2,
             rec_d=64, rec_heads=2, rec_batch=2, rec_ns=[16, 64, 256, 1024], rec_repeats=2,
             mfu_matmul_n=2048, ddp_steps=10, ddp_skip=4,
         )
