@@ -25,103 +25,107 @@ def _met(m) -> str:
     return {True: "[green]yes[/]", False: "[red]no[/]", None: "—"}[m]
 
 
+def _train_step_rows(sec: dict, tg: dict) -> list[list[str]]:
+    c = sec["contenders"]
+    ours = _f(c["xformer"]["tokens_per_s"]) + " tok/s"
+    rows = []
+    for name, label, key in (("torch", "torch.nn.Transformer", "ratio_vs_torch"),
+                             ("x_transformers", "x-transformers", "ratio_vs_x_transformers")):
+        cc = c.get(name, {})
+        t = tg.get(("train_step", key), {})
+        if cc.get("status") == "ok":
+            rows.append(["1", f"train step vs {label}", ours, f"{_f(cc['tokens_per_s'])} tok/s",
+                         _f(sec[key], "{:.2f}×"), t.get("target", ""), _met(t.get("met"))])
+        else:
+            rows.append(["1", f"train step vs {label}", ours, cc.get("note", "skipped"), "—", "—", "—"])
+    return rows
+
+
+def _overhead_rows(sec: dict, tg: dict) -> list[list[str]]:
+    t = tg.get(("overhead", "overhead_fraction"), {})
+    return [["2", "run.py vs bare loop", f"{_f(sec['run_py']['tokens_per_s'])} tok/s",
+             f"{_f(sec['bare']['tokens_per_s'])} tok/s",
+             f"{sec['ratio']:.3f}× (overhead {100 * sec['overhead_fraction']:.1f}%)",
+             "overhead " + t.get("target", ""), _met(t.get("met"))]]
+
+
+def _padding_rows(sec: dict, tg: dict) -> list[list[str]]:
+    t = tg.get(("padding", "pad_fraction"), {})
+    return [["3", "pad tokens, Multi30k epoch", f"{100 * sec['token_budget']['pad_fraction']:.1f}% (token budget)",
+             f"{100 * sec['fixed_random']['pad_fraction']:.1f}% (random, {sec['config']['fixed_batch_size']}/batch)",
+             _f(sec.get("waste_ratio"), "{:.1f}× less"), t.get("target", ""), _met(t.get("met"))]]
+
+
+def _decoding_rows(sec: dict, tg: dict) -> list[list[str]]:
+    t = tg.get(("decoding", "speedup"), {})
+    n = sec["config"]["output_len"]
+    return [["4", f"greedy decode, length {n}", f"{_f(sec['cached']['tokens_per_s'])} tok/s (cache)",
+             f"{_f(sec['recompute']['tokens_per_s'])} tok/s (recompute)", _f(sec["speedup"], "{:.1f}×"),
+             t.get("target", ""), _met(t.get("met"))]]
+
+
+def _attention_rows(sec: dict, tg: dict) -> list[list[str]]:
+    e, f = sec["explicit"], sec["sdpa"]
+    return [["5", "C7 exponent of time / memory in n",
+             f"fused SDPA: {_f(f['time_exponent'], '{:.2f}')} / {_f(f['memory_exponent'], '{:.2f}')}",
+             f"explicit: {_f(e['time_exponent'], '{:.2f}')} / {_f(e['memory_exponent'], '{:.2f}')}",
+             "—", "claim: 2 / 2", "—"]]
+
+
+def _recurrence_rows(sec: dict, tg: dict) -> list[list[str]]:
+    cross = sec["crossover_n"]
+    return [["6", f"C8 crossover n (attention slower than LSTM), d={sec['config']['d']}",
+             _f(cross, "n ≈ {:,.0f}", "none in range"),
+             f"claim: n = d = {sec['claim_crossover_n']}",
+             _f(cross / sec["claim_crossover_n"] if cross else None, "{:.1f}× d"), "—", "—"]]
+
+
+def _mfu_rows(sec: dict, tg: dict) -> list[list[str]]:
+    return [["7", "MFU (6N + 12·L·H·Q·T)", f"{100 * sec['mfu']:.1f}% of {sec['peak_tflops']:.0f} TFLOP/s",
+             f"torch {_f(sec.get('mfu_torch'), '{:.1%}')}, x-t {_f(sec.get('mfu_x_transformers'), '{:.1%}')}",
+             f"{sec['achieved_tflops']:.1f} TFLOP/s", "—", "—"]]
+
+
+def _compile_rows(sec: dict, tg: dict) -> list[list[str]]:
+    return [["+", "torch.compile train step", f"{_f(sec['compiled']['tokens_per_s'])} tok/s",
+             f"{_f(sec['eager']['tokens_per_s'])} tok/s eager", _f(sec["speedup"], "{:.2f}×"),
+             f"compile {sec['compile_s']:.0f} s, {sec['graph_breaks']} breaks", "—"]]
+
+
+def _ddp_rows(sec: dict, tg: dict) -> list[list[str]]:
+    return [["+", f"DDP {r['devices']} device(s)", f"{_f(r['tokens_per_s'])} tok/s",
+             "", _f(r.get("speedup"), "{:.2f}×"), _f(r.get("efficiency"), "eff {:.0%}"), "—"]
+            for r in sec["runs"]]
+
+
+# section -> (row number, name shown when the section did not run, rows of a section that ran)
+_SUMMARY = {
+    "train_step": ("1", "training step", _train_step_rows),
+    "overhead": ("2", "framework overhead", _overhead_rows),
+    "padding": ("3", "padding waste", _padding_rows),
+    "decoding": ("4", "decoding", _decoding_rows),
+    "attention": ("5", "attention cost (C7)", _attention_rows),
+    "recurrence": ("6", "attention vs LSTM (C8)", _recurrence_rows),
+    "mfu": ("7", "MFU", _mfu_rows),
+    "compile": ("+", "torch.compile", _compile_rows),
+    "ddp": ("+", "DDP scaling", _ddp_rows),
+}
+
+
 def summary_rows(result: dict) -> list[list[str]]:
     """``[row, measure, xformer, baseline, ratio, target, met]`` strings for each section present."""
     s = result.get("sections", {})
     tg = {(t["section"], t["metric"]): t for t in result.get("targets", [])}
     rows: list[list[str]] = []
-
-    def skipped(num: str, name: str, sec: dict) -> None:
-        rows.append([num, name, sec.get("status", "?"), (sec.get("note") or sec.get("error") or "")[:60], "—", "—", "—"])
-
-    if "train_step" in s:
-        sec = s["train_step"]
-        if sec["status"] != "ok":
-            skipped("1", "training step", sec)
+    for key, (num, name, make) in _SUMMARY.items():
+        sec = s.get(key)
+        if sec is None:
+            continue
+        if sec.get("status") == "ok":
+            rows += make(sec, tg)
         else:
-            c = sec["contenders"]
-            ours = _f(c["xformer"]["tokens_per_s"]) + " tok/s"
-            for name, label, key in (("torch", "torch.nn.Transformer", "ratio_vs_torch"),
-                                     ("x_transformers", "x-transformers", "ratio_vs_x_transformers")):
-                cc = c.get(name, {})
-                t = tg.get(("train_step", key), {})
-                if cc.get("status") == "ok":
-                    rows.append(["1", f"train step vs {label}", ours, f"{_f(cc['tokens_per_s'])} tok/s",
-                                 _f(sec[key], "{:.2f}×"), t.get("target", ""), _met(t.get("met"))])
-                else:
-                    rows.append(["1", f"train step vs {label}", ours, cc.get("note", "skipped"), "—", "—", "—"])
-    if "overhead" in s:
-        sec = s["overhead"]
-        if sec["status"] != "ok":
-            skipped("2", "framework overhead", sec)
-        else:
-            t = tg.get(("overhead", "overhead_fraction"), {})
-            rows.append(["2", "run.py vs bare loop", f"{_f(sec['run_py']['tokens_per_s'])} tok/s",
-                         f"{_f(sec['bare']['tokens_per_s'])} tok/s",
-                         f"{sec['ratio']:.3f}× (overhead {100 * sec['overhead_fraction']:.1f}%)",
-                         "overhead " + t.get("target", ""), _met(t.get("met"))])
-    if "padding" in s:
-        sec = s["padding"]
-        if sec["status"] != "ok":
-            skipped("3", "padding waste", sec)
-        else:
-            t = tg.get(("padding", "pad_fraction"), {})
-            rows.append(["3", "pad tokens, Multi30k epoch", f"{100 * sec['token_budget']['pad_fraction']:.1f}% (token budget)",
-                         f"{100 * sec['fixed_random']['pad_fraction']:.1f}% (random, {sec['config']['fixed_batch_size']}/batch)",
-                         _f(sec.get("waste_ratio"), "{:.1f}× less"), t.get("target", ""), _met(t.get("met"))])
-    if "decoding" in s:
-        sec = s["decoding"]
-        if sec["status"] != "ok":
-            skipped("4", "decoding", sec)
-        else:
-            t = tg.get(("decoding", "speedup"), {})
-            n = sec["config"]["output_len"]
-            rows.append(["4", f"greedy decode, length {n}", f"{_f(sec['cached']['tokens_per_s'])} tok/s (cache)",
-                         f"{_f(sec['recompute']['tokens_per_s'])} tok/s (recompute)", _f(sec["speedup"], "{:.1f}×"),
-                         t.get("target", ""), _met(t.get("met"))])
-    if "attention" in s:
-        sec = s["attention"]
-        if sec["status"] != "ok":
-            skipped("5", "attention cost (C7)", sec)
-        else:
-            e, f = sec["explicit"], sec["sdpa"]
-            rows.append(["5", "C7 exponent of time / memory in n", f"fused SDPA: {_f(f['time_exponent'], '{:.2f}')} / {_f(f['memory_exponent'], '{:.2f}')}",
-                         f"explicit: {_f(e['time_exponent'], '{:.2f}')} / {_f(e['memory_exponent'], '{:.2f}')}",
-                         "—", "claim: 2 / 2", "—"])
-    if "recurrence" in s:
-        sec = s["recurrence"]
-        if sec["status"] != "ok":
-            skipped("6", "attention vs LSTM (C8)", sec)
-        else:
-            cross = sec["crossover_n"]
-            rows.append(["6", f"C8 crossover n (attention slower than LSTM), d={sec['config']['d']}",
-                         _f(cross, "n ≈ {:,.0f}", "none in range"),
-                         f"claim: n = d = {sec['claim_crossover_n']}", _f(cross / sec["claim_crossover_n"] if cross else None, "{:.1f}× d"),
-                         "—", "—"])
-    if "mfu" in s:
-        sec = s["mfu"]
-        if sec["status"] != "ok":
-            rows.append(["7", "MFU", sec.get("status", "n/a"), sec.get("note", sec.get("error", ""))[:60], "—", "—", "—"])
-        else:
-            rows.append(["7", "MFU (6N + 12·L·H·Q·T)", f"{100 * sec['mfu']:.1f}% of {sec['peak_tflops']:.0f} TFLOP/s",
-                         f"torch {_f(sec.get('mfu_torch'), '{:.1%}')}, x-t {_f(sec.get('mfu_x_transformers'), '{:.1%}')}",
-                         f"{sec['achieved_tflops']:.1f} TFLOP/s", "—", "—"])
-    if "compile" in s:
-        sec = s["compile"]
-        if sec["status"] != "ok":
-            skipped("+", "torch.compile", sec)
-        else:
-            rows.append(["+", "torch.compile train step", f"{_f(sec['compiled']['tokens_per_s'])} tok/s",
-                         f"{_f(sec['eager']['tokens_per_s'])} tok/s eager", _f(sec["speedup"], "{:.2f}×"),
-                         f"compile {sec['compile_s']:.0f} s, {sec['graph_breaks']} breaks", "—"])
-    if "ddp" in s:
-        sec = s["ddp"]
-        if sec["status"] != "ok":
-            skipped("+", "DDP scaling", sec)
-        else:
-            for r in sec["runs"]:
-                rows.append(["+", f"DDP {r['devices']} device(s)", f"{_f(r['tokens_per_s'])} tok/s",
-                             "", _f(r.get("speedup"), "{:.2f}×"), _f(r.get("efficiency"), "eff {:.0%}"), "—"])
+            note = (sec.get("note") or sec.get("error") or "")[:60]
+            rows.append([num, name, sec.get("status", "?"), note, "—", "—", "—"])
     return rows
 
 
