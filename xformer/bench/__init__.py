@@ -103,6 +103,12 @@ def make_config(args: argparse.Namespace) -> BenchConfig:
 
 
 def select_sections(spec: str | None) -> list[str]:
+    """The sections named by ``--sections`` (comma list, ``all``, or ``None`` for the defaults), in
+    table order.
+
+    Raises:
+        UsageError: an unknown section name.
+    """
     if not spec:
         return list(DEFAULT_SECTIONS)
     if spec == "all":

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .dropout import _fast_path, keep_mask
+from .dropout import keep_mask, uses_fast_mask
 
 
 class AttentionPattern:
@@ -264,7 +264,7 @@ class MultiHeadAttention(nn.Module):
             blocked = None  # a single newest query sees every cached key
         mask = combine_masks(bsz, tq, tk, key_padding_mask, blocked, bias, q.dtype)
         p = self.dropout if self.training else 0.0
-        if p > 0.0 and _fast_path(q):
+        if p > 0.0 and uses_fast_mask(q):
             out = attention_with_dropout(q, k, v, mask, is_causal, self.scale, p)
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=is_causal,

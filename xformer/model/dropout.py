@@ -25,7 +25,8 @@ from torch import Tensor, nn
 _LEVELS = 1 << 16  # the resolution of one 16-bit uniform
 
 
-def _fast_path(x: Tensor) -> bool:
+def uses_fast_mask(x: Tensor) -> bool:
+    """Whether :func:`dropout` on ``x`` uses :func:`keep_mask`: a floating-point CPU tensor, eager mode."""
     return x.device.type == "cpu" and x.dtype.is_floating_point and not torch.compiler.is_compiling()
 
 
@@ -70,7 +71,7 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
         raise ValueError(f"dropout p={p}: must be in [0, 1)")
     if not training or p == 0.0:
         return x
-    if not _fast_path(x) or round(p * _LEVELS) >= _LEVELS:
+    if not uses_fast_mask(x) or round(p * _LEVELS) >= _LEVELS:
         return F.dropout(x, p, True)
     return x * keep_mask(x.shape, p, x.dtype, x.device)
 
@@ -84,4 +85,4 @@ class Dropout(nn.Dropout):
         return dropout(x, self.p, self.training)
 
 
-__all__ = ["Dropout", "dropout", "keep_mask"]
+__all__ = ["Dropout", "dropout", "keep_mask", "uses_fast_mask"]

@@ -191,7 +191,6 @@ def run(cfg: DictConfig) -> float | None:
         else:
             fit_metrics, best = {}, ""
             test_results = trainer.test(module, datamodule=dm, ckpt_path=ckpt)
-            tokens_seen = module.tokens_seen
         test_metrics = {k: v for d in test_results for k, v in d.items()}
         status, exit_code = "finished", 0
     except BaseException as err:  # recorded in metrics.json; SIGTERM (preemption) saved last.ckpt
@@ -214,7 +213,8 @@ def run(cfg: DictConfig) -> float | None:
                       "checkpoint": cb.best_model_path if cb is not None else None},
                 objective={"metric": cfg.objective.metric, "value": objective_value},
                 wall_time_s=time.time() - t_start, global_step=trainer.global_step,
-                tokens_seen=tokens_seen if tokens_seen is not None else module.tokens_seen, params=params, bleu_signature=module.bleu_signature,
+                tokens_seen=tokens_seen if tokens_seen is not None else module.tokens_seen,
+                params=params, bleu_signature=module.bleu_signature,
             )
             (out_dir / "metrics.json").write_text(json.dumps(summary, indent=2, default=str))
             for lg in trainer.loggers:
