@@ -2,6 +2,11 @@
 incremental key/value caches.
 
 All functions take token ids ``(B, S)`` and return lists of token-id lists without BOS/EOS.
+
+Special tokens: PAD and BOS are never generated. Their scores are set to ``-inf`` before a token is
+chosen (as fairseq does for PAD), so a model whose top choice at some step is PAD or BOS continues
+with its best ordinary token, and greedy decoding and beam search with ``beam_size=1`` choose from
+the same candidates and give the same output.
 """
 
 from __future__ import annotations
@@ -16,6 +21,36 @@ def max_output_len(src_len: int, a: float, b: int, cap: int | None) -> int:
     return max(1, min(n, cap) if cap else n)
 
 
+def ban(scores: Tensor, *ids: int | None) -> Tensor:
+    """A copy of ``scores`` (``(..., V)``) with the vocabulary entries ``ids`` set to ``-inf``.
+
+    ``None`` entries are skipped. Used to keep PAD and BOS out of every decoder's choices.
+
+    Raises:
+        IndexError: if an id is outside ``0..V-1``.
+    """
+    keep = [i for i in ids if i is not None]
+    if not keep:
+        return scores
+    vocab = scores.shape[-1]
+    for i in keep:
+        if not 0 <= i < vocab:
+            raise IndexError(f"special id {i} outside the vocabulary of {vocab} entries")
+    out = scores.clone()
+    out[..., keep] = float("-inf")
+    return out
+
+
+def step_logprobs(logits: Tensor, pad: int, bos: int | None) -> Tensor:
+    """Next-token log-probabilities ``(N, V)`` (float32) from last-position logits ``(N, V)``, with
+    ``pad`` and ``bos`` at ``-inf``.
+
+    Greedy decoding takes the argmax of these values and beam search adds them (in float64) to its
+    running scores, so both rank tokens from the same numbers.
+    """
+    return ban(torch.log_softmax(logits.float(), -1), pad, bos)
+
+
 @torch.no_grad()
 def greedy(model, src: Tensor, bos: int, eos: int, pad: int, max_len: int) -> list[list[int]]:
     """Greedy decoding for an encoder–decoder model, one token per step with cached keys/values.
@@ -25,7 +60,7 @@ def greedy(model, src: Tensor, bos: int, eos: int, pad: int, max_len: int) -> li
         max_len: maximum number of generated tokens (EOS included).
 
     Returns:
-        ``B`` lists of generated ids, EOS and anything after it removed.
+        ``B`` lists of generated ids (never ``pad`` or ``bos``), EOS and anything after it removed.
     """
     src_mask = src == pad
     memory = model.encode(src, src_mask)
@@ -36,7 +71,7 @@ def greedy(model, src: Tensor, bos: int, eos: int, pad: int, max_len: int) -> li
     done = torch.zeros(bsz, dtype=torch.bool, device=src.device)
     for t in range(max_len):
         logits = model.decode(tok, memory, memory_key_padding_mask=src_mask, cache=cache)
-        nxt = logits[:, -1].argmax(-1)
+        nxt = step_logprobs(logits[:, -1], pad, bos).argmax(-1)
         nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
         out[:, t] = nxt
         done |= nxt == eos
@@ -60,7 +95,7 @@ def greedy_recompute(model, src: Tensor, bos: int, eos: int, pad: int, max_len: 
     for _ in range(max_len):
         logits = model.decode(seq, memory, memory_key_padding_mask=src_mask,
                               tgt_key_padding_mask=torch.zeros_like(seq, dtype=torch.bool))
-        nxt = logits[:, -1].argmax(-1)
+        nxt = step_logprobs(logits[:, -1], pad, bos).argmax(-1)
         nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
         seq = torch.cat((seq, nxt[:, None]), dim=1)
         done |= nxt == eos
@@ -70,7 +105,8 @@ def greedy_recompute(model, src: Tensor, bos: int, eos: int, pad: int, max_len: 
 
 
 @torch.no_grad()
-def greedy_lm(model, prompt: Tensor, prompt_len: Tensor, eos: int, pad: int, max_len: int) -> list[list[int]]:
+def greedy_lm(model, prompt: Tensor, prompt_len: Tensor, eos: int, pad: int, max_len: int,
+              bos: int | None = None) -> list[list[int]]:
     """Greedy continuation for a decoder-only model of right-padded prompts of different lengths.
 
     Each example keeps its own positions (as in training); the full sequence is re-run each step.
@@ -78,6 +114,10 @@ def greedy_lm(model, prompt: Tensor, prompt_len: Tensor, eos: int, pad: int, max
     Args:
         prompt: ``(B, P)`` ids, example ``b`` occupying ``prompt[b, :prompt_len[b]]``.
         prompt_len: ``(B,)`` prompt lengths.
+        bos: BOS id, kept out of the continuation like ``pad`` (``None``: only ``pad`` is kept out).
+
+    Returns:
+        ``B`` lists of generated ids, EOS and anything after it removed.
     """
     bsz = prompt.shape[0]
     total = int(prompt_len.max()) + max_len
@@ -92,7 +132,7 @@ def greedy_lm(model, prompt: Tensor, prompt_len: Tensor, eos: int, pad: int, max
         x = seq[:, :width]
         pad_mask = torch.arange(width, device=x.device)[None, :] >= lens[:, None]
         logits = model(x, tgt_key_padding_mask=pad_mask)
-        nxt = logits[ar, lens - 1].argmax(-1)
+        nxt = step_logprobs(logits[ar, lens - 1], pad, bos).argmax(-1)
         nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
         gen[:, t] = nxt
         seq[ar, lens] = nxt
@@ -115,11 +155,25 @@ def beam_search(model, src: Tensor, bos: int, eos: int, pad: int, max_len: int, 
 
     Each source sentence keeps ``beam_size`` live hypotheses (batched as ``B·beam_size`` rows,
     cached keys/values reordered each step). A hypothesis ends at EOS; a sentence stops once it
-    holds ``beam_size`` finished hypotheses (fairseq's rule), the search at ``max_len``. With ``beam_size=1`` it returns exactly the greedy output.
+    holds ``beam_size`` finished hypotheses (fairseq's rule), the search at ``max_len``. PAD and BOS
+    get log-probability ``-inf`` (not renormalised, as in fairseq), so with ``beam_size=1`` the search
+    takes the same token as :func:`greedy` at every step and returns exactly its output.
+
+    Args:
+        src: ``(B, S)`` source ids padded with ``pad``.
+        max_len: maximum number of generated tokens (EOS included).
+        beam_size: live hypotheses per sentence (``>= 1``).
+        alpha: length-penalty exponent (0 = none).
 
     Returns:
-        ``B`` lists of ids (the best finished hypothesis, or the best live one at ``max_len``).
+        ``B`` lists of ids (the best finished hypothesis, or the best live one at ``max_len``), never
+        containing ``pad`` or ``bos``.
+
+    Raises:
+        ValueError: if ``beam_size < 1``.
     """
+    if beam_size < 1:
+        raise ValueError(f"beam_size={beam_size}: must be >= 1")
     bsz, k = src.shape[0], beam_size
     src_mask = src == pad
     memory = model.encode(src, src_mask)
@@ -127,18 +181,23 @@ def beam_search(model, src: Tensor, bos: int, eos: int, pad: int, max_len: int, 
     mem_mask = src_mask.repeat_interleave(k, 0)
     cache = model.new_cache()
     tok = torch.full((bsz * k, 1), bos, dtype=torch.long, device=src.device)
-    scores = torch.zeros(bsz, k, device=src.device)
+    scores = torch.zeros(bsz, k, dtype=torch.float64, device=src.device)
     scores[:, 1:] = float("-inf")  # only one live copy of the empty hypothesis at the start
     hist = torch.empty(bsz, k, 0, dtype=torch.long, device=src.device)
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(bsz)]
     for t in range(max_len):
         logits = model.decode(tok, memory, memory_key_padding_mask=mem_mask, cache=cache)
-        logp = torch.log_softmax(logits[:, -1].float(), -1).view(bsz, k, -1)
+        # float64 sums keep the token order of the float32 step scores (beam 1 = greedy)
+        logp = step_logprobs(logits[:, -1], pad, bos).double().view(bsz, k, -1)
         vocab = logp.shape[-1]
         cand = (scores[:, :, None] + logp).view(bsz, -1)  # (B, k·V)
         top, idx = cand.topk(2 * k, dim=-1)
+        # equal scores: lower flat index first, the tie rule of argmax in greedy decoding
+        idx, perm = idx.sort(-1)
+        top, perm = top.gather(-1, perm).sort(dim=-1, descending=True, stable=True)
+        idx = idx.gather(-1, perm)
         beam_idx, tok_idx = idx // vocab, idx % vocab
-        new_scores = torch.full((bsz, k), float("-inf"), device=src.device)
+        new_scores = torch.full((bsz, k), float("-inf"), dtype=torch.float64, device=src.device)
         new_beam = torch.zeros(bsz, k, dtype=torch.long, device=src.device)
         new_tok = torch.full((bsz, k), pad, dtype=torch.long, device=src.device)
         for b in range(bsz):

@@ -225,13 +225,18 @@ class Seq2SeqModule(L.LightningModule):
             self.model.set_reshard_after_forward(True)
 
     def generate(self, batch: dict, logits: Tensor | None = None) -> list[str]:
-        """Decoded, detokenised hypotheses for a batch (greedy or beam per ``decode`` settings)."""
+        """Decoded, detokenised hypotheses for a batch (greedy or beam per ``decode`` settings).
+
+        No decoder emits PAD or BOS (see :mod:`xformer.train.decoding`); the encoder-only tagger
+        predicts only ordinary labels (never PAD, BOS or EOS). Returns one string per example.
+        """
         cfg = self.decode_cfg
         cap = getattr(self.model, "max_len", None)
         if self.arch == "encoder_only":
             if logits is None:
                 logits, _ = self.logits_and_labels(batch)
-            pred = logits.argmax(-1)
+            # labels never hold PAD, BOS or EOS, so the tagger's prediction excludes them too
+            pred = decoding.ban(logits, self.pad_id, self.bos_id, self.eos_id).argmax(-1)
             lens = (batch["src"] != self.pad_id).sum(1).tolist()
             return [self.detokenize(pred[b, :lens[b]].tolist()) for b in range(pred.shape[0])]
         if "src" in batch and self.arch == "encoder_decoder":
@@ -253,7 +258,7 @@ class Seq2SeqModule(L.LightningModule):
         max_len = decoding.max_output_len(src_len, cfg["max_len_a"], cfg["max_len_b"], None)
         if cap:
             max_len = max(1, min(max_len, cap - int(plen.max())))
-        ids = decoding.greedy_lm(self.model, seq, plen, self.eos_id, self.pad_id, max_len)
+        ids = decoding.greedy_lm(self.model, seq, plen, self.eos_id, self.pad_id, max_len, bos=self.bos_id)
         return [self.detokenize(x) for x in ids]
 
     def _eval_end(self, prefix: str, suffix: str = "") -> dict[str, float]:
