@@ -60,8 +60,8 @@ def test_ddp_training_equals_single_process_with_same_global_batch(ddp_job, tmp_
     batches r, r+2, ... of the same sequence, so every optimizer step sees the same examples."""
     root, res = ddp_job
     assert res.returncode == 0, fail_msg(res)
-    # validation every 2 optimizer steps in both runs (val_check_interval counts batches)
-    single = run_py([*TINY, "trainer.accumulate_grad_batches=2", "trainer.val_check_interval=4", "logger=none",
+    # validation every 2 optimizer steps in both runs (val_check_interval counts optimizer steps)
+    single = run_py([*TINY, "trainer.accumulate_grad_batches=2", "trainer.val_check_interval=2", "logger=none",
                      f"hydra.run.dir={tmp_path / 'single'}"], cwd=tmp_path, tmp_path=tmp_path)
     assert single.returncode == 0, fail_msg(single)
     m_ddp, m_one = metrics(root / "job"), metrics(tmp_path / "single")

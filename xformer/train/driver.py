@@ -29,6 +29,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
 from .module import Seq2SeqModule
+from .steps import OptimizerStepIntervals
 from .validate import build_model, check_config, check_with_data
 from .resume import ResumableCSVLogger, checkpoint_step, own_checkpoint, start_wandb, wandb_resume_kwargs
 
@@ -156,6 +157,7 @@ def run(cfg: DictConfig) -> float | None:
     loggers = build_loggers(cfg, info, out_dir)
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()
                  if isinstance(c, DictConfig) and "_target_" in c]
+    callbacks.append(OptimizerStepIntervals())  # "every N steps" = optimizer steps under accumulation
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     trainer_cfg.pop("compile", None)
     trainer_cfg.setdefault("use_distributed_sampler", False)  # the data modules shard batches across ranks

@@ -1,0 +1,42 @@
+"""A callback for tests: records, in a JSON file, the optimizer step (``global_step``) at every
+training batch, validation and checkpoint save of a ``run.py`` job (added with
+``+callbacks.probe._target_=tests.train.step_probe.Probe +callbacks.probe.path=<file>``)."""
+
+from __future__ import annotations
+
+import json
+
+import lightning as L
+
+
+class Probe(L.Callback):
+    """Append ``{"kind", "step", "epoch", ...}`` events to ``path`` as they happen.
+
+    Args:
+        path: JSON file rewritten after every event (a killed run keeps what it recorded).
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.events: list[dict] = []
+
+    def _add(self, kind: str, trainer: L.Trainer, **extra) -> None:
+        self.events.append({"kind": kind, "step": trainer.global_step, "epoch": trainer.current_epoch, **extra})
+        with open(self.path, "w") as f:
+            json.dump(self.events, f)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:  # noqa: D102
+        self._add("batch", trainer, batch_idx=batch_idx, tokens_seen=int(getattr(pl_module, "tokens_seen", 0)))
+
+    def on_validation_end(self, trainer, pl_module) -> None:  # noqa: D102
+        if not trainer.sanity_checking:
+            self._add("val", trainer)
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:  # noqa: D102
+        self._add("save", trainer)
+
+
+def events(path) -> list[dict]:
+    """The events a :class:`Probe` wrote to ``path``."""
+    with open(path) as f:
+        return json.load(f)

@@ -1,0 +1,73 @@
+""""Every N steps" means every N optimizer steps, also under gradient accumulation.
+
+xformer's config documents ``trainer.val_check_interval``, ``trainer.log_every_n_steps`` and the
+checkpoint callbacks' ``every_n_train_steps`` as counts of *training steps*, i.e. optimizer updates.
+Lightning agrees for checkpoints (``ModelCheckpoint`` tests ``trainer.global_step``) and logging, but
+not for validation when ``trainer.accumulate_grad_batches > 1``:
+
+* an integer ``val_check_interval`` counts *batches* (``total_batch_idx``), so with 3-batch epochs
+  and ``accumulate_grad_batches=2`` (two optimizer steps per epoch: Lightning also steps on an epoch's
+  last batch) ``val_check_interval=4`` validated after steps 2, 5 and 8 instead of 4 and 8;
+* ``log_every_n_steps`` already counts optimizer steps (``_batches_that_stepped``), and so does the
+  step label of every logged row; ``val/*`` rows carry the label of the last trained step.
+
+Lightning has no option for the validation interval (documented in batches), so
+:class:`OptimizerStepIntervals` replaces that one decision on the running trainer: validation runs
+after the micro-batch that completes an optimizer step whose number is a multiple of the interval.
+The other reasons Lightning validates for (an early stop, ``val_check_interval`` as a time or a
+fraction of an epoch) are left to Lightning. The driver installs the callback in every run.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import lightning as L
+
+__all__ = ["OptimizerStepIntervals", "optimizer_steps_in_epoch"]
+
+
+def optimizer_steps_in_epoch(batches_done: int, accumulate: int) -> int:
+    """Optimizer steps taken after ``batches_done`` batches of an epoch with ``accumulate`` batches per
+    step (Lightning restarts the accumulation window at every epoch and steps on an epoch's last batch,
+    so a trailing partial window counts as one step once its last batch is done)."""
+    return math.ceil(batches_done / max(1, accumulate))
+
+
+class OptimizerStepIntervals(L.Callback):
+    """Make an integer ``trainer.val_check_interval`` count optimizer steps (see the module docstring).
+
+    With ``check_val_every_n_epoch=None`` (xformer's default) the interval counts the run's optimizer
+    steps (``global_step``); with ``check_val_every_n_epoch`` set it counts the steps inside the
+    epoch, as Lightning's batch count does. Nothing changes without gradient accumulation.
+    """
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        """Install the optimizer-step validation decision on ``trainer`` (once; fit only)."""
+        if stage != "fit" or getattr(trainer, "_xformer_step_intervals", False):
+            return
+        trainer._xformer_step_intervals = True
+        epoch_loop = trainer.fit_loop.epoch_loop
+        lightning_decision = epoch_loop._should_check_val_fx
+
+        def should_check_val(data_fetcher: Any) -> bool:
+            interval = trainer.val_check_interval
+            if (not isinstance(interval, int) or isinstance(interval, bool)
+                    or trainer._val_check_time_interval is not None):
+                return lightning_decision(data_fetcher)  # a fraction of an epoch or a time: Lightning's
+            if not epoch_loop._should_check_val_epoch():
+                return False
+            if trainer.should_stop and trainer.fit_loop._can_stop_early:
+                return True  # early stopping validates once more, as in Lightning
+            if epoch_loop._should_accumulate():
+                return False  # this micro-batch did not finish an optimizer step
+            if trainer.check_val_every_n_epoch is None:
+                steps = trainer.global_step
+            else:
+                steps = optimizer_steps_in_epoch(epoch_loop.batch_progress.current.ready,
+                                                 trainer.accumulate_grad_batches)
+            return steps > 0 and steps % interval == 0
+
+        epoch_loop._should_check_val_fx = should_check_val
+
