@@ -15,25 +15,50 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .dropout import keep_mask, uses_fast_mask
+from .hooks import check_derived_flag, overrides
 
 
 class AttentionPattern:
     """Base pattern: every query may see every key (the bidirectional encoder of §3.2.3).
 
-    Subclasses override :meth:`blocked`. ``is_causal`` tells attention that the pattern is exactly
-    the causal triangle, so SDPA's ``is_causal`` fast path can be used.
+    Contract for a new pattern (see the README's "Adding a variant"): override :meth:`blocked`.
+    That is enough for every model shape: a decoder-only stack asks for :meth:`causal`, whose default
+    blocks what :meth:`blocked` blocks plus every future key (:class:`CausalOf`); override
+    :meth:`causal` only to return a cheaper equivalent. ``is_causal`` (the pattern is exactly the
+    causal triangle, so SDPA's ``is_causal`` fast path may replace :meth:`blocked`) is worked out from
+    the class: true only for :class:`CausalAttention`'s own :meth:`blocked`.
     """
 
-    is_causal: bool = False
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "is_causal" in cls.__dict__:  # (checked only then: CausalAttention is not defined yet here)
+            check_derived_flag(cls, "is_causal", _is_causal_class(cls),
+                               "whether the class keeps CausalAttention.blocked()")
+
+    @property
+    def is_causal(self) -> bool:
+        """True when the pattern is exactly the causal triangle (its class keeps
+        :meth:`CausalAttention.blocked`), so SDPA's ``is_causal`` fast path may stand in for it."""
+        return _is_causal_class(type(self))
 
     def blocked(self, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
         """Boolean ``(Tq, Tk)`` mask, ``True`` = key ``k_pos[j]`` is hidden from query ``q_pos[i]``;
-        ``None`` when nothing is blocked."""
+        ``None`` when nothing is blocked. ``q_pos``/``k_pos`` are ``(Tq,)``/``(Tk,)`` integer positions."""
         return None
 
     def causal(self) -> "AttentionPattern":
-        """The same pattern with future keys blocked as well (used by decoder-only stacks)."""
-        return CausalAttention()
+        """The same pattern with future keys blocked as well (used by decoder-only stacks).
+
+        Default: :class:`CausalAttention` when :meth:`blocked` is not overridden (nothing else is
+        blocked), otherwise :class:`CausalOf` this pattern.
+        """
+        if not overrides(type(self), AttentionPattern, "blocked"):
+            return CausalAttention()
+        return CausalOf(self)
+
+
+def _is_causal_class(cls: type) -> bool:
+    return getattr(cls, "blocked", None) is CausalAttention.blocked
 
 
 class FullAttention(AttentionPattern):
@@ -43,13 +68,33 @@ class FullAttention(AttentionPattern):
 class CausalAttention(AttentionPattern):
     """Causal attention: key ``j`` is hidden from query ``i`` when ``j > i`` (§3.2.3, decoder)."""
 
-    is_causal = True
-
     def blocked(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         return k_pos[None, :] > q_pos[:, None]
 
     def causal(self) -> "AttentionPattern":
         return self
+
+
+class CausalOf(AttentionPattern):
+    """The causal form of any pattern: ``base.blocked(q, k)`` or ``k > q``.
+
+    Args:
+        base: the pattern whose blocked keys stay blocked.
+    """
+
+    def __init__(self, base: AttentionPattern) -> None:
+        self.base = base
+
+    def blocked(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        future = k_pos[None, :] > q_pos[:, None]
+        inner = self.base.blocked(q_pos, k_pos)
+        return future if inner is None else inner | future
+
+    def causal(self) -> "AttentionPattern":
+        return self
+
+    def __repr__(self) -> str:
+        return f"CausalOf({self.base!r})"
 
 
 class LocalAttention(AttentionPattern):

@@ -14,6 +14,12 @@ arguments (``d_model``, ``n_heads``, ``d_head``, ``max_len``, ``causal``) so the
 scheme from a ``_partial_`` Hydra node; unused ones are ignored.
 
 Positions are 0-based integer tensors of shape ``(T,)``.
+
+Contract for a new scheme (see the README's "Adding a variant"): subclass
+:class:`PositionalEncoding` and override at least one of the three hooks; overriding is all it takes
+(the stack applies :meth:`~PositionalEncoding.rotate` exactly when a class overrides it). A class
+that overrides none of them is refused when the model is built, unless it is :class:`NoPE` or a
+subclass of it, which means "no positions" on purpose.
 """
 
 from __future__ import annotations
@@ -22,6 +28,11 @@ import math
 
 import torch
 from torch import Tensor, nn
+
+from .hooks import check_derived_flag, overrides
+
+#: the hook methods a positional scheme may override
+HOOKS = ("embed", "rotate", "attn_bias")
 
 
 class PositionalEncoding(nn.Module):
@@ -37,8 +48,21 @@ class PositionalEncoding(nn.Module):
 
     #: True when the scheme works with absolute positions below ``max_len`` (checked against the data).
     bounded: bool = False
-    #: True when :meth:`rotate` is not the identity.
-    rotates: bool = False
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        check_derived_flag(cls, "rotates", overrides(cls, PositionalEncoding, "rotate"),
+                           "whether the class overrides rotate()")
+
+    @property
+    def rotates(self) -> bool:
+        """True when this scheme's class overrides :meth:`rotate` (the stack then applies it)."""
+        return overrides(type(self), PositionalEncoding, "rotate")
+
+    @classmethod
+    def implemented_hooks(cls) -> tuple[str, ...]:
+        """The hooks of :data:`HOOKS` that ``cls`` overrides (empty for the identity scheme)."""
+        return tuple(h for h in HOOKS if overrides(cls, PositionalEncoding, h))
 
     def __init__(self, d_model: int, n_heads: int, d_head: int, max_len: int | None = None,
                  causal: bool = False) -> None:
@@ -109,6 +133,10 @@ class Sinusoidal(PositionalEncoding):
             # the same float64 formula evaluated at ``pos`` (equal to the table's rows), without the
             # data-dependent ``int(pos.max())`` that would break the compiled graph
             return x + sinusoid_rows(pos, self.d_model).to(x.dtype)
+        if self.training:
+            # training inputs fit max_len (validated before training): index the table without
+            # reading ``pos.max()`` on the host, which would be a device sync in every step
+            return x + self.table[pos].to(x.dtype)
         n = int(pos.max()) + 1 if pos.numel() else 0
         table = self.table if n <= self.table.shape[0] else sinusoid_table(n, self.d_model).to(x.device)
         return x + table[pos].to(x.dtype)
@@ -131,7 +159,9 @@ class Learned(PositionalEncoding):
         self.weight = nn.Parameter(torch.randn(max_len, d_model) * d_model ** -0.5)
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
-        if pos.numel() and int(pos.max()) >= self.weight.shape[0]:
+        # the bound is checked outside training only: training inputs are validated against max_len
+        # before training, and the check reads ``pos.max()`` on the host (a device sync per step)
+        if not self.training and pos.numel() and int(pos.max()) >= self.weight.shape[0]:
             raise IndexError(f"position {int(pos.max())} >= model.max_len={self.weight.shape[0]} "
                              "(learned positions cannot extrapolate)")
         return x + self.weight[pos].to(x.dtype)
@@ -146,8 +176,6 @@ class RoPE(PositionalEncoding):
     Raises:
         ValueError: if ``d_head`` is odd.
     """
-
-    rotates = True
 
     def __init__(self, d_model: int, n_heads: int, d_head: int, max_len: int | None = None,
                  causal: bool = False, base: float = 10000.0) -> None:

@@ -18,8 +18,9 @@ from .attention import AttentionPattern, CausalAttention, FullAttention, MultiHe
 from .dropout import Dropout
 from .ffn import ReLUFFN
 from .layers import DecoderLayer, EncoderLayer, Stack
+from .hooks import overrides
 from .norm import PostNorm, Residual
-from .positional import PositionalEncoding, Sinusoidal
+from .positional import HOOKS as POSITIONAL_HOOKS, NoPE, PositionalEncoding, Sinusoidal
 
 
 class ConfigError(ValueError):
@@ -58,6 +59,51 @@ def resolve_sizes(d_model: int, n_heads: int, d_head: int | None, ffn_ratio: flo
 
 def _factory(obj, default):
     return default if obj is None else obj
+
+
+def _name(obj) -> str:
+    cls = type(obj)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def check_positional(pe) -> None:
+    """Refuse a positional scheme that is not a :class:`PositionalEncoding` or that implements none
+    of its hooks (``embed``, ``rotate``, ``attn_bias``) without being :class:`NoPE`.
+
+    Raises:
+        ConfigError: naming the class and what it must implement.
+    """
+    if not isinstance(pe, PositionalEncoding):
+        raise ConfigError(f"model.pe: {_name(pe)} is not an xformer.model.PositionalEncoding; subclass it and "
+                          f"implement one of {', '.join(POSITIONAL_HOOKS)}")
+    if not pe.implemented_hooks() and not isinstance(pe, NoPE) and type(pe) is not PositionalEncoding:
+        raise ConfigError(f"model.pe: {_name(pe)} overrides none of the PositionalEncoding hooks "
+                          f"{', '.join(POSITIONAL_HOOKS)}; implement one (or subclass NoPE for no positions)")
+
+
+def check_residual(res) -> None:
+    """Refuse a norm placement that is not a :class:`Residual` or lacks ``forward(x, f)``.
+
+    Raises:
+        ConfigError: naming the class and what it must implement.
+    """
+    if not isinstance(res, Residual):
+        raise ConfigError(f"model.norm: {_name(res)} is not an xformer.model.Residual; subclass it and "
+                          "implement forward(x, f)")
+    if not overrides(type(res), Residual, "forward"):
+        raise ConfigError(f"model.norm: {_name(res)} does not implement forward(x, f), the one hook of "
+                          "xformer.model.Residual (return the block output for input x and sub-layer f)")
+
+
+def check_ffn(ffn) -> None:
+    """Refuse an FFN that is not an ``nn.Module`` with its own ``forward(x)``.
+
+    Raises:
+        ConfigError: naming the class and what it must implement.
+    """
+    if not isinstance(ffn, nn.Module) or not overrides(type(ffn), nn.Module, "forward"):
+        raise ConfigError(f"model.ffn: {_name(ffn)} must be an nn.Module that implements forward(x) "
+                          "((B, T, D) -> (B, T, D))")
 
 
 class _Base(nn.Module):
@@ -120,7 +166,12 @@ class _Base(nn.Module):
         self.dropout_p, self.attn_scale = dropout, attn_scale
         self.src_vocab_size, self.tgt_vocab_size = src_vocab_size, tgt_vocab_size
         pattern = _factory(attention, FullAttention)
-        self.pattern: AttentionPattern = pattern() if not isinstance(pattern, AttentionPattern) else pattern
+        if not isinstance(pattern, AttentionPattern) and callable(pattern):
+            pattern = pattern()
+        self.pattern: AttentionPattern = pattern
+        if not isinstance(self.pattern, AttentionPattern):
+            raise ConfigError(f"model.attention: {_name(self.pattern)} is not an xformer.model.AttentionPattern; "
+                              "subclass it and implement blocked(q_pos, k_pos)")
         self.residual = _factory(norm, PostNorm)
         self.pe_factory = _factory(pe, Sinusoidal)
         self.ffn_factory = _factory(ffn, ReLUFFN)
@@ -137,8 +188,13 @@ class _Base(nn.Module):
                                  max_len=self.max_len, causal=causal)
         except ValueError as err:
             raise ConfigError(str(err)) from None
-        final = self.residual(d_model=self.d_model, dropout=0.0).make_final_norm()
-        return Stack([self._block(cls) for _ in range(n)], pe, pattern, final)
+        check_positional(pe)
+        residual = self.residual(d_model=self.d_model, dropout=0.0)
+        check_residual(residual)
+        blocks = [self._block(cls) for _ in range(n)]
+        for block in blocks[:1]:  # every block is built by the same factories
+            check_ffn(block.ffn)
+        return Stack(blocks, pe, pattern, residual.make_final_norm())
 
     def _embedding(self, vocab: int) -> nn.Embedding:
         # no padding_idx: a zero pad vector makes a fully padded sequence an all-zero input whose
@@ -167,8 +223,10 @@ class _Base(nn.Module):
         if self.pad_id is None:
             return None
         mask = ids == self.pad_id
-        if torch.compiler.is_compiling():
-            return mask  # no data-dependent branch (graph break) under torch.compile; same outputs
+        if self.training or torch.compiler.is_compiling():
+            # no data-dependent branch: it would be a device sync per training step and a graph
+            # break under torch.compile; an all-False mask gives the same outputs
+            return mask
         return mask if bool(mask.any()) else None
 
     @classmethod

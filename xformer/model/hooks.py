@@ -1,0 +1,37 @@
+"""How the variant base classes tell which hooks a subclass implements.
+
+A variant says what it does by overriding methods; nothing else is needed. The base classes compare
+the subclass's method with their own (``type(obj).rotate is not PositionalEncoding.rotate``) to
+decide, for instance, whether a positional scheme rotates queries and keys. Flags that used to be
+set by hand next to a hook (``rotates``, ``is_causal``) are now worked out from the hooks; a subclass
+that still sets one to a value contradicting its methods is rejected when the class is defined.
+"""
+
+from __future__ import annotations
+
+
+def overrides(cls: type, base: type, name: str) -> bool:
+    """True when ``cls`` (or a class between it and ``base``) replaces ``base``'s method ``name``."""
+    return getattr(cls, name) is not getattr(base, name)
+
+
+def check_derived_flag(cls: type, flag: str, derived: bool, because: str) -> None:
+    """Reject a class attribute ``flag`` that contradicts what the hooks say, and drop a consistent one
+    so the base class's property decides from then on.
+
+    Args:
+        cls: the subclass being defined.
+        flag: the attribute name (``"rotates"``, ``"is_causal"``).
+        derived: the value the hooks imply.
+        because: how the value is derived, for the message (e.g. ``"whether rotate() is overridden"``).
+
+    Raises:
+        TypeError: when ``cls`` sets ``flag`` to something other than ``derived``.
+    """
+    if flag not in cls.__dict__ or isinstance(cls.__dict__[flag], property):
+        return
+    declared = cls.__dict__[flag]
+    if bool(declared) != derived:
+        raise TypeError(f"{cls.__module__}.{cls.__qualname__}.{flag}={declared!r}: xformer works this out from "
+                        f"{because} (here {derived}); delete the assignment")
+    delattr(cls, flag)
