@@ -54,43 +54,83 @@ def _loss_of(outputs: Any) -> torch.Tensor | None:
 
 
 class NonFiniteLossGuard(L.Callback):
-    """Raise :class:`NonFiniteLossError` at the first non-finite training loss.
+    """Raise :class:`NonFiniteLossError` when a training loss has been NaN or Inf.
 
-    Runs in ``on_train_batch_end``, which Lightning calls before the ``ModelCheckpoint`` callbacks
-    (checkpoint callbacks always run last), so the poisoned state is never saved. In DDP the ranks
-    agree (any rank non-finite → all stop) so none is left waiting in a collective.
+    Every step folds ``isfinite(loss)`` into a flag on the device, with the step, epoch, batch and
+    loss of the first bad step, so the training step never waits for the accelerator. The flag is
+    read on the host (one sync) every ``check_every_n_steps`` optimizer steps, when training ends,
+    and before *any* checkpoint is written (``on_save_checkpoint`` runs before the file is saved,
+    and raising there stops the save), so a poisoned state is never checkpointed and ``last.ckpt``
+    stays the last good one. In DDP the ranks agree (any rank non-finite → all stop) so none is
+    left waiting in a collective.
 
     Args:
-        check_every_n_steps: check every N batches (each check reads the loss back from the
-            accelerator, a device sync; the progress bar does the same for its display).
+        check_every_n_steps: read the flag every N optimizer steps; ``None`` = the trainer's
+            ``log_every_n_steps`` (when Lightning reads the logged loss anyway).
+
+    Raises:
+        ValueError: ``check_every_n_steps`` < 1.
     """
 
-    def __init__(self, check_every_n_steps: int = 1) -> None:
-        if check_every_n_steps < 1:
-            raise ValueError(f"check_every_n_steps must be >= 1, got {check_every_n_steps}")
-        self.check_every_n_steps = int(check_every_n_steps)
+    def __init__(self, check_every_n_steps: int | None = None) -> None:
+        if check_every_n_steps is not None and check_every_n_steps < 1:
+            raise ValueError(f"check_every_n_steps must be >= 1 or null, got {check_every_n_steps}")
+        self.check_every_n_steps = check_every_n_steps
         self._last_saved_step: int | None = None
+        self._first: dict[str, torch.Tensor] | None = None  # first bad step, epoch, batch, loss (device)
+        self._checked_step = -1
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._first, self._checked_step = None, -1
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        if trainer.training:
+            self._check(trainer)  # before the file is written: a poisoned state is never saved
         self._last_saved_step = trainer.global_step
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._check(trainer)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        if batch_idx % self.check_every_n_steps:
-            return
         loss = _loss_of(outputs)
         if loss is None:
             return
-        bad = not bool(torch.isfinite(loss.detach()).all())
+        loss = loss.detach().float().mean()
+        if self._first is None or self._first["loss"].device != loss.device:
+            minus = torch.full((), -1, dtype=torch.int64, device=loss.device)
+            self._first = {"step": minus, "epoch": minus.clone(), "batch": minus.clone(), "loss": loss.clone()}
+        new = (~torch.isfinite(loss)) & (self._first["step"] < 0)  # stays on the device
+        f = self._first
+        f["step"] = torch.where(new, trainer.global_step, f["step"])
+        f["epoch"] = torch.where(new, trainer.current_epoch, f["epoch"])
+        f["batch"] = torch.where(new, batch_idx, f["batch"])
+        f["loss"] = torch.where(new, loss, f["loss"])
+        every = self.check_every_n_steps or max(1, int(trainer.log_every_n_steps or 1))
+        step = trainer.global_step
+        if step % every == 0 and step != self._checked_step:
+            self._check(trainer)
+
+    def _check(self, trainer: L.Trainer) -> None:
+        """Read the device flag (a sync) and raise if any step so far was non-finite."""
+        self._checked_step = trainer.global_step
+        if self._first is None:
+            return
+        bad = bool(self._first["step"] >= 0)
         if trainer.world_size > 1:
             bad = trainer.strategy.reduce_boolean_decision(bad, all=False)
         if not bad:
             return
-        value = float(loss.detach().float().mean()) if loss.numel() else math.nan
+        f = {k: v.item() for k, v in self._first.items()}
+        if f["step"] < 0:  # another rank saw it first
+            where = f"by step {trainer.global_step} on another rank"
+            value = math.nan
+        else:
+            where = f"at step {f['step']} (epoch {f['epoch']}, batch {f['batch']})"
+            value = f["loss"]
         raise NonFiniteLossError(
-            f"train/loss is {value} at step {trainer.global_step} (epoch {trainer.current_epoch}, batch "
-            f"{batch_idx}); training stopped. {self._kept(trainer)} Fix: lower optim.lr, raise "
-            f"optim.warmup_steps, keep trainer.gradient_clip_val > 0, or use trainer.precision=32-true")
+            f"train/loss is {value} {where}; training stopped. {self._kept(trainer)} Fix: lower optim.lr, "
+            f"raise optim.warmup_steps, keep trainer.gradient_clip_val > 0, or use trainer.precision=32-true")
 
     def _kept(self, trainer: L.Trainer) -> str:
         lasts = [cb.last_model_path for cb in trainer.checkpoint_callbacks

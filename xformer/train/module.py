@@ -28,29 +28,39 @@ from torch import Tensor
 from . import decoding
 
 
-def prefix_lm_batch(src: Tensor, tgt: Tensor, pad: int) -> tuple[Tensor, Tensor, Tensor]:
+def prefix_lm_batch(src: Tensor, tgt: Tensor, pad: int, trim: bool = True) -> tuple[Tensor, Tensor, Tensor]:
     """Pack seq2seq pairs as one causal-LM sequence each: ``src + tgt`` (``tgt`` starts with BOS,
     which doubles as the separator).
 
+    Built with ``gather`` on the device, without reading any length on the host (no device sync),
+    so it can run inside a training step.
+
     Args:
-        src: ``(B, S)`` padded source ids; tgt: ``(B, T)`` padded ``[BOS] + y + [EOS]``.
+        src: ``(B, S)`` right-padded source ids; tgt: ``(B, T)`` right-padded ``[BOS] + y + [EOS]``.
+        pad: the padding id.
+        trim: cut the result to the longest packed pair (reads that length on the host: one device
+            sync). ``False`` keeps the static width ``S + T``; the extra columns are padding with
+            ``pad`` labels, so the loss is unchanged.
 
     Returns:
         ``seq`` ``(B, L)`` right-padded, ``labels`` ``(B, L)`` (next token on the target part,
         ``pad`` elsewhere), ``prompt_len`` ``(B,)`` = source length + 1 (the BOS).
     """
-    src_len = (src != pad).sum(1)
-    tgt_len = (tgt != pad).sum(1)
-    total = src_len + tgt_len
-    bsz, width = src.shape[0], int(total.max())
-    seq = torch.full((bsz, width), pad, dtype=src.dtype, device=src.device)
-    labels = torch.full_like(seq, pad)
-    for b in range(bsz):
-        s, t = int(src_len[b]), int(tgt_len[b])
-        seq[b, :s] = src[b, :s]
-        seq[b, s:s + t] = tgt[b, :t]
-        labels[b, s:s + t - 1] = tgt[b, 1:t]
-    return seq, labels, src_len + 1
+    src_len = (src != pad).sum(1, keepdim=True)  # (B, 1)
+    tgt_len = (tgt != pad).sum(1, keepdim=True)
+    S, T = src.shape[1], tgt.shape[1]
+    j = torch.arange(S + T, device=src.device).unsqueeze(0)  # (1, S+T) packed position
+    k = j - src_len  # position inside the target part (negative on the source part)
+    src_tok = src.gather(1, j.clamp(max=S - 1).expand(src.shape[0], -1))
+    tgt_tok = tgt.gather(1, k.clamp(0, T - 1))
+    nxt_tok = tgt.gather(1, (k + 1).clamp(0, T - 1))
+    pad_t = torch.full_like(src_tok, pad)
+    seq = torch.where(j < src_len, src_tok, torch.where(k < tgt_len, tgt_tok, pad_t))
+    labels = torch.where((k >= 0) & (k < tgt_len - 1), nxt_tok, pad_t)
+    if trim:
+        width = int((src_len + tgt_len).max())
+        seq, labels = seq[:, :width], labels[:, :width]
+    return seq, labels, src_len.squeeze(1) + 1
 
 
 class Seq2SeqModule(L.LightningModule):
@@ -85,9 +95,10 @@ class Seq2SeqModule(L.LightningModule):
         self.test_split_names = list(test_split_names or ["test"])
         self.val_decode_limit = val_decode_limit
         self.arch = getattr(model, "arch", "encoder_decoder")
-        self._t0: float | None = None
+        self._window: tuple[int, float, Tensor] | None = None  # (step, host time, tokens) at window start
+        self._rate: Tensor | None = None  # tokens/s of the last complete window (device tensor)
+        self._tokens = torch.zeros((), dtype=torch.int64)  # on the training device once training starts
         self._eval: dict[str, dict] = {}
-        self.tokens_seen = 0
         #: stored in every checkpoint under ``"xformer"`` (config, tokenizer, vocab sizes) so
         #: ``mode=eval`` and ``xformer translate`` can rebuild the model without the run's files
         self.checkpoint_meta: dict = {}
@@ -102,20 +113,19 @@ class Seq2SeqModule(L.LightningModule):
             tgt = batch["tgt"]
             inp, labels = tgt[:, :-1], tgt[:, 1:].clone()
             if "loss_mask" in batch:
-                labels[~batch["loss_mask"][:, 1:]] = pad
+                labels.masked_fill_(~batch["loss_mask"][:, 1:], pad)
             return self.model(inp), labels
         src, tgt = batch["src"], batch["tgt"]
         if self.arch == "encoder_decoder":
             return self.model(src, tgt[:, :-1]), tgt[:, 1:]
         if self.arch == "decoder_only":
-            seq, labels, _ = prefix_lm_batch(src, tgt, pad)
+            seq, labels, _ = prefix_lm_batch(src, tgt, pad, trim=not self.training)
             return self.model(seq), labels
         # encoder_only tagger: label i is target token i (length-preserving tasks)
         labels = torch.full_like(src, pad)
         n = min(src.shape[1], tgt.shape[1] - 1)
         labels[:, :n] = tgt[:, 1:1 + n]
-        labels[labels == self.eos_id] = pad
-        labels[src == pad] = pad
+        labels.masked_fill_((labels == self.eos_id) | (src == pad), pad)
         return self.model(src), labels
 
     def loss(self, logits: Tensor, labels: Tensor, smoothing: float) -> Tensor:
@@ -130,23 +140,84 @@ class Seq2SeqModule(L.LightningModule):
         self.tokens_seen = int(checkpoint.get("xformer", {}).get("tokens_seen", 0))
 
     # -- training -----------------------------------------------------------------------------
+    @property
+    def tokens_seen(self) -> int:
+        """Non-padding source + target tokens trained on by this process (all ranks after ``fit``).
+
+        Reading it copies the on-device counter to the host (a device sync): do so at logging,
+        checkpoint or end-of-run time, never inside a step."""
+        return int(self._tokens)
+
+    @tokens_seen.setter
+    def tokens_seen(self, value: int) -> None:
+        self._tokens = torch.tensor(int(value), dtype=torch.int64, device=self._tokens.device)
+
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:
+        """Teacher-forced loss of one batch; everything stays on the device (no host sync).
+
+        The token counter is a device tensor and ``train/loss`` is logged as a device tensor: Lightning
+        reads both on the host only when it writes its logs (every ``trainer.log_every_n_steps``). The
+        logged loss is this process's own (no per-step all-reduce under DDP).
+        """
         logits, labels = self.logits_and_labels(batch)
         loss = self.loss(logits, labels, self.label_smoothing)
-        n_tok = int((labels != self.pad_id).sum()) + (int((batch["src"] != self.pad_id).sum()) if "src" in batch else 0)
-        self.tokens_seen += n_tok
-        self._batch_tokens = n_tok
-        self.log("train/loss", loss, prog_bar=True, batch_size=int((labels != self.pad_id).sum()), sync_dist=True)
+        n_tok = (labels != self.pad_id).sum()
+        if "src" in batch:
+            n_tok = n_tok + (batch["src"] != self.pad_id).sum()
+        if self._tokens.device != n_tok.device:
+            self._tokens = self._tokens.to(n_tok.device)
+        self._tokens += n_tok
+        self.log("train/loss", loss.detach(), prog_bar=True)
         return loss
 
-    def on_train_batch_start(self, batch, batch_idx) -> None:
-        self._t0 = time.perf_counter()
-
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
-        if self._t0 is not None:
-            dt = time.perf_counter() - self._t0
-            self.log("perf/tokens_per_s", self._batch_tokens / max(dt, 1e-9), prog_bar=False)
-            self.log("perf/tokens_seen", float(self.tokens_seen))
+        """Log ``perf/tokens_seen`` and ``perf/tokens_per_s`` as device tensors (no sync).
+
+        Throughput is measured over windows of ``trainer.log_every_n_steps`` optimizer steps: tokens
+        counted on the device in the window / host wall time of the window. Per-step host timing
+        would be meaningless on a GPU, where the host runs ahead of the kernels; over a window the
+        queue's lead cancels out.
+        """
+        step = self.trainer.global_step
+        every = max(1, int(self.trainer.log_every_n_steps or 1))
+        now = time.perf_counter()
+        if self._window is None:
+            self._window = (step, now, self._tokens.clone())
+        elif step != self._window[0] and step % every == 0:
+            start_step, t0, tok0 = self._window
+            self._rate = (self._tokens - tok0).double() / max(now - t0, 1e-9)
+            self._window = (step, now, self._tokens.clone())
+        if self._rate is not None:
+            self.log("perf/tokens_per_s", self._rate)
+        self.log("perf/tokens_seen", self._tokens.double())
+
+    def on_train_start(self) -> None:
+        self._window, self._rate = None, None
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+        """Clip gradients (``trainer.gradient_clip_val``, norm or value), also with a fused optimizer
+        under mixed precision.
+
+        Lightning's mixed-precision plugin refuses to clip when the optimizer unscales gradients
+        itself (``fused=True``), because with a ``GradScaler`` (``16-mixed``) the gradients it would
+        clip are still scaled. Here they are unscaled first (the scaler records that, and its
+        ``step`` then passes no scale to the fused kernel, only the inf/NaN flag); under
+        ``bf16-mixed`` there is no scaler and nothing to unscale. Every other case is Lightning's own
+        ``clip_gradients``.
+        """
+        if not gradient_clip_val:
+            return
+        from lightning.pytorch.plugins.precision import MixedPrecision, Precision
+        from lightning.pytorch.utilities import GradClipAlgorithmType
+
+        plugin = self.trainer.precision_plugin
+        if isinstance(plugin, MixedPrecision) and getattr(optimizer, "_step_supports_amp_scaling", False):
+            if plugin.scaler is not None:
+                plugin.scaler.unscale_(optimizer)
+            algorithm = GradClipAlgorithmType(gradient_clip_algorithm or "norm")
+            Precision.clip_gradients(plugin, optimizer, gradient_clip_val, algorithm)
+            return
+        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def setup(self, stage: str) -> None:
         if self._trainer is not None:

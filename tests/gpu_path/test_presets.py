@@ -1,0 +1,59 @@
+"""Every experiment preset (GPU forms included) trains two tiny steps on the CPU, in its own
+precision: the presets differ from the default in trainer, precision, data and decoding, which is
+where GPU-only failures (a fused optimizer with clipping under mixed precision) used to hide."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf, open_dict
+
+from tests.conftest import REPO, SHARED_DATA
+from xformer.train.driver import run as run_job
+
+EXPERIMENTS = sorted(str(p.relative_to(REPO / "conf" / "experiment").with_suffix(""))
+                     for p in (REPO / "conf" / "experiment").rglob("*.yaml"))
+
+SMALL_DATA = {"n_train": 200, "n_val": 8, "n_test": 8, "n_long": 4, "tokens_per_batch": 256, "num_workers": 0,
+              "pin_memory": False, "vocab_size": 400}
+
+
+def test_the_presets_are_found():
+    assert "multi30k" in EXPERIMENTS and "claims/c1_ffn_ratio_gpu" in EXPERIMENTS and len(EXPERIMENTS) >= 20
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("cache")  # one tokenizer cache for all Multi30k presets
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_experiment_preset_trains_two_steps_on_the_cpu(experiment, tmp_path, cache_dir):
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[
+            f"experiment={experiment}", "logger=csv", "trainer.accelerator=cpu", "trainer.devices=1",
+            "trainer.max_steps=2", "trainer.val_check_interval=2", "trainer.limit_val_batches=1",
+            "++trainer.limit_test_batches=1", "trainer.enable_progress_bar=false", "trainer.max_time=null",
+            "model.n_encoder_layers=1", "model.n_decoder_layers=1", "decode.max_len_a=0", "decode.max_len_b=3",
+            f"paths.output_dir={tmp_path}", f"paths.root_dir={tmp_path}", f"paths.cache_dir={cache_dir}"])
+    preset_precision = cfg.trainer.precision
+    with open_dict(cfg):
+        if "multi30k" in cfg.data._target_.lower():
+            if not SHARED_DATA.is_dir():
+                pytest.skip(f"public data copies not found at {SHARED_DATA}")
+            cfg.data.root = str(SHARED_DATA / "multi30k")
+        for key, value in SMALL_DATA.items():
+            if key in cfg.data:
+                cfg.data[key] = value
+        if cfg.model.get("param_budget"):
+            cfg.model.param_budget = min(int(cfg.model.param_budget), 300_000)
+        else:
+            cfg.model.d_model = 32
+            cfg.model.n_heads = 2
+    run_job(cfg)
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["status"] == "finished" and metrics["global_step"] == 2, metrics.get("error")
+    assert metrics["config"]["trainer"]["precision"] == preset_precision
+    assert all(v == v for v in metrics["metrics"].values()), "no NaN"
