@@ -7,7 +7,9 @@ sweep, and dry runs.
   ``<sweep dir>/sweep_summary.json`` and prints it as a table. A job that raised is logged with its
   traceback and handed back to the sweeper as a finished job without a value (``None``), so the
   remaining jobs and batches run and Optuna records a failed trial; after the summary is printed the
-  sweep exits with status 1 if any job failed.
+  sweep exits with status 1 if any job failed, or if no job produced an objective value (e.g. every
+  Optuna trial failed or was NaN; a dry run is exempt). The summary is written in every case
+  (:func:`guard_optuna_sweep` keeps Optuna from ending the sweep early when no trial completed).
 * :func:`dry_run` (``sweep.dry_run=true``) validates one job's configuration and prints its overrides
   instead of training; with ``-m`` it covers every job of the sweep.
 """
@@ -109,7 +111,8 @@ class SweepSummary(Callback):
     """Hydra callback writing ``<sweep dir>/sweep_summary.json`` (see module docstring).
 
     Args:
-        exit_on_failure: exit the sweep with status 1 after the summary when a job failed.
+        exit_on_failure: exit the sweep with status 1 after the summary when a job failed or no job
+            produced an objective value.
     """
 
     def __init__(self, exit_on_failure: bool = True) -> None:
@@ -120,6 +123,8 @@ class SweepSummary(Callback):
         return Path(str(config.hydra.sweep.dir)) / JOBS_DIR
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if "optuna" in str(OmegaConf.select(config, "hydra.sweeper._target_", default="")):
+            guard_optuna_sweep(bool(OmegaConf.select(config, "sweep.dry_run", default=False)))
         storage = OmegaConf.select(config, "hydra.sweeper.storage", default=None)
         if isinstance(storage, str) and storage.startswith("sqlite:///"):  # SQLite does not create folders
             Path(storage[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
@@ -159,21 +164,69 @@ class SweepSummary(Callback):
             except (OSError, ValueError):
                 continue
         failed = [j for j in jobs if j["status"] == "failed"]
+        dry = bool(OmegaConf.select(config, "sweep.dry_run", default=False))
+        valued = [j for j in jobs if _float_or_none(j["objective"]["value"]) is not None]
+        no_value = bool(jobs) and not dry and not valued  # nothing for a sweeper to pick from
         summary: dict[str, Any] = {
             "sweep_dir": str(sweep_dir), "n_jobs": len(jobs), "n_failed": len(failed),
+            "n_with_objective": len(valued),
             "objective": {"metric": OmegaConf.select(config, "objective.metric"),
                           "mode": OmegaConf.select(config, "objective.mode")},
             "jobs": jobs,
         }
         sweeper = OmegaConf.select(config, "hydra.sweeper")
         if sweeper is not None and "storage" in sweeper:
-            summary["optuna"] = {"study_name": sweeper.get("study_name"), "storage": sweeper.get("storage")}
+            summary["optuna"] = {"study_name": sweeper.get("study_name"),
+                                 "storage": None if dry else sweeper.get("storage")}
+        if no_value:
+            summary["error"] = (f"no job produced a value of {summary['objective']['metric']}: every job failed "
+                                f"or its objective was NaN/missing (see the jobs' status and error)")
         sweep_dir.mkdir(parents=True, exist_ok=True)
         (sweep_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=str))
         print(format_summary(summary), flush=True)
-        if failed and self.exit_on_failure:
+        if (failed or no_value) and self.exit_on_failure:
             sys.stdout.flush()
             sys.exit(1)
+
+
+_OPTUNA_GUARD: dict[str, bool] = {}
+
+
+def guard_optuna_sweep(dry_run: bool) -> None:
+    """Make hydra-optuna-sweeper end a sweep normally when no trial completed, and keep dry runs out
+    of the study's database.
+
+    The plugin asks ``study.best_trial`` after the last trial, which raises ``ValueError`` ("No trials
+    are completed yet.") when every trial failed or returned no value -- always the case for a dry run,
+    whose jobs only validate. Hydra then skips ``on_multirun_end``: no ``sweep_summary.json``, exit 1
+    with Optuna's message. The plugin has no option for this, so its ``sweep`` is wrapped (once per
+    process): that one error is logged as a warning and the sweep returns, so :class:`SweepSummary`
+    writes the summary and sets the exit status. With ``dry_run`` the study is kept in memory
+    (``storage=None``), so validating a search never adds FAILED trials to a stored study.
+    """
+    _OPTUNA_GUARD["dry_run"] = dry_run
+    try:
+        from hydra_plugins.hydra_optuna_sweeper._impl import OptunaSweeperImpl
+    except ImportError:  # the plugin is not installed: Hydra reports that itself
+        return
+    if getattr(OptunaSweeperImpl.sweep, "_xformer_guarded", False):
+        return
+    plugin_sweep = OptunaSweeperImpl.sweep
+
+    def sweep(self, arguments: list[str]) -> None:
+        if _OPTUNA_GUARD.get("dry_run"):
+            self.storage = None
+        try:
+            return plugin_sweep(self, arguments)
+        except ValueError as err:
+            if "No trials are completed yet" not in str(err):
+                raise
+            log.warning("optuna: no trial completed (every trial failed or had no objective value), so "
+                        "the study has no best parameters; see the sweep summary")
+            return None
+
+    sweep._xformer_guarded = True  # type: ignore[attr-defined]
+    OptunaSweeperImpl.sweep = sweep
 
 
 def format_summary(summary: dict) -> str:
@@ -185,7 +238,9 @@ def format_summary(summary: dict) -> str:
     lines = [head, f"  {'#':>3}  {'status':<9}  {metric:>12}  overrides" + (" (beyond the shared ones)" if common else "")]
     for j in summary["jobs"]:
         value = j["objective"]["value"]
-        shown = f"{value:.4g}" if isinstance(value, (int, float)) else "-"
+        shown = f"{value:.4g}" if isinstance(value, (int, float)) else ("-" if value is None else str(value))
         extra = f"  [{j['error']}]" if j.get("error") else ""
         lines.append(f"  {j['num']:>3}  {j['status']:<9}  {shown:>12}  {' '.join(o for o in j['overrides'] if o not in common)}{extra}")
+    if summary.get("error"):
+        lines.append(f"error: {summary['error']}")
     return "\n".join(lines)

@@ -1,0 +1,71 @@
+"""Issue 13, item 5: every sweep writes its summary. A dry run exits 0 (Optuna included, and its
+study stays out of the database); a sweep in which no job produced an objective value -- every job
+failed, or every Optuna trial was NaN -- names the failures and exits 1 (README: "Failing jobs")."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.scaling.common import TINY, fail_msg, run_py
+
+OPTUNA = ["hparams_search=optuna", "hydra.sweeper.n_trials=2", "hydra.sweeper.storage=null"]
+
+
+def _summary(sweep: Path) -> dict:
+    return json.loads((sweep / "sweep_summary.json").read_text())
+
+
+@pytest.mark.parametrize("storage", [None, "db"])
+def test_optuna_dry_run_exits_0_with_summary_and_leaves_the_study_alone(tmp_path, storage):
+    sweep = tmp_path / "sweep"
+    db = tmp_path / "study.db"
+    extra = [f"hydra.sweeper.storage=sqlite:///{db}", "hydra.sweeper.study_name=t"] if storage else []
+    res = run_py([*OPTUNA, *extra, "hydra.sweeper.n_trials=3", "sweep.dry_run=true", f"hydra.sweep.dir={sweep}",
+                  "-m"], cwd=tmp_path, tmp_path=tmp_path)
+    assert res.returncode == 0, fail_msg(res)  # was 1: "No trials are completed yet."
+    s = _summary(sweep)
+    assert [j["status"] for j in s["jobs"]] == ["validated"] * 3 and "error" not in s
+    assert not db.exists() or not _trials(db), "a dry run must not record trials in the stored study"
+
+
+def _trials(db: Path) -> list:
+    import optuna
+
+    try:
+        return optuna.load_study(study_name="t", storage=f"sqlite:///{db}").trials
+    except KeyError:  # no such study
+        return []
+
+
+@pytest.mark.parametrize("case, extra, status", [
+    # the loss is NaN from step 2: NonFiniteLossGuard fails every job
+    ("failed", ["trainer.max_steps=3", "trainer.val_check_interval=3"], "failed"),
+    # one step, then a NaN validation loss: every job finishes without an objective value
+    ("nan", ["trainer.max_steps=1", "trainer.val_check_interval=1"], "finished"),
+])
+def test_optuna_sweep_whose_trials_all_fail_writes_summary_and_exits_1(tmp_path, case, extra, status):
+    sweep = tmp_path / "sweep"
+    res = run_py([*TINY, *OPTUNA, *extra, "logger=none", "optim.warmup_steps=0", "hydra.sweeper.params=null",
+                  "optim.lr=choice(1e30)", f"hydra.sweep.dir={sweep}", "-m"], cwd=tmp_path, tmp_path=tmp_path)
+    assert res.returncode == 1, fail_msg(res)
+    assert "No trials are completed yet" not in res.stderr + res.stdout
+    s = _summary(sweep)
+    assert [j["status"] for j in s["jobs"]] == [status] * 2
+    assert s["n_with_objective"] == 0 and "no job produced a value of val/loss" in s["error"]
+    assert "error: no job produced a value" in res.stdout
+    if case == "failed":
+        assert all("NonFiniteLossError" in j["error"] for j in s["jobs"])
+        assert s["n_failed"] == 2 and "[NonFiniteLossError" in res.stdout
+
+
+def test_basic_sweep_whose_jobs_all_fail_writes_summary_and_exits_1(tmp_path):
+    sweep = tmp_path / "sweep"
+    res = run_py([*TINY, "trainer.max_steps=3", "trainer.val_check_interval=3", "logger=none",
+                  "optim.warmup_steps=0", "optim.lr=1e30,1e31", f"hydra.sweep.dir={sweep}", "-m"],
+                 cwd=tmp_path, tmp_path=tmp_path)
+    assert res.returncode == 1, fail_msg(res)
+    s = _summary(sweep)
+    assert [j["status"] for j in s["jobs"]] == ["failed", "failed"] and s["n_failed"] == 2
