@@ -355,7 +355,11 @@ class Seq2SeqModule(L.LightningModule):
             if "exact_match" in self.seq_metrics:
                 out[f"{prefix}/exact_match{suffix}"] = sum(h.strip() == r.strip() for h, r in zip(hyps, refs)) / len(refs)
         for key, val in out.items():
-            self.log(key, val, sync_dist=False, rank_zero_only=False)
+            # as a float64 CPU tensor: Lightning keeps float64 as it is (a Python float would become
+            # float32), so callback metrics, checkpoint scores, test results, the CSV/W&B logs and
+            # metrics.json all carry the exact value; batch_size=1 so the epoch mean is the value itself
+            self.log(key, torch.tensor(val, dtype=torch.float64), sync_dist=False, rank_zero_only=False,
+                     batch_size=1)
         return out
 
     def _all_reduce(self, values: list[float]) -> list[float]:
