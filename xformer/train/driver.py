@@ -30,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from .module import Seq2SeqModule
 from .steps import OptimizerStepIntervals
+from .wandb_limits import fit_wandb_fields
 from .validate import build_model, check_config, check_with_data
 from .resume import ResumableCSVLogger, checkpoint_step, own_checkpoint, start_wandb, wandb_resume_kwargs
 
@@ -75,13 +76,18 @@ def build_loggers(cfg: DictConfig, info: dict, out_dir: Path) -> list:
             if not wandb_has_api_key() and os.environ.get("WANDB_MODE") not in ("online", "disabled"):
                 os.environ["WANDB_MODE"] = "offline"
             swept = [o for o in info["overrides"] if not o.startswith(("hydra.", "trainer.max_steps"))]
-            if node.get("name") is None:
-                kwargs["name"] = ",".join(swept) or None
-            if node.get("group") is None and info.get("sweep_dir"):
-                kwargs["group"] = "_".join(Path(info["sweep_dir"]).parts[-2:])
-            kwargs["tags"] = sorted(set(list(node.get("tags") or []) + swept))[:64]
+            name = node.get("name") if node.get("name") is not None else (",".join(swept) or None)
+            group = node.get("group")
+            if group is None and info.get("sweep_dir"):
+                group = "_".join(Path(info["sweep_dir"]).parts[-2:])
+            tags = sorted(set(list(node.get("tags") or []) + swept))[:64]
+            fitted, full = fit_wandb_fields(name=name, group=group, tags=tags, project=node.get("project"),
+                                            job_type=node.get("job_type"))  # W&B's length limits
+            kwargs.update(fitted)
             kwargs.update(wandb_resume_kwargs(cfg, out_dir))  # same run id when resuming this job
             loggers.append(start_wandb(lambda **kw: instantiate(node, **kwargs, **kw), out_dir))
+            if full and loggers[-1]._experiment is not None:  # rank 0: the shortened fields' full text
+                loggers[-1].experiment.config.update({"wandb_full": full}, allow_val_change=True)
             continue
         loggers.append(instantiate(node, **kwargs))
     return loggers
