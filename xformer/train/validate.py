@@ -101,6 +101,45 @@ def _check_ckpt_file(path: str) -> None:
                           f"another checkpoint, e.g. the job's checkpoints/last.ckpt or best-*.ckpt")
 
 
+# precisions Lightning's ModelParallelStrategy (trainer=fsdp) accepts
+_FSDP_PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-true")
+
+
+def _check_trainer(cfg: DictConfig) -> None:
+    """Precision, optimizer kernel and gradient clipping: the combinations that cannot train fail here,
+    before any data is read, instead of at the first optimizer step.
+
+    A fused optimizer with gradient clipping is allowed under every precision (the module unscales
+    gradients before clipping); ``fused`` and ``foreach`` together are not (torch refuses), nor is
+    ``16-mixed`` under FSDP2 (Lightning's ``ModelParallelStrategy`` has no gradient scaler).
+
+    Raises:
+        ConfigError: one line naming the key and the fix.
+    """
+    import typing
+
+    from lightning.fabric.plugins.precision.precision import _PRECISION_INPUT_STR
+
+    precision = str(OmegaConf.select(cfg, "trainer.precision", default="32-true"))
+    known = typing.get_args(_PRECISION_INPUT_STR) + ("64", "32", "16", "bf16")
+    if precision not in known:
+        raise ConfigError(f"trainer.precision={precision}: unknown. Fix: use one of 32-true, bf16-mixed "
+                          f"(GPU default), 16-mixed, bf16-true, 16-true, 64-true")
+    opt = OmegaConf.select(cfg, "optim.optimizer", default=None) or {}
+    if opt.get("fused") and opt.get("foreach"):
+        raise ConfigError("optim.optimizer.fused=true and optim.optimizer.foreach=true: torch allows one "
+                          "kernel. Fix: keep fused=true (fastest) or set fused=false with foreach=true")
+    algorithm = OmegaConf.select(cfg, "trainer.gradient_clip_algorithm", default=None)
+    if algorithm is not None and str(algorithm) not in ("norm", "value"):
+        raise ConfigError(f"trainer.gradient_clip_algorithm={algorithm}: unknown. Fix: use norm (the "
+                          "default) or value")
+    strategy = OmegaConf.select(cfg, "trainer.strategy", default=None)
+    target = str(strategy.get("_target_", "")) if isinstance(strategy, DictConfig) else str(strategy)
+    if target.endswith("fsdp_strategy") and precision not in _FSDP_PRECISIONS:
+        raise ConfigError(f"trainer.precision={precision}: trainer=fsdp (FSDP2) has no gradient scaler for "
+                          f"it. Fix: use trainer.precision=bf16-mixed, or one of {', '.join(_FSDP_PRECISIONS)}")
+
+
 def _range(key: str, value, lo, hi, lo_open=False, hi_open=True) -> None:
     ok = (value > lo if lo_open else value >= lo) and (value < hi if hi_open else value <= hi)
     if not ok:
@@ -137,6 +176,7 @@ def check_config(cfg: DictConfig) -> None:
     if cfg.ckpt_path and cfg.ckpt_path != "last":
         _check_ckpt_file(str(cfg.ckpt_path))
     _range("model.dropout", cfg.model.dropout, 0.0, 1.0)
+    _check_trainer(cfg)
     build_model(cfg, 32, 32, 0, device="meta")
     _check_data(cfg)
 
