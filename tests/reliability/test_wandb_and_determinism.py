@@ -69,3 +69,34 @@ def test_same_seed_same_metrics_other_seed_differs(reference_run, offline_with_k
     assert quality(metrics(same)) == quality(metrics(reference_run))
     assert train_losses(other) != train_losses(reference_run)
     assert quality(metrics(other)) != quality(metrics(reference_run))
+
+
+@pytest.mark.parametrize("stop", ["finished", "sigkill"])
+def test_resume_with_unreachable_wandb_continues_offline_under_the_same_run_id(tmp_path, stop):
+    """Issue 13, item 7: the online attempt of a resumed job fails; the offline retry keeps the run id
+    (it crashed with "run ID ... is in use") and training continues to the end."""
+    import os
+    import signal
+
+    from tests.reliability.conftest import start_py, wait_for
+
+    job = tmp_path / "job"
+    base = [*RESUMABLE, f"hydra.run.dir={job}"]
+    if stop == "finished":  # a finished job resumed with more steps
+        res = run_py([*base, "trainer.max_steps=4"], tmp_path)
+        assert res.returncode == 0, res.stderr[-3000:]
+    else:  # killed after its first periodic last.ckpt, as in the report
+        proc = start_py(base, tmp_path)
+        wait_for(job / "checkpoints" / "last.ckpt", proc)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    first_id = (job / "wandb_id.txt").read_text().strip()
+    res = run_py([*base, "ckpt_path=last"], tmp_path, WANDB_MODE=None, WANDB_API_KEY=SECRET,
+                 WANDB_BASE_URL=f"http://127.0.0.1:{_closed_port()}", WANDB_INIT_TIMEOUT="2")
+    output = res.stdout + res.stderr
+    assert res.returncode == 0, output[-3000:]
+    assert output.count("W&B: could not start an online run") == 1, output[-3000:]
+    m = metrics(job)
+    assert m["status"] == "finished" and m["global_step"] == 16
+    assert m["job"]["wandb"]["id"] == first_id and m["job"]["wandb"]["mode"] == "offline"
+    assert {p.name.rsplit("-", 1)[-1] for p in (job / "wandb").glob("offline-run-*")} == {first_id}

@@ -105,11 +105,31 @@ def wandb_resume_kwargs(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     return {"id": run_id, "resume": "allow"} if run_id else {}
 
 
+def _forget_failed_run() -> None:
+    """Shut down this process's W&B service after a failed ``wandb.init``.
+
+    The service keeps the run id of the failed online attempt registered, so an offline retry with
+    the same id -- a resumed job passes its previous id -- fails with "run ID ... is in use". A fresh
+    service (started by the next ``wandb.init``) knows no run.
+    """
+    try:
+        import wandb
+
+        wandb.teardown()
+    except Exception as err:  # nothing to shut down, or already gone: the retry reports real problems
+        log.debug("W&B teardown after a failed start: %s", err)
+
+
 def start_wandb(make_logger: Callable[..., Any], out_dir: Path) -> Any:
     """Create a ``WandbLogger`` with ``make_logger(**extra)`` and start its run now (rank 0 only).
 
-    Falls back to an offline run with one warning when the online run cannot start; records the
-    run id in ``<out_dir>/wandb_id.txt``.
+    Falls back to an offline run with one warning when the online run cannot start -- under the same
+    run id when the job resumes one (the W&B service is restarted in between, see
+    :func:`_forget_failed_run`); records the run id in ``<out_dir>/wandb_id.txt``.
+
+    Raises:
+        Exception: whatever W&B raises when the offline run cannot start either, or when an offline
+            run (``WANDB_MODE=offline``) fails to start.
     """
     from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
@@ -125,6 +145,7 @@ def start_wandb(make_logger: Callable[..., Any], out_dir: Path) -> Any:
         log.warning("W&B: could not start an online run (%s: %s); logging offline instead, upload later "
                     "with `wandb sync`", type(err).__name__, first)
         os.environ["WANDB_MODE"] = "offline"
+        _forget_failed_run()
         logger = make_logger(mode="offline")
         run = logger.experiment
     run_id = getattr(run, "id", None)
