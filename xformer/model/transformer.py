@@ -262,6 +262,16 @@ class _Base(nn.Module):
             d += step
         return best, None
 
+    @property
+    def position_limit(self) -> int | None:
+        """Longest sequence (tokens) a stack of this model may be given: ``max_len`` when a stack uses
+        an absolute scheme bound to it (``bounded``: learned, sinusoidal), else ``None`` (no limit).
+        Longer inputs must be cut first (``xformer translate`` and evaluation do, with a warning)."""
+        stacks = [getattr(self, name, None) for name in ("encoder", "decoder")]
+        if any(s is not None and getattr(s.pe, "bounded", False) for s in stacks):
+            return self.max_len
+        return None
+
     # -- accounting -------------------------------------------------------------------------
     def param_breakdown(self) -> dict[str, int]:
         """Parameter counts by role: ``total``, ``attention`` (all q/k/v/out projections),

@@ -15,6 +15,23 @@ import torch
 from torch import Tensor
 
 
+def clip_source(ids: list[int], limit: int | None, eos: int) -> tuple[list[int], bool]:
+    """Fit one source (ids ending in ``eos``) into ``limit`` positions.
+
+    Returns ``(ids, clipped)``: ``ids`` unchanged when it fits (or ``limit`` is ``None``), else its
+    first ``limit - 1`` tokens followed by ``eos`` (sources always end in EOS, as in training), and
+    whether it was cut.
+
+    Raises:
+        ValueError: if ``limit < 1``.
+    """
+    if limit is None or len(ids) <= limit:
+        return ids, False
+    if limit < 1:
+        raise ValueError(f"limit={limit}: must be >= 1")
+    return ids[: limit - 1] + [eos], True
+
+
 def max_output_len(src_len: int, a: float, b: int, cap: int | None) -> int:
     """Longest hypothesis for a source of ``src_len`` tokens: ``a·src_len + b``, at most ``cap``."""
     n = int(a * src_len + b)

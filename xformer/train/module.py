@@ -15,6 +15,7 @@ accuracy), ``val/bleu`` / ``val/exact_match`` (decoded), the same under ``test/`
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from typing import Callable
@@ -26,6 +27,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import decoding
+
+log = logging.getLogger("xformer")
 
 
 def prefix_lm_batch(src: Tensor, tgt: Tensor, pad: int, trim: bool = True) -> tuple[Tensor, Tensor, Tensor]:
@@ -61,6 +64,44 @@ def prefix_lm_batch(src: Tensor, tgt: Tensor, pad: int, trim: bool = True) -> tu
         width = int((src_len + tgt_len).max())
         seq, labels = seq[:, :width], labels[:, :width]
     return seq, labels, src_len.squeeze(1) + 1
+
+
+def fit_batch_to_positions(batch: dict, limit: int | None, arch: str, pad: int, eos: int) -> tuple[dict, Tensor]:
+    """Cut a sequence-to-sequence batch so the model never sees a position ``>= limit``.
+
+    Sources longer than the limit keep their first ``limit - 1`` tokens and end in ``eos`` (as every
+    source does); targets keep what fits: ``limit`` decoder inputs for an encoder–decoder or tagger,
+    and ``limit - source length`` tokens after the source for a decoder-only model (whose source is cut
+    to ``limit - 2`` tokens, leaving room for BOS and one target token). References for BLEU/exact
+    match (``tgt_text``) are left whole.
+
+    Args:
+        batch: ``{"src": (B, S), "tgt": (B, T), ...}`` right-padded; LM batches (no ``src``) pass through.
+        limit: the model's ``position_limit`` (``None``: nothing to do).
+        arch: ``encoder_decoder``, ``decoder_only`` or ``encoder_only``.
+
+    Returns:
+        The (possibly new) batch and a ``(B,)`` bool tensor marking the examples that were cut.
+    """
+    if limit is None or "src" not in batch:
+        return batch, torch.zeros(batch["tgt"].shape[0], dtype=torch.bool)
+    src, tgt = batch["src"], batch["tgt"]
+    src_cap = max(1, limit - 2) if arch == "decoder_only" else limit
+    src_len, tgt_len = (src != pad).sum(1), (tgt != pad).sum(1)
+    cut_src = src_len > src_cap
+    if arch == "decoder_only":
+        tgt_cap = limit - torch.clamp(src_len, max=src_cap)  # per example: what is left after the source
+    else:
+        tgt_cap = torch.full_like(tgt_len, limit + 1)  # decoder input is tgt[:, :-1]
+    cut = cut_src | (tgt_len > tgt_cap)
+    if not bool(cut.any()):
+        return batch, cut
+    src = src[:, :src_cap].clone()
+    src[cut_src, src_cap - 1] = eos
+    cols = torch.arange(tgt.shape[1], device=tgt.device)[None, :]
+    tgt = torch.where(cols < tgt_cap[:, None], tgt, torch.full_like(tgt, pad))
+    tgt = tgt[:, : int((tgt != pad).sum(1).max())]
+    return {**batch, "src": src, "tgt": tgt}, cut.cpu()
 
 
 class Seq2SeqModule(L.LightningModule):
@@ -259,7 +300,12 @@ class Seq2SeqModule(L.LightningModule):
     def _eval_step(self, batch: dict, prefix: str, decode: bool) -> None:
         """Per-example NLL sum, token count, correct tokens (and decoded text), keyed by ``batch["idx"]``:
         under DDP the sampler repeats examples to even out ranks, and :meth:`_eval_end` keeps each
-        ``idx`` once, so sums and sequence metrics equal the single-process values."""
+        ``idx`` once, so sums and sequence metrics equal the single-process values.
+
+        Examples longer than the model's positions are cut to fit (:func:`fit_batch_to_positions`)
+        and reported by :meth:`_eval_end` in a warning."""
+        batch, cut = fit_batch_to_positions(batch, getattr(self.model, "position_limit", None), self.arch,
+                                            self.pad_id, self.eos_id)
         logits, labels = self.logits_and_labels(batch)
         mask = labels != self.pad_id
         tok_nll = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=self.pad_id,
@@ -271,6 +317,7 @@ class Seq2SeqModule(L.LightningModule):
             start = -1 - len(acc["idx"]) - (self.global_rank << 40)
             idx = list(range(start, start - labels.shape[0], -1))
         acc["idx"].extend(idx)
+        acc.setdefault("cut", []).extend(i for i, c in zip(idx, cut.tolist()) if c)
         acc["nll"].extend(tok_nll.sum(1).double().tolist())
         acc["n"].extend(mask.sum(1).tolist())
         acc["correct"].extend(((logits.argmax(-1) == labels) & mask).sum(1).tolist())
@@ -336,6 +383,12 @@ class Seq2SeqModule(L.LightningModule):
         acc = self._eval.pop(prefix, None)
         if acc is None:
             return {}
+        if acc.get("cut"):
+            cut = sorted(set(acc["cut"]))
+            log.warning("%s%s: %d example(s) longer than the model's %s positions (model.max_len) were cut to "
+                        "fit; example ids (0-based): %s%s", prefix, suffix, len(cut),
+                        getattr(self.model, "position_limit", None), ", ".join(map(str, cut[:20])),
+                        " …" if len(cut) > 20 else "")
         rows, texts = self._gather_examples(acc)
         nll = math.fsum(r[0] for r in rows)  # exactly rounded: independent of order and world size
         n = sum(r[1] for r in rows)

@@ -11,6 +11,7 @@ import sys
 import pickle
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 import torch
 from omegaconf import OmegaConf
@@ -47,29 +48,58 @@ def load_checkpoint(path: str | Path):
     from .validate import build_model
 
     model = build_model(cfg, meta["src_vocab_size"], meta["tgt_vocab_size"], meta.get("pad_id", PAD_ID))
-    state = {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
+    from .module import uncompiled_state_dict
+
+    state = {k.removeprefix("model."): v for k, v in uncompiled_state_dict(ckpt["state_dict"]).items()
+             if k.startswith("model.")}
     model.load_state_dict(state)
     return model.eval(), tokenizer, cfg
 
 
 def translate(model, tokenizer, lines: list[str], beam_size: int = 1, alpha: float = 0.6,
-              max_len_a: float = 1.5, max_len_b: int = 10, batch_size: int = 64) -> list[str]:
-    """Translate ``lines`` (raw source text) with an encoder–decoder ``model``; returns one string each."""
+              max_len_a: float = 1.5, max_len_b: int = 10, batch_size: int = 64,
+              warn: Callable[[str], None] | None = None) -> list[str]:
+    """Translate ``lines`` (raw source text) with an encoder–decoder ``model``; one output string per
+    input line, in order.
+
+    Each line's output is capped at ``max_len_a · (its tokens + EOS) + max_len_b`` tokens (and the
+    model's ``max_len``), whatever the other lines are. A line whose tokens (plus EOS) exceed the model's positions (``model.position_limit``, i.e.
+    ``model.max_len`` for learned or sinusoidal positions) is cut to fit and still translated; ``warn``
+    receives one message per such line, naming its 1-based line number.
+
+    Raises:
+        ValueError: if ``model`` is not an encoder–decoder.
+    """
     if getattr(model, "arch", "encoder_decoder") != "encoder_decoder":
         raise ValueError("translate needs an encoder_decoder checkpoint")
-    out: list[str] = []
-    for i in range(0, len(lines), batch_size):
-        chunk = [tokenizer.encode(line) + [EOS_ID] for line in lines[i:i + batch_size]]
-        width = max(len(c) for c in chunk)
-        src = torch.full((len(chunk), width), PAD_ID, dtype=torch.long)
-        for j, ids in enumerate(chunk):
-            src[j, :len(ids)] = torch.tensor(ids)
-        max_len = decoding.max_output_len(width, max_len_a, max_len_b, getattr(model, "max_len", None))
-        if beam_size > 1:
-            hyps = decoding.beam_search(model, src, BOS_ID, EOS_ID, PAD_ID, max_len, beam_size, alpha)
-        else:
-            hyps = decoding.greedy(model, src, BOS_ID, EOS_ID, PAD_ID, max_len)
-        out.extend(tokenizer.decode(h) for h in hyps)
+    limit = getattr(model, "position_limit", None)
+    encoded = []
+    for n, line in enumerate(lines, start=1):
+        ids = tokenizer.encode(line) + [EOS_ID]
+        ids, clipped = decoding.clip_source(ids, limit, EOS_ID)
+        if clipped and warn is not None:
+            warn(f"line {n}: {len(tokenizer.encode(line)) + 1} tokens, more than the model's {limit} positions "
+                 f"(model.max_len); translated its first {limit - 1} tokens")
+        encoded.append(ids)
+    # batches of lines with the same output cap, so a line's translation does not depend on its neighbours
+    cap = getattr(model, "max_len", None)
+    groups: dict[int, list[int]] = {}
+    for n, ids in enumerate(encoded):
+        groups.setdefault(decoding.max_output_len(len(ids), max_len_a, max_len_b, cap), []).append(n)
+    out: list[str] = [""] * len(encoded)
+    for max_len, members in groups.items():
+        for i in range(0, len(members), batch_size):
+            rows = members[i:i + batch_size]
+            width = max(len(encoded[r]) for r in rows)
+            src = torch.full((len(rows), width), PAD_ID, dtype=torch.long)
+            for j, r in enumerate(rows):
+                src[j, :len(encoded[r])] = torch.tensor(encoded[r])
+            if beam_size > 1:
+                hyps = decoding.beam_search(model, src, BOS_ID, EOS_ID, PAD_ID, max_len, beam_size, alpha)
+            else:
+                hyps = decoding.greedy(model, src, BOS_ID, EOS_ID, PAD_ID, max_len)
+            for r, h in zip(rows, hyps):
+                out[r] = tokenizer.decode(h)
     return out
 
 
@@ -95,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = [line.rstrip("\n") for line in sys.stdin]
     for hyp in translate(model, tokenizer, lines, beam_size=args.beam or dec.beam_size,
                          alpha=dec.alpha if args.alpha is None else args.alpha,
-                         max_len_a=dec.max_len_a, max_len_b=dec.max_len_b):
-        print(hyp)
+                         max_len_a=dec.max_len_a, max_len_b=dec.max_len_b,
+                         warn=lambda msg: print(f"warning: {msg}", file=sys.stderr)):
+        print(" ".join(hyp.splitlines()))  # one output line per input line, even if a line break was generated
     return 0

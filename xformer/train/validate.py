@@ -6,6 +6,7 @@ and the fix. ``run.py`` prints that line and exits non-zero without a stack trac
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import zipfile
@@ -16,6 +17,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from xformer.model import ConfigError
+
+log = logging.getLogger("xformer")
 
 # Numeric keys checked for type and range before anything is built (keys absent from the config,
 # e.g. another data set's options, are skipped). key -> (smallest value, None allowed)
@@ -241,5 +244,10 @@ def check_with_data(cfg: DictConfig, dm, model: torch.nn.Module) -> None:
             need = max(dm.max_src_len, dm.max_tgt_len)
         if model.max_len < need:
             pe = type(stacks[0].pe).__name__
+            if cfg.mode == "eval":  # the weights fix max_len: evaluate with over-long examples cut to fit
+                log.warning("model.max_len=%d: the data's longest sequence has %d tokens and %s positions stop "
+                            "at max_len; over-long examples are cut to fit (a warning per split names them)",
+                            model.max_len, need, pe)
+                return
             raise ConfigError(f"model.max_len={model.max_len}: the data's longest sequence has {need} tokens "
                               f"and {pe} positions stop at max_len; set model.max_len={need} or more")
