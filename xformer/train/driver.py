@@ -24,10 +24,12 @@ import lightning as L
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
+from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
+from .console import progress_bar, single_log_lines
 from .module import Seq2SeqModule
 from .steps import OptimizerStepIntervals
 from .wandb_limits import fit_wandb_fields
@@ -129,6 +131,7 @@ def run(cfg: DictConfig) -> float | None:
         ConfigError / DataError: invalid configuration or input, before training starts.
     """
     t_start = time.time()
+    single_log_lines()  # Lightning's lines once, through Hydra's handlers
     info = job_info()
     out_dir = Path(info.get("output_dir") or cfg.paths.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -167,6 +170,8 @@ def run(cfg: DictConfig) -> float | None:
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     trainer_cfg.pop("compile", None)
     trainer_cfg.setdefault("use_distributed_sampler", False)  # the data modules shard batches across ranks
+    if trainer_cfg.get("enable_progress_bar", True) and not any(isinstance(c, ProgressBar) for c in callbacks):
+        callbacks.append(progress_bar())  # Lightning's default bar, reading "Epoch N" when max_epochs=-1
     trainer: L.Trainer = instantiate(trainer_cfg, logger=loggers, callbacks=callbacks)
     flat_cfg = summary["config"]
     for lg in trainer.loggers:
