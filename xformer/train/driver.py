@@ -160,8 +160,12 @@ def run(cfg: DictConfig) -> float | None:
         "config": summary["config"], "tokenizer": tokenizer_blob(dm),
         "src_vocab_size": dm.src_vocab_size, "tgt_vocab_size": dm.tgt_vocab_size, "pad_id": dm.pad_id,
     }
-    if cfg.trainer.get("compile"):
-        module.model = torch.compile(module.model)
+    compile_opts = cfg.trainer.get("compile")
+    if compile_opts:
+        # in place (nn.Module.compile): the module is not wrapped, so checkpoints keep plain
+        # parameter names and load into compiled and eager models alike
+        kwargs = {} if compile_opts is True else OmegaConf.to_container(compile_opts, resolve=True)
+        module.model.compile(**kwargs)
 
     loggers = build_loggers(cfg, info, out_dir)
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()

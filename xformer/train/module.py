@@ -104,6 +104,16 @@ def fit_batch_to_positions(batch: dict, limit: int | None, arch: str, pad: int, 
     return {**batch, "src": src, "tgt": tgt}, cut.cpu()
 
 
+def uncompiled_state_dict(state: dict) -> dict:
+    """``state`` with the ``_orig_mod.`` segments that a ``torch.compile`` wrapper adds to parameter
+    names removed, so a checkpoint loads into an eager or in-place compiled model alike.
+
+    Args:
+        state: a state dict (name -> tensor); names without the segment pass through unchanged.
+    """
+    return {k.replace("._orig_mod.", ".").removeprefix("_orig_mod."): v for k, v in state.items()}
+
+
 class Seq2SeqModule(L.LightningModule):
     """Train/evaluate ``model`` with label-smoothed cross-entropy and Adam + inverse-sqrt warm-up.
 
@@ -178,6 +188,8 @@ class Seq2SeqModule(L.LightningModule):
         checkpoint["xformer"] = {**self.checkpoint_meta, "tokens_seen": self.tokens_seen}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
+        if "state_dict" in checkpoint:  # written by a run whose model was wrapped by torch.compile
+            checkpoint["state_dict"] = uncompiled_state_dict(checkpoint["state_dict"])
         self.tokens_seen = int(checkpoint.get("xformer", {}).get("tokens_seen", 0))
 
     # -- training -----------------------------------------------------------------------------

@@ -77,15 +77,15 @@ def _check_types(cfg: DictConfig) -> None:
             raise ConfigError(f"{key}={value}: expected true or false")
 
 
-def _check_data(cfg: DictConfig) -> None:
+def _check_data(cfg: DictConfig):
     """``data.root`` exists when set, and the data module accepts its options (its constructor
-    checks them; nothing is read)."""
+    checks them; nothing is read). Returns the (not yet set up) data module."""
     root = OmegaConf.select(cfg, "data.root", default=None)
     if root is not None and not Path(str(root)).expanduser().is_dir():
         raise ConfigError(f"data.root={root}: no such folder. Fix: point data.root at the folder holding "
                           f"the data files, or set data.root=null to download/generate them")
     try:
-        instantiate(cfg.data)
+        return instantiate(cfg.data)
     except Exception as err:  # Hydra wraps constructor errors in InstantiationException
         cause = err
         while cause.__cause__ is not None:
@@ -136,6 +136,10 @@ def _check_trainer(cfg: DictConfig) -> None:
     if algorithm is not None and str(algorithm) not in ("norm", "value"):
         raise ConfigError(f"trainer.gradient_clip_algorithm={algorithm}: unknown. Fix: use norm (the "
                           "default) or value")
+    compile_opts = OmegaConf.select(cfg, "trainer.compile", default=False)
+    if not isinstance(compile_opts, (bool, DictConfig)) and compile_opts is not None:
+        raise ConfigError(f"trainer.compile={compile_opts}: expected true, false or torch.compile keyword "
+                          "arguments. Fix: trainer.compile=true or trainer.compile={mode:max-autotune}")
     strategy = OmegaConf.select(cfg, "trainer.strategy", default=None)
     target = str(strategy.get("_target_", "")) if isinstance(strategy, DictConfig) else str(strategy)
     if target.endswith("fsdp_strategy") and precision not in _FSDP_PRECISIONS:
@@ -181,7 +185,42 @@ def check_config(cfg: DictConfig) -> None:
     _range("model.dropout", cfg.model.dropout, 0.0, 1.0)
     _check_trainer(cfg)
     build_model(cfg, 32, 32, 0, device="meta")
-    _check_data(cfg)
+    dm = _check_data(cfg)
+    if cfg.mode == "train":
+        check_objective(cfg, list(getattr(dm, "metrics", []) or []), type(dm).__name__)
+
+
+def objective_keys(metrics: list[str]) -> list[str]:
+    """The keys a training run logs at every validation, which ``objective.metric`` may name:
+    ``val/loss``, ``val/ppl``, ``val/acc``, ``val/<m>`` for each sequence metric ``m`` of the data
+    (``bleu``, ``exact_match``), and ``train/loss``."""
+    return ["val/loss", "val/ppl", "val/acc"] + [f"val/{m}" for m in metrics] + ["train/loss"]
+
+
+def check_objective(cfg: DictConfig, metrics: list[str], data_name: str = "this data") -> None:
+    """Reject an ``objective.metric`` that a training run with ``cfg`` would never log (a typo, a
+    metric the data does not compute, a ``test/`` key, a decoded metric with decoding off during
+    validation, a ``val/`` key with validation off), so no run finishes without its objective.
+
+    Raises:
+        ConfigError: one line naming ``objective.metric`` (or the key that prevents it) and the fix.
+    """
+    metric = str(cfg.objective.metric)
+    keys = objective_keys(metrics)
+    if metric not in keys:
+        why = ("test metrics are computed after training" if metric.startswith("test/")
+               else f"data {data_name} never logs it")
+        raise ConfigError(f"objective.metric={metric}: {why}; use one of {', '.join(keys)}")
+    if not metric.startswith("val/"):
+        return
+    limit_val = OmegaConf.select(cfg, "trainer.limit_val_batches", default=None)
+    if limit_val is not None and not isinstance(limit_val, bool) and limit_val == 0:
+        raise ConfigError(f"trainer.limit_val_batches={limit_val}: no validation runs, so objective.metric="
+                          f"{metric} is never logged; set limit_val_batches > 0 (or null) or objective.metric=train/loss")
+    val_decode = OmegaConf.select(cfg, "decode.val_batches", default=None)
+    if metric.split("/", 1)[1] in metrics and val_decode == 0:
+        raise ConfigError(f"decode.val_batches=0: validation decodes nothing, so objective.metric={metric} "
+                          f"is never logged; set decode.val_batches >= 1 (or null = all) or objective.metric=val/loss")
 
 
 def build_model(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int,
@@ -219,11 +258,8 @@ def check_with_data(cfg: DictConfig, dm, model: torch.nn.Module) -> None:
     """
     arch = getattr(model, "arch", "encoder_decoder")
     is_lm_data = dm.task == "lm"
-    metric = str(cfg.objective.metric)
-    val_keys = ["val/loss", "val/ppl", "val/acc"] + [f"val/{m}" for m in dm.metrics]
-    if metric.startswith("test/") or (metric.startswith("val/") and metric not in val_keys):
-        raise ConfigError(f"objective.metric={metric}: not logged during training with this data; "
-                          f"use one of {', '.join(val_keys)} (or train/loss)")
+    if cfg.mode == "train":
+        check_objective(cfg, list(dm.metrics), type(dm).__name__)
     if arch == "encoder_decoder" and is_lm_data:
         raise ConfigError(f"model/arch=encoder_decoder: data {type(dm).__name__} is a language-modelling task; "
                           "use model/arch=decoder_only")
