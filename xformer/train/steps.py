@@ -15,7 +15,12 @@ Lightning has no option for the validation interval (documented in batches), so
 :class:`OptimizerStepIntervals` replaces that one decision on the running trainer: validation runs
 after the micro-batch that completes an optimizer step whose number is a multiple of the interval.
 The other reasons Lightning validates for (an early stop, ``val_check_interval`` as a time or a
-fraction of an epoch) are left to Lightning. The driver installs the callback in every run.
+fraction of an epoch) are left to Lightning.
+
+It also validates once more after the last optimizer step (``max_steps`` or the end of the last of
+``max_epochs``) when that step is not a validation step anyway, so the objective -- a validation
+metric -- and the best checkpoint always exist: ``max_steps=5`` with ``val_check_interval=500``
+used to finish with no objective value. The driver installs the callback in every run.
 """
 
 from __future__ import annotations
@@ -36,7 +41,8 @@ def optimizer_steps_in_epoch(batches_done: int, accumulate: int) -> int:
 
 
 class OptimizerStepIntervals(L.Callback):
-    """Make an integer ``trainer.val_check_interval`` count optimizer steps (see the module docstring).
+    """Make an integer ``trainer.val_check_interval`` count optimizer steps, and validate after the last
+    step when it is not a validation step (see the module docstring).
 
     With ``check_val_every_n_epoch=None`` (xformer's default) the interval counts the run's optimizer
     steps (``global_step``); with ``check_val_every_n_epoch`` set it counts the steps inside the
@@ -52,6 +58,12 @@ class OptimizerStepIntervals(L.Callback):
         lightning_decision = epoch_loop._should_check_val_fx
 
         def should_check_val(data_fetcher: Any) -> bool:
+            due = interval_decision(data_fetcher)
+            if not due and not epoch_loop._should_accumulate() and _is_final_step(trainer):
+                return True  # training ends off a validation step: validate once more
+            return due
+
+        def interval_decision(data_fetcher: Any) -> bool:
             interval = trainer.val_check_interval
             if (not isinstance(interval, int) or isinstance(interval, bool)
                     or trainer._val_check_time_interval is not None):
@@ -71,3 +83,14 @@ class OptimizerStepIntervals(L.Callback):
 
         epoch_loop._should_check_val_fx = should_check_val
 
+
+def _is_final_step(trainer: L.Trainer) -> bool:
+    """True after the micro-batch that completes the run's last optimizer step: ``max_steps`` reached,
+    or the last batch of the last epoch under ``max_epochs``."""
+    if trainer.max_steps is not None and trainer.max_steps != -1 and trainer.global_step >= trainer.max_steps:
+        return True
+    max_epochs = trainer.max_epochs
+    if max_epochs is None or max_epochs == -1:
+        return False
+    return (trainer.fit_loop.epoch_loop._num_ready_batches_reached()
+            and trainer.current_epoch + 1 >= max_epochs)

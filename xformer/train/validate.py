@@ -208,9 +208,10 @@ def check_objective(cfg: DictConfig, metrics: list[str], data_name: str = "this 
     metric = str(cfg.objective.metric)
     keys = objective_keys(metrics)
     if metric not in keys:
-        why = ("test metrics are computed after training" if metric.startswith("test/")
-               else f"data {data_name} never logs it")
-        raise ConfigError(f"objective.metric={metric}: {why}; use one of {', '.join(keys)}")
+        why = ("test metrics come after training" if metric.startswith("test/")
+               else f"data {data_name} does not compute it")
+        raise ConfigError(f"objective.metric={metric}: not logged during training ({why}); use one of "
+                          f"{', '.join(keys)}")
     if not metric.startswith("val/"):
         return
     limit_val = OmegaConf.select(cfg, "trainer.limit_val_batches", default=None)
