@@ -63,7 +63,8 @@ def test_top_level_keys(quick):
                 "wall_s", "config", "data_root"):
         assert key in m, key
     assert m["quick"] is True and m["preset"] == "quick" and m["device"] == "cpu"
-    assert m["sections"] == ["train_step", "overhead", "padding", "decoding", "attention", "recurrence", "mfu"]
+    assert m["sections"] == ["train_step", "train_step_dropout0", "overhead", "padding", "decoding", "attention",
+                             "recurrence", "mfu"]
     assert list(data["sections"]) == m["sections"]
     for name, sec in data["sections"].items():
         assert sec["status"] in ("ok", "skipped", "n/a"), (name, sec.get("error"))
@@ -115,6 +116,7 @@ def test_padding_section(quick, shared_data):
 
 def test_decoding_section(quick):
     sec = quick[0]["sections"]["decoding"]
+    assert sec["beam"]["beam_size"] == 4 and sec["beam"]["tokens_per_s"] > 0
     assert sec["status"] == "ok"
     assert sec["config"]["output_len"] == 64
     assert sec["cached"]["tokens_per_s"] > 0 and sec["recompute"]["tokens_per_s"] > 0
@@ -141,8 +143,37 @@ def test_attention_sections(quick):
     assert r["crossover_n"] is None or r["crossover_n"] > 0
 
 
-def test_mfu_is_na_on_cpu(quick):
-    assert quick[0]["sections"]["mfu"]["status"] == "n/a"
+def test_mfu_on_cpu_is_against_a_float32_matmul_peak_measured_in_the_run(quick):
+    sec = quick[0]["sections"]["mfu"]
+    assert sec["status"] == "ok" and "float32" in sec["peak_method"]
+    step_s = quick[0]["sections"]["train_step"]["contenders"]["xformer"]["step_ms"] / 1e3
+    assert sec["mfu"] == pytest.approx(sec["flops_per_step"] / step_s / (sec["peak_tflops"] * 1e12), rel=1e-6)
+    assert 0 < sec["mfu"] < 1 and 0 < sec["mfu_torch"] < 1
+
+
+def test_dropout0_row_is_row_1_without_dropout(quick):
+    sec, base = quick[0]["sections"]["train_step_dropout0"], quick[0]["sections"]["train_step"]
+    assert sec["status"] == "ok" and sec["config"]["dropout"] == 0.0 and base["config"]["dropout"] > 0
+    assert {k: v for k, v in sec["config"].items() if k != "dropout"} == \
+        {k: v for k, v in base["config"].items() if k != "dropout"}
+    xf = sec["contenders"]["xformer"]
+    assert sec["ratio_vs_torch"] == pytest.approx(xf["tokens_per_s"] / sec["contenders"]["torch"]["tokens_per_s"])
+
+
+def test_gpt2_row_counts_flops_as_6n_plus_attention(tmp_path):
+    from xformer.bench import gpt2
+    from xformer.bench.config import preset
+
+    cfg = preset("quick")
+    model = gpt2.build(cfg)
+    g, t = cfg.gpt2, cfg.gpt2_seq_len
+    layer = 12 * g["d_model"] ** 2 + 13 * g["d_model"]  # attention 4D²+4D, FFN 8D²+5D, two LayerNorms 4D
+    n = g["n_layers"] * layer + 2 * g["d_model"] + g["d_model"] * g["vocab"]  # + final LayerNorm, output layer
+    want = (6 * n + 12 * g["n_layers"] * g["d_model"] * t) * cfg.gpt2_batch * t
+    assert gpt2.step_flops(model, cfg) == want
+    res = gpt2.run(cfg)
+    assert res["status"] == "ok" and 0 < res["mfu"] < 1 and res["tokens_per_s"] > 0
+    assert res["nanogpt_mfu"] == [0.40, 0.50]
 
 
 def test_targets_and_table(quick):

@@ -1,7 +1,9 @@
 """Sizes and repeat counts of every benchmark row, by preset.
 
 ``cpu`` is the project's CPU target size (d_model 256, 4 heads, 3+3 layers, d_ff 1024, 64 × 64 tokens per side);
-``gpu`` is the base Transformer (d_model 512, 8 heads, 6+6, d_ff 2048) at 256 × 64 per side; ``quick``
+``gpu`` is the base Transformer (d_model 512, 8 heads, 6+6, d_ff 2048) at 256 × 64 per side, with
+sizes cut so ``benchmarks/gpu.sh`` fits an 8-minute lease (attention to n = 16 384, 120-step
+overhead runs); the GPT-2 row is GPT-2 small at context 1024 (CPU: context 256, batch 2); ``quick``
 shrinks everything and uses one thread so the whole bench runs in well under a minute even on a
 busy machine (for the test; its numbers say nothing about speed: with two intra-op threads on an
 oversubscribed CPU, small ops wait on descheduled threads and slow down tenfold or more).
@@ -51,8 +53,14 @@ class BenchConfig:
     rec_batch: int = 8
     rec_ns: list[int] = field(default_factory=lambda: [16, 32, 64, 128, 256, 512, 1024, 2048, 4096])
     rec_repeats: int = 3
+    decode_beam_size: int = 4
     # 7. MFU
     mfu_matmul_n: int = 8192
+    # 8. GPT-2-small-shaped decoder-only row (opt-in section ``gpt2``)
+    gpt2: dict = field(default_factory=lambda: {"d_model": 768, "n_heads": 12, "n_layers": 12, "vocab": 50257})
+    gpt2_seq_len: int = 256
+    gpt2_batch: int = 2
+    gpt2_compile: bool = False
     # DDP scaling (GPU script)
     ddp_devices: list[int] = field(default_factory=list)
     ddp_steps: int = 60
@@ -72,13 +80,15 @@ def preset(name: str, device: str = "cpu") -> BenchConfig:
         return BenchConfig(
             preset="gpu", device=device, warmup=5, repeats=20,
             size=ModelSize(d_model=512, n_heads=8, n_layers=6, d_ff=2048, dropout=0.1, vocab=32000),
-            batch=256, seq_len=64, overhead_steps=300, overhead_skip=100, overhead_tokens_per_batch=16384,
+            batch=256, seq_len=64, overhead_steps=120, overhead_skip=40, overhead_repeats=2,
+            overhead_tokens_per_batch=16384,
             decode_batch=128, decode_src_len=32, decode_len=64, decode_repeats=5,
             attn_d_model=1024, attn_heads=16,
-            attn_ns=[128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536],
+            attn_ns=[128, 256, 512, 1024, 2048, 4096, 8192, 16384],
             rec_d=1024, rec_heads=16, rec_batch=32,
-            rec_ns=[16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384],
+            rec_ns=[16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192],
             ddp_steps=300, ddp_skip=100, run_overrides=["trainer.precision=bf16-mixed"],
+            gpt2_seq_len=1024, gpt2_batch=16, gpt2_compile=True, mfu_matmul_n=8192,
         )
     if name == "quick":
         return BenchConfig(
@@ -89,7 +99,8 @@ def preset(name: str, device: str = "cpu") -> BenchConfig:
             decode_batch=4, decode_src_len=12, decode_len=64, decode_repeats=2,
             attn_d_model=64, attn_heads=2, attn_ns=[128, 256, 512, 1024, 2048], attn_repeats=2,
             rec_d=64, rec_heads=2, rec_batch=2, rec_ns=[16, 64, 256, 1024], rec_repeats=2,
-            mfu_matmul_n=2048, ddp_steps=10, ddp_skip=4,
+            mfu_matmul_n=512, ddp_steps=10, ddp_skip=4,
+            gpt2={"d_model": 64, "n_heads": 2, "n_layers": 2, "vocab": 1000}, gpt2_seq_len=64, gpt2_batch=2,
         )
     raise ValueError(f"unknown preset {name!r}: use cpu, gpu or quick")
 

@@ -4,7 +4,9 @@ recomputing the whole prefix every step (:func:`xformer.train.decoding.greedy_re
 Both library functions are called unchanged. To make every sequence run exactly ``decode_len``
 steps, they are given an EOS id of ``-1``, which argmax can never return (ids are ``>= 0``); the
 model is an untrained xformer encoder–decoder of the row-1 size, in eval mode, on a padded batch of
-random source sentences. The two outputs are compared token for token (``outputs_match``).
+random source sentences. The two outputs are compared token for token (``outputs_match``). Beam
+search (``decode_beam_size`` beams, cached) is timed the same way and reported as tokens/s of the
+returned hypotheses.
 """
 
 from __future__ import annotations
@@ -51,5 +53,12 @@ def run(cfg: BenchConfig) -> dict:
         med = median(ts)
         out[name] = {"ms": med * 1e3, "tokens_per_s": gen / med, "ms_all": [t * 1e3 for t in ts]}
     out["speedup"] = out["cached"]["tokens_per_s"] / out["recompute"]["tokens_per_s"]
+    k = cfg.decode_beam_size
+    beam = wrap("beam", lambda m, s, b, e, p, n_: decoding.beam_search(m, s, b, e, p, n_, beam_size=k))
+    ts = interleaved({"beam": beam}, warmup=1, repeats=cfg.decode_repeats, device=dev)["beam"]
+    # tokens of the returned best hypotheses per second (each sentence decodes output_len steps on
+    # beam_size rows; the figure is what a user gets out, not rows x steps)
+    out["beam"] = {"beam_size": k, "ms": median(ts) * 1e3, "tokens_per_s": gen / median(ts),
+                   "ms_all": [t * 1e3 for t in ts]}
     out["outputs_match"] = results.get("cached") == results.get("recompute")
     return out

@@ -13,7 +13,8 @@ token), applied to each stack of the encoder–decoder over the padded batch ``B
   the causal half is not discounted, as in PaLM).
 
 Peak: the median rate of a square bf16 matmul (``2n³`` FLOPs) on the device. MFU = model FLOPs per
-step / median step time (row 1's xformer figure) / peak. On CPU the row is ``n/a``.
+step / median step time (row 1's xformer figure) / peak. On a CPU the peak is an fp32 matmul
+(the step runs in fp32 there), measured with the same threads as the step.
 """
 
 from __future__ import annotations
@@ -50,10 +51,12 @@ def step_flops(cfg: BenchConfig) -> dict:
 
 
 def run(cfg: BenchConfig, train_step: dict | None) -> dict:
-    if torch.device(cfg.device).type != "cuda":
-        return {"status": "n/a", "note": "MFU is measured on GPU only"}
+    """Row 7: MFU of row 1's xformer step (and of the baselines) against a matmul peak measured in
+    the same run: bf16 on a GPU (the step runs under bf16 autocast), fp32 on a CPU."""
+    cuda = torch.device(cfg.device).type == "cuda"
+    dtype = torch.bfloat16 if cuda else torch.float32
     flops = step_flops(cfg)
-    peak = matmul_peak_flops(cfg.device, cfg.mfu_matmul_n)
+    peak = matmul_peak_flops(cfg.device, cfg.mfu_matmul_n, dtype=dtype)
     if train_step is None or train_step.get("status") != "ok":
         from . import training  # measure xformer's step alone
 
@@ -61,9 +64,10 @@ def run(cfg: BenchConfig, train_step: dict | None) -> dict:
         train_step = ts
     step_s = train_step["contenders"]["xformer"]["step_ms"] / 1e3
     achieved = flops["flops_per_step"] / step_s
-    out = {"status": "ok", "device": torch.cuda.get_device_name(), **flops,
+    out = {"status": "ok", "device": torch.cuda.get_device_name() if cuda else "cpu", **flops,
            "step_ms": step_s * 1e3, "achieved_tflops": achieved / 1e12, "peak_tflops": peak / 1e12,
-           "peak_method": f"median bf16 {cfg.mfu_matmul_n}x{cfg.mfu_matmul_n} matmul", "mfu": achieved / peak}
+           "peak_method": f"median {str(dtype).removeprefix('torch.')} {cfg.mfu_matmul_n}x{cfg.mfu_matmul_n} matmul",
+           "mfu": achieved / peak}
     for name in ("torch", "x_transformers"):
         c = train_step["contenders"].get(name, {})
         if c.get("status") == "ok":

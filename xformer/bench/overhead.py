@@ -2,7 +2,7 @@
 PyTorch loop over the same model, data batches and optimizer.
 
 Method. ``run.py`` runs as a subprocess with ``trainer.max_steps=N``, no validation
-(``trainer.limit_val_batches=0``), no test (``+trainer.limit_test_batches=0``), the CSV logger, and
+(``trainer.limit_val_batches=0``, objective ``train/loss``), no test (``limit_test_batches=0``), the CSV logger, and
 one extra callback, :class:`StepTimer`, which records ``time.perf_counter()`` at the end of every
 training batch (after the optimizer step) and the batch's token count. The bare loop is built from
 the *same* composed Hydra config, in a fresh Python process of its own as ``run.py`` is: the data
@@ -122,7 +122,8 @@ def model_overrides(cfg: BenchConfig) -> list[str]:
 
 def common_overrides(cfg: BenchConfig, steps: int) -> list[str]:
     acc = "gpu" if torch.device(cfg.device).type == "cuda" else "cpu"
-    return [f"trainer.max_steps={steps}", "trainer.limit_val_batches=0", "+trainer.limit_test_batches=0",
+    return [f"trainer.max_steps={steps}", "trainer.limit_val_batches=0", "++trainer.limit_test_batches=0",
+            "objective.metric=train/loss",
             f"trainer.accelerator={acc}", "logger=csv", f"seed={cfg.seed}", *cfg.run_overrides]
 
 

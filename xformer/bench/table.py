@@ -25,20 +25,37 @@ def _met(m) -> str:
     return {True: "[green]yes[/]", False: "[red]no[/]", None: "—"}[m]
 
 
-def _train_step_rows(sec: dict, tg: dict) -> list[list[str]]:
+def _train_step_rows(sec: dict, tg: dict, row: str = "1", what: str = "train step",
+                     section: str = "train_step") -> list[list[str]]:
     c = sec["contenders"]
     ours = _f(c["xformer"]["tokens_per_s"]) + " tok/s"
     rows = []
     for name, label, key in (("torch", "torch.nn.Transformer", "ratio_vs_torch"),
                              ("x_transformers", "x-transformers", "ratio_vs_x_transformers")):
         cc = c.get(name, {})
-        t = tg.get(("train_step", key), {})
+        t = tg.get((section, key), {})
         if cc.get("status") == "ok":
-            rows.append(["1", f"train step vs {label}", ours, f"{_f(cc['tokens_per_s'])} tok/s",
+            rows.append([row, f"{what} vs {label}", ours, f"{_f(cc['tokens_per_s'])} tok/s",
                          _f(sec[key], "{:.2f}×"), t.get("target", ""), _met(t.get("met"))])
         else:
-            rows.append(["1", f"train step vs {label}", ours, cc.get("note", "skipped"), "—", "—", "—"])
+            rows.append([row, f"{what} vs {label}", ours, cc.get("note", "skipped"), "—", "—", "—"])
     return rows
+
+
+def _dropout0_rows(sec: dict, tg: dict) -> list[list[str]]:
+    return _train_step_rows(sec, tg, "1b", "train step, dropout 0,", "train_step_dropout0")
+
+
+def _compiled_rows(sec: dict, tg: dict) -> list[list[str]]:
+    return _train_step_rows(sec, tg, "1c", "compiled train step", "train_step_compiled")
+
+
+def _gpt2_rows(sec: dict, tg: dict) -> list[list[str]]:
+    lo, hi = sec["nanogpt_mfu"]
+    c = sec["config"]
+    return [["8", f"GPT-2-small-shaped step (T {c['seq_len']}, B {c['batch']})",
+             f"{_f(sec['tokens_per_s'])} tok/s, MFU {100 * sec['mfu']:.1f}%",
+             f"nanoGPT: {100 * lo:.0f}–{100 * hi:.0f}% MFU", f"{sec['achieved_tflops']:.3g} TFLOP/s", "—", "—"]]
 
 
 def _overhead_rows(sec: dict, tg: dict) -> list[list[str]]:
@@ -59,9 +76,14 @@ def _padding_rows(sec: dict, tg: dict) -> list[list[str]]:
 def _decoding_rows(sec: dict, tg: dict) -> list[list[str]]:
     t = tg.get(("decoding", "speedup"), {})
     n = sec["config"]["output_len"]
-    return [["4", f"greedy decode, length {n}", f"{_f(sec['cached']['tokens_per_s'])} tok/s (cache)",
+    rows = [["4", f"greedy decode, length {n}", f"{_f(sec['cached']['tokens_per_s'])} tok/s (cache)",
              f"{_f(sec['recompute']['tokens_per_s'])} tok/s (recompute)", _f(sec["speedup"], "{:.1f}×"),
              t.get("target", ""), _met(t.get("met"))]]
+    if "beam" in sec:
+        b = sec["beam"]
+        rows.append(["4b", f"beam search ({b['beam_size']} beams), length {n}", f"{_f(b['tokens_per_s'])} tok/s",
+                     "—", "—", "—", "—"])
+    return rows
 
 
 def _attention_rows(sec: dict, tg: dict) -> list[list[str]]:
@@ -81,9 +103,12 @@ def _recurrence_rows(sec: dict, tg: dict) -> list[list[str]]:
 
 
 def _mfu_rows(sec: dict, tg: dict) -> list[list[str]]:
-    return [["7", "MFU (6N + 12·L·H·Q·T)", f"{100 * sec['mfu']:.1f}% of {sec['peak_tflops']:.0f} TFLOP/s",
+    t = tg.get(("mfu", "mfu"), {})
+    peak = sec["peak_tflops"]
+    return [["7", f"MFU (6N + 12·L·H·Q·T), {sec.get('peak_method', '').split(' ')[1]} peak",
+             f"{100 * sec['mfu']:.1f}% of {peak:.3g} TFLOP/s",
              f"torch {_f(sec.get('mfu_torch'), '{:.1%}')}, x-t {_f(sec.get('mfu_x_transformers'), '{:.1%}')}",
-             f"{sec['achieved_tflops']:.1f} TFLOP/s", "—", "—"]]
+             f"{sec['achieved_tflops']:.3g} TFLOP/s", t.get("target", ""), _met(t.get("met"))]]
 
 
 def _compile_rows(sec: dict, tg: dict) -> list[list[str]]:
@@ -101,12 +126,15 @@ def _ddp_rows(sec: dict, tg: dict) -> list[list[str]]:
 # section -> (row number, name shown when the section did not run, rows of a section that ran)
 _SUMMARY = {
     "train_step": ("1", "training step", _train_step_rows),
+    "train_step_dropout0": ("1b", "training step, dropout 0", _dropout0_rows),
+    "train_step_compiled": ("1c", "compiled training step", _compiled_rows),
     "overhead": ("2", "framework overhead", _overhead_rows),
     "padding": ("3", "padding waste", _padding_rows),
     "decoding": ("4", "decoding", _decoding_rows),
     "attention": ("5", "attention cost (C7)", _attention_rows),
     "recurrence": ("6", "attention vs LSTM (C8)", _recurrence_rows),
     "mfu": ("7", "MFU", _mfu_rows),
+    "gpt2": ("8", "GPT-2-small-shaped step", _gpt2_rows),
     "compile": ("+", "torch.compile", _compile_rows),
     "ddp": ("+", "DDP scaling", _ddp_rows),
 }

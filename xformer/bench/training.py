@@ -5,6 +5,7 @@ x-transformers, same sizes, same batch, same loss, same optimizer, timed interle
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -74,10 +75,18 @@ def make_step(model: torch.nn.Module, opt: torch.optim.Optimizer, batch: dict, d
     return step
 
 
-def run(cfg: BenchConfig) -> dict:
-    """Measure row 1; returns the ``train_step`` section of ``bench.json``."""
+def run(cfg: BenchConfig, dropout: float | None = None, compiled: bool = False) -> dict:
+    """Measure row 1; returns the ``train_step`` section of ``bench.json``.
+
+    Args:
+        cfg: sizes and repeats.
+        dropout: override the preset's dropout for every contender (``0`` isolates the architecture's
+            speed from the dropout implementation: xformer's CPU mask is cheaper than ``F.dropout``).
+        compiled: wrap every contender in ``torch.compile`` (default mode) before timing, so compiled
+            xformer is compared with compiled baselines; the first (compiling) steps are warm-up.
+    """
     dev = cfg.device
-    size = cfg.size
+    size = cfg.size if dropout is None else replace(cfg.size, dropout=dropout)
     batch = make_batch(cfg.batch, cfg.seq_len, size.vocab, cfg.min_len_frac, cfg.seed, dev)
     notes: list[str] = []
     contenders: dict[str, dict] = {}
@@ -92,9 +101,10 @@ def run(cfg: BenchConfig) -> dict:
         torch.manual_seed(cfg.seed)
         model = build(size).to(dev).train()
         opt, opt_name = make_optimizer(model.parameters(), dev)
-        steps[name] = make_step(model, opt, batch, dev)
+        steps[name] = make_step(torch.compile(model) if compiled else model, opt, batch, dev)
         contenders[name] = {"status": "ok", "params": sum(p.numel() for p in model.parameters())}
-    times = interleaved(steps, cfg.warmup, cfg.repeats, dev)
+    warmup = max(cfg.warmup, 3) if compiled else cfg.warmup  # compiling (and recompiling once) is warm-up
+    times = interleaved(steps, warmup, cfg.repeats, dev)
     for name, ts in times.items():
         med = median(ts)
         contenders[name].update(step_ms=med * 1e3, tokens_per_s=batch["n_tokens"] / med,
@@ -110,7 +120,7 @@ def run(cfg: BenchConfig) -> dict:
                    "tokens_per_step": batch["n_tokens"], "pad_fraction": round(batch["pad_fraction"], 4),
                    "precision": "bf16 autocast" if torch.device(dev).type == "cuda" else "fp32",
                    "optimizer": opt_name, "loss": "cross-entropy, label smoothing 0.1, padding ignored",
-                   "warmup": cfg.warmup, "repeats": cfg.repeats},
+                   "compiled": compiled, "warmup": warmup, "repeats": cfg.repeats},
         "contenders": contenders,
         "ratio_vs_torch": ratios["torch"],
         "ratio_vs_x_transformers": ratios["x_transformers"],

@@ -1,0 +1,85 @@
+"""Row 8 (opt-in): a GPT-2-small-shaped decoder-only training step and its MFU, for comparison with
+nanoGPT's published figure.
+
+Model: :class:`xformer.model.DecoderOnly` with GPT-2 small's shape (Radford et al. 2019: 12 layers,
+``d_model`` 768, 12 heads, ``d_ff`` 3072, context 1024, vocabulary 50 257), Pre-LN, GELU FFN and
+learned positions as GPT-2, dropout 0 (nanoGPT's default for its MFU figure), tied output layer.
+Batch: ``gpt2_batch`` sequences of ``gpt2_seq_len`` random tokens (no padding), next-token
+cross-entropy, fused Adam, bf16 autocast on a GPU.
+
+FLOPs per token: ``6N + 12·L·H·Q·T`` (PaLM, Chowdhery et al. 2022, App. B; the estimate nanoGPT's
+``estimate_mfu`` uses), ``N`` = the layers' parameters (position embeddings excluded, as nanoGPT does) plus the output
+layer. Peak: a square
+matmul measured in the same run (bf16 on a GPU, fp32 on a CPU). nanoGPT reports about 40–50 % MFU
+for this shape on A100s with ``torch.compile`` (its README); ``gpt2_compile`` compiles the model.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from xformer.model import DecoderOnly, GELUFFN, Learned, PreNorm
+
+from .config import BenchConfig
+from .mfu import matmul_peak_flops
+from .timing import interleaved, median
+
+NANOGPT_MFU = (0.40, 0.50)
+"""nanoGPT's reported MFU range for GPT-2 small (124M) training on A100 GPUs."""
+
+
+def build(cfg: BenchConfig) -> torch.nn.Module:
+    """The GPT-2-small-shaped (or, in the quick preset, shrunken) :class:`DecoderOnly`."""
+    g = cfg.gpt2
+    return DecoderOnly(src_vocab_size=g["vocab"], tgt_vocab_size=g["vocab"], d_model=g["d_model"],
+                       n_heads=g["n_heads"], d_ff=4 * g["d_model"], n_decoder_layers=g["n_layers"],
+                       n_encoder_layers=0, dropout=0.0, max_len=cfg.gpt2_seq_len, pad_id=None,
+                       norm=PreNorm, pe=Learned, ffn=GELUFFN)
+
+
+def step_flops(model: torch.nn.Module, cfg: BenchConfig) -> float:
+    """``(6N + 12·L·H·Q·T) · B·T`` for one training step (see the module docstring)."""
+    g = cfg.gpt2
+    pe = sum(p.numel() for p in model.decoder.pe.parameters())  # a lookup, not a matmul (nanoGPT excludes it)
+    n = sum(p.numel() for p in model.decoder.parameters()) - pe + g["d_model"] * g["vocab"]
+    q = g["d_model"] // g["n_heads"]
+    t = cfg.gpt2_seq_len
+    return (6 * n + 12 * g["n_layers"] * g["n_heads"] * q * t) * cfg.gpt2_batch * t
+
+
+def run(cfg: BenchConfig) -> dict:
+    """Measure the GPT-2-small row; returns the ``gpt2`` section of ``bench.json``."""
+    dev = cfg.device
+    cuda = torch.device(dev).type == "cuda"
+    torch.manual_seed(cfg.seed)
+    model = build(cfg).to(dev).train()
+    flops = step_flops(model, cfg)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4, fused=True)
+    fwd = torch.compile(model) if cfg.gpt2_compile else model
+    g = torch.Generator().manual_seed(cfg.seed)
+    ids = torch.randint(0, cfg.gpt2["vocab"], (cfg.gpt2_batch, cfg.gpt2_seq_len + 1), generator=g).to(dev)
+    inp, tgt = ids[:, :-1], ids[:, 1:]
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
+            logits = fwd(inp)
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), tgt.flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    warmup = max(cfg.warmup, 3) if cfg.gpt2_compile else cfg.warmup
+    ts = interleaved({"step": step}, warmup, cfg.repeats, dev)["step"]
+    step_s = median(ts)
+    dtype = torch.bfloat16 if cuda else torch.float32
+    peak = matmul_peak_flops(dev, cfg.mfu_matmul_n, dtype=dtype)
+    tokens = cfg.gpt2_batch * cfg.gpt2_seq_len
+    return {"status": "ok",
+            "config": {**cfg.gpt2, "seq_len": cfg.gpt2_seq_len, "batch": cfg.gpt2_batch,
+                       "compiled": cfg.gpt2_compile, "precision": "bf16 autocast" if cuda else "fp32",
+                       "params": sum(p.numel() for p in model.parameters())},
+            "step_ms": step_s * 1e3, "tokens_per_s": tokens / step_s, "flops_per_step": flops,
+            "achieved_tflops": flops / step_s / 1e12, "peak_tflops": peak / 1e12,
+            "peak_method": f"median {str(dtype).removeprefix('torch.')} {cfg.mfu_matmul_n}² matmul",
+            "mfu": flops / step_s / peak, "nanogpt_mfu": list(NANOGPT_MFU)}
