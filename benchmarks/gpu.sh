@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# xformer's benchmark on a GPU machine: every row at GPU sizes with bf16 autocast (training step vs
-# torch.nn.Transformer and x-transformers, run.py overhead, padding, cached decoding, attention cost
-# C7 up to the memory limit, attention vs LSTM C8, MFU against the measured bf16 matmul peak,
-# torch.compile), then DDP throughput scaling over 1 -> N GPUs with `run.py trainer=ddp`.
+# xformer's benchmark on a GPU machine, sized to finish in 8 minutes on one H200: every row at GPU
+# sizes with bf16 autocast (training step vs torch.nn.Transformer and x-transformers, eager, with
+# dropout 0 and all three compiled; run.py overhead; padding; cached greedy and beam decoding;
+# attention cost C7 to n = 16k; attention vs LSTM C8; MFU against the measured bf16 matmul peak; a
+# GPT-2-small decoder-only row), then the multi-process path on one GPU (trainer=ddp with one
+# process over NCCL, and two processes sharing the GPU over gloo, both checked against a single
+# process: benchmarks/multiprocess_check.py), then DDP throughput scaling when there are 2+ GPUs.
 #
 # Usage:  benchmarks/gpu.sh [OUT_DIR]        (default benchmarks/results/gpu-<date>-<time>)
 # Env:    PYTHON      interpreter (default: .venv/bin/python if present, else python)
@@ -11,9 +14,10 @@
 #         DDP_SKIP    steps excluded from the DDP throughput window (default 100)
 #         DATA_ROOT   Multi30k raw files (default: $XFORMER_DATA/multi30k or ../shared/data/multi30k)
 #         QUICK=1     tiny sizes and few steps: a smoke test of this script (numbers mean nothing)
-#         SECTIONS    rows of the single-GPU bench (default: all but ddp)
+#         SECTIONS    rows of the single-GPU bench (default: all but compile and ddp)
 # Output: OUT_DIR/bench.json, OUT_DIR/ddp.json (keys: docs/bench.md), OUT_DIR/bench.txt (the tables),
-#         OUT_DIR/nvidia-smi.txt, OUT_DIR/env.txt.
+#         OUT_DIR/multiprocess/multiprocess.json, OUT_DIR/nvidia-smi.txt, OUT_DIR/env.txt; the
+#         script's wall time is the last line of bench.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,7 +27,7 @@ if [[ -z "${PYTHON:-}" ]]; then
 fi
 command -v nvidia-smi >/dev/null || { echo "gpu.sh: nvidia-smi not found: this script needs NVIDIA GPUs" >&2; exit 2; }
 NGPUS=${NGPUS:-$(nvidia-smi -L | grep -c '^GPU')}
-SECTIONS=${SECTIONS:-train_step,overhead,padding,decoding,attention,recurrence,mfu,compile}
+SECTIONS=${SECTIONS:-train_step,train_step_dropout0,train_step_compiled,overhead,padding,decoding,attention,recurrence,mfu,gpt2}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 
@@ -52,10 +56,17 @@ echo "== single-GPU rows: $SECTIONS" | tee "$OUT/bench.txt"
 COLUMNS=160 "$PYTHON" -m xformer.cli bench "${common[@]}" --sections "$SECTIONS" --out "$OUT/bench.json" \
   | tee -a "$OUT/bench.txt"
 
-echo "== DDP scaling over devices: $counts" | tee -a "$OUT/bench.txt"
-ddp=(--sections ddp --ddp-devices "$counts")
-[[ "${QUICK:-0}" == 1 ]] || ddp+=(--ddp-steps "${DDP_STEPS:-300}" --ddp-skip "${DDP_SKIP:-100}")
-COLUMNS=160 "$PYTHON" -m xformer.cli bench "${common[@]}" "${ddp[@]}" --out "$OUT/ddp.json" \
-  | tee -a "$OUT/bench.txt"
+echo "== multi-process path on one GPU: ddp x1 (NCCL), ddp x2 sharing GPU 0 (gloo) vs one process" | tee -a "$OUT/bench.txt"
+"$PYTHON" benchmarks/multiprocess_check.py --accelerator gpu --out "$OUT/multiprocess" | tee -a "$OUT/bench.txt" \
+  || echo "multiprocess check FAILED (see $OUT/multiprocess/*.log)" | tee -a "$OUT/bench.txt"
 
+if (( NGPUS > 1 )); then
+  echo "== DDP scaling over devices: $counts" | tee -a "$OUT/bench.txt"
+  ddp=(--sections ddp --ddp-devices "$counts")
+  [[ "${QUICK:-0}" == 1 ]] || ddp+=(--ddp-steps "${DDP_STEPS:-300}" --ddp-skip "${DDP_SKIP:-100}")
+  COLUMNS=160 "$PYTHON" -m xformer.cli bench "${common[@]}" "${ddp[@]}" --out "$OUT/ddp.json" \
+    | tee -a "$OUT/bench.txt"
+fi
+
+echo "gpu.sh wall time: ${SECONDS} s" | tee -a "$OUT/bench.txt"
 echo "results in $OUT (bench.json, ddp.json, bench.txt)"
