@@ -136,3 +136,31 @@ def test_device_side_prefix_lm_packing_equals_the_definition():
         assert wide_seq.shape == (B, S + T)
         assert torch.equal(wide_seq[:, :seq.shape[1]], seq) and (wide_seq[:, seq.shape[1]:] == pad).all()
         assert torch.equal(wide_lab[:, :lab.shape[1]], lab) and (wide_lab[:, lab.shape[1]:] == pad).all()
+
+
+@pytest.mark.parametrize("pe", ["sinusoidal", "rope", "alibi", "t5"])
+def test_greedy_decoding_reads_the_device_only_every_few_steps(pe, tmp_path):
+    """Cached greedy decoding: no host read per generated token (a GPU would drain its queue each
+    time); the "all rows ended?" test runs every ``DONE_CHECK_EVERY`` steps. With an EOS id no argmax
+    can return, all ``max_len`` steps run. (Learned positions check their bound on CPU tensors only,
+    where a read costs no sync, so they are not in this CPU test.)"""
+    from xformer.train import decoding
+
+    module, batch = _module([f"model/pe={pe}", "data.n_long=2", "model.max_len=128"], tmp_path)
+    model = module.model.eval()
+    src = batch["src"][:4]
+    steps = 32
+    with HostReads() as mode:
+        out = decoding.greedy(model, src, bos=1, eos=-1, pad=0, max_len=steps)
+    assert all(len(row) == steps for row in out)
+    per_step = mode.reads.count("_local_scalar_dense")
+    # encoder padding check + one read every DONE_CHECK_EVERY steps (the final .tolist() is one copy)
+    assert per_step <= steps // decoding.DONE_CHECK_EVERY + 2, mode.reads
+
+
+def test_sinusoid_rows_equal_the_table_rows_so_eval_and_training_embed_alike():
+    from xformer.model.positional import sinusoid_rows, sinusoid_table
+
+    table = sinusoid_table(300, 34)
+    pos = torch.tensor([0, 1, 7, 150, 299])
+    assert torch.equal(sinusoid_rows(pos, 34), table[pos])

@@ -116,9 +116,10 @@ def sinusoid_rows(pos: Tensor, d_model: int) -> Tensor:
 class Sinusoidal(PositionalEncoding):
     """Fixed sinusoidal absolute encoding added to the embeddings (Vaswani et al. 2017 §3.5).
 
-    The formula extends to any position; the table is precomputed for ``max_len`` positions and
-    recomputed on the fly (in float64, then cast) for longer inputs, so the encoding itself never runs
-    out; configs are still validated against ``max_len`` so the table covers every split.
+    The formula extends to any position. Training indexes a table precomputed for ``max_len``
+    positions (training data is validated against it); evaluation and decoding evaluate the same
+    float64 formula at the positions asked for (equal to the table's rows), so longer inputs work and
+    no step reads a position back on the host.
     """
 
     bounded = True
@@ -129,17 +130,14 @@ class Sinusoidal(PositionalEncoding):
         self.register_buffer("table", sinusoid_table(max_len or 1024, d_model), persistent=False)
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
-        if torch.compiler.is_compiling():
-            # the same float64 formula evaluated at ``pos`` (equal to the table's rows), without the
-            # data-dependent ``int(pos.max())`` that would break the compiled graph
-            return x + sinusoid_rows(pos, self.d_model).to(x.dtype)
-        if self.training:
+        if self.training and not torch.compiler.is_compiling():
             # training inputs fit max_len (validated before training): index the table without
             # reading ``pos.max()`` on the host, which would be a device sync in every step
             return x + self.table[pos].to(x.dtype)
-        n = int(pos.max()) + 1 if pos.numel() else 0
-        table = self.table if n <= self.table.shape[0] else sinusoid_table(n, self.d_model).to(x.device)
-        return x + table[pos].to(x.dtype)
+        # evaluation and decoding may go past the table (longer test inputs): the same float64
+        # formula evaluated at ``pos`` (equal to the table's rows), with no data-dependent read of
+        # ``pos.max()`` (a device sync per decoding step, a graph break under torch.compile)
+        return x + sinusoid_rows(pos, self.d_model).to(x.device, x.dtype)
 
 
 class Learned(PositionalEncoding):
@@ -159,9 +157,11 @@ class Learned(PositionalEncoding):
         self.weight = nn.Parameter(torch.randn(max_len, d_model) * d_model ** -0.5)
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
-        # the bound is checked outside training only: training inputs are validated against max_len
-        # before training, and the check reads ``pos.max()`` on the host (a device sync per step)
-        if not self.training and pos.numel() and int(pos.max()) >= self.weight.shape[0]:
+        # the bound is checked outside training and on the CPU only, where reading ``pos.max()`` costs
+        # no device sync: training inputs are validated against max_len before training, and
+        # evaluation, decoding and translate cut inputs and outputs to max_len beforehand
+        if (not self.training and pos.device.type == "cpu" and pos.numel()
+                and int(pos.max()) >= self.weight.shape[0]):
             raise IndexError(f"position {int(pos.max())} >= model.max_len={self.weight.shape[0]} "
                              "(learned positions cannot extrapolate)")
         return x + self.weight[pos].to(x.dtype)
