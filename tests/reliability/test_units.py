@@ -99,7 +99,7 @@ def test_resumable_loader_state_round_trip():
     batches = [b.tolist() for b in loader]
     consumed["n"] = 4
     state = loader.state_dict()
-    assert state == {"epoch": 1, "batches_done": 4}
+    assert state == {"epoch": 1, "batches_done": 4, "epoch_batches": 6}
     fresh = ResumableDataLoader(list(range(50)), batch_sampler=RandomBatchSampler(50, 5, 6, seed=0))
     fresh.load_state_dict(state)
     assert [b.tolist() for b in fresh] == batches[4:]

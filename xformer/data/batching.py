@@ -340,9 +340,12 @@ class ResumableDataLoader(DataLoader):
         self._batches_done = batches_done
 
     def state_dict(self) -> dict[str, int]:
-        """``{"epoch", "batches_done"}`` of the batch sampler's current epoch."""
+        """``{"epoch", "batches_done", "epoch_batches"}`` of the batch sampler's current epoch
+        (``epoch_batches``: the epoch's length, so a reader can tell a finished epoch from a stop
+        inside it)."""
         return {"epoch": int(self.batch_sampler.sampler.epoch),
-                "batches_done": int(self._batches_done()) if self._batches_done is not None else 0}
+                "batches_done": int(self._batches_done()) if self._batches_done is not None else 0,
+                "epoch_batches": int(len(self.batch_sampler))}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Make the next iteration continue where ``state`` was taken."""

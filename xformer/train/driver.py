@@ -31,7 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from .console import progress_bar, single_log_lines
 from .module import Seq2SeqModule
-from .steps import OptimizerStepIntervals
+from .steps import ConsistentResume, OptimizerStepIntervals
 from .wandb_limits import fit_wandb_fields
 from .validate import build_model, check_config, check_with_data
 from .resume import ResumableCSVLogger, checkpoint_step, own_checkpoint, start_wandb, wandb_resume_kwargs
@@ -171,6 +171,7 @@ def run(cfg: DictConfig) -> float | None:
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()
                  if isinstance(c, DictConfig) and "_target_" in c]
     callbacks.append(OptimizerStepIntervals())  # "every N steps" = optimizer steps under accumulation
+    callbacks.append(ConsistentResume())  # a checkpoint written when fit stopped mid-epoch resumes there
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     trainer_cfg.pop("compile", None)
     trainer_cfg.setdefault("use_distributed_sampler", False)  # the data modules shard batches across ranks

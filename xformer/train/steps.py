@@ -58,6 +58,8 @@ class OptimizerStepIntervals(L.Callback):
         lightning_decision = epoch_loop._should_check_val_fx
 
         def should_check_val(data_fetcher: Any) -> bool:
+            if epoch_loop.restarting and epoch_loop.batch_progress.current.ready == 0:
+                return False  # resuming at an epoch start: the checkpoint was written after its validation
             due = interval_decision(data_fetcher)
             if not due and not epoch_loop._should_accumulate() and _is_final_step(trainer):
                 return True  # training ends off a validation step: validate once more
@@ -94,3 +96,60 @@ def _is_final_step(trainer: L.Trainer) -> bool:
         return False
     return (trainer.fit_loop.epoch_loop._num_ready_batches_reached()
             and trainer.current_epoch + 1 >= max_epochs)
+
+
+class ConsistentResume(L.Callback):
+    """Make a checkpoint written when ``fit`` stopped mid-epoch resume where it stopped.
+
+    Lightning marks the running epoch finished when ``max_steps`` (or ``max_time``) ends ``fit`` in its
+    middle, and the ``last.ckpt`` written then (``StopCheckpoint``, the final validation's save) stores
+    that. Resuming such a checkpoint with a larger ``max_steps`` started the *next* epoch but kept the
+    batch position -- step 5 of a 3-batch-epoch run became "epoch 2, batch 2" with other data, while the
+    uninterrupted run's step 5 is epoch 1, batch 2. The data loader's own state (epoch, batches done;
+    :class:`xformer.data.batching.ResumableDataLoader`) is right, so before Lightning restores its loops
+    this rewinds the epoch counters to that epoch when its batches are not all done: Lightning then
+    takes the checkpoint for what it is, a stop mid-epoch (the case it restores exactly). Lightning's
+    loop state has no hook for this and torchdata's ``StatefulDataLoader`` is not a dependency, so the
+    checkpoint's ``loops`` entry is corrected here; other checkpoints are left as they are.
+
+    A stop on an epoch's *last* batch is the other half: Lightning then either skipped the next
+    epoch or gave the finished one an extra batch. Such a checkpoint is rewritten as "epoch ``e``
+    done, nothing of ``e + 1`` started", and :class:`OptimizerStepIntervals` does not re-validate at
+    that restart (the checkpoint was written after the step's validation). The loader's state carries
+    the epoch's length (``epoch_batches``) to tell the two cases apart; older checkpoints lack it and
+    are left alone. (Lightning's restored fetch counter is consistent with xformer's sampler skipping
+    the consumed batches: the counter starts at the consumed count and the sampler yields the rest.)
+    """
+
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        """Make ``checkpoint["loops"]`` agree with the data loader's stored position (see the class docstring)."""
+        fit = (checkpoint.get("loops") or {}).get("fit_loop") or {}
+        states = (fit.get("state_dict") or {}).get("combined_loader") or []
+        progress = fit.get("epoch_progress")
+        if not states or not isinstance(states[0], dict) or "batches_done" not in states[0] or not progress:
+            return
+        epoch, done = int(states[0]["epoch"]), int(states[0]["batches_done"])
+        n_batches = int(states[0].get("epoch_batches", 0))
+        batch_progress = (fit.get("epoch_loop.batch_progress") or {}).get("current") or {}
+        if n_batches and done >= n_batches:  # stopped on an epoch's last batch: the next epoch starts
+            if int(batch_progress.get("completed", -1)) != done:
+                return  # saved inside the last batch (periodic save): Lightning restores that itself
+            for counters in (progress["current"], progress["total"]):
+                for key in ("ready", "started", "processed", "completed"):
+                    counters[key] = epoch + 1
+            for key in ("ready", "started", "processed", "completed"):
+                batch_progress[key] = 0
+            fit["epoch_loop.batch_progress"]["is_last_batch"] = False
+            return
+        if not n_batches:
+            return  # an older checkpoint without the epoch length
+        if done <= 0 or int(batch_progress.get("completed", done)) != done:
+            return  # at an epoch start, or a position this callback cannot vouch for
+        current, total = progress["current"], progress["total"]
+        finished = int(current["processed"])
+        if finished <= epoch or int(current["started"]) != epoch + 1:
+            return  # the epoch is not marked finished: Lightning restores it as it is
+        shift = finished - epoch
+        for counters in (current, total):
+            counters["processed"] = int(counters["processed"]) - shift
+            counters["completed"] = int(counters["completed"]) - shift
