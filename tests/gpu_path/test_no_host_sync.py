@@ -164,3 +164,43 @@ def test_sinusoid_rows_equal_the_table_rows_so_eval_and_training_embed_alike():
     table = sinusoid_table(300, 34)
     pos = torch.tensor([0, 1, 7, 150, 299])
     assert torch.equal(sinusoid_rows(pos, 34), table[pos])
+
+
+def test_the_whole_fit_loop_reads_the_device_per_logging_interval_not_per_step(tmp_path):
+    """Lightning's loop, the module's hooks and the callbacks together: doubling the number of steps
+    at a fixed logging interval adds only the reads of the extra log flush (a few metrics), not one
+    per step (which would add at least 40)."""
+    import lightning as L
+
+    from xformer.train.callbacks import NonFiniteLossGuard
+
+    module, batch = _module(["data.n_long=2"], tmp_path)
+
+    def reads(steps: int) -> int:
+        trainer = L.Trainer(accelerator="cpu", max_steps=steps, log_every_n_steps=40,
+                            logger=L.pytorch.loggers.CSVLogger(str(tmp_path / f"log{steps}")),
+                            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                            limit_val_batches=0, callbacks=[NonFiniteLossGuard()], gradient_clip_val=1.0,
+                            default_root_dir=str(tmp_path))
+        loader = torch.utils.data.DataLoader([batch] * steps, batch_size=None)
+        with HostReads() as mode:
+            trainer.fit(module, train_dataloaders=loader)
+        return mode.reads.count("_local_scalar_dense")
+
+    short, long = reads(40), reads(80)
+    assert long - short <= 15, (short, long)
+
+
+def test_the_progress_bar_shows_the_loss_read_at_the_last_logging_step(tmp_path):
+    import lightning as L
+
+    from xformer.train.console import RichBar
+
+    module, batch = _module(["data.n_long=2"], tmp_path)
+    bar = RichBar()
+    trainer = L.Trainer(accelerator="cpu", max_steps=6, log_every_n_steps=3, logger=False, enable_checkpointing=False,
+                        enable_model_summary=False, limit_val_batches=0, callbacks=[bar],
+                        default_root_dir=str(tmp_path))
+    trainer.fit(module, train_dataloaders=torch.utils.data.DataLoader([batch] * 6, batch_size=None))
+    shown = bar.get_metrics(trainer, module)
+    assert isinstance(shown["loss"], float) and shown["loss"] == module.progress_metrics["loss"] > 0

@@ -21,7 +21,13 @@ def epoch_label(current_epoch: int, max_epochs: int | None) -> str:
 
 
 class RichBar(RichProgressBar):
-    """Lightning's Rich progress bar with :func:`epoch_label` as the training description."""
+    """Lightning's Rich progress bar with :func:`epoch_label` as the training description, showing
+    the module's ``progress_metrics`` (host floats the module refreshes at logging steps) beside
+    Lightning's own: values logged with ``prog_bar=True`` would be read back from the device at
+    every batch, a sync per training step on a GPU."""
+
+    def get_metrics(self, trainer, pl_module) -> dict:
+        return {**super().get_metrics(trainer, pl_module), **getattr(pl_module, "progress_metrics", {})}
 
     def _get_train_description(self, current_epoch: int) -> str:
         label = epoch_label(current_epoch, self.trainer.max_epochs)

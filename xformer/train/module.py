@@ -149,6 +149,9 @@ class Seq2SeqModule(L.LightningModule):
         self._window: tuple[int, float, Tensor] | None = None  # (step, host time, tokens) at window start
         self._rate: Tensor | None = None  # tokens/s of the last complete window (device tensor)
         self._tokens = torch.zeros((), dtype=torch.int64)  # on the training device once training starts
+        #: shown by the progress bar (:class:`xformer.train.console.RichBar`): the training loss of the
+        #: last logging step, a host float read once per logging window
+        self.progress_metrics: dict[str, float] = {}
         self._eval: dict[str, dict] = {}
         #: stored in every checkpoint under ``"xformer"`` (config, tokenizer, vocab sizes) so
         #: ``mode=eval`` and ``xformer translate`` can rebuild the model without the run's files
@@ -210,7 +213,9 @@ class Seq2SeqModule(L.LightningModule):
 
         The token counter is a device tensor and ``train/loss`` is logged as a device tensor: Lightning
         reads both on the host only when it writes its logs (every ``trainer.log_every_n_steps``). The
-        logged loss is this process's own (no per-step all-reduce under DDP).
+        logged loss is this process's own (no per-step all-reduce under DDP). It is not a Lightning
+        ``prog_bar`` value (the bar converts those to numbers at every batch); the bar shows
+        :attr:`progress_metrics` instead, read at logging steps.
         """
         logits, labels = self.logits_and_labels(batch)
         loss = self.loss(logits, labels, self.label_smoothing)
@@ -220,7 +225,7 @@ class Seq2SeqModule(L.LightningModule):
         if self._tokens.device != n_tok.device:
             self._tokens = self._tokens.to(n_tok.device)
         self._tokens += n_tok
-        self.log("train/loss", loss.detach(), prog_bar=True)
+        self.log("train/loss", loss.detach())
         return loss
 
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
@@ -240,6 +245,9 @@ class Seq2SeqModule(L.LightningModule):
             start_step, t0, tok0 = self._window
             self._rate = (self._tokens - tok0).double() / max(now - t0, 1e-9)
             self._window = (step, now, self._tokens.clone())
+            loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+            if isinstance(loss, Tensor):
+                self.progress_metrics = {"loss": float(loss.detach())}  # one read per logging window
         if self._rate is not None:
             self.log("perf/tokens_per_s", self._rate)
         self.log("perf/tokens_seen", self._tokens.double())
