@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from xformer.model import MultiHeadAttention
+from xformer.model import SelfAttention
 from xformer.model.attention import attention_with_dropout, combine_masks
 from xformer.model.dropout import Dropout, dropout, keep_mask
 
@@ -129,7 +129,7 @@ def test_multihead_attention_training_uses_the_same_math_as_sdpa():
     """With dropout on, the training path's expected output equals SDPA without dropout: averaged
     over many masks, the outputs converge to the dropout-free attention."""
     torch.manual_seed(10)
-    mha = MultiHeadAttention(16, 2, 8, dropout=0.5).double()
+    mha = SelfAttention(16, 2, 8, dropout=0.5).double()
     x = torch.randn(1, 6, 16, dtype=torch.float64)
     pad = torch.tensor([[False] * 4 + [True] * 2])
     mha.eval()

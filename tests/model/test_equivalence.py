@@ -69,8 +69,6 @@ def test_encoder_layer_matches_torch(norm, norm_first):
 
 @pytest.mark.parametrize("norm,norm_first", [(PostNorm, False), (PreNorm, True)])
 def test_decoder_layer_matches_torch(norm, norm_first):
-    from xformer.model import CausalAttention
-
     ours = randomise(DecoderLayer(D, H, D // H, FF, 0.0, True, norm, ReLUFFN)).double()
     theirs = nn.TransformerDecoderLayer(D, H, FF, dropout=0.0, batch_first=True, norm_first=norm_first).double()
     copy_decoder_layer(ours, theirs)
@@ -79,7 +77,7 @@ def test_decoder_layer_matches_torch(norm, norm_first):
     src_kpm, tgt_kpm = masks()
     causal = nn.Transformer.generate_square_subsequent_mask(5, dtype=torch.float64)
     ref = theirs(x, mem, tgt_mask=causal, tgt_key_padding_mask=tgt_kpm, memory_key_padding_mask=src_kpm)
-    out = ours(x, mem, tgt_key_padding_mask=tgt_kpm, memory_key_padding_mask=src_kpm, pattern=CausalAttention())
+    out = ours(x, mem, key_padding_mask=tgt_kpm, memory_key_padding_mask=src_kpm)
     torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-9)
 
 

@@ -5,6 +5,7 @@ import math
 import torch
 
 from xformer.model import EncoderDecoder
+from xformer.model.layers import StackCache
 from xformer.train import decoding
 
 BOS, EOS, PAD = 1, 2, 0
@@ -15,7 +16,7 @@ class ScriptedModel:
 
     Step 0: token 5 (p=.6) or token 6 (p=.4). After 5 every token is equally unlikely (EOS .3);
     after 6, EOS has p=.99. Greedy takes 5 → best total .6·.3 = .18; beam 2 finds 6 EOS = .396.
-    The prefix is kept in the cache (``self/k``) so beam search's reordering is exercised.
+    The prefix is kept in the cache (as keys) so beam search's reordering is exercised.
     """
 
     V = 8
@@ -23,15 +24,13 @@ class ScriptedModel:
     def encode(self, src, mask=None):
         return torch.zeros(src.shape[0], 1, 1)
 
-    def new_cache(self):
-        return [{}]
+    def new_cache(self, capacity=None):
+        return StackCache(1, capacity)
 
     def decode(self, tok, memory, memory_key_padding_mask=None, cache=None, tgt_key_padding_mask=None):
-        layer = cache[0].setdefault("self", {})
         hist = tok[:, None, :, None].float()
-        layer["k"] = hist if "k" not in layer else torch.cat((layer["k"], hist), 2)
-        layer["v"] = layer["k"]
-        prefix = layer["k"][:, 0, 1:, 0].long()  # drop BOS
+        keys, _ = cache.self_attn[0].append(hist, hist)
+        prefix = keys[:, 0, 1:, 0].long()  # drop BOS
         probs = torch.full((tok.shape[0], self.V), 1e-3)
         for b in range(tok.shape[0]):
             p = prefix[b].tolist()

@@ -1,7 +1,7 @@
 """Rows 5 and 6: the cost of self-attention over sequence length (claim C7) and against a recurrent
 layer (claim C8).
 
-Row 5 (C7). One self-attention layer, xformer's :class:`~xformer.model.attention.MultiHeadAttention`
+Row 5 (C7). One self-attention layer, xformer's :class:`~xformer.model.attention.SelfAttention`
 (d_model ``D``, ``H`` heads, no mask, no dropout, forward pass under ``no_grad``, batch 1), at each
 ``n``, by two paths that share its projections:
 
@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from xformer.model.attention import MultiHeadAttention
+from xformer.model.attention import SelfAttention
 
 from .config import BenchConfig
 from .timing import RSSPeak, fit_exponent, interleaved, median, time_once
@@ -49,10 +49,10 @@ CLAIM_TABLE = [(1_000, "2 MB"), (10_000, "200 MB"), (100_000, "20 GB")]
 """Claim C7's fp16 n×n score matrix sizes."""
 
 
-def explicit_forward(mha: MultiHeadAttention, x: torch.Tensor) -> torch.Tensor:
+def explicit_forward(mha: SelfAttention, x: torch.Tensor) -> torch.Tensor:
     """``mha(x)`` with the attention written out (scores and probabilities materialised)."""
     b, n, _ = x.shape
-    q, k, v = (mha._heads(t) for t in mha.in_proj(x).chunk(3, dim=-1))
+    q, k, v = (mha.heads(t) for t in mha.in_proj(x).chunk(3, dim=-1))
     scale = mha.d_head ** -0.5 if mha.scale is None else mha.scale
     scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, n, n)
     probs = torch.softmax(scores, dim=-1)
@@ -74,7 +74,7 @@ def _autocast(device: str):
     return torch.autocast("cuda", dtype=torch.bfloat16, enabled=torch.device(device).type == "cuda")
 
 
-def _paths(mha: MultiHeadAttention, x: torch.Tensor, device: str) -> dict:
+def _paths(mha: SelfAttention, x: torch.Tensor, device: str) -> dict:
     def explicit():
         with torch.no_grad(), _autocast(device):
             return explicit_forward(mha, x)
@@ -116,7 +116,7 @@ def _memory_main(arg: str) -> None:
     """Entry of the CPU memory worker (see :func:`cpu_peak_memory`); prints one JSON line."""
     a = json.loads(arg)
     torch.manual_seed(a["seed"])
-    mha = MultiHeadAttention(a["d"], a["h"], a["d"] // a["h"], dropout=0.0).eval()
+    mha = SelfAttention(a["d"], a["h"], a["d"] // a["h"], dropout=0.0).eval()
     out: dict[str, list] = {"explicit": [], "sdpa": []}
     fns = _paths(mha, torch.randn(1, 8, a["d"]), "cpu")
     for fn in fns.values():  # first calls touch one-time buffers (thread pools, kernels' tables)
@@ -160,7 +160,7 @@ def run_cost(cfg: BenchConfig) -> dict:
     cuda = torch.device(dev).type == "cuda"
     elem = 2 if cuda else 4
     torch.manual_seed(cfg.seed)
-    mha = MultiHeadAttention(d, h, d // h, dropout=0.0).to(dev).eval()
+    mha = SelfAttention(d, h, d // h, dropout=0.0).to(dev).eval()
     rows: dict[str, dict[str, list]] = {p: {"time_ms": [], "peak_mb": []} for p in ("explicit", "sdpa")}
     done_n: list[int] = []
     notes: list[str] = []
@@ -232,7 +232,7 @@ def run_recurrence(cfg: BenchConfig) -> dict:
     dev = cfg.device
     d, h, b = cfg.rec_d, cfg.rec_heads, cfg.rec_batch
     torch.manual_seed(cfg.seed)
-    mha = MultiHeadAttention(d, h, d // h, dropout=0.0).to(dev).eval()
+    mha = SelfAttention(d, h, d // h, dropout=0.0).to(dev).eval()
     lstm = nn.LSTM(d, d, num_layers=1, batch_first=True).to(dev).eval()
     att_ms, lstm_ms = [], []
     for n in cfg.rec_ns:

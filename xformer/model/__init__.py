@@ -3,7 +3,8 @@
 See :mod:`.transformer` for the public contract.
 """
 
-from .attention import AttentionPattern, CausalAttention, FullAttention, LocalAttention, MultiHeadAttention
+from .attention import (AttentionPattern, CausalAttention, CrossAttention, FullAttention, KVCache, LocalAttention,
+                        MultiHeadAttention, SelfAttention)
 from .ffn import GELUFFN, ReLUFFN, SwiGLUFFN
 from .norm import PostNorm, PreNorm, PreRMSNorm, Residual, SandwichNorm
 from .positional import ALiBi, Learned, NoPE, PositionalEncoding, RoPE, Sinusoidal, T5RelativeBias
@@ -11,6 +12,7 @@ from .transformer import ConfigError, DecoderOnly, EncoderDecoder, EncoderOnly, 
 
 __all__ = [
     "AttentionPattern", "CausalAttention", "FullAttention", "LocalAttention", "MultiHeadAttention",
+    "SelfAttention", "CrossAttention", "KVCache",
     "GELUFFN", "ReLUFFN", "SwiGLUFFN", "PostNorm", "PreNorm", "PreRMSNorm", "Residual", "SandwichNorm",
     "ALiBi", "Learned", "NoPE", "PositionalEncoding", "RoPE", "Sinusoidal", "T5RelativeBias",
     "ConfigError", "DecoderOnly", "EncoderDecoder", "EncoderOnly", "Transformer",

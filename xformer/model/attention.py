@@ -1,4 +1,13 @@
-"""Multi-head attention and the attention patterns that decide who may attend to whom.
+"""Multi-head attention (self- and cross-), its key/value cache, and the attention patterns that
+decide who may attend to whom.
+
+* :class:`SelfAttention` attends from a sequence to itself. It is built with its pattern and its
+  positional scheme (as torchtune's ``MultiHeadAttention`` takes ``pos_embeddings``), so a call
+  passes only the input, the padding mask and the cache.
+* :class:`CrossAttention` attends from the decoder to the encoder output ("memory"); it has no
+  positional scheme and no pattern (Vaswani et al. 2017 §3.2.3).
+* :class:`KVCache` holds one attention layer's keys and values during incremental decoding, for
+  both kinds.
 
 Mask polarity, everywhere in xformer: a boolean mask is ``True`` where attention is **blocked**
 (padding, future, outside the window), the convention of ``torch.nn.Transformer``'s
@@ -8,14 +17,13 @@ Mask polarity, everywhere in xformer: a boolean mask is ``True`` where attention
 
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .dropout import keep_mask, uses_fast_mask
 from .hooks import check_derived_flag, overrides
+from .positional import PositionalEncoding
 
 
 class AttentionPattern:
@@ -201,14 +209,82 @@ def attention_with_dropout(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
     return torch.matmul(weights * keep_mask(weights.shape, p, weights.dtype, weights.device), v)
 
 
+class KVCache:
+    """Keys and values of one attention layer for incremental decoding, in pre-allocated buffers.
+
+    The buffers are ``(B, H, capacity, d_head)``; :attr:`size` (a host ``int``, so reading it never
+    waits for the device) says how many positions are filled. :meth:`append` writes new keys and
+    values in place at ``size`` instead of concatenating, so a decoding step allocates nothing. The
+    buffers are allocated by the first :meth:`append` (batch, heads, dtype and device come from its
+    keys) with room for ``capacity`` positions, or exactly the first keys' length when ``capacity``
+    is ``None``; an append past the end moves the contents to a buffer twice as long.
+
+    Self-attention appends each step's keys; cross-attention appends the memory's keys once and
+    reads them afterwards. A cache is for inference: a backward pass through values read from it
+    before a later :meth:`append` fails (the buffer was written in place).
+
+    Args:
+        capacity: positions to allocate room for (e.g. the longest output a decoder may produce).
+    """
+
+    def __init__(self, capacity: int | None = None) -> None:
+        self.capacity = capacity
+        self.size = 0
+        self.k: Tensor | None = None
+        self.v: Tensor | None = None
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store ``k`` and ``v`` ``(B, H, T, d_head)`` after the filled positions and return all keys
+        and values so far, ``(B, H, size, d_head)`` views of the buffers."""
+        end = self.size + k.shape[2]
+        if self.k is None or end > self.k.shape[2]:
+            self._grow(k, end)
+        self.k[:, :, self.size:end] = k
+        self.v[:, :, self.size:end] = v
+        self.size = end
+        return self.k[:, :, :end], self.v[:, :, :end]
+
+    def _grow(self, k: Tensor, end: int) -> None:
+        old = 0 if self.k is None else self.k.shape[2]
+        room = max(end, self.capacity or 0, 2 * old)
+        bsz, heads, _, d_head = k.shape
+        new_k = k.new_empty(bsz, heads, room, d_head)
+        new_v = k.new_empty(bsz, heads, room, d_head)
+        if self.size:
+            new_k[:, :, :self.size] = self.k[:, :, :self.size]
+            new_v[:, :, :self.size] = self.v[:, :, :self.size]
+        self.k, self.v = new_k, new_v
+
+    @property
+    def keys(self) -> Tensor:
+        """The filled keys ``(B, H, size, d_head)``."""
+        return self.k[:, :, :self.size]
+
+    @property
+    def values(self) -> Tensor:
+        """The filled values ``(B, H, size, d_head)``."""
+        return self.v[:, :, :self.size]
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows ``index`` ``(B',)`` (beam search: each surviving hypothesis's parent row)."""
+        if self.k is None:
+            return
+        if index.shape[0] == self.k.shape[0]:
+            self.k[:, :, :self.size] = self.keys.index_select(0, index)
+            self.v[:, :, :self.size] = self.values.index_select(0, index)
+        else:
+            self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
+
+
 class MultiHeadAttention(nn.Module):
-    """Multi-head scaled dot-product attention (Vaswani et al. 2017 §3.2.2, eq. 1).
+    """What self- and cross-attention share: the projections and eq. 1 of Vaswani et al. 2017
+    (§3.2.2) over the heads.
 
     ``softmax(Q Kᵀ · s + bias) V`` per head with ``s = 1/√d_head`` (or 1 when ``scale=False``, for
     claim C9), computed by :func:`torch.nn.functional.scaled_dot_product_attention` so fused kernels
     run where the mask allows. Projections: one ``(3·H·d_head, D)`` input projection laid out
-    ``[W_q; W_k; W_v]`` like ``torch.nn.MultiheadAttention.in_proj_weight``, and an output projection
-    ``(D, H·d_head)``.
+    ``[W_q; W_k; W_v]`` like ``torch.nn.MultiheadAttention.in_proj_weight`` (cross-attention uses its
+    first third on the queries and the rest on the memory), and an output projection ``(D, H·d_head)``.
 
     Args:
         d_model: model width ``D``.
@@ -228,90 +304,121 @@ class MultiHeadAttention(nn.Module):
         self.in_proj = nn.Linear(d_model, 3 * inner, bias=bias)
         self.out_proj = nn.Linear(inner, d_model, bias=bias)
 
-    def _heads(self, t: Tensor) -> Tensor:
+    def heads(self, t: Tensor) -> Tensor:
+        """``(B, T, H·d_head)`` → ``(B, H, T, d_head)``."""
         b, n, _ = t.shape
-        return t.view(b, n, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, T, d_head)
+        return t.view(b, n, self.n_heads, self.d_head).transpose(1, 2)
 
-    def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
-        """Keys and values ``(B, H, Tk, d_head)`` of ``memory`` ``(B, Tk, D)`` (for cross-attention caches)."""
-        inner = self.n_heads * self.d_head
-        w, b = self.in_proj.weight[inner:], None if self.in_proj.bias is None else self.in_proj.bias[inner:]
-        k, v = F.linear(memory, w, b).chunk(2, dim=-1)
-        return self._heads(k), self._heads(v)
-
-    def forward(
-        self,
-        x: Tensor,
-        memory: Tensor | None = None,
-        key_padding_mask: Tensor | None = None,
-        pattern: AttentionPattern | None = None,
-        q_pos: Tensor | None = None,
-        k_pos: Tensor | None = None,
-        bias: Tensor | None = None,
-        rotate: Callable[[Tensor, Tensor], Tensor] | None = None,
-        cache: dict | None = None,
-    ) -> Tensor:
-        """Attend from ``x`` ``(B, Tq, D)`` to itself (``memory=None``) or to ``memory`` ``(B, Tk, D)``.
-
-        Args:
-            key_padding_mask: ``(B, Tk)`` bool, ``True`` = padding key (for self-attention with a
-                cache: the mask of all keys so far).
-            pattern: which keys each query may see (by position); ``None`` = all.
-            q_pos, k_pos: ``(Tq,)`` / ``(Tk,)`` positions; default ``arange`` (plus the cache length).
-            bias: additive score bias ``(H, Tq, Tk)`` (ALiBi, T5).
-            rotate: RoPE hook applied to q and k at their positions (self-attention only).
-            cache: incremental-decoding state. Self-attention: a dict that gains/extends ``"k"``,
-                ``"v"`` ``(B, H, T_so_far, d_head)``. Cross-attention: keys/values of the memory,
-                computed once (``memory`` may then be ``None``).
-
-        Returns:
-            ``(B, Tq, D)``.
-        """
-        bsz, tq, _ = x.shape
-        inner = self.n_heads * self.d_head
-        cross = memory is not None or (cache is not None and cache.get("cross", False))
-        if not cross:
-            q, k, v = (self._heads(t) for t in self.in_proj(x).chunk(3, dim=-1))
-            past = 0 if cache is None or "k" not in cache else cache["k"].shape[2]
-            if q_pos is None:
-                q_pos = torch.arange(past, past + tq, device=x.device)
-            if rotate is not None:
-                q, k = rotate(q, q_pos), rotate(k, q_pos)
-            if cache is not None:
-                if past:
-                    k = torch.cat((cache["k"], k), dim=2)
-                    v = torch.cat((cache["v"], v), dim=2)
-                cache["k"], cache["v"] = k, v
-            if k_pos is None:
-                k_pos = torch.arange(k.shape[2], device=x.device)
-        else:
-            w, b = self.in_proj.weight[:inner], None if self.in_proj.bias is None else self.in_proj.bias[:inner]
-            q = self._heads(F.linear(x, w, b))
-            if cache is not None and "k" in cache:
-                k, v = cache["k"], cache["v"]
-            else:
-                k, v = self.project_kv(memory)
-                if cache is not None:
-                    cache.update(k=k, v=v, cross=True)
-        tk = k.shape[2]
-        blocked = None
-        if pattern is not None:
-            if q_pos is None:
-                q_pos = torch.arange(tq, device=x.device)
-            if k_pos is None:
-                k_pos = torch.arange(tk, device=x.device)
-            blocked = pattern.blocked(q_pos, k_pos)
-        is_causal = False
-        if (pattern is not None and pattern.is_causal and key_padding_mask is None and bias is None
-                and tq == tk and tq > 1):
-            blocked, is_causal = None, True  # fused causal path
-        if pattern is not None and pattern.is_causal and tq == 1:
-            blocked = None  # a single newest query sees every cached key
-        mask = combine_masks(bsz, tq, tk, key_padding_mask, blocked, bias, q.dtype)
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool = False) -> Tensor:
+        """Eq. 1 on ``q`` ``(B, H, Tq, d_head)`` and ``k``/``v`` ``(B, H, Tk, d_head)`` with ``mask``
+        from :func:`combine_masks` (or SDPA's causal fast path), then the output projection:
+        ``(B, Tq, D)``. Attention-weight dropout applies in training mode."""
+        bsz, _, tq, _ = q.shape
         p = self.dropout if self.training else 0.0
         if p > 0.0 and uses_fast_mask(q):
             out = attention_with_dropout(q, k, v, mask, is_causal, self.scale, p)
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=is_causal,
                                                  scale=self.scale)
-        return self.out_proj(out.transpose(1, 2).reshape(bsz, tq, inner))
+        return self.out_proj(out.transpose(1, 2).reshape(bsz, tq, self.n_heads * self.d_head))
+
+
+class SelfAttention(MultiHeadAttention):
+    """Multi-head self-attention with its attention pattern and positional scheme fixed at construction.
+
+    The positional scheme acts here through its relative hooks: :meth:`PositionalEncoding.rotate`
+    on queries and keys (RoPE) and :meth:`PositionalEncoding.attn_bias` on the scores (ALiBi, T5).
+    Its absolute hook (``embed``) belongs to the embeddings. The scheme is shared by every layer of a
+    stack and owned by the stack, so it is referenced here, not registered as a sub-module (its
+    parameters, e.g. T5's bias table, appear once in the state dict).
+
+    Args:
+        d_model, n_heads, d_head, dropout, scale, bias: as :class:`MultiHeadAttention`.
+        pattern: which keys each query may see; default :class:`FullAttention`.
+        pos_embeddings: the stack's positional scheme; default none.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, d_head: int, dropout: float = 0.0, scale: bool = True,
+                 bias: bool = True, pattern: AttentionPattern | None = None,
+                 pos_embeddings: PositionalEncoding | None = None) -> None:
+        super().__init__(d_model, n_heads, d_head, dropout, scale, bias)
+        self.pattern = FullAttention() if pattern is None else pattern
+        object.__setattr__(self, "pos_embeddings", pos_embeddings)  # a reference, not a sub-module
+        pe_cls = type(pos_embeddings)
+        self._rotates = pos_embeddings is not None and pos_embeddings.rotates
+        self._biased = pos_embeddings is not None and overrides(pe_cls, PositionalEncoding, "attn_bias")
+        self._patterned = overrides(type(self.pattern), AttentionPattern, "blocked")
+
+    def forward(self, x: Tensor, key_padding_mask: Tensor | None = None, cache: KVCache | None = None) -> Tensor:
+        """Attend from ``x`` ``(B, T, D)`` to itself (and to the cached keys before it).
+
+        Args:
+            x: the inputs at positions ``past .. past+T-1``, ``past`` = ``cache.size`` (0 without cache).
+            key_padding_mask: ``(B, past+T)`` bool, ``True`` = padding key; with a cache it covers
+                the cached keys too.
+            cache: incremental-decoding state; this call's keys and values are appended to it.
+
+        Returns:
+            ``(B, T, D)``.
+        """
+        tq = x.shape[1]
+        q, k, v = (self.heads(t) for t in self.in_proj(x).chunk(3, dim=-1))
+        past = 0 if cache is None else cache.size
+        q_pos = k_pos = None
+        if self._rotates or self._biased or self._patterned:
+            q_pos = torch.arange(past, past + tq, device=x.device)
+            k_pos = torch.arange(past + tq, device=x.device)
+        if self._rotates:
+            q, k = self.pos_embeddings.rotate(q, q_pos), self.pos_embeddings.rotate(k, q_pos)
+        if cache is not None:
+            k, v = cache.append(k, v)
+        tk = k.shape[2]
+        bias = self.pos_embeddings.attn_bias(q_pos, k_pos) if self._biased else None
+        causal = self.pattern.is_causal
+        blocked = None
+        if self._patterned and not (causal and tq == 1):  # a single newest query sees every cached key
+            blocked = self.pattern.blocked(q_pos, k_pos)
+        is_causal = causal and key_padding_mask is None and bias is None and tq == tk and tq > 1
+        if is_causal:
+            blocked = None  # SDPA's fused causal path
+        mask = combine_masks(x.shape[0], tq, tk, key_padding_mask, blocked, bias, q.dtype)
+        return self.attend(q, k, v, mask, is_causal)
+
+
+class CrossAttention(MultiHeadAttention):
+    """Multi-head attention from the decoder to the encoder output (§3.2.3, "encoder-decoder
+    attention"). No pattern and no positional scheme: every query sees every non-padding memory key.
+
+    Args: as :class:`MultiHeadAttention`.
+    """
+
+    def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values ``(B, H, S, d_head)`` of ``memory`` ``(B, S, D)``."""
+        inner = self.n_heads * self.d_head
+        w, b = self.in_proj.weight[inner:], None if self.in_proj.bias is None else self.in_proj.bias[inner:]
+        k, v = F.linear(memory, w, b).chunk(2, dim=-1)
+        return self.heads(k), self.heads(v)
+
+    def forward(self, x: Tensor, memory: Tensor, key_padding_mask: Tensor | None = None,
+                cache: KVCache | None = None) -> Tensor:
+        """Attend from ``x`` ``(B, T, D)`` to ``memory`` ``(B, S, D)``.
+
+        Args:
+            key_padding_mask: ``(B, S)`` bool, ``True`` = padding in the memory.
+            cache: when given, the memory's keys and values are projected at the first call, stored,
+                and read back at later calls (``memory`` is then not projected again).
+
+        Returns:
+            ``(B, T, D)``.
+        """
+        inner = self.n_heads * self.d_head
+        w, b = self.in_proj.weight[:inner], None if self.in_proj.bias is None else self.in_proj.bias[:inner]
+        q = self.heads(F.linear(x, w, b))
+        if cache is not None and cache.size:
+            k, v = cache.keys, cache.values
+        else:
+            k, v = self.project_kv(memory)
+            if cache is not None:
+                k, v = cache.append(k, v)
+        mask = combine_masks(x.shape[0], x.shape[1], k.shape[2], key_padding_mask, None, None, q.dtype)
+        return self.attend(q, k, v, mask)

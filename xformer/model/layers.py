@@ -2,23 +2,26 @@
 
 A block is attention and FFN sub-layers, each inside a residual wrapper from :mod:`.norm`; which
 attention pattern, positional scheme, FFN and norm placement are used is decided by the objects
-passed in, never by flags here.
+passed in at construction, never by flags here. Both block kinds take the same keyword names:
+``key_padding_mask`` for their own sequence and ``cache`` for their self-attention; a decoder block
+adds ``memory``, ``memory_key_padding_mask`` and ``memory_cache``.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-import torch
 from torch import Tensor, nn
 
-from .attention import AttentionPattern, CausalAttention, MultiHeadAttention
+from .attention import AttentionPattern, CausalAttention, CrossAttention, KVCache, SelfAttention
 from .norm import Residual
 from .positional import PositionalEncoding
 
 
 class EncoderLayer(nn.Module):
     """Self-attention → FFN, each with residual + norm. Input and output ``(B, S, D)``.
+
+    Also the block of decoder-only stacks (built with a causal pattern).
 
     Args:
         d_model, n_heads, d_head: attention sizes.
@@ -27,66 +30,101 @@ class EncoderLayer(nn.Module):
         attn_scale: scale scores by 1/√d_head.
         residual: factory ``(d_model, dropout) -> Residual``.
         ffn: factory ``(d_model, d_ff, dropout) -> nn.Module``.
+        pattern: self-attention pattern; default :class:`~.attention.FullAttention`.
+        pos_embeddings: the stack's positional scheme (its relative hooks act in self-attention).
     """
 
     def __init__(self, d_model: int, n_heads: int, d_head: int, d_ff: int, dropout: float,
-                 attn_scale: bool, residual: Callable[..., Residual], ffn: Callable[..., nn.Module]) -> None:
+                 attn_scale: bool, residual: Callable[..., Residual], ffn: Callable[..., nn.Module],
+                 pattern: AttentionPattern | None = None, pos_embeddings: PositionalEncoding | None = None) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, d_head, dropout, attn_scale)
+        self.self_attn = SelfAttention(d_model, n_heads, d_head, dropout, attn_scale, pattern=pattern,
+                                       pos_embeddings=pos_embeddings)
         self.ffn = ffn(d_model=d_model, d_ff=d_ff, dropout=dropout)
         self.res_attn = residual(d_model=d_model, dropout=dropout)
         self.res_ffn = residual(d_model=d_model, dropout=dropout)
 
-    def forward(self, x: Tensor, key_padding_mask: Tensor | None = None,
-                pattern: AttentionPattern | None = None, pos: Tensor | None = None,
-                bias: Tensor | None = None, rotate: Callable | None = None,
-                cache: dict | None = None, k_pos: Tensor | None = None) -> Tensor:
-        """Run the block. ``key_padding_mask`` ``(B, S)`` is ``True`` at padding; see
-        :meth:`MultiHeadAttention.forward` for the other arguments."""
-        x = self.res_attn(x, lambda h: self.self_attn(
-            h, key_padding_mask=key_padding_mask, pattern=pattern, q_pos=pos, k_pos=k_pos,
-            bias=bias, rotate=rotate, cache=cache))
+    def forward(self, x: Tensor, key_padding_mask: Tensor | None = None, cache: KVCache | None = None) -> Tensor:
+        """Run the block on ``x`` ``(B, T, D)``; ``key_padding_mask`` and ``cache`` as
+        :meth:`SelfAttention.forward`."""
+        x = self.res_attn(x, lambda h: self.self_attn(h, key_padding_mask, cache))
         return self.res_ffn(x, self.ffn)
 
 
 class DecoderLayer(nn.Module):
     """Masked self-attention → cross-attention over the encoder output → FFN. ``(B, T, D)`` in and out.
 
-    Arguments as :class:`EncoderLayer`.
+    Arguments as :class:`EncoderLayer`; ``pattern`` defaults to :class:`CausalAttention`.
     """
 
     def __init__(self, d_model: int, n_heads: int, d_head: int, d_ff: int, dropout: float,
-                 attn_scale: bool, residual: Callable[..., Residual], ffn: Callable[..., nn.Module]) -> None:
+                 attn_scale: bool, residual: Callable[..., Residual], ffn: Callable[..., nn.Module],
+                 pattern: AttentionPattern | None = None, pos_embeddings: PositionalEncoding | None = None) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, d_head, dropout, attn_scale)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, d_head, dropout, attn_scale)
+        self.self_attn = SelfAttention(d_model, n_heads, d_head, dropout, attn_scale,
+                                       pattern=CausalAttention() if pattern is None else pattern,
+                                       pos_embeddings=pos_embeddings)
+        self.cross_attn = CrossAttention(d_model, n_heads, d_head, dropout, attn_scale)
         self.ffn = ffn(d_model=d_model, d_ff=d_ff, dropout=dropout)
         self.res_self = residual(d_model=d_model, dropout=dropout)
         self.res_cross = residual(d_model=d_model, dropout=dropout)
         self.res_ffn = residual(d_model=d_model, dropout=dropout)
 
-    def forward(self, x: Tensor, memory: Tensor | None, tgt_key_padding_mask: Tensor | None = None,
-                memory_key_padding_mask: Tensor | None = None, pattern: AttentionPattern | None = None,
-                pos: Tensor | None = None, bias: Tensor | None = None, rotate: Callable | None = None,
-                cache: dict | None = None, k_pos: Tensor | None = None) -> Tensor:
-        """Run the block; ``cache`` (incremental decoding) holds ``"self"`` and ``"cross"`` dicts."""
-        x = self.res_self(x, lambda h: self.self_attn(
-            h, key_padding_mask=tgt_key_padding_mask, pattern=pattern, q_pos=pos, k_pos=k_pos,
-            bias=bias, rotate=rotate, cache=None if cache is None else cache.setdefault("self", {})))
-        x = self.res_cross(x, lambda h: self.cross_attn(
-            h, memory=memory, key_padding_mask=memory_key_padding_mask,
-            cache=None if cache is None else cache.setdefault("cross", {"cross": True})))
+    def forward(self, x: Tensor, memory: Tensor, key_padding_mask: Tensor | None = None,
+                memory_key_padding_mask: Tensor | None = None, cache: KVCache | None = None,
+                memory_cache: KVCache | None = None) -> Tensor:
+        """Run the block on ``x`` ``(B, T, D)`` with encoder output ``memory`` ``(B, S, D)``.
+
+        Args:
+            key_padding_mask: ``(B, T)`` (with a cache ``(B, past+T)``) bool, ``True`` = padding.
+            memory_key_padding_mask: ``(B, S)`` bool, ``True`` = padding in the source.
+            cache: self-attention keys/values (see :meth:`SelfAttention.forward`).
+            memory_cache: the memory's keys/values (see :meth:`CrossAttention.forward`).
+        """
+        x = self.res_self(x, lambda h: self.self_attn(h, key_padding_mask, cache))
+        x = self.res_cross(x, lambda h: self.cross_attn(h, memory, memory_key_padding_mask, memory_cache))
         return self.res_ffn(x, self.ffn)
 
 
-class Stack(nn.Module):
-    """``n_layers`` blocks sharing one positional scheme and attention pattern, plus the final norm
-    that Pre-LN-style placements need.
+class StackCache:
+    """The key/value caches of one stack for incremental decoding: a :class:`KVCache` per layer for
+    self-attention and, in a decoder with cross-attention, one per layer for the memory.
 
     Args:
-        layers: the blocks (:class:`EncoderLayer` or :class:`DecoderLayer`).
-        pe: positional scheme of this stack (its relative hooks apply to self-attention).
-        pattern: self-attention pattern (decoders pass :class:`CausalAttention` or a causal variant).
+        n_layers: blocks in the stack.
+        capacity: positions to pre-allocate in each self-attention cache (``None``: grow as needed).
+        cross: also keep memory caches (encoder–decoder models).
+    """
+
+    def __init__(self, n_layers: int, capacity: int | None = None, cross: bool = False) -> None:
+        self.self_attn = [KVCache(capacity) for _ in range(n_layers)]
+        self.cross_attn = [KVCache() for _ in range(n_layers)] if cross else None
+
+    @property
+    def size(self) -> int:
+        """Positions decoded so far (the first position of the next call)."""
+        return self.self_attn[0].size if self.self_attn else 0
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep rows ``index`` ``(B,)`` of every self-attention cache (beam search).
+
+        Memory caches are left alone: ``index`` must map each row to a row with the same memory, as
+        beam search does when each sentence's memory is repeated once per beam.
+        """
+        for c in self.self_attn:
+            c.reorder(index)
+
+
+class Stack(nn.Module):
+    """``n_layers`` blocks sharing one positional scheme, plus the final norm that Pre-LN-style
+    placements need.
+
+    Args:
+        layers: the blocks (:class:`EncoderLayer` or :class:`DecoderLayer`), built with ``pe`` and
+            ``pattern``.
+        pe: positional scheme of this stack, owned here (its ``embed`` hook is applied to the
+            embeddings by the model; the blocks' self-attention applies its relative hooks).
+        pattern: the blocks' self-attention pattern (kept for inspection).
         final_norm: module applied to the last block's output (``nn.Identity`` for Post-LN).
     """
 
@@ -96,23 +134,27 @@ class Stack(nn.Module):
         self.layers = nn.ModuleList(layers)
         self.pe, self.pattern, self.final_norm = pe, pattern, final_norm
 
-    def forward(self, x: Tensor, key_padding_mask: Tensor | None = None, start: int = 0,
-                caches: list[dict] | None = None, **kwargs) -> Tensor:
-        """Run all blocks on ``x`` ``(B, T, D)`` (already embedded) whose first position is ``start``.
+    def forward(self, x: Tensor, key_padding_mask: Tensor | None = None, cache: StackCache | None = None,
+                memory: Tensor | None = None, memory_key_padding_mask: Tensor | None = None) -> Tensor:
+        """Run all blocks on ``x`` ``(B, T, D)`` (already embedded), whose first position is
+        ``cache.size`` (0 without a cache).
 
-        ``key_padding_mask`` ``(B, start + T)`` covers every key (cached ones too). Extra keyword
-        arguments (``memory``, ``memory_key_padding_mask``) go to decoder blocks.
+        ``key_padding_mask`` ``(B, cache.size + T)`` covers every key (cached ones too). ``memory``
+        ``(B, S, D)`` and ``memory_key_padding_mask`` ``(B, S)`` go to decoder blocks (required for them).
         """
-        t = x.shape[1]
-        pos = torch.arange(start, start + t, device=x.device)
-        k_pos = torch.arange(0, start + t, device=x.device)
-        bias = self.pe.attn_bias(pos, k_pos)
-        rotate = self.pe.rotate if self.pe.rotates else None
-        pad_name = "tgt_key_padding_mask" if kwargs else "key_padding_mask"
         for i, layer in enumerate(self.layers):
-            x = layer(x, **{pad_name: key_padding_mask}, pattern=self.pattern, pos=pos, k_pos=k_pos,
-                      bias=bias, rotate=rotate, cache=None if caches is None else caches[i], **kwargs)
+            own = None if cache is None else cache.self_attn[i]
+            if memory is None:
+                x = layer(x, key_padding_mask, own)
+            else:
+                mem_cache = None if cache is None else cache.cross_attn[i]
+                x = layer(x, memory, key_padding_mask, memory_key_padding_mask, own, mem_cache)
         return self.final_norm(x)
 
+    def new_cache(self, capacity: int | None = None) -> StackCache:
+        """Empty caches for this stack (memory caches when its blocks have cross-attention)."""
+        cross = any(isinstance(layer, DecoderLayer) for layer in self.layers)
+        return StackCache(len(self.layers), capacity, cross)
 
-__all__ = ["EncoderLayer", "DecoderLayer", "Stack", "CausalAttention"]
+
+__all__ = ["EncoderLayer", "DecoderLayer", "Stack", "StackCache", "CausalAttention"]

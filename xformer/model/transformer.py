@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from .attention import AttentionPattern, CausalAttention, FullAttention, MultiHeadAttention
 from .dropout import Dropout
 from .ffn import ReLUFFN
-from .layers import DecoderLayer, EncoderLayer, Stack
+from .layers import DecoderLayer, EncoderLayer, Stack, StackCache
 from .hooks import overrides
 from .norm import PostNorm, Residual
 from .positional import HOOKS as POSITIONAL_HOOKS, NoPE, PositionalEncoding, Sinusoidal
@@ -178,9 +178,9 @@ class _Base(nn.Module):
         self.embed_drop = Dropout(dropout)
 
     # -- construction helpers ---------------------------------------------------------------
-    def _block(self, cls: type) -> nn.Module:
+    def _block(self, cls: type, pattern: AttentionPattern, pe: PositionalEncoding) -> nn.Module:
         return cls(self.d_model, self.n_heads, self.d_head, self.d_ff, self.dropout_p, self.attn_scale,
-                   self.residual, self.ffn_factory)
+                   self.residual, self.ffn_factory, pattern=pattern, pos_embeddings=pe)
 
     def _stack(self, cls: type, n: int, pattern: AttentionPattern, causal: bool) -> Stack:
         try:
@@ -191,7 +191,7 @@ class _Base(nn.Module):
         check_positional(pe)
         residual = self.residual(d_model=self.d_model, dropout=0.0)
         check_residual(residual)
-        blocks = [self._block(cls) for _ in range(n)]
+        blocks = [self._block(cls, pattern, pe) for _ in range(n)]
         for block in blocks[:1]:  # every block is built by the same factories
             check_ffn(block.ffn)
         return Stack(blocks, pe, pattern, residual.make_final_norm())
@@ -336,25 +336,24 @@ class EncoderDecoder(_Base):
         return self.encoder(self._embed(self.src_embed, self.encoder, src), key_padding_mask=mask)
 
     def decode(self, tgt: Tensor, memory: Tensor, memory_key_padding_mask: Tensor | None = None,
-               tgt_key_padding_mask: Tensor | None = None, cache: list[dict] | None = None) -> Tensor:
+               tgt_key_padding_mask: Tensor | None = None, cache: StackCache | None = None) -> Tensor:
         """Logits ``(B, T, V)`` for target ids ``tgt`` ``(B, T)`` given ``memory`` ``(B, S, D)``.
 
         Incremental decoding: pass ``cache = model.new_cache()`` and feed only the new tokens each
         call; keys/values of earlier steps are reused, so step ``t`` costs O(t) instead of O(t²).
         With a cache, ``tgt_key_padding_mask`` must cover all tokens so far (or be ``None``).
         """
-        start = 0
-        if cache is not None and cache and "self" in cache[0] and "k" in cache[0]["self"]:
-            start = cache[0]["self"]["k"].shape[2]
+        start = 0 if cache is None else cache.size
         mask = tgt_key_padding_mask if cache is not None else self._padding(tgt, tgt_key_padding_mask)
         x = self._embed(self.tgt_embed, self.decoder, tgt, start)
-        x = self.decoder(x, key_padding_mask=mask, start=start, caches=cache, memory=memory,
+        x = self.decoder(x, key_padding_mask=mask, cache=cache, memory=memory,
                          memory_key_padding_mask=memory_key_padding_mask)
         return self.head(x)
 
-    def new_cache(self) -> list[dict]:
-        """An empty incremental-decoding cache, one dict per decoder layer."""
-        return [{} for _ in self.decoder.layers]
+    def new_cache(self, capacity: int | None = None) -> StackCache:
+        """Empty decoder caches for :meth:`decode`, with room for ``capacity`` target positions
+        (``None``: they grow as needed)."""
+        return self.decoder.new_cache(capacity)
 
     def forward(self, src: Tensor, tgt: Tensor, src_key_padding_mask: Tensor | None = None,
                 tgt_key_padding_mask: Tensor | None = None) -> Tensor:
@@ -387,19 +386,18 @@ class DecoderOnly(_Base):
         if kwargs.get("tie_embeddings", True):
             self.head.weight = self.tgt_embed.weight
 
-    def new_cache(self) -> list[dict]:
-        """An empty incremental-decoding cache, one dict per layer."""
-        return [{} for _ in self.decoder.layers]
+    def new_cache(self, capacity: int | None = None) -> StackCache:
+        """Empty caches for incremental :meth:`forward`, with room for ``capacity`` positions
+        (``None``: they grow as needed)."""
+        return self.decoder.new_cache(capacity)
 
     def forward(self, tgt: Tensor, tgt_key_padding_mask: Tensor | None = None,
-                cache: list[dict] | None = None) -> Tensor:
+                cache: StackCache | None = None) -> Tensor:
         """Next-token logits ``(B, T, V)`` for ``tgt`` ``(B, T)``; with ``cache`` feed only new tokens."""
-        start = 0
-        if cache is not None and cache and "k" in cache[0]:
-            start = cache[0]["k"].shape[2]
+        start = 0 if cache is None else cache.size
         mask = tgt_key_padding_mask if cache is not None else self._padding(tgt, tgt_key_padding_mask)
         x = self._embed(self.tgt_embed, self.decoder, tgt, start)
-        return self.head(self.decoder(x, key_padding_mask=mask, start=start, caches=cache))
+        return self.head(self.decoder(x, key_padding_mask=mask, cache=cache))
 
     decode = forward
 

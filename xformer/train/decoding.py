@@ -89,7 +89,7 @@ def greedy(model, src: Tensor, bos: int, eos: int, pad: int, max_len: int) -> li
     src_mask = src == pad
     memory = model.encode(src, src_mask)
     bsz = src.shape[0]
-    cache = model.new_cache()
+    cache = model.new_cache(max_len)
     tok = torch.full((bsz, 1), bos, dtype=torch.long, device=src.device)
     out = torch.full((bsz, max_len), pad, dtype=torch.long, device=src.device)
     done = torch.zeros(bsz, dtype=torch.bool, device=src.device)
@@ -204,7 +204,7 @@ def beam_search(model, src: Tensor, bos: int, eos: int, pad: int, max_len: int, 
     memory = model.encode(src, src_mask)
     memory = memory.repeat_interleave(k, 0)
     mem_mask = src_mask.repeat_interleave(k, 0)
-    cache = model.new_cache()
+    cache = model.new_cache(max_len)
     tok = torch.full((bsz * k, 1), bos, dtype=torch.long, device=src.device)
     scores = torch.zeros(bsz, k, dtype=torch.float64, device=src.device)
     scores[:, 1:] = float("-inf")  # only one live copy of the empty hypothesis at the start
@@ -250,9 +250,7 @@ def beam_search(model, src: Tensor, bos: int, eos: int, pad: int, max_len: int, 
         if all_done:
             break
         flat = (torch.arange(bsz, device=src.device)[:, None] * k + new_beam).view(-1)
-        for layer in cache:
-            layer["self"]["k"] = layer["self"]["k"][flat]
-            layer["self"]["v"] = layer["self"]["v"][flat]
+        cache.reorder(flat)
         hist = torch.cat((hist.gather(1, new_beam[:, :, None].expand(-1, -1, hist.shape[2])),
                           new_tok[:, :, None]), dim=2)
         scores = new_scores
