@@ -58,8 +58,12 @@ class OptimizerStepIntervals(L.Callback):
         lightning_decision = epoch_loop._should_check_val_fx
 
         def should_check_val(data_fetcher: Any) -> bool:
-            if epoch_loop.restarting and epoch_loop.batch_progress.current.ready == 0:
-                return False  # resuming at an epoch start: the checkpoint was written after its validation
+            if (epoch_loop.restarting and epoch_loop.restarted_on_last
+                    and epoch_loop._batches_that_stepped == trainer.global_step):
+                # the checkpoint was written after its step was fully counted -- after the step's
+                # validation, e.g. when fit ended: nothing to skip (Lightning's skip path assumes a save
+                # from inside the validation and would count the step a second time on the step axis)
+                return False
             due = interval_decision(data_fetcher)
             if not due and not epoch_loop._should_accumulate() and _is_final_step(trainer):
                 return True  # training ends off a validation step: validate once more
@@ -114,8 +118,9 @@ class ConsistentResume(L.Callback):
 
     A stop on an epoch's *last* batch is the other half: Lightning then either skipped the next
     epoch or gave the finished one an extra batch. Such a checkpoint is rewritten as "epoch ``e``
-    done, nothing of ``e + 1`` started", and :class:`OptimizerStepIntervals` does not re-validate at
-    that restart (the checkpoint was written after the step's validation). The loader's state carries
+    done, nothing of ``e + 1`` started", and :class:`OptimizerStepIntervals` takes no validation
+    decision at a restart from a checkpoint written after its step was fully counted (Lightning
+    would otherwise shift the step axis by one when that step was a validation step). The loader's state carries
     the epoch's length (``epoch_batches``) to tell the two cases apart; older checkpoints lack it and
     are left alone. (Lightning's restored fetch counter is consistent with xformer's sampler skipping
     the consumed batches: the counter starts at the consumed count and the sampler yields the rest.)
