@@ -146,7 +146,8 @@ def greedy_lm(model, prompt: Tensor, prompt_len: Tensor, eos: int, pad: int, max
     bsz = prompt.shape[0]
     total = int(prompt_len.max()) + max_len
     seq = torch.full((bsz, total), pad, dtype=torch.long, device=prompt.device)
-    seq[:, : prompt.shape[1]] = prompt
+    width = min(prompt.shape[1], total)  # columns past the longest prompt are padding; a short output cap
+    seq[:, :width] = prompt[:, :width]   # can leave `total` narrower than the padded prompt tensor
     lens = prompt_len.clone().to(prompt.device)
     ar = torch.arange(bsz, device=prompt.device)
     done = torch.zeros(bsz, dtype=torch.bool, device=prompt.device)
