@@ -20,8 +20,13 @@ SMALL_DATA = {"n_train": 200, "n_val": 8, "n_test": 8, "n_long": 4, "tokens_per_
               "pin_memory": False, "vocab_size": 400}
 
 
+# claim configs also run in their GPU form (scale=gpu: conf/scale/gpu.yaml and conf/scale/task/gpu_*.yaml)
+CASES = [(e, None) for e in EXPERIMENTS] + [(e, "gpu") for e in EXPERIMENTS if e.startswith("claims/")]
+
+
 def test_the_presets_are_found():
-    assert "multi30k" in EXPERIMENTS and "claims/c1_ffn_ratio_gpu" in EXPERIMENTS and len(EXPERIMENTS) >= 20
+    assert "multi30k" in EXPERIMENTS and "claims/c1_ffn_ratio" in EXPERIMENTS and len(EXPERIMENTS) >= 14
+    assert ("claims/c5_pe_length", "gpu") in CASES
 
 
 @pytest.fixture(scope="module")
@@ -29,11 +34,11 @@ def cache_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("cache")  # one tokenizer cache for all Multi30k presets
 
 
-@pytest.mark.parametrize("experiment", EXPERIMENTS)
-def test_every_experiment_preset_trains_two_steps_on_the_cpu(experiment, tmp_path, cache_dir):
+@pytest.mark.parametrize(("experiment", "scale"), CASES)
+def test_every_experiment_preset_trains_two_steps_on_the_cpu(experiment, scale, tmp_path, cache_dir):
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=[
-            f"experiment={experiment}", "logger=csv", "trainer.accelerator=cpu", "trainer.devices=1",
+            f"experiment={experiment}", *([f"scale={scale}"] if scale else []), "logger=csv", "trainer.accelerator=cpu", "trainer.devices=1",
             "trainer.max_steps=2", "trainer.val_check_interval=2", "trainer.limit_val_batches=1",
             "++trainer.limit_test_batches=1", "trainer.enable_progress_bar=false", "trainer.max_time=null",
             "model.n_encoder_layers=1", "model.n_decoder_layers=1", "decode.max_len_a=0", "decode.max_len_b=3",
@@ -44,6 +49,11 @@ def test_every_experiment_preset_trains_two_steps_on_the_cpu(experiment, tmp_pat
             if not SHARED_DATA.is_dir():
                 pytest.skip(f"public data copies not found at {SHARED_DATA}")
             cfg.data.root = str(SHARED_DATA / "multi30k")
+        if "tinyshakespeare" in cfg.data._target_.lower():
+            if not SHARED_DATA.is_dir():
+                pytest.skip(f"public data copies not found at {SHARED_DATA}")
+            cfg.data.root = str(SHARED_DATA / "tinyshakespeare")
+            cfg.data.block_size = 16
         for key, value in SMALL_DATA.items():
             if key in cfg.data:
                 cfg.data[key] = value

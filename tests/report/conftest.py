@@ -73,35 +73,43 @@ def write_job(root: Path, num: int, overrides: list[str], metrics: dict | None =
     return job
 
 
+def flat_curve(val: float) -> list[tuple[int, float, float]]:
+    """Two validations with the same value: a run that had finished training."""
+    return [(50, val + 0.1, val), (100, val, val)]
+
+
 def write_sweep(root: Path, key: str, table: dict, metric: str = "val/loss", extra: list[str] | None = None,
-                params: dict | None = None) -> Path:
+                params: dict | None = None, curves: dict | None = None) -> Path:
     """One job per (value, seed): ``table = {value: [metric value per seed]}``; ``params`` maps a value
-    to its parameter total (other roles as :data:`PARAMS`)."""
+    to its parameter total (other roles as :data:`PARAMS`). Every job gets a ``val/loss`` curve: flat at
+    its value (``metric`` when it is ``val/loss``, else 1.0), or ``curves[value][seed - 1]``."""
     num = 0
     for value, vals in table.items():
         for seed, v in enumerate(vals, start=1):
             p = None
             if params is not None:
                 p = {**PARAMS, "total": params[value]}
-            write_job(root, num, [f"{key}={value}", f"seed={seed}", *(extra or [])], {metric: v}, params=p)
+            curve = curves[value][seed - 1] if curves and value in curves else flat_curve(v if metric == "val/loss" else 1.0)
+            write_job(root, num, [f"{key}={value}", f"seed={seed}", *(extra or [])], {metric: v}, params=p, curve=curve)
             num += 1
     return root
 
 
 @pytest.fixture
 def sweep_dir(tmp_path: Path) -> Path:
-    """An ``model.ffn_ratio=1,2,4,8 seed=1,2`` sweep with paper-shaped BLEU, loss curves and one failed job."""
+    """An ``model.ffn_ratio=1,2,4,8 seed=1,2,3`` sweep with paper-shaped BLEU, converged loss curves
+    (decision metric val/loss: 2.0 - 0.1·√ratio + 0.002·seed) and one failed job."""
     root = tmp_path / "multirun" / "2024-01-01" / "12-00-00"
-    bleu = {1: [24.9, 25.0], 2: [25.4, 25.5], 4: [25.8, 25.9], 8: [26.2, 26.3]}
+    bleu = {1: [24.9, 25.0, 24.95], 2: [25.4, 25.5, 25.45], 4: [25.8, 25.9, 25.85], 8: [26.2, 26.3, 26.25]}
     totals = {1: 47e6, 2: 53e6, 4: 65e6, 8: 90e6}
     num = 0
     for ratio, vals in bleu.items():
         for seed, b in enumerate(vals, start=1):
-            loss = 2.0 - 0.1 * ratio ** 0.5 + 0.01 * seed
-            curve = [(s, loss + 2.0 / s, loss + 2.5 / s) for s in (10, 20, 30, 40)]
+            loss = 2.0 - 0.1 * ratio ** 0.5 + 0.002 * seed
+            curve = [(s, loss + 2.0 / s, loss + (2.5 / s if s < 30 else 0.0)) for s in (10, 20, 30, 40)]
             write_job(root, num, [f"model.ffn_ratio={ratio}", f"seed={seed}", "trainer.max_steps=40"],
                       {"val/loss": loss, "val/ppl": 2.718 ** loss, "test/bleu": b},
                       params={**PARAMS, "total": int(totals[ratio])}, curve=curve)
             num += 1
-    write_job(root, num, ["model.ffn_ratio=8", "seed=3", "trainer.max_steps=40"], {"val/loss": 99.0}, status="failed")
+    write_job(root, num, ["model.ffn_ratio=8", "seed=4", "trainer.max_steps=40"], {"val/loss": 99.0}, status="failed")
     return root

@@ -28,11 +28,12 @@ def test_report_md_has_table_verdicts_failed_jobs_and_plots(sweep_dir, tmp_path,
     assert stdout[-1] == str(out / "report.md")
     assert any(line.startswith("C1: supported") for line in stdout)
     text = (out / "report.md").read_text()
-    assert "| model.ffn_ratio | n | failed | test/bleu | val/loss | val/ppl | params |" in text
-    assert "| 4 | 2 | 0 | 25.85 ± 0.0707 (n=2) |" in text
+    assert "| model.ffn_ratio | n | failed | val/loss | val/ppl | test/bleu | params |" in text
+    assert "| 4 | 3 | 0 | 1.804 ± 0.002 (n=3) |" in text and "25.85 ± 0.05 (n=3)" in text
     assert "**C1: supported**" in text and "**C2: supported**" in text
     assert "25.4 / 25.8 / 26.2" in text                   # published numbers beside the measured
-    assert "| failed | model.ffn_ratio=8 seed=3 trainer.max_steps=40 |" in text
+    assert "| failed | model.ffn_ratio=8 seed=4 trainer.max_steps=40 |" in text
+    assert "  - evidence: 4 vs 2: Δ +0.0586 [95% CI" in text and "  - rule: Needs ratio 4" in text
     assert "`trainer.max_steps=40`" in text
     assert "](curves.png)" in text and (out / "curves.png").is_file()
     assert "xformer report " in text
@@ -58,3 +59,20 @@ def test_bench_only_dir_gives_c7_c8_verdicts(tmp_path, capsys):
     assert main([str(tmp_path)]) == 0
     text = (tmp_path / "report.md").read_text()
     assert "**C7: supported**" in text and "**C8: supported**" in text
+
+
+def test_issue_case_prints_inconclusive_with_evidence_and_rule(tmp_path, capsys):
+    # issue 12: `run.py model.ffn_ratio=2,4 seed=1,2 trainer.max_steps=30 -m`, then `xformer report`
+    from .conftest import write_job
+
+    num = 0
+    for ratio, vals in {2: [5.62, 5.58], 4: [5.50, 5.48]}.items():
+        for seed, loss in enumerate(vals, start=1):
+            write_job(tmp_path, num, [f"model.ffn_ratio={ratio}", f"seed={seed}", "trainer.max_steps=30"],
+                      {"test/loss": loss, "val/loss": loss}, curve=[(29, loss + 0.2, loss)])
+            num += 1
+    assert main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    c1 = [line for line in out.splitlines() if line.startswith("C1")]
+    assert c1 and c1[0].startswith("C1: inconclusive: the sweep does not cover the claim's axis"), out
+    assert "    evidence: 4 vs 2: Δ +0.11, n=2/2 → too few seeds" in out and "    rule: Needs ratio 4" in out

@@ -124,7 +124,7 @@ def run(args: argparse.Namespace, command: str) -> Path:
     path = out / "report.md"
     path.write_text(render(command, sweep, metrics, verdicts, plots, out, decision, notes))
     for v in verdicts:
-        print(v.line())
+        print(v.block())
     return path
 
 

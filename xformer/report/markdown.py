@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from .aggregate import Job, Sweep, fmt_value
+from .catalog import COMMON_RULE
 from .claims import Verdict, block_share
 
 PARAM_ROLES = ("total", "attention", "ffn", "embedding", "positional", "norm", "other")
@@ -66,10 +67,15 @@ def params_table(sweep: Sweep) -> str:
 
 
 def verdict_item(v: Verdict) -> str:
-    """A list item: bold claim and status, then reason, measured and published numbers."""
+    """A list item: bold claim and status, the reason, the evidence (comparisons with their intervals,
+    failed checks), measured and published numbers, and the rule applied."""
     ctx = f" [{v.context}]" if v.context else ""
-    return (f"- **{v.claim}{ctx}: {v.status}**. {v.reason}.\n  Measured: {v.measured}.\n"
-            f"  Published: {v.published}.")
+    lines = [f"- **{v.claim}{ctx}: {v.status}**. {v.reason}."]
+    lines += [f"  - evidence: {e}" for e in v.evidence]
+    lines += [f"  - measured: {v.measured}", f"  - published: {v.published}"]
+    if v.rule:
+        lines.append(f"  - rule: {v.rule}")
+    return "\n".join(lines)
 
 
 def _rel(path: Path, root: Path) -> str:
@@ -101,10 +107,7 @@ def render(command: str, sweep: Sweep, metrics: list[str], verdicts: list[Verdic
         "", "## Results", "",
     ]
     parts += [sweep_table(sweep, metrics) if sweep.groups else "_No finished job._", ""]
-    parts += ["## Claim verdicts", "",
-              "Rules: `xformer/report/claims.py`; a difference counts only when it exceeds the pooled std "
-              "over seeds (at least 2 seeds per side). In `A vs B: Δ`, Δ is A's improvement over B in the "
-              "metric's better direction: positive means A is better (for a loss, lower).", ""]
+    parts += ["## Claim verdicts", "", "Common rule (`xformer/report/catalog.py`, `docs/claims.md`): " + COMMON_RULE, ""]
     parts += [verdict_item(v) for v in verdicts] or ["_No claim is addressed by these runs._"]
     parts += ["", "## Failed or unfinished jobs", ""]
     root = sweep.dirs[0] if sweep.dirs else out_dir

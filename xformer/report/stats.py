@@ -1,0 +1,95 @@
+"""The two-sample statistics behind every claim verdict: Welch's t interval and test on a difference of
+means over seeds, and the two one-sided tests (TOST) of an equivalence claim.
+
+Welch, B. L. (1947), "The generalization of 'Student's' problem when several different population
+variances are involved", Biometrika 34; the interval is the textbook
+``Δ ± t_{1-α/2, ν} · sqrt(s_A²/n_A + s_B²/n_B)`` with the Welch–Satterthwaite degrees of freedom ``ν``.
+TOST: Schuirmann (1987); equivalence within ``±m`` at level α holds when the ``1 - 2α`` interval of the
+difference lies inside ``(-m, m)``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from scipy import stats as _st
+
+CONFIDENCE = 0.95
+"""Two-sided confidence of the intervals printed in verdicts (α = 0.05)."""
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A difference of means with its interval.
+
+    Attributes:
+        delta: mean(A) - mean(B), in the metric's units (sign as given by the caller).
+        lo, hi: the interval's bounds (``lo <= delta <= hi``); equal to ``delta`` when both samples have
+            zero spread (a deterministic metric).
+        p: two-sided p-value of "no difference" (1.0 when both samples have zero spread and equal means,
+            0.0 when zero spread and different means).
+        df: Welch–Satterthwaite degrees of freedom (``inf`` without spread).
+        confidence: the interval's confidence level.
+    """
+
+    delta: float
+    lo: float
+    hi: float
+    p: float
+    df: float
+    confidence: float
+
+    def text(self, digits: int = 3) -> str:
+        """``"+0.101 [95% CI +0.052, +0.150]"``."""
+        return (f"{self.delta:+.{digits}g} [{self.confidence:.0%} CI {self.lo:+.{digits}g}, "
+                f"{self.hi:+.{digits}g}]")
+
+
+def welch(a: list[float], b: list[float], confidence: float = CONFIDENCE) -> Interval:
+    """Welch's t interval and test for ``mean(a) - mean(b)``.
+
+    Args:
+        a, b: finite per-seed values of one metric for two settings, at least 2 each.
+        confidence: two-sided level of the interval, in (0, 1).
+
+    Returns:
+        :class:`Interval` of the difference.
+
+    Raises:
+        ValueError: fewer than 2 values on a side, a non-finite value, or ``confidence`` outside (0, 1).
+    """
+    if len(a) < 2 or len(b) < 2:
+        raise ValueError(f"welch: needs at least 2 values per side, got {len(a)} and {len(b)}")
+    if not all(math.isfinite(v) for v in [*a, *b]):
+        raise ValueError("welch: values must be finite")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"welch: confidence={confidence} must be in (0, 1)")
+    na, nb = len(a), len(b)
+    ma, mb = sum(a) / na, sum(b) / nb
+    va = sum((x - ma) ** 2 for x in a) / (na - 1)
+    vb = sum((x - mb) ** 2 for x in b) / (nb - 1)
+    delta = ma - mb
+    se2 = va / na + vb / nb
+    if se2 == 0.0:
+        return Interval(delta, delta, delta, 1.0 if delta == 0 else 0.0, math.inf, confidence)
+    se = math.sqrt(se2)
+    df = se2 ** 2 / ((va / na) ** 2 / (na - 1) + (vb / nb) ** 2 / (nb - 1))
+    t_crit = float(_st.t.ppf(0.5 + confidence / 2, df))
+    p = float(2 * _st.t.sf(abs(delta) / se, df))
+    return Interval(delta, delta - t_crit * se, delta + t_crit * se, p, df, confidence)
+
+
+def equivalent(a: list[float], b: list[float], margin: float, alpha: float = 1 - CONFIDENCE) -> tuple[bool, Interval]:
+    """TOST: whether ``|mean(a) - mean(b)| < margin`` at level ``alpha``.
+
+    Returns ``(holds, interval)`` where ``interval`` is the ``1 - 2·alpha`` Welch interval (90 % for
+    α = 0.05) and ``holds`` is ``-margin < lo and hi < margin``.
+
+    Raises:
+        ValueError: as :func:`welch`, or ``margin <= 0``.
+    """
+    if not margin > 0:
+        raise ValueError(f"equivalent: margin={margin} must be > 0")
+    iv = welch(a, b, confidence=1 - 2 * alpha)
+    return (-margin < iv.lo and iv.hi < margin), iv
