@@ -1,4 +1,4 @@
-"""The ``xformer`` console command: ``xformer report|bench|translate ...``.
+"""The ``xformer`` console command: ``xformer report|bench|translate|dashboard ...``.
 
 Each sub-command lives beside the code it drives; this file only dispatches to it.
 """
@@ -12,6 +12,7 @@ COMMANDS = {
     "report": ("xformer.report.cli", "Aggregate sweep folders into report.md, plots and claim verdicts"),
     "bench": ("xformer.bench", "Benchmark xformer against PyTorch and x-transformers (bench.json)"),
     "translate": ("xformer.train.translate", "Translate stdin lines with a checkpoint"),
+    "dashboard": ("xformer.dashboard", "Build the W&B workspace of a sweep (wandb-workspaces)"),
 }
 
 

@@ -78,7 +78,11 @@ def build_loggers(cfg: DictConfig, info: dict, out_dir: Path) -> list:
             if not wandb_has_api_key() and os.environ.get("WANDB_MODE") not in ("online", "disabled"):
                 os.environ["WANDB_MODE"] = "offline"
             swept = [o for o in info["overrides"] if not o.startswith(("hydra.", "trainer.max_steps"))]
-            name = node.get("name") if node.get("name") is not None else (",".join(swept) or None)
+            from .wandb_panels import swept_keys  # in a sweep, name runs by what differs between jobs
+
+            varying = set(swept_keys(info.get("sweep_dir")))
+            differ = [o for o in swept if o.partition("=")[0].lstrip("+~") in varying] if varying else swept
+            name = node.get("name") if node.get("name") is not None else (",".join(differ) or None)
             group = node.get("group")
             if group is None and info.get("sweep_dir"):
                 group = "_".join(Path(info["sweep_dir"]).parts[-2:])

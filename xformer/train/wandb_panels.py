@@ -1,0 +1,175 @@
+"""What a W&B run needs so that a sweep's dashboard fills itself: summaries, the swept keys, samples.
+
+:class:`WandbPanels` is a Lightning callback (on in ``conf/callbacks/default.yaml``; a no-op when no
+:class:`~lightning.pytorch.loggers.WandbLogger` is configured). At the start of ``fit`` it
+
+* declares the summaries (``define_metric``): ``val/loss`` and ``val/ppl`` keep their minimum,
+  ``val/acc``, ``val/bleu`` and ``val/exact_match`` their maximum, all against
+  ``trainer/global_step`` (Lightning's step axis), so the runs table and the panels show the best
+  value, not the last one;
+* adds to the run's config the parameter breakdown (``params/<part>``), the claim the sweep tests
+  (``claim``, from ``experiment=claims/<name>``), the list of swept keys (``swept``) and each swept
+  key's value as a top-level key named by :func:`top_level_key` (``model.ffn_ratio`` →
+  ``model_ffn_ratio``): W&B's parallel-coordinates and parameter-importance panels take top-level
+  keys without any editing.
+
+After every validation it logs ``val/samples``, a ``wandb.Table`` of ``n_samples`` examples (source,
+reference, hypothesis, step), decoded on the global-zero rank from the first validation batches with
+the module's own ``generate`` (the same decoding as ``val/bleu``).
+
+Swept keys are read from the sweep folder's ``multirun.yaml`` (written by Hydra before the jobs run):
+an override with a comma list or a ``range``/``choice``/``interval`` sweep, or a key of
+``hydra.sweeper.params``. A single run has none.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.loggers import WandbLogger
+
+log = logging.getLogger("xformer")
+
+#: summary kind per validation metric (W&B keeps this aggregate in the run's summary)
+SUMMARIES = {"val/loss": "min", "val/ppl": "min", "val/acc": "max", "val/bleu": "max", "val/exact_match": "max"}
+_SWEEP_FUNCS = ("range(", "choice(", "interval(", "glob(")
+
+
+def top_level_key(override_key: str) -> str:
+    """The run-config key under which a swept override's value is stored: dots and slashes become
+    underscores (``model.ffn_ratio`` → ``model_ffn_ratio``, ``model/norm`` → ``model_norm``), so W&B
+    does not read it as a nested path."""
+    return override_key.lstrip("+~").replace(".", "_").replace("/", "_")
+
+
+def swept_keys(sweep_dir: str | Path | None) -> list[str]:
+    """Keys that vary across the jobs of the sweep in ``sweep_dir`` (empty for a single run).
+
+    Reads ``multirun.yaml``: command-line overrides whose value is a comma list or a sweep function,
+    and the keys of ``hydra.sweeper.params`` (claim configs put their axes there). ``seed`` counts as
+    swept when it varies (the dashboard groups over it rather than by it).
+    """
+    if not sweep_dir:
+        return []
+    path = Path(sweep_dir) / "multirun.yaml"
+    if not path.is_file():
+        return []
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.load(path)
+    keys: list[str] = []
+    for override in OmegaConf.select(cfg, "hydra.overrides.task", default=[]) or []:
+        key, _, value = str(override).partition("=")
+        if key.startswith("hydra."):
+            continue
+        if "," in value or value.startswith(_SWEEP_FUNCS):
+            keys.append(key.lstrip("+~"))
+    params = OmegaConf.select(cfg, "hydra.sweeper.params", default=None) or {}
+    for key, value in params.items():
+        if "," in str(value) or str(value).startswith(_SWEEP_FUNCS):
+            keys.append(str(key))
+    return list(dict.fromkeys(keys))
+
+
+def swept_values(keys: list[str], overrides: list[str], config: dict) -> dict[str, Any]:
+    """This job's value of each swept key: from its overrides (``key=value``), else from the config."""
+    given = {}
+    for override in overrides:
+        key, _, value = override.partition("=")
+        given[key.lstrip("+~")] = value
+    out: dict[str, Any] = {}
+    for key in keys:
+        if key in given:
+            value: Any = given[key]
+            try:  # numbers as numbers, so W&B's panels treat the axis as numeric
+                value = int(value) if value.lstrip("-").isdigit() else float(value)
+            except ValueError:
+                pass
+        else:
+            value = config
+            for part in key.replace("/", ".").split("."):
+                value = value.get(part) if isinstance(value, dict) else None
+        out[top_level_key(key)] = value
+    return out
+
+
+class WandbPanels(L.Callback):
+    """Fill each W&B run with what the sweep dashboard reads (see the module docstring).
+
+    Args:
+        n_samples: rows of the ``val/samples`` table (0 = no table).
+        claim: claim id for the run config; ``None`` = taken from ``experiment=claims/<name>``.
+    """
+
+    def __init__(self, n_samples: int = 16, claim: str | None = None) -> None:
+        if n_samples < 0:
+            raise ValueError(f"n_samples must be >= 0, got {n_samples}")
+        self.n_samples = int(n_samples)
+        self.claim = claim
+        self._rows: list[list] = []
+
+    @staticmethod
+    def _wandb(trainer: L.Trainer) -> WandbLogger | None:
+        if not trainer.is_global_zero:
+            return None
+        return next((lg for lg in trainer.loggers if isinstance(lg, WandbLogger)), None)
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        logger = self._wandb(trainer)
+        if logger is None:
+            return
+        run = logger.experiment
+        for key, kind in SUMMARIES.items():
+            run.define_metric(key, summary=kind, step_metric="trainer/global_step")
+        run.config.update(self.run_config(pl_module), allow_val_change=True)
+
+    def run_config(self, pl_module: L.LightningModule) -> dict:
+        """The keys this callback adds to the run's config (see the module docstring)."""
+        from hydra.core.hydra_config import HydraConfig
+
+        out: dict[str, Any] = {}
+        breakdown = getattr(pl_module.model, "param_breakdown", None)
+        if callable(breakdown):
+            out.update({f"params/{k}": int(v) for k, v in breakdown().items()})
+        overrides, sweep_dir, choice = [], None, None
+        if HydraConfig.initialized():
+            hc = HydraConfig.get()
+            overrides = list(hc.overrides.task)
+            if str(hc.mode) == "RunMode.MULTIRUN":
+                sweep_dir = hc.sweep.dir
+            choice = hc.runtime.choices.get("experiment")
+        claim = self.claim or (str(choice).split("/", 1)[1] if choice and str(choice).startswith("claims/") else None)
+        if claim:
+            out["claim"] = claim
+        keys = swept_keys(sweep_dir)
+        out["swept"] = keys
+        config = getattr(pl_module, "checkpoint_meta", {}).get("config") or {}
+        out.update(swept_values(keys, overrides, config))
+        return out
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._rows = []
+
+    def on_validation_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                                batch_idx: int, dataloader_idx: int = 0) -> None:
+        if (trainer.sanity_checking or len(self._rows) >= self.n_samples or self._wandb(trainer) is None
+                or not isinstance(batch, dict) or "tgt_text" not in batch
+                or hasattr(pl_module.model, "reshard")):  # FSDP-sharded: decoding needs every rank
+            return
+        take = min(self.n_samples - len(self._rows), len(batch["tgt_text"]))
+        part = {k: (v[:take] if isinstance(v, (list, tuple)) or hasattr(v, "dim") and v.dim() > 0 else v)
+                for k, v in batch.items()}
+        hyps = pl_module.generate(part)
+        srcs = part.get("src_text") or [pl_module.detokenize(row) for row in part["src"].tolist()]
+        step = trainer.global_step
+        self._rows += [[step, s, r, h] for s, r, h in zip(srcs, part["tgt_text"], hyps)]
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        logger = self._wandb(trainer)
+        if logger is None or not self._rows or trainer.sanity_checking:
+            return
+        logger.log_table("val/samples", columns=["step", "source", "reference", "hypothesis"], data=self._rows,
+                         step=trainer.global_step)
