@@ -14,7 +14,7 @@ from hydra.utils import instantiate
 
 from tests.conftest import REPO
 from xformer.train.driver import run as run_job
-from xformer.train.module import Seq2SeqModule
+from xformer.train.module import TransformerLitModule
 from xformer.train.validate import build_model
 
 CONF = str(REPO / "conf")
@@ -107,7 +107,8 @@ def test_the_whole_product_of_model_groups_trains(batches):
         model = build_model(cfg, dm.src_vocab_size, dm.tgt_vocab_size, dm.pad_id)
         assert type(model).__name__ == {"encoder_decoder": "EncoderDecoder", "decoder_only": "DecoderOnly",
                                         "encoder_only": "EncoderOnly"}[arch]
-        module = Seq2SeqModule(model, optimizer=None, lr_lambda=None, pad_id=dm.pad_id, eos_id=dm.eos_id)
+        module = TransformerLitModule(model, optimizer=None, lr_lambda=None, pad_id=dm.pad_id,
+                                      eos_id=dm.eos_id)
         opt = torch.optim.Adam(model.parameters(), lr=1e-2)
         losses = []
         for _ in range(3):

@@ -16,7 +16,7 @@ from hydra.utils import instantiate
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests.conftest import REPO
-from xformer.train.module import Seq2SeqModule
+from xformer.train.module import TransformerLitModule
 from xformer.train.validate import build_model
 
 # operators whose result (or whose output shape) depends on tensor values: a device sync on a GPU
@@ -64,9 +64,9 @@ def _module(arch_overrides, tmp_path):
     dm.prepare_data()
     dm.setup("fit")
     model = build_model(cfg, dm.src_vocab_size, dm.tgt_vocab_size, dm.pad_id)
-    module = Seq2SeqModule(model, optimizer=instantiate(cfg.optim.optimizer),
-                           lr_lambda=instantiate(cfg.optim.scheduler), pad_id=dm.pad_id, bos_id=dm.bos_id,
-                           eos_id=dm.eos_id)
+    module = TransformerLitModule(model, optimizer=instantiate(cfg.optim.optimizer),
+                                  lr_lambda=instantiate(cfg.optim.scheduler), pad_id=dm.pad_id, bos_id=dm.bos_id,
+                                  eos_id=dm.eos_id)
     return module, next(iter(dm.train_dataloader()))
 
 
@@ -117,7 +117,7 @@ def _prefix_lm_reference(src, tgt, pad):
 
 
 def test_device_side_prefix_lm_packing_equals_the_definition():
-    from xformer.train.module import prefix_lm_batch
+    from xformer.model.tasks import prefix_lm_batch
 
     g = torch.Generator().manual_seed(0)
     pad = 0
@@ -144,7 +144,7 @@ def test_greedy_decoding_reads_the_device_only_every_few_steps(pe, tmp_path):
     time); the "all rows ended?" test runs every ``DONE_CHECK_EVERY`` steps. With an EOS id no argmax
     can return, all ``max_len`` steps run. (Learned positions check their bound on CPU tensors only,
     where a read costs no sync, so they are not in this CPU test.)"""
-    from xformer.train import decoding
+    from xformer.model import decoding
 
     module, batch = _module([f"model/pe={pe}", "data.n_long=2", "model.max_len=128"], tmp_path)
     model = module.model.eval()

@@ -2,8 +2,8 @@
 training with one ``error:`` line, and a fused optimizer clips the true (unscaled) gradients.
 
 Lightning's mixed-precision plugin refuses to clip for an optimizer that unscales gradients inside
-its own step (``fused=True``); xformer unscales first (``Seq2SeqModule.configure_gradient_clipping``)
-so the fused kernel stays on. The distributed presets are covered in ``tests/scaling``.
+its own step (``fused=True``); xformer unscales first
+(``TransformerLitModule.configure_gradient_clipping``) so the fused kernel stays on. The distributed presets are covered in ``tests/scaling``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from hydra.utils import instantiate
 from tests.conftest import REPO
 from xformer.model import ConfigError
 from xformer.train.driver import run as run_job
-from xformer.train.module import Seq2SeqModule
+from xformer.train.module import TransformerLitModule
 from xformer.train.validate import build_model, check_config
 
 PRECISIONS = ["32-true", "bf16-mixed", "16-mixed", "bf16-true"]
@@ -75,8 +75,9 @@ def _first_step(precision, kernel, clip, tmp_path):
     dm.setup("fit")
     torch.manual_seed(0)
     model = build_model(cfg, dm.src_vocab_size, dm.tgt_vocab_size, dm.pad_id)
-    module = Seq2SeqModule(model, optimizer=instantiate(cfg.optim.optimizer), lr_lambda=lambda step: 1.0,
-                           pad_id=dm.pad_id, bos_id=dm.bos_id, eos_id=dm.eos_id)
+    module = TransformerLitModule(model, optimizer=instantiate(cfg.optim.optimizer),
+                                  lr_lambda=lambda step: 1.0,
+                                  pad_id=dm.pad_id, bos_id=dm.bos_id, eos_id=dm.eos_id)
     capture = _Capture()
     if precision == "16-mixed+scaler":  # as on a GPU: Lightning gives CPU 16-mixed no GradScaler
         from lightning.pytorch.plugins.precision import MixedPrecision

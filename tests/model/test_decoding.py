@@ -6,7 +6,7 @@ import torch
 
 from xformer.model import EncoderDecoder
 from xformer.model.layers import StackCache
-from xformer.train import decoding
+from xformer.model import decoding
 
 BOS, EOS, PAD = 1, 2, 0
 

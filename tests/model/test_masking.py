@@ -8,7 +8,7 @@ import torch
 from xformer.model import (ALiBi, CausalAttention, DecoderOnly, EncoderDecoder, EncoderOnly, FullAttention,
                            Learned, LocalAttention, NoPE, PostNorm, PreNorm, RoPE, SandwichNorm, Sinusoidal,
                            T5RelativeBias, PreRMSNorm)
-from xformer.train.module import Seq2SeqModule
+from xformer.train.module import TransformerLitModule
 
 PES = {"sinusoidal": Sinusoidal, "learned": Learned, "rope": RoPE, "alibi": ALiBi, "t5": T5RelativeBias,
        "none": NoPE}
@@ -100,7 +100,7 @@ def test_appending_or_changing_padding_leaves_real_positions_unchanged(pe, norm)
 @pytest.mark.parametrize("pe", PES)
 def test_fully_padded_sequence_gives_finite_loss_and_grads(pe):
     model = small(EncoderDecoder, pe=PES[pe]).float().train()
-    module = Seq2SeqModule(model, optimizer=None, lr_lambda=None)
+    module = TransformerLitModule(model, optimizer=None, lr_lambda=None)
     src = tokens(2, 6)
     src[1] = 0  # the whole second source is padding
     tgt = torch.cat([torch.ones(2, 1, dtype=torch.long), tokens(2, 4, seed=4), 2 * torch.ones(2, 1, dtype=torch.long)], 1)

@@ -23,7 +23,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 
 from xformer.model import EncoderDecoder
-from xformer.train.module import Seq2SeqModule
+from xformer.train.module import TransformerLitModule
 
 PAD, BOS, EOS = 0, 1, 2
 HYPS = ["hello , world !", "the cat sat", "zwei"]
@@ -34,7 +34,7 @@ def f32(x: float) -> float:
     return float(np.float32(x))
 
 
-class FixedHypotheses(Seq2SeqModule):
+class FixedHypotheses(TransformerLitModule):
     """The real module, with decoding replaced by fixed strings (one per example id)."""
 
     def generate(self, batch, logits=None):
@@ -119,9 +119,9 @@ def test_metrics_json_holds_the_exact_test_metrics(tmp_path):
     model, _, cfg = load_checkpoint(summary["best"]["checkpoint"])
     dm = instantiate(cfg.data, cache_dir=str(tmp_path / "cache"))
     dm.setup("test")
-    module = Seq2SeqModule(model, optimizer=None, lr_lambda=None, pad_id=dm.pad_id, bos_id=dm.bos_id,
-                           eos_id=dm.eos_id, detokenize=dm.detokenize, metrics=dm.metrics,
-                           decode={k: cfg.decode[k] for k in ("beam_size", "alpha", "max_len_a", "max_len_b")})
+    module = TransformerLitModule(model, optimizer=None, lr_lambda=None, pad_id=dm.pad_id, bos_id=dm.bos_id,
+                                  eos_id=dm.eos_id, detokenize=dm.detokenize, metrics=dm.metrics,
+                                  decode={k: cfg.decode[k] for k in ("beam_size", "alpha", "max_len_a", "max_len_b")})
     module.eval()
     want: dict[str, float] = {}
     for name, loader in zip(dm.test_split_names, dm.test_dataloader()):

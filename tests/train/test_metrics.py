@@ -5,11 +5,11 @@ import math
 import sacrebleu
 import torch
 
-from xformer.train.module import Seq2SeqModule
+from xformer.train.module import TransformerLitModule
 
 
 def module(metrics):
-    return Seq2SeqModule(torch.nn.Linear(1, 1), optimizer=None, lr_lambda=None, metrics=metrics)
+    return TransformerLitModule(torch.nn.Linear(1, 1), optimizer=None, lr_lambda=None, metrics=metrics)
 
 
 HYPS = ["a man rides a horse .", "two dogs play in the snow", "the cat sits", "a woman is cooking ."]

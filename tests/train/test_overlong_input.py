@@ -18,8 +18,8 @@ import torch
 from tests.conftest import REPO
 from tests.train.test_run import TINY, run
 from xformer.model import DecoderOnly, EncoderDecoder, EncoderOnly, Learned, RoPE, Sinusoidal
-from xformer.train import decoding
-from xformer.train.module import Seq2SeqModule
+from xformer.model import decoding
+from xformer.train.module import TransformerLitModule
 
 PAD, BOS, EOS = 0, 1, 2
 LONG = " ".join(["three hundred and twenty-one"] * 30)
@@ -96,8 +96,8 @@ def test_evaluation_cuts_overlong_examples_for_every_shape(arch, pe, caplog):
     model = cls(24, 24, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, dropout=0.0,
                 max_len=limit, pe=pe).eval()
     assert model.position_limit == limit
-    module = Seq2SeqModule(model, optimizer=None, lr_lambda=None, pad_id=PAD, bos_id=BOS, eos_id=EOS,
-                           metrics=["exact_match"]).eval()
+    module = TransformerLitModule(model, optimizer=None, lr_lambda=None, pad_id=PAD, bos_id=BOS, eos_id=EOS,
+                                  metrics=["exact_match"]).eval()
     lens = [4, 30, 9]  # source tokens incl. EOS; the second one is far too long
     src = torch.full((3, max(lens)), PAD)
     tgt = torch.full((3, max(lens) + 1), PAD)
@@ -108,9 +108,7 @@ def test_evaluation_cuts_overlong_examples_for_every_shape(arch, pe, caplog):
         tgt[b, n] = EOS
     batch = {"src": src, "tgt": tgt, "idx": torch.arange(3), "tgt_text": ["a", "b", "c"]}
 
-    from xformer.train.module import fit_batch_to_positions
-
-    fitted, cut = fit_batch_to_positions(batch, limit, arch, PAD, EOS)
+    fitted, cut = model.fit_to_positions(batch, PAD, EOS)
     s_len, t_len = (fitted["src"] != PAD).sum(1), (fitted["tgt"] != PAD).sum(1)
     if arch == "decoder_only":
         assert int((s_len + t_len).max()) <= limit

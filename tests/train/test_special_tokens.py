@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from xformer.model import DecoderOnly, EncoderDecoder, EncoderOnly
-from xformer.train import decoding
-from xformer.train.module import Seq2SeqModule
+from xformer.model import decoding
+from xformer.train.module import TransformerLitModule
 
 PAD, BOS, EOS = 0, 1, 2
 V = 12
@@ -132,8 +132,9 @@ def test_tagger_predicts_only_ordinary_labels():
     model = special_topped_model(EncoderOnly, 3, (PAD, BOS))
     with torch.no_grad():
         model.head.weight[EOS] = 2.0 * model.head.weight[5]
-    module = Seq2SeqModule(model, optimizer=None, lr_lambda=lambda s: 1.0, pad_id=PAD, bos_id=BOS, eos_id=EOS,
-                           detokenize=lambda ids: ids)
+    module = TransformerLitModule(model, optimizer=None, lr_lambda=lambda s: 1.0, pad_id=PAD, bos_id=BOS,
+                                  eos_id=EOS,
+                                  detokenize=lambda ids: ids)
     src = sources(3)
     logits = model(src)
     assert set(logits.argmax(-1).flatten().tolist()) & {PAD, BOS, EOS}  # precondition

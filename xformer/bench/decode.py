@@ -1,5 +1,5 @@
-"""Row 4: greedy decoding with the key/value cache (:func:`xformer.train.decoding.greedy`) vs
-recomputing the whole prefix every step (:func:`xformer.train.decoding.greedy_recompute`).
+"""Row 4: greedy decoding with the key/value cache (:func:`xformer.model.decoding.greedy`) vs
+recomputing the whole prefix every step (:func:`xformer.model.decoding.greedy_recompute`).
 
 Both library functions are called unchanged. To make every sequence run exactly ``decode_len``
 steps, they are given an EOS id of ``-1``, which argmax can never return (ids are ``>= 0``); the
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from xformer.train import decoding
+from xformer.model import decoding
 
 from .config import BenchConfig
 from .models import build_xformer

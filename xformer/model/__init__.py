@@ -1,6 +1,6 @@
 """The Transformer in plain PyTorch (no Lightning): blocks, variants and the three model shapes.
 
-See :mod:`.transformer` for the public contract.
+See :mod:`.base` and :mod:`.transformer` for the public contract.
 """
 
 from .attention import (AttentionPattern, CausalAttention, CrossAttention, FullAttention, KVCache, LocalAttention,
@@ -8,12 +8,13 @@ from .attention import (AttentionPattern, CausalAttention, CrossAttention, FullA
 from .ffn import GELUFFN, ReLUFFN, SwiGLUFFN
 from .norm import PostNorm, PreNorm, PreRMSNorm, Residual, SandwichNorm
 from .positional import ALiBi, Learned, NoPE, PositionalEncoding, RoPE, Sinusoidal, T5RelativeBias
-from .transformer import ConfigError, DecoderOnly, EncoderDecoder, EncoderOnly, Transformer
+from .base import ConfigError, ModelBase
+from .transformer import DecoderOnly, EncoderDecoder, EncoderOnly, Transformer
 
 __all__ = [
     "AttentionPattern", "CausalAttention", "FullAttention", "LocalAttention", "MultiHeadAttention",
     "SelfAttention", "CrossAttention", "KVCache",
     "GELUFFN", "ReLUFFN", "SwiGLUFFN", "PostNorm", "PreNorm", "PreRMSNorm", "Residual", "SandwichNorm",
     "ALiBi", "Learned", "NoPE", "PositionalEncoding", "RoPE", "Sinusoidal", "T5RelativeBias",
-    "ConfigError", "DecoderOnly", "EncoderDecoder", "EncoderOnly", "Transformer",
+    "ConfigError", "ModelBase", "DecoderOnly", "EncoderDecoder", "EncoderOnly", "Transformer",
 ]

@@ -330,7 +330,7 @@ def refresh_csv_headers(trainer: Any) -> None:
 
     Under ``ddp_spawn`` the loggers are copies pickled from the job's process, which never sees the
     keys the spawned ranks logged during ``fit``; without this, ``test`` would rewrite the file with
-    the shorter header and fail. Called from ``Seq2SeqModule.setup`` (rank 0; a no-op otherwise).
+    the shorter header and fail. Called from ``TransformerLitModule.setup`` (rank 0; a no-op otherwise).
     """
     import csv
 

@@ -30,7 +30,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
 from .console import progress_bar, single_log_lines
-from .module import Seq2SeqModule
+from .module import TransformerLitModule
 from .steps import ConsistentResume, OptimizerStepIntervals
 from .wandb_limits import fit_wandb_fields
 from .validate import build_model, check_config, check_with_data
@@ -153,7 +153,7 @@ def run(cfg: DictConfig) -> float | None:
     params = model.param_breakdown()
     log.info("parameters: %s", ", ".join(f"{k}={v:,}" for k, v in params.items()))
 
-    module = Seq2SeqModule(
+    module = TransformerLitModule(
         model, optimizer=instantiate(cfg.optim.optimizer), lr_lambda=instantiate(cfg.optim.scheduler),
         label_smoothing=cfg.loss.label_smoothing, pad_id=dm.pad_id, bos_id=dm.bos_id, eos_id=dm.eos_id,
         detokenize=dm.detokenize, metrics=dm.metrics,

@@ -1,11 +1,10 @@
 """The LightningModule that trains and evaluates any xformer model shape on any data module.
 
-One module covers the three shapes, dispatching once on ``model.arch``:
-
-* ``encoder_decoder`` on sequence-to-sequence batches: teacher forcing, decoding for BLEU/exact match;
-* ``decoder_only`` on LM batches, or on sequence-to-sequence batches fed as a prefix LM
-  (``src + [BOS] + tgt``, loss on the target part only);
-* ``encoder_only`` as a tagger on length-preserving tasks (label ``i`` = target token ``i``).
+The module never asks which shape it trains: each model class answers for itself
+(:class:`xformer.model.ModelBase`'s task glue): ``logits_and_labels`` (the encoder–decoder by teacher
+forcing, the decoder-only model as a language model or a prefix LM over ``src + [BOS] + tgt``, the
+encoder-only tagger with label ``i`` = target token ``i``), ``generate`` (for BLEU/exact match) and
+``fit_to_positions`` (evaluation cuts over-long examples).
 
 Logged keys: ``train/loss`` (the training objective, label-smoothed), ``val/loss`` (token NLL without
 smoothing, so label-smoothing sweeps compare), ``val/ppl`` = exp(val/loss), ``val/acc`` (token
@@ -26,82 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from . import decoding
-
 log = logging.getLogger("xformer")
-
-
-def prefix_lm_batch(src: Tensor, tgt: Tensor, pad: int, trim: bool = True) -> tuple[Tensor, Tensor, Tensor]:
-    """Pack seq2seq pairs as one causal-LM sequence each: ``src + tgt`` (``tgt`` starts with BOS,
-    which doubles as the separator).
-
-    Built with ``gather`` on the device, without reading any length on the host (no device sync),
-    so it can run inside a training step.
-
-    Args:
-        src: ``(B, S)`` right-padded source ids; tgt: ``(B, T)`` right-padded ``[BOS] + y + [EOS]``.
-        pad: the padding id.
-        trim: cut the result to the longest packed pair (reads that length on the host: one device
-            sync). ``False`` keeps the static width ``S + T``; the extra columns are padding with
-            ``pad`` labels, so the loss is unchanged.
-
-    Returns:
-        ``seq`` ``(B, L)`` right-padded, ``labels`` ``(B, L)`` (next token on the target part,
-        ``pad`` elsewhere), ``prompt_len`` ``(B,)`` = source length + 1 (the BOS).
-    """
-    src_len = (src != pad).sum(1, keepdim=True)  # (B, 1)
-    tgt_len = (tgt != pad).sum(1, keepdim=True)
-    S, T = src.shape[1], tgt.shape[1]
-    j = torch.arange(S + T, device=src.device).unsqueeze(0)  # (1, S+T) packed position
-    k = j - src_len  # position inside the target part (negative on the source part)
-    src_tok = src.gather(1, j.clamp(max=S - 1).expand(src.shape[0], -1))
-    tgt_tok = tgt.gather(1, k.clamp(0, T - 1))
-    nxt_tok = tgt.gather(1, (k + 1).clamp(0, T - 1))
-    pad_t = torch.full_like(src_tok, pad)
-    seq = torch.where(j < src_len, src_tok, torch.where(k < tgt_len, tgt_tok, pad_t))
-    labels = torch.where((k >= 0) & (k < tgt_len - 1), nxt_tok, pad_t)
-    if trim:
-        width = int((src_len + tgt_len).max())
-        seq, labels = seq[:, :width], labels[:, :width]
-    return seq, labels, src_len.squeeze(1) + 1
-
-
-def fit_batch_to_positions(batch: dict, limit: int | None, arch: str, pad: int, eos: int) -> tuple[dict, Tensor]:
-    """Cut a sequence-to-sequence batch so the model never sees a position ``>= limit``.
-
-    Sources longer than the limit keep their first ``limit - 1`` tokens and end in ``eos`` (as every
-    source does); targets keep what fits: ``limit`` decoder inputs for an encoder–decoder or tagger,
-    and ``limit - source length`` tokens after the source for a decoder-only model (whose source is cut
-    to ``limit - 2`` tokens, leaving room for BOS and one target token). References for BLEU/exact
-    match (``tgt_text``) are left whole.
-
-    Args:
-        batch: ``{"src": (B, S), "tgt": (B, T), ...}`` right-padded; LM batches (no ``src``) pass through.
-        limit: the model's ``position_limit`` (``None``: nothing to do).
-        arch: ``encoder_decoder``, ``decoder_only`` or ``encoder_only``.
-
-    Returns:
-        The (possibly new) batch and a ``(B,)`` bool tensor marking the examples that were cut.
-    """
-    if limit is None or "src" not in batch:
-        return batch, torch.zeros(batch["tgt"].shape[0], dtype=torch.bool)
-    src, tgt = batch["src"], batch["tgt"]
-    src_cap = max(1, limit - 2) if arch == "decoder_only" else limit
-    src_len, tgt_len = (src != pad).sum(1), (tgt != pad).sum(1)
-    cut_src = src_len > src_cap
-    if arch == "decoder_only":
-        tgt_cap = limit - torch.clamp(src_len, max=src_cap)  # per example: what is left after the source
-    else:
-        tgt_cap = torch.full_like(tgt_len, limit + 1)  # decoder input is tgt[:, :-1]
-    cut = cut_src | (tgt_len > tgt_cap)
-    if not bool(cut.any()):
-        return batch, cut
-    src = src[:, :src_cap].clone()
-    src[cut_src, src_cap - 1] = eos
-    cols = torch.arange(tgt.shape[1], device=tgt.device)[None, :]
-    tgt = torch.where(cols < tgt_cap[:, None], tgt, torch.full_like(tgt, pad))
-    tgt = tgt[:, : int((tgt != pad).sum(1).max())]
-    return {**batch, "src": src, "tgt": tgt}, cut.cpu()
 
 
 def uncompiled_state_dict(state: dict) -> dict:
@@ -114,11 +38,12 @@ def uncompiled_state_dict(state: dict) -> dict:
     return {k.replace("._orig_mod.", ".").removeprefix("_orig_mod."): v for k, v in state.items()}
 
 
-class Seq2SeqModule(L.LightningModule):
-    """Train/evaluate ``model`` with label-smoothed cross-entropy and Adam + inverse-sqrt warm-up.
+class TransformerLitModule(L.LightningModule):
+    """Train/evaluate any xformer ``model`` with label-smoothed cross-entropy and Adam + inverse-sqrt
+    warm-up: an encoder–decoder translator, a decoder-only language model or an encoder-only tagger.
 
     Args:
-        model: an ``nn.Module`` from :mod:`xformer.model` (its ``arch`` attribute selects the path).
+        model: a :class:`xformer.model.ModelBase` (its task glue gives logits, labels and outputs).
         optimizer: factory ``params -> torch.optim.Optimizer`` (Hydra ``_partial_``).
         lr_lambda: factory ``step -> multiplier`` (the schedule, applied every optimizer step).
         label_smoothing: ε_ls of Szegedy et al. 2016 (Vaswani et al. §5.4 use 0.1).
@@ -145,7 +70,6 @@ class Seq2SeqModule(L.LightningModule):
         self.decode_cfg = {"beam_size": 1, "alpha": 0.6, "max_len_a": 1.5, "max_len_b": 10, **(decode or {})}
         self.test_split_names = list(test_split_names or ["test"])
         self.val_decode_limit = val_decode_limit
-        self.arch = getattr(model, "arch", "encoder_decoder")
         self._window: tuple[int, float, Tensor] | None = None  # (step, host time, tokens) at window start
         self._rate: Tensor | None = None  # tokens/s of the last complete window (device tensor)
         self._tokens = torch.zeros((), dtype=torch.int64)  # on the training device once training starts
@@ -161,26 +85,9 @@ class Seq2SeqModule(L.LightningModule):
 
     # -- forward paths ------------------------------------------------------------------------
     def logits_and_labels(self, batch: dict) -> tuple[Tensor, Tensor]:
-        """Model logits ``(B, T, V)`` and aligned labels ``(B, T)`` (``pad_id`` = ignore) for a batch."""
-        pad = self.pad_id
-        if "src" not in batch:  # LM batch
-            tgt = batch["tgt"]
-            inp, labels = tgt[:, :-1], tgt[:, 1:].clone()
-            if "loss_mask" in batch:
-                labels.masked_fill_(~batch["loss_mask"][:, 1:], pad)
-            return self.model(inp), labels
-        src, tgt = batch["src"], batch["tgt"]
-        if self.arch == "encoder_decoder":
-            return self.model(src, tgt[:, :-1]), tgt[:, 1:]
-        if self.arch == "decoder_only":
-            seq, labels, _ = prefix_lm_batch(src, tgt, pad, trim=not self.training)
-            return self.model(seq), labels
-        # encoder_only tagger: label i is target token i (length-preserving tasks)
-        labels = torch.full_like(src, pad)
-        n = min(src.shape[1], tgt.shape[1] - 1)
-        labels[:, :n] = tgt[:, 1:1 + n]
-        labels.masked_fill_((labels == self.eos_id) | (src == pad), pad)
-        return self.model(src), labels
+        """Model logits ``(B, T, V)`` and aligned labels ``(B, T)`` (``pad_id`` = ignore) for a batch,
+        as the model's own :meth:`~xformer.model.ModelBase.logits_and_labels` gives them."""
+        return self.model.logits_and_labels(batch, self.pad_id, self.eos_id)
 
     def loss(self, logits: Tensor, labels: Tensor, smoothing: float) -> Tensor:
         """Mean token cross-entropy over non-padding labels, with label smoothing ``smoothing``."""
@@ -322,10 +229,9 @@ class Seq2SeqModule(L.LightningModule):
         under DDP the sampler repeats examples to even out ranks, and :meth:`_eval_end` keeps each
         ``idx`` once, so sums and sequence metrics equal the single-process values.
 
-        Examples longer than the model's positions are cut to fit (:func:`fit_batch_to_positions`)
+        Examples longer than the model's positions are cut to fit (the model's ``fit_to_positions``)
         and reported by :meth:`_eval_end` in a warning."""
-        batch, cut = fit_batch_to_positions(batch, getattr(self.model, "position_limit", None), self.arch,
-                                            self.pad_id, self.eos_id)
+        batch, cut = self.model.fit_to_positions(batch, self.pad_id, self.eos_id)
         logits, labels = self.logits_and_labels(batch)
         mask = labels != self.pad_id
         tok_nll = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=self.pad_id,
@@ -363,40 +269,15 @@ class Seq2SeqModule(L.LightningModule):
             self.model.set_reshard_after_forward(True)
 
     def generate(self, batch: dict, logits: Tensor | None = None) -> list[str]:
-        """Decoded, detokenised hypotheses for a batch (greedy or beam per ``decode`` settings).
+        """Decoded, detokenised hypotheses for a batch, one string per example: the model's
+        :meth:`~xformer.model.ModelBase.generate` under the ``decode`` settings (greedy or beam).
 
-        No decoder emits PAD or BOS (see :mod:`xformer.train.decoding`); the encoder-only tagger
-        predicts only ordinary labels (never PAD, BOS or EOS). Returns one string per example.
+        No decoder emits PAD or BOS (see :mod:`xformer.model.decoding`); the encoder-only tagger
+        predicts only ordinary labels (never PAD, BOS or EOS).
         """
         cfg = self.decode_cfg
-        cap = getattr(self.model, "max_len", None)
-        if self.arch == "encoder_only":
-            if logits is None:
-                logits, _ = self.logits_and_labels(batch)
-            # labels never hold PAD, BOS or EOS, so the tagger's prediction excludes them too
-            pred = decoding.ban(logits, self.pad_id, self.bos_id, self.eos_id).argmax(-1)
-            lens = (batch["src"] != self.pad_id).sum(1).tolist()
-            return [self.detokenize(pred[b, :lens[b]].tolist()) for b in range(pred.shape[0])]
-        if "src" in batch and self.arch == "encoder_decoder":
-            src = batch["src"]
-            max_len = decoding.max_output_len(src.shape[1], cfg["max_len_a"], cfg["max_len_b"], cap)
-            if cfg["beam_size"] > 1:
-                ids = decoding.beam_search(self.model, src, self.bos_id, self.eos_id, self.pad_id, max_len,
-                                           cfg["beam_size"], cfg["alpha"])
-            else:
-                ids = decoding.greedy(self.model, src, self.bos_id, self.eos_id, self.pad_id, max_len)
-            return [self.detokenize(x) for x in ids]
-        # decoder-only: prompt = source + BOS (seq2seq) or the batch's own prompt (LM tasks)
-        if "src" in batch:
-            seq, _, plen = prefix_lm_batch(batch["src"], batch["tgt"], self.pad_id)
-            src_len = batch["src"].shape[1]
-        else:
-            seq, plen = batch["tgt"], batch["prompt_len"]
-            src_len = int(plen.max())
-        max_len = decoding.max_output_len(src_len, cfg["max_len_a"], cfg["max_len_b"], None)
-        if cap:
-            max_len = max(1, min(max_len, cap - int(plen.max())))
-        ids = decoding.greedy_lm(self.model, seq, plen, self.eos_id, self.pad_id, max_len, bos=self.bos_id)
+        ids = self.model.generate(batch, self.bos_id, self.eos_id, self.pad_id, cfg["max_len_a"],
+                                  cfg["max_len_b"], cfg["beam_size"], cfg["alpha"], logits=logits)
         return [self.detokenize(x) for x in ids]
 
     def _eval_end(self, prefix: str, suffix: str = "") -> dict[str, float]:

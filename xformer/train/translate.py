@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 
 from xformer.data.tokenizers import BOS as BOS_ID, EOS as EOS_ID, PAD as PAD_ID, load_tokenizer
 
-from . import decoding
+from xformer.model import EncoderDecoder, decoding
 
 
 def load_checkpoint(path: str | Path):
@@ -70,7 +70,7 @@ def translate(model, tokenizer, lines: list[str], beam_size: int = 1, alpha: flo
     Raises:
         ValueError: if ``model`` is not an encoder–decoder.
     """
-    if getattr(model, "arch", "encoder_decoder") != "encoder_decoder":
+    if not isinstance(model, EncoderDecoder):
         raise ValueError("translate needs an encoder_decoder checkpoint")
     limit = getattr(model, "position_limit", None)
     encoded = []

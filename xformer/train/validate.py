@@ -251,40 +251,29 @@ def build_model(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int, pad_i
 
 
 def check_with_data(cfg: DictConfig, dm, model: torch.nn.Module) -> None:
-    """Checks that need the data: sequence lengths against ``model.max_len`` for absolute positional
-    schemes, and model shape against the task.
+    """Checks that need the data: the objective against the data's metrics, the model shape against
+    the task (the model's own :meth:`~xformer.model.ModelBase.check_data`), and sequence lengths
+    against ``model.max_len`` for absolute positional schemes (learned, sinusoidal).
+
+    In ``mode=eval`` data longer than the checkpoint's positions is only a warning: evaluation cuts
+    over-long examples to fit.
 
     Raises:
         ConfigError: one line naming the key and the fix.
     """
-    arch = getattr(model, "arch", "encoder_decoder")
-    is_lm_data = dm.task == "lm"
     if cfg.mode == "train":
         check_objective(cfg, list(dm.metrics), type(dm).__name__)
-    if arch == "encoder_decoder" and is_lm_data:
-        raise ConfigError(f"model/arch=encoder_decoder: data {type(dm).__name__} is a language-modelling task; "
-                          "use model/arch=decoder_only")
-    if arch == "encoder_only" and is_lm_data:
-        raise ConfigError("model/arch=encoder_only: needs a length-preserving seq2seq task "
-                          "(data=copy, reverse or sort); got a language-modelling task")
-    if arch == "encoder_only" and not getattr(dm, "length_preserving", False):
-        raise ConfigError(f"model/arch=encoder_only: data {type(dm).__name__} is not length-preserving; "
-                          "use data=copy, reverse or sort (tagging needs one label per source token)")
-    if arch == "decoder_only" and not is_lm_data and dm.src_vocab_size != dm.tgt_vocab_size:
-        raise ConfigError("model/arch=decoder_only: source and target vocabularies differ; "
-                          "use a joint vocabulary for prefix-LM training")
-    stacks = [m for m in (getattr(model, "encoder", None), getattr(model, "decoder", None)) if m is not None]
-    if any(getattr(s.pe, "bounded", False) for s in stacks):
-        if arch == "decoder_only" and not is_lm_data:
-            need = dm.max_src_len + dm.max_tgt_len
-        else:
-            need = max(dm.max_src_len, dm.max_tgt_len)
-        if model.max_len < need:
-            pe = type(stacks[0].pe).__name__
-            if cfg.mode == "eval":  # the weights fix max_len: evaluate with over-long examples cut to fit
-                log.warning("model.max_len=%d: the data's longest sequence has %d tokens and %s positions stop "
-                            "at max_len; over-long examples are cut to fit (a warning per split names them)",
-                            model.max_len, need, pe)
-                return
-            raise ConfigError(f"model.max_len={model.max_len}: the data's longest sequence has {need} tokens "
-                              f"and {pe} positions stop at max_len; set model.max_len={need} or more")
+    model.check_data(dm)
+    limit = model.position_limit
+    need = model.positions_needed(dm)
+    if limit is None or limit >= need:
+        return
+    stack = model.encoder if getattr(model, "encoder", None) is not None else model.decoder
+    pe = type(stack.pe).__name__
+    if cfg.mode == "eval":  # the weights fix max_len: evaluate with over-long examples cut to fit
+        log.warning("model.max_len=%d: the data's longest sequence has %d tokens and %s positions stop "
+                    "at max_len; over-long examples are cut to fit (a warning per split names them)",
+                    limit, need, pe)
+        return
+    raise ConfigError(f"model.max_len={limit}: the data's longest sequence has {need} tokens "
+                      f"and {pe} positions stop at max_len; set model.max_len={need} or more")

@@ -1,0 +1,347 @@
+"""What the three model shapes share: sizes, variant factories, embeddings, parameter accounting,
+the checks of a configuration, and the task-glue interface the training module calls.
+
+Construction is driven by Hydra: ``hydra.utils.instantiate(cfg.model, src_vocab_size=V_s,
+tgt_vocab_size=V_t, pad_id=0)``. The variant arguments (``attention``, ``norm``, ``pe``, ``ffn``) are
+factories (``_partial_`` Hydra nodes or classes); the model calls them with its sizes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+from torch import Tensor, nn
+
+from .attention import AttentionPattern, FullAttention, MultiHeadAttention
+from .dropout import Dropout
+from .ffn import ReLUFFN
+from .hooks import overrides
+from .layers import DecoderLayer, EncoderLayer, Stack
+from .tasks import fit_batch_to_positions
+from .norm import PostNorm, Residual
+from .positional import HOOKS as POSITIONAL_HOOKS, NoPE, PositionalEncoding, Sinusoidal
+
+
+class ConfigError(ValueError):
+    """An invalid model configuration; the message names the config key and the fix."""
+
+
+def resolve_sizes(d_model: int, n_heads: int, d_head: int | None, ffn_ratio: float,
+                  d_ff: int | None) -> tuple[int, int]:
+    """Return ``(d_head, d_ff)`` from the hyper-parameters.
+
+    ``d_head`` defaults to ``d_model / n_heads``; ``d_ff`` to ``round(ffn_ratio · d_model)``.
+
+    Raises:
+        ConfigError: for non-positive sizes, ``d_model`` not divisible by ``n_heads`` without an
+            explicit ``d_head``, or ``ffn_ratio <= 0``.
+    """
+    if d_model < 1:
+        raise ConfigError(f"model.d_model={d_model}: must be a positive integer")
+    if n_heads < 1:
+        raise ConfigError(f"model.n_heads={n_heads}: must be a positive integer")
+    if d_head is None:
+        if d_model % n_heads:
+            raise ConfigError(f"model.n_heads={n_heads}: d_model={d_model} is not divisible by it; "
+                              "pick a divisor of d_model or set model.d_head explicitly")
+        d_head = d_model // n_heads
+    elif d_head < 1:
+        raise ConfigError(f"model.d_head={d_head}: must be a positive integer (or null for d_model/n_heads)")
+    if d_ff is None:
+        if not ffn_ratio > 0:
+            raise ConfigError(f"model.ffn_ratio={ffn_ratio}: must be > 0 (d_ff = ffn_ratio * d_model)")
+        d_ff = max(1, round(ffn_ratio * d_model))
+    elif d_ff < 1:
+        raise ConfigError(f"model.d_ff={d_ff}: must be a positive integer (or null for ffn_ratio*d_model)")
+    return d_head, d_ff
+
+
+def _factory(obj, default):
+    return default if obj is None else obj
+
+
+def _name(obj) -> str:
+    cls = type(obj)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def check_positional(pe) -> None:
+    """Refuse a positional scheme that is not a :class:`PositionalEncoding` or that implements none
+    of its hooks (``embed``, ``rotate``, ``attn_bias``) without being :class:`NoPE`.
+
+    Raises:
+        ConfigError: naming the class and what it must implement.
+    """
+    if not isinstance(pe, PositionalEncoding):
+        raise ConfigError(f"model.pe: {_name(pe)} is not an xformer.model.PositionalEncoding; subclass it and "
+                          f"implement one of {', '.join(POSITIONAL_HOOKS)}")
+    if not pe.implemented_hooks() and not isinstance(pe, NoPE) and type(pe) is not PositionalEncoding:
+        raise ConfigError(f"model.pe: {_name(pe)} overrides none of the PositionalEncoding hooks "
+                          f"{', '.join(POSITIONAL_HOOKS)}; implement one (or subclass NoPE for no positions)")
+
+
+def check_residual(res) -> None:
+    """Refuse a norm placement that is not a :class:`Residual` or lacks ``forward(x, f)``.
+
+    Raises:
+        ConfigError: naming the class and what it must implement.
+    """
+    if not isinstance(res, Residual):
+        raise ConfigError(f"model.norm: {_name(res)} is not an xformer.model.Residual; subclass it and "
+                          "implement forward(x, f)")
+    if not overrides(type(res), Residual, "forward"):
+        raise ConfigError(f"model.norm: {_name(res)} does not implement forward(x, f), the one hook of "
+                          "xformer.model.Residual (return the block output for input x and sub-layer f)")
+
+
+def check_ffn(ffn) -> None:
+    """Refuse an FFN that is not an ``nn.Module`` with its own ``forward(x)``.
+
+    Raises:
+        ConfigError: naming the class and what it must implement.
+    """
+    if not isinstance(ffn, nn.Module) or not overrides(type(ffn), nn.Module, "forward"):
+        raise ConfigError(f"model.ffn: {_name(ffn)} must be an nn.Module that implements forward(x) "
+                          "((B, T, D) -> (B, T, D))")
+
+
+class ModelBase(nn.Module):
+    """Shared construction (sizes, variant factories, embeddings, parameter accounting) and the task
+    glue every shape implements for the training module, so that module never asks which shape it
+    trains (compare torchtitan's model spec):
+
+    * :meth:`logits_and_labels`: the teacher-forced logits of a batch and the labels they predict;
+    * :meth:`generate`: decoded token ids for a batch (BLEU, exact match);
+    * :meth:`check_data`: can this shape train on a data module, and :meth:`positions_needed`;
+    * :meth:`fit_to_positions`: cut an evaluation batch to the model's positions.
+
+    Batches are dicts: ``src`` ``(B, S)`` and ``tgt`` ``(B, T)`` (``[BOS] + y + [EOS]``) right-padded
+    for sequence-to-sequence data; ``tgt`` (plus ``loss_mask``, ``prompt_len``) for language modelling.
+
+    Args:
+        src_vocab_size, tgt_vocab_size: vocabulary sizes (the data module supplies them).
+        d_model: model width ``D``.
+        n_heads: attention heads ``H``.
+        d_head: per-head size (default ``D / H``; set it to decouple head size from ``D``, claim C11).
+        ffn_ratio: ``d_ff = ffn_ratio · D`` (float allowed); ignored when ``d_ff`` is given.
+        d_ff: explicit FFN inner width.
+        n_encoder_layers, n_decoder_layers: stack depths.
+        dropout: dropout rate everywhere (embeddings, attention weights, sub-layer outputs, FFN).
+        tie_embeddings: output projection shares the target embedding; with equal vocab sizes the
+            source embedding is shared too (Press & Wolf 2017; Vaswani et al. §3.4).
+        max_len: longest sequence the positional scheme must support.
+        attn_scale: scale scores by 1/√d_head (claim C9).
+        pad_id: padding token id; when a padding mask is not passed it is derived from ``ids == pad_id``.
+        attention: encoder self-attention pattern (instance or factory) — default full.
+        norm: residual/norm placement factory ``(d_model, dropout) -> Residual`` — default Post-LN.
+        pe: positional scheme factory ``(d_model, n_heads, d_head, max_len, causal)`` — default sinusoidal.
+        ffn: FFN factory ``(d_model, d_ff, dropout)`` — default ReLU.
+        param_budget: when set, ``budget_solves`` (``"d_model"`` or ``"d_ff"``) is chosen so that the
+            total parameter count is as close to this number as possible (claims C1/C3 at equal size).
+        budget_solves: which size the budget solves for.
+
+    Raises:
+        ConfigError: for invalid sizes or an unreachable budget (message names the key and the fix).
+    """
+
+    #: the shape's name, as in ``conf/model/arch/<arch>.yaml`` (for messages and summaries)
+    arch: str = "base"
+
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 512, n_heads: int = 8,
+                 d_head: int | None = None, ffn_ratio: float = 4.0, d_ff: int | None = None,
+                 n_encoder_layers: int = 6, n_decoder_layers: int = 6, dropout: float = 0.1,
+                 tie_embeddings: bool = True, max_len: int = 512, attn_scale: bool = True,
+                 pad_id: int = 0, attention: AttentionPattern | Callable | None = None,
+                 norm: Callable[..., Residual] | None = None,
+                 pe: Callable[..., PositionalEncoding] | None = None,
+                 ffn: Callable[..., nn.Module] | None = None,
+                 param_budget: int | None = None, budget_solves: str = "d_model") -> None:
+        super().__init__()
+        kwargs = dict(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, d_model=d_model,
+                      n_heads=n_heads, d_head=d_head, ffn_ratio=ffn_ratio, d_ff=d_ff,
+                      n_encoder_layers=n_encoder_layers, n_decoder_layers=n_decoder_layers,
+                      dropout=dropout, tie_embeddings=tie_embeddings, max_len=max_len,
+                      attn_scale=attn_scale, pad_id=pad_id, attention=attention, norm=norm, pe=pe, ffn=ffn)
+        if param_budget:
+            d_model, d_ff = self._solve_budget(kwargs, int(param_budget), budget_solves)
+        if not 0.0 <= dropout < 1.0:
+            raise ConfigError(f"model.dropout={dropout}: must be in [0, 1)")
+        for key, val in (("n_encoder_layers", n_encoder_layers), ("n_decoder_layers", n_decoder_layers)):
+            if val < 0:
+                raise ConfigError(f"model.{key}={val}: must be >= 0")
+        if max_len is not None and max_len < 1:
+            raise ConfigError(f"model.max_len={max_len}: must be >= 1")
+        self.d_head, self.d_ff = resolve_sizes(d_model, n_heads, d_head, ffn_ratio, d_ff)
+        self.d_model, self.n_heads, self.max_len, self.pad_id = d_model, n_heads, max_len, pad_id
+        self.dropout_p, self.attn_scale = dropout, attn_scale
+        self.src_vocab_size, self.tgt_vocab_size = src_vocab_size, tgt_vocab_size
+        pattern = _factory(attention, FullAttention)
+        if not isinstance(pattern, AttentionPattern) and callable(pattern):
+            pattern = pattern()
+        self.pattern: AttentionPattern = pattern
+        if not isinstance(self.pattern, AttentionPattern):
+            raise ConfigError(f"model.attention: {_name(self.pattern)} is not an xformer.model.AttentionPattern; "
+                              "subclass it and implement blocked(q_pos, k_pos)")
+        self.residual = _factory(norm, PostNorm)
+        self.pe_factory = _factory(pe, Sinusoidal)
+        self.ffn_factory = _factory(ffn, ReLUFFN)
+        self.embed_drop = Dropout(dropout)
+
+    # -- construction helpers ---------------------------------------------------------------
+    def _block(self, cls: type, pattern: AttentionPattern, pe: PositionalEncoding) -> nn.Module:
+        return cls(self.d_model, self.n_heads, self.d_head, self.d_ff, self.dropout_p, self.attn_scale,
+                   self.residual, self.ffn_factory, pattern=pattern, pos_embeddings=pe)
+
+    def _stack(self, cls: type, n: int, pattern: AttentionPattern, causal: bool) -> Stack:
+        try:
+            pe = self.pe_factory(d_model=self.d_model, n_heads=self.n_heads, d_head=self.d_head,
+                                 max_len=self.max_len, causal=causal)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+        check_positional(pe)
+        residual = self.residual(d_model=self.d_model, dropout=0.0)
+        check_residual(residual)
+        blocks = [self._block(cls, pattern, pe) for _ in range(n)]
+        for block in blocks[:1]:  # every block is built by the same factories
+            check_ffn(block.ffn)
+        return Stack(blocks, pe, pattern, residual.make_final_norm())
+
+    def _embedding(self, vocab: int) -> nn.Embedding:
+        # no padding_idx: a zero pad vector makes a fully padded sequence an all-zero input whose
+        # zero-variance LayerNorm blows gradients up past fp16's range; masks already hide padding
+        emb = nn.Embedding(vocab, self.d_model)
+        nn.init.normal_(emb.weight, std=self.d_model ** -0.5)
+        return emb
+
+    def _init_linear(self) -> None:
+        """Xavier-uniform for every projection matrix, zero biases (as ``torch.nn.Transformer``)."""
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.xavier_uniform_(m.weight)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+
+    def _embed(self, emb: nn.Embedding, stack: Stack, ids: Tensor, start: int = 0) -> Tensor:
+        """Token ids ``(B, T)`` → ``Dropout(E[ids]·√D + PE)`` ``(B, T, D)`` (§3.4, §3.5, §5.4)."""
+        x = emb(ids) * math.sqrt(self.d_model)
+        pos = torch.arange(start, start + ids.shape[1], device=ids.device)
+        return self.embed_drop(stack.pe.embed(x, pos))
+
+    def _padding(self, ids: Tensor, mask: Tensor | None) -> Tensor | None:
+        if mask is not None:
+            return mask
+        if self.pad_id is None:
+            return None
+        mask = ids == self.pad_id
+        if self.training or torch.compiler.is_compiling():
+            # no data-dependent branch: it would be a device sync per training step and a graph
+            # break under torch.compile; an all-False mask gives the same outputs
+            return mask
+        return mask if bool(mask.any()) else None
+
+    @classmethod
+    def _solve_budget(cls, kwargs: dict, budget: int, solves: str) -> tuple[int, int | None]:
+        """Pick ``d_model`` (a multiple of ``2·n_heads``) or ``d_ff`` whose parameter count is closest
+        to ``budget``; counts come from models built on the meta device (no memory, no compute)."""
+
+        def count(**over) -> int:
+            with torch.device("meta"):
+                model = cls(**{**kwargs, **over})
+            return model.param_breakdown()["total"]
+
+        if solves == "d_ff":
+            lo, hi = count(d_ff=1), count(d_ff=1025)
+            per = (hi - lo) / 1024
+            d_ff = round(1 + (budget - lo) / per)
+            if d_ff < 1:
+                raise ConfigError(f"model.param_budget={budget}: below the {lo} parameters the model has "
+                                  "without an FFN; raise the budget or shrink d_model")
+            return kwargs["d_model"], d_ff
+        if solves != "d_model":
+            raise ConfigError(f"model.budget_solves={solves!r}: use 'd_model' or 'd_ff'")
+        step = 2 * kwargs["n_heads"] if kwargs.get("d_head") is None else 2
+        best, best_err = None, None
+        d = step
+        while d <= 16384:
+            n = count(d_model=d)
+            err = abs(n - budget)
+            if best_err is None or err < best_err:
+                best, best_err = d, err
+            if n > budget:
+                break
+            d += step
+        return best, None
+
+    @property
+    def position_limit(self) -> int | None:
+        """Longest sequence (tokens) a stack of this model may be given: ``max_len`` when a stack uses
+        an absolute scheme bound to it (``bounded``: learned, sinusoidal), else ``None`` (no limit).
+        Longer inputs must be cut first (``xformer translate`` and evaluation do, with a warning)."""
+        stacks = [getattr(self, name, None) for name in ("encoder", "decoder")]
+        if any(s is not None and getattr(s.pe, "bounded", False) for s in stacks):
+            return self.max_len
+        return None
+
+    # -- accounting -------------------------------------------------------------------------
+    def param_breakdown(self) -> dict[str, int]:
+        """Parameter counts by role: ``total``, ``attention`` (all q/k/v/out projections),
+        ``ffn``, ``embedding`` (token embeddings and an untied output projection), ``positional``
+        (learned positions, relative bias tables), ``norm``. Tied tensors are counted once."""
+        seen: set[int] = set()
+        out = {"attention": 0, "ffn": 0, "embedding": 0, "positional": 0, "norm": 0}
+
+        def add(module: nn.Module, key: str) -> None:
+            for p in module.parameters():
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    out[key] += p.numel()
+
+        for m in self.modules():
+            if isinstance(m, MultiHeadAttention):
+                add(m, "attention")
+            elif isinstance(m, PositionalEncoding):
+                add(m, "positional")
+            elif isinstance(m, (nn.LayerNorm, nn.RMSNorm)):
+                add(m, "norm")
+            elif isinstance(m, (nn.Embedding,)) or m is getattr(self, "head", None):
+                add(m, "embedding")
+        for layer_stack in [m for m in self.modules() if isinstance(m, (EncoderLayer, DecoderLayer))]:
+            add(layer_stack.ffn, "ffn")
+        rest = sum(p.numel() for p in self.parameters() if id(p) not in seen)
+        out["other"] = rest
+        out["total"] = sum(out.values())
+        return out
+
+
+    # -- task glue (called by the training module; each shape implements it) ------------------
+    def logits_and_labels(self, batch: dict, pad_id: int, eos_id: int) -> tuple[Tensor, Tensor]:
+        """Teacher-forced logits ``(B, T, V)`` for ``batch`` and the aligned labels ``(B, T)`` they
+        predict (``pad_id`` = no loss)."""
+        raise NotImplementedError
+
+    def generate(self, batch: dict, bos_id: int, eos_id: int, pad_id: int, max_len_a: float = 1.5,
+                 max_len_b: int = 10, beam_size: int = 1, alpha: float = 0.6,
+                 logits: Tensor | None = None) -> list[list[int]]:
+        """Decoded ids for each example of ``batch`` (no PAD, BOS or EOS), at most
+        ``max_len_a · S + max_len_b`` tokens each; ``logits``, when given, are :meth:`logits_and_labels`'
+        of the same batch (a shape that predicts from them saves a forward pass)."""
+        raise NotImplementedError
+
+    def check_data(self, dm) -> None:
+        """Refuse a data module this shape cannot train on (``dm.task``, ``dm.length_preserving``,
+        vocabulary sizes).
+
+        Raises:
+            ConfigError: one line naming ``model/arch`` and the fix.
+        """
+
+    def positions_needed(self, dm) -> int:
+        """The most positions one of ``dm``'s examples occupies in this model's longest stack."""
+        return max(dm.max_src_len, dm.max_tgt_len)
+
+    def fit_to_positions(self, batch: dict, pad_id: int, eos_id: int) -> tuple[dict, Tensor]:
+        """``batch`` cut to :attr:`position_limit` (see :func:`.tasks.fit_batch_to_positions`) and a
+        ``(B,)`` bool tensor marking the examples that were cut."""
+        return fit_batch_to_positions(batch, self.position_limit, pad_id, eos_id)
