@@ -10,6 +10,7 @@ import logging
 import math
 import os
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -20,61 +21,109 @@ from xformer.model import ConfigError
 
 log = logging.getLogger("xformer")
 
-# Numeric keys checked for type and range before anything is built (keys absent from the config,
-# e.g. another data set's options, are skipped). key -> (smallest value, None allowed)
-_INTS: dict[str, tuple[int, bool]] = {
-    "seed": (0, False),
-    "model.d_model": (1, False), "model.n_heads": (1, False), "model.d_head": (1, True),
-    "model.d_ff": (1, True), "model.n_encoder_layers": (0, False), "model.n_decoder_layers": (0, False),
-    "model.max_len": (1, False), "model.attention.window": (1, False), "model.param_budget": (1, True),
-    "optim.warmup_steps": (0, False), "optim.decay_from": (1, True),
-    "trainer.max_steps": (-1, False), "trainer.accumulate_grad_batches": (1, False),
-    "trainer.log_every_n_steps": (1, False), "trainer.num_nodes": (1, False),
-    "data.tokens_per_batch": (1, True), "data.block_size": (1, False), "data.batch_size": (1, False),
-    "data.num_workers": (0, False), "data.n_train": (1, False), "data.n_val": (1, False),
-    "data.n_test": (0, False), "data.n_long": (0, False), "data.vocab_size": (1, False),
-    "data.train_max_len": (1, False), "data.train_min_len": (1, False), "data.n_symbols": (2, False),
-    "data.train_windows_per_epoch": (1, True),
-    "decode.beam_size": (1, False), "decode.val_batches": (0, True),
-    "callbacks.last_checkpoint.every_n_train_steps": (1, True),
-    "callbacks.model_checkpoint.every_n_train_steps": (1, True),
+@dataclass(frozen=True)
+class Rule:
+    """What one config key may hold; :data:`RULES` has one per key, and :func:`check_rules` applies them.
+
+    Attributes:
+        kind: ``"int"``, ``"float"``, ``"bool"`` or ``"choice"``.
+        lo, hi: bounds of a number (``hi`` only for floats).
+        lo_open, hi_open: whether a bound is excluded.
+        nullable: ``null`` is allowed (means "unset" or "derived").
+        choices: the allowed strings of a ``"choice"``.
+    """
+
+    kind: str
+    lo: float = -math.inf
+    hi: float = math.inf
+    lo_open: bool = False
+    hi_open: bool = True
+    nullable: bool = False
+    choices: tuple[str, ...] = ()
+
+    def check(self, key: str, value) -> None:
+        """Raise :class:`ConfigError` (``"key=value: what is wrong"``) unless ``value`` obeys the rule."""
+        if value is None and self.nullable:
+            return
+        if self.kind == "bool":
+            if not isinstance(value, bool):
+                raise ConfigError(f"{key}={value}: expected true or false")
+        elif self.kind == "choice":
+            if str(value) not in self.choices:
+                raise ConfigError(f"{key}={value}: unknown. Fix: use {' or '.join(self.choices)}")
+        elif self.kind == "int":
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"{key}={value}: expected an integer >= {self.lo}"
+                                  + (" or null" if self.nullable else ""))
+            if value < self.lo:
+                raise ConfigError(f"{key}={value}: must be >= {self.lo}")
+        else:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+                raise ConfigError(f"{key}={value}: expected a number")
+            above = value > self.lo if self.lo_open else value >= self.lo
+            below = value < self.hi if self.hi_open else value <= self.hi
+            if not (above and below):
+                lo_b, hi_b = "(" if self.lo_open else "[", ")" if self.hi_open else "]"
+                raise ConfigError(f"{key}={value}: must be in {lo_b}{self.lo}, {self.hi}{hi_b}")
+
+
+def _int(lo: int, nullable: bool = False) -> Rule:
+    return Rule("int", lo=lo, nullable=nullable)
+
+
+def _float(lo: float, hi: float = math.inf, lo_open: bool = False, nullable: bool = False) -> Rule:
+    return Rule("float", lo=lo, hi=hi, lo_open=lo_open, nullable=nullable)
+
+
+_BOOL = Rule("bool")
+
+#: Every key checked for type and value before anything is built, each once. Keys absent from the
+#: config (another data set's options, for instance) are skipped. Checks that involve several keys
+#: or build something (the model on the meta device, the data module's constructor, precision with
+#: strategy) follow in :func:`check_config`. Library constructors (the model, dropout, the schedules)
+#: still check their own arguments, for use without a config; here a bad value is caught before
+#: anything is built, with the key's name.
+RULES: dict[str, Rule] = {
+    "seed": _int(0),
+    "mode": Rule("choice", choices=("train", "eval")),
+    "objective.mode": Rule("choice", choices=("min", "max")),
+    "model.d_model": _int(1), "model.n_heads": _int(1), "model.d_head": _int(1, nullable=True),
+    "model.d_ff": _int(1, nullable=True),
+    "model.n_encoder_layers": _int(0), "model.n_decoder_layers": _int(0),
+    "model.max_len": _int(1), "model.attention.window": _int(1), "model.param_budget": _int(1, nullable=True),
+    "model.dropout": _float(0.0, 1.0),
+    "model.ffn_ratio": _float(0.0, lo_open=True),
+    "model.tie_embeddings": _BOOL, "model.attn_scale": _BOOL,
+    "loss.label_smoothing": _float(0.0, 1.0),
+    "optim.lr": _float(0.0, lo_open=True),
+    "optim.warmup_steps": _int(0), "optim.decay_from": _int(1, nullable=True),
+    "trainer.max_steps": _int(-1), "trainer.accumulate_grad_batches": _int(1),
+    "trainer.log_every_n_steps": _int(1), "trainer.num_nodes": _int(1),
+    "trainer.gradient_clip_val": _float(0.0, nullable=True),
+    "trainer.gradient_clip_algorithm": Rule("choice", choices=("norm", "value"), nullable=True),
+    "data.tokens_per_batch": _int(1, nullable=True), "data.block_size": _int(1), "data.batch_size": _int(1),
+    "data.num_workers": _int(0), "data.n_train": _int(1), "data.n_val": _int(1),
+    "data.n_test": _int(0), "data.n_long": _int(0), "data.vocab_size": _int(1),
+    "data.train_max_len": _int(1), "data.train_min_len": _int(1), "data.n_symbols": _int(2),
+    "data.train_windows_per_epoch": _int(1, nullable=True),
+    "decode.beam_size": _int(1), "decode.val_batches": _int(0, nullable=True),
+    "decode.alpha": _float(0.0), "decode.max_len_a": _float(0.0), "decode.max_len_b": _float(0.0),
+    "callbacks.last_checkpoint.every_n_train_steps": _int(1, nullable=True),
+    "callbacks.model_checkpoint.every_n_train_steps": _int(1, nullable=True),
 }
-# key -> (low, high, low open, high open, None allowed)
-_FLOATS: dict[str, tuple[float, float, bool, bool, bool]] = {
-    "model.dropout": (0.0, 1.0, False, True, False),
-    "model.ffn_ratio": (0.0, math.inf, True, True, False),
-    "loss.label_smoothing": (0.0, 1.0, False, True, False),
-    "optim.lr": (0.0, math.inf, True, True, False),
-    "trainer.gradient_clip_val": (0.0, math.inf, False, True, True),
-    "decode.alpha": (0.0, math.inf, False, True, False),
-    "decode.max_len_a": (0.0, math.inf, False, True, False),
-    "decode.max_len_b": (0.0, math.inf, False, True, False),
-}
-_BOOLS = ("model.tie_embeddings", "model.attn_scale")
 _ABSENT = object()
 
 
-def _check_types(cfg: DictConfig) -> None:
-    """Type and range of the numeric/boolean keys in :data:`_INTS`, :data:`_FLOATS`, :data:`_BOOLS`."""
-    for key, (lo, nullable) in _INTS.items():
+def check_rules(cfg: DictConfig) -> None:
+    """Apply every rule of :data:`RULES` to its key in ``cfg`` (absent keys are skipped).
+
+    Raises:
+        ConfigError: for the first key that breaks its rule.
+    """
+    for key, rule in RULES.items():
         value = OmegaConf.select(cfg, key, default=_ABSENT)
-        if value is _ABSENT or (value is None and nullable):
-            continue
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{key}={value}: expected an integer >= {lo}" + (" or null" if nullable else ""))
-        if value < lo:
-            raise ConfigError(f"{key}={value}: must be >= {lo}")
-    for key, (lo, hi, lo_open, hi_open, nullable) in _FLOATS.items():
-        value = OmegaConf.select(cfg, key, default=_ABSENT)
-        if value is _ABSENT or (value is None and nullable):
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-            raise ConfigError(f"{key}={value}: expected a number")
-        _range(key, value, lo, hi, lo_open, hi_open)
-    for key in _BOOLS:
-        value = OmegaConf.select(cfg, key, default=_ABSENT)
-        if value is not _ABSENT and not isinstance(value, bool):
-            raise ConfigError(f"{key}={value}: expected true or false")
+        if value is not _ABSENT:
+            rule.check(key, value)
 
 
 def _check_data(cfg: DictConfig):
@@ -132,10 +181,6 @@ def _check_trainer(cfg: DictConfig) -> None:
     if opt.get("fused") and opt.get("foreach"):
         raise ConfigError("optim.optimizer.fused=true and optim.optimizer.foreach=true: torch allows one "
                           "kernel. Fix: keep fused=true (fastest) or set fused=false with foreach=true")
-    algorithm = OmegaConf.select(cfg, "trainer.gradient_clip_algorithm", default=None)
-    if algorithm is not None and str(algorithm) not in ("norm", "value"):
-        raise ConfigError(f"trainer.gradient_clip_algorithm={algorithm}: unknown. Fix: use norm (the "
-                          "default) or value")
     compile_opts = OmegaConf.select(cfg, "trainer.compile", default=False)
     if not isinstance(compile_opts, (bool, DictConfig)) and compile_opts is not None:
         raise ConfigError(f"trainer.compile={compile_opts}: expected true, false or torch.compile keyword "
@@ -147,33 +192,16 @@ def _check_trainer(cfg: DictConfig) -> None:
                           f"it. Fix: use trainer.precision=bf16-mixed, or one of {', '.join(_FSDP_PRECISIONS)}")
 
 
-def _range(key: str, value, lo, hi, lo_open=False, hi_open=True) -> None:
-    ok = (value > lo if lo_open else value >= lo) and (value < hi if hi_open else value <= hi)
-    if not ok:
-        lo_b, hi_b = "(" if lo_open else "[", ")" if hi_open else "]"
-        raise ConfigError(f"{key}={value}: must be in {lo_b}{lo}, {hi}{hi_b}")
-
-
 def check_config(cfg: DictConfig) -> None:
-    """Validate everything that does not need the data: model sizes and variants (by building the
-    model on the meta device, which allocates nothing), optimiser, loss, decoding, objective,
-    checkpoint path.
+    """Validate everything that does not need the data: each key's type and value (:data:`RULES`),
+    then what involves several keys or builds something: model sizes and variants (by building the
+    model on the meta device, which allocates nothing), precision with strategy and optimizer
+    kernel, the data module's options, the objective, the checkpoint path.
 
     Raises:
         ConfigError: one line naming the key and the fix.
     """
-    _check_types(cfg)
-    _range("loss.label_smoothing", cfg.loss.label_smoothing, 0.0, 1.0)
-    if cfg.optim.warmup_steps < 0:
-        raise ConfigError(f"optim.warmup_steps={cfg.optim.warmup_steps}: must be >= 0")
-    if not cfg.optim.lr > 0:
-        raise ConfigError(f"optim.lr={cfg.optim.lr}: must be > 0")
-    if cfg.objective.mode not in ("min", "max"):
-        raise ConfigError(f"objective.mode={cfg.objective.mode}: use min or max")
-    if cfg.decode.beam_size < 1:
-        raise ConfigError(f"decode.beam_size={cfg.decode.beam_size}: must be >= 1")
-    if cfg.mode not in ("train", "eval"):
-        raise ConfigError(f"mode={cfg.mode}: use train or eval")
+    check_rules(cfg)
     max_steps = OmegaConf.select(cfg, "trainer.max_steps", default=None)
     if cfg.mode == "train" and max_steps == 0:
         raise ConfigError("trainer.max_steps=0: would train nothing and test an untrained model. Fix: "
@@ -182,7 +210,6 @@ def check_config(cfg: DictConfig) -> None:
         raise ConfigError("ckpt_path: mode=eval needs ckpt_path=/path/to/checkpoint.ckpt")
     if cfg.ckpt_path and cfg.ckpt_path != "last":
         _check_ckpt_file(str(cfg.ckpt_path))
-    _range("model.dropout", cfg.model.dropout, 0.0, 1.0)
     _check_trainer(cfg)
     build_model(cfg, 32, 32, 0, device="meta")
     dm = _check_data(cfg)
