@@ -10,6 +10,23 @@ Logged keys: ``train/loss`` (the training objective, label-smoothed), ``val/loss
 smoothing, so label-smoothing sweeps compare), ``val/ppl`` = exp(val/loss), ``val/acc`` (token
 accuracy), ``val/bleu`` / ``val/exact_match`` (decoded), the same under ``test/`` after fit, and
 ``perf/tokens_per_s`` (non-padding source + target tokens per second of training step).
+
+Why the counters and metrics here are not torchmetrics objects (checked with torchmetrics 1.9):
+
+* Token counts and the training loss: a torchmetrics aggregator (``SumMetric``, ``MeanMetric``) is a
+  child module whose ``dtype`` follows the LightningModule's. Under ``trainer.precision=bf16-true``
+  Lightning converts the module to bfloat16, so a float state rounds (token counts stop being exact
+  past 256) and an int64 state fails at the next ``update`` (bfloat16 input cannot be added to it).
+  A float32 state is exact only up to 2²⁴ tokens. The counter is therefore a plain int64 device
+  tensor (no host sync per step), summed over ranks once, at the end of ``fit``. ``train/loss`` is
+  each step's own value, logged without a per-step all-reduce.
+* Corpus BLEU and exact match (and ``val/loss``, ``val/acc``): under DDP the distributed sampler
+  pads the last batches with repeated examples, which a metric's summed state would count twice;
+  BLEU is not a mean of per-batch scores; and the logged values must be exactly the
+  single-process ones (float64, equal across world sizes). So each rank keeps per-example rows
+  keyed by the example id, :meth:`TransformerLitModule._gather_examples` gathers them once, keeps
+  each id once, and sacrebleu (13a tokenisation, its reference implementation and signature) and
+  ``math.fsum`` compute the corpus values.
 """
 
 from __future__ import annotations
