@@ -51,10 +51,10 @@ def _check(tmp_path, tmp_path_factory, tpb: int, stop: int, periodic: bool) -> N
     assert metrics(job)["tokens_seen"] == ref_tokens
 
 
-@pytest.mark.parametrize("tpb, stop", [(2048, 5), (2048, 3), (4096, 2), (8192, 1)])
+@pytest.mark.parametrize("tpb, stop", [(2048, 5), (4096, 2)])  # the rest: the slow matrix below
 def test_resume_after_max_steps_continues_the_same_curve(tmp_path, tmp_path_factory, tpb, stop):
     """(2048, 5) is the report: the resumed step 5 was epoch 2 batch 0 instead of epoch 1 batch 2;
-    the others stop on an epoch's last batch (the next epoch was skipped or got an extra batch)."""
+    (4096, 2) stops on an epoch's last batch (the next epoch got an extra batch and other data)."""
     _check(tmp_path, tmp_path_factory, tpb, stop, periodic=False)
 
 
