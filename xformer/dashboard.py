@@ -170,7 +170,7 @@ def specification(workspace, facts: SweepFacts) -> dict:
 
 
 def _can_publish() -> bool:
-    from xformer.train.driver import wandb_has_api_key
+    from xformer.train.wandb_run import wandb_has_api_key
 
     return wandb_has_api_key() and os.environ.get("WANDB_MODE") not in ("offline", "disabled", "dryrun")
 

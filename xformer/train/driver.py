@@ -1,5 +1,6 @@
-"""One job of ``run.py``: validate, build data/model/module/trainer from the config, fit, test,
-write ``metrics.json``, close the W&B run.
+"""One job of ``run.py`` in three steps: :func:`build` (validate; data, model, LightningModule from
+``cfg.module``, loggers, trainer), :func:`fit_and_test`, :func:`write_summary` (``metrics.json``);
+:func:`run` chains them and closes the W&B run (:mod:`xformer.train.wandb_run`).
 
 Layout of a job folder (Hydra's output dir, one per ``-m`` job)::
 
@@ -15,9 +16,8 @@ from __future__ import annotations
 import json
 import logging
 import math
-import netrc
-import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import lightning as L
@@ -25,28 +25,17 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
-from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
 from .console import progress_bar, single_log_lines
 from .module import TransformerLitModule
 from .steps import ConsistentResume, OptimizerStepIntervals
-from .wandb_limits import fit_wandb_fields
+from .resume import ResumableCSVLogger, checkpoint_step, own_checkpoint
 from .validate import build_model, check_config, check_with_data
-from .resume import ResumableCSVLogger, checkpoint_step, own_checkpoint, start_wandb, wandb_resume_kwargs
+from .wandb_run import describe_runs, finish_runs, wandb_logger
 
 log = logging.getLogger("xformer")
-
-
-def wandb_has_api_key() -> bool:
-    """True when a W&B API key is available (``WANDB_API_KEY`` or a ``~/.netrc`` entry)."""
-    if os.environ.get("WANDB_API_KEY"):
-        return True
-    try:
-        return netrc.netrc().authenticators("api.wandb.ai") is not None
-    except (FileNotFoundError, netrc.NetrcParseError, OSError):
-        return False
 
 
 def job_info() -> dict:
@@ -66,36 +55,16 @@ def job_info() -> dict:
 
 
 def build_loggers(cfg: DictConfig, info: dict, out_dir: Path) -> list:
-    """Instantiate the configured loggers plus the always-on CSV logger; fill W&B name/group/tags."""
+    """The configured loggers plus the always-on CSV logger (which keeps its history before the
+    checkpoint when the job resumes); W&B loggers come from :func:`xformer.train.wandb_run.wandb_logger`."""
     resumed = own_checkpoint(cfg, out_dir)  # resuming this job: keep its history before the checkpoint
     loggers: list = [ResumableCSVLogger(save_dir=str(out_dir), name="csv", version="",
                                         keep_before=checkpoint_step(resumed) if resumed else None)]
-    for name, node in (cfg.get("logger") or {}).items():
+    for node in (cfg.get("logger") or {}).values():
         if not isinstance(node, DictConfig) or "_target_" not in node:
             continue
-        kwargs = {}
-        if node._target_.endswith("WandbLogger"):
-            if not wandb_has_api_key() and os.environ.get("WANDB_MODE") not in ("online", "disabled"):
-                os.environ["WANDB_MODE"] = "offline"
-            swept = [o for o in info["overrides"] if not o.startswith(("hydra.", "trainer.max_steps"))]
-            from .wandb_panels import swept_keys  # in a sweep, name runs by what differs between jobs
-
-            varying = set(swept_keys(info.get("sweep_dir")))
-            differ = [o for o in swept if o.partition("=")[0].lstrip("+~") in varying] if varying else swept
-            name = node.get("name") if node.get("name") is not None else (",".join(differ) or None)
-            group = node.get("group")
-            if group is None and info.get("sweep_dir"):
-                group = "_".join(Path(info["sweep_dir"]).parts[-2:])
-            tags = sorted(set(list(node.get("tags") or []) + swept))[:64]
-            fitted, full = fit_wandb_fields(name=name, group=group, tags=tags, project=node.get("project"),
-                                            job_type=node.get("job_type"))  # W&B's length limits
-            kwargs.update(fitted)
-            kwargs.update(wandb_resume_kwargs(cfg, out_dir))  # same run id when resuming this job
-            loggers.append(start_wandb(lambda **kw: instantiate(node, **kwargs, **kw), out_dir))
-            if full and loggers[-1]._experiment is not None:  # rank 0: the shortened fields' full text
-                loggers[-1].experiment.config.update({"wandb_full": full}, allow_val_change=True)
-            continue
-        loggers.append(instantiate(node, **kwargs))
+        is_wandb = node._target_.endswith("WandbLogger")
+        loggers.append(wandb_logger(node, cfg, info, out_dir) if is_wandb else instantiate(node))
     return loggers
 
 
@@ -128,8 +97,141 @@ def config_from_checkpoint(cfg: DictConfig, overrides: list[str]) -> DictConfig:
     return cfg
 
 
+@dataclass
+class Job:
+    """What :func:`build` makes for one job: the data module, the model's parameter counts, the
+    LightningModule, its loggers and the trainer, and the ``metrics.json`` summary so far."""
+
+    dm: L.LightningDataModule
+    module: TransformerLitModule
+    trainer: L.Trainer
+    loggers: list
+    params: dict[str, int]
+    summary: dict
+
+
+def build_module(cfg: DictConfig, dm, model: torch.nn.Module) -> TransformerLitModule:
+    """Instantiate ``cfg.module`` (``conf/module/``) for ``model`` and the data module's special ids,
+    detokenizer, metrics and test splits; compile the model in place when ``trainer.compile`` is set."""
+    module = instantiate(cfg.module)(model=model, pad_id=dm.pad_id, bos_id=dm.bos_id, eos_id=dm.eos_id,
+                                     detokenize=dm.detokenize, metrics=dm.metrics,
+                                     test_split_names=dm.test_split_names)
+    compile_opts = cfg.trainer.get("compile")
+    if compile_opts:
+        # in place (nn.Module.compile): the module is not wrapped, so checkpoints keep plain
+        # parameter names and load into compiled and eager models alike
+        kwargs = {} if compile_opts is True else OmegaConf.to_container(compile_opts, resolve=True)
+        module.model.compile(**kwargs)
+    return module
+
+
+def build_trainer(cfg: DictConfig, loggers: list) -> L.Trainer:
+    """``cfg.trainer`` with the configured callbacks plus xformer's own (optimizer-step intervals,
+    consistent resume, the progress bar)."""
+    callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()
+                 if isinstance(c, DictConfig) and "_target_" in c]
+    callbacks.append(OptimizerStepIntervals())  # "every N steps" = optimizer steps under accumulation
+    callbacks.append(ConsistentResume())  # a checkpoint written when fit stopped mid-epoch resumes there
+    trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
+    trainer_cfg.pop("compile", None)
+    trainer_cfg.setdefault("use_distributed_sampler", False)  # the data modules shard batches across ranks
+    if trainer_cfg.get("enable_progress_bar", True) and not any(isinstance(c, ProgressBar) for c in callbacks):
+        callbacks.append(progress_bar())  # Lightning's default bar, reading "Epoch N" when max_epochs=-1
+    return instantiate(trainer_cfg, logger=loggers, callbacks=callbacks)
+
+
+def build(cfg: DictConfig, info: dict, out_dir: Path) -> Job:
+    """Validate ``cfg``, then build data, model, module, loggers and trainer for one job.
+
+    Raises:
+        ConfigError / DataError: invalid configuration or input, before anything is trained.
+    """
+    summary: dict = {"status": "running", "job": info, "config": OmegaConf.to_container(cfg, resolve=True)}
+    L.seed_everything(cfg.seed, workers=True)
+    dm = instantiate(cfg.data)
+    dm.prepare_data()
+    dm.setup("fit")
+    model = build_model(cfg, dm.src_vocab_size, dm.tgt_vocab_size, dm.pad_id)
+    check_with_data(cfg, dm, model)
+    params = model.param_breakdown()
+    log.info("parameters: %s", ", ".join(f"{k}={v:,}" for k, v in params.items()))
+    module = build_module(cfg, dm, model)
+    module.checkpoint_meta = {
+        "config": summary["config"], "tokenizer": tokenizer_blob(dm),
+        "src_vocab_size": dm.src_vocab_size, "tgt_vocab_size": dm.tgt_vocab_size, "pad_id": dm.pad_id,
+    }
+    loggers = build_loggers(cfg, info, out_dir)
+    trainer = build_trainer(cfg, loggers)
+    for lg in trainer.loggers:
+        lg.log_hyperparams(summary["config"])
+        lg.log_metrics({f"model/params_{k}": float(v) for k, v in params.items()}, step=0)
+    if trainer.is_global_zero and (wandb_run := describe_runs(loggers)) is not None:
+        summary["job"]["wandb"] = wandb_run
+    return Job(dm, module, trainer, loggers, params, summary)
+
+
+def checkpoint_to_load(cfg: DictConfig, out_dir: Path) -> str | None:
+    """``cfg.ckpt_path``, with ``last`` meaning this job's ``checkpoints/last.ckpt`` (``None`` with a
+    warning when there is none yet: the job starts from scratch)."""
+    if cfg.ckpt_path != "last":
+        return cfg.ckpt_path
+    last = out_dir / "checkpoints" / "last.ckpt"
+    if last.exists():
+        return str(last)
+    log.warning("ckpt_path=last: no %s yet, starting from scratch (to resume a job, pass its "
+                "folder: hydra.run.dir=<job dir>)", last)
+    return None
+
+
+def fit_and_test(cfg: DictConfig, job: Job, ckpt: str | None) -> tuple[dict, dict, int | None]:
+    """``mode=train``: fit (resuming from ``ckpt``), then test the objective's best checkpoint;
+    ``mode=eval``: test ``ckpt``.
+
+    Returns:
+        ``(fit_metrics, test_metrics, tokens_seen)``: the callback metrics at the end of fit (empty
+        in eval), the test results, and the tokens trained on (``None`` in eval).
+    """
+    trainer, module, dm = job.trainer, job.module, job.dm
+    if cfg.mode != "train":
+        return {}, _merged(trainer.test(module, datamodule=dm, ckpt_path=ckpt)), None
+    trainer.fit(module, datamodule=dm, ckpt_path=ckpt)
+    fit_metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    tokens_seen = module.tokens_seen  # testing the best checkpoint reloads its (older) count
+    best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+    return fit_metrics, _merged(trainer.test(module, datamodule=dm, ckpt_path=best or None)), tokens_seen
+
+
+def _merged(results: list[dict]) -> dict:
+    return {k: v for d in results for k, v in d.items()}
+
+
+def write_summary(cfg: DictConfig, job: Job, out_dir: Path, final: dict, tokens_seen: int | None,
+                  wall_time_s: float) -> dict:
+    """Complete ``job.summary`` with the final metrics, the best checkpoint and its score, the
+    objective, wall time, steps, tokens, parameters and BLEU signature; write it to
+    ``<out_dir>/metrics.json`` and return it."""
+    summary, trainer, module = job.summary, job.trainer, job.module
+    objective_value = final.get(cfg.objective.metric)
+    cb = trainer.checkpoint_callback
+    best_score = cb.best_model_score if cb is not None and cb.best_model_score is not None else None
+    summary.update(
+        metrics={k: v for k, v in sorted(final.items())},
+        best={"metric": cfg.objective.metric, "mode": cfg.objective.mode,
+              "value": float(best_score) if best_score is not None else objective_value,
+              "checkpoint": cb.best_model_path if cb is not None else None},
+        objective={"metric": cfg.objective.metric, "value": objective_value},
+        wall_time_s=wall_time_s, global_step=trainer.global_step,
+        tokens_seen=tokens_seen if tokens_seen is not None else module.tokens_seen,
+        params=job.params, bleu_signature=module.bleu_signature,
+    )
+    (out_dir / "metrics.json").write_text(json.dumps(summary, indent=2, default=str))
+    return summary
+
+
 def run(cfg: DictConfig) -> float | None:
-    """Train (``mode=train``) or evaluate (``mode=eval``) as configured; return the objective value.
+    """Train (``mode=train``) or evaluate (``mode=eval``) as configured: :func:`build`,
+    :func:`fit_and_test`, :func:`write_summary` (also when fit fails or is preempted), and close the
+    W&B run. Returns the objective value (``None`` when it was not logged or is NaN).
 
     Raises:
         ConfigError / DataError: invalid configuration or input, before training starts.
@@ -142,108 +244,21 @@ def run(cfg: DictConfig) -> float | None:
     check_config(cfg)
     if cfg.mode == "eval":
         cfg = config_from_checkpoint(cfg, info["overrides"])
-    summary: dict = {"status": "running", "job": info, "config": OmegaConf.to_container(cfg, resolve=True)}
-    L.seed_everything(cfg.seed, workers=True)
-
-    dm = instantiate(cfg.data)
-    dm.prepare_data()
-    dm.setup("fit")
-    model = build_model(cfg, dm.src_vocab_size, dm.tgt_vocab_size, dm.pad_id)
-    check_with_data(cfg, dm, model)
-    params = model.param_breakdown()
-    log.info("parameters: %s", ", ".join(f"{k}={v:,}" for k, v in params.items()))
-
-    module = TransformerLitModule(
-        model, optimizer=instantiate(cfg.optim.optimizer), lr_lambda=instantiate(cfg.optim.scheduler),
-        label_smoothing=cfg.loss.label_smoothing, pad_id=dm.pad_id, bos_id=dm.bos_id, eos_id=dm.eos_id,
-        detokenize=dm.detokenize, metrics=dm.metrics,
-        decode={k: cfg.decode[k] for k in ("beam_size", "alpha", "max_len_a", "max_len_b")},
-        test_split_names=dm.test_split_names, val_decode_limit=cfg.decode.get("val_batches"),
-    )
-    module.checkpoint_meta = {
-        "config": summary["config"], "tokenizer": tokenizer_blob(dm),
-        "src_vocab_size": dm.src_vocab_size, "tgt_vocab_size": dm.tgt_vocab_size, "pad_id": dm.pad_id,
-    }
-    compile_opts = cfg.trainer.get("compile")
-    if compile_opts:
-        # in place (nn.Module.compile): the module is not wrapped, so checkpoints keep plain
-        # parameter names and load into compiled and eager models alike
-        kwargs = {} if compile_opts is True else OmegaConf.to_container(compile_opts, resolve=True)
-        module.model.compile(**kwargs)
-
-    loggers = build_loggers(cfg, info, out_dir)
-    callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()
-                 if isinstance(c, DictConfig) and "_target_" in c]
-    callbacks.append(OptimizerStepIntervals())  # "every N steps" = optimizer steps under accumulation
-    callbacks.append(ConsistentResume())  # a checkpoint written when fit stopped mid-epoch resumes there
-    trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
-    trainer_cfg.pop("compile", None)
-    trainer_cfg.setdefault("use_distributed_sampler", False)  # the data modules shard batches across ranks
-    if trainer_cfg.get("enable_progress_bar", True) and not any(isinstance(c, ProgressBar) for c in callbacks):
-        callbacks.append(progress_bar())  # Lightning's default bar, reading "Epoch N" when max_epochs=-1
-    trainer: L.Trainer = instantiate(trainer_cfg, logger=loggers, callbacks=callbacks)
-    flat_cfg = summary["config"]
-    for lg in trainer.loggers:
-        lg.log_hyperparams(flat_cfg)
-        lg.log_metrics({f"model/params_{k}": float(v) for k, v in params.items()}, step=0)
-
-    wandb_dir = None
-    for lg in loggers:
-        if isinstance(lg, WandbLogger) and trainer.is_global_zero:
-            run = lg.experiment
-            wandb_dir = run.dir
-            summary["job"]["wandb"] = {"id": run.id, "name": run.name, "group": run.group,
-                                       "tags": list(run.tags or []), "mode": os.environ.get("WANDB_MODE", "online")}
-    status, exit_code = "failed", 1
-    tokens_seen: int | None = None
+    job = build(cfg, info, out_dir)
+    status, exit_code, final, tokens_seen = "failed", 1, {}, None
     try:
-        ckpt = cfg.ckpt_path
-        if ckpt == "last":
-            last = out_dir / "checkpoints" / "last.ckpt"
-            ckpt = str(last) if last.exists() else None
-            if ckpt is None:
-                log.warning("ckpt_path=last: no %s yet, starting from scratch (to resume a job, pass its "
-                            "folder: hydra.run.dir=<job dir>)", last)
-        if cfg.mode == "train":
-            trainer.fit(module, datamodule=dm, ckpt_path=ckpt)
-            fit_metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
-            tokens_seen = module.tokens_seen  # testing the best checkpoint reloads its (older) count
-            best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
-            test_results = trainer.test(module, datamodule=dm, ckpt_path=best or None)  # the objective's best
-        else:
-            fit_metrics, best = {}, ""
-            test_results = trainer.test(module, datamodule=dm, ckpt_path=ckpt)
-        test_metrics = {k: v for d in test_results for k, v in d.items()}
+        fit_metrics, test_metrics, tokens_seen = fit_and_test(cfg, job, checkpoint_to_load(cfg, out_dir))
+        final = {**fit_metrics, **test_metrics}
         status, exit_code = "finished", 0
     except BaseException as err:  # recorded in metrics.json; SIGTERM (preemption) saved last.ckpt
         preempted = isinstance(err, SIGTERMException)
         status, exit_code = ("preempted", 143) if preempted else ("failed", 1)
-        summary["error"] = f"{type(err).__name__}: {err}".splitlines()[0][:1000]
+        job.summary["error"] = f"{type(err).__name__}: {err}".splitlines()[0][:1000]
         raise
     finally:
-        summary["status"] = status
-        if trainer.is_global_zero:
-            final = {**(fit_metrics if status == "finished" else {}),
-                     **(test_metrics if status == "finished" else {})}
-            objective_value = final.get(cfg.objective.metric)
-            cb = trainer.checkpoint_callback
-            best_score = cb.best_model_score if cb is not None and cb.best_model_score is not None else None
-            summary.update(
-                metrics={k: v for k, v in sorted(final.items())},
-                best={"metric": cfg.objective.metric, "mode": cfg.objective.mode,
-                      "value": float(best_score) if best_score is not None else objective_value,
-                      "checkpoint": cb.best_model_path if cb is not None else None},
-                objective={"metric": cfg.objective.metric, "value": objective_value},
-                wall_time_s=time.time() - t_start, global_step=trainer.global_step,
-                tokens_seen=tokens_seen if tokens_seen is not None else module.tokens_seen,
-                params=params, bleu_signature=module.bleu_signature,
-            )
-            (out_dir / "metrics.json").write_text(json.dumps(summary, indent=2, default=str))
-            for lg in trainer.loggers:
-                if isinstance(lg, WandbLogger):
-                    lg.experiment.summary.update({f"final/{k}": v for k, v in summary["metrics"].items()})
-                    lg.experiment.finish(exit_code=exit_code)
-                    if os.environ.get("WANDB_MODE") == "offline" and wandb_dir:
-                        log.info("W&B run saved offline; upload with: wandb sync %s", Path(wandb_dir).parent)
-    value = summary.get("objective", {}).get("value")
+        job.summary["status"] = status
+        if job.trainer.is_global_zero:
+            summary = write_summary(cfg, job, out_dir, final, tokens_seen, time.time() - t_start)
+            finish_runs(job.loggers, summary["metrics"], exit_code)
+    value = job.summary.get("objective", {}).get("value")
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
