@@ -329,6 +329,13 @@ class ResumableDataLoader(DataLoader):
     consumed (not how many were fetched: loaders prefetch); restoring calls the batch sampler's
     ``resume`` so the next iteration yields exactly the batches the interrupted run had not reached.
 
+    Why not torchdata's ``StatefulDataLoader``: its state is its own count of the batches it has
+    yielded, which runs ahead of the trainer whenever Lightning's data fetcher has fetched the next
+    batch (it does, to know whether the epoch ends). The position here comes from the trainer's
+    progress counter (``batches_done``), exact however far the loader has fetched; the token-budget
+    sampler restarts an epoch at any batch (``resume``) with no worker state to restore; and it spares
+    a dependency.
+
     Args:
         *args, **kwargs: ``DataLoader`` arguments; ``batch_sampler`` must have ``resume(epoch, n)``.
         batches_done: returns the batches of the current epoch already consumed (e.g. from the

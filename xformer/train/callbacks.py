@@ -150,6 +150,11 @@ class StopCheckpoint(L.Callback):
     (``metrics.json`` status ``"preempted"``, exit status 143). Other exceptions (a NaN loss, a
     crash) save nothing: the last periodic ``last.ckpt`` stays the resume point.
 
+    Why not Lightning's ``OnExceptionCheckpoint``: it saves on *every* exception, so a NaN loss
+    (:class:`NonFiniteLossGuard`) would replace the last good state with the broken one; it writes its
+    own file (``on_exception.ckpt``), which ``ckpt_path=last`` does not find; and it does not save when
+    ``fit`` ends normally.
+
     Args:
         dirpath: folder of ``last.ckpt`` (default: the first checkpoint callback's folder).
         filename: checkpoint file name.
