@@ -22,12 +22,12 @@ def main(cfg: DictConfig) -> float | None:
 
     from xformer.data.errors import DataError
     from xformer.model import ConfigError
-    from xformer.train.callbacks import NonFiniteLossError
-    from xformer.train.driver import run
+    from xformer.jobs.callbacks import NonFiniteLossError
+    from xformer.jobs.driver import run
 
     try:
         if cfg.get("sweep") and cfg.sweep.get("dry_run"):
-            from xformer.train.sweep import dry_run
+            from xformer.jobs.sweep import dry_run
 
             return dry_run(cfg)  # validate and print the job, no training
         return run(cfg)
@@ -39,12 +39,12 @@ def main(cfg: DictConfig) -> float | None:
             raise  # Hydra records the failed job and the sweep goes on
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1 if isinstance(err, NonFiniteLossError) else 2)
-    except SIGTERMException:  # preempted: last.ckpt was saved (xformer.train.callbacks.StopCheckpoint)
+    except SIGTERMException:  # preempted: last.ckpt was saved (xformer.jobs.callbacks.StopCheckpoint)
         sys.exit(143)
 
 
 if __name__ == "__main__":
-    from xformer.train.distributed import external_rank_argv
+    from xformer.jobs.distributed import external_rank_argv
 
     sys.argv = external_rank_argv(sys.argv)  # torchrun/srun ranks > 0: no Hydra output of their own
     main()

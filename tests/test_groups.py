@@ -13,9 +13,9 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from tests.conftest import REPO
-from xformer.train.driver import run as run_job
+from xformer.jobs.driver import run as run_job
 from xformer.train.module import TransformerLitModule
-from xformer.train.validate import build_model
+from xformer.jobs.validate import build_model
 
 CONF = str(REPO / "conf")
 GROUPS = {g: sorted(p.stem for p in (REPO / "conf" / "model" / g).glob("*.yaml"))

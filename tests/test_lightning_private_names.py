@@ -4,11 +4,11 @@ moves one of them, before a run does. The supported range is pinned in ``pyproje
 Where each name is used:
 
 * ``subprocess_script._hydra_subprocess_cmd``, ``._launch_process_observer``: replaced by
-  :mod:`xformer.train.distributed` so DDP child ranks of a Hydra ``-m`` job run that job only.
-* ``WandbLogger._experiment``: :mod:`xformer.train.wandb_run` tells a started run (rank 0) apart
+  :mod:`xformer.jobs.distributed` so DDP child ranks of a Hydra ``-m`` job run that job only.
+* ``WandbLogger._experiment``: :mod:`xformer.jobs.wandb_run` tells a started run (rank 0) apart
   without starting one.
-* ``ModelParallelStrategy._data_parallel_size``: ``trainer=fsdp`` (:func:`xformer.train.distributed.fsdp_strategy`).
-* training-epoch-loop and trainer internals: :mod:`xformer.train.steps` (validation and checkpoint
+* ``ModelParallelStrategy._data_parallel_size``: ``trainer=fsdp`` (:func:`xformer.jobs.distributed.fsdp_strategy`).
+* training-epoch-loop and trainer internals: :mod:`xformer.jobs.steps` (validation and checkpoint
   intervals counted in optimizer steps, consistent resume).
 * the CSV logger's writer ``metrics_keys`` / ``metrics_file_path``: ``refresh_csv_headers``.
 """

@@ -12,7 +12,7 @@ question about the sweep:
   ``trainer/global_step``, one line per value of each swept key (mean over seeds, min–max band):
   did the settings train differently, and had they converged?
 * **Objective by setting**: the objective's best value (the run summary kept by
-  :mod:`xformer.train.wandb_panels`) against each swept key, every seed a point, plus a bar per
+  :mod:`xformer.jobs.wandb_panels`) against each swept key, every seed a point, plus a bar per
   setting with the seeds' min–max range: which setting wins, and by more than the seed spread?
 * **Parallel coordinates**: the swept keys and the objective, one line per run, and W&B's parameter
   importance for the objective: which key matters?
@@ -37,7 +37,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xformer.train.wandb_panels import swept_keys, top_level_key
+from xformer.jobs.wandb_panels import swept_keys, top_level_key
 
 TASK_METRICS = ("val/bleu", "val/exact_match")
 
@@ -170,7 +170,7 @@ def specification(workspace, facts: SweepFacts) -> dict:
 
 
 def _can_publish() -> bool:
-    from xformer.train.wandb_run import wandb_has_api_key
+    from xformer.jobs.wandb_run import wandb_has_api_key
 
     return wandb_has_api_key() and os.environ.get("WANDB_MODE") not in ("offline", "disabled", "dryrun")
 

@@ -17,7 +17,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests.conftest import REPO
 from xformer.train.module import TransformerLitModule
-from xformer.train.validate import build_model
+from xformer.jobs.validate import build_model
 
 # operators whose result (or whose output shape) depends on tensor values: a device sync on a GPU
 SYNC_OPS = {"_local_scalar_dense", "nonzero", "masked_select", "is_nonzero", "equal", "unique",
@@ -172,7 +172,7 @@ def test_the_whole_fit_loop_reads_the_device_per_logging_interval_not_per_step(t
     per step (which would add at least 40)."""
     import lightning as L
 
-    from xformer.train.callbacks import NonFiniteLossGuard
+    from xformer.jobs.callbacks import NonFiniteLossGuard
 
     module, batch = _module(["data.n_long=2"], tmp_path)
 
@@ -194,7 +194,7 @@ def test_the_whole_fit_loop_reads_the_device_per_logging_interval_not_per_step(t
 def test_the_progress_bar_shows_the_loss_read_at_the_last_logging_step(tmp_path):
     import lightning as L
 
-    from xformer.train.console import RichBar
+    from xformer.jobs.console import RichBar
 
     module, batch = _module(["data.n_long=2"], tmp_path)
     bar = RichBar()

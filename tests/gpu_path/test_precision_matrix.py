@@ -19,9 +19,9 @@ from hydra.utils import instantiate
 
 from tests.conftest import REPO
 from xformer.model import ConfigError
-from xformer.train.driver import run as run_job
+from xformer.jobs.driver import run as run_job
 from xformer.train.module import TransformerLitModule
-from xformer.train.validate import build_model, check_config
+from xformer.jobs.validate import build_model, check_config
 
 PRECISIONS = ["32-true", "bf16-mixed", "16-mixed", "bf16-true"]
 KERNELS = {"fused": ["optim.optimizer.fused=true"],

@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf, open_dict
 
 from tests.conftest import REPO, SHARED_DATA
-from xformer.train.driver import run as run_job
+from xformer.jobs.driver import run as run_job
 
 EXPERIMENTS = sorted(str(p.relative_to(REPO / "conf" / "experiment").with_suffix(""))
                      for p in (REPO / "conf" / "experiment").rglob("*.yaml"))

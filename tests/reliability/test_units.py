@@ -11,8 +11,8 @@ import torch
 from omegaconf import OmegaConf
 
 from xformer.data.batching import RandomBatchSampler, ResumableDataLoader, TokenBudgetBatchSampler
-from xformer.train.callbacks import AtomicCheckpoints
-from xformer.train.checkpoint_io import AtomicCheckpointIO
+from xformer.jobs.callbacks import AtomicCheckpoints
+from xformer.jobs.checkpoint_io import AtomicCheckpointIO
 
 
 def _fail_midway(real_save):
@@ -109,7 +109,7 @@ def test_sweep_expansion_matches_the_basic_sweeper():
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from xformer.train.sweep_check import sweep_jobs
+    from xformer.jobs.sweep_check import sweep_jobs
 
     task = ["model.n_heads=2", "model.d_model=32,64", "seed=0,1,2", "+tags=[a,b]", "model.n_heads=2,4",
             "optim.lr=range(1,3)"]

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from xformer.train.wandb_run import wandb_has_api_key
+from xformer.jobs.wandb_run import wandb_has_api_key
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from tests.reliability.conftest import metrics, run_py, wandb_records
-from xformer.train.wandb_run import GROUP_MAX, NAME_MAX, TAG_MAX, fit_wandb_fields, shorten
+from xformer.jobs.wandb_run import GROUP_MAX, NAME_MAX, TAG_MAX, fit_wandb_fields, shorten
 
 T = ["data.n_train=500", "data.n_val=20", "data.n_test=10", "data.n_long=5", "model.d_model=32", "model.n_heads=2",
      "model.n_encoder_layers=1", "model.n_decoder_layers=1", "trainer.enable_progress_bar=false"]

@@ -8,7 +8,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import open_dict
 
 from tests.conftest import REPO
-from xformer.train import distributed
+from xformer.jobs import distributed
 
 
 @pytest.fixture

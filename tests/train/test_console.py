@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests.train.test_run import TINY, run
-from xformer.train.console import RichBar, epoch_label, single_log_lines
+from xformer.jobs.console import RichBar, epoch_label, single_log_lines
 
 
 @pytest.mark.parametrize("epoch,max_epochs,want", [(46, -1, "Epoch 46"), (0, -1, "Epoch 0"), (3, None, "Epoch 3"),

@@ -54,7 +54,7 @@ def test_check_objective_names_the_key_and_the_choices(metric):
     from omegaconf import OmegaConf
 
     from xformer.model import ConfigError
-    from xformer.train.validate import check_objective
+    from xformer.jobs.validate import check_objective
 
     with pytest.raises(ConfigError, match=f"^objective.metric={metric}: .*use one of val/loss, val/ppl, val/acc, "
                                           "val/exact_match, train/loss$"):
@@ -64,7 +64,7 @@ def test_check_objective_names_the_key_and_the_choices(metric):
 def test_valid_objectives_of_the_data_are_accepted():
     from omegaconf import OmegaConf
 
-    from xformer.train.validate import check_objective, objective_keys
+    from xformer.jobs.validate import check_objective, objective_keys
 
     assert objective_keys(["exact_match"]) == ["val/loss", "val/ppl", "val/acc", "val/exact_match", "train/loss"]
     for metric in objective_keys(["bleu"]):

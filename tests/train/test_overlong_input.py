@@ -132,7 +132,7 @@ def test_eval_mode_accepts_data_longer_than_the_checkpoint_and_train_mode_refuse
     from omegaconf import OmegaConf
 
     from xformer.model import ConfigError
-    from xformer.train.validate import check_with_data
+    from xformer.jobs.validate import check_with_data
 
     cls = EncoderDecoder if arch == "encoder_decoder" else DecoderOnly
     model = cls(24, 24, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, max_len=10, pe=Learned)

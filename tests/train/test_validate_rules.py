@@ -4,7 +4,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from xformer.model import ConfigError
-from xformer.train.validate import RULES, check_rules
+from xformer.jobs.validate import RULES, check_rules
 
 
 @pytest.mark.parametrize("key,value,message", [

@@ -117,7 +117,7 @@ def test_dashboard_of_a_folder_that_is_not_a_sweep_is_one_error_line(tmp_path):
 
 
 def test_swept_keys_come_from_comma_lists_sweep_functions_and_sweeper_params(tmp_path):
-    from xformer.train.wandb_panels import swept_keys, swept_values, top_level_key
+    from xformer.jobs.wandb_panels import swept_keys, swept_values, top_level_key
 
     (tmp_path / "multirun.yaml").write_text(textwrap.dedent("""\
         hydra:

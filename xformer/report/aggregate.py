@@ -1,6 +1,6 @@
 """Find the jobs of one or more sweeps, group them by the swept values and average over seeds.
 
-A *job* is any folder holding ``metrics.json`` (written by :func:`xformer.train.driver.run`) or
+A *job* is any folder holding ``metrics.json`` (written by :func:`xformer.jobs.driver.run`) or
 ``.hydra/overrides.yaml`` (a job that crashed before writing its summary). Folders are searched
 recursively, so DIR may be one job, one ``multirun/<date>/<time>`` sweep, or a parent of several.
 

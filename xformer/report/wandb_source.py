@@ -17,7 +17,7 @@ CURVE_KEYS = ("train/loss", "val/loss")
 
 def has_api_key() -> bool:
     """True when a W&B API key is available (the training driver's own check)."""
-    from xformer.train.wandb_run import wandb_has_api_key
+    from xformer.jobs.wandb_run import wandb_has_api_key
 
     return wandb_has_api_key()
 

@@ -90,7 +90,7 @@ class TransformerLitModule(L.LightningModule):
         self._window: tuple[int, float, Tensor] | None = None  # (step, host time, tokens) at window start
         self._rate: Tensor | None = None  # tokens/s of the last complete window (device tensor)
         self._tokens = torch.zeros((), dtype=torch.int64)  # on the training device once training starts
-        #: shown by the progress bar (:class:`xformer.train.console.RichBar`): the training loss of the
+        #: shown by the progress bar (:class:`xformer.jobs.console.RichBar`): the training loss of the
         #: last logging step, a host float read once per logging window
         self.progress_metrics: dict[str, float] = {}
         self._eval: dict[str, dict] = {}
@@ -206,7 +206,7 @@ class TransformerLitModule(L.LightningModule):
 
     def setup(self, stage: str) -> None:
         if self._trainer is not None:
-            from .distributed import refresh_csv_headers
+            from xformer.jobs.distributed import refresh_csv_headers
 
             refresh_csv_headers(self.trainer)  # ddp_spawn: the logger copies missed the ranks' columns
 

@@ -45,7 +45,7 @@ def load_checkpoint(path: str | Path):
         tok_file = Path(tmp) / "tokenizer.json"
         tok_file.write_text(meta["tokenizer"], encoding="utf-8")
         tokenizer = load_tokenizer(tok_file)
-    from .validate import build_model
+    from xformer.jobs.validate import build_model
 
     model = build_model(cfg, meta["src_vocab_size"], meta["tgt_vocab_size"], meta.get("pad_id", PAD_ID))
     from .module import uncompiled_state_dict

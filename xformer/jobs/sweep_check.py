@@ -4,7 +4,7 @@
 ``on_multirun_start`` -- after Hydra composed the sweep's base config, before the sweeper launches
 anything -- it expands the sweep into its jobs (:func:`sweep_jobs`), composes each job's config
 the way the launchers do (``ConfigLoader.load_sweep_config``) and runs
-:func:`xformer.train.validate.check_config` on it. If any job is invalid, it prints one line per
+:func:`xformer.jobs.validate.check_config` on it. If any job is invalid, it prints one line per
 invalid job (``error: sweep job 3 (model.n_heads=3 optim.lr=0.1): model.n_heads=3: ...``) and exits
 with status 2: nothing has been trained and no job folder exists. ``HYDRA_FULL_ERROR=1`` raises the
 first error with its stack trace instead.
@@ -75,7 +75,7 @@ def check_sweep(config: DictConfig) -> tuple[int, list[tuple[int, list[str], Bas
 
     from xformer.data.errors import DataError
     from xformer.model import ConfigError
-    from xformer.train.validate import check_config
+    from xformer.jobs.validate import check_config
 
     loader = GlobalHydra.instance().config_loader()
     jobs = sweep_jobs(config)

@@ -48,13 +48,13 @@ def _hydra_info() -> dict:
 def dry_run(cfg: DictConfig) -> None:
     """Validate ``cfg`` without reading data or training, and print the job's overrides.
 
-    Runs :func:`xformer.train.validate.check_config` (model built on the meta device, optimiser, loss,
+    Runs :func:`xformer.jobs.validate.check_config` (model built on the meta device, optimiser, loss,
     decoding, objective, checkpoint) and resolves the whole config.
 
     Raises:
         ConfigError: as ``check_config``; under ``-m`` the job is listed as failed in the summary.
     """
-    from xformer.train.validate import check_config
+    from xformer.jobs.validate import check_config
 
     OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
     check_config(cfg)
@@ -136,7 +136,7 @@ class SweepSummary(Callback):
     def on_job_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
         if job_return is None or str(config.hydra.mode) != "RunMode.MULTIRUN":
             return
-        from xformer.train.distributed import env_rank
+        from xformer.jobs.distributed import env_rank
 
         if env_rank() != 0:  # submitit/srun with several tasks per job: rank 0 reports
             return

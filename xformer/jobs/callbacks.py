@@ -12,7 +12,7 @@
   dropout masks are a function of the position in training, so a resumed run draws exactly the
   masks the uninterrupted run would have drawn (nothing else consumed before the first resumed
   batch -- model construction, loader start-up -- can shift them).
-* :class:`AtomicCheckpoints` -- installs :class:`~xformer.train.checkpoint_io.AtomicCheckpointIO`, so
+* :class:`AtomicCheckpoints` -- installs :class:`~xformer.jobs.checkpoint_io.AtomicCheckpointIO`, so
   checkpoints are written to a temporary file and renamed into place.
 
 The data side of exact resumption is :class:`xformer.data.batching.ResumableDataLoader` (the
@@ -213,7 +213,7 @@ class StepSeed(L.Callback):
 
 
 class AtomicCheckpoints(L.Callback):
-    """Install :class:`~xformer.train.checkpoint_io.AtomicCheckpointIO` on the trainer's strategy (at
+    """Install :class:`~xformer.jobs.checkpoint_io.AtomicCheckpointIO` on the trainer's strategy (at
     ``setup``, before anything is saved) unless a non-default ``CheckpointIO`` plugin is configured."""
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:

@@ -9,7 +9,7 @@ file is untouched; if anything fails the temporary file is removed and the error
 Remote paths (``s3://`` ...) are left to Lightning's own writer.
 
 The driver does not need to know about it: the ``atomic_checkpoints`` callback
-(:class:`xformer.train.callbacks.AtomicCheckpoints`, on by default in ``conf/callbacks/default.yaml``)
+(:class:`xformer.jobs.callbacks.AtomicCheckpoints`, on by default in ``conf/callbacks/default.yaml``)
 installs it on the trainer's strategy unless another ``CheckpointIO`` was configured.
 """
 

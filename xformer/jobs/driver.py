@@ -1,6 +1,6 @@
 """One job of ``run.py`` in three steps: :func:`build` (validate; data, model, LightningModule from
 ``cfg.module``, loggers, trainer), :func:`fit_and_test`, :func:`write_summary` (``metrics.json``);
-:func:`run` chains them and closes the W&B run (:mod:`xformer.train.wandb_run`).
+:func:`run` chains them and closes the W&B run (:mod:`xformer.jobs.wandb_run`).
 
 Layout of a job folder (Hydra's output dir, one per ``-m`` job)::
 
@@ -29,7 +29,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
 from .console import progress_bar, single_log_lines
-from .module import TransformerLitModule
+from xformer.train.module import TransformerLitModule
 from .steps import ConsistentResume, OptimizerStepIntervals
 from .resume import ResumableCSVLogger, checkpoint_step, own_checkpoint
 from .validate import build_model, check_config, check_with_data
@@ -56,7 +56,7 @@ def job_info() -> dict:
 
 def build_loggers(cfg: DictConfig, info: dict, out_dir: Path) -> list:
     """The configured loggers plus the always-on CSV logger (which keeps its history before the
-    checkpoint when the job resumes); W&B loggers come from :func:`xformer.train.wandb_run.wandb_logger`."""
+    checkpoint when the job resumes); W&B loggers come from :func:`xformer.jobs.wandb_run.wandb_logger`."""
     resumed = own_checkpoint(cfg, out_dir)  # resuming this job: keep its history before the checkpoint
     loggers: list = [ResumableCSVLogger(save_dir=str(out_dir), name="csv", version="",
                                         keep_before=checkpoint_step(resumed) if resumed else None)]

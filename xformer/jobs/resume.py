@@ -2,14 +2,14 @@
 
 A job resumes when it is started again with ``ckpt_path=last`` (or a checkpoint inside its folder)
 and the same ``hydra.run.dir``; Lightning restores weights, optimizer, LR scheduler, step counters
-and the data position from the checkpoint (see :mod:`xformer.train.callbacks` and
+and the data position from the checkpoint (see :mod:`xformer.jobs.callbacks` and
 :class:`xformer.data.batching.ResumableDataLoader`). This module handles the job folder's logs:
 
 * :class:`ResumableCSVLogger` keeps ``csv/metrics.csv`` rows logged before the checkpoint's step
   (Lightning's ``CSVLogger`` would delete the file) and drops the later ones, which the resumed run
   logs again -- so the history reads like one uninterrupted run.
 
-The job's W&B run continues too (:func:`xformer.train.wandb_run.wandb_resume_kwargs`).
+The job's W&B run continues too (:func:`xformer.jobs.wandb_run.wandb_resume_kwargs`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,16 @@
+"""Running jobs: everything around the training code that a run needs but a reader of the model and
+the LightningModule does not.
+
+* :mod:`.driver` -- one job of ``run.py``: build, fit and test, write ``metrics.json``.
+* :mod:`.validate` -- config and data checks before anything is built or read.
+* :mod:`.callbacks`, :mod:`.steps`, :mod:`.checkpoint_io`, :mod:`.resume` -- safe long runs: NaN
+  guard, SIGTERM and end-of-fit checkpoints, per-step seeds, atomic checkpoint files, intervals in
+  optimizer steps, exact resumption and its CSV history.
+* :mod:`.distributed`, :mod:`.sweep`, :mod:`.sweep_check` -- DDP/FSDP under Hydra sweeps, the sweep
+  summary, dry runs and sweep checks.
+* :mod:`.wandb_run`, :mod:`.wandb_panels` -- W&B naming, limits, resume, offline fallback, dashboards.
+* :mod:`.console` -- the progress bar and log lines.
+
+The training code itself (the LightningModule, the loss, the LR schedule) is :mod:`xformer.train`;
+the model and its decoding are :mod:`xformer.model`.
+"""
