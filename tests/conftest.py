@@ -21,5 +21,5 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 def shared_data() -> Path:
     """``../shared/data`` beside the checkout; skips the test when it is missing."""
     if not SHARED_DATA.is_dir():
-        pytest.skip(f"public data copies not found at {SHARED_DATA} (see README: Data)")
+        pytest.skip(f"public data copies not found at {SHARED_DATA} (see docs/running.md: Data)")
     return SHARED_DATA

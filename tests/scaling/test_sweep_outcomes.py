@@ -1,6 +1,6 @@
 """Issue 13, item 5: every sweep writes its summary. A dry run exits 0 (Optuna included, and its
 study stays out of the database); a sweep in which no job produced an objective value -- every job
-failed, or every Optuna trial was NaN -- names the failures and exits 1 (README: "Failing jobs")."""
+failed, or every Optuna trial was NaN -- names the failures and exits 1 (docs/scaling.md: "Failing jobs")."""
 
 from __future__ import annotations
 

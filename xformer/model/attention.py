@@ -185,7 +185,7 @@ def attention_with_dropout(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
 
     This is what SDPA itself computes on the CPU whenever ``dropout_p > 0`` (its fused CPU kernel
     takes no dropout, so it falls back to the same math), except that the dropout mask comes from
-    :func:`xformer.model.dropout.keep_mask`, about 2× cheaper than SDPA's ``bernoulli_``.
+    :func:`xformer.model.dropout.keep_mask`, cheaper than SDPA's ``bernoulli_``.
     :class:`MultiHeadAttention` uses it only for CPU training in eager mode.
 
     Args:
