@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from . import decoding
+from .decoding import ban, beam_search, greedy, greedy_lm, max_output_len
 from .attention import CausalAttention
 from .base import ConfigError, ModelBase
 from .layers import DecoderLayer, EncoderLayer, StackCache
@@ -86,10 +86,10 @@ class EncoderDecoder(ModelBase):
         """Greedy decoding (``beam_size=1``) or beam search with length penalty ``alpha`` from
         ``batch["src"]``, at most ``max_len_a · S + max_len_b`` tokens (and ``max_len``)."""
         src = batch["src"]
-        max_len = decoding.max_output_len(src.shape[1], max_len_a, max_len_b, self.max_len)
+        max_len = max_output_len(src.shape[1], max_len_a, max_len_b, self.max_len)
         if beam_size > 1:
-            return decoding.beam_search(self, src, bos_id, eos_id, pad_id, max_len, beam_size, alpha)
-        return decoding.greedy(self, src, bos_id, eos_id, pad_id, max_len)
+            return beam_search(self, src, bos_id, eos_id, pad_id, max_len, beam_size, alpha)
+        return greedy(self, src, bos_id, eos_id, pad_id, max_len)
 
     def check_data(self, dm) -> None:
         if dm.task == "lm":
@@ -160,10 +160,10 @@ class DecoderOnly(ModelBase):
         else:
             seq, plen = batch["tgt"], batch["prompt_len"]
             src_len = int(plen.max())
-        max_len = decoding.max_output_len(src_len, max_len_a, max_len_b, None)
+        max_len = max_output_len(src_len, max_len_a, max_len_b, None)
         if self.max_len:
             max_len = max(1, min(max_len, self.max_len - int(plen.max())))
-        return decoding.greedy_lm(self, seq, plen, eos_id, pad_id, max_len, bos=bos_id)
+        return greedy_lm(self, seq, plen, eos_id, pad_id, max_len, bos=bos_id)
 
     def check_data(self, dm) -> None:
         if dm.task != "lm" and dm.src_vocab_size != dm.tgt_vocab_size:
@@ -219,7 +219,7 @@ class EncoderOnly(ModelBase):
         so neither do predictions); the length limits and beam settings are not used."""
         if logits is None:
             logits, _ = self.logits_and_labels(batch, pad_id, eos_id)
-        pred = decoding.ban(logits, pad_id, bos_id, eos_id).argmax(-1)
+        pred = ban(logits, pad_id, bos_id, eos_id).argmax(-1)
         lens = (batch["src"] != pad_id).sum(1).tolist()
         return [pred[b, :lens[b]].tolist() for b in range(pred.shape[0])]
 
