@@ -55,6 +55,44 @@ def uncompiled_state_dict(state: dict) -> dict:
     return {k.replace("._orig_mod.", ".").removeprefix("_orig_mod."): v for k, v in state.items()}
 
 
+def corpus_metrics(rows: list[tuple[float, int, int]], texts: dict[int, tuple[str, str]],
+                   seq_metrics: list[str], prefix: str,
+                   suffix: str = "") -> tuple[dict[str, float], str | None]:
+    """The corpus values of one evaluated split, from each example once.
+
+    Args:
+        rows: per example ``(summed token NLL, non-padding tokens, correct tokens)``.
+        texts: example id -> ``(hypothesis, reference)`` for the decoded examples.
+        seq_metrics: which sequence metrics to compute (``"bleu"``, ``"exact_match"``).
+        prefix, suffix: key parts, e.g. ``"test"`` and ``"@long"`` give ``test/loss@long``.
+
+    Returns:
+        ``({"<prefix>/loss<suffix>": token NLL, "ppl", "acc", "bleu", "exact_match"}, BLEU signature)``:
+        loss and perplexity from the exactly rounded sum (``math.fsum``, independent of order and
+        world size), BLEU as sacrebleu's corpus BLEU (13a tokenisation, exp smoothing,
+        case-sensitive; signature ``None`` when not computed), exact match of stripped strings.
+    """
+    nll = math.fsum(r[0] for r in rows)
+    n = sum(r[1] for r in rows)
+    correct = sum(r[2] for r in rows)
+    out: dict[str, float] = {}
+    if n:
+        out[f"{prefix}/loss{suffix}"] = nll / n
+        out[f"{prefix}/ppl{suffix}"] = math.exp(min(nll / n, 50.0))
+        out[f"{prefix}/acc{suffix}"] = correct / n
+    hyps = [texts[i][0] for i in sorted(texts)]
+    refs = [texts[i][1] for i in sorted(texts)]
+    signature = None
+    if refs and "bleu" in seq_metrics:
+        bleu = BLEU()
+        out[f"{prefix}/bleu{suffix}"] = float(bleu.corpus_score(hyps, [refs]).score)
+        signature = str(bleu.get_signature())
+    if refs and "exact_match" in seq_metrics:
+        same = sum(h.strip() == r.strip() for h, r in zip(hyps, refs))
+        out[f"{prefix}/exact_match{suffix}"] = same / len(refs)
+    return out, signature
+
+
 class TransformerLitModule(L.LightningModule):
     """Train/evaluate any xformer ``model`` with label-smoothed cross-entropy and Adam + inverse-sqrt
     warm-up: an encoder–decoder translator, a decoder-only language model or an encoder-only tagger.
@@ -308,23 +346,8 @@ class TransformerLitModule(L.LightningModule):
                         getattr(self.model, "position_limit", None), ", ".join(map(str, cut[:20])),
                         " …" if len(cut) > 20 else "")
         rows, texts = self._gather_examples(acc)
-        nll = math.fsum(r[0] for r in rows)  # exactly rounded: independent of order and world size
-        n = sum(r[1] for r in rows)
-        correct = sum(r[2] for r in rows)
-        out: dict[str, float] = {}
-        if n:
-            out[f"{prefix}/loss{suffix}"] = nll / n
-            out[f"{prefix}/ppl{suffix}"] = math.exp(min(nll / n, 50.0))
-            out[f"{prefix}/acc{suffix}"] = correct / n
-        hyps = [texts[i][0] for i in sorted(texts)]
-        refs = [texts[i][1] for i in sorted(texts)]
-        if refs:
-            if "bleu" in self.seq_metrics:
-                bleu = BLEU()  # sacrebleu's defaults: 13a tokenisation, exp smoothing, case-sensitive
-                out[f"{prefix}/bleu{suffix}"] = float(bleu.corpus_score(hyps, [refs]).score)
-                self.bleu_signature = str(bleu.get_signature())
-            if "exact_match" in self.seq_metrics:
-                out[f"{prefix}/exact_match{suffix}"] = sum(h.strip() == r.strip() for h, r in zip(hyps, refs)) / len(refs)
+        out, signature = corpus_metrics(rows, texts, self.seq_metrics, prefix, suffix)
+        self.bleu_signature = signature or self.bleu_signature
         for key, val in out.items():
             # as a float64 CPU tensor: Lightning keeps float64 as it is (a Python float would become
             # float32), so callback metrics, checkpoint scores, test results, the CSV/W&B logs and
