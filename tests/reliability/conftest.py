@@ -16,11 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, TINY as BASE_TINY
 
-TINY = ["data.n_train=300", "data.n_val=40", "data.n_test=40", "data.n_long=10", "model.d_model=32",
-        "model.n_heads=2", "model.n_encoder_layers=1", "model.n_decoder_layers=1",
-        "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=1"]
+TINY = BASE_TINY
 # 12 training batches per epoch; 16 steps cross an epoch boundary; last.ckpt every 4 steps
 RESUMABLE = [*TINY, "data.tokens_per_batch=256", "trainer.max_steps=16", "trainer.val_check_interval=8",
              "callbacks.last_checkpoint.every_n_train_steps=4", "trainer.deterministic=true"]

@@ -8,14 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.conftest import REPO, TINY as BASE_TINY
 
 # a 2x32 Transformer on 300 number pairs; tokens_per_batch=72 gives odd batch counts for val (5) and
 # test@long (5), so 2-rank evaluation pads a duplicate batch that must not be counted twice
-TINY = ["data.n_train=300", "data.n_val=40", "data.n_test=40", "data.n_long=10", "data.tokens_per_batch=72",
-        "model.d_model=32", "model.n_heads=2", "model.n_encoder_layers=1", "model.n_decoder_layers=1",
-        "model.dropout=0.0", "trainer.max_steps=4", "trainer.val_check_interval=2",
-        "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=1"]
+TINY = [*BASE_TINY, "data.tokens_per_batch=72", "model.dropout=0.0", "trainer.max_steps=4",
+        "trainer.val_check_interval=2"]
 DDP_CPU = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"]
 
 

@@ -6,12 +6,9 @@ import subprocess
 import sys
 
 
-from tests.conftest import REPO
+from tests.conftest import REPO, TINY as BASE_TINY
 
-TINY = ["data.n_train=300", "data.n_val=40", "data.n_test=40", "data.n_long=10", "model.d_model=32",
-        "model.n_heads=2", "model.n_encoder_layers=1", "model.n_decoder_layers=1", "trainer.max_steps=6",
-        "trainer.val_check_interval=3", "trainer.enable_progress_bar=false",
-        "trainer.log_every_n_steps=1"]
+TINY = [*BASE_TINY, "trainer.max_steps=6", "trainer.val_check_interval=3"]
 
 
 def run(args, tmp_path, timeout=240, env_extra=None):
