@@ -110,6 +110,8 @@ RULES: dict[str, Rule] = {
     "decode.alpha": _float(0.0), "decode.max_len_a": _float(0.0), "decode.max_len_b": _float(0.0),
     "callbacks.last_checkpoint.every_n_train_steps": _int(1, nullable=True),
     "callbacks.model_checkpoint.every_n_train_steps": _int(1, nullable=True),
+    "callbacks.nan_guard.check_every_n_steps": _int(1, nullable=True),
+    "callbacks.wandb_panels.n_samples": _int(0),
 }
 _ABSENT = object()
 
