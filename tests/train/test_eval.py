@@ -69,3 +69,21 @@ def test_unknown_xformer_command_says_so(capsys):
 
     assert main(["frobnicate"]) == 2
     assert "error: unknown command 'frobnicate'" in capsys.readouterr().err
+
+
+def test_translate_refuses_a_decoder_only_checkpoint_in_one_line(tmp_path, capsys, monkeypatch):
+    import io
+
+    from omegaconf import OmegaConf
+
+    from xformer.cli import main
+    from xformer.model import DecoderOnly
+    from xformer.train import translate
+
+    model = DecoderOnly(src_vocab_size=20, tgt_vocab_size=20, d_model=8, n_heads=2, n_decoder_layers=1)
+    cfg = OmegaConf.create({"decode": {"beam_size": 1, "alpha": 0.6, "max_len_a": 1.0, "max_len_b": 2}})
+    monkeypatch.setattr(translate, "load_checkpoint", lambda path: (model, None, cfg))
+    monkeypatch.setattr("sys.stdin", io.StringIO("hello\n"))
+    assert main(["translate", "--ckpt", "lm.ckpt"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "encoder_decoder" in err[0] and "DecoderOnly" in err[0], err

@@ -71,7 +71,8 @@ def translate(model, tokenizer, lines: list[str], beam_size: int = 1, alpha: flo
         ValueError: if ``model`` is not an encoder–decoder.
     """
     if not isinstance(model, EncoderDecoder):
-        raise ValueError("translate needs an encoder_decoder checkpoint")
+        raise ValueError(f"translate needs an encoder_decoder checkpoint (model/arch=encoder_decoder); this one "
+                         f"is {type(model).__name__}")
     limit = getattr(model, "position_limit", None)
     encoded = []
     for n, line in enumerate(lines, start=1):
@@ -123,9 +124,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     dec = cfg.decode
     lines = [line.rstrip("\n") for line in sys.stdin]
-    for hyp in translate(model, tokenizer, lines, beam_size=args.beam or dec.beam_size,
+    try:  # translate() returns a list: nothing is printed before a refusal (e.g. a decoder-only model)
+        hyps = translate(model, tokenizer, lines, beam_size=args.beam or dec.beam_size,
                          alpha=dec.alpha if args.alpha is None else args.alpha,
                          max_len_a=dec.max_len_a, max_len_b=dec.max_len_b,
-                         warn=lambda msg: print(f"warning: {msg}", file=sys.stderr)):
+                         warn=lambda msg: print(f"warning: {msg}", file=sys.stderr))
+    except ValueError as err:
+        print(f"error: --ckpt {args.ckpt}: {err}", file=sys.stderr)
+        return 2
+    for hyp in hyps:
         print(" ".join(hyp.splitlines()))  # one output line per input line, even if a line break was generated
     return 0
