@@ -48,8 +48,13 @@ def step_flops(model: torch.nn.Module, cfg: BenchConfig) -> float:
     return (6 * n + 12 * g["n_layers"] * g["n_heads"] * q * t) * cfg.gpt2_batch * t
 
 
-def run(cfg: BenchConfig) -> dict:
-    """Measure the GPT-2-small row; returns the ``gpt2`` section of ``bench.json``."""
+def run(cfg: BenchConfig, mfu_section: dict | None = None) -> dict:
+    """Measure the GPT-2-small row; returns the ``gpt2`` section of ``bench.json``.
+
+    Args:
+        mfu_section: row 7's result in the same run; its measured matmul peak is reused (the same
+            device, dtype and size), else the peak is measured here.
+    """
     dev = cfg.device
     cuda = torch.device(dev).type == "cuda"
     torch.manual_seed(cfg.seed)
@@ -73,7 +78,10 @@ def run(cfg: BenchConfig) -> dict:
     ts = interleaved({"step": step}, warmup, cfg.repeats, dev)["step"]
     step_s = median(ts)
     dtype = torch.bfloat16 if cuda else torch.float32
-    peak = matmul_peak_flops(dev, cfg.mfu_matmul_n, dtype=dtype)
+    if mfu_section and mfu_section.get("status") == "ok":
+        peak = mfu_section["peak_tflops"] * 1e12
+    else:
+        peak = matmul_peak_flops(dev, cfg.mfu_matmul_n, dtype=dtype)
     tokens = cfg.gpt2_batch * cfg.gpt2_seq_len
     return {"status": "ok",
             "config": {**cfg.gpt2, "seq_len": cfg.gpt2_seq_len, "batch": cfg.gpt2_batch,

@@ -48,6 +48,10 @@ def top_level_key(override_key: str) -> str:
 def swept_keys(sweep_dir: str | Path | None) -> list[str]:
     """Keys that vary across the jobs of the sweep in ``sweep_dir`` (empty for a single run).
 
+    Read from what the sweep *asked for*, not from the jobs' results as
+    :func:`xformer.report.aggregate.swept_keys` does: a running job cannot see its siblings, and the
+    dashboard must name exactly the keys the runs stored in their configs.
+
     Reads ``multirun.yaml``: command-line overrides whose value is a comma list or a sweep function,
     and the keys of ``hydra.sweeper.params`` (claim configs put their axes there). ``seed`` counts as
     swept when it varies (the dashboard groups over it rather than by it).
