@@ -8,9 +8,12 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO
 
 
+@pytest.mark.slow  # 4 processes; the GPU script's smoke test (make test-slow)
 def test_multiprocess_check_passes_on_the_cpu(tmp_path):
     res = subprocess.run([sys.executable, str(REPO / "benchmarks" / "multiprocess_check.py"), "--accelerator", "cpu",
                           "--out", str(tmp_path / "mp")], capture_output=True, text=True, timeout=600)
