@@ -13,6 +13,8 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
+import xformer  # noqa: F401  (registers ${xformer.run_id:}, the run folder's suffix)
+
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
