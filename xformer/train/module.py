@@ -129,7 +129,7 @@ class TransformerLitModule(L.LightningModule):
         self._window: tuple[int, float, Tensor] | None = None  # (step, host time, tokens) at window start
         self._rate: Tensor | None = None  # tokens/s of the last complete window (device tensor)
         self._tokens = torch.zeros((), dtype=torch.int64)  # on the training device once training starts
-        #: the current optimizer step's (summed token loss, target tokens, micro-batches) so far, and
+        #: the current optimizer step's (summed token loss, target tokens, micro-batches, all tokens) so far, and
         #: the normaliser its micro-batches' losses are divided by (see :meth:`training_step`)
         self._step_window: Tensor | None = None
         self._step_norm: Tensor | None = None
@@ -156,12 +156,21 @@ class TransformerLitModule(L.LightningModule):
                                label_smoothing=smoothing)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["xformer"] = {**self.checkpoint_meta, "tokens_seen": self.tokens_seen}
+        tokens = self.tokens_seen
+        if self._step_window is not None:
+            # saved inside an accumulation window (SIGTERM): the weights hold no update from the
+            # window's micro-batches, which the resumed run trains again -- count them then, not twice
+            tokens -= int(self._step_window[3])
+        checkpoint["xformer"] = {**self.checkpoint_meta, "tokens_seen": tokens}
+        if self._step_norm is not None:  # the loss normaliser, so a resumed run rounds as this one does
+            checkpoint["xformer"]["step_norm"] = float(self._step_norm)
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         if "state_dict" in checkpoint:  # written by a run whose model was wrapped by torch.compile
             checkpoint["state_dict"] = uncompiled_state_dict(checkpoint["state_dict"])
         self.tokens_seen = int(checkpoint.get("xformer", {}).get("tokens_seen", 0))
+        norm = checkpoint.get("xformer", {}).get("step_norm")
+        self._step_norm = None if norm is None else torch.tensor(float(norm), dtype=torch.float64)
 
     # -- training -----------------------------------------------------------------------------
     @property
@@ -214,10 +223,11 @@ class TransformerLitModule(L.LightningModule):
                 norm = self.trainer.strategy.reduce(norm, reduce_op="mean")
             self._step_norm = norm
         if self._step_window is None:
-            self._step_window = torch.zeros(3, dtype=torch.float64, device=loss_sum.device)
+            self._step_window = torch.zeros(4, dtype=torch.float64, device=loss_sum.device)
         self._step_window += torch.stack((loss_sum.detach().double(), n_tgt.double(),
-                                          torch.ones((), dtype=torch.float64, device=loss_sum.device)))
-        return loss_sum / self._step_norm
+                                          torch.ones((), dtype=torch.float64, device=loss_sum.device),
+                                          n_tok.double()))
+        return loss_sum / self._step_norm.to(loss_sum.dtype)
 
     def on_before_optimizer_step(self, optimizer) -> None:
         """Turn the accumulated gradient into that of the step's token mean over all micro-batches and
@@ -243,7 +253,9 @@ class TransformerLitModule(L.LightningModule):
                     g.mul_(factor.to(g.device))
         self._step_loss = loss_sum / n_tgt  # float64
         self.log("train/loss", self._step_loss)
-        self._step_norm = (n_tgt / micro).to(self._step_norm.dtype)  # next step's normaliser (same on all ranks)
+        # next step's normaliser, the same on all ranks; a float32 value, so that dividing by it in
+        # float32 or float64 and the factor above use the very same number
+        self._step_norm = (n_tgt / micro).float().double()
         self._step_window = None
 
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
@@ -271,7 +283,9 @@ class TransformerLitModule(L.LightningModule):
 
     def on_train_start(self) -> None:
         self._window, self._rate = None, None
-        self._step_window, self._step_norm = None, None
+        self._step_window = None
+        if self._step_norm is not None:
+            self._step_norm = self._step_norm.to(self.device)
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
         """Clip gradients (``trainer.gradient_clip_val``, norm or value), also with a fused optimizer
