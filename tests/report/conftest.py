@@ -33,10 +33,11 @@ def _parse(value: str):
 
 
 def write_job(root: Path, num: int, overrides: list[str], metrics: dict | None = None, status: str = "finished",
-              params: dict | None = None, curve: list[tuple[int, float, float]] | None = None) -> Path:
+              params: dict | None = None, curve: list[tuple[int, float, float]] | None = None,
+              summary_extra: dict | None = None) -> Path:
     """Write job folder ``root/num`` with ``.hydra/overrides.yaml``, ``metrics.json`` (unless ``status`` is
-    ``None``: a job that crashed before writing one) and, given ``curve`` rows (step, train loss, val loss),
-    ``csv/metrics.csv``."""
+    ``None``: a job that crashed before writing one; ``summary_extra`` is merged into it, e.g. ``error``
+    or ``diverged``) and, given ``curve`` rows (step, train loss, val loss), ``csv/metrics.csv``."""
     job = root / str(num)
     (job / ".hydra").mkdir(parents=True)
     (job / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
@@ -61,6 +62,7 @@ def write_job(root: Path, num: int, overrides: list[str], metrics: dict | None =
             "objective": {"metric": "val/loss", "value": (metrics or {}).get("val/loss")},
             "wall_time_s": 1.0, "global_step": 100, "tokens_seen": 1000,
             "params": {**PARAMS, "total": sum(PARAMS.values())} if params is None else params,
+            **(summary_extra or {}),
         }
         (job / "metrics.json").write_text(json.dumps(summary))
     if curve:

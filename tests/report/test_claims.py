@@ -189,6 +189,26 @@ def test_c4_post_ln_needs_warmup_pre_ln_does_not(tmp_path):
     assert v.status == SUPPORTED, v.block()
 
 
+def test_c4_post_ln_runs_recorded_as_diverged_are_counted_not_dropped(tmp_path):
+    """Post-LN without warm-up diverged in every seed (status "diverged", no final metrics): the setting
+    is still on the claim's axis and its divergence is the evidence (was: "does not cover the axis")."""
+    cells = {("post", 4000): [34.0, 34.1, 34.05], ("pre", 0): [34.0, 34.2, 34.1], ("pre", 4000): [34.1, 34.1, 34.0]}
+    num = 0
+    for (norm, warm), vals in cells.items():
+        for seed, b in enumerate(vals, start=1):
+            write_job(tmp_path, num, [f"model/norm={norm}", f"optim.warmup_steps={warm}", f"seed={seed}"],
+                      {"test/bleu": b}, curve=flat_curve(1.0))
+            num += 1
+    for seed in (1, 2, 3):
+        write_job(tmp_path, num, ["model/norm=post", "optim.warmup_steps=0", f"seed={seed}"], {}, status="diverged",
+                  summary_extra={"diverged": {"step": 10 * seed, "reason": "non-finite train/loss"}})
+        num += 1
+    v = only(tmp_path, "C4")
+    assert "does not cover" not in v.reason, v.block()
+    assert v.status == SUPPORTED, v.block()
+    assert any("post@0: 3" in e for e in v.evidence), v.block()
+
+
 def _pe_sweep(root, table):
     """``table = {pe: (loss@2x per seed, loss@4x per seed)}``; loss@1x is 0.1 everywhere."""
     num = 0

@@ -448,7 +448,7 @@ def c2_ffn_share(sweep: Sweep, opts: Options) -> list[Verdict]:
     rows = [(g, block_share(g)) for g in sweep.groups if g.params.get("ffn") and g.params.get("attention")]
     if not rows:
         return [_verdict("C2", INCONCLUSIVE, "no parameter counts in metrics.json", "n/a")]
-    base = [(g, s) for g, s in rows if s is not None and is_base_shape(g.config(), (g.jobs or g.failed)[0].choices)]
+    base = [(g, s) for g, s in rows if s is not None and is_base_shape(g.config(), (g.jobs or g.diverged or g.failed)[0].choices)]
     measured = "; ".join(f"{g.label()}: {s:.3f}" if s is not None else f"{g.label()}: n/a" for g, s in rows)
     measured = "FFN share of block: " + measured
     if not base:
@@ -481,7 +481,7 @@ def layer_counts(cfg: dict, choices: dict | None = None) -> tuple[int, int] | No
 
 def block_share(g: Group) -> float | None:
     """FFN parameters per FFN layer / (that + attention parameters per attention sub-layer)."""
-    job = (g.jobs or g.failed)[0]
+    job = (g.jobs or g.diverged or g.failed)[0]
     counts = layer_counts(g.config(), job.choices)
     if counts is None:
         return None
@@ -550,8 +550,9 @@ def c3_heads(sweep: Sweep, opts: Options) -> list[Verdict]:
 
 
 def diverged(g: Group, metric: str) -> int:
-    """Finished runs of ``g`` whose ``metric`` or ``val/loss`` is non-finite."""
-    n = 0
+    """Runs of ``g`` that diverged: recorded as diverged (``Group.diverged``), or finished with a
+    non-finite ``metric`` or ``val/loss``."""
+    n = len(g.diverged)
     for j in g.jobs:
         vals = [j.metrics.get(metric), j.metrics.get("val/loss")]
         n += any(v is not None and not math.isfinite(v) for v in vals)
