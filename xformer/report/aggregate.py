@@ -57,7 +57,7 @@ class Job:
         choices: Hydra group choices, e.g. ``{"model/pe": "rope"}``.
         metrics: final flat metrics (``val/loss``, ``test/bleu``, ``test/exact_match@2x`` ...).
         params: parameter counts by role (``total``, ``attention``, ``ffn`` ...).
-        wall_time_s, global_step: from metrics.json when present.
+        wall_time_s, global_step, tokens_seen: from metrics.json when present.
         curves: ``{metric: (steps, values)}`` when already loaded (W&B); files are read lazily.
     """
 
@@ -73,6 +73,7 @@ class Job:
     curves: dict[str, tuple[list[float], list[float]]] | None = None
     diverged_step: int | None = None
     error: str = ""
+    tokens_seen: int | None = None
 
     @property
     def finished(self) -> bool:
@@ -225,7 +226,8 @@ def load_job(path: Path) -> Job:
     return Job(path=path, status=status, overrides=overrides, config=config if isinstance(config, dict) else {},
                choices={str(k): v for k, v in choices.items()}, metrics=metrics, params=params,
                wall_time_s=summary.get("wall_time_s"), global_step=summary.get("global_step"),
-               diverged_step=int(div_step) if _is_number(div_step) else None, error=error)
+               diverged_step=int(div_step) if _is_number(div_step) else None, error=error,
+               tokens_seen=int(summary["tokens_seen"]) if _is_number(summary.get("tokens_seen")) else None)
 
 
 def _is_number(v: Any) -> bool:
