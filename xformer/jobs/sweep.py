@@ -89,6 +89,10 @@ def job_record(config: DictConfig, job_return: Any) -> dict:
         rec["objective"]["value"] = _float_or_none(job_return._return_value)
         if OmegaConf.select(config, "sweep.dry_run"):
             rec["status"] = "validated"
+    from .sweep_resume import DECISIONS
+
+    if rec["num"] in DECISIONS:  # skipped (finished earlier), resumed (from last.ckpt) or new
+        rec["resume"] = DECISIONS.pop(rec["num"])
     metrics_file = out_dir / "metrics.json"
     if metrics_file.is_file():
         try:
@@ -240,6 +244,8 @@ def format_summary(summary: dict) -> str:
         value = j["objective"]["value"]
         shown = f"{value:.4g}" if isinstance(value, (int, float)) else ("-" if value is None else str(value))
         extra = f"  [{j['error']}]" if j.get("error") else ""
+        if j.get("resume") in ("skipped", "resumed"):
+            extra += "  (finished earlier, skipped)" if j["resume"] == "skipped" else "  (resumed from last.ckpt)"
         lines.append(f"  {j['num']:>3}  {j['status']:<9}  {shown:>12}  {' '.join(o for o in j['overrides'] if o not in common)}{extra}")
     if summary.get("error"):
         lines.append(f"error: {summary['error']}")
