@@ -14,7 +14,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from tests.conftest import REPO
+from tests.conftest import REPO, TINY
 from tests.reliability.conftest import RESUMABLE, metrics, quality, run_py, start_py, wait_for
 from xformer.jobs.sweep_resume import Plan, config_diff, plan_job
 from xformer.model import ConfigError
@@ -143,3 +143,29 @@ def test_sigkilled_sweep_continues_where_it_stopped_and_matches_uninterrupted(tm
         assert got["tokens_seen"] == want["tokens_seen"], n
     assert metrics(sweep / "2")["job"]["wandb"]["id"] == wandb_id  # the same W&B run continues
     assert [j["objective"]["value"] for j in s["jobs"]] == [j["objective"]["value"] for j in _summary(ref)["jobs"]]
+
+
+@pytest.mark.slow
+def test_optuna_resumed_into_the_same_sweep_dir_adds_trial_folders(tmp_path):
+    """Optuna resumes its study from SQLite; run twice into one sweep dir, the second invocation's
+    trials go to folders 2 and 3 (folder n = trial n), none is written over, and the summary lists
+    all four. ~60 s."""
+    import optuna
+
+    db, sweep = tmp_path / "study.db", tmp_path / "sweep"
+    args = [*TINY, "trainer.max_steps=1", "trainer.val_check_interval=1", "logger=none",
+            "hparams_search=optuna", "hydra.sweeper.params=null", "hydra.sweeper.n_trials=2",
+            "hydra.sweeper.study_name=t", f"hydra.sweeper.storage=sqlite:///{db}",
+            "optim.lr=choice(0.001,0.002,0.003,0.004)", f"hydra.sweep.dir={sweep}", "-m"]
+    res = run_py(args, tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    first = {n: (sweep / n / "metrics.json").read_text() for n in ("0", "1")}
+    res = run_py(args, tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    trials = optuna.load_study(study_name="t", storage=f"sqlite:///{db}").trials
+    assert [t.number for t in trials] == [0, 1, 2, 3]
+    assert sorted(p.name for p in sweep.iterdir() if p.name.isdigit()) == ["0", "1", "2", "3"]
+    assert {n: (sweep / n / "metrics.json").read_text() for n in ("0", "1")} == first
+    for t in trials:
+        assert metrics(sweep / str(t.number))["config"]["optim"]["lr"] == t.params["optim.lr"]
+    assert [j["num"] for j in _summary(sweep)["jobs"]] == [0, 1, 2, 3]
