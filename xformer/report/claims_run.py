@@ -239,8 +239,9 @@ def write_run_md(s: ClaimSweep, out: Path, extra: list[str]) -> Path:
         f"    {shlex.join(s.command(extra))}      # sweep folder {s.sweep_dir}",
         f"    xformer report {s.sweep_dir} --out {out}", "",
         f"Jobs: {len(jobs)} ({finished} finished), {launcher}.",
-        f"Wall time of the sweep: {total:.0f} s ({total / 60:.1f} min) over {len(runs)} invocation(s)"
-        + (": " + ", ".join(f"{r['wall_s']:.0f} s" for r in runs) if len(runs) > 1 else "")
+        (f"Wall time of the sweep: {total:.0f} s ({total / 60:.1f} min) over {len(runs)} invocation(s)"
+         + (": " + ", ".join(f"{r['wall_s']:.0f} s" for r in runs) if len(runs) > 1 else "") if runs else
+         "Wall time of the sweep: not recorded (it was not run by `xformer claims run`)")
         + f"; the jobs' own wall times add up to {job_time:.0f} s ({job_time / 60:.1f} min).",
         f"Machine: {platform.node() or 'unknown'}, {os.cpu_count()} CPUs, {platform.platform()}; "
         f"commit {_commit()}. Per-job data: `jobs.csv`.", "",
