@@ -141,15 +141,16 @@ def report_rows(name: str, results: Path = RESULTS) -> list[Row]:
             items = _from_table(text) or _from_bullets(text)
         rows = []
         for it in items:
+            found = re.search(r"\bC\d+\b", str(it["claim"]))  # "C1", "**C1**", "C1: FFN ratio" -> C1
+            cid = found.group(0) if found else str(it["claim"]).strip("* ")
             verdict = str(it["verdict"])
             if not verdict.startswith("**"):
                 word, _, rest = verdict.partition(":")
                 verdict = f"**{word.strip()}**" + (f": {rest.strip()}" if rest.strip() else "")
             if it.get("reason") and it["reason"] not in verdict:
                 verdict += f": {it['reason']}"
-            rows.append(Row(str(it["claim"]).strip("* "), name, verdict, it.get("budget") or "—",
-                            it.get("key") or "—", it.get("relative") or "—",
-                            it.get("published") or _published(str(it["claim"]).strip("* ")), rel))
+            rows.append(Row(cid, name, verdict, it.get("budget") or "—", it.get("key") or "—",
+                            it.get("relative") or "—", it.get("published") or _published(cid), rel))
         if rows:
             return rows
     note = " (the report there has no run.md: not counted)" if report.is_file() else ""
