@@ -169,3 +169,18 @@ def test_optuna_resumed_into_the_same_sweep_dir_adds_trial_folders(tmp_path):
     for t in trials:
         assert metrics(sweep / str(t.number))["config"]["optim"]["lr"] == t.params["optim.lr"]
     assert [j["num"] for j in _summary(sweep)["jobs"]] == [0, 1, 2, 3]
+
+
+def test_job_start_applies_omp_num_threads_to_torch(monkeypatch):
+    """A reused launcher worker (joblib_cpu sets OMP_NUM_THREADS=1 per job) gets torch's intra-op
+    pool set from the variable when the job starts, whatever it was before."""
+    from xformer.jobs.sweep_resume import prepare_job
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")
+        assert prepare_job(_compose([])) is None  # outside a multirun: no plan
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
