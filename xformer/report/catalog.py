@@ -236,7 +236,8 @@ def claims_markdown() -> str:
            "(`xformer.report.claims.<name>`) and its results (`docs/results/<name>/`).", "",
            "Run a claim's CPU form with `XFORMER_DATA=/path/to/data python run.py experiment=claims/<name> -m`, "
            "its GPU form with `... scale=gpu -m`, and read the verdict with "
-           "`xformer report multirun/claims/<name>/<date_time>`.", "",
+           "`xformer report multirun/claims/<name>/cpu`; or all of it in one resumable command: "
+           "`xformer claims run [<name> ...]`.", "",
            "## Rule common to every claim", "", COMMON_RULE, ""]
     for c in CLAIMS.values():
         out += [f"## {c.cid}: {c.statement}", "",
