@@ -96,7 +96,8 @@ RULES: dict[str, Rule] = {
     "model.tie_embeddings": _BOOL, "model.attn_scale": _BOOL,
     "loss.label_smoothing": _float(0.0, 1.0),
     "optim.lr": _float(0.0, lo_open=True),
-    "optim.warmup_steps": _int(0), "optim.decay_from": _int(1, nullable=True),
+    "optim.warmup_steps": _int(0), "optim.scheduler.decay_from": _int(1, nullable=True),
+    "optim.weight_decay": _float(0.0), "optim.scheduler.total_steps": _int(1),
     "trainer.max_steps": _int(-1), "trainer.accumulate_grad_batches": _int(1),
     "trainer.log_every_n_steps": _int(1), "trainer.num_nodes": _int(1),
     "trainer.gradient_clip_val": _float(0.0, nullable=True),
@@ -183,6 +184,9 @@ def _check_trainer(cfg: DictConfig) -> None:
     if opt.get("fused") and opt.get("foreach"):
         raise ConfigError("optim.optimizer.fused=true and optim.optimizer.foreach=true: torch allows one "
                           "kernel. Fix: keep fused=true (fastest) or set fused=false with foreach=true")
+    from xformer.train.schedules import check_scheduler_node
+
+    check_scheduler_node(OmegaConf.select(cfg, "optim.scheduler", default=None))
     compile_opts = OmegaConf.select(cfg, "trainer.compile", default=False)
     if not isinstance(compile_opts, (bool, DictConfig)) and compile_opts is not None:
         raise ConfigError(f"trainer.compile={compile_opts}: expected true, false or torch.compile keyword "

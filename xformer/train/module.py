@@ -99,7 +99,8 @@ class TransformerLitModule(L.LightningModule):
 
     Args:
         model: a :class:`xformer.model.ModelBase` (its task glue gives logits, labels and outputs).
-        optimizer: factory ``params -> torch.optim.Optimizer`` (Hydra ``_partial_``).
+        optimizer: factory ``params -> torch.optim.Optimizer`` (Hydra ``_partial_``), or a
+            :class:`xformer.train.optim.DecayGroups`, called with the model (``optim=adamw``).
         lr_lambda: factory ``step -> multiplier`` (the schedule, applied every optimizer step).
         label_smoothing: ε_ls of Szegedy et al. 2016 (Vaswani et al. §5.4 use 0.1).
         pad_id, bos_id, eos_id: special ids of the data.
@@ -274,7 +275,12 @@ class TransformerLitModule(L.LightningModule):
         fully_shard(self.model, mesh=mesh)
 
     def configure_optimizers(self):
-        opt = self.optimizer_factory(self.parameters())
+        from xformer.train.optim import DecayGroups
+
+        if isinstance(self.optimizer_factory, DecayGroups):  # weight decay by parameter group
+            opt = self.optimizer_factory(self.model)
+        else:
+            opt = self.optimizer_factory(self.parameters())
         sched = torch.optim.lr_scheduler.LambdaLR(opt, self.lr_lambda)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
