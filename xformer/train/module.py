@@ -37,7 +37,6 @@ import time
 from typing import Callable
 
 import lightning as L
-from sacrebleu.metrics import BLEU
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -84,6 +83,8 @@ def corpus_metrics(rows: list[tuple[float, int, int]], texts: dict[int, tuple[st
     refs = [texts[i][1] for i in sorted(texts)]
     signature = None
     if refs and "bleu" in seq_metrics:
+        from sacrebleu.metrics import BLEU  # imported when used: a language model never needs it
+
         bleu = BLEU()
         out[f"{prefix}/bleu{suffix}"] = float(bleu.corpus_score(hyps, [refs]).score)
         signature = str(bleu.get_signature())
