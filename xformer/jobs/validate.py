@@ -127,6 +127,9 @@ def check_rules(cfg: DictConfig) -> None:
         value = OmegaConf.select(cfg, key, default=_ABSENT)
         if value is not _ABSENT:
             rule.check(key, value)
+    from xformer.train.schedules import check_scheduler_node
+
+    check_scheduler_node(OmegaConf.select(cfg, "optim.scheduler", default=None))  # no stale or unknown key
 
 
 def _check_data(cfg: DictConfig):
@@ -184,9 +187,6 @@ def _check_trainer(cfg: DictConfig) -> None:
     if opt.get("fused") and opt.get("foreach"):
         raise ConfigError("optim.optimizer.fused=true and optim.optimizer.foreach=true: torch allows one "
                           "kernel. Fix: keep fused=true (fastest) or set fused=false with foreach=true")
-    from xformer.train.schedules import check_scheduler_node
-
-    check_scheduler_node(OmegaConf.select(cfg, "optim.scheduler", default=None))
     compile_opts = OmegaConf.select(cfg, "trainer.compile", default=False)
     if not isinstance(compile_opts, (bool, DictConfig)) and compile_opts is not None:
         raise ConfigError(f"trainer.compile={compile_opts}: expected true, false or torch.compile keyword "
