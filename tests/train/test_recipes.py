@@ -283,3 +283,28 @@ def test_preset_is_nanogpts_cpu_recipe():
     assert (t.max_steps, o.scheduler.total_steps, t.val_check_interval, t.gradient_clip_val) == (2000, 2000, 250, 1.0)
     assert cfg.loss.label_smoothing == 0.0 and cfg.model.init._target_.endswith("GPT2")
     check_rules(cfg)
+
+
+def test_preset_model_computes_nanogpts_function():
+    """The preset's model with weights copied into a plain-PyTorch nanoGPT (xformer.bench.nanogpt.PlainGPT,
+    written after nanoGPT's model.py) gives the same logits: same architecture, not only the same size."""
+    from xformer.bench.nanogpt import PlainGPT
+
+    cfg = _compose(["experiment=shakespeare_char_cpu"])
+    torch.manual_seed(0)
+    ours = instantiate(cfg.model, src_vocab_size=65, tgt_vocab_size=65, pad_id=-100).eval()
+    ref = PlainGPT(65, 64, 128, 4, 4).eval()
+    with torch.no_grad():
+        ref.wte.weight.copy_(ours.tgt_embed.weight)
+        ref.wpe.weight.copy_(ours.decoder.pe.weight)
+        for blk, layer in zip(ref.blocks, ours.decoder.layers):
+            blk.ln_1.weight.copy_(layer.res_attn.norm.weight)
+            blk.ln_2.weight.copy_(layer.res_ffn.norm.weight)
+            blk.c_attn.weight.copy_(layer.self_attn.in_proj.weight)
+            blk.attn_proj.weight.copy_(layer.self_attn.out_proj.weight)
+            blk.c_fc.weight.copy_(layer.ffn.linear1.weight)
+            blk.mlp_proj.weight.copy_(layer.ffn.linear2.weight)
+        ref.ln_f.weight.copy_(ours.decoder.final_norm.weight)
+    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in ref.parameters()) == 804_096
+    ids = torch.randint(0, 65, (3, 64))
+    torch.testing.assert_close(ours(ids), ref(ids), rtol=1e-5, atol=1e-5)
