@@ -106,7 +106,7 @@ RULES: dict[str, Rule] = {
     "data.num_workers": _int(0), "data.n_train": _int(1), "data.n_val": _int(1),
     "data.n_test": _int(0), "data.n_long": _int(0), "data.vocab_size": _int(1),
     "data.train_max_len": _int(1), "data.train_min_len": _int(1), "data.n_symbols": _int(2),
-    "data.train_windows_per_epoch": _int(1, nullable=True),
+    "data.train_windows_per_epoch": _int(1, nullable=True), "data.val_estimate_batches": _int(1, nullable=True),
     "decode.beam_size": _int(1), "decode.val_batches": _int(0, nullable=True),
     "decode.alpha": _float(0.0), "decode.max_len_a": _float(0.0), "decode.max_len_b": _float(0.0),
     "callbacks.last_checkpoint.every_n_train_steps": _int(1, nullable=True),
