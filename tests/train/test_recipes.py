@@ -308,3 +308,39 @@ def test_preset_model_computes_nanogpts_function():
     assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in ref.parameters()) == 804_096
     ids = torch.randint(0, 65, (3, 64))
     torch.testing.assert_close(ours(ids), ref(ids), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_preset_trains_through_run_py_and_refuses_a_stale_key(tmp_path):
+    """experiment=shakespeare_char_cpu end to end for a few steps (loss falls, the estimate and the
+    whole-split pass are logged, no plain test/ keys), and a stale schedule key is one error line."""
+    import csv
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = Path("/work/shared/data/tinyshakespeare")
+    if not (root / "input.txt").is_file():
+        root = REPO.parent / "shared" / "data" / "tinyshakespeare"
+    if not (root / "input.txt").is_file():
+        pytest.skip("tiny-shakespeare input.txt not found")
+    env = {**os.environ, "WANDB_MODE": "offline", "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"}
+    base = [sys.executable, str(REPO / "run.py"), "experiment=shakespeare_char_cpu", f"data.root={root}",
+            "trainer.enable_progress_bar=false"]
+    bad = subprocess.run([*base, "optim.scheduler._target_=xformer.train.schedules.constant"], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, timeout=240)
+    assert bad.returncode == 2
+    err = [line for line in bad.stderr.splitlines() if line.startswith("error:")]
+    assert len(err) == 1 and "optim.scheduler.total_steps: not a parameter of" in err[0], bad.stderr[-2000:]
+
+    out = tmp_path / "job"
+    res = subprocess.run([*base, "trainer.max_steps=60", "trainer.val_check_interval=30", "optim.scheduler.total_steps=60",
+                          "optim.warmup_steps=10", "data.val_estimate_batches=2", "trainer.log_every_n_steps=10",
+                          f"hydra.run.dir={out}"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    metrics = json.loads((out / "metrics.json").read_text())["metrics"]
+    rows = list(csv.DictReader((out / "csv" / "metrics.csv").open()))
+    val = [float(r["val/loss"]) for r in rows if r.get("val/loss")]
+    assert len(val) == 2 and val[1] < val[0] < math.log(65)  # learning, below the uniform guess
+    assert "test/loss@val" in metrics and not any(k.startswith("test/loss") and "@" not in k for k in metrics)

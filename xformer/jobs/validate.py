@@ -93,7 +93,7 @@ RULES: dict[str, Rule] = {
     "model.max_len": _int(1), "model.attention.window": _int(1), "model.param_budget": _int(1, nullable=True),
     "model.dropout": _float(0.0, 1.0),
     "model.ffn_ratio": _float(0.0, lo_open=True),
-    "model.tie_embeddings": _BOOL, "model.attn_scale": _BOOL,
+    "model.tie_embeddings": _BOOL, "model.attn_scale": _BOOL, "model.bias": _BOOL,
     "loss.label_smoothing": _float(0.0, 1.0),
     "optim.lr": _float(0.0, lo_open=True),
     "optim.warmup_steps": _int(0), "optim.scheduler.decay_from": _int(1, nullable=True),

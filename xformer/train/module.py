@@ -276,12 +276,9 @@ class TransformerLitModule(L.LightningModule):
         fully_shard(self.model, mesh=mesh)
 
     def configure_optimizers(self):
-        from xformer.train.optim import DecayGroups
+        from xformer.train.optim import build_optimizer
 
-        if isinstance(self.optimizer_factory, DecayGroups):  # weight decay by parameter group
-            opt = self.optimizer_factory(self.model)
-        else:
-            opt = self.optimizer_factory(self.parameters())
+        opt = build_optimizer(self.optimizer_factory, self.model)  # optim=adamw: weight decay by parameter group
         sched = torch.optim.lr_scheduler.LambdaLR(opt, self.lr_lambda)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
