@@ -18,6 +18,11 @@ from .norm import Residual
 from .positional import PositionalEncoding
 
 
+def no_bias(bias: bool) -> dict:
+    """Keyword arguments for a norm or FFN factory: ``{"bias": False}`` when biases are off, else none."""
+    return {} if bias else {"bias": False}
+
+
 class EncoderLayer(nn.Module):
     """Self-attention → FFN, each with residual + norm. Input and output ``(B, S, D)``.
 
@@ -32,17 +37,22 @@ class EncoderLayer(nn.Module):
         ffn: factory ``(d_model, d_ff, dropout) -> nn.Module``.
         pattern: self-attention pattern; default :class:`~.attention.FullAttention`.
         pos_embeddings: the stack's positional scheme (its relative hooks act in self-attention).
+        bias: biases in every projection and norm of the block (``model.bias``); ``False`` is passed
+            on to the ``residual`` and ``ffn`` factories as ``bias=False`` (only then, so factories
+            without a ``bias`` argument keep working with the default).
     """
 
     def __init__(self, d_model: int, n_heads: int, d_head: int, d_ff: int, dropout: float,
                  attn_scale: bool, residual: Callable[..., Residual], ffn: Callable[..., nn.Module],
-                 pattern: AttentionPattern | None = None, pos_embeddings: PositionalEncoding | None = None) -> None:
+                 pattern: AttentionPattern | None = None, pos_embeddings: PositionalEncoding | None = None,
+                 bias: bool = True) -> None:
         super().__init__()
-        self.self_attn = SelfAttention(d_model, n_heads, d_head, dropout, attn_scale, pattern=pattern,
+        nb = no_bias(bias)
+        self.self_attn = SelfAttention(d_model, n_heads, d_head, dropout, attn_scale, bias=bias, pattern=pattern,
                                        pos_embeddings=pos_embeddings)
-        self.ffn = ffn(d_model=d_model, d_ff=d_ff, dropout=dropout)
-        self.res_attn = residual(d_model=d_model, dropout=dropout)
-        self.res_ffn = residual(d_model=d_model, dropout=dropout)
+        self.ffn = ffn(d_model=d_model, d_ff=d_ff, dropout=dropout, **nb)
+        self.res_attn = residual(d_model=d_model, dropout=dropout, **nb)
+        self.res_ffn = residual(d_model=d_model, dropout=dropout, **nb)
 
     def forward(self, x: Tensor, key_padding_mask: Tensor | None = None, cache: KVCache | None = None) -> Tensor:
         """Run the block on ``x`` ``(B, T, D)``; ``key_padding_mask`` and ``cache`` as
@@ -59,16 +69,18 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int, d_head: int, d_ff: int, dropout: float,
                  attn_scale: bool, residual: Callable[..., Residual], ffn: Callable[..., nn.Module],
-                 pattern: AttentionPattern | None = None, pos_embeddings: PositionalEncoding | None = None) -> None:
+                 pattern: AttentionPattern | None = None, pos_embeddings: PositionalEncoding | None = None,
+                 bias: bool = True) -> None:
         super().__init__()
-        self.self_attn = SelfAttention(d_model, n_heads, d_head, dropout, attn_scale,
+        nb = no_bias(bias)
+        self.self_attn = SelfAttention(d_model, n_heads, d_head, dropout, attn_scale, bias=bias,
                                        pattern=CausalAttention() if pattern is None else pattern,
                                        pos_embeddings=pos_embeddings)
-        self.cross_attn = CrossAttention(d_model, n_heads, d_head, dropout, attn_scale)
-        self.ffn = ffn(d_model=d_model, d_ff=d_ff, dropout=dropout)
-        self.res_self = residual(d_model=d_model, dropout=dropout)
-        self.res_cross = residual(d_model=d_model, dropout=dropout)
-        self.res_ffn = residual(d_model=d_model, dropout=dropout)
+        self.cross_attn = CrossAttention(d_model, n_heads, d_head, dropout, attn_scale, bias=bias)
+        self.ffn = ffn(d_model=d_model, d_ff=d_ff, dropout=dropout, **nb)
+        self.res_self = residual(d_model=d_model, dropout=dropout, **nb)
+        self.res_cross = residual(d_model=d_model, dropout=dropout, **nb)
+        self.res_ffn = residual(d_model=d_model, dropout=dropout, **nb)
 
     def forward(self, x: Tensor, memory: Tensor, key_padding_mask: Tensor | None = None,
                 memory_key_padding_mask: Tensor | None = None, cache: KVCache | None = None,
