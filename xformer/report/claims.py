@@ -502,19 +502,21 @@ def budget(items: list[tuple[str, Group]]) -> str:
     """The training budget of the compared settings: optimizer steps (``trainer.max_steps``, else the
     steps run), tokens seen by a finished run (characters for tiny-shakespeare) and the LR schedule,
     e.g. ``"3 000 steps, 6.1 M characters, warm-up 100 + linear decay to 0× peak, peak lr 0.003"``;
-    differing values are joined with ``/``."""
+    differing steps and schedules are joined with ``/`` and ``;``, differing token counts (padded
+    batches differ a little per seed) given as a range."""
     jobs = [j for _, g in items for j in g.jobs + g.diverged]
     if not jobs:
         return ""
     steps, tokens, scheds, unit = [], [], [], "tokens"
+    counts: list[int] = []
     for j in jobs:
         cfg = j.config or {}
         ms = (cfg.get("trainer") or {}).get("max_steps")
         s = ms if isinstance(ms, int) and ms > 0 else j.global_step
         if s is not None and s not in steps:
             steps.append(s)
-        if j.finished and j.tokens_seen and _count(j.tokens_seen) not in tokens:
-            tokens.append(_count(j.tokens_seen))
+        if j.finished and j.tokens_seen:
+            counts.append(int(j.tokens_seen))
         sch = _schedule(cfg)
         if sch and sch not in scheds:
             scheds.append(sch)
@@ -523,8 +525,9 @@ def budget(items: list[tuple[str, Group]]) -> str:
     parts = []
     if steps:
         parts.append("/".join(f"{s:,}".replace(",", " ") for s in sorted(steps)) + " steps")
-    if tokens:
-        parts.append("/".join(tokens) + f" {unit}")
+    if counts:
+        lo, hi = _count(min(counts)), _count(max(counts))
+        parts.append((lo if lo == hi else f"{lo}–{hi}") + f" {unit}")
     parts += ["; ".join(scheds)] if scheds else []
     return ", ".join(parts)
 
@@ -719,7 +722,8 @@ def c1_ffn_ratio(sweep: Sweep, opts: Options) -> list[Verdict]:
                 else:
                     notes.append("diminishing return not decided (the gain intervals overlap)")
         holds = bool(low) and all(c.outcome == BETTER for c in low) and diminishing is True
-        out.append(decide("C1", sweep, ctx, metric, items, comps, fails, holds, coverage, notes))
+        key_c = next((c for c in low if below and c.b == fmt_value(below[-1])), None)  # 4 against the next ratio below
+        out.append(decide("C1", sweep, ctx, metric, items, comps, fails, holds, coverage, notes, key=key_c))
     return out or _missing("C1", "ratio 4")
 
 
