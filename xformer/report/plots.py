@@ -94,8 +94,8 @@ def plot_length(sweep: Sweep, base: str, lengths: dict[float, str], out: Path) -
         pts = [(n, g.stat(k)) for n, k in lengths.items() if g.stat(k) is not None and g.stat(k).n]
         if pts:
             errs = [ci_err(s) for _, s in pts]
-            ax.errorbar([n for n, _ in pts], [s.mean for _, s in pts], yerr=[[e[0] for e in errs], [e[1] for e in errs]],
-                        marker="o", capsize=3, label=g.label())
+            ax.errorbar([n for n, _ in pts], [s.mean for _, s in pts],
+                        yerr=[[e[0] for e in errs], [e[1] for e in errs]], marker="o", capsize=3, label=g.label())
             drawn = True
     if not drawn:
         return None
