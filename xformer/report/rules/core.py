@@ -669,11 +669,26 @@ def _simple_axis(cid: str, sweep: Sweep, opts: Options, key: str, good: Any, bad
     return out or _missing(cid, f"both {key}={fmt_value(good)} and {fmt_value(bad)}")
 
 
+BENCH_CLAIMS = ("C7", "C8")
+"""Claims decided from ``bench.json``, not from the sweep's jobs."""
+
+
 def evaluate(sweep: Sweep, opts: Options | None = None) -> list[Verdict]:
-    """Every verdict of every registered claim the sweep addresses, in claim order."""
+    """Every verdict of every registered claim the sweep addresses, in claim order. Crashed or
+    unfinished jobs outside a verdict's compared settings (e.g. a setting whose every seed crashed,
+    which then has no group) are named in that verdict too."""
     opts = opts or Options()
     out: list[Verdict] = []
     for cid in sorted(REGISTRY, key=lambda c: int(c[1:])):
         for fn in REGISTRY[cid]:
             out += fn(sweep, opts)
+    for v in out:
+        if v.claim in BENCH_CLAIMS:
+            continue
+        named = {id(j) for _, g in v.settings for j in g.failed}
+        rest = [j for j in sweep.failed if id(j) not in named]
+        if rest:
+            v.evidence.append("crashed or unfinished elsewhere in the sweep, not counted: " + "; ".join(
+                f"{j.override_text()} ({j.path.name}), status {j.status}" + (f": {j.error[:120]}" if j.error else "")
+                for j in rest))
     return out
