@@ -105,7 +105,7 @@ def verdict_item(v: Verdict, plot: str | None = None) -> str:
     numbers, and the rule applied."""
     ctx = f" [{v.context}]" if v.context else ""
     at = f" at {v.budget}" if v.budget else ""
-    lines = [f"- **{v.claim}{ctx}: {v.status}**{at}. {v.reason}."]
+    lines = [f"- **{v.claim}{ctx}: {v.status}**{at}: {v.reason}."]
     if plot:
         lines.append(f"\n  ![{v.claim} verdict]({plot})\n")
     lines += [f"  - evidence: {e}" for e in v.evidence]
