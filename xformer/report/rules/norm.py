@@ -42,8 +42,9 @@ def c4_norm_warmup(sweep: Sweep, opts: Options) -> list[Verdict]:
         if metric is None:
             out.append(_no_metric("C4", ctx))
             continue
-        div = {k: diverged(g, metric) for k, g in grid.items()}
-        runs = {k: div[k] + (g.stat(metric).n if g.stat(metric) else 0) for k, g in grid.items()}
+        stats = {k: g.stat(metric) for k, g in grid.items()}  # diverged seeds enter as non-finite values
+        div = {k: s.n_nonfinite if s else 0 for k, s in stats.items()}
+        runs = {k: (s.n + s.n_nonfinite) if s else 0 for k, s in stats.items()}
         # divergence counts decide inside compare(): a setting whose share of diverged seeds is larger by
         # DIVERGE_SHARE is the worse one; otherwise the finished seeds are compared
         ca = compare_groups(grid["post", w], grid["post", 0], metric, f"post@{w}", "post@0")
