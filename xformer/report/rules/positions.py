@@ -88,10 +88,11 @@ def c6_pe_in_distribution(sweep: Sweep, opts: Options) -> list[Verdict]:
             margin = EQUIV_REL * max(abs(s.mean), abs(l.mean))
             if margin > 0:
                 holds, iv90 = equivalent(s.values, l.values, margin)
+                lo90, hi90 = (iv90.lo, iv90.hi) if higher_is_better(metric) else (-iv90.hi, -iv90.lo)
                 iv95 = c.interval
                 outside = iv95.lo > margin or iv95.hi < -margin
                 notes.append(f"equivalence margin ±{margin:.3g} ({EQUIV_REL:.0%} of the larger mean); 90 % interval "
-                             f"of sinusoidal − learned [{iv90.lo:+.3g}, {iv90.hi:+.3g}] → "
+                             f"of Δ [{lo90:+.3g}, {hi90:+.3g}] → "
                              f"{'inside' if holds else 'not inside'} the margin (TOST); 95 % interval of Δ "
                              f"[{iv95.lo:+.3g}, {iv95.hi:+.3g}] → "
                              f"{'entirely outside' if outside else 'not entirely outside'} it")
