@@ -223,6 +223,8 @@ def plot_verdict(v: Any, out: Path, index: int) -> Path | None:
             ax2.plot(grid, st.trend[0] + st.trend[1] * np.log2(grid), "--", label=f"trend {st.trend[1]:+.3g}/doubling")
         ax2.axhline(0.0, color="k", linewidth=0.8)
         ax2.set_xscale("log", base=2)
+        ax2.set_xticks(xs, [f"{x:g}" for x in xs])
+        ax2.minorticks_off()
         ax2.legend(fontsize="x-small")
         ax2.set_title(f"{st.comparison.a} vs {st.comparison.b}: Δ {st.metric} (positive: {st.comparison.a} better)",
                       fontsize="small")
