@@ -1,5 +1,6 @@
 """The claim configs: one per claim, CPU and GPU forms by `scale`, at least 3 seeds, a linear-decay
-schedule that ends flat, and a missing data folder named before training."""
+schedule that ends flat, enough validations in the second half of training for a verdict, and a
+missing data folder named before training."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from xformer.report.catalog import MIN_POINTS
 from xformer.report.sweeps import claim_names
 from xformer.train.schedules import warmup_linear
 
@@ -31,6 +33,10 @@ def test_every_claim_composes_with_three_seeds_at_both_scales(scale, monkeypatch
         assert cfg.optim.scheduler.total_steps == cfg.trainer.max_steps, name
         if "root" in cfg.data and cfg.data.root is not None:
             assert cfg.data.root.startswith("/data/"), name
+        if name != "c5_pe_length":  # C5 decides on test/loss@Nx, measured only at the end: no curve to read
+            every, total = cfg.trainer.val_check_interval, cfg.trainer.max_steps
+            second_half = [s for s in range(every, total + 1, every) if s >= total / 2]
+            assert len(second_half) >= MIN_POINTS, f"{name} at {scale}: {second_half} (verdicts need {MIN_POINTS})"
 
 
 def test_cpu_and_gpu_forms_differ_in_size():

@@ -28,11 +28,11 @@ def test_report_md_has_table_verdicts_failed_jobs_and_plots(sweep_dir, tmp_path,
     assert stdout[-1] == str(out / "report.md")
     assert any(line.startswith("C1: supported") for line in stdout)
     text = (out / "report.md").read_text()
-    assert "| model.ffn_ratio | n | failed | val/loss | val/ppl | test/bleu | params |" in text
-    assert "| 4 | 3 | 0 | 1.804 ± 0.002 (n=3) |" in text and "25.85 ± 0.05 (n=3)" in text
-    assert "**C1: supported**" in text and "**C2: supported**" in text
+    assert "| model.ffn_ratio | n | diverged | failed | val/loss | val/ppl | test/bleu | params |" in text
+    assert "| 4 | 3 | 0 | 0 | 1.804 ± 0.002 (n=3) |" in text and "25.85 ± 0.05 (n=3)" in text
+    assert "**C1: supported** at 40 steps, 1 k tokens" in text and "**C2: supported**" in text
     assert "25.4 / 25.8 / 26.2" in text                   # published numbers beside the measured
-    assert "| failed | model.ffn_ratio=8 seed=4 trainer.max_steps=40 |" in text
+    assert "| failed | – | model.ffn_ratio=8 seed=4 trainer.max_steps=40 |" in text
     assert "  - evidence: 4 vs 2: Δ +0.0586 [95% CI" in text and "  - rule: Needs ratio 4" in text
     assert "`trainer.max_steps=40`" in text
     assert "](curves.png)" in text and (out / "curves.png").is_file()
@@ -77,3 +77,41 @@ def test_issue_case_prints_inconclusive_with_evidence_and_rule(tmp_path, capsys)
     assert c1 and c1[0].startswith("C1: inconclusive at 30 steps"), out
     assert "steps" in c1[0] and ": the sweep does not cover the claim's axis" in c1[0], out
     assert "    evidence: 4 vs 2: Δ +0.11, n=2/2 → too few seeds" in out and "    rule: Needs ratio 4" in out
+
+
+def test_summary_table_comes_first_with_budget_delta_relative_and_published(sweep_dir, tmp_path):
+    out = tmp_path / "out"
+    assert main([str(sweep_dir), "--out", str(out)]) == 0
+    text = (out / "report.md").read_text()
+    summary = text.index("## Summary")
+    assert summary < text.index("Command:") < text.index("## Claim verdicts") < text.index("## Results")
+    (row,) = [line for line in text.splitlines() if line.startswith("| C1 |")]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "**supported**" and cells[2].startswith("40 steps")
+    # 4 vs 2 on val/loss: means 1.8040 and 1.8626 (2.0 - 0.1·√r + 0.004): Δ +0.0586, 3.1 % of 1.8626
+    assert cells[3].startswith("4 vs 2: +0.0586 [") and cells[3].endswith("val/loss")
+    assert cells[4].startswith("+3.1 % [")
+    assert "Table 3 C" in cells[5]
+    # the verdict's own plot sits right under its verdict line
+    c1 = text.index("- **C1: supported**")
+    assert text.index("](verdict_C1_1.png)") - c1 < 400 and (out / "verdict_C1_1.png").is_file()
+
+
+def test_per_seed_files_and_report_folder_read_back(sweep_dir, tmp_path, capsys):
+    import csv
+
+    out = tmp_path / "out"
+    assert main([str(sweep_dir), "--out", str(out)]) == 0
+    first = [line for line in capsys.readouterr().out.splitlines() if line.startswith(("C1", "C2"))]
+    rows = list(csv.DictReader((out / "seeds.csv").open()))
+    assert len(rows) == 13 and {r["status"] for r in rows} == {"finished", "failed"}
+    r = next(r for r in rows if r["model.ffn_ratio"] == "4" and r["seed"] == "2")
+    assert r["setting"] == "model.ffn_ratio=4" and float(r["val/loss"]) == 2.0 - 0.1 * 4 ** 0.5 + 0.004
+    curves = list(csv.DictReader((out / "curves.csv").open()))
+    assert {c["metric"] for c in curves} == {"val/loss"} and len(curves) == 12 * 8
+    # the report folder alone gives the same verdicts (no job folder in it)
+    again = tmp_path / "again"
+    assert main([str(out), "--out", str(again)]) == 0
+    second = [line for line in capsys.readouterr().out.splitlines() if line.startswith(("C1", "C2"))]
+    assert second == first
+    assert (again / "seeds.csv").read_text().splitlines()[1:] == (out / "seeds.csv").read_text().splitlines()[1:]

@@ -194,6 +194,19 @@ def test_a_crashed_job_is_named_inside_the_verdict_block(tmp_path):
     assert v.status == SUPPORTED, v.block()  # three seeds a side still count
     block = v.block()
     assert "crashed or unfinished, not counted: d_head=32: seed 4 (42), status failed: RuntimeError: CUDA" in block
+    assert "elsewhere in the sweep" not in block  # named once, with its setting
+
+
+def test_a_setting_whose_every_seed_crashed_is_named_in_the_verdict(tmp_path):
+    steps = range(10, 101, 10)
+    d_head_sweep(tmp_path, {8: [1.70 + o for o in OFFSETS], 32: [1.60 + o for o in OFFSETS]},
+                 {8: [[(s, 1.70 + o) for s in steps] for o in OFFSETS], 32: [[(s, 1.60 + o) for s in steps]
+                                                                           for o in OFFSETS]})
+    for seed in (1, 2, 3):
+        write_job(tmp_path, 50 + seed, ["model.d_head=64", f"seed={seed}"], status=None)  # died before metrics.json
+    v = only(tmp_path, "C11")
+    assert "crashed or unfinished elsewhere in the sweep, not counted: model.d_head=64 seed=1 (51), status missing" \
+        in v.block(), v.block()
 
 
 # -- item 3: C6 equivalence ---------------------------------------------------------------------------

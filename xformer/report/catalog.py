@@ -227,6 +227,23 @@ CLAIMS: dict[str, ClaimInfo] = {c.cid: c for c in (
 )}
 
 
+HEADLINES: dict[str, str] = {
+    "C1": "BLEU 25.4 / 25.8 / 26.2 at ratio 2 / 4 / 8 (Table 3 C)",
+    "C2": "FFN ≈ 2/3 of a block (§3.3)",
+    "C3": "BLEU 24.9 / 25.5 / 25.8 / 25.8 / 25.4 at h = 1 / 4 / 8 / 16 / 32 (Table 3 A)",
+    "C4": "Post-LN 8.45 BLEU without warm-up, ~34 with; Pre-LN ~34 without (Xiong et al. 2020)",
+    "C5": "ALiBi extrapolates; sinusoidal, learned degrade (Press et al. 2022)",
+    "C6": "BLEU 25.7 learned vs 25.8 sinusoidal (Table 3 E)",
+    "C7": "exponent 2 in n (Table 1)",
+    "C8": "cheaper than recurrence when n < d (Table 1)",
+    "C9": "no figure (§3.2.1)",
+    "C10": "no ablation figure (§3.2.3)",
+    "C11": "BLEU 25.1 / 25.4 / 25.8 at d_k 16 / 32 / 64 (Table 3 B)",
+    "C12": "P_drop 0: 24.6 vs 25.8 BLEU; ε_ls 0: better PPL, worse BLEU (Table 3 D)",
+}
+"""The published figure of each claim in a few words, for the summary table at the top of ``report.md``."""
+
+
 def claims_markdown() -> str:
     """The text of ``docs/claims.md``."""
     out = ["# The design claims", "",

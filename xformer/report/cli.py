@@ -1,8 +1,11 @@
 """``xformer report DIR [DIR ...] [--out OUTDIR] [--metric KEY] [--bench FILE] [--wandb ENTITY/PROJECT[:GROUP]]``
 
 Pools every job found below the DIRs (one sweep, or several sweeps of one study), writes
-``OUTDIR/report.md`` (default OUTDIR: the first DIR) and its PNG plots, prints one verdict line per
-recognised claim and, last, the path of ``report.md``.
+``OUTDIR/report.md`` (default OUTDIR: the first DIR), its PNG plots (one beside each verdict) and the
+per-seed files ``seeds.csv``, ``curves.csv`` and ``jobs.json`` (:mod:`xformer.report.export`), prints
+one verdict block per recognised claim and, last, the path of ``report.md``. A DIR may also be a
+report folder written earlier (no job folders, but ``jobs.json`` and ``curves.csv``): its jobs are
+read back from those files, so a committed report can be re-rendered and its verdicts recomputed.
 
 ``--metric KEY`` puts KEY first in the table, plots it and judges the claims on it instead of the
 automatic choice (see :mod:`xformer.report.claims`). ``bench.json`` files below the DIRs (or given
@@ -24,8 +27,9 @@ from pathlib import Path
 from .aggregate import Job, NoJobsError, Sweep, aggregate_jobs, find_job_dirs, load_job, main_metrics
 from .benchjson import load_bench
 from .claims import Options, evaluate, length_metrics, pick_metric
+from .export import is_report_folder, read_report_folder, write_seed_files
 from .markdown import render
-from .plots import write_plots
+from .plots import plot_verdict, write_plots
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,8 +72,15 @@ def collect_jobs(dirs: list[Path], wandb_spec: str | None, has_bench: set[Path])
         if not d.is_dir():
             raise UsageError(f"{d}: no such directory")
         found = find_job_dirs(d)
+        if not found and is_report_folder(d):
+            try:
+                jobs += read_report_folder(d)
+            except ValueError as e:
+                raise UsageError(str(e)) from e
+            continue
         if not found and d not in has_bench:
-            raise UsageError(f"{d}: no jobs found (no metrics.json or .hydra/overrides.yaml below it)")
+            raise UsageError(f"{d}: no jobs found (no metrics.json or .hydra/overrides.yaml below it, "
+                             f"and not a report folder with jobs.json)")
         jobs += [load_job(p) for p in found]
     if wandb_spec:
         from .wandb_source import has_api_key, load_wandb_jobs
@@ -121,8 +132,10 @@ def run(args: argparse.Namespace, command: str) -> Path:
     base = args.metric.split("@")[0] if args.metric else None
     plots = write_plots(sweep, out, plot_metrics, length_metrics(sweep.metric_keys, base)) if sweep.groups else []
     notes = [f"bench: `{bench_files[0]}`"] if bench is not None else []
+    vplots = [plot_verdict(v, out, i) if v.settings else None for i, v in enumerate(verdicts, start=1)]
+    files = write_seed_files(sweep, out) if sweep.jobs else []
     path = out / "report.md"
-    path.write_text(render(command, sweep, metrics, verdicts, plots, out, decision, notes))
+    path.write_text(render(command, sweep, metrics, verdicts, plots, out, decision, notes, vplots, files))
     for v in verdicts:
         print(v.block())
     return path

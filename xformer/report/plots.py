@@ -1,12 +1,15 @@
 """PNG plots of a sweep (matplotlib's Agg canvas; no pyplot, no display needed).
 
-- ``metric_<metric>_vs_<key>.png``: a metric against one swept key, error bars = std over seeds, one
-  line per combination of the other swept keys.
+- ``metric_<metric>_vs_<key>.png``: a metric against one swept key, error bars = 95 % t interval of
+  the mean over seeds, one line per combination of the other swept keys.
 - ``length_<metric>.png``: ``@Nx`` test metrics against the test-length multiple N, one line per group (C5).
 - ``params_<metric>.png``: a metric against the total parameter count, one point per group (C1 at
   equal size).
 - ``curves.png``: ``train/loss`` and ``val/loss`` against step from each job's ``csv/metrics.csv``,
-  one line per group, the mean over its seeds.
+  one line per group, the mean over its seeds, with a band from the lowest to the highest seed.
+- ``verdict_<claim>_<n>.png`` (:func:`plot_verdict`, shown next to its verdict): the decision metric of
+  each compared setting with 95 % interval error bars, and Δ of the key comparison against step over
+  the second half of training with its 95 % Welch intervals and the fitted log2(step) trend.
 
 Every function returns the written path, or ``None`` when there is nothing to draw.
 """
@@ -21,7 +24,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from .aggregate import Group, Sweep, fmt_value, read_curves, value_sort_key
+from .aggregate import Group, Stat, Sweep, fmt_value, read_curves, value_sort_key
+from .stats import mean_interval
 
 CURVE_KEYS = ("train/loss", "val/loss")
 
@@ -38,6 +42,12 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
+def ci_err(s: Stat) -> tuple[float, float]:
+    """``(below, above)`` the mean: the 95 % t interval of the mean of a group's finished seeds."""
+    m, lo, hi = mean_interval(s.values)
+    return m - lo, hi - m
+
+
 def _is_num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
@@ -51,7 +61,7 @@ def plot_metric_vs_key(sweep: Sweep, metric: str, key: str, out: Path) -> Path |
         if s is None or s.n == 0:
             continue
         label = ", ".join(f"{k}={fmt_value(g.values[k])}" for k in others) or metric
-        lines.setdefault(label, []).append((g.values[key], s.mean, s.std or 0.0))
+        lines.setdefault(label, []).append((g.values[key], s.mean, ci_err(s)))
     if not lines:
         return None
     xs_all = sorted({x for pts in lines.values() for x, _, _ in pts}, key=value_sort_key)
@@ -61,14 +71,14 @@ def plot_metric_vs_key(sweep: Sweep, metric: str, key: str, out: Path) -> Path |
     ax = fig.add_subplot()
     for label, pts in lines.items():
         pts.sort(key=lambda p: value_sort_key(p[0]))
-        ax.errorbar([pos[p[0]] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts],
-                    marker="o", capsize=3, label=label)
+        ax.errorbar([pos[p[0]] for p in pts], [p[1] for p in pts],
+                    yerr=[[p[2][0] for p in pts], [p[2][1] for p in pts]], marker="o", capsize=3, label=label)
     if numeric and min(pos.values()) > 0 and max(pos.values()) / min(pos.values()) >= 8:
         ax.set_xscale("log", base=2)
     ax.set_xticks([pos[x] for x in xs_all], [fmt_value(x) for x in xs_all])
     ax.set_xlabel(key)
     ax.set_ylabel(metric)
-    ax.set_title(f"{metric} vs {key} (mean ± std over seeds)")
+    ax.set_title(f"{metric} vs {key} (mean, 95 % interval over seeds)")
     ax.grid(alpha=0.3)
     if len(lines) > 1:
         ax.legend(fontsize="small")
@@ -83,8 +93,9 @@ def plot_length(sweep: Sweep, base: str, lengths: dict[float, str], out: Path) -
     for g in sweep.groups:
         pts = [(n, g.stat(k)) for n, k in lengths.items() if g.stat(k) is not None and g.stat(k).n]
         if pts:
-            ax.errorbar([n for n, _ in pts], [s.mean for _, s in pts], yerr=[s.std or 0.0 for _, s in pts],
-                        marker="o", capsize=3, label=g.label())
+            errs = [ci_err(s) for _, s in pts]
+            ax.errorbar([n for n, _ in pts], [s.mean for _, s in pts],
+                        yerr=[[e[0] for e in errs], [e[1] for e in errs]], marker="o", capsize=3, label=g.label())
             drawn = True
     if not drawn:
         return None
@@ -107,7 +118,8 @@ def plot_metric_vs_params(sweep: Sweep, metric: str, out: Path) -> Path | None:
     fig = Figure(figsize=(6, 4))
     ax = fig.add_subplot()
     for total, s, label in pts:
-        ax.errorbar([total], [s.mean], yerr=[s.std or 0.0], marker="o", capsize=3)
+        lo, hi = ci_err(s)
+        ax.errorbar([total], [s.mean], yerr=[[lo], [hi]], marker="o", capsize=3)
         ax.annotate(label, (total, s.mean), fontsize="x-small", xytext=(3, 3), textcoords="offset points")
     ax.set_xlabel("parameters (total)")
     ax.set_ylabel(metric)
@@ -116,53 +128,111 @@ def plot_metric_vs_params(sweep: Sweep, metric: str, out: Path) -> Path | None:
     return _save(fig, out / f"params_{slug(metric)}.png")
 
 
-def mean_curve(curves: list[tuple[list[float], list[float]]]) -> tuple[np.ndarray, np.ndarray] | None:
-    """Mean of several (steps, values) curves: on their shared steps when they agree, else
-    interpolated onto the union of steps inside the range all of them cover. ``None`` if empty."""
+def seed_band(curves: list[tuple[list[float], list[float]]]
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """``(steps, mean, lowest, highest)`` over several (steps, values) curves: on their shared steps
+    when they agree, else interpolated onto the union of steps inside the range all of them cover.
+    ``None`` if empty."""
     curves = [(np.asarray(x, float), np.asarray(y, float)) for x, y in curves if len(x)]
     if not curves:
         return None
     if all(len(x) == len(curves[0][0]) and np.array_equal(x, curves[0][0]) for x, _ in curves):
-        return curves[0][0], np.mean([y for _, y in curves], axis=0)
-    lo, hi = max(x.min() for x, _ in curves), min(x.max() for x, _ in curves)
-    grid = np.unique(np.concatenate([x for x, _ in curves]))
-    grid = grid[(grid >= lo) & (grid <= hi)]
-    if not len(grid):
-        return None
-    ys = []
-    for x, y in curves:
-        order = np.argsort(x)
-        ys.append(np.interp(grid, x[order], y[order]))
-    return grid, np.mean(ys, axis=0)
+        grid, ys = curves[0][0], np.array([y for _, y in curves])
+    else:
+        lo, hi = max(x.min() for x, _ in curves), min(x.max() for x, _ in curves)
+        grid = np.unique(np.concatenate([x for x, _ in curves]))
+        grid = grid[(grid >= lo) & (grid <= hi)]
+        if not len(grid):
+            return None
+        ys = np.array([np.interp(grid, x[np.argsort(x)], y[np.argsort(x)]) for x, y in curves])
+    return grid, ys.mean(axis=0), ys.min(axis=0), ys.max(axis=0)
+
+
+def mean_curve(curves: list[tuple[list[float], list[float]]]) -> tuple[np.ndarray, np.ndarray] | None:
+    """Mean of several (steps, values) curves (see :func:`seed_band`); ``None`` if empty."""
+    band = seed_band(curves)
+    return None if band is None else (band[0], band[1])
 
 
 def plot_curves(sweep: Sweep, out: Path, keys: tuple[str, ...] = CURVE_KEYS) -> Path | None:
-    """``keys`` against step (one panel each), one line per group averaged over its seeds."""
-    per_group: list[tuple[Group, dict[str, tuple[np.ndarray, np.ndarray]]]] = []
+    """``keys`` against step (one panel each), one line per group: the mean over its seeds, with the
+    band between its lowest and highest seed."""
+    per_group: list[tuple[Group, dict[str, tuple]]] = []
     for g in sweep.groups:
         runs = [read_curves(j, keys) for j in g.jobs]
-        means = {k: m for k in keys if (m := mean_curve([r[k] for r in runs if k in r])) is not None}
-        if means:
-            per_group.append((g, means))
+        bands = {k: b for k in keys if (b := seed_band([r[k] for r in runs if k in r])) is not None}
+        if bands:
+            per_group.append((g, bands))
     if not per_group:
         return None
     fig = Figure(figsize=(6 * len(keys), 4))
     axes = [fig.add_subplot(1, len(keys), i + 1) for i in range(len(keys))]
     for ax, k in zip(axes, keys):
-        for g, means in per_group:
-            if k in means:
-                ax.plot(*means[k], label=f"{g.label()} (n={g.n})")
+        for g, bands in per_group:
+            if k in bands:
+                x, mean, lo, hi = bands[k]
+                (line,) = ax.plot(x, mean, label=f"{g.label()} (n={g.n})")
+                if g.n > 1:
+                    ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
         if not ax.get_lines():  # e.g. fewer steps than trainer.log_every_n_steps
             ax.text(0.5, 0.5, f"no {k} points logged", ha="center", va="center", transform=ax.transAxes)
         ax.set_xlabel("step")
         ax.set_ylabel(k)
-        ax.set_title(f"{k} (mean over seeds)")
+        ax.set_title(f"{k} (mean over seeds; band: lowest to highest seed)")
         ax.grid(alpha=0.3)
     for ax in axes:
         if ax.get_lines():
             ax.legend(fontsize="small")
             break
     return _save(fig, out / "curves.png")
+
+
+def plot_verdict(v: Any, out: Path, index: int) -> Path | None:
+    """Two panels for one verdict (:class:`xformer.report.claims.Verdict`): its decision metric per
+    compared setting (mean, 95 % interval; diverged seeds counted in the label) and, when the verdict
+    has a stability check, Δ of its key comparison against step over the second half of training
+    (mean, 95 % Welch interval, fitted ``a + b·log2(step)``). ``None`` when there is nothing to draw."""
+    pts = [(name, g.stat(v.metric)) for name, g in v.settings if g.stat(v.metric) is not None]
+    st = v.stability
+    if not pts and (st is None or not st.points):
+        return None
+    fig = Figure(figsize=(11, 3.8))
+    ax = fig.add_subplot(1, 2, 1)
+    for i, (name, s) in enumerate(pts):
+        label = name + (f"\n({s.n_nonfinite} diverged)" if s.n_nonfinite else "")
+        if s.n:
+            lo, hi = ci_err(s)
+            ax.errorbar([i], [s.mean], yerr=[[lo], [hi]], marker="o", capsize=4, color="C0")
+            ax.plot([i] * s.n, s.values, "x", color="C1", alpha=0.7)
+        ax.annotate(label, (i, 0), xycoords=("data", "axes fraction"), xytext=(0, -14),
+                    textcoords="offset points", ha="center", va="top", fontsize="x-small")
+    ax.set_xticks(range(len(pts)), [""] * len(pts))
+    ax.set_xlim(-0.5, len(pts) - 0.5)
+    ax.set_ylabel(v.metric)
+    ax.set_title(f"{v.claim}: {v.metric} (mean, 95 % interval; x: seeds)", fontsize="small")
+    ax.grid(alpha=0.3)
+    ax2 = fig.add_subplot(1, 2, 2)
+    if st is not None and st.points:
+        xs = [p.step for p in st.points]
+        ys = [p.delta for p in st.points]
+        err = [[p.delta - p.interval.lo if p.interval else 0.0 for p in st.points],
+               [p.interval.hi - p.delta if p.interval else 0.0 for p in st.points]]
+        ax2.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label="Δ (95 % Welch interval)")
+        if st.trend is not None:
+            grid = np.linspace(min(xs), max(xs), 50)
+            ax2.plot(grid, st.trend[0] + st.trend[1] * np.log2(grid), "--", label=f"trend {st.trend[1]:+.3g}/doubling")
+        ax2.axhline(0.0, color="k", linewidth=0.8)
+        ax2.set_xscale("log", base=2)
+        ax2.set_xticks(xs, [f"{x:g}" for x in xs])
+        ax2.minorticks_off()
+        ax2.legend(fontsize="x-small")
+        ax2.set_title(f"{st.comparison.a} vs {st.comparison.b}: Δ {st.metric} (positive: {st.comparison.a} better)",
+                      fontsize="small")
+    else:
+        ax2.text(0.5, 0.5, "no second-half check for this verdict", ha="center", va="center", transform=ax2.transAxes)
+    ax2.set_xlabel("step")
+    ax2.grid(alpha=0.3)
+    return _save(fig, out / f"verdict_{slug(v.claim)}_{index}.png")
 
 
 def write_plots(sweep: Sweep, out: Path, metrics: list[str],

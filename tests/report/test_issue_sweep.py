@@ -1,0 +1,25 @@
+"""The issue's own sweep, run for real (slow): ``python run.py model.ffn_ratio=2,4 seed=1,2
+trainer.max_steps=30 -m`` is still C1-inconclusive under the budget rules (two ratios cannot show a
+sweet spot, two seeds decide nothing, one validation in the second half)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.reliability.conftest import run_py
+from xformer.report.cli import main
+
+
+@pytest.mark.slow
+def test_issue_c1_sweep_of_30_steps_is_inconclusive(tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    res = run_py(["model.ffn_ratio=2,4", "seed=1,2", "trainer.max_steps=30", "logger=none",
+                  "trainer.enable_progress_bar=false", f"hydra.sweep.dir={sweep}", "-m"], tmp_path, timeout=900)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert main([str(sweep), "--out", str(tmp_path / "report")]) == 0
+    out = capsys.readouterr().out
+    (c1,) = [line for line in out.splitlines() if line.startswith("C1")]
+    assert c1.startswith("C1: inconclusive at 30 steps"), c1
+    assert "does not cover the claim's axis" in c1 and "too few seeds: ratio 2, ratio 4" in c1
+    assert "fewer than 4 validations in the second half" in c1
+    assert (tmp_path / "report" / "seeds.csv").is_file() and "## Summary" in (tmp_path / "report" / "report.md").read_text()

@@ -1,0 +1,126 @@
+"""The per-seed files of a report folder, and reading a report folder back as a sweep.
+
+Written next to ``report.md`` by ``xformer report`` so that anyone can recompute a verdict without the
+sweep's job folders:
+
+- ``seeds.csv``: one row per job: ``setting`` (the group label), one column per swept key, ``seed``,
+  ``status`` (finished | diverged | failed | ...), ``diverged_step``, ``global_step``, ``tokens_seen``,
+  ``params_total``, ``job`` (folder relative to the sweep) and every final metric of the sweep.
+- ``curves.csv``: the per-seed validation curves, long format: ``job, setting, seed, metric, step, value``
+  (every ``val/*`` key logged in ``csv/metrics.csv``).
+- ``jobs.json``: what :func:`xformer.report.aggregate.load_job` read from each job (overrides,
+  resolved config, Hydra choices, metrics, parameter counts, status), so that
+  ``xformer report <report folder>`` rebuilds the same sweep: :func:`read_report_folder`.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from pathlib import Path
+
+from .aggregate import Job, Sweep, fmt_value, read_curves
+
+SEEDS_CSV, CURVES_CSV, JOBS_JSON = "seeds.csv", "curves.csv", "jobs.json"
+FORMAT = 1
+"""Version of ``jobs.json``."""
+
+
+def _rel(path: Path, roots: list[Path]) -> str:
+    for r in roots:
+        if path.is_relative_to(r):
+            return os.path.relpath(path, r)
+    return str(path)
+
+
+def _setting(sweep: Sweep, job: Job) -> str:
+    return ", ".join(f"{k}={fmt_value(job.value(k))}" for k in sweep.swept_keys) or "all jobs"
+
+
+def _val_keys(job: Job) -> list[str]:
+    """The ``val/*`` columns of a job's ``csv/metrics.csv`` (or its preloaded curves)."""
+    if job.curves is not None:
+        return sorted(k for k in job.curves if k.startswith("val/"))
+    path = job.path / "csv" / "metrics.csv"
+    try:
+        with path.open(newline="") as fh:
+            header = next(csv.reader(fh), [])
+    except OSError:
+        return []
+    return sorted(k for k in header if k.startswith("val/"))
+
+
+def write_seed_files(sweep: Sweep, out: Path) -> list[Path]:
+    """Write ``seeds.csv``, ``curves.csv`` and ``jobs.json`` for ``sweep`` into ``out``; return them."""
+    out.mkdir(parents=True, exist_ok=True)
+    roots = [Path(d) for d in sweep.dirs]
+    names = {id(j): _rel(j.path, roots) for j in sweep.jobs}
+    metrics = sweep.metric_keys
+    header = ["setting", *sweep.swept_keys, "seed", "status", "diverged_step", "global_step", "tokens_seen",
+              "params_total", "job", *metrics]
+    with (out / SEEDS_CSV).open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(header)
+        for j in sweep.jobs:
+            w.writerow([_setting(sweep, j), *(fmt_value(j.value(k)) for k in sweep.swept_keys), fmt_value(j.seed),
+                        j.status, j.diverged_step if j.diverged_step is not None else "",
+                        j.global_step if j.global_step is not None else "",
+                        j.tokens_seen if j.tokens_seen is not None else "", j.params.get("total", ""), names[id(j)],
+                        *(repr(j.metrics[m]) if m in j.metrics else "" for m in metrics)])
+    records = []
+    with (out / CURVES_CSV).open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["job", "setting", "seed", "metric", "step", "value"])
+        for j in sweep.jobs:
+            for key, (xs, ys) in sorted(read_curves(j, _val_keys(j)).items()):
+                for x, y in zip(xs, ys):
+                    w.writerow([names[id(j)], _setting(sweep, j), fmt_value(j.seed), key, f"{x:g}", repr(y)])
+            records.append({
+                "job": names[id(j)], "status": j.status, "overrides": {k: v for k, v in j.overrides.items()},
+                "config": j.config, "choices": j.choices, "metrics": {k: _json_float(v) for k, v in j.metrics.items()},
+                "params": j.params, "wall_time_s": j.wall_time_s, "global_step": j.global_step,
+                "tokens_seen": j.tokens_seen, "diverged_step": j.diverged_step, "error": j.error,
+            })
+    (out / JOBS_JSON).write_text(json.dumps({"format": FORMAT, "jobs": records}, indent=1, default=str))
+    return [out / SEEDS_CSV, out / CURVES_CSV, out / JOBS_JSON]
+
+
+def _json_float(v: float) -> float | str:
+    return v if math.isfinite(v) else repr(v)  # JSON has no NaN/inf: "nan", "inf"
+
+
+def is_report_folder(d: Path) -> bool:
+    """Whether ``d`` holds the files :func:`write_seed_files` writes."""
+    return (d / JOBS_JSON).is_file() and (d / CURVES_CSV).is_file()
+
+
+def read_report_folder(d: Path) -> list[Job]:
+    """The jobs of a report folder, with their validation curves from ``curves.csv``.
+
+    Raises:
+        ValueError: ``jobs.json`` is unreadable or of an unknown format.
+    """
+    try:
+        data = json.loads((d / JOBS_JSON).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"{d / JOBS_JSON}: unreadable ({e})") from e
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ValueError(f"{d / JOBS_JSON}: not a report folder of format {FORMAT}")
+    curves: dict[str, dict[str, tuple[list[float], list[float]]]] = {}
+    with (d / CURVES_CSV).open(newline="") as fh:
+        for row in csv.DictReader(fh):
+            xs, ys = curves.setdefault(row["job"], {}).setdefault(row["metric"], ([], []))
+            xs.append(float(row["step"]))
+            ys.append(float(row["value"]))
+    jobs = []
+    for r in data["jobs"]:
+        jobs.append(Job(path=d / r["job"], status=r["status"], overrides=r.get("overrides") or {},
+                        config=r.get("config") or {}, choices=r.get("choices") or {},
+                        metrics={k: float(v) for k, v in (r.get("metrics") or {}).items()},
+                        params={k: int(v) for k, v in (r.get("params") or {}).items()},
+                        wall_time_s=r.get("wall_time_s"), global_step=r.get("global_step"),
+                        curves=curves.get(r["job"], {}), diverged_step=r.get("diverged_step"),
+                        error=r.get("error") or "", tokens_seen=r.get("tokens_seen")))
+    return jobs
