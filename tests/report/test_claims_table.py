@@ -175,3 +175,12 @@ def test_claims_run_runs_reports_and_resumes(tmp_path):
     runs = json.loads((tmp_path / "runs" / "claims" / "c6_pe_in_distribution" / "cpu" / ".xformer"
                        / "claims_runs.json").read_text())
     assert len(runs) == 1
+
+
+def test_a_report_with_the_superseded_banner_is_a_superseded_row_whatever_its_verdicts(tmp_path):
+    old = ("# xformer ablation report\n\n> **Superseded (issue 18).** Made under the former verdict rules.\n\n"
+           "- **C6: not supported**. old rule\n")
+    _publish(tmp_path, "c6_pe_in_distribution", old)
+    (row,) = _rows(tmp_path, "c6_pe_in_distribution")
+    assert row.claim == "C6" and row.verdict.startswith("**superseded**") and "not supported" not in row.verdict
+    assert "xformer claims run c6_pe_in_distribution" in row.verdict

@@ -129,11 +129,18 @@ def _from_bullets(text: str) -> list[dict]:
     return out
 
 
+SUPERSEDED = "**Superseded"
+"""The banner a report made under former rules carries near its top; its row then says so."""
+
+
 def report_rows(name: str, results: Path = RESULTS) -> list[Row]:
     """The rows of one claim config: from its published report, or one ``not run`` row."""
     folder = results / name
     report, summary = folder / "report.md", folder / "summary.json"
     rel = f"`docs/results/{name}/`"
+    if report.is_file() and SUPERSEDED in report.read_text()[:600]:
+        return [Row(_cid(name), name, "**superseded** (made under the former verdict rules; rerun: "
+                    f"`xformer claims run {name}`)", published=_published(_cid(name)), where=rel)]
     if (report.is_file() or summary.is_file()) and (folder / "run.md").is_file():
         items = _from_summary(summary) if summary.is_file() else []
         if not items:
