@@ -41,10 +41,10 @@ def _trials(db: Path) -> list:
 
 
 @pytest.mark.parametrize("case, extra, status", [
-    # the loss is NaN from step 2: NonFiniteLossGuard fails every job
-    ("failed", ["trainer.max_steps=3", "trainer.val_check_interval=3"], "failed"),
-    # one step, then a NaN validation loss: every job finishes without an objective value
-    ("nan", ["trainer.max_steps=1", "trainer.val_check_interval=1"], "finished"),
+    # the loss is NaN from step 2: NonFiniteLossGuard stops every job, recorded as diverged (an outcome)
+    ("diverged", ["trainer.max_steps=3", "trainer.val_check_interval=3"], "diverged"),
+    # one step, then a NaN validation loss: no objective value, and a non-finite validation loss is divergence
+    ("nan", ["trainer.max_steps=1", "trainer.val_check_interval=1"], "diverged"),
 ])
 def test_optuna_sweep_whose_trials_all_fail_writes_summary_and_exits_1(tmp_path, case, extra, status):
     sweep = tmp_path / "sweep"
@@ -56,9 +56,10 @@ def test_optuna_sweep_whose_trials_all_fail_writes_summary_and_exits_1(tmp_path,
     assert [j["status"] for j in s["jobs"]] == [status] * 2
     assert s["n_with_objective"] == 0 and "no job produced a value of val/loss" in s["error"]
     assert "error: no job produced a value" in res.stdout
-    if case == "failed":
+    if case == "diverged":
         assert all("NonFiniteLossError" in j["error"] for j in s["jobs"])
-        assert s["n_failed"] == 2 and "[NonFiniteLossError" in res.stdout
+        assert s["n_failed"] == 0 and s["n_diverged"] == 2 and "[NonFiniteLossError" in res.stdout
+        assert "0 failed, 2 diverged" in res.stdout
 
 
 def test_basic_sweep_whose_jobs_all_fail_writes_summary_and_exits_1(tmp_path):
@@ -68,4 +69,5 @@ def test_basic_sweep_whose_jobs_all_fail_writes_summary_and_exits_1(tmp_path):
                  cwd=tmp_path, tmp_path=tmp_path)
     assert res.returncode == 1, fail_msg(res)
     s = _summary(sweep)
-    assert [j["status"] for j in s["jobs"]] == ["failed", "failed"] and s["n_failed"] == 2
+    assert [j["status"] for j in s["jobs"]] == ["diverged", "diverged"]  # NaN loss: an outcome, not a crash
+    assert s["n_failed"] == 0 and s["n_diverged"] == 2

@@ -99,7 +99,7 @@ def job_record(config: DictConfig, job_return: Any) -> dict:
             metrics = json.loads(metrics_file.read_text())
         except (OSError, ValueError):
             metrics = {}
-        if metrics.get("status") in ("failed", "preempted"):
+        if metrics.get("status") in ("failed", "preempted", "diverged", "interrupted"):
             rec["status"] = metrics["status"]
             rec["error"] = rec["error"] or metrics.get("error")
         wandb = (metrics.get("job") or {}).get("wandb")
@@ -171,11 +171,13 @@ class SweepSummary(Callback):
             except (OSError, ValueError):
                 continue
         failed = [j for j in jobs if j["status"] == "failed"]
+        diverged = [j for j in jobs if j["status"] == "diverged"]  # an outcome (NaN loss), not a crash
         dry = bool(OmegaConf.select(config, "sweep.dry_run", default=False))
         valued = [j for j in jobs if _float_or_none(j["objective"]["value"]) is not None]
         no_value = bool(jobs) and not dry and not valued  # nothing for a sweeper to pick from
         summary: dict[str, Any] = {
             "sweep_dir": str(sweep_dir), "n_jobs": len(jobs), "n_failed": len(failed),
+            "n_diverged": len(diverged),
             "n_with_objective": len(valued),
             "objective": {"metric": OmegaConf.select(config, "objective.metric"),
                           "mode": OmegaConf.select(config, "objective.mode")},
@@ -260,7 +262,8 @@ def _stored_trials(study_name: str | None, storage: Any) -> int:
 def format_summary(summary: dict) -> str:
     """The summary as a text table (one line per job)."""
     metric = summary["objective"]["metric"]
-    head = (f"sweep summary: {summary['n_jobs']} jobs, {summary['n_failed']} failed -> "
+    diverged = f", {summary['n_diverged']} diverged" if summary.get("n_diverged") else ""
+    head = (f"sweep summary: {summary['n_jobs']} jobs, {summary['n_failed']} failed{diverged} -> "
             f"{Path(summary['sweep_dir']) / SUMMARY_FILE}")
     common = set.intersection(*(set(j["overrides"]) for j in summary["jobs"])) if len(summary["jobs"]) > 1 else set()
     lines = [head, f"  {'#':>3}  {'status':<9}  {metric:>12}  overrides" + (" (beyond the shared ones)" if common else "")]
