@@ -134,10 +134,14 @@ def _full_precision(x: Tensor):
     return torch.autocast(x.device.type, enabled=False)
 
 
+def _wide(t: Tensor) -> Tensor:
+    """``t`` in float32 when it is in a reduced precision: the sums over thousands of positions would
+    lose the newest terms in bf16 (float32 and float64 stay as they are)."""
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+
 def _features(t: Tensor) -> Tensor:
-    # the sums are kept in float32 under reduced precision: a running sum over thousands of
-    # positions in bf16 would lose the newest terms
-    return elu_feature_map(t.float())
+    return elu_feature_map(_wide(t))
 
 
 def _zero_padding(k: Tensor, key_padding_mask: Tensor | None) -> Tensor:
@@ -217,7 +221,7 @@ class LinearSelfAttention(MultiHeadAttention):
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None,
                 cache: RunningSumCache | None) -> Tensor:
         tq = q.shape[2]
-        q, k, v_f = _features(q), _features(k), v.float()
+        q, k, v_f = _features(q), _features(k), _wide(v)
         if key_padding_mask is not None:
             k = _zero_padding(k, key_padding_mask[:, -tq:])
         q_num, k_num = q, k
@@ -267,7 +271,7 @@ class LinearCrossAttention(MultiHeadAttention):
                 s_kv, z = cache.state
             else:
                 k = _zero_padding(_features(kv[0]), key_padding_mask)
-                s_kv, z = k.transpose(-2, -1) @ kv[1].float(), k.sum(-2)
+                s_kv, z = k.transpose(-2, -1) @ _wide(kv[1]), k.sum(-2)
                 if cache is not None:
                     cache.update((s_kv, z), memory.shape[1])
             out = (q @ s_kv) / (q @ z[..., None] + EPS)

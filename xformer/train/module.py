@@ -262,15 +262,12 @@ class TransformerLitModule(L.LightningModule):
             return
         from torch.distributed.fsdp import FSDPModule, fully_shard
 
-        from xformer.model.layers import DecoderLayer, EncoderLayer
-
         if isinstance(self.model, FSDPModule):
             return
         if mesh.mesh_dim_names and "data_parallel" in mesh.mesh_dim_names:
             mesh = mesh["data_parallel"]
-        for m in self.model.modules():
-            if isinstance(m, (EncoderLayer, DecoderLayer)):
-                fully_shard(m, mesh=mesh)
+        for block in self.model.blocks():  # every block, whatever attention mechanism it holds
+            fully_shard(block, mesh=mesh)
         fully_shard(self.model, mesh=mesh)
 
     def configure_optimizers(self):
