@@ -19,7 +19,7 @@ from xformer.jobs.validate import build_model
 
 CONF = str(REPO / "conf")
 GROUPS = {g: sorted(p.stem for p in (REPO / "conf" / "model" / g).glob("*.yaml"))
-          for g in ("arch", "attention", "norm", "pe", "ffn")}
+          for g in ("arch", "mixer", "attention", "norm", "pe", "ffn")}
 TINY_MODEL = ["model.d_model=16", "model.n_heads=2", "model.n_encoder_layers=1", "model.n_decoder_layers=1",
               "model.dropout=0.0", "model.max_len=128"]
 
@@ -30,6 +30,7 @@ def test_groups_hold_the_documented_options():
     assert GROUPS["norm"] == ["post", "pre", "pre_rms", "sandwich"]
     assert GROUPS["ffn"] == ["gelu", "relu", "swiglu"]
     assert GROUPS["arch"] == ["decoder_only", "encoder_decoder", "encoder_only"]
+    assert GROUPS["mixer"] == ["gqa", "linear", "mha", "mqa"]
 
 
 def _cfg(overrides, tmp_path):
