@@ -172,12 +172,10 @@ def _check_trainer(cfg: DictConfig) -> None:
     Raises:
         ConfigError: one line naming the key and the fix.
     """
-    import typing
-
-    from lightning.fabric.plugins.precision.precision import _PRECISION_INPUT_STR
+    from xformer.jobs.lightning_compat import PRECISION_INPUTS
 
     precision = str(OmegaConf.select(cfg, "trainer.precision", default="32-true"))
-    known = typing.get_args(_PRECISION_INPUT_STR) + ("64", "32", "16", "bf16")
+    known = PRECISION_INPUTS + ("64", "32", "16", "bf16")
     if precision not in known:
         raise ConfigError(f"trainer.precision={precision}: unknown. Fix: use one of 32-true, bf16-mixed "
                           f"(GPU default), 16-mixed, bf16-true, 16-true, 64-true")
