@@ -129,7 +129,7 @@ def test_attention_sections(quick):
     assert a["status"] == "ok"
     n = a["n"]
     assert n == sorted(n) and len(n) >= 3
-    for path in ("explicit", "sdpa"):
+    for path in ("explicit", "sdpa", "linear", "linear_causal"):  # linear: model/mixer=linear (issue 23)
         assert len(a[path]["time_ms"]) == len(n) and all(t > 0 for t in a[path]["time_ms"])
         assert len(a[path]["peak_mb"]) == len(n)
         assert isinstance(a[path]["time_exponent"], NUM)
