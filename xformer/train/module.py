@@ -42,6 +42,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from xformer.train.decode import DecodeSettings
+from xformer.train.losses import CrossEntropy
+
 log = logging.getLogger("xformer")
 
 
@@ -105,23 +108,29 @@ class TransformerLitModule(L.LightningModule):
         pad_id, bos_id, eos_id: special ids of the data.
         detokenize: target ids → text comparable to the references.
         metrics: sequence metrics to compute on val/test (``"bleu"``, ``"exact_match"``).
-        decode: dict with ``beam_size``, ``alpha``, ``max_len_a``, ``max_len_b``.
+        decode: a :class:`~xformer.train.decode.DecodeSettings` (the ``decode`` group) or a dict with
+            ``beam_size``, ``alpha``, ``max_len_a``, ``max_len_b``.
         test_split_names: names of the test loaders (``"test"`` logs plain keys, others ``@name``).
         val_decode_limit: decode at most this many validation batches (``None`` = all).
+        criterion: the training loss (the ``loss`` group, e.g. :class:`~xformer.train.losses.CrossEntropy`);
+            default cross-entropy with ``label_smoothing``, whose value it otherwise replaces.
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: Callable, lr_lambda: Callable[[int], float],
                  label_smoothing: float = 0.1, pad_id: int = 0, bos_id: int = 1, eos_id: int = 2,
                  detokenize: Callable[[list[int]], str] | None = None, metrics: list[str] | None = None,
-                 decode: dict | None = None, test_split_names: list[str] | None = None,
-                 val_decode_limit: int | None = None) -> None:
+                 decode: dict | DecodeSettings | None = None, test_split_names: list[str] | None = None,
+                 val_decode_limit: int | None = None, criterion: Callable | None = None) -> None:
         super().__init__()
         self.model = model
         self.optimizer_factory, self.lr_lambda = optimizer, lr_lambda
-        self.label_smoothing = label_smoothing
+        self.criterion = CrossEntropy(label_smoothing) if criterion is None else criterion
+        self.label_smoothing = getattr(self.criterion, "label_smoothing", label_smoothing)
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         self.detokenize = detokenize or (lambda ids: " ".join(map(str, ids)))
         self.seq_metrics = list(metrics or [])
+        if isinstance(decode, DecodeSettings):
+            decode = decode.generate_kwargs()
         self.decode_cfg = {"beam_size": 1, "alpha": 0.6, "max_len_a": 1.5, "max_len_b": 10, **(decode or {})}
         self.test_split_names = list(test_split_names or ["test"])
         self.val_decode_limit = val_decode_limit
@@ -144,10 +153,9 @@ class TransformerLitModule(L.LightningModule):
         as the model's own :meth:`~xformer.model.ModelBase.logits_and_labels` gives them."""
         return self.model.logits_and_labels(batch, self.pad_id, self.eos_id)
 
-    def loss(self, logits: Tensor, labels: Tensor, smoothing: float) -> Tensor:
-        """Mean token cross-entropy over non-padding labels, with label smoothing ``smoothing``."""
-        return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=self.pad_id,
-                               label_smoothing=smoothing)
+    def loss(self, logits: Tensor, labels: Tensor, smoothing: float | None = None) -> Tensor:
+        """The configured :attr:`criterion` over non-padding labels; ``smoothing`` replaces its label smoothing."""
+        return self.criterion(logits, labels, self.pad_id, smoothing)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["xformer"] = {**self.checkpoint_meta, "tokens_seen": self.tokens_seen}
