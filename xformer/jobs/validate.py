@@ -208,9 +208,18 @@ def _check_mixer(cfg: DictConfig) -> None:
         return
     from hydra.utils import get_class
 
-    model_cls, mixer = get_class(cfg.model._target_), instantiate(node)
-    pattern = instantiate(cfg.model.attention) if "attention" in cfg.model else None
-    patterns = model_cls.stack_patterns(pattern if pattern is not None else get_class("xformer.model.FullAttention")())
+    from xformer.model import FullAttention, Mixer
+
+    try:
+        model_cls, mixer = get_class(cfg.model._target_), instantiate(node)
+    except Exception:  # an unknown class or bad arguments: building the model reports it in one line
+        return
+    if not isinstance(mixer, Mixer) or not hasattr(model_cls, "stack_patterns"):
+        return  # refused by the model's own check, with its fix
+    pattern = instantiate(cfg.model.attention) if cfg.model.get("attention") is not None else FullAttention()
+    if callable(pattern) and not hasattr(pattern, "blocked"):  # a factory, as the model accepts it
+        pattern = pattern()
+    patterns = model_cls.stack_patterns(pattern)
     served = [name for name in patterns if mixer.applies_to(name)]
     if not served:
         raise ConfigError(f"model.mixer.stacks={mixer.stacks}: model/arch={model_cls.arch} has no {mixer.stacks} "

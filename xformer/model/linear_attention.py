@@ -113,6 +113,9 @@ class RunningSumCache:
 
     Self-attention adds each step's keys; cross-attention sums the memory once and reads it
     afterwards. Its size does not grow with the sequence (the point of linear attention).
+
+    Args:
+        capacity: not used (the state has a fixed size); accepted so every cache is made alike.
     """
 
     def __init__(self, capacity: int | None = None) -> None:
