@@ -319,3 +319,27 @@ def test_breakdown_counts_any_mechanism_as_attention():
 def test_a_non_mixer_is_refused():
     with pytest.raises(ConfigError, match="is not an xformer.model.Mixer"):
         EncoderDecoder(20, 20, **SIZES, mixer=object())
+
+
+def test_linear_sums_stay_float32_under_bf16_autocast():
+    """The running sums are kept in float32 under autocast: the bf16 output stays close to float32's."""
+    torch.manual_seed(6)
+    att = LinearSelfAttention(D, H, D // H, pattern=CausalAttention()).eval()
+    x = torch.randn(2, 300, D)
+    ref = att(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = att(x)
+    assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
+    torch.testing.assert_close(out.float(), ref, rtol=0.05, atol=0.05)
+
+
+@pytest.mark.parametrize("mixer,n_kv", [(GroupedQueryMixer(), 2), (MultiQueryMixer(), None)])
+def test_grouped_kv_heads_train_with_attention_dropout(mixer, n_kv):
+    """Attention-weight dropout (xformer's CPU path and SDPA's) sees the kv heads expanded to every query head."""
+    torch.manual_seed(7)
+    model = DecoderOnly(20, 20, d_model=D, n_heads=H, n_decoder_layers=1, dropout=0.3, mixer=mixer,
+                        n_kv_heads=n_kv).train()
+    out = model(torch.randint(3, 20, (2, 6)))
+    out.sum().backward()
+    assert out.shape == (2, 6, 20) and torch.isfinite(out).all()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
