@@ -13,6 +13,8 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
+import xformer  # noqa: F401  (registers ${xformer.run_id:}, the run folder's suffix)
+
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
@@ -30,6 +32,11 @@ def main(cfg: DictConfig) -> float | None:
             from xformer.jobs.sweep import dry_run
 
             return dry_run(cfg)  # validate and print the job, no training
+        from xformer.jobs.sweep_resume import prepare_job
+
+        plan = prepare_job(cfg)  # -m into an existing sweep dir: skip finished jobs, resume killed ones
+        if plan is not None and plan.action == "skip":
+            return plan.value
         return run(cfg)
     except (ConfigError, DataError, NonFiniteLossError) as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":

@@ -56,6 +56,10 @@ def test_epoch_loop_and_trainer_state(tmp_path):
     assert isinstance(compat.num_ready_batches_reached(trainer), bool)
     assert isinstance(compat.can_stop_early(trainer), bool)
     assert compat.val_check_time_interval(trainer) is None
+    module = L.LightningModule()
+    assert compat.has_trainer(module) is False
+    module.trainer = trainer
+    assert compat.has_trainer(module) is True
     assert compat.val_check_time_interval(L.Trainer(logger=False, val_check_interval="00:00:01:00",
                                                     default_root_dir=tmp_path)) is not None
 

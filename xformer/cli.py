@@ -1,4 +1,4 @@
-"""The ``xformer`` console command: ``xformer report|bench|translate|dashboard ...``.
+"""The ``xformer`` console command: ``xformer report|claims|bench|translate|dashboard ...``.
 
 Each sub-command lives beside the code it drives; this file only dispatches to it.
 """
@@ -10,6 +10,7 @@ import sys
 
 COMMANDS = {
     "report": ("xformer.report.cli", "Aggregate sweep folders into report.md, plots and claim verdicts"),
+    "claims": ("xformer.report.claims_run", "Run the claim sweeps that are missing, publish reports, README table"),
     "bench": ("xformer.bench", "Benchmark xformer against PyTorch and x-transformers (bench.json)"),
     "translate": ("xformer.train.translate", "Translate stdin lines with a checkpoint"),
     "dashboard": ("xformer.dashboard", "Build the W&B workspace of a sweep (wandb-workspaces)"),

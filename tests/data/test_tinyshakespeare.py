@@ -20,7 +20,7 @@ def dm():
 
 
 def test_split_vocab_and_contract(dm):
-    assert len(dm.train_text) == 1_003_854 and len(dm.val_text) == 111_540
+    assert len(dm.train_text) == 1_003_854 and len(dm.val_text) == 55_770 and len(dm.test_text) == 55_770
     assert dm.train_text.startswith("First Citizen:")
     assert dm.tgt_vocab_size == dm.src_vocab_size == 65 + 4
     assert dm.task == "lm" and dm.metrics == [] and dm.test_split_names == ["test"]
@@ -54,9 +54,23 @@ def test_val_and_test_windows_are_contiguous(dm):
             assert text == dm.val_text[32 * i : 32 * i + 33]
             rebuilt.append(text[:32])
     assert "".join(rebuilt) == dm.val_text[: 32 * n_windows]
-    test = dm.test_dataloader()
-    assert len(test) == 1 and torch.equal(next(iter(test[0]))["tgt"], next(iter(val))["tgt"])
     assert dm.detokenize(next(iter(val))["tgt"][0]) == dm.val_text[:33]
+
+
+def test_test_split_is_held_out(dm):
+    """Train / val / test are consecutive, disjoint pieces of input.txt (90 / 5 / 5); test is not val."""
+    text = (shared("tinyshakespeare") / "input.txt").read_text(encoding="utf-8")
+    assert dm.train_text + dm.val_text + dm.test_text == text
+    n = len(text)
+    assert len(dm.train_text) == int(0.90 * n) and abs(len(dm.val_text) - len(dm.test_text)) <= 1
+    test = dm.test_dataloader()
+    assert len(test) == 1
+    first = next(iter(test[0]))["tgt"]
+    assert dm.tokenizer.decode(first[0]) == dm.test_text[:33]
+    assert not torch.equal(first, next(iter(dm.val_dataloader()))["tgt"])
+    rebuilt = "".join(dm.tokenizer.decode(t)[:32] for b in test[0] for t in b["tgt"])
+    n_windows = (len(dm.test_text) - 33) // 32 + 1
+    assert rebuilt == dm.test_text[: 32 * n_windows]
 
 
 def test_tokens_per_batch_overrides_batch_size():

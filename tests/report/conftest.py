@@ -33,10 +33,11 @@ def _parse(value: str):
 
 
 def write_job(root: Path, num: int, overrides: list[str], metrics: dict | None = None, status: str = "finished",
-              params: dict | None = None, curve: list[tuple[int, float, float]] | None = None) -> Path:
+              params: dict | None = None, curve: list[tuple[int, float, float]] | None = None,
+              summary_extra: dict | None = None) -> Path:
     """Write job folder ``root/num`` with ``.hydra/overrides.yaml``, ``metrics.json`` (unless ``status`` is
-    ``None``: a job that crashed before writing one) and, given ``curve`` rows (step, train loss, val loss),
-    ``csv/metrics.csv``."""
+    ``None``: a job that crashed before writing one; ``summary_extra`` is merged into it, e.g. ``error``
+    or ``diverged``) and, given ``curve`` rows (step, train loss, val loss), ``csv/metrics.csv``."""
     job = root / str(num)
     (job / ".hydra").mkdir(parents=True)
     (job / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
@@ -61,6 +62,7 @@ def write_job(root: Path, num: int, overrides: list[str], metrics: dict | None =
             "objective": {"metric": "val/loss", "value": (metrics or {}).get("val/loss")},
             "wall_time_s": 1.0, "global_step": 100, "tokens_seen": 1000,
             "params": {**PARAMS, "total": sum(PARAMS.values())} if params is None else params,
+            **(summary_extra or {}),
         }
         (job / "metrics.json").write_text(json.dumps(summary))
     if curve:
@@ -74,8 +76,9 @@ def write_job(root: Path, num: int, overrides: list[str], metrics: dict | None =
 
 
 def flat_curve(val: float) -> list[tuple[int, float, float]]:
-    """Two validations with the same value: a run that had finished training."""
-    return [(50, val + 0.1, val), (100, val, val)]
+    """Ten validations (every 10 steps to 100) with the same value: a run whose ranking is stable over
+    the second half of training (6 validations at steps 50–100)."""
+    return [(s, val + 0.1, val) for s in range(10, 101, 10)]
 
 
 def write_sweep(root: Path, key: str, table: dict, metric: str = "val/loss", extra: list[str] | None = None,
@@ -106,7 +109,7 @@ def sweep_dir(tmp_path: Path) -> Path:
     for ratio, vals in bleu.items():
         for seed, b in enumerate(vals, start=1):
             loss = 2.0 - 0.1 * ratio ** 0.5 + 0.002 * seed
-            curve = [(s, loss + 2.0 / s, loss + (2.5 / s if s < 30 else 0.0)) for s in (10, 20, 30, 40)]
+            curve = [(s, loss + 2.0 / s, loss + (2.5 / s if s < 20 else 0.0)) for s in range(5, 41, 5)]
             write_job(root, num, [f"model.ffn_ratio={ratio}", f"seed={seed}", "trainer.max_steps=40"],
                       {"val/loss": loss, "val/ppl": 2.718 ** loss, "test/bleu": b},
                       params={**PARAMS, "total": int(totals[ratio])}, curve=curve)

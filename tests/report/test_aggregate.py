@@ -42,6 +42,31 @@ def test_failed_and_unfinished_jobs_are_listed_not_averaged(tmp_path):
     assert group.stat("val/loss").mean == pytest.approx(0.6)
 
 
+def test_diverged_jobs_stay_in_their_group_and_count_as_nonfinite(tmp_path):
+    """Diverged runs (new status, and an older 'failed' NonFiniteLossError record) are outcomes of their
+    setting: kept in the group (even one whose seeds all diverged), not in the failed list."""
+    write_sweep(tmp_path, "model.ffn_ratio", {2: [0.5, 0.7]})
+    write_job(tmp_path, 10, ["model.ffn_ratio=2", "seed=3"], {}, status="diverged",
+              summary_extra={"diverged": {"step": 17, "reason": "non-finite train/loss"}})
+    write_job(tmp_path, 11, ["model.ffn_ratio=8", "seed=1"], {}, status="diverged",
+              summary_extra={"diverged": {"step": 3, "reason": "non-finite train/loss"}})
+    write_job(tmp_path, 12, ["model.ffn_ratio=8", "seed=2"], {}, status="failed",
+              summary_extra={"error": "NonFiniteLossError: train/loss is nan at step 5 (epoch 0, batch 5); ..."})
+    write_job(tmp_path, 13, ["model.ffn_ratio=8", "seed=3"], {}, status="failed",
+              summary_extra={"error": "RuntimeError: CUDA out of memory"})
+    sweep = aggregate([tmp_path])
+    assert [j.status for j in sweep.failed] == ["failed"] and "out of memory" in sweep.failed[0].error
+    assert sorted(j.diverged_step for j in sweep.diverged) == [3, 5, 17]
+    g2, g8 = sweep.groups
+    assert g2.values == {"model.ffn_ratio": 2} and g8.values == {"model.ffn_ratio": 8}
+    assert g2.n == 2 and len(g2.diverged) == 1 and not g2.failed
+    s2 = g2.stat("val/loss")
+    assert s2.n == 2 and s2.n_nonfinite == 1 and s2.mean == pytest.approx(0.6)
+    assert g8.n == 0 and len(g8.diverged) == 2 and len(g8.failed) == 1
+    s8 = g8.stat("val/loss")
+    assert s8.n == 0 and s8.n_nonfinite == 2 and s8.text() == "diverged (2)"
+
+
 def test_swept_keys_exclude_seed_and_shared_overrides(tmp_path):
     for i, (ratio, seed) in enumerate([(2, 1), (2, 2), (4, 1), (4, 2)]):
         write_job(tmp_path, i, [f"model.ffn_ratio={ratio}", f"seed={seed}", "trainer.max_steps=50"], {"val/loss": 1.0})

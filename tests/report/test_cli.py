@@ -74,5 +74,6 @@ def test_issue_case_prints_inconclusive_with_evidence_and_rule(tmp_path, capsys)
     assert main([str(tmp_path)]) == 0
     out = capsys.readouterr().out
     c1 = [line for line in out.splitlines() if line.startswith("C1")]
-    assert c1 and c1[0].startswith("C1: inconclusive: the sweep does not cover the claim's axis"), out
+    assert c1 and c1[0].startswith("C1: inconclusive at 30 steps"), out
+    assert "steps" in c1[0] and ": the sweep does not cover the claim's axis" in c1[0], out
     assert "    evidence: 4 vs 2: Δ +0.11, n=2/2 → too few seeds" in out and "    rule: Needs ratio 4" in out

@@ -277,7 +277,8 @@ class XformerDataModule(L.LightningDataModule):
         kwargs = dict(batch_sampler=batch_sampler, collate_fn=collate_fn, num_workers=self.num_workers,
                       pin_memory=self.pin_memory, persistent_workers=persistent and self.num_workers > 0)
         if train:
-            return ResumableDataLoader(dataset, batches_done=self._train_batches_done, **kwargs)
+            return ResumableDataLoader(dataset, batches_done=self._train_batches_done,
+                                       epoch_batches=self._train_epoch_batches, **kwargs)
         return DataLoader(dataset, **kwargs)
 
     def _train_batches_done(self) -> int:
@@ -286,6 +287,15 @@ class XformerDataModule(L.LightningDataModule):
         if trainer is None:
             return 0
         return int(trainer.fit_loop.epoch_loop.batch_progress.current.processed)
+
+    def _train_epoch_batches(self, n: int) -> int:
+        """Training batches the attached trainer takes from an epoch of ``n``: fewer under
+        ``trainer.limit_train_batches`` (Lightning's ``num_training_batches``), else ``n``."""
+        trainer = getattr(self, "trainer", None)
+        limit = getattr(trainer, "num_training_batches", None) if trainer is not None else None
+        if isinstance(limit, int) and 0 < limit < n:
+            return limit
+        return n
 
     def train_dataloader(self) -> DataLoader:
         """Shuffled (per ``(seed, epoch)``) training loader, sharded across DDP ranks."""

@@ -340,23 +340,41 @@ class ResumableDataLoader(DataLoader):
         *args, **kwargs: ``DataLoader`` arguments; ``batch_sampler`` must have ``resume(epoch, n)``.
         batches_done: returns the batches of the current epoch already consumed (e.g. from the
             trainer's batch progress); None counts 0 (the state then restarts the epoch).
+        epoch_batches: maps the sampler's epoch length to the number of batches the trainer takes
+            from an epoch (``min(n, trainer.num_training_batches)``); None = all of them.
     """
 
-    def __init__(self, *args: Any, batches_done: Callable[[], int] | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, batches_done: Callable[[], int] | None = None,
+                 epoch_batches: Callable[[int], int] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._batches_done = batches_done
+        self._epoch_batches = epoch_batches
+
+    def epoch_batches(self) -> int:
+        """Batches the trainer takes from this epoch: the batch sampler's length, or fewer when the
+        trainer stops each epoch early (``trainer.limit_train_batches``; see ``epoch_batches`` of
+        the constructor)."""
+        n = len(self.batch_sampler)
+        return int(self._epoch_batches(n)) if self._epoch_batches is not None else n
 
     def state_dict(self) -> dict[str, int]:
         """``{"epoch", "batches_done", "epoch_batches"}`` of the batch sampler's current epoch
-        (``epoch_batches``: the epoch's length, so a reader can tell a finished epoch from a stop
-        inside it)."""
+        (``epoch_batches``: the epoch's length as the trainer runs it -- under
+        ``limit_train_batches`` the limit, not the sampler's length -- so a reader can tell a
+        finished epoch from a stop inside it)."""
         return {"epoch": int(self.batch_sampler.sampler.epoch),
                 "batches_done": int(self._batches_done()) if self._batches_done is not None else 0,
-                "epoch_batches": int(len(self.batch_sampler))}
+                "epoch_batches": self.epoch_batches()}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
-        """Make the next iteration continue where ``state`` was taken."""
-        self.batch_sampler.resume(int(state["epoch"]), int(state["batches_done"]))
+        """Make the next iteration continue where ``state`` was taken: inside its epoch, or at the
+        start of the next one when all of the epoch's ``epoch_batches`` were done (also when the
+        trainer's epoch was shorter than the sampler's)."""
+        epoch, done = int(state["epoch"]), int(state["batches_done"])
+        n = int(state.get("epoch_batches") or 0)
+        if n and done >= n:
+            epoch, done = epoch + 1, 0
+        self.batch_sampler.resume(epoch, done)
 
 
 def _pad(seqs: Sequence[Sequence[int] | torch.Tensor], pad_value: Any, dtype: torch.dtype) -> torch.Tensor:

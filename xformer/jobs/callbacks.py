@@ -2,8 +2,11 @@
 
 * :class:`NonFiniteLossGuard` -- stops at the first NaN/Inf training loss with one line naming the
   step, *before* any checkpoint of that step is written, so ``last.ckpt`` stays the last good state.
-  The run then fails: ``metrics.json`` says ``"status": "failed"`` with the message, the W&B run is
-  finished with a non-zero exit code, ``run.py`` exits 1; in a ``-m`` sweep the other jobs go on.
+  The run has *diverged* (an outcome, not a crash): ``metrics.json`` says ``"status": "diverged"``
+  with ``"diverged": {"step": ..., "reason": ...}`` and the message, the W&B run is finished with a
+  non-zero exit code, ``run.py`` exits 1; in a ``-m`` sweep the other jobs go on. The guard also
+  records every validation loss; a run whose last validation loss is above its first (or
+  non-finite) finishes normally but is recorded as diverged too (:meth:`NonFiniteLossGuard.divergence`).
 * :class:`StopCheckpoint` -- writes ``last.ckpt`` where training stops between the periodic saves:
   on SIGTERM (SLURM preemption, ``scancel``, ``kill``) Lightning stops at the next batch boundary
   and this saves there, so ``ckpt_path=last hydra.run.dir=<job dir>`` continues exactly where the
@@ -41,7 +44,19 @@ log = logging.getLogger("xformer")
 
 
 class NonFiniteLossError(RuntimeError):
-    """The training loss became NaN or Inf; the message names the step and the checkpoint kept."""
+    """The training loss became NaN or Inf; the message names the step and the checkpoint kept.
+
+    Attributes:
+        step: the optimizer step of the first non-finite loss (``None`` when another rank saw it).
+    """
+
+    def __init__(self, message: str, step: int | None = None) -> None:
+        super().__init__(message)
+        self.step = step
+
+
+VAL_LOSS = "val/loss"
+"""The validation metric whose rise above its first value marks a run as diverged."""
 
 
 def _loss_of(outputs: Any) -> torch.Tensor | None:
@@ -64,6 +79,9 @@ class NonFiniteLossGuard(L.Callback):
     stays the last good one. In DDP the ranks agree (any rank non-finite → all stop) so none is
     left waiting in a collective.
 
+    It also keeps ``(step, val/loss)`` of every validation (outside the sanity check; kept in the
+    checkpoint, so a resumed run remembers its first validation) for :meth:`divergence`.
+
     Args:
         check_every_n_steps: read the flag every N optimizer steps; ``None`` = the trainer's
             ``log_every_n_steps`` (when Lightning reads the logged loss anyway).
@@ -79,6 +97,42 @@ class NonFiniteLossGuard(L.Callback):
         self._last_saved_step: int | None = None
         self._first: dict[str, torch.Tensor] | None = None  # first bad step, epoch, batch, loss (device)
         self._checked_step = -1
+        self.validations: list[tuple[int, float]] = []  # (optimizer step, val/loss) of every validation
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"validations": [list(v) for v in self.validations]}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.validations = [(int(s), float(v)) for s, v in state_dict.get("validations", [])]
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking or VAL_LOSS not in trainer.callback_metrics:
+            return
+        step, value = int(trainer.global_step), float(trainer.callback_metrics[VAL_LOSS])
+        self.validations = [v for v in self.validations if v[0] != step] + [(step, value)]
+
+    def divergence(self) -> dict[str, Any] | None:
+        """Whether the validations so far say the run diverged: the last ``val/loss`` is non-finite or
+        above the first one. Returns ``{"step", "reason", "first", "last"}`` (``step``: the first
+        validation from which every later one stayed above the first, or was non-finite), else ``None``."""
+        if len(self.validations) < 2 and not (self.validations and not math.isfinite(self.validations[-1][1])):
+            return None
+        first_step, first = self.validations[0]
+        last = self.validations[-1][1]
+
+        def bad(v: float) -> bool:
+            return not math.isfinite(v) or v > first
+
+        if not bad(last):
+            return None
+        k = len(self.validations) - 1
+        while k > 0 and bad(self.validations[k - 1][1]):
+            k -= 1
+        step = self.validations[k][0]
+        why = (f"{VAL_LOSS} is {last} (non-finite) at step {self.validations[-1][0]}" if not math.isfinite(last)
+               else f"{VAL_LOSS} rose above its first validation ({first:.4g} at step {first_step}) from step "
+                    f"{step} on and ended at {last:.4g}")
+        return {"step": step, "reason": why, "first": first, "last": last}
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._first, self._checked_step = None, -1
@@ -124,13 +178,14 @@ class NonFiniteLossGuard(L.Callback):
         f = {k: v.item() for k, v in self._first.items()}
         if f["step"] < 0:  # another rank saw it first
             where = f"by step {trainer.global_step} on another rank"
-            value = math.nan
+            value, step = math.nan, None
         else:
             where = f"at step {f['step']} (epoch {f['epoch']}, batch {f['batch']})"
-            value = f["loss"]
+            value, step = f["loss"], int(f["step"])
         raise NonFiniteLossError(
             f"train/loss is {value} {where}; training stopped. {self._kept(trainer)} Fix: lower optim.lr, "
-            f"raise optim.warmup_steps, keep trainer.gradient_clip_val > 0, or use trainer.precision=32-true")
+            f"raise optim.warmup_steps, keep trainer.gradient_clip_val > 0, or use trainer.precision=32-true",
+            step=step if step is not None else int(trainer.global_step))
 
     def _kept(self, trainer: L.Trainer) -> str:
         lasts = [cb.last_model_path for cb in trainer.checkpoint_callbacks

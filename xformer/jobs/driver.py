@@ -9,6 +9,12 @@ Layout of a job folder (Hydra's output dir, one per ``-m`` job)::
     csv/metrics.csv   every logged value by step (Lightning's CSVLogger; read by ``xformer report``)
     wandb/            the W&B run (offline runs are synced later with ``wandb sync``)
     metrics.json      status, resolved config, final/best metrics, wall time, tokens seen, parameters
+
+``status`` in ``metrics.json``: ``finished``; ``diverged`` (an outcome the report counts, with
+``"diverged": {"step", "reason"}``): the training loss became NaN/Inf
+(:class:`~xformer.jobs.callbacks.NonFiniteLossError`) or the last validation loss ended above the first
+(:meth:`~xformer.jobs.callbacks.NonFiniteLossGuard.divergence`); ``preempted`` (SIGTERM); ``failed``
+(any other error: a crash).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
+from .callbacks import NonFiniteLossError, NonFiniteLossGuard
 from .console import progress_bar, single_log_lines
 from xformer.train.module import TransformerLitModule
 from .steps import ConsistentResume, OptimizerStepIntervals
@@ -228,6 +235,15 @@ def write_summary(cfg: DictConfig, job: Job, out_dir: Path, final: dict, tokens_
     return summary
 
 
+def divergence_of(trainer: L.Trainer) -> dict | None:
+    """``{"step", "reason", ...}`` when the trainer's :class:`NonFiniteLossGuard` saw the validation loss
+    end above its first value (or non-finite), else ``None`` (also without a guard)."""
+    for cb in trainer.callbacks:
+        if isinstance(cb, NonFiniteLossGuard):
+            return cb.divergence()
+    return None
+
+
 def run(cfg: DictConfig) -> float | None:
     """Train (``mode=train``) or evaluate (``mode=eval``) as configured: :func:`build`,
     :func:`fit_and_test`, :func:`write_summary` (also when fit fails or is preempted), and close the
@@ -250,9 +266,15 @@ def run(cfg: DictConfig) -> float | None:
         fit_metrics, test_metrics, tokens_seen = fit_and_test(cfg, job, checkpoint_to_load(cfg, out_dir))
         final = {**fit_metrics, **test_metrics}
         status, exit_code = "finished", 0
+        if cfg.mode == "train" and (rose := divergence_of(job.trainer)) is not None:
+            status = "diverged"  # trained to the end, but ended worse than its first validation
+            job.summary["diverged"] = rose
     except BaseException as err:  # recorded in metrics.json; SIGTERM (preemption) saved last.ckpt
         preempted = isinstance(err, SIGTERMException)
         status, exit_code = ("preempted", 143) if preempted else ("failed", 1)
+        if isinstance(err, NonFiniteLossError):  # an outcome of the setting, not a crash
+            status = "diverged"
+            job.summary["diverged"] = {"step": err.step, "reason": "non-finite train/loss"}
         job.summary["error"] = f"{type(err).__name__}: {err}".splitlines()[0][:1000]
         raise
     finally:

@@ -10,7 +10,8 @@ in ``pyproject.toml``.
 Groups (who calls them):
 
 * training-epoch loop and trainer state -- :mod:`xformer.jobs.steps` (validation intervals counted in
-  optimizer steps, the last-step validation, consistent resume);
+  optimizer steps, the last-step validation, consistent resume); whether a module has a trainer --
+  :mod:`xformer.train.module`;
 * the subprocess launcher's two functions -- :mod:`xformer.jobs.distributed` (DDP child ranks of a
   Hydra ``-m`` job run that job only);
 * ``ModelParallelStrategy``'s data-parallel size -- :func:`xformer.jobs.distributed.fsdp_strategy`;
@@ -39,6 +40,7 @@ PRIVATE_NAMES: tuple[tuple[str, str], ...] = (
     ("trainer.fit_loop.epoch_loop", "_num_ready_batches_reached"),
     ("trainer.fit_loop", "_can_stop_early"),
     ("trainer", "_val_check_time_interval"),
+    ("lightning.pytorch.LightningModule", "_trainer"),
     ("lightning.pytorch.strategies.launchers.subprocess_script", "_hydra_subprocess_cmd"),
     ("lightning.pytorch.strategies.launchers.subprocess_script", "_launch_process_observer"),
     ("lightning.pytorch.strategies.ModelParallelStrategy", "_data_parallel_size"),
@@ -88,6 +90,12 @@ def can_stop_early(trainer: Any) -> bool:
 def val_check_time_interval(trainer: Any) -> Any:
     """The time-based ``val_check_interval`` (``None`` unless the interval is a duration)."""
     return trainer._val_check_time_interval
+
+
+def has_trainer(module: Any) -> bool:
+    """True when the LightningModule ``module`` is attached to a trainer (its ``trainer`` property
+    raises otherwise, e.g. in a unit test that calls ``training_step`` directly)."""
+    return module._trainer is not None
 
 
 # -- the subprocess launcher (xformer.jobs.distributed) -----------------------------------------------

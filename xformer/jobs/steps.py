@@ -126,6 +126,12 @@ class ConsistentResume(L.Callback):
     the epoch's length (``epoch_batches``) to tell the two cases apart; older checkpoints lack it and
     are left alone. (Lightning's restored fetch counter is consistent with xformer's sampler skipping
     the consumed batches: the counter starts at the consumed count and the sampler yields the rest.)
+
+    Two more positions: under ``trainer.limit_train_batches`` the epoch's length is the limit (the
+    loader stores that, not the sampler's length), so a stop on a shortened epoch's last batch is an
+    epoch's end; and a checkpoint written inside an accumulation window (SIGTERM between
+    micro-batches) is rewound to the window's start -- the last batch whose update is in the saved
+    weights -- so the resumed run accumulates the same micro-batches into the same step.
     """
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
@@ -138,6 +144,20 @@ class ConsistentResume(L.Callback):
         epoch, done = int(states[0]["epoch"]), int(states[0]["batches_done"])
         n_batches = int(states[0].get("epoch_batches", 0))
         batch_progress = (fit.get("epoch_loop.batch_progress") or {}).get("current") or {}
+        accumulate = int(getattr(trainer, "accumulate_grad_batches", 1) or 1)
+        inside = done % accumulate
+        if (n_batches and 0 < done < n_batches and inside
+                and int(batch_progress.get("completed", -1)) == done):
+            # saved inside an accumulation window (SIGTERM between micro-batches): the weights hold
+            # no update from the window's first `inside` micro-batches, so the data position is the
+            # last batch whose update they do hold -- the resumed run trains the whole window again
+            done -= inside
+            states[0]["batches_done"] = done
+            totals = (fit.get("epoch_loop.batch_progress") or {}).get("total") or {}
+            for counters in (batch_progress, totals):
+                for key in ("ready", "started", "processed", "completed"):
+                    if key in counters:
+                        counters[key] = int(counters[key]) - inside
         if n_batches and done >= n_batches:  # stopped on an epoch's last batch: the next epoch starts
             if int(batch_progress.get("completed", -1)) != done:
                 return  # saved inside the last batch (periodic save): Lightning restores that itself

@@ -89,6 +89,10 @@ def job_record(config: DictConfig, job_return: Any) -> dict:
         rec["objective"]["value"] = _float_or_none(job_return._return_value)
         if OmegaConf.select(config, "sweep.dry_run"):
             rec["status"] = "validated"
+    from .sweep_resume import DECISIONS
+
+    if rec["num"] in DECISIONS:  # skipped (finished earlier), resumed (from last.ckpt) or new
+        rec["resume"] = DECISIONS.pop(rec["num"])
     metrics_file = out_dir / "metrics.json"
     if metrics_file.is_file():
         try:
@@ -129,9 +133,12 @@ class SweepSummary(Callback):
         if isinstance(storage, str) and storage.startswith("sqlite:///"):  # SQLite does not create folders
             Path(storage[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
         jobs = self._jobs_dir(config)
-        if jobs.is_dir():  # a previous invocation into the same sweep dir (e.g. Optuna resumed there)
-            for f in jobs.glob("*.json"):
+        optuna = "optuna" in str(OmegaConf.select(config, "hydra.sweeper._target_", default=""))
+        if jobs.is_dir() and not optuna:  # a previous invocation into the same sweep dir: every job of
+            for f in jobs.glob("*.json"):  # this one records itself again (finished ones as skipped)
                 f.unlink()
+        # Optuna: a resumed study numbers its new trials after the earlier ones (guard_optuna_sweep),
+        # so the earlier trials' records stay and the summary covers the whole study in this folder
 
     def on_job_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
         if job_return is None or str(config.hydra.mode) != "RunMode.MULTIRUN":
@@ -202,7 +209,9 @@ def guard_optuna_sweep(dry_run: bool) -> None:
     with Optuna's message. The plugin has no option for this, so its ``sweep`` is wrapped (once per
     process): that one error is logged as a warning and the sweep returns, so :class:`SweepSummary`
     writes the summary and sets the exit status. With ``dry_run`` the study is kept in memory
-    (``storage=None``), so validating a search never adds FAILED trials to a stored study.
+    (``storage=None``), so validating a search never adds FAILED trials to a stored study. With a
+    stored study the job numbers start at its trial count (:func:`_stored_trials`): job folder ``n``
+    is trial ``n`` also when a study is resumed into the same sweep folder.
     """
     _OPTUNA_GUARD["dry_run"] = dry_run
     try:
@@ -216,6 +225,8 @@ def guard_optuna_sweep(dry_run: bool) -> None:
     def sweep(self, arguments: list[str]) -> None:
         if _OPTUNA_GUARD.get("dry_run"):
             self.storage = None
+        elif self.storage:
+            self.job_idx = _stored_trials(self.study_name, self.storage)
         try:
             return plugin_sweep(self, arguments)
         except ValueError as err:
@@ -229,6 +240,23 @@ def guard_optuna_sweep(dry_run: bool) -> None:
     OptunaSweeperImpl.sweep = sweep
 
 
+def _stored_trials(study_name: str | None, storage: Any) -> int:
+    """Number of trials already in the stored study (0 when it does not exist yet).
+
+    The plugin numbers a sweep's jobs from 0 in every invocation, while a resumed study numbers its
+    trials after the stored ones; starting the job numbers there makes job folder ``<n>`` hold trial
+    ``n``, so running the same command into the same ``hydra.sweep.dir`` adds folders instead of
+    writing new trials over the earlier ones (one study process at a time).
+    """
+    import optuna
+
+    try:
+        summaries = optuna.study.get_all_study_summaries(storage=storage)
+    except Exception:  # no database yet: the plugin creates it
+        return 0
+    return next((s.n_trials for s in summaries if s.study_name == study_name), 0)
+
+
 def format_summary(summary: dict) -> str:
     """The summary as a text table (one line per job)."""
     metric = summary["objective"]["metric"]
@@ -240,6 +268,8 @@ def format_summary(summary: dict) -> str:
         value = j["objective"]["value"]
         shown = f"{value:.4g}" if isinstance(value, (int, float)) else ("-" if value is None else str(value))
         extra = f"  [{j['error']}]" if j.get("error") else ""
+        if j.get("resume") in ("skipped", "resumed"):
+            extra += "  (finished earlier, skipped)" if j["resume"] == "skipped" else "  (resumed from last.ckpt)"
         lines.append(f"  {j['num']:>3}  {j['status']:<9}  {shown:>12}  {' '.join(o for o in j['overrides'] if o not in common)}{extra}")
     if summary.get("error"):
         lines.append(f"error: {summary['error']}")

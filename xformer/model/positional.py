@@ -20,6 +20,16 @@ Contract for a new scheme (see the README's "Adding a variant"): subclass
 (the stack applies :meth:`~PositionalEncoding.rotate` exactly when a class overrides it). A class
 that overrides none of them is refused when the model is built, unless it is :class:`NoPE` or a
 subclass of it, which means "no positions" on purpose.
+
+Precision: positions, angles and biases are computed in float32 (or float64) under every
+``trainer.precision``. Lightning's ``bf16-true`` / ``16-true`` plugins convert the whole model with
+``module.to(dtype)``, which would also round the floating *buffers* of a scheme (RoPE's inverse
+frequencies, ALiBi's slopes, the sinusoid table) to 8 or 11 bits of mantissa -- at position 511
+RoPE's angles were then off by up to 0.2 rad. :class:`PositionalEncoding` (so every scheme,
+including a user's subclass) keeps its floating buffers at their own precision through such a
+conversion (device moves still apply), and the hooks cast only their result to the activations'
+dtype. Learned tables (:class:`Learned`, :class:`T5RelativeBias`) are parameters and follow the
+model's dtype like every other weight; their lookups involve no arithmetic on positions.
 """
 
 from __future__ import annotations
@@ -69,6 +79,22 @@ class PositionalEncoding(nn.Module):
         super().__init__()
         self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_head
         self.max_len, self.causal = max_len, causal
+
+    def _apply(self, fn, recurse: bool = True):
+        """``nn.Module._apply`` (behind ``.to``, ``.half()``, ``.bfloat16()``, ``.cuda()``), except that
+        this module's own floating buffers never lose precision: a conversion to a dtype with a
+        larger machine epsilon (bfloat16, float16) keeps the buffer's values and dtype and applies
+        only the device move. Buffers hold positional constants (frequencies, slopes, tables), not
+        learned state, so rounding them would silently shift every position (see the module doc)."""
+        before = {name: buf for name, buf in self._buffers.items()
+                  if buf is not None and buf.is_floating_point()}
+        out = super()._apply(fn, recurse)
+        for name, old in before.items():
+            new = self._buffers.get(name)
+            if (new is not None and new.is_floating_point() and new.dtype != old.dtype
+                    and torch.finfo(new.dtype).eps > torch.finfo(old.dtype).eps):
+                self._buffers[name] = old.to(device=new.device)
+        return out
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
         """Return ``x`` (``(B, T, D)``) with the absolute encoding of positions ``pos`` (``(T,)``) added."""
@@ -226,8 +252,9 @@ class ALiBi(PositionalEncoding):
         self.register_buffer("slopes", alibi_slopes(n_heads).float(), persistent=False)
 
     def attn_bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        dist = (q_pos[:, None] - k_pos[None, :]).abs().to(self.slopes.dtype)  # (Tq, Tk)
-        return -self.slopes[:, None, None] * dist
+        # float32 however the model is converted (the attention casts the bias to the scores' dtype)
+        dist = (q_pos[:, None] - k_pos[None, :]).abs().to(torch.float32)  # (Tq, Tk)
+        return -self.slopes.to(torch.float32)[:, None, None] * dist
 
 
 class T5RelativeBias(PositionalEncoding):

@@ -9,7 +9,13 @@ whose value differs between jobs; ``seed`` and ``hydra.*`` are never swept keys.
 override a key gets its value from its resolved config (dotted keys) or its Hydra group choices
 (``a/b`` keys), so sweeps run with different override lists can be pooled. Jobs with equal swept
 values form a :class:`Group`; every metric is summarised over the group's finished jobs (its seeds)
-as a :class:`Stat` (mean, sample std with ddof=1, n). Failed or unfinished jobs are kept apart
+as a :class:`Stat` (mean, sample std with ddof=1, n).
+
+A *diverged* job (``metrics.json`` status ``diverged``: non-finite training loss, or a last validation
+loss above the first; also an older ``failed`` record whose error is a ``NonFiniteLossError``) is an
+outcome of its setting: it stays in its group (``Group.diverged``, ``Sweep.diverged``) and enters every
+metric's :class:`Stat` as a non-finite value (``Stat.n_nonfinite``), so a setting whose seeds all
+diverged is still a group the claims see. Crashed, unfinished or missing jobs are kept apart
 (``Sweep.failed``, ``Group.failed``) and never averaged.
 """
 
@@ -19,6 +25,7 @@ import csv
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -26,6 +33,7 @@ from typing import Any, Iterable
 from omegaconf import OmegaConf
 
 SEED_KEY = "seed"
+DIVERGED = "diverged"
 SKIP_DIRS = {".hydra", "wandb", "checkpoints", "csv", "__pycache__", "node_modules", ".git", ".venv"}
 
 
@@ -40,13 +48,16 @@ class Job:
 
     Attributes:
         path: the job folder (``multirun/<date>/<time>/<num>``); for W&B runs a pseudo path.
-        status: ``finished`` | ``failed`` | ``running`` (metrics.json), or ``missing`` (no metrics.json).
+        status: ``finished`` | ``diverged`` | ``failed`` | ``preempted`` | ``running`` (metrics.json), or
+            ``missing`` (no metrics.json).
+        diverged_step: for a diverged job, the step it diverged at (``None`` when unknown).
+        error: the error line of a failed or diverged job (``""`` when none).
         overrides: the job's command-line overrides, ``{key: parsed value}`` (``+``/``~`` prefixes dropped).
         config: the fully resolved config (empty when unknown).
         choices: Hydra group choices, e.g. ``{"model/pe": "rope"}``.
         metrics: final flat metrics (``val/loss``, ``test/bleu``, ``test/exact_match@2x`` ...).
         params: parameter counts by role (``total``, ``attention``, ``ffn`` ...).
-        wall_time_s, global_step: from metrics.json when present.
+        wall_time_s, global_step, tokens_seen: from metrics.json when present.
         curves: ``{metric: (steps, values)}`` when already loaded (W&B); files are read lazily.
     """
 
@@ -60,10 +71,17 @@ class Job:
     wall_time_s: float | None = None
     global_step: int | None = None
     curves: dict[str, tuple[list[float], list[float]]] | None = None
+    diverged_step: int | None = None
+    error: str = ""
+    tokens_seen: int | None = None
 
     @property
     def finished(self) -> bool:
         return self.status == "finished"
+
+    @property
+    def diverged(self) -> bool:
+        return self.status == DIVERGED
 
     @property
     def seed(self) -> Any:
@@ -198,9 +216,18 @@ def load_job(path: Path) -> Job:
         choices = ((hydra.get("hydra") or {}).get("runtime") or {}).get("choices") or {}
     metrics = {k: float(v) for k, v in (summary.get("metrics") or {}).items() if _is_number(v)}
     params = {k: int(v) for k, v in (summary.get("params") or {}).items() if _is_number(v)}
+    error = str(summary.get("error") or "")
+    if status == "failed" and error.startswith("NonFiniteLossError"):  # written before "diverged" existed
+        status = DIVERGED
+    div_step = (summary.get("diverged") or {}).get("step") if isinstance(summary.get("diverged"), dict) else None
+    if status == DIVERGED and div_step is None:
+        found = re.search(r"at step (\d+)", error)
+        div_step = int(found.group(1)) if found else summary.get("global_step")
     return Job(path=path, status=status, overrides=overrides, config=config if isinstance(config, dict) else {},
                choices={str(k): v for k, v in choices.items()}, metrics=metrics, params=params,
-               wall_time_s=summary.get("wall_time_s"), global_step=summary.get("global_step"))
+               wall_time_s=summary.get("wall_time_s"), global_step=summary.get("global_step"),
+               diverged_step=int(div_step) if _is_number(div_step) else None, error=error,
+               tokens_seen=int(summary["tokens_seen"]) if _is_number(summary.get("tokens_seen")) else None)
 
 
 def _is_number(v: Any) -> bool:
@@ -259,13 +286,15 @@ class Group:
     """Jobs that share the swept values ``values`` (``{swept key: value}``), i.e. the seeds of one setting.
 
     Attributes:
-        jobs: finished jobs (averaged); ``failed``: the group's failed/unfinished jobs (not averaged).
-        stats: ``{metric: Stat}`` over ``jobs``; ``params``: mean parameter counts by role.
+        jobs: finished jobs (averaged); ``diverged``: the group's diverged jobs (counted in every
+        metric's ``Stat.n_nonfinite``); ``failed``: crashed/unfinished jobs (not averaged, not counted).
+        stats: ``{metric: Stat}`` over ``jobs`` and ``diverged``; ``params``: mean parameter counts by role.
     """
 
     values: dict[str, Any]
     jobs: list[Job] = field(default_factory=list)
     failed: list[Job] = field(default_factory=list)
+    diverged: list[Job] = field(default_factory=list)
     stats: dict[str, Stat] = field(default_factory=dict)
     params: dict[str, float] = field(default_factory=dict)
 
@@ -286,7 +315,7 @@ class Group:
 
     def config(self) -> dict:
         """The resolved config of the group's first job (finished first), ``{}`` if none."""
-        for j in self.jobs + self.failed:
+        for j in self.jobs + self.diverged + self.failed:
             if j.config:
                 return j.config
         return {}
@@ -298,9 +327,9 @@ class Sweep:
 
     Attributes:
         dirs: the folders searched; ``jobs``: every job found; ``swept_keys``: sorted swept keys;
-        ``fixed``: overrides shared by all jobs; ``groups``: groups with at least one finished job,
-        ordered by swept values; ``failed``: all failed/unfinished jobs; ``metric_keys``: every metric
-        seen in a finished job, sorted.
+        ``fixed``: overrides shared by all jobs; ``groups``: groups with at least one finished or
+        diverged job, ordered by swept values; ``failed``: all crashed/unfinished jobs (not diverged
+        ones); ``diverged``: all diverged jobs; ``metric_keys``: every metric seen in a finished job, sorted.
     """
 
     dirs: list[Path]
@@ -310,6 +339,7 @@ class Sweep:
     groups: list[Group]
     failed: list[Job]
     metric_keys: list[str]
+    diverged: list[Job] = field(default_factory=list)
 
     @property
     def finished(self) -> list[Job]:
@@ -335,24 +365,30 @@ def _hashable(v: Any) -> Any:
 
 
 def group_jobs(jobs: list[Job], keys: list[str]) -> tuple[list[Group], list[Job]]:
-    """Group ``jobs`` by their values of ``keys``; return (groups with a finished job, unfinished jobs).
+    """Group ``jobs`` by their values of ``keys``; return (groups with a finished or diverged job,
+    crashed/unfinished jobs).
 
-    Each group's ``stats`` holds a :class:`Stat` for every metric of its finished jobs."""
+    Each group's ``stats`` holds a :class:`Stat` for every metric of the sweep's finished jobs: the
+    finished seeds' values plus one non-finite value per diverged seed (whatever a diverged run
+    logged before or after it diverged is not its result)."""
     by_key: dict[tuple, Group] = {}
     for j in jobs:
         values = {k: _hashable(j.value(k)) for k in keys}
         g = by_key.setdefault(tuple(values.values()), Group(values=values))
-        (g.jobs if j.finished else g.failed).append(j)
-    groups = [g for g in by_key.values() if g.jobs]
+        (g.jobs if j.finished else g.diverged if j.diverged else g.failed).append(j)
+    groups = [g for g in by_key.values() if g.jobs or g.diverged]
     groups.sort(key=lambda g: tuple(value_sort_key(v) for v in g.key))
+    all_names = sorted({m for j in jobs if j.finished for m in j.metrics})
     for g in groups:
-        names = sorted({m for j in g.jobs for m in j.metrics})
+        names = sorted({m for j in g.jobs for m in j.metrics}) if g.jobs else all_names
         g.stats = {m: s for m in names
-                   if (s := Stat.of(j.metrics[m] for j in g.jobs if m in j.metrics)) is not None}
-        roles = sorted({r for j in g.jobs for r in j.params})
-        g.params = {r: sum(j.params[r] for j in g.jobs if r in j.params) /
-                    sum(1 for j in g.jobs if r in j.params) for r in roles}
-    failed = [j for j in jobs if not j.finished]
+                   if (s := Stat.of([j.metrics[m] for j in g.jobs if m in j.metrics]
+                                    + [math.nan] * len(g.diverged))) is not None}
+        counted = g.jobs + g.diverged
+        roles = sorted({r for j in counted for r in j.params})
+        g.params = {r: sum(j.params[r] for j in counted if r in j.params) /
+                    sum(1 for j in counted if r in j.params) for r in roles}
+    failed = [j for j in jobs if not j.finished and not j.diverged]
     return groups, failed
 
 
@@ -370,7 +406,7 @@ def aggregate_jobs(jobs: list[Job], dirs: list[Path] | None = None) -> Sweep:
     groups, failed = group_jobs(jobs, keys)
     metric_keys = sorted({m for j in jobs if j.finished for m in j.metrics})
     return Sweep(dirs=list(dirs or []), jobs=jobs, swept_keys=keys, fixed=fixed, groups=groups,
-                 failed=failed, metric_keys=metric_keys)
+                 failed=failed, metric_keys=metric_keys, diverged=[j for j in jobs if j.diverged])
 
 
 def aggregate(dirs: list[Path | str]) -> Sweep:

@@ -21,10 +21,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .aggregate import Group, Stat, Sweep, fmt_value, read_curves, value_sort_key
+from .aggregate import Group, Job, Stat, Sweep, fmt_value, read_curves, value_sort_key
 from .benchjson import bench_exponents, fit_rows, leaves
-from .catalog import CLAIMS, COMMON_RULE, MIN_SEEDS
-from .stats import Interval, equivalent, welch
+from .catalog import (CLAIMS, CLOSING_SHARE, COMMON_RULE, DIVERGE_SHARE, MAX_POINTS, MIN_POINTS, MIN_SEEDS)
+from .stats import CONFIDENCE, Interval, equivalent, fisher_more, holm, log2_trend, welch
 
 SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE = "supported", "not supported", "inconclusive"
 BETTER, WORSE, NOISE, FEW = "better", "worse", "within noise", "too few seeds"
@@ -34,15 +34,104 @@ LOWER_IS_BETTER = ("loss", "ppl", "perplexity", "error", "wer", "cer")
 BOUNDS = {"exact_match": (0.0, 1.0), "acc": (0.0, 1.0), "accuracy": (0.0, 1.0), "bleu": (0.0, 100.0)}
 """Range of the bounded metrics, by the last part of their name (``test/exact_match@2x`` → exact_match)."""
 SATURATION = 0.02         # saturated: every mean within 2 % of the range from one bound
-TRAIN_FLOOR = 1e-3        # under-training threshold is at least 0.1 % of the last validation value
 EQUIV_REL = 0.01          # C6 equivalence margin, relative to the larger mean
 C2_TOL = 0.03             # C2: |share - 2/3| allowed
 C7_OK, C7_BAD = 0.3, 0.5  # C7: |e - 2| <= OK consistent; |e - 2| > BAD contradicts
+ALPHA = 1 - CONFIDENCE
 
 PUBLISHED = {cid: c.published for cid, c in CLAIMS.items()}
 
 
 # -- results ------------------------------------------------------------------------------------
+@dataclass
+class Comparison:
+    """Setting A against setting B on one metric (Welch's t, :func:`xformer.report.stats.welch`).
+
+    ``delta`` is A's improvement over B in the metric's better direction (positive: A better; NaN when
+    a side has no finite value; ±inf when divergence decided it), ``interval`` its 95 % interval in the
+    same direction (``None`` with fewer than :data:`MIN_SEEDS` finished seeds on a side, or when
+    divergence decided), ``outcome`` better | worse | within noise | too few seeds, ``n_a``/``n_b`` the
+    finished seeds, ``noise`` the pooled sample std, ``div_a``/``div_b`` the diverged seeds,
+    ``mean_b`` B's mean (for the relative effect), ``note`` why the outcome differs from the interval
+    (divergence, multiple comparisons), ``p_adj``/``family``: the Holm-adjusted p-value and the family
+    size when the pair was picked as the best of ``family``; ``groups``: the two groups compared."""
+
+    a: str
+    b: str
+    delta: float
+    interval: Interval | None
+    outcome: str
+    n_a: int = 0
+    n_b: int = 0
+    noise: float | None = None
+    div_a: int = 0
+    div_b: int = 0
+    mean_b: float | None = None
+    note: str = ""
+    p_adj: float | None = None
+    family: int | None = None
+    groups: tuple[Group, Group] | None = field(default=None, repr=False)
+    metric: str = ""
+
+    @property
+    def by_divergence(self) -> bool:
+        return math.isinf(self.delta)
+
+    def text(self) -> str:
+        head = f"{self.a} vs {self.b}: "
+        div = (f", diverged {self.div_a}/{self.n_a + self.div_a} vs {self.div_b}/{self.n_b + self.div_b}"
+               if self.div_a or self.div_b else "")
+        if self.interval is not None:
+            iv = self.interval
+            out = f"{head}Δ {iv.text()}, Welch p={iv.p:.2g}, n={self.n_a}/{self.n_b}{div}"
+        else:
+            delta = f"{self.delta:+.3g}" if math.isfinite(self.delta) else ("n/a" if math.isnan(self.delta)
+                                                                               else f"{self.delta:+}")
+            out = f"{head}Δ {delta}, n={self.n_a}/{self.n_b}{div}"
+        if self.p_adj is not None:
+            out += f", Holm–Bonferroni over {self.family} comparisons: adjusted p={self.p_adj:.2g}"
+        out += f" → {self.outcome}"
+        return out + (f" ({self.note})" if self.note else "")
+
+    def relative(self) -> tuple[float, float, float] | None:
+        """``(Δ, lo, hi)`` as a percentage of B's mean (B's uncertainty ignored); ``None`` without an
+        interval or with B's mean 0."""
+        if self.interval is None or not self.mean_b:
+            return None
+        scale = 100.0 / abs(self.mean_b)
+        return self.interval.delta * scale, self.interval.lo * scale, self.interval.hi * scale
+
+
+@dataclass
+class StabilityPoint:
+    """Δ (A's improvement over B) of the validation metric at one step: mean over seeds and its 95 %
+    Welch interval (``None`` with fewer than 2 seeds a side)."""
+
+    step: float
+    delta: float
+    interval: Interval | None
+
+
+@dataclass
+class Stability:
+    """What the validation curves say about a comparison in the second half of training (item 1 of
+    :data:`xformer.report.catalog.COMMON_RULE`).
+
+    Attributes:
+        comparison: the comparison checked; ``metric``: the validation curve read; ``points``: the
+        (at most :data:`MAX_POINTS`) evenly spaced validations used; ``trend``: ``(a, b)`` of
+        ``Δ ≈ a + b·log2(step)`` (``None`` with fewer than 2 points); ``problems``: sentences that make
+        the verdict inconclusive; ``caveats``: sentences printed beside it.
+    """
+
+    comparison: Comparison
+    metric: str
+    points: list[StabilityPoint] = field(default_factory=list)
+    trend: tuple[float, float] | None = None
+    problems: list[tuple[str, str]] = field(default_factory=list)
+    caveats: list[str] = field(default_factory=list)
+
+
 @dataclass
 class Verdict:
     """The outcome for one claim in one context.
@@ -51,7 +140,10 @@ class Verdict:
         claim: ``"C1"`` ...; ``status``: supported | not supported | inconclusive; ``reason``: why, in
         one sentence; ``measured``: the numbers; ``published``: the paper's; ``context``: the other swept
         values the verdict holds at (``""``: all); ``evidence``: the comparisons with their intervals and
-        the checks that failed; ``rule``: the claim's rule (:mod:`xformer.report.catalog`).
+        the checks that failed; ``rule``: the claim's rule (:mod:`xformer.report.catalog`);
+        ``budget``: the training budget the verdict holds at (steps, tokens, schedule); ``key``: the
+        comparison of the summary table; ``metric``: the decision metric; ``settings``: the compared
+        settings ``(name, group)``; ``stability``: the second-half check of the key comparison.
     """
 
     claim: str
@@ -62,11 +154,17 @@ class Verdict:
     context: str = ""
     evidence: list[str] = field(default_factory=list)
     rule: str = ""
+    budget: str = ""
+    key: Comparison | None = None
+    metric: str = ""
+    settings: list[tuple[str, Group]] = field(default_factory=list, repr=False)
+    stability: Stability | None = None
 
     def line(self) -> str:
-        """One line: ``C1 [ctx]: supported: reason | measured ... | published ...``."""
+        """One line: ``C1 [ctx]: supported at <budget>: reason | measured ... | published ...``."""
         ctx = f" [{self.context}]" if self.context else ""
-        return (f"{self.claim}{ctx}: {self.status}: {self.reason} | measured {self.measured} "
+        at = f" at {self.budget}" if self.budget else ""
+        return (f"{self.claim}{ctx}: {self.status}{at}: {self.reason} | measured {self.measured} "
                 f"| published {self.published}")
 
     def block(self) -> str:
@@ -75,34 +173,6 @@ class Verdict:
         if self.rule:
             lines.append(f"    rule: {self.rule}")
         return "\n".join(lines)
-
-
-@dataclass
-class Comparison:
-    """Setting A against setting B on one metric (Welch's t, :func:`xformer.report.stats.welch`).
-
-    ``delta`` is A's improvement over B in the metric's better direction (positive: A better; NaN when
-    a side has no finite value), ``interval`` its 95 % interval in the same direction (``None`` with
-    fewer than :data:`MIN_SEEDS` seeds on a side or a diverged side), ``outcome`` better | worse |
-    within noise | too few seeds, ``n_a``/``n_b`` the finite seeds, ``noise`` the pooled sample std."""
-
-    a: str
-    b: str
-    delta: float
-    interval: Interval | None
-    outcome: str
-    n_a: int = 0
-    n_b: int = 0
-    noise: float | None = None
-
-    def text(self) -> str:
-        head = f"{self.a} vs {self.b}: "
-        if self.interval is not None:
-            iv = self.interval
-            return f"{head}Δ {iv.text()}, Welch p={iv.p:.2g}, n={self.n_a}/{self.n_b} → {self.outcome}"
-        delta = f"{self.delta:+.3g}" if math.isfinite(self.delta) else ("n/a" if math.isnan(self.delta)
-                                                                           else f"{self.delta:+}")
-        return f"{head}Δ {delta}, n={self.n_a}/{self.n_b} → {self.outcome}"
 
 
 @dataclass
@@ -123,27 +193,80 @@ def compare(a: Stat | None, b: Stat | None, higher: bool, a_name: str = "A", b_n
             min_seeds: int = MIN_SEEDS) -> Comparison:
     """Compare two settings' per-seed values with Welch's t (rule in :data:`COMMON_RULE`).
 
-    A side whose runs all diverged (no finite value, at least 2 non-finite) is *worse* than a side with
-    ``min_seeds`` finite values."""
+    A diverged seed (non-finite value, ``Stat.n_nonfinite``) is its setting's worst outcome: when both
+    sides have at least ``min_seeds`` runs and A's share of diverged runs exceeds B's by at least
+    :data:`DIVERGE_SHARE`, A is *worse* (Δ = −inf) whatever its other seeds say, and the reverse. Below
+    that share the finished seeds are compared with Welch's t, but the side with more diverged seeds is
+    never called better (the outcome becomes within noise)."""
     if a is None or b is None:
         return Comparison(a_name, b_name, math.nan, None, FEW)
-    a_div = a.n == 0 and a.n_nonfinite >= 2
-    b_div = b.n == 0 and b.n_nonfinite >= 2
-    if a_div and b.n >= min_seeds:
-        return Comparison(a_name, b_name, -math.inf, None, WORSE, a.n, b.n)
-    if b_div and a.n >= min_seeds:
-        return Comparison(a_name, b_name, math.inf, None, BETTER, a.n, b.n)
+    ka, kb = a.n_nonfinite, b.n_nonfinite
+    runs_a, runs_b = a.n + ka, b.n + kb
     sign = 1.0 if higher else -1.0
+    common = dict(n_a=a.n, n_b=b.n, div_a=ka, div_b=kb, mean_b=b.mean if b.n else None)
+    if (ka or kb) and runs_a >= min_seeds and runs_b >= min_seeds:
+        share = ka / runs_a - kb / runs_b
+        if share >= DIVERGE_SHARE:
+            return Comparison(a_name, b_name, -math.inf, None, WORSE, **common,
+                              note=f"{a_name} diverged in {ka} of {runs_a} seeds against {kb} of {runs_b}: "
+                                   f"a diverged seed is the worst outcome")
+        if -share >= DIVERGE_SHARE:
+            return Comparison(a_name, b_name, math.inf, None, BETTER, **common,
+                              note=f"{b_name} diverged in {kb} of {runs_b} seeds against {ka} of {runs_a}: "
+                                   f"a diverged seed is the worst outcome")
     delta = sign * (a.mean - b.mean) if a.n and b.n else math.nan
     if a.n < min_seeds or b.n < min_seeds:
-        return Comparison(a_name, b_name, delta, None, FEW, a.n, b.n)
+        return Comparison(a_name, b_name, delta, None, FEW, **common)
     iv = welch(a.values, b.values)
     if not higher:
         iv = Interval(-iv.delta, -iv.hi, -iv.lo, iv.p, iv.df, iv.confidence)
     sa, sb = a.std or 0.0, b.std or 0.0
     noise = math.sqrt(((a.n - 1) * sa ** 2 + (b.n - 1) * sb ** 2) / (a.n + b.n - 2))
     outcome = BETTER if iv.lo > 0 else WORSE if iv.hi < 0 else NOISE
-    return Comparison(a_name, b_name, iv.delta, iv, outcome, a.n, b.n, noise)
+    note = ""
+    if outcome == BETTER and ka / runs_a > kb / runs_b:
+        outcome, note = NOISE, f"not better: {a_name} diverged in {ka} of {runs_a} seeds, its worst outcome"
+    elif outcome == WORSE and kb / runs_b > ka / runs_a:
+        outcome, note = NOISE, f"not worse: {b_name} diverged in {kb} of {runs_b} seeds, its worst outcome"
+    return Comparison(a_name, b_name, iv.delta, iv, outcome, noise=noise, note=note, **common)
+
+
+def compare_groups(ga: Group, gb: Group, metric: str, a_name: str, b_name: str,
+                   higher: bool | None = None) -> Comparison:
+    """:func:`compare` on ``metric`` of two groups, remembering the groups (for the stability check)."""
+    hb = higher_is_better(metric) if higher is None else higher
+    c = compare(ga.stat(metric), gb.stat(metric), hb, a_name, b_name)
+    c.groups, c.metric = (ga, gb), metric
+    return c
+
+
+def best_of(candidates: list[tuple[str, Group]], base: tuple[str, Group], metric: str,
+            higher: bool | None = None, rank_metric: str | None = None) -> tuple[Comparison, list[Comparison]]:
+    """Compare every candidate against ``base`` and correct the family (Holm–Bonferroni): the best
+    candidate (best mean of ``rank_metric``, default ``metric``) is picked after seeing the data, so
+    its comparison is *better*/*worse* only when its Holm-adjusted p-value is below α = 0.05 (a
+    divergence decision stands as it is). Returns ``(best comparison, all comparisons)``."""
+    hb = higher_is_better(metric) if higher is None else higher
+    comps = [compare_groups(g, base[1], metric, name, base[0], hb) for name, g in candidates]
+    rank = rank_metric or metric
+    r_sign = 1 if higher_is_better(rank) else -1
+
+    def score(item: tuple[str, Group]) -> float:
+        s = item[1].stat(rank)
+        return r_sign * s.mean if s is not None and s.n else -math.inf
+
+    best_i = max(range(len(candidates)), key=lambda i: score(candidates[i]))
+    ps = [(0.0 if c.by_divergence else c.interval.p if c.interval is not None else 1.0) for c in comps]
+    adjusted = holm(ps)
+    k = len(comps)
+    for c, p in zip(comps, adjusted):
+        if k < 2:
+            continue
+        c.p_adj, c.family = p, k
+        if c.interval is not None and c.outcome in (BETTER, WORSE) and p >= ALPHA:
+            c.outcome = NOISE
+            c.note = (c.note + "; " if c.note else "") + f"not significant after Holm–Bonferroni over {k}"
+    return comps[best_i], comps
 
 
 # -- the checks common to every claim -----------------------------------------------------------
@@ -175,76 +298,143 @@ def saturated_metrics(sweep: Sweep, groups: list[Group]) -> list[str]:
 
 
 def curve_metric(metric: str, jobs_keys: set[str]) -> str:
-    """The validation curve that tells whether training had finished for a decision metric:
-    its ``val/`` form when logged (``test/loss@2x`` → ``val/loss``), else ``val/loss``."""
+    """The validation curve that follows a decision metric during training: its ``val/`` form when
+    logged (``test/loss`` → ``val/loss``), else ``val/loss``."""
     base = metric.split("@")[0].rsplit("/", 1)[-1]
     return f"val/{base}" if f"val/{base}" in jobs_keys else "val/loss"
 
 
-def training_check(items: list[tuple[str, Group]], metric: str) -> list[str]:
-    """Under-training check of :data:`COMMON_RULE` (d) over the compared settings.
+def _finite_curve(job: Job, key: str) -> dict[float, float]:
+    xs, ys = read_curves(job, (key,)).get(key, ([], []))
+    return {x: y for x, y in zip(xs, ys) if math.isfinite(y)}
 
-    For each job the improvement over its last validation interval is read from ``csv/metrics.csv``
-    (the metric's ``val/`` form, else ``val/loss``); a setting is under-trained when its mean
-    improvement exceeds the seed noise (pooled sample std of the last validation over all settings,
-    at least :data:`TRAIN_FLOOR` of its value) or when a job has fewer than two validations.
 
-    Returns:
-        one sentence per problem (empty: every setting had finished training).
+def _family(metric: str) -> str:
+    """The quantity a metric measures, for matching a validation curve to a decision metric
+    (``test/loss``, ``val/ppl`` → ``loss``; ``test/bleu`` → ``bleu``)."""
+    base = metric.split("@")[0].rsplit("/", 1)[-1].lower()
+    return "loss" if base in ("loss", "ppl", "perplexity") else base
+
+
+def spaced(steps: list[float], k: int = MAX_POINTS) -> list[float]:
+    """At most ``k`` of the sorted ``steps``, evenly spaced: the step nearest each of ``k`` equally
+    spaced targets from the first to the last (each used once), so that validating more often does
+    not change which part of training is read."""
+    if len(steps) <= k:
+        return list(steps)
+    lo, hi = steps[0], steps[-1]
+    out: list[float] = []
+    for i in range(k):
+        target = lo + (hi - lo) * i / (k - 1)
+        free = [s for s in steps if s not in out]
+        out.append(min(free, key=lambda s: (abs(s - target), s)))
+    return sorted(out)
+
+
+def stability(c: Comparison, equivalence_margin: float | None = None) -> Stability | None:
+    """The second-half check of comparison ``c`` (rule (d) of :data:`COMMON_RULE`), or ``None`` when
+    there is nothing to check (no groups, decided by divergence, or a metric without a validation
+    curve of its own such as ``test/loss@4x``).
+
+    Reads the validation curve of ``c.metric`` (:func:`curve_metric`) of every finished seed of both
+    groups at the validation steps they share in the second half of training (step ≥ half the last
+    one), keeps at most :data:`MAX_POINTS` evenly spaced ones (:func:`spaced`) and needs at least
+    :data:`MIN_POINTS`. Problems: **late crossing** (at a point the 95 % interval of Δ lies on the
+    other side of 0 from the final outcome), **gap closing** (the fitted change of mean Δ per doubling
+    of steps, ``Δ ≈ a + b·log2(step)``, shrinks the gap by more than :data:`CLOSING_SHARE` of its
+    final size), and for an equivalence (``equivalence_margin`` m) the fitted Δ at the last step
+    outside ±m. The improvement over each setting's last validation interval is a caveat only.
     """
-    keys = {m for _, g in items for m in g.stats}
-    cm = curve_metric(metric, keys)
+    if c.groups is None or c.by_divergence or "@" in c.metric:
+        return None
+    ga, gb = c.groups
+    keys = {m for g in (ga, gb) for m in g.stats}
+    base = _family(c.metric)
+    curves: list[list[dict[float, float]]] = [[], []]
+    cm = curve_metric(c.metric, keys)
+    for cm in dict.fromkeys([cm, "val/loss"]):  # val/ppl = exp(val/loss): the same ranking
+        if _family(cm) != base:
+            continue
+        curves = [[cv for j in g.jobs if (cv := _finite_curve(j, cm))] for g in (ga, gb)]
+        if curves[0] and curves[1]:
+            break
+    if _family(cm) != base:  # e.g. BLEU decided, only val/loss logged: the loss does not track BLEU
+        return None
     hb = higher_is_better(cm)
-    lasts: dict[str, list[float]] = {}
-    gains: dict[str, list[float]] = {}
-    problems = []
-    for name, g in items:
-        few = 0
-        for j in g.jobs:
-            _, ys = read_curves(j, (cm,)).get(cm, ([], []))
-            ys = [y for y in ys if math.isfinite(y)]
-            if len(ys) < 2:
-                few += 1
-                continue
-            lasts.setdefault(name, []).append(ys[-1])
-            gains.setdefault(name, []).append((ys[-1] - ys[-2]) if hb else (ys[-2] - ys[-1]))
-        if few:
-            problems.append(f"{name}: {few} run(s) with fewer than 2 validations of {cm} (cannot tell whether "
-                            f"training had finished)")
-    dof = sum(len(v) - 1 for v in lasts.values() if len(v) > 1)
-    if dof <= 0:
-        return problems
-    pooled = math.sqrt(sum(sum((x - sum(v) / len(v)) ** 2 for x in v) for v in lasts.values() if len(v) > 1) / dof)
-    for name, gs in gains.items():
-        level = sum(lasts[name]) / len(lasts[name])
-        noise = max(pooled, TRAIN_FLOOR * abs(level))
-        mean_gain = sum(gs) / len(gs)
-        if mean_gain > noise:
-            problems.append(f"{name}: under-trained, {cm} still improved by {mean_gain:.3g} over its last "
-                            f"validation interval (seed noise {noise:.3g})")
-    return problems
-
-
-def seed_check(items: list[tuple[str, Group]], metric: str) -> list[str]:
-    """Settings with fewer than :data:`MIN_SEEDS` finished seeds with a finite ``metric``
-    (all-diverged settings are not counted as short: divergence is a result)."""
-    out = []
-    for name, g in items:
-        s = g.stat(metric)
-        n = s.n if s else 0
-        if n < MIN_SEEDS and not (s and s.n == 0 and s.n_nonfinite >= 2):
-            out.append(f"{name}: {n} seed(s) (needs ≥ {MIN_SEEDS})")
+    sign = 1.0 if hb else -1.0
+    out = Stability(c, cm)
+    if not curves[0] or not curves[1]:
+        out.problems.append(("no validation curve", f"{c.a} vs {c.b}: no {cm} curve in csv/metrics.csv "
+                             f"(cannot tell whether the ranking was stable)"))
+        return out
+    last = max(max(cv) for side in curves for cv in side)
+    shared = set.intersection(*(set(cv) for side in curves for cv in side))
+    second = sorted(s for s in shared if s >= last / 2 and s > 0)
+    chosen = spaced(second)
+    for side_name, side in ((c.a, curves[0]), (c.b, curves[1])):
+        gains = []
+        for cv in side:
+            xs = sorted(cv)
+            if len(xs) >= 2:
+                gains.append(sign * (cv[xs[-1]] - cv[xs[-2]]) / (xs[-1] - xs[-2]) * 1000)
+        if gains and sum(gains) / len(gains) > 0:
+            out.caveats.append(f"{side_name}: {cm} still improving by {sum(gains) / len(gains):.3g} per 1 000 "
+                               f"steps over its last validation interval (a caveat, not a blocker)")
+    if len(chosen) < MIN_POINTS:
+        out.problems.append((f"fewer than {MIN_POINTS} validations in the second half",
+                             f"{c.a} vs {c.b}: {len(chosen)} validation(s) of {cm} shared by every seed in the "
+                             f"second half of training (steps {last / 2:g}–{last:g}); needs ≥ {MIN_POINTS}. Fix: "
+                             f"set trainer.val_check_interval to at most {max(1, int(last // 8))}"))
+        return out
+    for s in chosen:
+        a_vals = [cv[s] for cv in curves[0]]
+        b_vals = [cv[s] for cv in curves[1]]
+        mean = sign * (sum(a_vals) / len(a_vals) - sum(b_vals) / len(b_vals))
+        iv = None
+        if len(a_vals) >= 2 and len(b_vals) >= 2:
+            w = welch(a_vals, b_vals)
+            iv = w if hb else Interval(-w.delta, -w.hi, -w.lo, w.p, w.df, w.confidence)
+        out.points.append(StabilityPoint(s, mean + 0.0, iv))
+    a0, b1 = log2_trend([p.step for p in out.points], [p.delta for p in out.points])
+    out.trend = (a0, b1)
+    final = out.points[-1].delta
+    if equivalence_margin is None and c.outcome in (BETTER, WORSE):
+        want = 1.0 if c.outcome == BETTER else -1.0
+        crossed = [p for p in out.points if p.interval is not None
+                   and (p.interval.hi < 0 if want > 0 else p.interval.lo > 0)]
+        if crossed:
+            p = crossed[0]
+            out.problems.append(("late crossing", f"{c.a} vs {c.b}: late crossing: at step {p.step:g} the 95 % "
+                                 f"interval of Δ {cm} [{p.interval.lo:+.3g}, {p.interval.hi:+.3g}] lies on the "
+                                 f"other side of 0 from the final result ({c.outcome})"))
+        closing = -b1 * want
+        if want * final > 0 and closing > CLOSING_SHARE * abs(final):
+            zero = 2 ** (-a0 / b1) if b1 else math.inf
+            out.problems.append(("the gap is closing", f"{c.a} vs {c.b}: the gap is closing: mean Δ {cm} changes "
+                                 f"by {b1:+.3g} per doubling of steps, more than {CLOSING_SHARE:g} of its final "
+                                 f"size {final:+.3g}; the trend reaches 0 at step ~{zero:.3g}"))
+    if equivalence_margin is not None:
+        at_end = a0 + b1 * math.log2(out.points[-1].step)
+        if abs(at_end) >= equivalence_margin:
+            out.problems.append(("the gap trend leaves the margin", f"{c.a} vs {c.b}: the fitted trend of Δ {cm} "
+                                 f"reaches {at_end:+.3g} at step {out.points[-1].step:g}, outside the margin "
+                                 f"±{equivalence_margin:.3g}"))
+    out.caveats.insert(0, f"{c.a} vs {c.b} over the second half ({cm}, steps "
+                       f"{', '.join(f'{p.step:g}' for p in out.points)}): Δ "
+                       f"{', '.join(f'{p.delta:+.3g}' for p in out.points)}; trend {b1:+.3g} per doubling")
     return out
 
 
-def checks(sweep: Sweep, items: list[tuple[str, Group]], metric: str) -> list[str]:
-    """Every common check of :data:`COMMON_RULE` ((b) seeds, (c) saturation, (d) training) that fails."""
-    groups = [g for _, g in items]
-    out = seed_check(items, metric)
-    sat = saturation(metric, groups)
-    if sat:
-        out.append(sat)
-    return out + training_check(items, metric)
+def seed_check(items: list[tuple[str, Group]], metric: str) -> list[str]:
+    """Settings with fewer than :data:`MIN_SEEDS` runs that count (finished with a finite ``metric``, or
+    diverged: divergence is a result)."""
+    out = []
+    for name, g in items:
+        s = g.stat(metric)
+        n = (s.n + s.n_nonfinite) if s else 0
+        if n < MIN_SEEDS:
+            out.append(f"{name}: {n} seed(s) (needs ≥ {MIN_SEEDS})")
+    return out
 
 
 # -- helpers for the verdicts ---------------------------------------------------------------------
@@ -286,6 +476,59 @@ def _measured(metric: str, items: list[tuple[str, Group]]) -> str:
     return f"{metric}: " + "; ".join(parts)
 
 
+def _count(n: float) -> str:
+    return f"{n / 1e6:.3g} M" if n >= 1e6 else f"{n / 1e3:.3g} k" if n >= 1e3 else f"{n:.0f}"
+
+
+def _schedule(cfg: dict) -> str:
+    optim = cfg.get("optim") or {}
+    sched = optim.get("scheduler") or {}
+    target = str(sched.get("_target_") or "") if isinstance(sched, dict) else ""
+    warm = optim.get("warmup_steps")
+    lr = optim.get("lr")
+    parts = [f"warm-up {warm}" if warm is not None else ""]
+    if target.endswith("warmup_linear"):
+        floor = sched.get("floor")
+        parts.append("linear decay" + (f" to {floor:g}× peak" if isinstance(floor, (int, float)) else ""))
+    elif target.endswith("inverse_sqrt"):
+        parts.append("inverse-sqrt decay")
+    elif target:
+        parts.append(target.rsplit(".", 1)[-1])
+    text = " + ".join(p for p in parts if p)
+    return text + (f", peak lr {lr:g}" if isinstance(lr, (int, float)) else "")
+
+
+def budget(items: list[tuple[str, Group]]) -> str:
+    """The training budget of the compared settings: optimizer steps (``trainer.max_steps``, else the
+    steps run), tokens seen by a finished run (characters for tiny-shakespeare) and the LR schedule,
+    e.g. ``"3 000 steps, 6.1 M characters, warm-up 100 + linear decay to 0× peak, peak lr 0.003"``;
+    differing values are joined with ``/``."""
+    jobs = [j for _, g in items for j in g.jobs + g.diverged]
+    if not jobs:
+        return ""
+    steps, tokens, scheds, unit = [], [], [], "tokens"
+    for j in jobs:
+        cfg = j.config or {}
+        ms = (cfg.get("trainer") or {}).get("max_steps")
+        s = ms if isinstance(ms, int) and ms > 0 else j.global_step
+        if s is not None and s not in steps:
+            steps.append(s)
+        if j.finished and j.tokens_seen and _count(j.tokens_seen) not in tokens:
+            tokens.append(_count(j.tokens_seen))
+        sch = _schedule(cfg)
+        if sch and sch not in scheds:
+            scheds.append(sch)
+        if str((cfg.get("data") or {}).get("_target_", "")).endswith("TinyShakespeareDataModule"):
+            unit = "characters"
+    parts = []
+    if steps:
+        parts.append("/".join(f"{s:,}".replace(",", " ") for s in sorted(steps)) + " steps")
+    if tokens:
+        parts.append("/".join(tokens) + f" {unit}")
+    parts += ["; ".join(scheds)] if scheds else []
+    return ", ".join(parts)
+
+
 Recogniser = Callable[[Sweep, Options], list[Verdict]]
 REGISTRY: dict[str, list[Recogniser]] = {}
 
@@ -304,9 +547,31 @@ def _verdict(cid: str, status: str, reason: str, measured: str, context: str = "
                    CLAIMS[cid].rule)
 
 
+def _job_name(j: Job) -> str:
+    seed = j.seed
+    return (f"seed {fmt_value(seed)}" if seed is not None else "") + f" ({j.path.name})"
+
+
+def outcome_notes(items: list[tuple[str, Group]]) -> list[str]:
+    """Evidence lines naming the diverged seeds (counted as their setting's worst outcome) and the
+    crashed or unfinished jobs (not counted) of the compared settings."""
+    out = []
+    div = [f"{name}: {len(g.diverged)} of {len(g.jobs) + len(g.diverged)} seeds (" +
+           ", ".join(f"{_job_name(j).strip()} at step {j.diverged_step}" for j in g.diverged) + ")"
+           for name, g in items if g.diverged]
+    if div:
+        out.append("diverged (each counted as its setting's worst outcome): " + "; ".join(div))
+    crashed = [f"{name}: {_job_name(j).strip()}, status {j.status}" + (f": {j.error[:160]}" if j.error else "")
+               for name, g in items for j in g.failed]
+    if crashed:
+        out.append("crashed or unfinished, not counted: " + "; ".join(crashed))
+    return out
+
+
 def decide(cid: str, sweep: Sweep, ctx: str, metric: str, items: list[tuple[str, Group]],
            comps: list[Comparison], fails: list[str], holds: bool, coverage: list[str] | None = None,
-           notes: list[str] | None = None, measured: str | None = None) -> Verdict:
+           notes: list[str] | None = None, measured: str | None = None, decisive: list[Comparison] | None = None,
+           margin: float | None = None, key: Comparison | None = None) -> Verdict:
     """The verdict from a claim rule's outcome and the common checks.
 
     Args:
@@ -314,12 +579,29 @@ def decide(cid: str, sweep: Sweep, ctx: str, metric: str, items: list[tuple[str,
         decision metric; ``items``: the compared settings ``(name, group)``; ``comps``: the comparisons;
         ``fails``: sentences for the parts of the rule that failed; ``holds``: every part held;
         ``coverage``: sentences for what the sweep lacks on the claim's axis; ``notes``: more evidence;
-        ``measured``: the measured text (default: ``metric`` over ``items``).
+        ``measured``: the measured text (default: ``metric`` over ``items``); ``decisive``: the
+        comparisons whose stability is checked (default ``comps``); ``margin``: an equivalence margin
+        (the stability check then asks that the trend stay inside it); ``key``: the comparison of the
+        summary table (default: the first of ``comps``).
 
     The rule's outcome (not supported when ``fails``, supported when ``holds``, else inconclusive) is
-    replaced by inconclusive when coverage, seeds, saturation or training fail.
+    replaced by inconclusive when coverage, seeds, saturation or stability fail.
     """
-    problems = list(coverage or []) + checks(sweep, items, metric)
+    problems: list[tuple[str, str]] = [("the sweep does not cover the claim's axis", p) for p in coverage or []]
+    problems += [("too few seeds", p) for p in seed_check(items, metric)]
+    sat = saturation(metric, [g for _, g in items])
+    if sat:
+        problems.append(("saturated", sat))
+    caveats: list[str] = []
+    stab_key: Stability | None = None
+    for c in decisive if decisive is not None else comps:
+        st = stability(c, margin if (margin is not None and holds) else None)
+        if st is None:
+            continue
+        problems += st.problems
+        caveats += st.caveats
+        if stab_key is None or c is (key or (comps[0] if comps else None)):
+            stab_key = st
     if fails:
         rule_status, rule_reason = NOT_SUPPORTED, "; ".join(fails)
     elif holds:
@@ -330,27 +612,38 @@ def decide(cid: str, sweep: Sweep, ctx: str, metric: str, items: list[tuple[str,
         rule_reason = ("differences within the noise: " + "; ".join(f"{c.a} vs {c.b}" for c in undecided)
                        if undecided else "the rule's parts are not decided")
     sat_notes = [s for s in saturated_metrics(sweep, [g for _, g in items]) if not s.startswith(metric + " ")]
-    evidence = [c.text() for c in comps] + list(notes or [])
+    evidence = [c.text() for c in comps] + list(notes or []) + outcome_notes(items)
     evidence += [f"{s} (not used)" for s in sat_notes]
+    evidence += [f"stability: {c}" for c in dict.fromkeys(caveats)]
     if problems:
-        evidence += [f"check failed: {p}" for p in problems]
+        evidence += [f"check failed: {p}" for _, p in problems]
         reason = summarise(problems) + f" (the rule alone would say: {rule_status})"
         status = INCONCLUSIVE
     else:
         status, reason = rule_status, rule_reason
     evidence.insert(0, f"decision metric: {metric}")
-    return _verdict(cid, status, reason, measured or _measured(metric, items), ctx, evidence)
+    v = _verdict(cid, status, reason, measured or _measured(metric, items), ctx, evidence)
+    v.budget, v.key, v.metric, v.settings, v.stability = budget(items), key or (comps[0] if comps else None), \
+        metric, list(items), stab_key
+    return v
 
 
-def summarise(problems: list[str]) -> str:
-    """The failed checks in one short sentence: the coverage sentence, then the settings with too few
-    seeds, too few validations or still improving, and the saturation sentence."""
-    out = [p for p in problems if p.startswith("the sweep does not cover") or "saturated" in p]
-    for marker, label in ((" seed(s) (needs", "too few seeds"), ("fewer than 2 validations", "fewer than 2 validations"),
-                          ("under-trained", "under-trained (still improving by more than the seed noise)")):
-        names = [p.split(":")[0] for p in problems if marker in p]
-        if names:
-            out.append(f"{label}: {', '.join(dict.fromkeys(names))}")
+def summarise(problems: list[tuple[str, str]]) -> str:
+    """The failed checks in one short sentence: each kind once, with the settings it concerns."""
+    kinds: dict[str, list[str]] = {}
+    for kind, text in problems:
+        who = kinds.setdefault(kind, [])
+        name = text.split(":")[0]
+        if kind not in ("the sweep does not cover the claim's axis", "saturated") and name not in who:
+            who.append(name)
+    out = []
+    for kind, who in kinds.items():
+        if kind == "saturated":
+            out.append(next(t for k, t in problems if k == kind))
+        elif kind == "the sweep does not cover the claim's axis":
+            out.append(next(t for k, t in problems if k == kind))
+        else:
+            out.append(f"{kind}: {', '.join(who)}" if who else kind)
     return "; ".join(out)
 
 
@@ -376,7 +669,7 @@ def _simple_axis(cid: str, sweep: Sweep, opts: Options, key: str, good: Any, bad
             out.append(_no_metric(cid, ctx))
             continue
         gn, bn = fmt_value(good), fmt_value(bad)
-        c = compare(g.stat(metric), b.stat(metric), higher_is_better(metric), gn, bn)
+        c = compare_groups(g, b, metric, gn, bn)
         fails = [f"{bn} is better than {gn}"] if c.outcome == WORSE else []
         out.append(decide(cid, sweep, ctx, metric, [(gn, g), (bn, b)], [c], fails, c.outcome == BETTER))
     return out or _missing(cid, f"both {key}={fmt_value(good)} and {fmt_value(bad)}")
@@ -402,14 +695,13 @@ def c1_ffn_ratio(sweep: Sweep, opts: Options) -> list[Verdict]:
         if metric is None:
             out.append(_no_metric("C1", ctx))
             continue
-        hb = higher_is_better(metric)
         items = [(f"ratio {fmt_value(v)}", r[v]) for v in sorted(r)]
-        low = [compare(r[4].stat(metric), r[v].stat(metric), hb, "4", fmt_value(v)) for v in below]
+        low = [compare_groups(r[4], r[v], metric, "4", fmt_value(v)) for v in below]
         comps, fails, notes = list(low), [f"ratio {c.b} is better than 4" for c in low if c.outcome == WORSE], []
         diminishing = None
         if below and above:
             lo_v, hi_v = below[-1], above[-1]
-            c_up = compare(r[hi_v].stat(metric), r[4].stat(metric), hb, fmt_value(hi_v), "4")
+            c_up = compare_groups(r[hi_v], r[4], metric, fmt_value(hi_v), "4")
             comps.append(c_up)
             c_low = next(c for c in low if c.b == fmt_value(lo_v))
             if c_low.interval is not None and c_up.interval is not None:
@@ -448,7 +740,7 @@ def c2_ffn_share(sweep: Sweep, opts: Options) -> list[Verdict]:
     rows = [(g, block_share(g)) for g in sweep.groups if g.params.get("ffn") and g.params.get("attention")]
     if not rows:
         return [_verdict("C2", INCONCLUSIVE, "no parameter counts in metrics.json", "n/a")]
-    base = [(g, s) for g, s in rows if s is not None and is_base_shape(g.config(), (g.jobs or g.failed)[0].choices)]
+    base = [(g, s) for g, s in rows if s is not None and is_base_shape(g.config(), (g.jobs or g.diverged or g.failed)[0].choices)]
     measured = "; ".join(f"{g.label()}: {s:.3f}" if s is not None else f"{g.label()}: n/a" for g, s in rows)
     measured = "FFN share of block: " + measured
     if not base:
@@ -481,7 +773,7 @@ def layer_counts(cfg: dict, choices: dict | None = None) -> tuple[int, int] | No
 
 def block_share(g: Group) -> float | None:
     """FFN parameters per FFN layer / (that + attention parameters per attention sub-layer)."""
-    job = (g.jobs or g.failed)[0]
+    job = (g.jobs or g.diverged or g.failed)[0]
     counts = layer_counts(g.config(), job.choices)
     if counts is None:
         return None
@@ -524,34 +816,37 @@ def c3_heads(sweep: Sweep, opts: Options) -> list[Verdict]:
         if metric is None:
             out.append(_no_metric("C3", ctx))
             continue
-        hb = higher_is_better(metric)
-        sign = 1 if hb else -1
-        best = max(multi, key=lambda v: sign * h[v].stat(metric).mean if h[v].stat(metric).n else -math.inf)
-        ci = compare(h[best].stat(metric), h[1].stat(metric), hb, f"h={fmt_value(best)}", "h=1")
-        comps, fails = [ci], []
+        names = {v: f"h={fmt_value(v)}" for v in h}
+        ci, family = best_of([(names[v], h[v]) for v in multi], (names[1], h[1]), metric)
+        best = next(v for v in multi if names[v] == ci.a)
+        comps, fails, notes = [ci], [], [f"(i) the best multi-head count is picked after the fact: its comparison "
+                                         f"with 1 head is corrected over the {len(multi)} head counts "
+                                         f"(Holm–Bonferroni)"]
         if ci.outcome == WORSE:
             fails.append("one head is better than the best multi-head setting")
         ii_holds = False
         top = multi[-1]
         if len(multi) >= 2:
             if top != best:
-                cii = compare(h[best].stat(metric), h[top].stat(metric), hb, f"h={fmt_value(best)}",
-                              f"h={fmt_value(top)}")
+                # (ii) the largest head count is fixed in advance; the best one is not: Holm over the others
+                cii, _ = best_of([(names[v], h[v]) for v in multi if v != top], (names[top], h[top]), metric)
                 ii_holds = cii.outcome == BETTER
             else:
-                cii = compare(h[top].stat(metric), h[multi[-2]].stat(metric), hb, f"h={fmt_value(top)}",
-                              f"h={fmt_value(multi[-2])}")
+                cii = compare_groups(h[top], h[multi[-2]], metric, names[top], names[multi[-2]])
                 if cii.outcome == BETTER:
                     fails.append("the largest head count is the best (too many heads do not hurt)")
             comps.append(cii)
+        comps += [c for c in family if c is not ci]
         items = [(f"h={fmt_value(v)}", h[v]) for v in sorted(h)]
-        out.append(decide("C3", sweep, ctx, metric, items, comps, fails, ci.outcome == BETTER and ii_holds, coverage))
+        out.append(decide("C3", sweep, ctx, metric, items, comps, fails, ci.outcome == BETTER and ii_holds, coverage,
+                          notes, decisive=comps[:2]))
     return out or _missing("C3", "n_heads 1 and > 1")
 
 
 def diverged(g: Group, metric: str) -> int:
-    """Finished runs of ``g`` whose ``metric`` or ``val/loss`` is non-finite."""
-    n = 0
+    """Runs of ``g`` that diverged: recorded as diverged (``Group.diverged``), or finished with a
+    non-finite ``metric`` or ``val/loss``."""
+    n = len(g.diverged)
     for j in g.jobs:
         vals = [j.metrics.get(metric), j.metrics.get("val/loss")]
         n += any(v is not None and not math.isfinite(v) for v in vals)
@@ -578,17 +873,24 @@ def c4_norm_warmup(sweep: Sweep, opts: Options) -> list[Verdict]:
         if metric is None:
             out.append(_no_metric("C4", ctx))
             continue
-        hb = higher_is_better(metric)
         div = {k: diverged(g, metric) for k, g in grid.items()}
-        ca = compare(grid["post", w].stat(metric), grid["post", 0].stat(metric), hb, f"post@{w}", "post@0")
-        cb = compare(grid["pre", 0].stat(metric), grid["pre", w].stat(metric), hb, "pre@0", f"pre@{w}")
-        a_holds = ca.outcome == BETTER or div["post", 0] > div["post", w]
-        a_fails = not a_holds and ca.outcome == WORSE
-        b_fails = cb.outcome == WORSE or div["pre", 0] > 0
-        b_holds = cb.outcome in (BETTER, NOISE) and not b_fails
+        runs = {k: div[k] + (g.stat(metric).n if g.stat(metric) else 0) for k, g in grid.items()}
+        # divergence counts decide inside compare(): a setting whose share of diverged seeds is larger by
+        # DIVERGE_SHARE is the worse one; otherwise the finished seeds are compared
+        ca = compare_groups(grid["post", w], grid["post", 0], metric, f"post@{w}", "post@0")
+        cb = compare_groups(grid["pre", 0], grid["pre", w], metric, "pre@0", f"pre@{w}")
+        a_holds, a_fails = ca.outcome == BETTER, ca.outcome == WORSE
+        b_fails = cb.outcome == WORSE
+        b_holds = (cb.outcome in (BETTER, NOISE) and not b_fails
+                   and div["pre", 0] / max(runs["pre", 0], 1) <= div["pre", w] / max(runs["pre", w], 1))
         fails = (["Post-LN does better without warm-up"] if a_fails else []) + \
                 (["Pre-LN suffers without warm-up"] if b_fails else [])
-        notes = ["diverged runs: " + ", ".join(f"{n}@{s}: {div[n, s]}" for n, s in grid)]
+        notes = ["diverged runs per setting: " + ", ".join(f"{n}@{s}: {div[n, s]} of {runs[n, s]}" for n, s in grid)
+                 + f"; one-sided Fisher exact p that post@0 diverges more than post@{w}: "
+                 f"{fisher_more(div['post', 0], runs['post', 0], div['post', w], runs['post', w]):.2g}, "
+                 f"that pre@0 diverges more than pre@{w}: "
+                 f"{fisher_more(div['pre', 0], runs['pre', 0], div['pre', w], runs['pre', w]):.2g} "
+                 f"(printed; the decision is the share rule)"]
         items = [(f"{n}@{s}", g) for (n, s), g in grid.items()]
         out.append(decide("C4", sweep, ctx, metric, items, [ca, cb], fails, a_holds and b_holds, notes=notes))
     return out or _missing("C4", "pre and post at warm-up 0 and > 0")
@@ -629,7 +931,7 @@ def c5_pe_length(sweep: Sweep, opts: Options) -> list[Verdict]:
         sin, lrn = cells.get(("sinusoidal",)), cells.get(("learned",))
         if sin is None or lrn is None:
             continue
-        comps = [compare(sin.stat(k), lrn.stat(k), hb, f"sinusoidal@{n:g}x", f"learned@{n:g}x")
+        comps = [compare_groups(sin, lrn, k, f"sinusoidal@{n:g}x", f"learned@{n:g}x", hb)
                  for n, k in lengths.items() if n > 1]
         fails = [f"learned is better than sinusoidal at {c.a.split('@')[1]}" for c in comps if c.outcome == WORSE]
         holds = any(c.outcome == BETTER for c in comps)
@@ -662,19 +964,30 @@ def c6_pe_in_distribution(sweep: Sweep, opts: Options) -> list[Verdict]:
             out.append(_no_metric("C6", ctx))
             continue
         s, l = sin.stat(metric), lrn.stat(metric)
-        c = compare(s, l, higher_is_better(metric), "sinusoidal", "learned")
-        fails, holds, notes = [], False, []
-        if c.interval is not None:
+        c = compare_groups(sin, lrn, metric, "sinusoidal", "learned")
+        fails, holds, notes, margin = [], False, [], None
+        if c.by_divergence:
+            fails.append(c.note)
+        elif c.interval is not None:
             margin = EQUIV_REL * max(abs(s.mean), abs(l.mean))
             if margin > 0:
                 holds, iv90 = equivalent(s.values, l.values, margin)
+                iv95 = c.interval
+                outside = iv95.lo > margin or iv95.hi < -margin
                 notes.append(f"equivalence margin ±{margin:.3g} ({EQUIV_REL:.0%} of the larger mean); 90 % interval "
                              f"of sinusoidal − learned [{iv90.lo:+.3g}, {iv90.hi:+.3g}] → "
-                             f"{'inside' if holds else 'not inside'} the margin (TOST)")
-                if c.outcome in (BETTER, WORSE) and abs(c.delta) > margin:
-                    fails.append(f"the two differ by {abs(c.delta):.3g}, more than the margin {margin:.3g}")
+                             f"{'inside' if holds else 'not inside'} the margin (TOST); 95 % interval of Δ "
+                             f"[{iv95.lo:+.3g}, {iv95.hi:+.3g}] → "
+                             f"{'entirely outside' if outside else 'not entirely outside'} it")
+                if outside:
+                    fails.append(f"the 95 % interval of the difference [{iv95.lo:+.3g}, {iv95.hi:+.3g}] lies entirely "
+                                 f"outside the margin ±{margin:.3g}")
+                elif not holds:
+                    notes.append("the intervals straddle the margin: neither equivalent nor different at this budget")
+            else:
+                margin = None
         out.append(decide("C6", sweep, ctx, metric, [("sinusoidal", sin), ("learned", lrn)], [c], fails, holds,
-                          notes=notes))
+                          notes=notes, margin=margin))
     return out or _missing("C6", "both sinusoidal and learned")
 
 
@@ -708,16 +1021,15 @@ def c9_attn_scale(sweep: Sweep, opts: Options) -> list[Verdict]:
         if metric is None:
             out.append(_no_metric("C9", ctx))
             continue
-        hb = higher_is_better(metric)
-        comps = [compare(by_dk[dk][True].stat(metric), by_dk[dk][False].stat(metric), hb,
-                         f"scaled@d_k={dk:g}", f"unscaled@d_k={dk:g}") for dk in both]
+        comps = [compare_groups(by_dk[dk][True], by_dk[dk][False], metric,
+                                f"scaled@d_k={dk:g}", f"unscaled@d_k={dk:g}") for dk in both]
         top = comps[-1]
         fails = ["unscaled is better than scaled at the largest d_k"] if top.outcome == WORSE else []
         items = [(f"{'scaled' if s else 'unscaled'}@d_k={dk:g}", by_dk[dk][s]) for dk in both for s in (True, False)]
         decided = [(f"scaled@d_k={both[-1]:g}", by_dk[both[-1]][True]), (f"unscaled@d_k={both[-1]:g}",
                                                                           by_dk[both[-1]][False])]
         v = decide("C9", sweep, ctx, metric, decided, list(reversed(comps)), fails, top.outcome == BETTER,
-                   notes=[f"decided at d_k={both[-1]:g}"], measured=_measured(metric, items))
+                   notes=[f"decided at d_k={both[-1]:g}"], measured=_measured(metric, items), decisive=[top], key=top)
         out.append(v)
     return out or _missing("C9", "attn_scale true and false at one head size")
 
@@ -746,8 +1058,7 @@ def c11_d_head(sweep: Sweep, opts: Options) -> list[Verdict]:
         if metric is None:
             out.append(_no_metric("C11", ctx))
             continue
-        c = compare(d[hi].stat(metric), d[lo].stat(metric), higher_is_better(metric),
-                    f"d_head={fmt_value(hi)}", f"d_head={fmt_value(lo)}")
+        c = compare_groups(d[hi], d[lo], metric, f"d_head={fmt_value(hi)}", f"d_head={fmt_value(lo)}")
         fails = [f"d_head={fmt_value(lo)} is better than d_head={fmt_value(hi)}"] if c.outcome == WORSE else []
         items = [(f"d_head={fmt_value(v)}", d[v]) for v in sorted(d)]
         out.append(decide("C11", sweep, ctx, metric, [items[0], items[-1]], [c], fails, c.outcome == BETTER,
@@ -774,13 +1085,13 @@ def c12_dropout(sweep: Sweep, opts: Options) -> list[Verdict]:
         if metric is None:
             out.append(_no_metric("C12", ctx))
             continue
-        hb = higher_is_better(metric)
-        sign = 1 if hb else -1
-        best = max(pos, key=lambda v: sign * p[v].stat(metric).mean if p[v].stat(metric).n else -math.inf)
-        c = compare(p[best].stat(metric), p[0].stat(metric), hb, f"dropout={fmt_value(best)}", "dropout=0")
+        c, family = best_of([(f"dropout={fmt_value(v)}", p[v]) for v in sorted(pos)], ("dropout=0", p[0]), metric)
         fails = ["no dropout is better than every rate > 0"] if c.outcome == WORSE else []
         items = [(f"dropout={fmt_value(v)}", p[v]) for v in sorted(p)]
-        v = decide("C12", sweep, ctx, metric, items, [c], fails, c.outcome == BETTER)
+        notes = [f"the best rate is picked after the fact: its comparison with dropout 0 is corrected over the "
+                 f"{len(pos)} rates > 0 (Holm–Bonferroni)"] if len(pos) > 1 else []
+        v = decide("C12", sweep, ctx, metric, items, [c] + [x for x in family if x is not c], fails,
+                   c.outcome == BETTER, notes=notes, decisive=[c])
         v.reason = "dropout: " + v.reason
         out.append(v)
     return out or _missing("C12", "dropout 0 and > 0")
@@ -806,16 +1117,23 @@ def c12_label_smoothing(sweep: Sweep, opts: Options) -> list[Verdict]:
             out.append(_verdict("C12", INCONCLUSIVE, "label smoothing: needs a BLEU metric and val/ppl or val/loss "
                                 f"in every setting (found: {seq or 'no BLEU'}, {ppl or 'no perplexity'})", "n/a", ctx))
             continue
-        eps = max(pos, key=lambda v: e[v].stat(seq).mean if e[v].stat(seq).n else -math.inf)
-        name = f"ls={fmt_value(eps)}"
-        ci = compare(e[0].stat(ppl), e[eps].stat(ppl), False, "ls=0", name)
-        cii = compare(e[eps].stat(seq), e[0].stat(seq), True, name, "ls=0")
-        fails = (["label smoothing lowers perplexity"] if ci.outcome == WORSE else []) + \
+        cands = [(f"ls={fmt_value(v)}", e[v]) for v in pos]
+        # the ε > 0 with the best BLEU is picked after the fact: both of its comparisons are corrected
+        # over the len(pos) candidates (Holm–Bonferroni)
+        cii, _ = best_of(cands, ("ls=0", e[0]), seq, True)
+        ci, _ = best_of(cands, ("ls=0", e[0]), ppl, False, rank_metric=seq)
+        name = cii.a
+        eps = next(g for n, g in cands if n == name)
+        fails = (["label smoothing lowers perplexity"] if ci.outcome == BETTER else []) + \
                 ([f"label smoothing lowers {seq}"] if cii.outcome == WORSE else [])
         items = [(f"ls={fmt_value(v)}", e[v]) for v in sorted(e)]
-        pair = [("ls=0", e[0]), (name, e[eps])]
-        v = decide("C12", sweep, ctx, seq, pair, [ci, cii], fails, ci.outcome == BETTER and cii.outcome == BETTER,
-                   measured=" | ".join(_measured(m, items) for m in (ppl, seq)))
+        pair = [("ls=0", e[0]), (name, eps)]
+        notes = [f"(i) holds when {name} is worse than ls=0 on {ppl}"]
+        if len(pos) > 1:
+            notes.append(f"ε is picked by best {seq}, so both comparisons are corrected over the {len(pos)} values "
+                         f"ε > 0 (Holm–Bonferroni)")
+        v = decide("C12", sweep, ctx, seq, pair, [cii, ci], fails, ci.outcome == WORSE and cii.outcome == BETTER,
+                   notes=notes, measured=" | ".join(_measured(m, items) for m in (ppl, seq)))
         v.reason = "label smoothing: " + v.reason
         out.append(v)
     return out or _missing("C12", "label_smoothing 0 and > 0")

@@ -93,3 +93,58 @@ def equivalent(a: list[float], b: list[float], margin: float, alpha: float = 1 -
         raise ValueError(f"equivalent: margin={margin} must be > 0")
     iv = welch(a, b, confidence=1 - 2 * alpha)
     return (-margin < iv.lo and iv.hi < margin), iv
+
+
+def mean_interval(values: list[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+    """``(mean, lo, hi)``: Student's t interval of the mean of ``values`` (``lo == hi == mean`` for one
+    value or no spread). The error bars of the report's plots.
+
+    Raises:
+        ValueError: no value, or a non-finite one.
+    """
+    if not values or not all(math.isfinite(v) for v in values):
+        raise ValueError("mean_interval: needs at least one finite value and no non-finite one")
+    n = len(values)
+    m = sum(values) / n
+    if n < 2:
+        return m, m, m
+    sd = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1))
+    half = float(_st.t.ppf(0.5 + confidence / 2, n - 1)) * sd / math.sqrt(n)
+    return m, m - half, m + half
+
+
+def holm(pvalues: list[float]) -> list[float]:
+    """Holm–Bonferroni adjusted p-values, in the order given (Holm 1979, "A simple sequentially
+    rejective multiple test procedure", Scand. J. Statist. 6).
+
+    Sorted ascending, the i-th smallest (1-based) becomes ``max_{j <= i} min(1, (k - j + 1) p_(j))``;
+    rejecting where the adjusted p is below α keeps the family-wise error rate at α.
+    """
+    k = len(pvalues)
+    order = sorted(range(k), key=lambda i: pvalues[i])
+    out = [1.0] * k
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (k - rank) * pvalues[i]))
+        out[i] = running
+    return out
+
+
+def fisher_more(k_a: int, n_a: int, k_b: int, n_b: int) -> float:
+    """One-sided Fisher exact p-value that setting A diverges more often than B (``k`` diverged runs
+    out of ``n``). With 3 runs a side its smallest value is 1/20 = 0.05 (3/3 against 0/3)."""
+    table = [[k_a, n_a - k_a], [k_b, n_b - k_b]]
+    return float(_st.fisher_exact(table, alternative="greater").pvalue)
+
+
+def log2_trend(steps: list[float], values: list[float]) -> tuple[float, float]:
+    """Least-squares line ``value ≈ a + b · log2(step)``: returns ``(a, b)`` (``b``: change per doubling
+    of the step count).
+
+    Raises:
+        ValueError: fewer than 2 points, or a step <= 0.
+    """
+    if len(steps) < 2 or len(steps) != len(values) or min(steps) <= 0:
+        raise ValueError("log2_trend: needs >= 2 points with positive steps")
+    fit = _st.linregress([math.log2(s) for s in steps], values)
+    return float(fit.intercept), float(fit.slope)

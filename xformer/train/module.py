@@ -19,7 +19,8 @@ Why the counters and metrics here are not torchmetrics objects (checked with tor
   past 256) and an int64 state fails at the next ``update`` (bfloat16 input cannot be added to it).
   A float32 state is exact only up to 2²⁴ tokens. The counter is therefore a plain int64 device
   tensor (no host sync per step), summed over ranks once, at the end of ``fit``. ``train/loss`` is
-  each step's own value, logged without a per-step all-reduce.
+  each optimizer step's token mean over all its micro-batches and ranks, from the one two-element
+  all-reduce per step that the token-weighted gradient needs anyway (see ``training_step``).
 * Corpus BLEU and exact match (and ``val/loss``, ``val/acc``): under DDP the distributed sampler
   pads the last batches with repeated examples, which a metric's summed state would count twice;
   BLEU is not a mean of per-batch scores; and the logged values must be exactly the
@@ -42,6 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from xformer.jobs import lightning_compat
 from xformer.train.decode import DecodeSettings
 from xformer.train.losses import CrossEntropy
 
@@ -137,6 +139,11 @@ class TransformerLitModule(L.LightningModule):
         self._window: tuple[int, float, Tensor] | None = None  # (step, host time, tokens) at window start
         self._rate: Tensor | None = None  # tokens/s of the last complete window (device tensor)
         self._tokens = torch.zeros((), dtype=torch.int64)  # on the training device once training starts
+        #: the current optimizer step's (summed token loss, target tokens, micro-batches, all tokens) so far, and
+        #: the normaliser its micro-batches' losses are divided by (see :meth:`training_step`)
+        self._step_window: Tensor | None = None
+        self._step_norm: Tensor | None = None
+        self._step_loss: Tensor | None = None
         #: shown by the progress bar (:class:`xformer.jobs.console.RichBar`): the training loss of the
         #: last logging step, a host float read once per logging window
         self.progress_metrics: dict[str, float] = {}
@@ -158,12 +165,21 @@ class TransformerLitModule(L.LightningModule):
         return self.criterion(logits, labels, self.pad_id, smoothing)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["xformer"] = {**self.checkpoint_meta, "tokens_seen": self.tokens_seen}
+        tokens = self.tokens_seen
+        if self._step_window is not None:
+            # saved inside an accumulation window (SIGTERM): the weights hold no update from the
+            # window's micro-batches, which the resumed run trains again -- count them then, not twice
+            tokens -= int(self._step_window[3])
+        checkpoint["xformer"] = {**self.checkpoint_meta, "tokens_seen": tokens}
+        if self._step_norm is not None:  # the loss normaliser, so a resumed run rounds as this one does
+            checkpoint["xformer"]["step_norm"] = float(self._step_norm)
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         if "state_dict" in checkpoint:  # written by a run whose model was wrapped by torch.compile
             checkpoint["state_dict"] = uncompiled_state_dict(checkpoint["state_dict"])
         self.tokens_seen = int(checkpoint.get("xformer", {}).get("tokens_seen", 0))
+        norm = checkpoint.get("xformer", {}).get("step_norm")
+        self._step_norm = None if norm is None else torch.tensor(float(norm), dtype=torch.float64)
 
     # -- training -----------------------------------------------------------------------------
     @property
@@ -179,24 +195,76 @@ class TransformerLitModule(L.LightningModule):
         self._tokens = torch.tensor(int(value), dtype=torch.int64, device=self._tokens.device)
 
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:
-        """Teacher-forced loss of one batch; everything stays on the device (no host sync).
+        """Teacher-forced loss of one micro-batch; everything stays on the device (no host sync).
 
-        The token counter is a device tensor and ``train/loss`` is logged as a device tensor: Lightning
-        reads both on the host only when it writes its logs (every ``trainer.log_every_n_steps``). The
-        logged loss is this process's own (no per-step all-reduce under DDP). It is not a Lightning
+        Every token counts once, at its weight: an optimizer step's gradient is the gradient of
+        ``sum(token losses) / sum(target tokens)`` over *all* micro-batches of the step
+        (``trainer.accumulate_grad_batches``, including an epoch's shorter last window) and all ranks
+        -- not the mean of per-micro-batch means, which weighs a token of a short micro-batch more.
+        The total is only known once the step's last micro-batch is in, so each micro-batch returns
+        its *summed* token loss over a normaliser ``M`` shared by all ranks (the previous step's mean
+        target tokens per micro-batch, so the backward pass sees token-mean-sized values, which keeps
+        a ``16-mixed`` loss scale sensible); :meth:`on_before_optimizer_step` then rescales the
+        accumulated gradient by ``M * accumulate * world_size / N`` once ``N``, the step's target
+        tokens over all ranks, is summed (one two-element all-reduce per optimizer step under DDP).
+        Label smoothing keeps its meaning (each token's smoothed loss, summed); padding is ignored.
+
+        The token counter is a device tensor; ``train/loss`` is the step's token mean over all its
+        micro-batches and ranks, logged by :meth:`on_before_optimizer_step` as a device tensor
+        (Lightning reads it on the host only when it writes its logs). It is not a Lightning
         ``prog_bar`` value (the bar converts those to numbers at every batch); the bar shows
         :attr:`progress_metrics` instead, read at logging steps.
         """
         logits, labels = self.logits_and_labels(batch)
-        loss = self.loss(logits, labels, self.label_smoothing)
-        n_tok = (labels != self.pad_id).sum()
+        logits = logits if logits.dtype == torch.float64 else logits.float()  # at least float32
+        loss_sum = self.criterion(logits, labels, self.pad_id, reduction="sum")  # the loss group's class
+        n_tgt = (labels != self.pad_id).sum()
+        n_tok = n_tgt
         if "src" in batch:
             n_tok = n_tok + (batch["src"] != self.pad_id).sum()
         if self._tokens.device != n_tok.device:
             self._tokens = self._tokens.to(n_tok.device)
         self._tokens += n_tok
-        self.log("train/loss", loss.detach())
-        return loss
+        if self._step_norm is None:  # first micro-batch of this process's training: one all-reduce
+            norm = n_tgt.clamp(min=1).to(loss_sum.dtype)
+            if lightning_compat.has_trainer(self) and self.trainer.world_size > 1:
+                norm = self.trainer.strategy.reduce(norm, reduce_op="mean")
+            self._step_norm = norm
+        if self._step_window is None:
+            self._step_window = torch.zeros(4, dtype=torch.float64, device=loss_sum.device)
+        self._step_window += torch.stack((loss_sum.detach().double(), n_tgt.double(),
+                                          torch.ones((), dtype=torch.float64, device=loss_sum.device),
+                                          n_tok.double()))
+        return loss_sum / self._step_norm.to(loss_sum.dtype)
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        """Turn the accumulated gradient into that of the step's token mean over all micro-batches and
+        ranks (see :meth:`training_step`), and log that mean as ``train/loss``.
+
+        Runs after the step's last backward pass and before gradient clipping (which then clips the
+        true gradient); under ``16-mixed`` the gradients may still carry the loss scale, which a
+        constant factor leaves intact. Callbacks' ``on_before_optimizer_step`` run before this hook
+        and see the gradient before the rescaling."""
+        window = self._step_window
+        if window is None:
+            return
+        world = self.trainer.world_size if lightning_compat.has_trainer(self) else 1
+        if world > 1:
+            window = self.trainer.strategy.reduce(window, reduce_op="sum")
+        loss_sum, n_tgt, micro = window[0], window[1].clamp(min=1), window[2]
+        accumulate = self.trainer.accumulate_grad_batches if lightning_compat.has_trainer(self) else 1
+        factor = self._step_norm.double() * accumulate * world / n_tgt
+        with torch.no_grad():
+            for p in self.parameters():
+                if p.grad is not None:
+                    g = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad  # FSDP2 DTensor
+                    g.mul_(factor.to(g.device))
+        self._step_loss = loss_sum / n_tgt  # float64
+        self.log("train/loss", self._step_loss)
+        # next step's normaliser, the same on all ranks; a float32 value, so that dividing by it in
+        # float32 or float64 and the factor above use the very same number
+        self._step_norm = (n_tgt / micro).float().double()
+        self._step_window = None
 
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
         """Log ``perf/tokens_seen`` and ``perf/tokens_per_s`` as device tensors (no sync).
@@ -215,15 +283,17 @@ class TransformerLitModule(L.LightningModule):
             start_step, t0, tok0 = self._window
             self._rate = (self._tokens - tok0).double() / max(now - t0, 1e-9)
             self._window = (step, now, self._tokens.clone())
-            loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
-            if isinstance(loss, Tensor):
-                self.progress_metrics = {"loss": float(loss.detach())}  # one read per logging window
+            if self._step_loss is not None:
+                self.progress_metrics = {"loss": float(self._step_loss)}  # one read per logging window
         if self._rate is not None:
             self.log("perf/tokens_per_s", self._rate)
         self.log("perf/tokens_seen", self._tokens.double())
 
     def on_train_start(self) -> None:
         self._window, self._rate = None, None
+        self._step_window = None
+        if self._step_norm is not None:
+            self._step_norm = self._step_norm.to(self.device)
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
         """Clip gradients (``trainer.gradient_clip_val``, norm or value), also with a fused optimizer
@@ -251,7 +321,7 @@ class TransformerLitModule(L.LightningModule):
         self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def setup(self, stage: str) -> None:
-        if self._trainer is not None:
+        if lightning_compat.has_trainer(self):
             from xformer.jobs.distributed import refresh_csv_headers
 
             refresh_csv_headers(self.trainer)  # ddp_spawn: the logger copies missed the ranks' columns
@@ -373,7 +443,7 @@ class TransformerLitModule(L.LightningModule):
         example once (the first copy; copies padded in by the distributed sampler are identical)."""
         local = (acc["idx"], acc["nll"], acc["n"], acc["correct"], acc["text"])
         parts = [local]
-        if self._trainer is not None and self.trainer.world_size > 1:
+        if lightning_compat.has_trainer(self) and self.trainer.world_size > 1:
             import torch.distributed as dist
             parts = [None] * self.trainer.world_size
             dist.all_gather_object(parts, local)
@@ -389,8 +459,8 @@ class TransformerLitModule(L.LightningModule):
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         limit = self.val_decode_limit
         # batch b of rank r is batch b * world_size + r of the whole (interleaved) validation set
-        world = self.trainer.world_size if self._trainer is not None else 1
-        rank = self.trainer.global_rank if self._trainer is not None else 0
+        world = self.trainer.world_size if lightning_compat.has_trainer(self) else 1
+        rank = self.trainer.global_rank if lightning_compat.has_trainer(self) else 0
         self._eval_step(batch, "val", decode=limit is None or batch_idx * world + rank < limit)
 
     def on_validation_epoch_end(self) -> None:

@@ -1,0 +1,39 @@
+"""Test callbacks that stop a ``run.py`` job after a given number of training micro-batches, the way
+a real stop would: ``SigtermAt`` sends the process SIGTERM (as SLURM preemption does; Lightning stops
+after the batch and ``StopCheckpoint`` saves), ``TimeUpAt`` makes Lightning's ``max_time`` timer
+expire (``trainer.max_time`` must be set so the timer exists)."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import lightning as L
+from lightning.pytorch.callbacks import Timer
+
+
+class SigtermAt(L.Callback):
+    """Send SIGTERM to this process at the end of its ``batches``-th training micro-batch."""
+
+    def __init__(self, batches: int) -> None:
+        self.batches, self.seen = int(batches), 0
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:  # noqa: D102
+        self.seen += 1
+        if self.seen == self.batches:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+class TimeUpAt(L.Callback):
+    """Make the trainer's ``max_time`` run out during this process's ``batches``-th micro-batch."""
+
+    def __init__(self, batches: int) -> None:
+        self.batches, self.seen = int(batches), 0
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:  # noqa: D102
+        self.seen += 1
+        if self.seen == self.batches:
+            timers = [cb for cb in trainer.callbacks if isinstance(cb, Timer)]
+            assert timers, "TimeUpAt needs trainer.max_time"
+            for timer in timers:
+                timer._duration = 0.0

@@ -1,0 +1,131 @@
+"""Issue 20, item 2: resume continues exactly from any checkpoint -- whatever wrote it and wherever
+it fell.
+
+Save triggers: the periodic ``last.ckpt`` (``every_n_train_steps``; the run goes on one more step
+and ends without saving, as a SIGKILL during that step leaves it), the best checkpoint
+(``best-<step>.ckpt`` of a validation), SIGTERM (``StopCheckpoint``), the end of ``fit``
+(``max_steps``) and ``max_time`` (Lightning's timer). Positions: inside an epoch, an epoch's last
+batch, the last batch of an epoch shortened by ``trainer.limit_train_batches``, inside an
+accumulation window (SIGTERM or ``max_time`` between micro-batches), and with ``data.num_workers=2``;
+with ``trainer.accumulate_grad_batches`` 1 and 2. The resumed run must train the same batches in
+the same order with the same epoch numbers as the uninterrupted run: per micro-batch
+``(step, epoch, batch index, tokens seen)``, every step's ``train/loss`` and the final
+``tokens_seen`` are compared exactly. The data position stored is that of the last batch whose
+update is in the saved weights.
+
+Fast set: the two cases of the issue's table, as reported, and a SIGTERM inside an accumulation
+window; the rest of the matrix is ``slow``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.reliability.conftest import metrics, run_py, train_losses
+from tests.reliability.test_resume_positions import PERIODIC_ONLY, T
+from tests.train.step_probe import events
+
+TOTAL = 7  # optimizer steps of every run
+# data.tokens_per_batch 2048 -> 3 training batches per epoch, 1024 -> 6
+POSITIONS = {  # name -> (data/trainer overrides, optimizer step of the checkpoint per accumulation)
+    "mid_epoch": (["data.tokens_per_batch=2048"], {1: 5, 2: 3}),
+    "epoch_end": (["data.tokens_per_batch=2048"], {1: 3, 2: 2}),
+    "limited_epoch_end": (["data.tokens_per_batch=1024", "+trainer.limit_train_batches=0.67"], {1: 4, 2: 2}),
+    "workers": (["data.tokens_per_batch=2048", "data.num_workers=2"], {1: 5, 2: 3}),
+}
+TRIGGERS = ["periodic", "best", "sigterm", "fit_end", "max_time"]
+_REFERENCES: dict[tuple, tuple] = {}
+
+
+def _run(tmp, job, args, name, status=0):
+    probe = tmp / f"{name}.json"
+    res = run_py([*T, *args, f"hydra.run.dir={job}", "+callbacks.probe._target_=tests.train.step_probe.Probe",
+                  f"+callbacks.probe.path={probe}"], tmp)
+    assert res.returncode == status, res.stderr[-3000:]
+    return [(e["step"], e["epoch"], e["batch_idx"], e["tokens_seen"]) for e in events(probe) if e["kind"] == "batch"]
+
+
+def _reference(tmp_path_factory, data: list[str]) -> tuple:
+    key = tuple(a for a in data if not a.startswith("data.num_workers"))  # workers change no batch
+    if key not in _REFERENCES:
+        tmp = tmp_path_factory.mktemp("ref")
+        job = tmp / "job"
+        batches = _run(tmp, job, [*key, f"trainer.max_steps={TOTAL}"], "ref")
+        _REFERENCES[key] = (batches, train_losses(job), metrics(job)["tokens_seen"])
+    return _REFERENCES[key]
+
+
+def _check(tmp_path, tmp_path_factory, trigger: str, data: list[str], accumulate: int, step: int | None = None,
+           micro_batches: int | None = None) -> None:
+    """Stop by ``trigger`` with the checkpoint at optimizer ``step`` (or, for SIGTERM/max_time, after
+    ``micro_batches`` micro-batches), resume with ``max_steps=TOTAL``, compare with the reference."""
+    data = [*data, f"trainer.accumulate_grad_batches={accumulate}"]
+    ref_batches, ref_losses, ref_tokens = _reference(tmp_path_factory, data)
+    if micro_batches is None:  # the micro-batch that completes optimizer step `step`
+        micro_batches = next(i for i, b in enumerate(ref_batches) if b[0] == step) + 1
+    step = ref_batches[micro_batches - 1][0]
+    kept = next(i for i, b in enumerate(ref_batches) if b[0] == step) + 1  # updates in the checkpoint
+    job = tmp_path / "job"
+    resume = [*data, f"trainer.max_steps={TOTAL}", "ckpt_path=last"]
+    if trigger == "periodic":
+        first = [*data, f"trainer.max_steps={step + 1}", f"callbacks.last_checkpoint.every_n_train_steps={step}",
+                 *PERIODIC_ONLY]
+        before = _run(tmp_path, job, first, "first")
+    elif trigger == "best":
+        only_best = [f"trainer.val_check_interval={step}", "callbacks.stop_checkpoint.save_on_train_end=false",
+                     "callbacks.model_checkpoint.save_last=false"]
+        before = _run(tmp_path, job, [*data, f"trainer.max_steps={step}", *only_best], "first")
+        resume = [*data, *only_best, f"trainer.max_steps={TOTAL}", f"ckpt_path={job}/checkpoints/best-{step}.ckpt"]
+    elif trigger == "fit_end":
+        before = _run(tmp_path, job, [*data, f"trainer.max_steps={step}"], "first")
+    elif trigger == "sigterm":
+        stop = ["+callbacks.stop._target_=tests.reliability.stoppers.SigtermAt", f"+callbacks.stop.batches={micro_batches}"]
+        before = _run(tmp_path, job, [*data, f"trainer.max_steps={TOTAL}", *stop], "first", status=143)
+    elif trigger == "max_time":
+        timed = ["trainer.max_time=00:01:00:00"]
+        stop = ["+callbacks.stop._target_=tests.reliability.stoppers.TimeUpAt", f"+callbacks.stop.batches={micro_batches}"]
+        before = _run(tmp_path, job, [*data, *timed, f"trainer.max_steps={TOTAL}", *stop], "first")
+        resume = [*resume, *timed]
+    else:
+        raise AssertionError(trigger)
+    assert before[:kept] == ref_batches[:kept]
+    after = _run(tmp_path, job, resume, "resumed")
+    assert after == ref_batches[kept:]  # (step, epoch, batch index, tokens seen) of every later micro-batch
+    assert train_losses(job) == ref_losses
+    assert metrics(job)["tokens_seen"] == ref_tokens
+
+
+# -- the issue's table, as reported ----------------------------------------------------------------
+def test_periodic_mid_epoch_checkpoint_resumes_without_skipping_a_batch(tmp_path, tmp_path_factory):
+    """3 batches per epoch, ``every_n_train_steps=4``, run to step 5 (as a SIGKILL during step 5 leaves
+    it), resume with ``ckpt_path=last``: steps 5..7 must be the uninterrupted run's."""
+    _check(tmp_path, tmp_path_factory, "periodic", ["data.tokens_per_batch=2048"], 1, step=4)
+
+
+def test_resume_at_the_end_of_an_epoch_shortened_by_limit_train_batches(tmp_path, tmp_path_factory):
+    """``limit_train_batches=0.67`` (4 of 6 batches), stop at step 4 (the shortened epoch's end),
+    resume: step 5 is epoch 1's first batch (was: epoch 0's fifth batch, other tokens and loss)."""
+    _check(tmp_path, tmp_path_factory, "fit_end", POSITIONS["limited_epoch_end"][0], 1, step=4)
+
+
+def test_sigterm_inside_an_accumulation_window_resumes_the_whole_window(tmp_path, tmp_path_factory):
+    """6 batches per epoch, accumulation 2: SIGTERM after micro-batch 5 (the first of step 3's window):
+    the checkpoint holds step 2, and the resumed run accumulates micro-batches 5 and 6 into step 3."""
+    _check(tmp_path, tmp_path_factory, "sigterm", ["data.tokens_per_batch=1024"], 2, micro_batches=5)
+
+
+# -- the whole matrix --------------------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("accumulate", [1, 2])
+@pytest.mark.parametrize("position", sorted(POSITIONS))
+@pytest.mark.parametrize("trigger", TRIGGERS)
+def test_resume_matrix(tmp_path, tmp_path_factory, trigger, position, accumulate):
+    data, steps = POSITIONS[position]
+    _check(tmp_path, tmp_path_factory, trigger, data, accumulate, step=steps[accumulate])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("micro_batches", [3, 5])
+@pytest.mark.parametrize("trigger", ["sigterm", "max_time"])
+def test_stop_inside_an_accumulation_window(tmp_path, tmp_path_factory, trigger, micro_batches):
+    _check(tmp_path, tmp_path_factory, trigger, ["data.tokens_per_batch=1024"], 2, micro_batches=micro_batches)

@@ -1,0 +1,177 @@
+"""`xformer claims`: the README claims table is generated from the committed reports (and this test
+fails when it drifts), rows come from summary.json, a report's summary table or its verdict lines,
+and `claims list/run` see each sweep's state in its stable folder."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, SHARED_DATA
+from xformer.report import claims_run, claims_table
+from xformer.report.claims_table import BEGIN, END, README, render
+
+
+def test_readme_claims_table_matches_the_committed_reports():
+    text = README.read_text()
+    table = text[text.index(BEGIN) + len(BEGIN):text.index(END)].strip()
+    assert table == render().strip(), "README claims table drifted from docs/results/*/: run `xformer claims table`"
+    assert claims_table.main(check=True) == 0
+
+
+def test_check_reports_drift_and_table_rewrites_it(tmp_path, capsys):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{BEGIN}\n| stale |\n{END}\nrest\n")
+    assert claims_table.main(check=True, readme=readme) == 1
+    assert "drift" in capsys.readouterr().out
+    assert claims_table.main(readme=readme) == 0
+    text = readme.read_text()
+    assert "| stale |" not in text and text.startswith("intro\n") and text.endswith(f"{END}\nrest\n")
+    assert claims_table.main(check=True, readme=readme) == 0
+
+
+def _publish(results: Path, name: str, report: str, summary: dict | None = None, run_md: bool = True) -> None:
+    d = results / name
+    d.mkdir(parents=True)
+    (d / "report.md").write_text(report)
+    if run_md:
+        (d / "run.md").write_text("# How this report was made\n")
+    if summary is not None:
+        (d / "summary.json").write_text(json.dumps(summary))
+
+
+def _rows(results: Path, name: str) -> list:
+    return claims_table.report_rows(name, results)
+
+
+def test_rows_prefer_summary_json_then_the_report_table_then_its_verdict_lines(tmp_path):
+    bullets = ("# report\n\n- **C3: supported**. 4 heads beat 1.\n  - evidence: decision metric: test/loss\n"
+               "  - evidence: 4 vs 1: Δ +0.05 [95% CI +0.01, +0.09], Welch p=0.01, n=3/3 → better\n"
+               "  - published: BLEU 24.9 at h=1\n")
+    _publish(tmp_path, "c3_heads", bullets)
+    (row,) = _rows(tmp_path, "c3_heads")
+    assert (row.claim, row.verdict) == ("C3", "**supported**: 4 heads beat 1.")
+    assert row.key.startswith("4 vs 1: Δ +0.05 [95% CI +0.01, +0.09]") and row.published == "BLEU 24.9 at h=1"
+
+    top = ("# report\n\n| claim | verdict | budget | key Δ (95 % CI) | relative % | published |\n|---|---|---|---|---|---|\n"
+           "| **C4** Pre-LN vs Post-LN | not supported | 3000 steps, 3 seeds | Δ -0.2 [-0.3, -0.1] | -12 % | 8.45 BLEU |\n\n" + bullets)
+    _publish(tmp_path, "c4_norm_warmup", top)
+    (row,) = _rows(tmp_path, "c4_norm_warmup")
+    assert (row.claim, row.verdict, row.budget, row.key, row.relative, row.published) == (
+        "C4", "**not supported**", "3000 steps, 3 seeds", "Δ -0.2 [-0.3, -0.1]", "-12 %", "8.45 BLEU")
+
+    summary = {"claims": [{"claim": "C9", "verdict": "inconclusive", "reason": "within noise", "budget": "b",
+                           "key": "k", "relative": "r", "published": "p"}]}
+    _publish(tmp_path, "c9_attn_scale", top, summary)
+    (row,) = _rows(tmp_path, "c9_attn_scale")
+    assert (row.claim, row.verdict, row.budget, row.key, row.relative, row.published) == (
+        "C9", "**inconclusive**: within noise", "b", "k", "r", "p")
+    assert "| C9 | `c9_attn_scale` | **inconclusive**: within noise | b | k | r | p |" in render(tmp_path)
+
+
+def test_unpublished_claims_are_not_run_rows_with_their_command(tmp_path):
+    _publish(tmp_path, "c5_pe_length", "- **C5: supported**. old form\n", run_md=False)
+    (row,) = _rows(tmp_path, "c5_pe_length")
+    assert row.verdict.startswith("not run") and "no run.md" in row.verdict
+    assert row.where == "`xformer claims run c5_pe_length`"
+    (row,) = _rows(tmp_path, "c10_encoder_attention")
+    assert (row.claim, row.verdict) == ("C10", "not run")
+    rows = render(tmp_path).splitlines()[2:]
+    assert len(rows) == len(claims_run.claim_names())  # one row per claim config, nothing published
+
+
+def test_names_resolve_to_claim_configs():
+    assert claims_run.resolve_names(["C12"]) == ["c12_dropout", "c12_label_smoothing"]
+    assert claims_run.resolve_names(["c3_heads", "c1"]) == ["c3_heads", "c1_ffn_ratio", "c1_ffn_ratio_budget"]
+    assert claims_run.resolve_names([]) == claims_run.claim_names()
+    with pytest.raises(claims_run.UsageError, match="c99"):
+        claims_run.resolve_names(["c99"])
+
+
+def test_list_reads_each_job_folder_of_the_stable_sweep_dir(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("XFORMER_RUNS", str(tmp_path / "runs"))
+    s = claims_run.inspect("c6_pe_in_distribution", "cpu")
+    assert s.sweep_dir == tmp_path / "runs" / "claims" / "c6_pe_in_distribution" / "cpu"
+    assert len(s.states) == 6 and set(s.states) == {"new"} and s.refused is None
+    # job 0 finished, job 1 killed after a checkpoint, both recorded with the config this command gives
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from xformer.jobs.sweep_check import sweep_jobs
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        base = compose("config", overrides=["experiment=claims/c6_pe_in_distribution", "scale=cpu"],
+                       return_hydra_config=True)
+        jobs = sweep_jobs(base)
+        for num in (0, 1):
+            cfg = compose("config", overrides=["experiment=claims/c6_pe_in_distribution", "scale=cpu", *jobs[num]])
+            (s.sweep_dir / str(num) / ".hydra").mkdir(parents=True)
+            OmegaConf.save(cfg, s.sweep_dir / str(num) / ".hydra" / "config.yaml")
+    (s.sweep_dir / "0" / "metrics.json").write_text(json.dumps({"status": "finished"}))
+    (s.sweep_dir / "1" / "checkpoints").mkdir()
+    (s.sweep_dir / "1" / "checkpoints" / "last.ckpt").write_bytes(b"x")
+    assert claims_run.main(["list", "c6_pe_in_distribution"]) == 0
+    out = capsys.readouterr().out
+    assert "c6_pe_in_distribution    cpu      6    1      1      4" in out
+    assert "would run: python run.py experiment=claims/c6_pe_in_distribution scale=cpu -m" in out
+    # the same folder with another learning rate is refused (listed, and `run` exits 2)
+    s2 = claims_run.inspect("c6_pe_in_distribution", "cpu", ["optim.lr=0.01"])
+    assert s2.refused and "optim.lr" in s2.refused
+    monkeypatch.setenv("XFORMER_DATA", str(tmp_path))
+    assert claims_run.main(["run", "c6_pe_in_distribution", "--", "optim.lr=0.01"]) == 2
+    assert "holds another config" in capsys.readouterr().err
+
+
+def test_run_without_data_is_one_error_line(monkeypatch, capsys):
+    monkeypatch.delenv("XFORMER_DATA", raising=False)
+    assert claims_run.main(["run", "c3_heads"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: XFORMER_DATA")
+
+
+def test_cpu_forms_run_two_single_threaded_jobs_side_by_side_gpu_forms_one():
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        for name in claims_run.claim_names():
+            cpu = compose("config", overrides=[f"experiment=claims/{name}"], return_hydra_config=True)
+            assert cpu.hydra.launcher._target_.endswith("JoblibLauncher") and cpu.hydra.launcher.n_jobs == 2, name
+            assert cpu.hydra.job.env_set.OMP_NUM_THREADS == "1", name
+            assert str(cpu.hydra.sweep.dir) == f"multirun/claims/{name}/cpu", name
+            gpu = compose("config", overrides=[f"experiment=claims/{name}", "scale=gpu"], return_hydra_config=True)
+            assert gpu.hydra.launcher._target_.endswith("BasicLauncher"), name
+            assert str(gpu.hydra.sweep.dir) == f"multirun/claims/{name}/gpu", name
+
+
+@pytest.mark.slow
+def test_claims_run_runs_reports_and_resumes(tmp_path):
+    """A tiny C6 (6 jobs of 2 steps, 2 at a time): `claims run` publishes report.md, run.md and
+    jobs.csv; run again, it starts no sweep and the wall-time log keeps one invocation. ~90 s."""
+    import os
+
+    data = next((d for d in (SHARED_DATA, Path(os.environ.get("XFORMER_DATA") or "/nonexistent"))
+                 if (d / "tinyshakespeare" / "input.txt").is_file()), None)
+    if data is None:
+        pytest.skip(f"tiny-shakespeare copy not found in {SHARED_DATA} or $XFORMER_DATA")
+    from tests.reliability.conftest import env_for
+
+    env = env_for(tmp_path, XFORMER_DATA=str(data), XFORMER_RUNS=str(tmp_path / "runs"))
+    cmd = [sys.executable, "-m", "xformer.cli", "claims", "run", "C6", "--results", str(tmp_path / "results"), "--",
+           "trainer.max_steps=2", "trainer.val_check_interval=1", "data.batch_size=4"]
+    res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    out = tmp_path / "results" / "c6_pe_in_distribution"
+    assert (out / "report.md").is_file() and "C6" in (out / "report.md").read_text()
+    run_md = (out / "run.md").read_text()
+    assert "xformer claims run --scale cpu c6_pe_in_distribution" in run_md and "1 invocation" in run_md
+    rows = (out / "jobs.csv").read_text().splitlines()
+    assert len(rows) == 7 and all(",finished," in r for r in rows[1:])
+    res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "all 6 jobs finished" in res.stdout and "python run.py" not in res.stdout.split("published")[0]
+    runs = json.loads((tmp_path / "runs" / "claims" / "c6_pe_in_distribution" / "cpu" / ".xformer"
+                       / "claims_runs.json").read_text())
+    assert len(runs) == 1

@@ -1,0 +1,160 @@
+"""Issue 20, item 1: every token counts once, at its weight, under gradient accumulation and DDP.
+
+An optimizer step's gradient must be that of ``sum(token losses) / sum(target tokens)`` over all
+micro-batches of the step (and all ranks), however unequal the micro-batches and however many the
+step really has (an epoch's last window can be short). Before the fix each micro-batch returned its
+own token mean and Lightning divided by ``accumulate_grad_batches``: the mean of per-batch means.
+
+The reference is an independent float64 recomputation: autograd of the summed label-smoothed token
+losses of all micro-batches over their total target tokens, on a copy of the initial model; the
+trained update is read from plain SGD with lr 1 (update = -gradient), dropout 0.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import os
+
+import lightning as L
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset
+
+from xformer.model import EncoderDecoder
+from xformer.train.module import TransformerLitModule
+
+PAD, BOS, EOS, V, LS = 0, 1, 2, 23, 0.1
+
+
+def micro_batch(seed: int, n: int, s: int, t: int) -> dict:
+    """``n`` examples, source lengths up to ``s`` and target lengths up to ``t`` (ragged: padded)."""
+    g = torch.Generator().manual_seed(seed)
+    src = torch.full((n, s), PAD)
+    tgt = torch.full((n, t + 2), PAD)
+    for i in range(n):
+        ls = int(torch.randint(1, s + 1, (), generator=g))
+        lt = int(torch.randint(1, t + 1, (), generator=g))
+        src[i, :ls] = torch.randint(3, V, (ls,), generator=g)
+        src[i, ls - 1] = EOS
+        tgt[i, 0] = BOS
+        tgt[i, 1:lt + 1] = torch.randint(3, V, (lt,), generator=g)
+        tgt[i, lt + 1] = EOS
+    return {"src": src, "tgt": tgt}
+
+
+# unequal micro-batches: target tokens differ by a factor of ~5
+BATCHES = [micro_batch(0, 6, 9, 11), micro_batch(1, 2, 5, 4), micro_batch(2, 4, 7, 8), micro_batch(3, 3, 12, 6)]
+
+
+def union(batches: list[dict]) -> dict:
+    """One batch holding every example of ``batches`` (padded to the longest)."""
+    out = {}
+    for key in ("src", "tgt"):
+        width = max(b[key].shape[1] for b in batches)
+        out[key] = torch.cat([F.pad(b[key], (0, width - b[key].shape[1]), value=PAD) for b in batches])
+    return out
+
+
+def new_model() -> EncoderDecoder:
+    torch.manual_seed(0)
+    return EncoderDecoder(V, V, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, dropout=0.0).double()
+
+
+def reference_update(model: torch.nn.Module, steps: list[list[dict]]) -> tuple[dict, list[float]]:
+    """Parameters after plain SGD (lr 1) steps on the token mean of each step's micro-batches."""
+    model = copy.deepcopy(model)
+    losses = []
+    for step in steps:
+        model.zero_grad()
+        total = sum(((b["tgt"][:, 1:] != PAD).sum() for b in step), torch.zeros((), dtype=torch.long))
+        loss = sum(F.cross_entropy(lg.flatten(0, 1), lb.flatten(), ignore_index=PAD, label_smoothing=LS,
+                                   reduction="sum")
+                   for lg, lb in (model.logits_and_labels(b, PAD, EOS) for b in step)) / total
+        loss.backward()
+        losses.append(float(loss.detach()))
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= p.grad
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}, losses
+
+
+class LossLog(L.Callback):
+    def __init__(self):
+        self.losses = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if not trainer.fit_loop.epoch_loop._should_accumulate():
+            self.losses.append(float(trainer.callback_metrics["train/loss"]))
+
+
+def constant(step: int) -> float:
+    return 1.0
+
+
+def fit(model, loader, accumulate: int, max_steps: int, **trainer_kwargs) -> tuple[dict, list[float]]:
+    module = TransformerLitModule(model, optimizer=functools.partial(torch.optim.SGD, lr=1.0), lr_lambda=constant,
+                                  label_smoothing=LS, pad_id=PAD, bos_id=BOS, eos_id=EOS, detokenize=str)
+    log = LossLog()
+    trainer = L.Trainer(accelerator="cpu", max_steps=max_steps, accumulate_grad_batches=accumulate,
+                        precision="64-true", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0,
+                        use_distributed_sampler=False, callbacks=[log], **trainer_kwargs)
+    trainer.fit(module, train_dataloaders=loader)
+    return {k: v.detach().clone() for k, v in module.model.state_dict().items()}, log.losses
+
+
+def assert_same(got: dict, want: dict, init: dict) -> None:
+    """The trained update equals the reference update (relative error of the whole update vector)."""
+    du = torch.cat([(got[k] - init[k]).flatten() for k in want])
+    dw = torch.cat([(want[k] - init[k]).flatten() for k in want])
+    err = float((du - dw).norm() / dw.norm())
+    assert err < 1e-9, f"update off by {err:.2e} of its norm"
+
+
+@pytest.mark.parametrize("accumulate", [2, 3])
+def test_accumulated_step_equals_one_batch_of_the_same_tokens(accumulate):
+    micro = BATCHES[:accumulate]
+    model = new_model()
+    want, want_loss = reference_update(model, [micro])
+    got, got_loss = fit(copy.deepcopy(model), DataLoader(micro, batch_size=None), accumulate, 1)
+    assert_same(got, want, model.state_dict())
+    assert got_loss == pytest.approx(want_loss, rel=1e-12)  # train/loss: the step's token mean
+    one, one_loss = fit(copy.deepcopy(model), DataLoader([union(micro)], batch_size=None), 1, 1)
+    assert_same(one, want, model.state_dict())  # one batch holding the same tokens
+    assert one_loss == pytest.approx(want_loss, rel=1e-12)
+
+
+def test_an_epochs_short_last_window_is_a_token_mean_too():
+    """3 micro-batches per epoch with accumulation 2: step 2 has one micro-batch (Lightning still
+    divides by 2); it must be that micro-batch's own token mean, not half of it."""
+    model = new_model()
+    want, want_loss = reference_update(model, [BATCHES[:2], BATCHES[2:3]])
+    got, got_loss = fit(copy.deepcopy(model), DataLoader(BATCHES[:3], batch_size=None), 2, 2)
+    assert_same(got, want, model.state_dict())
+    assert got_loss == pytest.approx(want_loss, rel=1e-12)
+
+
+class RankShard(Dataset):
+    """Micro-batch ``i`` of rank ``r`` is ``BATCHES[i * world + r]`` (rank read when it is asked)."""
+
+    def __len__(self):
+        return len(BATCHES) // int(os.environ.get("WORLD_SIZE", "2"))
+
+    def __getitem__(self, i):
+        import torch.distributed as dist
+
+        world, rank = dist.get_world_size(), dist.get_rank()
+        return BATCHES[i * world + rank]
+
+
+@pytest.mark.slow  # ~35 s: two spawned processes import Lightning
+def test_two_gloo_ranks_with_accumulation_equal_one_process_with_the_union():
+    """2 ranks x accumulation 2 (micro-batches of 61, 8, 27 and 22 target tokens in all) is one step
+    on the token mean of all four."""
+    model = new_model()
+    want, _ = reference_update(model, [BATCHES])
+    ddp = new_model()
+    got, _ = fit(ddp, DataLoader(RankShard(), batch_size=None), 2, 1, strategy="ddp_spawn", devices=2)
+    assert_same(ddp.state_dict(), want, model.state_dict())

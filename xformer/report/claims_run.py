@@ -1,0 +1,346 @@
+"""``xformer claims``: run every claim's sweep that is not finished, publish its report, and rebuild
+the README's claims table -- one command per step, each resumable.
+
+    xformer claims list  [--scale cpu|gpu] [NAMES ...]              # what exists, what would run
+    xformer claims run   [--scale cpu|gpu] [--dry-run] [--no-report] [NAMES ...] [-- OVERRIDES ...]
+    xformer claims report [--scale cpu|gpu] [NAMES ...]             # reports of the sweeps as they are
+    xformer claims table [--check]                                  # README table from docs/results
+
+NAMES are claim configs (``c1_ffn_ratio``; ``conf/experiment/claims/``) or claim ids (``C1``: all of
+its configs); none means every claim config. ``run`` starts, for each name in turn,
+
+    python run.py experiment=claims/<name> scale=<scale> [OVERRIDES] -m
+
+into the claim's stable sweep folder ``$XFORMER_RUNS/claims/<name>/<scale>`` (``XFORMER_RUNS``
+defaults to ``multirun``, relative to the current folder; set in the claim config's
+``hydra.sweep.dir``). Sweeps are resumable (:mod:`xformer.jobs.sweep_resume`): finished jobs are
+skipped, an interrupted job continues from its last checkpoint, so the same command after an
+interruption continues where it stopped; a claim whose jobs have all finished is not started again.
+The CPU forms run two jobs side by side with one thread each (``hydra/launcher=joblib_cpu``, chosen
+by ``conf/scale/cpu.yaml``). After each sweep it writes, into ``docs/results/<name>/`` (``--results``):
+``report.md`` and plots (:func:`xformer.report.cli.main`, the ``xformer report`` command),
+``run.md`` (the commands, the wall time of every invocation and their sum, the machine) and
+``jobs.csv`` (one row per job and seed: overrides, status, the decision metrics, wall time).
+
+Exit status: 0 when every named sweep finished and was reported; 1 when a job failed; 2 with one
+``error:`` line for bad arguments, a missing ``XFORMER_DATA`` or a sweep refused (changed config).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .sweeps import CLAIMS_DIR, REPO, claim_names
+
+RESULTS = REPO / "docs" / "results"
+RUNS_LOG = ".xformer/claims_runs.json"  # in the sweep folder: one entry per `claims run` invocation
+
+
+class UsageError(Exception):
+    """Bad input; the message becomes the ``error:`` line."""
+
+
+@dataclass
+class ClaimSweep:
+    """One claim config at one scale: its sweep folder and the state of each of its jobs.
+
+    ``states[num]`` is ``finished``, ``resumable`` (has ``last.ckpt``), ``failed``, ``started`` (a
+    folder without a checkpoint) or ``new``; ``refused`` the config mismatch that stops it, if any.
+    """
+
+    name: str
+    scale: str
+    sweep_dir: Path
+    overrides: list[list[str]]
+    states: list[str] = field(default_factory=list)
+    refused: str | None = None
+
+    def count(self, state: str) -> int:
+        return self.states.count(state)
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.states) and all(s == "finished" for s in self.states)
+
+    def command(self, extra: list[str] = ()) -> list[str]:
+        return ["python", "run.py", f"experiment=claims/{self.name}", f"scale={self.scale}", *extra, "-m"]
+
+
+def resolve_names(names: list[str]) -> list[str]:
+    """Claim config names for ``names`` (config names or claim ids, case-insensitive), in catalogue
+    order; all configs when empty.
+
+    Raises:
+        UsageError: a name that is neither.
+    """
+    known = claim_names()
+    if not names:
+        return known
+    out: list[str] = []
+    for n in names:
+        low = n.lower().removeprefix("experiment=claims/")
+        hits = [k for k in known if k == low] or [k for k in known if k.split("_", 1)[0] == low]
+        if not hits:
+            raise UsageError(f"{n}: not a claim config or claim id (known: {', '.join(known)})")
+        out += [h for h in hits if h not in out]
+    return out
+
+
+def _job_state(job: Path) -> str:
+    try:
+        status = json.loads((job / "metrics.json").read_text()).get("status")
+    except (OSError, ValueError):
+        status = None
+    if status == "finished":
+        return "finished"
+    if (job / "checkpoints" / "last.ckpt").is_file():
+        return "resumable"
+    if status == "failed":
+        return "failed"
+    return "started" if (job / ".hydra").is_dir() else "new"
+
+
+def inspect(name: str, scale: str, extra: list[str] = ()) -> ClaimSweep:
+    """Compose ``experiment=claims/<name> scale=<scale> [extra]`` as ``-m`` would and read the state
+    of each job's folder (and whether a recorded config differs, see
+    :class:`xformer.jobs.sweep_resume.ResumeSweep`)."""
+    from hydra import compose, initialize_config_dir
+
+    from xformer.jobs.sweep_check import sweep_jobs
+    from xformer.jobs.sweep_resume import ResumeSweep, describe_diff, recorded_config
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[f"experiment=claims/{name}", f"scale={scale}", *extra],
+                      return_hydra_config=True)
+        sweep_dir = Path(str(cfg.hydra.sweep.dir))
+        jobs = sweep_jobs(cfg)
+        out = ClaimSweep(name, scale, sweep_dir, jobs, [_job_state(sweep_dir / str(n)) for n in range(len(jobs))])
+        recorded = {str(n): r for n in range(len(jobs)) if (r := recorded_config(sweep_dir / str(n))) is not None}
+        if recorded:
+            checked = ResumeSweep._mismatches(cfg, recorded)
+            if checked and checked[1]:
+                num, shown, diff = checked[1][0]
+                out.refused = f"job {num} ({' '.join(shown)}): {describe_diff(diff)}"
+    return out
+
+
+def format_listing(sweeps: list[ClaimSweep], results: Path) -> str:
+    """One line per claim sweep: jobs finished / to resume / to run, the folder and its report."""
+    lines = [f"{'claim config':<24} {'scale':<5} {'jobs':>4} {'done':>4} {'resume':>6} {'to run':>6}  sweep dir -> report"]
+    for s in sweeps:
+        todo = len(s.states) - s.count("finished") - s.count("resumable")
+        report = results / s.name / "report.md"
+        lines.append(f"{s.name:<24} {s.scale:<5} {len(s.states):>4} {s.count('finished'):>4} "
+                     f"{s.count('resumable'):>6} {todo:>6}  {s.sweep_dir} -> "
+                     f"{report if report.is_file() else '(no report yet)'}")
+        if s.refused:
+            lines.append(f"  refused: the folder holds another config, {s.refused}")
+        elif not s.complete:
+            lines.append(f"  would run: {shlex.join(s.command())}")
+    return "\n".join(lines)
+
+
+def _load_runs(sweep_dir: Path) -> list[dict]:
+    try:
+        return json.loads((sweep_dir / RUNS_LOG).read_text())
+    except (OSError, ValueError):
+        return []
+
+
+def run_sweep(s: ClaimSweep, extra: list[str]) -> int:
+    """Run the claim's sweep (``python run.py ... -m`` in a subprocess, output passed through) and
+    log its wall time in ``<sweep dir>/.xformer/claims_runs.json``; return its exit status."""
+    cmd = [sys.executable, str(REPO / "run.py"), *s.command(extra)[2:]]
+    print(f"== {s.name}: {shlex.join(s.command(extra))}  ({s.count('finished')} of {len(s.states)} jobs "
+          f"finished, {s.count('resumable')} to resume)", flush=True)
+    t0, started = time.time(), time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    rc = subprocess.call(cmd, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))})
+    wall = time.time() - t0
+    runs = _load_runs(s.sweep_dir)
+    runs.append({"started": started, "wall_s": round(wall, 1), "exit": rc, "command": shlex.join(s.command(extra)),
+                 "jobs_before": {"finished": s.count("finished"), "resumable": s.count("resumable"),
+                                 "total": len(s.states)}})
+    (s.sweep_dir / RUNS_LOG).parent.mkdir(parents=True, exist_ok=True)
+    (s.sweep_dir / RUNS_LOG).write_text(json.dumps(runs, indent=2))
+    print(f"== {s.name}: sweep exited {rc} after {wall:.0f} s", flush=True)
+    return rc
+
+
+def write_jobs_csv(sweep_dir: Path, path: Path) -> int:
+    """``jobs.csv``: one row per job folder of the sweep (number, overrides, status, seed, objective,
+    test/val loss, BLEU, ppl, exact match where present, wall time, steps); returns the row count."""
+    rows = []
+    for job in sorted((p for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name)):
+        try:
+            m = json.loads((job / "metrics.json").read_text())
+        except (OSError, ValueError):
+            m = {"status": _job_state(job)}
+        metrics = m.get("metrics") or {}
+        row = {"job": int(job.name), "overrides": " ".join((m.get("job") or {}).get("overrides") or []),
+               "status": m.get("status"), "seed": (m.get("config") or {}).get("seed"),
+               "objective": (m.get("objective") or {}).get("metric"),
+               "objective_value": (m.get("objective") or {}).get("value")}
+        for key in ("test/loss", "val/loss", "test/bleu", "val/bleu", "test/ppl", "val/ppl", "test/exact_match"):
+            row[key] = metrics.get(key)
+        row.update(wall_time_s=m.get("wall_time_s"), global_step=m.get("global_step"))
+        rows.append(row)
+    if rows:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    return len(rows)
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                              timeout=10).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def write_run_md(s: ClaimSweep, out: Path, extra: list[str]) -> Path:
+    """``run.md``: how the report was made (commands, wall time per invocation and in total, jobs,
+    launcher, machine, commit)."""
+    runs = _load_runs(s.sweep_dir)
+    total = sum(r["wall_s"] for r in runs)
+    try:
+        summary = json.loads((s.sweep_dir / "sweep_summary.json").read_text())
+    except (OSError, ValueError):
+        summary = {}
+    jobs = summary.get("jobs") or []
+    finished = sum(j.get("status") == "finished" for j in jobs)
+    job_time = 0.0
+    for job in s.sweep_dir.iterdir():
+        try:
+            job_time += float(json.loads((job / "metrics.json").read_text()).get("wall_time_s") or 0)
+        except (OSError, ValueError, NotADirectoryError):
+            continue
+    launcher = "two jobs side by side, one thread each (hydra/launcher=joblib_cpu)" if s.scale == "cpu" \
+        else "one job at a time (basic launcher)"
+    lines = [
+        "# How this report was made", "",
+        "    export XFORMER_DATA=/path/to/data   # tinyshakespeare/, multi30k/",
+        f"    xformer claims run --scale {s.scale} {s.name}" + (f" -- {shlex.join(extra)}" if extra else ""), "",
+        "which runs (resumably: a finished job is skipped, an interrupted one continues from its last.ckpt)", "",
+        f"    {shlex.join(s.command(extra))}      # sweep folder {s.sweep_dir}",
+        f"    xformer report {s.sweep_dir} --out {out}", "",
+        f"Jobs: {len(jobs)} ({finished} finished), {launcher}.",
+        (f"Wall time of the sweep: {total:.0f} s ({total / 60:.1f} min) over {len(runs)} invocation(s)"
+         + (": " + ", ".join(f"{r['wall_s']:.0f} s" for r in runs) if len(runs) > 1 else "") if runs else
+         "Wall time of the sweep: not recorded (it was not run by `xformer claims run`)")
+        + f"; the jobs' own wall times add up to {job_time:.0f} s ({job_time / 60:.1f} min).",
+        f"Machine: {platform.node() or 'unknown'}, {os.cpu_count()} CPUs, {platform.platform()}; "
+        f"commit {_commit()}. Per-job data: `jobs.csv`.", "",
+        "| invocation started | wall time (s) | exit | jobs finished before / total |",
+        "|---|---|---|---|",
+        *(f"| {r['started']} | {r['wall_s']:.0f} | {r['exit']} | {r['jobs_before']['finished']} / "
+          f"{r['jobs_before']['total']} |" for r in runs), "",
+    ]
+    path = out / "run.md"
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines))
+    return path
+
+
+def publish(s: ClaimSweep, results: Path, extra: list[str]) -> int:
+    """Write report.md (``xformer report``), run.md and jobs.csv for the sweep; return the report's
+    exit status."""
+    from . import cli as report_cli
+
+    out = results / s.name
+    if not s.sweep_dir.is_dir():
+        print(f"error: {s.name}: no sweep folder {s.sweep_dir} yet; run: xformer claims run --scale {s.scale} {s.name}",
+              file=sys.stderr)
+        return 2
+    rc = report_cli.main([str(s.sweep_dir), "--out", str(out)])
+    if rc == 0:
+        write_jobs_csv(s.sweep_dir, out / "jobs.csv")
+        write_run_md(s, out, extra)
+        print(f"== {s.name}: published {out}/report.md, run.md, jobs.csv", flush=True)
+    return rc
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="xformer claims", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    sub = p.add_subparsers(dest="command", required=True)
+    for cmd, text in (("list", "show each claim sweep's state and what `run` would start"),
+                      ("run", "run what is missing, then publish the reports"),
+                      ("report", "publish the reports of the sweeps as they are")):
+        q = sub.add_parser(cmd, help=text)
+        q.add_argument("names", nargs="*", metavar="NAME", help="claim config (c1_ffn_ratio) or claim id (C1)")
+        q.add_argument("--scale", choices=("cpu", "gpu"), default="cpu", help="CPU form (default) or GPU form")
+        q.add_argument("--results", type=Path, default=RESULTS, help=f"where reports go (default {RESULTS})")
+        if cmd == "run":
+            q.add_argument("--dry-run", action="store_true", help="list what would run (same as `list`)")
+            q.add_argument("--no-report", action="store_true", help="run the sweeps only")
+    t = sub.add_parser("table", help="rebuild the README claims table from docs/results/*/")
+    t.add_argument("--check", action="store_true", help="exit 1 when the README table differs (nothing written)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``xformer claims``; returns the exit status (module docstring)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, extra = argv[:i], argv[i + 1:]
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    try:
+        if args.command == "table":
+            from .claims_table import main as table_main
+
+            return table_main(check=args.check)
+        names = resolve_names(args.names)
+        sweeps = [inspect(n, args.scale, extra) for n in names]
+        if args.command == "list" or getattr(args, "dry_run", False):
+            print(format_listing(sweeps, args.results))
+            return 0
+        status = 0
+        if args.command == "run" and not os.environ.get("XFORMER_DATA"):
+            raise UsageError("XFORMER_DATA is not set: export XFORMER_DATA=/path/to/data (a folder with "
+                             "tinyshakespeare/input.txt and multi30k/)")
+        for s in sweeps:
+            if args.command == "run":
+                if s.refused:
+                    print(f"error: {s.name}: {s.sweep_dir} holds another config ({s.refused}); move that folder "
+                          f"away or set XFORMER_RUNS to start a new one", file=sys.stderr)
+                    status = max(status, 2)
+                    continue
+                if not s.complete:
+                    rc = run_sweep(s, extra)
+                    if rc not in (0, 1):  # 1: some job failed, the rest is still worth reporting
+                        status = max(status, 2)
+                        continue
+                    status = max(status, rc)
+                else:
+                    print(f"== {s.name}: all {len(s.states)} jobs finished in {s.sweep_dir}", flush=True)
+                if args.no_report:
+                    continue
+            status = max(status, publish(s, args.results, extra))
+        return status
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
