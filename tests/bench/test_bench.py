@@ -64,7 +64,7 @@ def test_top_level_keys(quick):
         assert key in m, key
     assert m["quick"] is True and m["preset"] == "quick" and m["device"] == "cpu"
     assert m["sections"] == ["train_step", "train_step_dropout0", "overhead", "padding", "decoding", "attention",
-                             "recurrence", "mfu"]
+                             "recurrence", "mfu", "nanogpt_step"]
     assert list(data["sections"]) == m["sections"]
     for name, sec in data["sections"].items():
         assert sec["status"] in ("ok", "skipped", "n/a"), (name, sec.get("error"))
@@ -217,3 +217,14 @@ def test_console_command_dispatches_to_bench(monkeypatch):
     monkeypatch.setattr(xformer.bench, "main", lambda argv: seen.append(argv) or 0)
     assert cli.main(["bench", "--quick", "--out", "x.json"]) == 0
     assert seen == [["--quick", "--out", "x.json"]]
+
+
+def test_nanogpt_step_row_compares_the_same_model(quick):
+    """Row 9: the preset's step and the plain-PyTorch nanoGPT step, same parameter count, ratio shown."""
+    data, stdout, _ = quick
+    sec = data["sections"]["nanogpt_step"]
+    c = sec["contenders"]
+    assert c["xformer"]["params"] == c["plain"]["params"]  # the same model, built two ways
+    assert (sec["config"]["block_size"], sec["config"]["batch"], sec["config"]["n_layers"]) == (64, 12, 4)
+    assert sec["ratio"] == c["xformer"]["tokens_per_s"] / c["plain"]["tokens_per_s"] > 0
+    assert "nanoGPT" in stdout and any(t["section"] == "nanogpt_step" for t in data["targets"])

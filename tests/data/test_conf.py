@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 CONF = Path(__file__).resolve().parents[2] / "conf" / "data"
 EXPECTED = {
     "numbers": "NumbersDataModule", "multi30k": "Multi30kDataModule",
-    "tinyshakespeare": "TinyShakespeareDataModule", "copy": "SyntheticDataModule",
+    "tinyshakespeare": "TinyShakespeareDataModule", "shakespeare_char": "ShakespeareCharDataModule", "copy": "SyntheticDataModule",
     "reverse": "SyntheticDataModule", "sort": "SyntheticDataModule", "addition": "SyntheticDataModule",
     "text": "TextDataModule",
 }

@@ -343,3 +343,15 @@ def test_grouped_kv_heads_train_with_attention_dropout(mixer, n_kv):
     out.sum().backward()
     assert out.shape == (2, 6, 20) and torch.isfinite(out).all()
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
+@pytest.mark.parametrize("name", list(MIXERS))
+def test_model_bias_false_reaches_every_mechanism(name):
+    """``model.bias=false`` (issue 22) removes the projection biases of whatever mechanism the blocks get."""
+    mixer, n_kv = MIXERS[name]
+    model = EncoderDecoder(20, 20, **SIZES, mixer=mixer, n_kv_heads=n_kv, bias=False)
+    for block in model.blocks():
+        for att in (block.self_attn, getattr(block, "cross_attn", None)):
+            if att is not None:
+                assert att.in_proj.bias is None and att.out_proj.bias is None
+    assert not [n for n, _ in model.named_parameters() if n.endswith(".bias")]

@@ -9,7 +9,8 @@ Usage::
 Sections (rows): ``train_step``, ``train_step_dropout0`` (row 1 with dropout 0: the architecture
 without the dropout implementation), ``overhead``, ``padding``, ``decoding`` (greedy cached vs
 recompute, beam), ``attention`` (C7), ``recurrence`` (C8), ``mfu`` (against a matmul peak measured in
-the run: bf16 on a GPU, fp32 on a CPU); opt-in: ``train_step_compiled`` (all three contenders
+the run: bf16 on a GPU, fp32 on a CPU), ``nanogpt_step`` (``experiment=shakespeare_char_cpu``'s step vs
+the same model in plain PyTorch, nanoGPT's shape); opt-in: ``train_step_compiled`` (all three contenders
 compiled), ``gpt2`` (GPT-2-small decoder-only step and MFU), ``compile`` (eager vs compiled xformer
 step) and ``ddp`` (``run.py trainer=ddp`` throughput over ``--ddp-devices``). Every key of ``bench.json`` is documented
 in ``docs/bench.md``.
@@ -32,7 +33,7 @@ import torch
 from .config import BenchConfig, preset
 
 DEFAULT_SECTIONS = ["train_step", "train_step_dropout0", "overhead", "padding", "decoding", "attention",
-                    "recurrence", "mfu"]
+                    "recurrence", "mfu", "nanogpt_step"]
 OPTIONAL_SECTIONS = ["train_step_compiled", "gpt2", "compile", "ddp"]
 ALL_SECTIONS = DEFAULT_SECTIONS + OPTIONAL_SECTIONS
 SCHEMA_VERSION = 1
@@ -47,6 +48,7 @@ TARGETS = {
     ("overhead", "overhead_fraction"): ("framework overhead, 1 - run.py / bare loop tokens/s", "<=", 0.05),
     ("padding", "pad_fraction"): ("pad tokens in a Multi30k train epoch (token-budget batches)", "<=", 0.10),
     ("decoding", "speedup"): ("greedy tokens/s, cached / recompute, length 64", ">=", 3.0),
+    ("nanogpt_step", "ratio"): ("shakespeare_char_cpu step tokens/s, xformer / plain-PyTorch nanoGPT", ">=", 1.0),
 }
 
 
@@ -164,7 +166,7 @@ def run_sections(cfg: BenchConfig, sections: list[str], data_root: Path | None, 
                  on_section=None) -> dict:
     """Run the chosen rows in order; a failing row is recorded as ``status: error`` and the rest go on.
     ``on_section(results_so_far)`` is called after each row (the CLI saves partial results with it)."""
-    from . import attention, decode, gpt2, mfu, overhead, padding, scaling, training
+    from . import attention, decode, gpt2, mfu, nanogpt, overhead, padding, scaling, training
 
     out: dict[str, dict] = {}
     runners = {
@@ -172,6 +174,7 @@ def run_sections(cfg: BenchConfig, sections: list[str], data_root: Path | None, 
         "train_step_dropout0": lambda: training.run(cfg, dropout=0.0),
         "train_step_compiled": lambda: training.run(cfg, compiled=True),
         "gpt2": lambda: gpt2.run(cfg, out.get("mfu")),
+        "nanogpt_step": lambda: nanogpt.run(cfg),
         "overhead": lambda: overhead.run(cfg, data_root),
         "padding": lambda: padding.run(cfg, data_root),
         "decoding": lambda: decode.run(cfg),

@@ -123,6 +123,15 @@ def _compile_rows(sec: dict, tg: dict) -> list[list[str]]:
              f"compile {sec['compile_s']:.0f} s, {sec['graph_breaks']} breaks", "—"]]
 
 
+def _nanogpt_rows(sec: dict, tg: dict) -> list[list[str]]:
+    t = tg.get(("nanogpt_step", "ratio"), {})
+    c = sec["contenders"]
+    return [["9", f"shakespeare_char_cpu step vs plain-PyTorch nanoGPT (B {sec['config']['batch']}, "
+                  f"T {sec['config']['block_size']})", f"{_f(c['xformer']['tokens_per_s'])} tok/s",
+             f"{_f(c['plain']['tokens_per_s'])} tok/s", _f(sec["ratio"], "{:.2f}×"), t.get("target", ""),
+             _met(t.get("met"))]]
+
+
 def _ddp_rows(sec: dict, tg: dict) -> list[list[str]]:
     return [["+", f"DDP {r['devices']} device(s)", f"{_f(r['tokens_per_s'])} tok/s",
              "", _f(r.get("speedup"), "{:.2f}×"), _f(r.get("efficiency"), "eff {:.0%}"), "—"]
@@ -141,6 +150,7 @@ _SUMMARY = {
     "recurrence": ("6", "attention vs LSTM (C8)", _recurrence_rows),
     "mfu": ("7", "MFU", _mfu_rows),
     "gpt2": ("8", "GPT-2-small-shaped step", _gpt2_rows),
+    "nanogpt_step": ("9", "nanoGPT-recipe step", _nanogpt_rows),
     "compile": ("+", "torch.compile", _compile_rows),
     "ddp": ("+", "DDP scaling", _ddp_rows),
 }

@@ -313,6 +313,32 @@ class XformerDataModule(L.LightningDataModule):
         return [self._loader(self.test_sets[name], train=False, persistent=False) for name in self.test_split_names]
 
 
+class FixedWindows(Dataset):
+    """The windows ``starts`` of a stride-1 :class:`WindowDataset`, in that order: a fixed random sample
+    for cheap validation. Example ``i`` is ``{"tgt": (block_size+1,), "idx": starts[i]}`` (starts are
+    distinct, so ``idx`` identifies an example across ranks)."""
+
+    def __init__(self, windows: WindowDataset, starts: np.ndarray) -> None:
+        self.windows, self.starts = windows, [int(s) for s in starts]
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        item = self.windows[self.starts[i]]
+        return {"tgt": item["tgt"], "idx": self.starts[i]}
+
+
+def random_windows(ids: np.ndarray, block_size: int, n: int, seed: int) -> FixedWindows:
+    """``n`` distinct windows of ``block_size + 1`` ids at uniformly random starts (without
+    replacement; all windows if there are fewer), drawn from ``numpy.random.default_rng((seed, 1))``:
+    the same windows for the same ``seed``, whenever and however often they are asked for."""
+    windows = WindowDataset(ids, block_size, stride=1)
+    rng = np.random.default_rng((int(seed), 1))
+    starts = rng.choice(len(windows), size=min(n, len(windows)), replace=False)
+    return FixedWindows(windows, starts)
+
+
 class WindowLMDataModule(XformerDataModule):
     """Base for LM on a token stream: random windows for training, contiguous windows for eval.
 
@@ -330,6 +356,11 @@ class WindowLMDataModule(XformerDataModule):
 
     Batch size: ``batch_size`` windows per device, or, when ``tokens_per_batch`` is given,
     ``max(1, tokens_per_batch // block_size)`` windows (it overrides ``batch_size``).
+
+    Cheap validation (``val_estimate_batches = k``): validation scores ``k`` batches of random windows
+    of the val stream instead of the whole split (:func:`random_windows`, seeded by ``seed``: the same
+    windows at every validation, so successive estimates differ only by the model), as nanoGPT's
+    ``estimate_loss`` with ``eval_iters = k``. The full contiguous pass stays in ``val_full_set``.
     """
 
     task = "lm"
@@ -345,7 +376,12 @@ class WindowLMDataModule(XformerDataModule):
         num_workers: int = 0,
         pin_memory: bool = False,
         seed: int = 0,
+        val_estimate_batches: int | None = None,
     ) -> None:
+        if val_estimate_batches is not None and int(val_estimate_batches) < 1:
+            raise DataError(f"data.val_estimate_batches={val_estimate_batches}: must be >= 1 (or null for "
+                            "the full validation pass)")
+        self.val_estimate_batches = None if val_estimate_batches is None else int(val_estimate_batches)
         if tokens_per_batch is not None:
             batch_size = max(1, int(tokens_per_batch) // int(block_size))
         super().__init__(root=root, tokens_per_batch=batch_size * block_size,
@@ -365,7 +401,10 @@ class WindowLMDataModule(XformerDataModule):
                 raise DataError(f"{type(self).__name__}: {name} split has {n} tokens, "
                                  f"fewer than block_size + 1 = {T + 1}; lower block_size")
         self.train_set = WindowDataset(self.train_ids, T, stride=1)
-        self.val_set = WindowDataset(self.val_ids, T, stride=T)
+        self.val_full_set = WindowDataset(self.val_ids, T, stride=T)
+        self.val_set = self.val_full_set
+        if self.val_estimate_batches:
+            self.val_set = random_windows(self.val_ids, T, self.val_estimate_batches * self.batch_size, self.seed)
         test = self.val_ids if self.test_ids is None else self.test_ids
         self.test_sets = {"test": WindowDataset(test, T, stride=T)}
 

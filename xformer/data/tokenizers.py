@@ -76,33 +76,43 @@ class CharTokenizer(Tokenizer):
     characters in the given order. Characters outside the alphabet encode to ``UNK``. Extra
     specials are never produced by :meth:`encode`; use :meth:`token_to_id` to get their ids.
 
+    With ``specials=False`` there are no special ids at all: ids ``0..len(chars)-1`` are the
+    characters (nanoGPT's ``shakespeare_char`` vocabulary, for a character LM that never pads, starts
+    or ends a sequence); a character outside the alphabet is then a ``KeyError``.
+
     Args:
         chars: the alphabet; duplicates are removed, first occurrence wins.
         extra_specials: names of additional special tokens (dropped by :meth:`decode`).
+        specials: reserve ``PAD, BOS, EOS, UNK`` (and ``extra_specials``) before the characters.
     """
 
-    def __init__(self, chars: Iterable[str], extra_specials: Sequence[str] = ()) -> None:
+    def __init__(self, chars: Iterable[str], extra_specials: Sequence[str] = (), specials: bool = True) -> None:
         alphabet = list(dict.fromkeys(chars))
         if any(len(c) != 1 for c in alphabet):
             raise ValueError("CharTokenizer: every entry of `chars` must be a single character")
+        if not specials and extra_specials:
+            raise ValueError("CharTokenizer: extra_specials need specials=True")
+        self.specials = bool(specials)
         self.extra_specials = list(extra_specials)
-        self.n_special = len(SPECIAL_TOKENS) + len(self.extra_specials)
+        names = SPECIAL_TOKENS + tuple(self.extra_specials) if specials else ()
+        self.n_special = len(names)
         self.chars = alphabet
-        self._itos = list(SPECIAL_TOKENS) + self.extra_specials + alphabet
+        self._itos = list(names) + alphabet
         self._stoi = {c: i + self.n_special for i, c in enumerate(alphabet)}
-        self._special_ids = {s: i for i, s in enumerate(SPECIAL_TOKENS + tuple(self.extra_specials))}
+        self._special_ids = {s: i for i, s in enumerate(names)}
 
     @classmethod
-    def from_texts(cls, texts: Iterable[str], extra_specials: Sequence[str] = ()) -> CharTokenizer:
+    def from_texts(cls, texts: Iterable[str], extra_specials: Sequence[str] = (),
+                   specials: bool = True) -> CharTokenizer:
         """Build the alphabet from the characters of ``texts`` (sorted by code point)."""
         chars: set[str] = set()
         for t in texts:
             chars.update(t)
-        return cls(sorted(chars), extra_specials)
+        return cls(sorted(chars), extra_specials, specials)
 
     @property
     def vocab_size(self) -> int:
-        """Number of ids: 4 specials + extra specials + alphabet size."""
+        """Number of ids: 4 specials + extra specials + alphabet size (the alphabet alone without specials)."""
         return len(self._itos)
 
     def token_to_id(self, token: str) -> int:
@@ -118,6 +128,8 @@ class CharTokenizer(Tokenizer):
     def encode(self, text: str) -> list[int]:
         """Ids of the characters of ``text`` (``UNK`` for characters outside the alphabet)."""
         stoi = self._stoi
+        if not self.specials:
+            return [stoi[c] for c in text]
         return [stoi.get(c, UNK) for c in text]
 
     def decode(self, ids: Iterable[int]) -> str:
@@ -126,8 +138,11 @@ class CharTokenizer(Tokenizer):
         return "".join(itos[i] for i in map(int, ids) if ns <= i < len(itos))
 
     def save(self, path: str | Path) -> None:
-        """Write ``{"type": "char", "chars": [...], "extra_specials": [...]}`` to ``path``."""
+        """Write ``{"type": "char", "chars": [...], "extra_specials": [...]}`` (plus ``"specials": false``
+        without specials) to ``path``."""
         data = {"type": "char", "chars": self.chars, "extra_specials": self.extra_specials}
+        if not self.specials:
+            data["specials"] = False
         _atomic_write_text(Path(path), json.dumps(data, ensure_ascii=False))
 
     @classmethod
@@ -136,7 +151,7 @@ class CharTokenizer(Tokenizer):
         data = json.loads(Path(path).read_text(encoding="utf-8"))
         if data.get("type") != "char":
             raise ValueError(f"{path} is not a CharTokenizer file")
-        return cls(data["chars"], data.get("extra_specials", ()))
+        return cls(data["chars"], data.get("extra_specials", ()), data.get("specials", True))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, CharTokenizer) and self._itos == other._itos

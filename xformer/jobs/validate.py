@@ -95,10 +95,11 @@ RULES: dict[str, Rule] = {
     "model.max_len": _int(1), "model.attention.window": _int(1), "model.param_budget": _int(1, nullable=True),
     "model.dropout": _float(0.0, 1.0),
     "model.ffn_ratio": _float(0.0, lo_open=True),
-    "model.tie_embeddings": _BOOL, "model.attn_scale": _BOOL,
+    "model.tie_embeddings": _BOOL, "model.attn_scale": _BOOL, "model.bias": _BOOL,
     "loss.label_smoothing": _float(0.0, 1.0),
     "optim.lr": _float(0.0, lo_open=True),
-    "optim.warmup_steps": _int(0), "optim.decay_from": _int(1, nullable=True),
+    "optim.warmup_steps": _int(0), "optim.scheduler.decay_from": _int(1, nullable=True),
+    "optim.weight_decay": _float(0.0), "optim.scheduler.total_steps": _int(1),
     "trainer.max_steps": _int(-1), "trainer.accumulate_grad_batches": _int(1),
     "trainer.log_every_n_steps": _int(1), "trainer.num_nodes": _int(1),
     "trainer.gradient_clip_val": _float(0.0, nullable=True),
@@ -107,7 +108,7 @@ RULES: dict[str, Rule] = {
     "data.num_workers": _int(0), "data.n_train": _int(1), "data.n_val": _int(1),
     "data.n_test": _int(0), "data.n_long": _int(0), "data.vocab_size": _int(1),
     "data.train_max_len": _int(1), "data.train_min_len": _int(1), "data.n_symbols": _int(2),
-    "data.train_windows_per_epoch": _int(1, nullable=True),
+    "data.train_windows_per_epoch": _int(1, nullable=True), "data.val_estimate_batches": _int(1, nullable=True),
     "decode.beam_size": _int(1), "decode.val_batches": _int(0, nullable=True),
     "decode.alpha": _float(0.0), "decode.max_len_a": _float(0.0), "decode.max_len_b": _float(0.0),
     "callbacks.last_checkpoint.every_n_train_steps": _int(1, nullable=True),
@@ -128,6 +129,9 @@ def check_rules(cfg: DictConfig) -> None:
         value = OmegaConf.select(cfg, key, default=_ABSENT)
         if value is not _ABSENT:
             rule.check(key, value)
+    from xformer.train.schedules import check_scheduler_node
+
+    check_scheduler_node(OmegaConf.select(cfg, "optim.scheduler", default=None))  # no stale or unknown key
 
 
 def _check_data(cfg: DictConfig):

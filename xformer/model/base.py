@@ -10,7 +10,6 @@ receive by keyword.
 
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import torch
@@ -20,7 +19,8 @@ from .attention import AttentionPattern, FullAttention
 from .dropout import Dropout
 from .ffn import ReLUFFN
 from .hooks import overrides
-from .layers import DecoderLayer, Stack
+from .init import InitScheme, Xavier
+from .layers import DecoderLayer, Stack, no_bias
 from .mixer import Mixer, MultiHeadMixer
 from .tasks import fit_batch_to_positions
 from .norm import PostNorm, Residual
@@ -148,6 +148,10 @@ class ModelBase(nn.Module):
         param_budget: when set, ``budget_solves`` (``"d_model"`` or ``"d_ff"``) is chosen so that the
             total parameter count is as close to this number as possible (claims C1/C3 at equal size).
         budget_solves: which size the budget solves for.
+        bias: biases in every projection and norm (``False``: no bias parameter anywhere, as
+            nanoGPT's default; the output layer never has one in the LM/translation shapes).
+        init: the initialisation scheme (:mod:`.init`, ``model/init``) — default :class:`~.init.Xavier`,
+            which also sets the ``√D`` embedding scale of §3.4.
 
     Raises:
         ConfigError: for invalid sizes or an unreachable budget (message names the key and the fix).
@@ -170,15 +174,15 @@ class ModelBase(nn.Module):
                  norm: Callable[..., Residual] | None = None,
                  pe: Callable[..., PositionalEncoding] | None = None,
                  ffn: Callable[..., nn.Module] | None = None,
-                 param_budget: int | None = None, budget_solves: str = "d_model",
-                 mixer: Mixer | None = None, n_kv_heads: int | None = None) -> None:
+                 param_budget: int | None = None, budget_solves: str = "d_model", bias: bool = True,
+                 init: InitScheme | None = None, mixer: Mixer | None = None, n_kv_heads: int | None = None) -> None:
         super().__init__()
         kwargs = dict(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, d_model=d_model,
                       n_heads=n_heads, d_head=d_head, ffn_ratio=ffn_ratio, d_ff=d_ff,
                       n_encoder_layers=n_encoder_layers, n_decoder_layers=n_decoder_layers,
                       dropout=dropout, tie_embeddings=tie_embeddings, max_len=max_len,
                       attn_scale=attn_scale, pad_id=pad_id, attention=attention, norm=norm, pe=pe, ffn=ffn,
-                      mixer=mixer, n_kv_heads=n_kv_heads)
+                      bias=bias, init=init, mixer=mixer, n_kv_heads=n_kv_heads)
         if param_budget:
             d_model, d_ff = self._solve_budget(kwargs, int(param_budget), budget_solves)
         if not 0.0 <= dropout < 1.0:
@@ -190,7 +194,13 @@ class ModelBase(nn.Module):
             raise ConfigError(f"model.max_len={max_len}: must be >= 1")
         self.d_head, self.d_ff = resolve_sizes(d_model, n_heads, d_head, ffn_ratio, d_ff)
         self.d_model, self.n_heads, self.max_len, self.pad_id = d_model, n_heads, max_len, pad_id
-        self.dropout_p, self.attn_scale = dropout, attn_scale
+        self.dropout_p, self.attn_scale, self.bias = dropout, attn_scale, bool(bias)
+        self.init_scheme: InitScheme = Xavier() if init is None else init
+        if not isinstance(self.init_scheme, InitScheme):
+            raise ConfigError(f"model.init: {_name(self.init_scheme)} is not an xformer.model.init.InitScheme; "
+                              "subclass it and implement __call__(model)")
+        #: factor on the token embeddings before positions are added (§3.4: √d_model)
+        self.embed_scale = float(self.init_scheme.embed_scale(d_model))
         self.src_vocab_size, self.tgt_vocab_size = src_vocab_size, tgt_vocab_size
         pattern = _factory(attention, FullAttention)
         if not isinstance(pattern, AttentionPattern) and callable(pattern):
@@ -219,12 +229,13 @@ class ModelBase(nn.Module):
         (built in the order self-attention, cross-attention, FFN, so a seed gives the same weights
         as ever)."""
         sizes = dict(d_model=self.d_model, n_heads=self.n_heads, d_head=self.d_head, dropout=self.dropout_p,
-                     scale=self.attn_scale, n_kv_heads=n_kv_heads)
+                     scale=self.attn_scale, bias=self.bias, n_kv_heads=n_kv_heads)
         parts = {"self_attn": mixer.self_attention(**sizes, pattern=pattern, pos_embeddings=pe)}
         if cls is DecoderLayer:
             parts["cross_attn"] = mixer.cross_attention(**sizes)
-        parts["ffn"] = self.ffn_factory(d_model=self.d_model, d_ff=self.d_ff, dropout=self.dropout_p)
-        return cls(**parts, residual=self.residual, d_model=self.d_model, dropout=self.dropout_p)
+        parts["ffn"] = self.ffn_factory(d_model=self.d_model, d_ff=self.d_ff, dropout=self.dropout_p,
+                                        **no_bias(self.bias))
+        return cls(**parts, residual=self.residual, d_model=self.d_model, dropout=self.dropout_p, bias=self.bias)
 
     def _stack(self, cls: type, n: int, pattern: AttentionPattern, causal: bool, name: str) -> Stack:
         """A stack of ``n`` blocks of ``cls``; ``name`` (``"encoder"`` or ``"decoder"``) decides
@@ -235,7 +246,7 @@ class ModelBase(nn.Module):
         except ValueError as err:
             raise ConfigError(str(err)) from None
         check_positional(pe)
-        residual = self.residual(d_model=self.d_model, dropout=0.0)
+        residual = self.residual(d_model=self.d_model, dropout=0.0, **({} if self.bias else {"bias": False}))
         check_residual(residual)
         mixer, n_kv = (self.mixer, self.n_kv_heads) if self.mixer.applies_to(name) else (MultiHeadMixer(), None)
         why = mixer.refusal(pattern, type(pe))
@@ -257,23 +268,23 @@ class ModelBase(nn.Module):
         return emb
 
     def _init_linear(self) -> None:
-        """Xavier-uniform for every projection matrix, zero biases (as ``torch.nn.Transformer``)."""
-        for m in self.modules():
-            if isinstance(m, nn.Linear):
-                nn.init.xavier_uniform_(m.weight)
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
+        """Initialise the built model with its scheme (``model/init``; default Xavier-uniform for every
+        projection matrix and zero biases, as ``torch.nn.Transformer``)."""
+        self.init_scheme(self)
 
     def _embed(self, emb: nn.Embedding, stack: Stack, ids: Tensor, start: int = 0) -> Tensor:
-        """Token ids ``(B, T)`` → ``Dropout(E[ids]·√D + PE)`` ``(B, T, D)`` (§3.4, §3.5, §5.4)."""
-        x = emb(ids) * math.sqrt(self.d_model)
+        """Token ids ``(B, T)`` → ``Dropout(E[ids]·s + PE)`` ``(B, T, D)`` with ``s`` the init scheme's
+        embedding scale (``√D`` by default; §3.4, §3.5, §5.4)."""
+        x = emb(ids)
+        if self.embed_scale != 1.0:
+            x = x * self.embed_scale
         pos = torch.arange(start, start + ids.shape[1], device=ids.device)
         return self.embed_drop(stack.pe.embed(x, pos))
 
     def _padding(self, ids: Tensor, mask: Tensor | None) -> Tensor | None:
         if mask is not None:
             return mask
-        if self.pad_id is None:
+        if self.pad_id is None or self.pad_id < 0:  # negative: the data has no padding token
             return None
         mask = ids == self.pad_id
         if self.training or torch.compiler.is_compiling():

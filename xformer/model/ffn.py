@@ -16,15 +16,15 @@ from .dropout import Dropout
 class ReLUFFN(nn.Module):
     """``W2 · Dropout(ReLU(W1 x + b1)) + b2`` (Vaswani et al. 2017 §3.3, eq. 2).
 
-    Parameters: ``2·D·d_ff + d_ff + D``.
+    Parameters: ``2·D·d_ff + d_ff + D`` (``2·D·d_ff`` with ``bias=False``).
     """
 
     activation = staticmethod(F.relu)
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0) -> None:
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, bias: bool = True) -> None:
         super().__init__()
-        self.linear1 = nn.Linear(d_model, d_ff)
-        self.linear2 = nn.Linear(d_ff, d_model)
+        self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
+        self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
         self.drop = Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -44,8 +44,8 @@ class SwiGLUFFN(nn.Module):
     the same as the two matrices of :class:`ReLUFFN`, so an ``ffn_ratio`` sweep stays comparable.
     """
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0) -> None:
-        super().__init__()
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, bias: bool = False) -> None:
+        super().__init__()  # ``bias`` is accepted for model.bias; this FFN never has biases
         hidden = max(1, round(2 * d_ff / 3))
         self.w1 = nn.Linear(d_model, hidden, bias=False)
         self.w3 = nn.Linear(d_model, hidden, bias=False)

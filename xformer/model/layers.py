@@ -19,6 +19,11 @@ from .norm import Residual
 from .positional import PositionalEncoding
 
 
+def no_bias(bias: bool) -> dict:
+    """Keyword arguments for a norm or FFN factory: ``{"bias": False}`` when biases are off, else none."""
+    return {} if bias else {"bias": False}
+
+
 class EncoderLayer(nn.Module):
     """Self-attention → FFN, each with residual + norm. Input and output ``(B, S, D)``.
 
@@ -33,15 +38,19 @@ class EncoderLayer(nn.Module):
         residual: factory ``(d_model, dropout) -> Residual`` (one per sub-layer).
         d_model: model width ``D``.
         dropout: dropout on each sub-layer's output (in the residual wrapper).
+        bias: biases in the block's norms (``model.bias``); ``False`` is passed on to the ``residual``
+            factory as ``bias=False`` (only then, so factories without a ``bias`` argument keep working).
+            The sub-layers arrive built with the same setting.
     """
 
     def __init__(self, *, self_attn: nn.Module, ffn: nn.Module, residual: Callable[..., Residual],
-                 d_model: int, dropout: float) -> None:
+                 d_model: int, dropout: float, bias: bool = True) -> None:
         super().__init__()
+        nb = no_bias(bias)
         self.self_attn = self_attn
         self.ffn = ffn
-        self.res_attn = residual(d_model=d_model, dropout=dropout)
-        self.res_ffn = residual(d_model=d_model, dropout=dropout)
+        self.res_attn = residual(d_model=d_model, dropout=dropout, **nb)
+        self.res_ffn = residual(d_model=d_model, dropout=dropout, **nb)
 
     def forward(self, x: Tensor, key_padding_mask: Tensor | None = None, cache: KVCache | None = None) -> Tensor:
         """Run the block on ``x`` ``(B, T, D)``; ``key_padding_mask`` and ``cache`` as
@@ -56,18 +65,19 @@ class DecoderLayer(nn.Module):
     Args:
         self_attn: causal self-attention module (see :class:`EncoderLayer`).
         cross_attn: attention over the memory, ``forward(x, memory, memory_key_padding_mask, cache)``.
-        ffn, residual, d_model, dropout: as :class:`EncoderLayer`.
+        ffn, residual, d_model, dropout, bias: as :class:`EncoderLayer`.
     """
 
     def __init__(self, *, self_attn: nn.Module, cross_attn: nn.Module, ffn: nn.Module,
-                 residual: Callable[..., Residual], d_model: int, dropout: float) -> None:
+                 residual: Callable[..., Residual], d_model: int, dropout: float, bias: bool = True) -> None:
         super().__init__()
+        nb = no_bias(bias)
         self.self_attn = self_attn
         self.cross_attn = cross_attn
         self.ffn = ffn
-        self.res_self = residual(d_model=d_model, dropout=dropout)
-        self.res_cross = residual(d_model=d_model, dropout=dropout)
-        self.res_ffn = residual(d_model=d_model, dropout=dropout)
+        self.res_self = residual(d_model=d_model, dropout=dropout, **nb)
+        self.res_cross = residual(d_model=d_model, dropout=dropout, **nb)
+        self.res_ffn = residual(d_model=d_model, dropout=dropout, **nb)
 
     def forward(self, x: Tensor, memory: Tensor, key_padding_mask: Tensor | None = None,
                 memory_key_padding_mask: Tensor | None = None, cache: KVCache | None = None,

@@ -68,15 +68,16 @@ class Mixer:
 
     def self_attention(self, d_model: int, n_heads: int, d_head: int, dropout: float, scale: bool,
                        pattern: AttentionPattern | None, pos_embeddings: PositionalEncoding | None,
-                       n_kv_heads: int | None = None) -> nn.Module:
-        """One block's self-attention (sizes as :class:`~xformer.model.attention.MultiHeadAttention`)."""
-        return SelfAttention(d_model, n_heads, d_head, dropout, scale, pattern=pattern,
+                       n_kv_heads: int | None = None, bias: bool = True) -> nn.Module:
+        """One block's self-attention (sizes as :class:`~xformer.model.attention.MultiHeadAttention`;
+        ``bias``: biases in its projections, ``model.bias``)."""
+        return SelfAttention(d_model, n_heads, d_head, dropout, scale, bias=bias, pattern=pattern,
                              pos_embeddings=pos_embeddings, n_kv_heads=n_kv_heads)
 
     def cross_attention(self, d_model: int, n_heads: int, d_head: int, dropout: float, scale: bool,
-                        n_kv_heads: int | None = None) -> nn.Module:
+                        n_kv_heads: int | None = None, bias: bool = True) -> nn.Module:
         """One decoder block's attention over the encoder output."""
-        return CrossAttention(d_model, n_heads, d_head, dropout, scale, n_kv_heads=n_kv_heads)
+        return CrossAttention(d_model, n_heads, d_head, dropout, scale, bias=bias, n_kv_heads=n_kv_heads)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(stacks={self.stacks!r})"
@@ -116,10 +117,10 @@ class LinearMixer(Mixer):
 
     def self_attention(self, d_model: int, n_heads: int, d_head: int, dropout: float, scale: bool,
                        pattern: AttentionPattern | None, pos_embeddings: PositionalEncoding | None,
-                       n_kv_heads: int | None = None) -> nn.Module:
-        return LinearSelfAttention(d_model, n_heads, d_head, dropout, scale, pattern=pattern,
+                       n_kv_heads: int | None = None, bias: bool = True) -> nn.Module:
+        return LinearSelfAttention(d_model, n_heads, d_head, dropout, scale, bias=bias, pattern=pattern,
                                    pos_embeddings=pos_embeddings)
 
     def cross_attention(self, d_model: int, n_heads: int, d_head: int, dropout: float, scale: bool,
-                        n_kv_heads: int | None = None) -> nn.Module:
-        return LinearCrossAttention(d_model, n_heads, d_head, dropout, scale)
+                        n_kv_heads: int | None = None, bias: bool = True) -> nn.Module:
+        return LinearCrossAttention(d_model, n_heads, d_head, dropout, scale, bias=bias)

@@ -21,20 +21,25 @@ class Residual(nn.Module):
         d_model: width ``D``.
         dropout: dropout on the sub-layer output before the residual add (Vaswani et al. §5.4).
         eps: norm epsilon (1e-5, PyTorch's default, so outputs match ``nn.Transformer``).
+        bias: give the norms an additive bias (LayerNorm's β; ``model.bias``). RMSNorm has none.
     """
 
     norm_cls: type[nn.Module] = nn.LayerNorm
+    #: whether ``norm_cls`` takes a ``bias`` argument (LayerNorm does, RMSNorm has no bias at all)
+    norm_has_bias: bool = True
     #: True when a stack of these blocks must end with a norm (Pre-LN style; Xiong et al. 2020).
     final_norm: bool = False
 
-    def __init__(self, d_model: int, dropout: float = 0.0, eps: float = 1e-5) -> None:
+    def __init__(self, d_model: int, dropout: float = 0.0, eps: float = 1e-5, bias: bool = True) -> None:
         super().__init__()
-        self.d_model, self.eps = d_model, eps
+        self.d_model, self.eps, self.bias = d_model, eps, bias
         self.drop = Dropout(dropout)
 
     def make_norm(self) -> nn.Module:
-        """A fresh norm of this placement's kind over ``D`` features."""
-        return self.norm_cls(self.d_model, eps=self.eps)
+        """A fresh norm of this placement's kind over ``D`` features (without bias when ``bias=False``)."""
+        if self.bias or not self.norm_has_bias:
+            return self.norm_cls(self.d_model, eps=self.eps)
+        return self.norm_cls(self.d_model, eps=self.eps, bias=False)
 
     def make_final_norm(self) -> nn.Module:
         """The norm that closes the stack, or ``nn.Identity`` when none is needed."""
@@ -47,8 +52,8 @@ class Residual(nn.Module):
 class PostNorm(Residual):
     """Post-LN, the original placement: ``LayerNorm(x + Dropout(f(x)))`` (Vaswani et al. 2017 §3.1)."""
 
-    def __init__(self, d_model: int, dropout: float = 0.0, eps: float = 1e-5) -> None:
-        super().__init__(d_model, dropout, eps)
+    def __init__(self, d_model: int, dropout: float = 0.0, eps: float = 1e-5, bias: bool = True) -> None:
+        super().__init__(d_model, dropout, eps, bias)
         self.norm = self.make_norm()
 
     def forward(self, x: Tensor, f: Callable[[Tensor], Tensor]) -> Tensor:
@@ -60,8 +65,8 @@ class PreNorm(Residual):
 
     final_norm = True
 
-    def __init__(self, d_model: int, dropout: float = 0.0, eps: float = 1e-5) -> None:
-        super().__init__(d_model, dropout, eps)
+    def __init__(self, d_model: int, dropout: float = 0.0, eps: float = 1e-5, bias: bool = True) -> None:
+        super().__init__(d_model, dropout, eps, bias)
         self.norm = self.make_norm()
 
     def forward(self, x: Tensor, f: Callable[[Tensor], Tensor]) -> Tensor:
@@ -72,6 +77,7 @@ class PreRMSNorm(PreNorm):
     """Pre-norm with RMSNorm (Zhang & Sennrich 2019) instead of LayerNorm; final RMSNorm on the stack."""
 
     norm_cls = nn.RMSNorm
+    norm_has_bias = False
 
 
 class SandwichNorm(Residual):
@@ -79,8 +85,8 @@ class SandwichNorm(Residual):
 
     final_norm = True
 
-    def __init__(self, d_model: int, dropout: float = 0.0, eps: float = 1e-5) -> None:
-        super().__init__(d_model, dropout, eps)
+    def __init__(self, d_model: int, dropout: float = 0.0, eps: float = 1e-5, bias: bool = True) -> None:
+        super().__init__(d_model, dropout, eps, bias)
         self.norm_in, self.norm_out = self.make_norm(), self.make_norm()
 
     def forward(self, x: Tensor, f: Callable[[Tensor], Tensor]) -> Tensor:

@@ -182,9 +182,10 @@ class DecoderOnly(ModelBase):
                               "use a joint vocabulary for prefix-LM training")
 
     def positions_needed(self, dm) -> int:
-        """Source and target share one sequence in prefix-LM training."""
-        if dm.task == "lm":
-            return super().positions_needed(dm)
+        """Source and target share one sequence in prefix-LM training; a language model reads all
+        but the last token of its longest sequence (``max_len = block_size`` suffices)."""
+        if dm.task == "lm":  # the model reads tgt[:, :-1]: block_size positions for windows of block_size + 1
+            return max(1, dm.max_tgt_len - 1)
         return dm.max_src_len + dm.max_tgt_len
 
     def fit_to_positions(self, batch: dict, pad_id: int, eos_id: int) -> tuple[dict, Tensor]:
@@ -212,7 +213,7 @@ class EncoderOnly(ModelBase):
         self.src_embed = self._embedding(src_vocab_size)
         self.encoder = self._stack(EncoderLayer, n_enc, self.stack_patterns(self.pattern)["encoder"],
                                    causal=self.pattern.is_causal, name="encoder")
-        self.head = nn.Linear(self.d_model, tgt_vocab_size)
+        self.head = nn.Linear(self.d_model, tgt_vocab_size, bias=self.bias)
         self._init_linear()
         if kwargs.get("tie_embeddings", True) and src_vocab_size == tgt_vocab_size:
             self.head.weight = self.src_embed.weight

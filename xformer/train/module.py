@@ -38,7 +38,6 @@ import time
 from typing import Callable
 
 import lightning as L
-from sacrebleu.metrics import BLEU
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -89,6 +88,8 @@ def corpus_metrics(rows: list[tuple[float, int, int]], texts: dict[int, tuple[st
     refs = [texts[i][1] for i in sorted(texts)]
     signature = None
     if refs and "bleu" in seq_metrics:
+        from sacrebleu.metrics import BLEU  # imported when used: a language model never needs it
+
         bleu = BLEU()
         out[f"{prefix}/bleu{suffix}"] = float(bleu.corpus_score(hyps, [refs]).score)
         signature = str(bleu.get_signature())
@@ -104,7 +105,8 @@ class TransformerLitModule(L.LightningModule):
 
     Args:
         model: a :class:`xformer.model.ModelBase` (its task glue gives logits, labels and outputs).
-        optimizer: factory ``params -> torch.optim.Optimizer`` (Hydra ``_partial_``).
+        optimizer: factory ``params -> torch.optim.Optimizer`` (Hydra ``_partial_``), or a
+            :class:`xformer.train.optim.DecayGroups`, called with the model (``optim=adamw``).
         lr_lambda: factory ``step -> multiplier`` (the schedule, applied every optimizer step).
         label_smoothing: ε_ls of Szegedy et al. 2016 (Vaswani et al. §5.4 use 0.1).
         pad_id, bos_id, eos_id: special ids of the data.
@@ -349,7 +351,9 @@ class TransformerLitModule(L.LightningModule):
         fully_shard(self.model, mesh=mesh)
 
     def configure_optimizers(self):
-        opt = self.optimizer_factory(self.parameters())
+        from xformer.train.optim import build_optimizer
+
+        opt = build_optimizer(self.optimizer_factory, self.model)  # optim=adamw: weight decay by parameter group
         sched = torch.optim.lr_scheduler.LambdaLR(opt, self.lr_lambda)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 

@@ -1,0 +1,131 @@
+"""Row 9: the training step of ``experiment=shakespeare_char_cpu`` (nanoGPT's CPU recipe) against the
+same model written in plain PyTorch in nanoGPT's shape, timed interleaved in one process.
+
+xformer: the preset's model and optimizer exactly as ``run.py`` builds them (Hydra compose of
+``experiment=shakespeare_char_cpu``: :class:`xformer.model.DecoderOnly` with Pre-LN, GELU, learned
+positions, no biases, GPT-2 init; AdamW through :class:`xformer.train.optim.DecayGroups`), the step the
+training module takes (``logits_and_labels``, cross-entropy, backward, gradient-norm clip at
+``trainer.gradient_clip_val``, optimizer step) without Lightning (row 2 measures that).
+
+Reference: :class:`PlainGPT`, nanoGPT's ``model.GPT`` layout (``wte + wpe``, blocks of
+``ln_1 → c_attn → SDPA(causal) → c_proj`` and ``ln_2 → c_fc → GELU → c_proj``, ``ln_f``, tied
+``lm_head``; no biases), the same AdamW groups (every ≥ 2-D tensor decays, nanoGPT's
+``configure_optimizers``) and the same clip. Both see the same random batch of ``batch_size``
+windows of ``block_size + 1`` characters. ``ratio`` = xformer's tokens/s / the reference's.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .config import BenchConfig
+from .timing import interleaved, median
+
+
+class PlainBlock(nn.Module):
+    """One GPT-2 block: ``x + c_proj(attn(ln_1 x))``, then ``x + mlp(ln_2 x)``; ``(B, T, D)`` in and out."""
+
+    def __init__(self, d: int, n_heads: int) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.ln_1, self.ln_2 = nn.LayerNorm(d, bias=False), nn.LayerNorm(d, bias=False)
+        self.c_attn, self.attn_proj = nn.Linear(d, 3 * d, bias=False), nn.Linear(d, d, bias=False)
+        self.c_fc, self.mlp_proj = nn.Linear(d, 4 * d, bias=False), nn.Linear(4 * d, d, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        B, T, D = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(D, dim=2)
+        q, k, v = (t.view(B, T, self.n_heads, D // self.n_heads).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.attn_proj(y.transpose(1, 2).reshape(B, T, D))
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x))))
+
+
+class PlainGPT(nn.Module):
+    """nanoGPT's GPT in plain PyTorch: ``forward(idx (B, T)) -> logits (B, T, V)``; GPT-2 init."""
+
+    def __init__(self, vocab: int, block_size: int, d: int, n_heads: int, n_layers: int) -> None:
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(block_size, d)
+        self.blocks = nn.ModuleList(PlainBlock(d, n_heads) for _ in range(n_layers))
+        self.ln_f = nn.LayerNorm(d, bias=False)
+        self.lm_head = nn.Linear(d, vocab, bias=False)
+        self.lm_head.weight = self.wte.weight
+        for name, p in self.named_parameters():
+            if p.dim() >= 2:
+                std = 0.02 / math.sqrt(2 * n_layers) if name.endswith("_proj.weight") else 0.02
+                nn.init.normal_(p, 0.0, std)
+
+    def forward(self, idx: Tensor) -> Tensor:
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
+        for block in self.blocks:
+            x = block(x)
+        return self.lm_head(self.ln_f(x))
+
+
+def preset_config():
+    """The composed ``experiment=shakespeare_char_cpu`` config (what ``run.py`` sees)."""
+    from .overhead import compose
+
+    return compose(["experiment=shakespeare_char_cpu"])
+
+
+def run(cfg: BenchConfig) -> dict:
+    """Measure row 9; returns the ``nanogpt_step`` section of ``bench.json``."""
+    from hydra.utils import instantiate
+
+    from xformer.data.shakespeare_char import NO_TOKEN
+    from xformer.train.optim import build_optimizer
+
+    pc = preset_config()
+    dev = cfg.device
+    vocab, T, B = 65, int(pc.data.block_size), int(pc.data.batch_size)
+    m, o = pc.model, pc.optim
+    clip = float(pc.trainer.gradient_clip_val or 0.0)
+    torch.manual_seed(cfg.seed)
+    ours = instantiate(m, src_vocab_size=vocab, tgt_vocab_size=vocab, pad_id=NO_TOKEN).to(dev).train()
+    ours_opt = build_optimizer(instantiate(o.optimizer), ours)
+    ref = PlainGPT(vocab, T, int(m.d_model), int(m.n_heads), int(m.n_decoder_layers)).to(dev).train()
+    inner = o.optimizer.optimizer
+    decay = [p for p in ref.parameters() if p.dim() >= 2]
+    no_decay = [p for p in ref.parameters() if p.dim() < 2]
+    ref_opt = torch.optim.AdamW([{"params": decay, "weight_decay": float(o.weight_decay)},
+                                 {"params": no_decay, "weight_decay": 0.0}], lr=float(o.lr),
+                                betas=tuple(inner.betas), eps=float(inner.eps), fused=bool(inner.fused))
+    g = torch.Generator().manual_seed(cfg.seed)
+    batch = {"tgt": torch.randint(0, vocab, (B, T + 1), generator=g).to(dev)}
+
+    def ours_step():
+        logits, labels = ours.logits_and_labels(batch, NO_TOKEN, NO_TOKEN)
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=NO_TOKEN)
+        ours_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(ours.parameters(), clip)
+        ours_opt.step()
+
+    def ref_step():
+        ids = batch["tgt"]
+        logits = ref(ids[:, :-1])
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten())
+        ref_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(ref.parameters(), clip)
+        ref_opt.step()
+
+    repeats = 3 * cfg.repeats  # a step is short: more repeats than the other rows for a steady median
+    ts = interleaved({"xformer": ours_step, "plain": ref_step}, max(cfg.warmup, 3), repeats, dev)
+    tokens = B * T
+    res = {name: {"step_ms": median(t) * 1e3, "tokens_per_s": tokens / median(t),
+                  "params": sum(p.numel() for p in model.parameters())}
+           for name, t, model in (("xformer", ts["xformer"], ours), ("plain", ts["plain"], ref))}
+    return {"status": "ok",
+            "config": {"preset": "experiment=shakespeare_char_cpu", "d_model": int(m.d_model),
+                       "n_heads": int(m.n_heads), "n_layers": int(m.n_decoder_layers), "block_size": T,
+                       "batch": B, "vocab": vocab, "grad_clip": clip, "repeats": repeats},
+            "contenders": res, "ratio": res["xformer"]["tokens_per_s"] / res["plain"]["tokens_per_s"]}

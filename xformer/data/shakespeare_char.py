@@ -1,0 +1,104 @@
+"""nanoGPT's ``shakespeare_char`` data set, as its ``data/shakespeare_char/prepare.py`` makes it.
+
+The text is char-rnn's tiny-shakespeare ``input.txt`` (the file :mod:`xformer.data.tinyshakespeare`
+reads). nanoGPT's preparation: the vocabulary is the sorted characters of the *whole* text (65 on
+this file) with no special tokens, train = the first ``int(0.9 · n)`` characters, val = the last
+10 %. This module reproduces that, whatever split the claim tasks' ``data=tinyshakespeare`` uses, so
+``experiment=shakespeare_char_cpu`` trains and validates on exactly nanoGPT's tokens.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from xformer.data.base import WindowLMDataModule
+from xformer.data.download import fetch, resolve_cache_dir
+from xformer.data.errors import DataError
+from xformer.data.textfiles import read_text
+from xformer.data.tokenizers import CharTokenizer
+
+URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+"""Download address of ``input.txt`` (nanoGPT's ``prepare.py`` fetches the same file)."""
+SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
+"""SHA-256 of ``input.txt``."""
+
+NO_TOKEN = -100
+"""The special ids of this vocabulary-without-specials: no character has this id, so nothing is
+padding (the model builds no padding mask) and the loss ignores nothing (it is also PyTorch's
+``ignore_index`` default)."""
+
+
+class ShakespeareCharDataModule(WindowLMDataModule):
+    """Character LM on tiny-shakespeare with nanoGPT's vocabulary and split (``task="lm"``).
+
+    Ids ``0..64`` are the characters in code-point order (nanoGPT's ``stoi``); ``pad_id``, ``bos_id``
+    and ``eos_id`` are :data:`NO_TOKEN`. Training batches are random windows
+    (``{"tgt": (B, block_size+1), "idx": (B,)}``, as nanoGPT's ``get_batch``); validation is the full
+    contiguous pass over the last 10 %, or, with ``val_estimate_batches = k``, ``k`` fixed batches of
+    random val windows (nanoGPT's ``eval_iters``; see :class:`~xformer.data.base.WindowLMDataModule`).
+    There is no test text: with ``full_val_at_end`` the test stage scores the full val pass once
+    after training, logged as ``test/loss@val`` (the same split, named so), else it has no split.
+
+    Args:
+        root: folder with ``input.txt``, or None to download it into ``cache_dir``.
+        block_size, batch_size, tokens_per_batch, train_windows_per_epoch, num_workers, pin_memory,
+        seed, val_estimate_batches: as :class:`~xformer.data.base.WindowLMDataModule`.
+        full_val_at_end: score the whole val split once after training (``test/loss@val``).
+        val_fraction: share of the text at its end that is validation (nanoGPT: 0.1).
+        cache_dir, url: download cache and address.
+
+    Raises:
+        DataError: ``input.txt`` missing under ``root``, download/checksum failure, bad ``val_fraction``.
+    """
+
+    def __init__(self, root: str | None = None, tokens_per_batch: int | None = None, block_size: int = 64,
+                 batch_size: int = 12, train_windows_per_epoch: int | None = None, num_workers: int = 0,
+                 pin_memory: bool = False, seed: int = 0, val_estimate_batches: int | None = None,
+                 full_val_at_end: bool = True, val_fraction: float = 0.1, cache_dir: str | None = None,
+                 url: str = URL) -> None:
+        super().__init__(root=root, tokens_per_batch=tokens_per_batch, block_size=block_size, batch_size=batch_size,
+                         train_windows_per_epoch=train_windows_per_epoch, num_workers=num_workers,
+                         pin_memory=pin_memory, seed=seed, val_estimate_batches=val_estimate_batches)
+        if not 0.0 < val_fraction < 1.0:
+            raise DataError(f"data.val_fraction={val_fraction}: must be in (0, 1) (nanoGPT: 0.1)")
+        self.pad_id = self.bos_id = self.eos_id = NO_TOKEN
+        self.full_val_at_end, self.val_fraction = bool(full_val_at_end), float(val_fraction)
+        self.cache_dir, self.url = cache_dir, url
+
+    def file_path(self) -> Path:
+        """Local ``input.txt``: under ``root``, or fetched into the cache.
+
+        Raises:
+            DataError: missing under ``root``, or download/checksum failure.
+        """
+        if self.root is not None:
+            path = Path(self.root).expanduser() / "input.txt"
+            if not path.is_file():
+                raise DataError(f"tiny-shakespeare file not found: {path}. Fix: put input.txt "
+                                f"(char-rnn's tinyshakespeare) there, or set data.root=null to download it")
+            return path
+        return fetch(self.url, SHA256, resolve_cache_dir(self.cache_dir) / "tinyshakespeare", "input.txt")
+
+    def prepare_data(self) -> None:
+        """Download ``input.txt`` if needed (one process per node)."""
+        self.file_path()
+
+    def _build(self) -> None:
+        text = read_text(self.file_path())
+        n = int((1.0 - self.val_fraction) * len(text))  # nanoGPT: int(n * 0.9)
+        self.tokenizer = CharTokenizer.from_texts([text], specials=False)
+        ids = np.asarray(self.tokenizer.encode(text), dtype=np.int64)
+        self.train_ids, self.val_ids = ids[:n], ids[n:]
+        super()._build()
+        self.test_sets = {"val": self.val_full_set} if self.full_val_at_end else {}
+
+    def detokenize(self, ids) -> str:
+        """Ids to text (every id is a character; there is no EOS to stop at)."""
+        self._require_setup()
+        ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+        return self.tokenizer.decode(ids)
+
+
+__all__ = ["ShakespeareCharDataModule", "NO_TOKEN"]
