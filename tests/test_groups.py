@@ -19,7 +19,7 @@ from xformer.jobs.validate import build_model
 
 CONF = str(REPO / "conf")
 GROUPS = {g: sorted(p.stem for p in (REPO / "conf" / "model" / g).glob("*.yaml"))
-          for g in ("arch", "attention", "norm", "pe", "ffn")}
+          for g in ("arch", "mixer", "attention", "norm", "pe", "ffn")}
 TINY_MODEL = ["model.d_model=16", "model.n_heads=2", "model.n_encoder_layers=1", "model.n_decoder_layers=1",
               "model.dropout=0.0", "model.max_len=128"]
 
@@ -30,6 +30,7 @@ def test_groups_hold_the_documented_options():
     assert GROUPS["norm"] == ["post", "pre", "pre_rms", "sandwich"]
     assert GROUPS["ffn"] == ["gelu", "relu", "swiglu"]
     assert GROUPS["arch"] == ["decoder_only", "encoder_decoder", "encoder_only"]
+    assert GROUPS["mixer"] == ["gqa", "linear", "mha", "mqa"]
 
 
 def _cfg(overrides, tmp_path):
@@ -155,3 +156,30 @@ def test_a_variant_added_from_outside_the_repo(tmp_path):
     metrics = json.loads((tmp_path / "job" / "metrics.json").read_text())
     assert metrics["config"]["model"]["pe"]["_target_"] == "my_pkg.my_pe.Linear"
     assert metrics["params"]["positional"] == 2 * 2  # one slope per head, encoder + decoder stacks
+
+
+@pytest.mark.parametrize("group", ["loss", "decode"])
+def test_loss_and_decode_options_name_their_class(group, tmp_path):
+    """Issue 23: like every other group, each loss/decode option is one class chosen by ``_target_``,
+    and the training module uses the instantiated object."""
+    from hydra.utils import get_class
+
+    from xformer.jobs.driver import build_module
+
+    options = sorted(p.stem for p in (REPO / "conf" / group).glob("*.yaml"))
+    for option in options:
+        cfg = _cfg([f"{group}={option}", *TINY_MODEL, "loss.label_smoothing=0.2"], tmp_path)
+        node = cfg[group]
+        assert "_target_" in node, f"conf/{group}/{option}.yaml has no _target_"
+        obj = instantiate(node)
+        assert isinstance(obj, get_class(node._target_))
+        dm = instantiate(cfg.data)
+        module = build_module(cfg, dm, build_model(cfg, 20, 20, 0))
+        if group == "loss":
+            assert module.criterion.label_smoothing == 0.2
+            logits, labels = torch.randn(2, 3, 20), torch.tensor([[4, 5, 0], [6, 0, 0]])
+            want = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=0,
+                                                     label_smoothing=0.2)
+            torch.testing.assert_close(module.loss(logits, labels), want)
+        else:
+            assert module.decode_cfg["beam_size"] == node.beam_size and module.decode_cfg["alpha"] == node.alpha

@@ -1,51 +1,124 @@
-"""xformer patches or reads a few private Lightning names; this test fails when a Lightning release
-moves one of them, before a run does. The supported range is pinned in ``pyproject.toml``.
-
-Where each name is used:
-
-* ``subprocess_script._hydra_subprocess_cmd``, ``._launch_process_observer``: replaced by
-  :mod:`xformer.jobs.distributed` so DDP child ranks of a Hydra ``-m`` job run that job only.
-* ``WandbLogger._experiment``: :mod:`xformer.jobs.wandb_run` tells a started run (rank 0) apart
-  without starting one.
-* ``ModelParallelStrategy._data_parallel_size``: ``trainer=fsdp`` (:func:`xformer.jobs.distributed.fsdp_strategy`).
-* training-epoch-loop and trainer internals: :mod:`xformer.jobs.steps` (validation and checkpoint
-  intervals counted in optimizer steps, consistent resume).
-* the CSV logger's writer ``metrics_keys`` / ``metrics_file_path``: ``refresh_csv_headers``.
+"""The private Lightning names xformer uses, all behind :mod:`xformer.jobs.lightning_compat`: this test
+mirrors that module one to one (one test per group of its functions, each calling them on real
+Lightning objects), so a Lightning release that moves a name fails here before a run does, and it
+checks that no other xformer module names one of them. The supported range is pinned in ``pyproject.toml``.
 """
 
 import importlib
+import re
+from pathlib import Path
 
 import lightning as L
 import pytest
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.strategies import ModelParallelStrategy
 
-MODULE_NAMES = [
-    ("lightning.pytorch.strategies.launchers.subprocess_script", "_hydra_subprocess_cmd"),
-    ("lightning.pytorch.strategies.launchers.subprocess_script", "_launch_process_observer"),
-]
+from xformer.jobs import lightning_compat as compat
+
+PACKAGE = Path(compat.__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("module,name", MODULE_NAMES)
-def test_patched_module_functions_exist(module, name):
-    assert callable(getattr(importlib.import_module(module), name, None)), f"{module}.{name} moved"
+def _trainer(tmp_path):
+    return L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, default_root_dir=tmp_path)
 
 
-def test_loop_and_trainer_internals_exist(tmp_path):
-    trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        default_root_dir=tmp_path)
-    epoch_loop = trainer.fit_loop.epoch_loop
-    for name in ("_should_check_val_fx", "_should_accumulate", "_should_check_val_epoch",
-                 "_num_ready_batches_reached"):
-        assert callable(getattr(epoch_loop, name, None)), f"training epoch loop: {name} moved"
-    assert isinstance(epoch_loop._batches_that_stepped, int)
-    assert hasattr(trainer.fit_loop, "_can_stop_early")
-    assert hasattr(trainer, "_val_check_time_interval")
+def test_every_private_name_is_listed_once_and_used_by_the_module():
+    source = Path(compat.__file__).read_text()
+    names = [name for _, name in compat.PRIVATE_NAMES]
+    assert len(names) == len(set(names))
+    used = set(re.findall(r"\b(_[A-Za-z][A-Za-z_]*)\b", source.split("PRIVATE_NAMES", 2)[2]))
+    assert set(names) <= used, f"listed but not used: {set(names) - used}"
 
 
-def test_logger_and_strategy_internals_exist(tmp_path):
-    assert WandbLogger(offline=True, save_dir=str(tmp_path))._experiment is None  # not started yet
-    writer = CSVLogger(str(tmp_path)).experiment
-    assert isinstance(writer.metrics_keys, list) and hasattr(writer, "metrics_file_path")
+def test_no_other_module_names_a_private_lightning_name():
+    """The closing grep of issue 23 as a test: each listed name appears in lightning_compat.py only."""
+    names = [name for _, name in compat.PRIVATE_NAMES]
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
+    offenders = [f"{p.relative_to(PACKAGE.parent)}:{i}: {line.strip()}"
+                 for p in sorted(PACKAGE.rglob("*.py")) if p.name != "lightning_compat.py"
+                 for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert not offenders, "\n".join(offenders)
+    lightning_private = re.compile(r"from lightning[\w.]* import [^#\n]*\b_[A-Za-z]")
+    assert not [p for p in PACKAGE.rglob("*.py") if p.name != "lightning_compat.py"
+                and lightning_private.search(p.read_text())]
+
+
+def test_epoch_loop_and_trainer_state(tmp_path):
+    trainer = _trainer(tmp_path)
+    decide = compat.val_check_decision(trainer)
+    assert callable(decide)
+    compat.set_val_check_decision(trainer, lambda fetcher: True)
+    assert compat.val_check_decision(trainer)(None) is True
+    compat.set_val_check_decision(trainer, decide)
+    assert isinstance(compat.batches_that_stepped(trainer), int)
+    assert isinstance(compat.should_accumulate(trainer), bool)
+    assert isinstance(compat.should_check_val_epoch(trainer), bool)
+    assert isinstance(compat.num_ready_batches_reached(trainer), bool)
+    assert isinstance(compat.can_stop_early(trainer), bool)
+    assert compat.val_check_time_interval(trainer) is None
+    module = L.LightningModule()
+    assert compat.has_trainer(module) is False
+    module.trainer = trainer
+    assert compat.has_trainer(module) is True
+    assert compat.val_check_time_interval(L.Trainer(logger=False, val_check_interval="00:00:01:00",
+                                                    default_root_dir=tmp_path)) is not None
+
+
+def test_launcher_functions_swap_and_restore():
+    mod = importlib.import_module("lightning.pytorch.strategies.launchers.subprocess_script")
+    before = {name: getattr(mod, name, None) for name in compat.LAUNCHER_FUNCTIONS}
+    assert all(callable(f) for f in before.values()), f"moved: {before}"
+    missing = []
+
+    def cmd(*a, **k):
+        return None
+
+    def observer(*a, **k):
+        return None
+
+    old = compat.swap_launcher_functions(cmd, observer, missing.append)
+    try:
+        assert not missing and old == before
+        assert [getattr(mod, n) for n in compat.LAUNCHER_FUNCTIONS] == [cmd, observer]
+    finally:
+        compat.restore_launcher_functions(old)
+    assert {name: getattr(mod, name) for name in compat.LAUNCHER_FUNCTIONS} == before
+
+
+def test_model_parallel_data_parallel_size():
     strategy = ModelParallelStrategy(data_parallel_size="auto", tensor_parallel_size=1)
-    assert strategy._data_parallel_size == "auto"
+    assert compat.data_parallel_size(strategy) == "auto"
+    compat.set_data_parallel_size(strategy, 2)
+    assert compat.data_parallel_size(strategy) == 2
+
+
+def test_logger_started(tmp_path):
+    wandb = WandbLogger(offline=True, save_dir=str(tmp_path))
+    assert compat.logger_started(wandb) is False  # asking did not start a run
+    csv = CSVLogger(str(tmp_path))
+    assert compat.logger_started(csv) is False
+    csv.experiment
+    assert compat.logger_started(csv) is True
+
+
+def test_csv_writer_columns(tmp_path):
+    writer = CSVLogger(str(tmp_path)).experiment
+    assert isinstance(writer.metrics_keys, list) and compat.csv_metrics_file(writer).endswith("metrics.csv")
+    compat.add_csv_columns(writer, ["b", "a"])
+    assert writer.metrics_keys == ["a", "b"]
+
+
+def test_rich_available_and_the_bar_description():
+    assert isinstance(compat.RICH_AVAILABLE, bool)
+    assert callable(getattr(L.pytorch.callbacks.RichProgressBar, "_get_train_description", None))
+
+    class Bar(compat.RichBarWithDescription):
+        def train_description(self, current_epoch):
+            return f"E{current_epoch}"
+
+    assert Bar()._get_train_description(3) == "E3"  # Lightning's call reaches the public hook
+
+
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true"])
+def test_precision_inputs(precision):
+    assert precision in compat.PRECISION_INPUTS

@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from xformer.model import EncoderDecoder, PostNorm, PreNorm, ReLUFFN
+from xformer.model import CausalAttention, CrossAttention, EncoderDecoder, PostNorm, PreNorm, ReLUFFN, SelfAttention
 from xformer.model.layers import DecoderLayer, EncoderLayer
 
 D, H, FF = 32, 4, 64
@@ -57,7 +57,8 @@ def masks():
 
 @pytest.mark.parametrize("norm,norm_first", [(PostNorm, False), (PreNorm, True)])
 def test_encoder_layer_matches_torch(norm, norm_first):
-    ours = randomise(EncoderLayer(D, H, D // H, FF, 0.0, True, norm, ReLUFFN)).double()
+    ours = randomise(EncoderLayer(self_attn=SelfAttention(D, H, D // H), ffn=ReLUFFN(D, FF, 0.0), residual=norm,
+                                  d_model=D, dropout=0.0)).double()
     theirs = nn.TransformerEncoderLayer(D, H, FF, dropout=0.0, batch_first=True, norm_first=norm_first).double()
     copy_encoder_layer(ours, theirs)
     theirs.train()  # keeps PyTorch off its nested-tensor fast path, which zeroes padded rows
@@ -69,7 +70,9 @@ def test_encoder_layer_matches_torch(norm, norm_first):
 
 @pytest.mark.parametrize("norm,norm_first", [(PostNorm, False), (PreNorm, True)])
 def test_decoder_layer_matches_torch(norm, norm_first):
-    ours = randomise(DecoderLayer(D, H, D // H, FF, 0.0, True, norm, ReLUFFN)).double()
+    ours = randomise(DecoderLayer(self_attn=SelfAttention(D, H, D // H, pattern=CausalAttention()),
+                                  cross_attn=CrossAttention(D, H, D // H), ffn=ReLUFFN(D, FF, 0.0), residual=norm,
+                                  d_model=D, dropout=0.0)).double()
     theirs = nn.TransformerDecoderLayer(D, H, FF, dropout=0.0, batch_first=True, norm_first=norm_first).double()
     copy_decoder_layer(ours, theirs)
     x = torch.randn(3, 5, D, dtype=torch.float64)

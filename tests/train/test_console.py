@@ -24,9 +24,9 @@ def test_rich_bar_description_has_no_negative_total():
     bar._trainer = SimpleNamespace(max_epochs=-1)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(RichBar, "trainer", property(lambda self: self._trainer))
-        assert bar._get_train_description(46).strip() == "Epoch 46"
+        assert bar.train_description(46).strip() == "Epoch 46"
         bar._trainer.max_epochs = 5
-        assert bar._get_train_description(2).strip() == "Epoch 2/4"
+        assert bar.train_description(2).strip() == "Epoch 2/4"
 
 
 def test_single_log_lines_leaves_one_route(monkeypatch):

@@ -8,7 +8,11 @@ Row 5 (C7). One self-attention layer, xformer's :class:`~xformer.model.attention
 * ``explicit``: ``softmax(Q Kᵀ/√d_k) V`` written out, so the ``H × n × n`` score matrix and the
   ``H × n × n`` softmax output are materialised (what Vaswani et al.'s Table 1 counts);
 * ``sdpa``: the layer's own forward, :func:`torch.nn.functional.scaled_dot_product_attention`, whose
-  fused (flash) kernel never holds more than a block of scores.
+  fused (flash) kernel never holds more than a block of scores;
+* ``linear``, ``linear_causal``: :class:`~xformer.model.linear_attention.LinearSelfAttention`
+  (``model/mixer=linear``, Katharopoulos et al. 2020) with the same sizes, bidirectional and in its
+  chunked causal form: no score matrix at all, so time and memory should grow as ``n`` (exponent ≈ 1)
+  once the per-position ``O(d²)`` work dominates.
 
 Time: median of interleaved repeats. Memory: on CUDA, ``torch.cuda.max_memory_allocated`` above
 what was allocated before the call (exact, PyTorch's allocator); on CPU, the rise of the process's
@@ -38,7 +42,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from xformer.model.attention import SelfAttention
+from xformer.model.attention import CausalAttention, SelfAttention
+from xformer.model.linear_attention import LinearSelfAttention
 
 from .config import BenchConfig
 from .timing import RSSPeak, fit_exponent, interleaved, median, time_once
@@ -74,16 +79,28 @@ def _autocast(device: str):
     return torch.autocast("cuda", dtype=torch.bfloat16, enabled=torch.device(device).type == "cuda")
 
 
-def _paths(mha: SelfAttention, x: torch.Tensor, device: str) -> dict:
-    def explicit():
-        with torch.no_grad(), _autocast(device):
-            return explicit_forward(mha, x)
+PATHS = ("explicit", "sdpa", "linear", "linear_causal")
+"""The measured paths of row 5 (see the module docstring)."""
 
-    def fused():
-        with torch.no_grad(), _autocast(device):
-            return mha(x)
 
-    return {"explicit": explicit, "sdpa": fused}
+def _layers(d: int, h: int, device: str) -> dict:
+    """The layers behind :data:`PATHS`, built in a fixed order (after ``torch.manual_seed``)."""
+    mha = SelfAttention(d, h, d // h, dropout=0.0).to(device).eval()
+    lin = LinearSelfAttention(d, h, d // h).to(device).eval()
+    lin_causal = LinearSelfAttention(d, h, d // h, pattern=CausalAttention()).to(device).eval()
+    return {"mha": mha, "linear": lin, "linear_causal": lin_causal}
+
+
+def _paths(layers: dict, x: torch.Tensor, device: str) -> dict:
+    def call(fn):
+        def run():
+            with torch.no_grad(), _autocast(device):
+                return fn(x)
+        return run
+
+    mha = layers["mha"]
+    return {"explicit": call(lambda t: explicit_forward(mha, t)), "sdpa": call(mha),
+            "linear": call(layers["linear"]), "linear_causal": call(layers["linear_causal"])}
 
 
 GLIBC_TUNABLES = "glibc.malloc.mmap_threshold=65536:glibc.malloc.trim_threshold=0"
@@ -116,13 +133,13 @@ def _memory_main(arg: str) -> None:
     """Entry of the CPU memory worker (see :func:`cpu_peak_memory`); prints one JSON line."""
     a = json.loads(arg)
     torch.manual_seed(a["seed"])
-    mha = SelfAttention(a["d"], a["h"], a["d"] // a["h"], dropout=0.0).eval()
-    out: dict[str, list] = {"explicit": [], "sdpa": []}
-    fns = _paths(mha, torch.randn(1, 8, a["d"]), "cpu")
+    layers = _layers(a["d"], a["h"], "cpu")
+    out: dict[str, list] = {p: [] for p in PATHS}
+    fns = _paths(layers, torch.randn(1, 8, a["d"]), "cpu")
     for fn in fns.values():  # first calls touch one-time buffers (thread pools, kernels' tables)
         fn()
     for n in a["ns"]:
-        fns = _paths(mha, torch.randn(1, n, a["d"]), "cpu")
+        fns = _paths(layers, torch.randn(1, n, a["d"]), "cpu")
         for name, fn in fns.items():
             peak = RSSPeak()
             if not peak.available:
@@ -160,13 +177,13 @@ def run_cost(cfg: BenchConfig) -> dict:
     cuda = torch.device(dev).type == "cuda"
     elem = 2 if cuda else 4
     torch.manual_seed(cfg.seed)
-    mha = SelfAttention(d, h, d // h, dropout=0.0).to(dev).eval()
-    rows: dict[str, dict[str, list]] = {p: {"time_ms": [], "peak_mb": []} for p in ("explicit", "sdpa")}
+    layers = _layers(d, h, dev)
+    rows: dict[str, dict[str, list]] = {p: {"time_ms": [], "peak_mb": []} for p in PATHS}
     done_n: list[int] = []
     notes: list[str] = []
-    alive = ["explicit", "sdpa"]
+    alive = list(PATHS)
     for n in cfg.attn_ns:
-        fns = _paths(mha, torch.randn(1, n, d, device=dev), dev)
+        fns = _paths(layers, torch.randn(1, n, d, device=dev), dev)
         mem: dict[str, int | None] = {}
         for p in list(alive):  # a path that runs out of memory is dropped; the other goes on
             try:
@@ -188,7 +205,7 @@ def run_cost(cfg: BenchConfig) -> dict:
             notes.append(f"CPU memory not measured: {mem['error']}")
         else:
             for p in rows:
-                rows[p]["peak_mb"] = [None if b is None else b / 2**20 for b in mem[p]]
+                rows[p]["peak_mb"] = [None if b is None else b / 2**20 for b in mem.get(p, [None] * len(done_n))]
     for p, r in rows.items():
         r["time_exponent"], r["time_fit_n"], r["time_exponent_last"] = _fit(done_n, r["time_ms"], TIME_FLOOR_S * 1e3)
         r["memory_exponent"], r["memory_fit_n"], r["memory_exponent_last"] = _fit(
@@ -205,8 +222,7 @@ def run_cost(cfg: BenchConfig) -> dict:
                    "fit": "least squares of log y on log n over the upper half of the n range, points "
                           f">= {TIME_FLOOR_S * 1e3:g} ms / {MEM_FLOOR_B / 2**20:g} MiB; *_last: last two points"},
         "n": done_n,
-        "explicit": rows["explicit"],
-        "sdpa": rows["sdpa"],
+        **{p: rows[p] for p in PATHS},
         "score_matrices_mb": score_mb,
         "explicit_peak_over_scores": ratio,
         "claim_table": [{"n": n, "claimed": claimed, "fp16_nxn_bytes": 2 * n * n,

@@ -88,10 +88,16 @@ def _decoding_rows(sec: dict, tg: dict) -> list[list[str]]:
 
 def _attention_rows(sec: dict, tg: dict) -> list[list[str]]:
     e, f = sec["explicit"], sec["sdpa"]
-    return [["5", "C7 exponent of time / memory in n",
+    rows = [["5", "C7 exponent of time / memory in n",
              f"fused SDPA: {_f(f['time_exponent'], '{:.2f}')} / {_f(f['memory_exponent'], '{:.2f}')}",
              f"explicit: {_f(e['time_exponent'], '{:.2f}')} / {_f(e['memory_exponent'], '{:.2f}')}",
              "—", "claim: 2 / 2", "—"]]
+    if "linear" in sec:  # bench.json files from before model/mixer=linear have no such path
+        lin, lc = sec["linear"], sec["linear_causal"]
+        rows.append(["5b", "C7 linear attention (model/mixer=linear): time exponent",
+                     f"linear: {_f(lin['time_exponent'], '{:.2f}')}, causal: {_f(lc['time_exponent'], '{:.2f}')}",
+                     f"explicit: {_f(e['time_exponent'], '{:.2f}')}", "—", "≈ 1", "—"])
+    return rows
 
 
 def _recurrence_rows(sec: dict, tg: dict) -> list[list[str]]:
@@ -183,18 +189,27 @@ def render(result: dict, console: Console | None = None) -> None:
     if a and a.get("status") == "ok":
         c = Table(title=f"C7: one attention layer (d={a['config']['d_model']}, {a['config']['heads']} heads, "
                         f"{a['config']['precision']}, {a['config']['pass']})")
+        lin = a.get("linear"), a.get("linear_causal")
         for col in ("n", "explicit ms", "explicit MiB", "SDPA ms", "SDPA MiB", "H·n² scores MiB", "fp16 n×n MB"):
             c.add_column(col, justify="right")
+        if lin[0]:
+            c.add_column("linear ms", justify="right")
+            c.add_column("causal linear ms", justify="right")
         for i, n in enumerate(a["n"]):
+            extra = [_f(lin[0]["time_ms"][i], "{:.2f}"), _f(lin[1]["time_ms"][i], "{:.2f}")] if lin[0] else []
             c.add_row(str(n), _f(a["explicit"]["time_ms"][i], "{:.2f}"), _f(a["explicit"]["peak_mb"][i], "{:.1f}"),
                       _f(a["sdpa"]["time_ms"][i], "{:.2f}"), _f(a["sdpa"]["peak_mb"][i], "{:.1f}"),
-                      _f(a["score_matrices_mb"][i], "{:.1f}"), _f(a["fp16_nxn_mb_at_n"][i], "{:.1f}"))
+                      _f(a["score_matrices_mb"][i], "{:.1f}"), _f(a["fp16_nxn_mb_at_n"][i], "{:.1f}"), *extra)
         for p in ("explicit", "sdpa"):
             r = a[p]
             c.add_row(f"fit {p}", _f(r["time_exponent"], "n^{:.2f}") if p == "explicit" else "",
                       _f(r["memory_exponent"], "n^{:.2f}") if p == "explicit" else "",
                       _f(r["time_exponent"], "n^{:.2f}") if p == "sdpa" else "",
-                      _f(r["memory_exponent"], "n^{:.2f}") if p == "sdpa" else "", "", "")
+                      _f(r["memory_exponent"], "n^{:.2f}") if p == "sdpa" else "", "", "",
+                      *(["", ""] if lin[0] else []))
+        if lin[0]:
+            c.add_row("fit linear", "", "", "", "", "", "", _f(lin[0]["time_exponent"], "n^{:.2f}"),
+                      _f(lin[1]["time_exponent"], "n^{:.2f}"))
         console.print(c)
         k = Table(title="C7 claim: fp16 n×n score matrix (one head, one sequence)")
         for col in ("n", "claimed", "computed n²·2 B"):

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import logging
 
-from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
+from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
-from lightning.pytorch.utilities.imports import _RICH_AVAILABLE
+
+from xformer.jobs.lightning_compat import RICH_AVAILABLE, RichBarWithDescription
 
 
 def epoch_label(current_epoch: int, max_epochs: int | None) -> str:
@@ -20,7 +21,7 @@ def epoch_label(current_epoch: int, max_epochs: int | None) -> str:
     return f"Epoch {current_epoch}/{max_epochs - 1}"
 
 
-class RichBar(RichProgressBar):
+class RichBar(RichBarWithDescription):
     """Lightning's Rich progress bar with :func:`epoch_label` as the training description, showing
     the module's ``progress_metrics`` (host floats the module refreshes at logging steps) beside
     Lightning's own: values logged with ``prog_bar=True`` would be read back from the device at
@@ -29,7 +30,7 @@ class RichBar(RichProgressBar):
     def get_metrics(self, trainer, pl_module) -> dict:
         return {**super().get_metrics(trainer, pl_module), **getattr(pl_module, "progress_metrics", {})}
 
-    def _get_train_description(self, current_epoch: int) -> str:
+    def train_description(self, current_epoch: int) -> str:
         label = epoch_label(current_epoch, self.trainer.max_epochs)
         width = len(self.validation_description)  # padded as Lightning does, so the bar does not jump
         return f"{label:{width}}" if width > len(label) else label
@@ -38,7 +39,7 @@ class RichBar(RichProgressBar):
 def progress_bar() -> ProgressBar:
     """The bar Lightning would pick by default (Rich when installed, else tqdm, whose label has no
     epoch total), with the epoch label fixed."""
-    return RichBar() if _RICH_AVAILABLE else TQDMProgressBar()
+    return RichBar() if RICH_AVAILABLE else TQDMProgressBar()
 
 
 def single_log_lines() -> None:

@@ -198,25 +198,20 @@ def _patch_lightning() -> None:
     """Point Lightning's subprocess launcher at :func:`child_rank_command` and :class:`_ChildObserver`."""
     if _STATE.patched:  # already installed (a job whose end was never signalled)
         return
-    try:
-        from lightning.pytorch.strategies.launchers import subprocess_script as mod
-    except ImportError:  # pragma: no cover - lightning is a dependency
-        return
-    for name, new in (("_hydra_subprocess_cmd", child_rank_command), ("_launch_process_observer", _launch_observer)):
-        if hasattr(mod, name):
-            _STATE.patched[name] = getattr(mod, name)
-            setattr(mod, name, new)
-        else:  # a future Lightning renamed it: fall back to its behaviour, but say so
-            log.warning("lightning subprocess launcher has no %s; DDP under Hydra -m may relaunch the sweep", name)
+    from xformer.jobs import lightning_compat
+
+    def missing(name: str) -> None:  # a future Lightning renamed it: fall back to its behaviour, but say so
+        log.warning("lightning subprocess launcher has no %s; DDP under Hydra -m may relaunch the sweep", name)
+
+    _STATE.patched = lightning_compat.swap_launcher_functions(child_rank_command, _launch_observer, missing)
 
 
 def _unpatch_lightning() -> None:
     if not _STATE.patched:
         return
-    from lightning.pytorch.strategies.launchers import subprocess_script as mod
+    from xformer.jobs import lightning_compat
 
-    for name, old in _STATE.patched.items():
-        setattr(mod, name, old)
+    lightning_compat.restore_launcher_functions(_STATE.patched)
     _STATE.patched = {}
 
 
@@ -311,12 +306,14 @@ def fsdp_strategy(save_distributed_checkpoint: bool = False, **kwargs: Any):
     if _FSDP_CLASS is None:
         from lightning.pytorch.strategies import ModelParallelStrategy
 
+        from xformer.jobs import lightning_compat
+
         class FullyShardedStrategy(ModelParallelStrategy):
             """ModelParallelStrategy whose data-parallel size defaults to the world size (pure FSDP)."""
 
             def setup_environment(self) -> None:
-                if self._data_parallel_size == "auto":
-                    self._data_parallel_size = self.num_nodes * self.num_processes
+                if lightning_compat.data_parallel_size(self) == "auto":
+                    lightning_compat.set_data_parallel_size(self, self.num_nodes * self.num_processes)
                 super().setup_environment()
 
         _FSDP_CLASS = FullyShardedStrategy
@@ -336,14 +333,16 @@ def refresh_csv_headers(trainer: Any) -> None:
 
     from lightning.pytorch.loggers import CSVLogger
 
+    from xformer.jobs import lightning_compat
+
     if not trainer.is_global_zero:
         return
     for lg in trainer.loggers:
         if not isinstance(lg, CSVLogger):
             continue
         exp = lg.experiment
-        path = getattr(exp, "metrics_file_path", None)
+        path = lightning_compat.csv_metrics_file(exp)
         if path and os.path.isfile(path):
             with open(path, newline="") as f:
                 header = next(csv.reader(f), [])
-            exp.metrics_keys = sorted(set(exp.metrics_keys) | set(header))
+            lightning_compat.add_csv_columns(exp, header)

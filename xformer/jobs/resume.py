@@ -21,6 +21,8 @@ from typing import Any
 from lightning.pytorch.loggers import CSVLogger
 from omegaconf import DictConfig
 
+from xformer.jobs.lightning_compat import logger_started
+
 
 def own_checkpoint(cfg: DictConfig, out_dir: Path) -> Path | None:
     """The checkpoint this job resumes from when it is one of its own (``ckpt_path=last`` with an
@@ -65,7 +67,7 @@ class ResumableCSVLogger(CSVLogger):
     def experiment(self):
         from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-        if self._experiment is not None or self._keep_before is None or getattr(rank_zero_only, "rank", 0):
+        if logger_started(self) or self._keep_before is None or getattr(rank_zero_only, "rank", 0):
             return super().experiment
         path = Path(self.log_dir) / "metrics.csv"
         rows: list[dict] = []

@@ -8,7 +8,7 @@ not for validation when ``trainer.accumulate_grad_batches > 1``:
 * an integer ``val_check_interval`` counts *batches* (``total_batch_idx``), so with 3-batch epochs
   and ``accumulate_grad_batches=2`` (two optimizer steps per epoch: Lightning also steps on an epoch's
   last batch) ``val_check_interval=4`` validated after steps 2, 5 and 8 instead of 4 and 8;
-* ``log_every_n_steps`` already counts optimizer steps (``_batches_that_stepped``), and so does the
+* ``log_every_n_steps`` already counts optimizer steps (the loop's count of stepped batches), and so does the
   step label of every logged row; ``val/*`` rows carry the label of the last trained step.
 
 Lightning has no option for the validation interval (documented in batches), so
@@ -29,6 +29,8 @@ import math
 from typing import Any
 
 import lightning as L
+
+from xformer.jobs import lightning_compat as compat
 
 __all__ = ["OptimizerStepIntervals", "optimizer_steps_in_epoch"]
 
@@ -55,30 +57,30 @@ class OptimizerStepIntervals(L.Callback):
             return
         trainer._xformer_step_intervals = True
         epoch_loop = trainer.fit_loop.epoch_loop
-        lightning_decision = epoch_loop._should_check_val_fx
+        lightning_decision = compat.val_check_decision(trainer)
 
         def should_check_val(data_fetcher: Any) -> bool:
             if (epoch_loop.restarting and epoch_loop.restarted_on_last
-                    and epoch_loop._batches_that_stepped == trainer.global_step):
+                    and compat.batches_that_stepped(trainer) == trainer.global_step):
                 # the checkpoint was written after its step was fully counted -- after the step's
                 # validation, e.g. when fit ended: nothing to skip (Lightning's skip path assumes a save
                 # from inside the validation and would count the step a second time on the step axis)
                 return False
             due = interval_decision(data_fetcher)
-            if not due and not epoch_loop._should_accumulate() and _is_final_step(trainer):
+            if not due and not compat.should_accumulate(trainer) and _is_final_step(trainer):
                 return True  # training ends off a validation step: validate once more
             return due
 
         def interval_decision(data_fetcher: Any) -> bool:
             interval = trainer.val_check_interval
             if (not isinstance(interval, int) or isinstance(interval, bool)
-                    or trainer._val_check_time_interval is not None):
+                    or compat.val_check_time_interval(trainer) is not None):
                 return lightning_decision(data_fetcher)  # a fraction of an epoch or a time: Lightning's
-            if not epoch_loop._should_check_val_epoch():
+            if not compat.should_check_val_epoch(trainer):
                 return False
-            if trainer.should_stop and trainer.fit_loop._can_stop_early:
+            if trainer.should_stop and compat.can_stop_early(trainer):
                 return True  # early stopping validates once more, as in Lightning
-            if epoch_loop._should_accumulate():
+            if compat.should_accumulate(trainer):
                 return False  # this micro-batch did not finish an optimizer step
             if trainer.check_val_every_n_epoch is None:
                 steps = trainer.global_step
@@ -87,7 +89,7 @@ class OptimizerStepIntervals(L.Callback):
                                                  trainer.accumulate_grad_batches)
             return steps > 0 and steps % interval == 0
 
-        epoch_loop._should_check_val_fx = should_check_val
+        compat.set_val_check_decision(trainer, should_check_val)
 
 
 def _is_final_step(trainer: L.Trainer) -> bool:
@@ -98,7 +100,7 @@ def _is_final_step(trainer: L.Trainer) -> bool:
     max_epochs = trainer.max_epochs
     if max_epochs is None or max_epochs == -1:
         return False
-    return (trainer.fit_loop.epoch_loop._num_ready_batches_reached()
+    return (compat.num_ready_batches_reached(trainer)
             and trainer.current_epoch + 1 >= max_epochs)
 
 

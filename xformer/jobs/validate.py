@@ -88,6 +88,8 @@ RULES: dict[str, Rule] = {
     "mode": Rule("choice", choices=("train", "eval")),
     "objective.mode": Rule("choice", choices=("min", "max")),
     "model.d_model": _int(1), "model.n_heads": _int(1), "model.d_head": _int(1, nullable=True),
+    "model.n_kv_heads": _int(1, nullable=True),
+    "model.mixer.stacks": Rule("choice", choices=("encoder", "decoder", "both")),
     "model.d_ff": _int(1, nullable=True),
     "model.n_encoder_layers": _int(0), "model.n_decoder_layers": _int(0),
     "model.max_len": _int(1), "model.attention.window": _int(1), "model.param_budget": _int(1, nullable=True),
@@ -174,12 +176,10 @@ def _check_trainer(cfg: DictConfig) -> None:
     Raises:
         ConfigError: one line naming the key and the fix.
     """
-    import typing
-
-    from lightning.fabric.plugins.precision.precision import _PRECISION_INPUT_STR
+    from xformer.jobs.lightning_compat import PRECISION_INPUTS
 
     precision = str(OmegaConf.select(cfg, "trainer.precision", default="32-true"))
-    known = typing.get_args(_PRECISION_INPUT_STR) + ("64", "32", "16", "bf16")
+    known = PRECISION_INPUTS + ("64", "32", "16", "bf16")
     if precision not in known:
         raise ConfigError(f"trainer.precision={precision}: unknown. Fix: use one of 32-true, bf16-mixed "
                           f"(GPU default), 16-mixed, bf16-true, 16-true, 64-true")
@@ -196,6 +196,44 @@ def _check_trainer(cfg: DictConfig) -> None:
     if target.endswith("fsdp_strategy") and precision not in _FSDP_PRECISIONS:
         raise ConfigError(f"trainer.precision={precision}: trainer=fsdp (FSDP2) has no gradient scaler for "
                           f"it. Fix: use trainer.precision=bf16-mixed, or one of {', '.join(_FSDP_PRECISIONS)}")
+
+
+def _check_mixer(cfg: DictConfig) -> None:
+    """The attention mechanism (``model/mixer``) against the stacks it serves: it must serve at least one
+    stack of the model's shape, and its :meth:`~xformer.model.Mixer.refusal` must accept each served
+    stack's pattern and positional scheme (linear attention has no score matrix for ALiBi/T5 biases
+    or local windows).
+
+    Raises:
+        ConfigError: one line naming the key and the fix.
+    """
+    node = OmegaConf.select(cfg, "model.mixer", default=None)
+    if node is None or "_target_" not in node:
+        return
+    from hydra.utils import get_class
+
+    from xformer.model import FullAttention, Mixer
+
+    try:
+        model_cls, mixer = get_class(cfg.model._target_), instantiate(node)
+    except Exception:  # an unknown class or bad arguments: building the model reports it in one line
+        return
+    if not isinstance(mixer, Mixer) or not hasattr(model_cls, "stack_patterns"):
+        return  # refused by the model's own check, with its fix
+    pattern = instantiate(cfg.model.attention) if cfg.model.get("attention") is not None else FullAttention()
+    if callable(pattern) and not hasattr(pattern, "blocked"):  # a factory, as the model accepts it
+        pattern = pattern()
+    patterns = model_cls.stack_patterns(pattern)
+    served = [name for name in patterns if mixer.applies_to(name)]
+    if not served:
+        raise ConfigError(f"model.mixer.stacks={mixer.stacks}: model/arch={model_cls.arch} has no {mixer.stacks} "
+                          f"stack (it has {' and '.join(patterns)}). Fix: model.mixer.stacks=both")
+    pe_cls = get_class(cfg.model.pe._target_) if "pe" in cfg.model else None
+    for name in served:
+        why = mixer.refusal(patterns[name], pe_cls)
+        if why:
+            raise ConfigError(f"model/mixer={type(mixer).__name__} on the {name}: {why}. Fix: another model/pe "
+                              f"or model/attention, model/mixer=mha, or model.mixer.stacks= the other stack")
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -217,6 +255,7 @@ def check_config(cfg: DictConfig) -> None:
     if cfg.ckpt_path and cfg.ckpt_path != "last":
         _check_ckpt_file(str(cfg.ckpt_path))
     _check_trainer(cfg)
+    _check_mixer(cfg)
     build_model(cfg, 32, 32, 0, device="meta")
     dm = _check_data(cfg)
     if cfg.mode == "train":

@@ -37,6 +37,7 @@ from urllib.parse import urlsplit
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from .lightning_compat import logger_started
 from .resume import own_checkpoint
 
 log = logging.getLogger("xformer")
@@ -96,7 +97,7 @@ def wandb_logger(node: DictConfig, cfg: DictConfig, info: dict, out_dir: Path) -
     kwargs, full = run_fields(node, info)
     kwargs.update(wandb_resume_kwargs(cfg, out_dir))
     logger = start_wandb(lambda **kw: instantiate(node, **kwargs, **kw), out_dir)
-    if full and logger._experiment is not None:  # rank 0: the shortened fields' full text
+    if full and logger_started(logger):  # rank 0: the shortened fields' full text
         logger.experiment.config.update({"wandb_full": full}, allow_val_change=True)
     return logger
 
@@ -106,7 +107,7 @@ def describe_runs(loggers: list) -> dict | None:
     from lightning.pytorch.loggers import WandbLogger
 
     for lg in loggers:
-        if isinstance(lg, WandbLogger) and lg._experiment is not None:
+        if isinstance(lg, WandbLogger) and logger_started(lg):
             run = lg.experiment
             return {"id": run.id, "name": run.name, "group": run.group, "tags": list(run.tags or []),
                     "mode": os.environ.get("WANDB_MODE", "online")}

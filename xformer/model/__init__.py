@@ -6,6 +6,8 @@ See :mod:`.base` and :mod:`.transformer` for the public contract.
 from .attention import (AttentionPattern, CausalAttention, CrossAttention, FullAttention, KVCache, LocalAttention,
                         MultiHeadAttention, SelfAttention)
 from .ffn import GELUFFN, ReLUFFN, SwiGLUFFN
+from .linear_attention import LinearCrossAttention, LinearSelfAttention
+from .mixer import GroupedQueryMixer, LinearMixer, Mixer, MultiHeadMixer, MultiQueryMixer
 from .norm import PostNorm, PreNorm, PreRMSNorm, Residual, SandwichNorm
 from .positional import ALiBi, Learned, NoPE, PositionalEncoding, RoPE, Sinusoidal, T5RelativeBias
 from .base import ConfigError, ModelBase
@@ -13,7 +15,8 @@ from .transformer import DecoderOnly, EncoderDecoder, EncoderOnly, Transformer
 
 __all__ = [
     "AttentionPattern", "CausalAttention", "FullAttention", "LocalAttention", "MultiHeadAttention",
-    "SelfAttention", "CrossAttention", "KVCache",
+    "SelfAttention", "CrossAttention", "KVCache", "LinearSelfAttention", "LinearCrossAttention",
+    "Mixer", "MultiHeadMixer", "GroupedQueryMixer", "MultiQueryMixer", "LinearMixer",
     "GELUFFN", "ReLUFFN", "SwiGLUFFN", "PostNorm", "PreNorm", "PreRMSNorm", "Residual", "SandwichNorm",
     "ALiBi", "Learned", "NoPE", "PositionalEncoding", "RoPE", "Sinusoidal", "T5RelativeBias",
     "ConfigError", "ModelBase", "DecoderOnly", "EncoderDecoder", "EncoderOnly", "Transformer",

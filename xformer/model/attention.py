@@ -7,7 +7,9 @@ decide who may attend to whom.
 * :class:`CrossAttention` attends from the decoder to the encoder output ("memory"); it has no
   positional scheme and no pattern (Vaswani et al. 2017 §3.2.3).
 * :class:`KVCache` holds one attention layer's keys and values during incremental decoding, for
-  both kinds.
+  both kinds. Under grouped-query attention (``n_kv_heads < n_heads``; Ainslie et al. 2023) it holds
+  only the ``n_kv_heads`` key/value heads; each group of ``n_heads / n_kv_heads`` query heads reads
+  one of them.
 
 Mask polarity, everywhere in xformer: a boolean mask is ``True`` where attention is **blocked**
 (padding, future, outside the window), the convention of ``torch.nn.Transformer``'s
@@ -286,6 +288,12 @@ class MultiHeadAttention(nn.Module):
     ``[W_q; W_k; W_v]`` like ``torch.nn.MultiheadAttention.in_proj_weight`` (cross-attention uses its
     first third on the queries and the rest on the memory), and an output projection ``(D, H·d_head)``.
 
+    Grouped-query attention (Ainslie et al. 2023 §2.2; multi-query attention, Shazeer 2019, is
+    ``n_kv_heads = 1``): keys and values have ``n_kv_heads`` heads, query head ``h`` reads key/value
+    head ``h // (n_heads / n_kv_heads)``, and the input projection shrinks to
+    ``((H + 2·H_kv)·d_head, D)`` laid out ``[W_q; W_k; W_v]``. With ``n_kv_heads = n_heads`` (the
+    default) the layer is exactly multi-head attention (same weights, same operations).
+
     Args:
         d_model: model width ``D``.
         n_heads: number of heads ``H``.
@@ -293,34 +301,74 @@ class MultiHeadAttention(nn.Module):
         dropout: dropout on the attention weights (training only).
         scale: divide scores by √d_head.
         bias: use biases in the projections.
+        n_kv_heads: key/value heads ``H_kv`` (``None`` = ``H``); must divide ``H``.
+
+    Raises:
+        ValueError: if ``n_kv_heads`` does not divide ``n_heads``.
     """
 
     def __init__(self, d_model: int, n_heads: int, d_head: int, dropout: float = 0.0,
-                 scale: bool = True, bias: bool = True) -> None:
+                 scale: bool = True, bias: bool = True, n_kv_heads: int | None = None) -> None:
         super().__init__()
-        self.n_heads, self.d_head, self.dropout = n_heads, d_head, dropout
+        n_kv = n_heads if n_kv_heads is None else n_kv_heads
+        if n_kv < 1 or n_heads % n_kv:
+            raise ValueError(f"model.n_kv_heads={n_kv_heads}: must divide model.n_heads={n_heads} "
+                             "(each kv head serves an equal group of query heads)")
+        self.n_heads, self.n_kv_heads, self.d_head, self.dropout = n_heads, n_kv, d_head, dropout
         self.scale = None if scale else 1.0
         inner = n_heads * d_head
-        self.in_proj = nn.Linear(d_model, 3 * inner, bias=bias)
+        self.in_proj = nn.Linear(d_model, inner + 2 * n_kv * d_head, bias=bias)
         self.out_proj = nn.Linear(inner, d_model, bias=bias)
 
     def heads(self, t: Tensor) -> Tensor:
-        """``(B, T, H·d_head)`` → ``(B, H, T, d_head)``."""
+        """``(B, T, h·d_head)`` → ``(B, h, T, d_head)`` (``h`` = ``H`` for queries, ``H_kv`` for keys/values)."""
         b, n, _ = t.shape
-        return t.view(b, n, self.n_heads, self.d_head).transpose(1, 2)
+        return t.view(b, n, -1, self.d_head).transpose(1, 2)
+
+    def project_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries ``(B, H, T, d_head)``, keys and values ``(B, H_kv, T, d_head)`` of ``x`` ``(B, T, D)``."""
+        if self.n_kv_heads == self.n_heads:
+            return tuple(self.heads(t) for t in self.in_proj(x).chunk(3, dim=-1))
+        kv = self.n_kv_heads * self.d_head
+        q, k, v = self.in_proj(x).split([self.n_heads * self.d_head, kv, kv], dim=-1)
+        return self.heads(q), self.heads(k), self.heads(v)
+
+    def project_q(self, x: Tensor) -> Tensor:
+        """Queries ``(B, H, T, d_head)`` of ``x`` ``(B, T, D)`` (the first rows of the input projection)."""
+        inner = self.n_heads * self.d_head
+        w, b = self.in_proj.weight[:inner], None if self.in_proj.bias is None else self.in_proj.bias[:inner]
+        return self.heads(F.linear(x, w, b))
+
+    def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values ``(B, H_kv, S, d_head)`` of ``memory`` ``(B, S, D)``."""
+        inner = self.n_heads * self.d_head
+        w, b = self.in_proj.weight[inner:], None if self.in_proj.bias is None else self.in_proj.bias[inner:]
+        k, v = F.linear(memory, w, b).chunk(2, dim=-1)
+        return self.heads(k), self.heads(v)
+
+    def merge_heads(self, out: Tensor) -> Tensor:
+        """Per-head outputs ``(B, H, T, d_head)`` → the output projection of their concatenation ``(B, T, D)``."""
+        bsz, _, tq, _ = out.shape
+        return self.out_proj(out.transpose(1, 2).reshape(bsz, tq, self.n_heads * self.d_head))
+
+    def new_cache(self, capacity: int | None = None) -> KVCache:
+        """An empty cache for incremental decoding through this layer (``capacity`` positions of room)."""
+        return KVCache(capacity)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool = False) -> Tensor:
-        """Eq. 1 on ``q`` ``(B, H, Tq, d_head)`` and ``k``/``v`` ``(B, H, Tk, d_head)`` with ``mask``
+        """Eq. 1 on ``q`` ``(B, H, Tq, d_head)`` and ``k``/``v`` ``(B, H_kv, Tk, d_head)`` with ``mask``
         from :func:`combine_masks` (or SDPA's causal fast path), then the output projection:
         ``(B, Tq, D)``. Attention-weight dropout applies in training mode."""
-        bsz, _, tq, _ = q.shape
+        if self.n_kv_heads != self.n_heads:  # each kv head serves its group of query heads
+            group = self.n_heads // self.n_kv_heads
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         p = self.dropout if self.training else 0.0
         if p > 0.0 and uses_fast_mask(q):
             out = attention_with_dropout(q, k, v, mask, is_causal, self.scale, p)
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=is_causal,
                                                  scale=self.scale)
-        return self.out_proj(out.transpose(1, 2).reshape(bsz, tq, self.n_heads * self.d_head))
+        return self.merge_heads(out)
 
 
 class SelfAttention(MultiHeadAttention):
@@ -333,15 +381,15 @@ class SelfAttention(MultiHeadAttention):
     parameters, e.g. T5's bias table, appear once in the state dict).
 
     Args:
-        d_model, n_heads, d_head, dropout, scale, bias: as :class:`MultiHeadAttention`.
+        d_model, n_heads, d_head, dropout, scale, bias, n_kv_heads: as :class:`MultiHeadAttention`.
         pattern: which keys each query may see; default :class:`FullAttention`.
         pos_embeddings: the stack's positional scheme; default none.
     """
 
     def __init__(self, d_model: int, n_heads: int, d_head: int, dropout: float = 0.0, scale: bool = True,
                  bias: bool = True, pattern: AttentionPattern | None = None,
-                 pos_embeddings: PositionalEncoding | None = None) -> None:
-        super().__init__(d_model, n_heads, d_head, dropout, scale, bias)
+                 pos_embeddings: PositionalEncoding | None = None, n_kv_heads: int | None = None) -> None:
+        super().__init__(d_model, n_heads, d_head, dropout, scale, bias, n_kv_heads)
         self.pattern = FullAttention() if pattern is None else pattern
         object.__setattr__(self, "pos_embeddings", pos_embeddings)  # a reference, not a sub-module
         pe_cls = type(pos_embeddings)
@@ -362,7 +410,7 @@ class SelfAttention(MultiHeadAttention):
             ``(B, T, D)``.
         """
         tq = x.shape[1]
-        q, k, v = (self.heads(t) for t in self.in_proj(x).chunk(3, dim=-1))
+        q, k, v = self.project_qkv(x)
         past = 0 if cache is None else cache.size
         q_pos = k_pos = None
         if self._rotates or self._biased or self._patterned:
@@ -392,12 +440,9 @@ class CrossAttention(MultiHeadAttention):
     Args: as :class:`MultiHeadAttention`.
     """
 
-    def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
-        """Keys and values ``(B, H, S, d_head)`` of ``memory`` ``(B, S, D)``."""
-        inner = self.n_heads * self.d_head
-        w, b = self.in_proj.weight[inner:], None if self.in_proj.bias is None else self.in_proj.bias[inner:]
-        k, v = F.linear(memory, w, b).chunk(2, dim=-1)
-        return self.heads(k), self.heads(v)
+    def new_cache(self, capacity: int | None = None) -> KVCache:
+        """An empty memory cache (sized by the memory at its first use; ``capacity`` is not needed)."""
+        return KVCache()
 
     def forward(self, x: Tensor, memory: Tensor, key_padding_mask: Tensor | None = None,
                 cache: KVCache | None = None) -> Tensor:
@@ -411,9 +456,7 @@ class CrossAttention(MultiHeadAttention):
         Returns:
             ``(B, T, D)``.
         """
-        inner = self.n_heads * self.d_head
-        w, b = self.in_proj.weight[:inner], None if self.in_proj.bias is None else self.in_proj.bias[:inner]
-        q = self.heads(F.linear(x, w, b))
+        q = self.project_q(x)
         if cache is not None and cache.size:
             k, v = cache.keys, cache.values
         else:

@@ -3,7 +3,9 @@ the checks of a configuration, and the task-glue interface the training module c
 
 Construction is driven by Hydra: ``hydra.utils.instantiate(cfg.model, src_vocab_size=V_s,
 tgt_vocab_size=V_t, pad_id=0)``. The variant arguments (``attention``, ``norm``, ``pe``, ``ffn``) are
-factories (``_partial_`` Hydra nodes or classes); the model calls them with its sizes.
+factories (``_partial_`` Hydra nodes or classes); the model calls them with its sizes. ``mixer`` (a
+:class:`~.mixer.Mixer`) builds each block's self- and cross-attention modules, which the blocks
+receive by keyword.
 """
 
 from __future__ import annotations
@@ -13,12 +15,13 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
-from .attention import AttentionPattern, FullAttention, MultiHeadAttention
+from .attention import AttentionPattern, FullAttention
 from .dropout import Dropout
 from .ffn import ReLUFFN
 from .hooks import overrides
 from .init import InitScheme, Xavier
-from .layers import DecoderLayer, EncoderLayer, Stack
+from .layers import DecoderLayer, Stack, no_bias
+from .mixer import Mixer, MultiHeadMixer
 from .tasks import fit_batch_to_positions
 from .norm import PostNorm, Residual
 from .positional import HOOKS as POSITIONAL_HOOKS, NoPE, PositionalEncoding, Sinusoidal
@@ -138,6 +141,10 @@ class ModelBase(nn.Module):
         norm: residual/norm placement factory ``(d_model, dropout) -> Residual`` — default Post-LN.
         pe: positional scheme factory ``(d_model, n_heads, d_head, max_len, causal)`` — default sinusoidal.
         ffn: FFN factory ``(d_model, d_ff, dropout)`` — default ReLU.
+        mixer: the attention mechanism (:class:`~.mixer.Mixer`) and the stacks it serves — default
+            :class:`~.mixer.MultiHeadMixer` everywhere; stacks it does not serve use that default.
+        n_kv_heads: key/value heads of grouped-query attention (``mixer`` = ``GroupedQueryMixer``);
+            ``None`` = ``n_heads``.
         param_budget: when set, ``budget_solves`` (``"d_model"`` or ``"d_ff"``) is chosen so that the
             total parameter count is as close to this number as possible (claims C1/C3 at equal size).
         budget_solves: which size the budget solves for.
@@ -153,6 +160,12 @@ class ModelBase(nn.Module):
     #: the shape's name, as in ``conf/model/arch/<arch>.yaml`` (for messages and summaries)
     arch: str = "base"
 
+    @classmethod
+    def stack_patterns(cls, pattern: AttentionPattern) -> dict[str, AttentionPattern]:
+        """The self-attention pattern of each stack this shape builds (``"encoder"``/``"decoder"``),
+        given the configured ``model.attention`` pattern."""
+        raise NotImplementedError
+
     def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 512, n_heads: int = 8,
                  d_head: int | None = None, ffn_ratio: float = 4.0, d_ff: int | None = None,
                  n_encoder_layers: int = 6, n_decoder_layers: int = 6, dropout: float = 0.1,
@@ -162,14 +175,14 @@ class ModelBase(nn.Module):
                  pe: Callable[..., PositionalEncoding] | None = None,
                  ffn: Callable[..., nn.Module] | None = None,
                  param_budget: int | None = None, budget_solves: str = "d_model", bias: bool = True,
-                 init: InitScheme | None = None) -> None:
+                 init: InitScheme | None = None, mixer: Mixer | None = None, n_kv_heads: int | None = None) -> None:
         super().__init__()
         kwargs = dict(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, d_model=d_model,
                       n_heads=n_heads, d_head=d_head, ffn_ratio=ffn_ratio, d_ff=d_ff,
                       n_encoder_layers=n_encoder_layers, n_decoder_layers=n_decoder_layers,
                       dropout=dropout, tie_embeddings=tie_embeddings, max_len=max_len,
                       attn_scale=attn_scale, pad_id=pad_id, attention=attention, norm=norm, pe=pe, ffn=ffn,
-                      bias=bias, init=init)
+                      bias=bias, init=init, mixer=mixer, n_kv_heads=n_kv_heads)
         if param_budget:
             d_model, d_ff = self._solve_budget(kwargs, int(param_budget), budget_solves)
         if not 0.0 <= dropout < 1.0:
@@ -199,14 +212,34 @@ class ModelBase(nn.Module):
         self.residual = _factory(norm, PostNorm)
         self.pe_factory = _factory(pe, Sinusoidal)
         self.ffn_factory = _factory(ffn, ReLUFFN)
+        self.mixer: Mixer = _factory(mixer, MultiHeadMixer())
+        if not isinstance(self.mixer, Mixer):
+            raise ConfigError(f"model.mixer: {_name(self.mixer)} is not an xformer.model.Mixer; subclass it and "
+                              "implement self_attention(...) (and cross_attention(...))")
+        try:
+            self.n_kv_heads = self.mixer.kv_heads(n_heads, n_kv_heads)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
         self.embed_drop = Dropout(dropout)
 
     # -- construction helpers ---------------------------------------------------------------
-    def _block(self, cls: type, pattern: AttentionPattern, pe: PositionalEncoding) -> nn.Module:
-        return cls(self.d_model, self.n_heads, self.d_head, self.d_ff, self.dropout_p, self.attn_scale,
-                   self.residual, self.ffn_factory, pattern=pattern, pos_embeddings=pe, bias=self.bias)
+    def _block(self, cls: type, pattern: AttentionPattern, pe: PositionalEncoding, mixer: Mixer,
+               n_kv_heads: int | None) -> nn.Module:
+        """One block: its attention modules come from ``mixer`` and are passed to ``cls`` by keyword
+        (built in the order self-attention, cross-attention, FFN, so a seed gives the same weights
+        as ever)."""
+        sizes = dict(d_model=self.d_model, n_heads=self.n_heads, d_head=self.d_head, dropout=self.dropout_p,
+                     scale=self.attn_scale, bias=self.bias, n_kv_heads=n_kv_heads)
+        parts = {"self_attn": mixer.self_attention(**sizes, pattern=pattern, pos_embeddings=pe)}
+        if cls is DecoderLayer:
+            parts["cross_attn"] = mixer.cross_attention(**sizes)
+        parts["ffn"] = self.ffn_factory(d_model=self.d_model, d_ff=self.d_ff, dropout=self.dropout_p,
+                                        **no_bias(self.bias))
+        return cls(**parts, residual=self.residual, d_model=self.d_model, dropout=self.dropout_p, bias=self.bias)
 
-    def _stack(self, cls: type, n: int, pattern: AttentionPattern, causal: bool) -> Stack:
+    def _stack(self, cls: type, n: int, pattern: AttentionPattern, causal: bool, name: str) -> Stack:
+        """A stack of ``n`` blocks of ``cls``; ``name`` (``"encoder"`` or ``"decoder"``) decides
+        whether it uses the configured mixer (``model.mixer.stacks``) or multi-head attention."""
         try:
             pe = self.pe_factory(d_model=self.d_model, n_heads=self.n_heads, d_head=self.d_head,
                                  max_len=self.max_len, causal=causal)
@@ -215,7 +248,14 @@ class ModelBase(nn.Module):
         check_positional(pe)
         residual = self.residual(d_model=self.d_model, dropout=0.0, **({} if self.bias else {"bias": False}))
         check_residual(residual)
-        blocks = [self._block(cls, pattern, pe) for _ in range(n)]
+        mixer, n_kv = (self.mixer, self.n_kv_heads) if self.mixer.applies_to(name) else (MultiHeadMixer(), None)
+        why = mixer.refusal(pattern, type(pe))
+        if why:
+            raise ConfigError(f"model/mixer ({type(mixer).__name__}, {name}): {why}")
+        try:
+            blocks = [self._block(cls, pattern, pe, mixer, n_kv) for _ in range(n)]
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
         for block in blocks[:1]:  # every block is built by the same factories
             check_ffn(block.ffn)
         return Stack(blocks, pe, pattern, residual.make_final_norm())
@@ -296,9 +336,15 @@ class ModelBase(nn.Module):
             return self.max_len
         return None
 
+    def blocks(self) -> list[nn.Module]:
+        """Every block of every stack (encoder first), e.g. the units FSDP shards."""
+        stacks = [getattr(self, name, None) for name in ("encoder", "decoder")]
+        return [layer for s in stacks if s is not None for layer in s.layers]
+
     # -- accounting -------------------------------------------------------------------------
     def param_breakdown(self) -> dict[str, int]:
-        """Parameter counts by role: ``total``, ``attention`` (all q/k/v/out projections),
+        """Parameter counts by role: ``total``, ``attention`` (every parameter of the blocks'
+        self- and cross-attention modules, whatever the mechanism: q/k/v/out projections),
         ``ffn``, ``embedding`` (token embeddings and an untied output projection), ``positional``
         (learned positions, relative bias tables), ``norm``. Tied tensors are counted once."""
         seen: set[int] = set()
@@ -310,17 +356,18 @@ class ModelBase(nn.Module):
                     seen.add(id(p))
                     out[key] += p.numel()
 
+        for block in self.blocks():  # whatever the mechanism's class: its sub-layers by role
+            for name in ("self_attn", "cross_attn"):
+                if getattr(block, name, None) is not None:
+                    add(getattr(block, name), "attention")
+            add(block.ffn, "ffn")
         for m in self.modules():
-            if isinstance(m, MultiHeadAttention):
-                add(m, "attention")
-            elif isinstance(m, PositionalEncoding):
+            if isinstance(m, PositionalEncoding):
                 add(m, "positional")
             elif isinstance(m, (nn.LayerNorm, nn.RMSNorm)):
                 add(m, "norm")
             elif isinstance(m, (nn.Embedding,)) or m is getattr(self, "head", None):
                 add(m, "embedding")
-        for layer_stack in [m for m in self.modules() if isinstance(m, (EncoderLayer, DecoderLayer))]:
-            add(layer_stack.ffn, "ffn")
         rest = sum(p.numel() for p in self.parameters() if id(p) not in seen)
         out["other"] = rest
         out["total"] = sum(out.values())

@@ -41,9 +41,9 @@ def residual_projections(model: nn.Module) -> list[tuple[nn.Linear, int]]:
     projection ``W^O`` and the FFN's second matrix).
 
     A block is an :class:`~xformer.model.layers.EncoderLayer` or
-    :class:`~xformer.model.layers.DecoderLayer` inside a :class:`~xformer.model.layers.Stack`.
+    :class:`~xformer.model.layers.DecoderLayer` inside a :class:`~xformer.model.layers.Stack`; its
+    attention sub-layers are its ``self_attn`` and ``cross_attn``, whatever their mechanism (``model/mixer``).
     """
-    from .attention import MultiHeadAttention
     from .layers import DecoderLayer, EncoderLayer, Stack
 
     out = []
@@ -52,7 +52,8 @@ def residual_projections(model: nn.Module) -> list[tuple[nn.Linear, int]]:
         for block in stack.layers:
             if not isinstance(block, (EncoderLayer, DecoderLayer)):
                 continue
-            subs = [m for m in block.children() if isinstance(m, MultiHeadAttention)] + [block.ffn]
+            subs = [getattr(block, n) for n in ("self_attn", "cross_attn") if getattr(block, n, None) is not None]
+            subs.append(block.ffn)
             for sub in subs:
                 linears = [m for m in sub.modules() if isinstance(m, nn.Linear)]
                 if linears:

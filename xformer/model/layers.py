@@ -1,8 +1,9 @@
 """Encoder and decoder blocks and the stacks built from them (Vaswani et al. 2017 §3.1).
 
 A block is attention and FFN sub-layers, each inside a residual wrapper from :mod:`.norm`; which
-attention pattern, positional scheme, FFN and norm placement are used is decided by the objects
-passed in at construction, never by flags here. Both block kinds take the same keyword names:
+attention mechanism (with its pattern and positional scheme, see :mod:`.mixer`), FFN and norm
+placement are used is decided by the modules and factories passed in by keyword at construction,
+never by flags here. Both block kinds take the same keyword names:
 ``key_padding_mask`` for their own sequence and ``cache`` for their self-attention; a decoder block
 adds ``memory``, ``memory_key_padding_mask`` and ``memory_cache``.
 """
@@ -13,7 +14,7 @@ from typing import Callable
 
 from torch import Tensor, nn
 
-from .attention import AttentionPattern, CausalAttention, CrossAttention, KVCache, SelfAttention
+from .attention import AttentionPattern, CausalAttention, KVCache
 from .norm import Residual
 from .positional import PositionalEncoding
 
@@ -26,37 +27,34 @@ def no_bias(bias: bool) -> dict:
 class EncoderLayer(nn.Module):
     """Self-attention → FFN, each with residual + norm. Input and output ``(B, S, D)``.
 
-    Also the block of decoder-only stacks (built with a causal pattern).
+    Also the block of decoder-only stacks (built with a causal self-attention). The sub-layers arrive
+    built, by keyword (as torchtune's ``TransformerSelfAttentionLayer`` takes ``attn=`` and ``mlp=``),
+    so the block does not know which attention mechanism or FFN it runs.
 
     Args:
-        d_model, n_heads, d_head: attention sizes.
-        d_ff: FFN inner width.
-        dropout: used on attention weights, sub-layer outputs and inside the FFN.
-        attn_scale: scale scores by 1/√d_head.
-        residual: factory ``(d_model, dropout) -> Residual``.
-        ffn: factory ``(d_model, d_ff, dropout) -> nn.Module``.
-        pattern: self-attention pattern; default :class:`~.attention.FullAttention`.
-        pos_embeddings: the stack's positional scheme (its relative hooks act in self-attention).
-        bias: biases in every projection and norm of the block (``model.bias``); ``False`` is passed
-            on to the ``residual`` and ``ffn`` factories as ``bias=False`` (only then, so factories
-            without a ``bias`` argument keep working with the default).
+        self_attn: the self-attention module, ``forward(x, key_padding_mask, cache) -> (B, T, D)``
+            (see :mod:`.mixer`).
+        ffn: the position-wise FFN, ``forward(x) -> (B, T, D)``.
+        residual: factory ``(d_model, dropout) -> Residual`` (one per sub-layer).
+        d_model: model width ``D``.
+        dropout: dropout on each sub-layer's output (in the residual wrapper).
+        bias: biases in the block's norms (``model.bias``); ``False`` is passed on to the ``residual``
+            factory as ``bias=False`` (only then, so factories without a ``bias`` argument keep working).
+            The sub-layers arrive built with the same setting.
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int, d_ff: int, dropout: float,
-                 attn_scale: bool, residual: Callable[..., Residual], ffn: Callable[..., nn.Module],
-                 pattern: AttentionPattern | None = None, pos_embeddings: PositionalEncoding | None = None,
-                 bias: bool = True) -> None:
+    def __init__(self, *, self_attn: nn.Module, ffn: nn.Module, residual: Callable[..., Residual],
+                 d_model: int, dropout: float, bias: bool = True) -> None:
         super().__init__()
         nb = no_bias(bias)
-        self.self_attn = SelfAttention(d_model, n_heads, d_head, dropout, attn_scale, bias=bias, pattern=pattern,
-                                       pos_embeddings=pos_embeddings)
-        self.ffn = ffn(d_model=d_model, d_ff=d_ff, dropout=dropout, **nb)
+        self.self_attn = self_attn
+        self.ffn = ffn
         self.res_attn = residual(d_model=d_model, dropout=dropout, **nb)
         self.res_ffn = residual(d_model=d_model, dropout=dropout, **nb)
 
     def forward(self, x: Tensor, key_padding_mask: Tensor | None = None, cache: KVCache | None = None) -> Tensor:
         """Run the block on ``x`` ``(B, T, D)``; ``key_padding_mask`` and ``cache`` as
-        :meth:`SelfAttention.forward`."""
+        :meth:`~.attention.SelfAttention.forward`."""
         x = self.res_attn(x, lambda h: self.self_attn(h, key_padding_mask, cache))
         return self.res_ffn(x, self.ffn)
 
@@ -64,20 +62,19 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     """Masked self-attention → cross-attention over the encoder output → FFN. ``(B, T, D)`` in and out.
 
-    Arguments as :class:`EncoderLayer`; ``pattern`` defaults to :class:`CausalAttention`.
+    Args:
+        self_attn: causal self-attention module (see :class:`EncoderLayer`).
+        cross_attn: attention over the memory, ``forward(x, memory, memory_key_padding_mask, cache)``.
+        ffn, residual, d_model, dropout, bias: as :class:`EncoderLayer`.
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int, d_ff: int, dropout: float,
-                 attn_scale: bool, residual: Callable[..., Residual], ffn: Callable[..., nn.Module],
-                 pattern: AttentionPattern | None = None, pos_embeddings: PositionalEncoding | None = None,
-                 bias: bool = True) -> None:
+    def __init__(self, *, self_attn: nn.Module, cross_attn: nn.Module, ffn: nn.Module,
+                 residual: Callable[..., Residual], d_model: int, dropout: float, bias: bool = True) -> None:
         super().__init__()
         nb = no_bias(bias)
-        self.self_attn = SelfAttention(d_model, n_heads, d_head, dropout, attn_scale, bias=bias,
-                                       pattern=CausalAttention() if pattern is None else pattern,
-                                       pos_embeddings=pos_embeddings)
-        self.cross_attn = CrossAttention(d_model, n_heads, d_head, dropout, attn_scale, bias=bias)
-        self.ffn = ffn(d_model=d_model, d_ff=d_ff, dropout=dropout, **nb)
+        self.self_attn = self_attn
+        self.cross_attn = cross_attn
+        self.ffn = ffn
         self.res_self = residual(d_model=d_model, dropout=dropout, **nb)
         self.res_cross = residual(d_model=d_model, dropout=dropout, **nb)
         self.res_ffn = residual(d_model=d_model, dropout=dropout, **nb)
@@ -111,6 +108,14 @@ class StackCache:
     def __init__(self, n_layers: int, capacity: int | None = None, cross: bool = False) -> None:
         self.self_attn = [KVCache(capacity) for _ in range(n_layers)]
         self.cross_attn = [KVCache() for _ in range(n_layers)] if cross else None
+
+    @classmethod
+    def of(cls, self_attn: list, cross_attn: list | None = None) -> "StackCache":
+        """A stack cache holding the given per-layer caches (each made by its attention module's
+        ``new_cache``, so each mechanism keeps its own kind of state)."""
+        out = cls(0)
+        out.self_attn, out.cross_attn = list(self_attn), None if cross_attn is None else list(cross_attn)
+        return out
 
     @property
     def size(self) -> int:
@@ -164,9 +169,11 @@ class Stack(nn.Module):
         return self.final_norm(x)
 
     def new_cache(self, capacity: int | None = None) -> StackCache:
-        """Empty caches for this stack (memory caches when its blocks have cross-attention)."""
-        cross = any(isinstance(layer, DecoderLayer) for layer in self.layers)
-        return StackCache(len(self.layers), capacity, cross)
+        """Empty caches for this stack, each made by its attention module (memory caches when the
+        blocks have cross-attention)."""
+        own = [layer.self_attn.new_cache(capacity) for layer in self.layers]
+        cross = [layer.cross_attn.new_cache() for layer in self.layers if hasattr(layer, "cross_attn")]
+        return StackCache.of(own, cross or None)
 
 
 __all__ = ["EncoderLayer", "DecoderLayer", "Stack", "StackCache", "CausalAttention"]

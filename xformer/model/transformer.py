@@ -8,7 +8,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from .decoding import ban, beam_search, greedy, greedy_lm, max_output_len
-from .attention import CausalAttention
+from .attention import AttentionPattern, CausalAttention
 from .base import ConfigError, ModelBase
 from .layers import DecoderLayer, EncoderLayer, StackCache
 from .tasks import fit_batch_to_positions, prefix_lm_batch, tagger_labels
@@ -25,6 +25,10 @@ class EncoderDecoder(ModelBase):
 
     arch = "encoder_decoder"
 
+    @classmethod
+    def stack_patterns(cls, pattern: AttentionPattern) -> dict[str, AttentionPattern]:
+        return {"encoder": pattern, "decoder": CausalAttention()}
+
     def __init__(self, src_vocab_size: int, tgt_vocab_size: int, **kwargs) -> None:
         super().__init__(src_vocab_size, tgt_vocab_size, **kwargs)
         n_enc, n_dec = kwargs.get("n_encoder_layers", 6), kwargs.get("n_decoder_layers", 6)
@@ -34,8 +38,10 @@ class EncoderDecoder(ModelBase):
         self.tgt_embed = self._embedding(tgt_vocab_size)
         self.src_embed = (self.tgt_embed if tie and src_vocab_size == tgt_vocab_size
                           else self._embedding(src_vocab_size))
-        self.encoder = self._stack(EncoderLayer, n_enc, self.pattern, causal=self.pattern.is_causal)
-        self.decoder = self._stack(DecoderLayer, n_dec, CausalAttention(), causal=True)
+        patterns = self.stack_patterns(self.pattern)
+        self.encoder = self._stack(EncoderLayer, n_enc, patterns["encoder"], causal=self.pattern.is_causal,
+                                   name="encoder")
+        self.decoder = self._stack(DecoderLayer, n_dec, patterns["decoder"], causal=True, name="decoder")
         self.head = nn.Linear(self.d_model, tgt_vocab_size, bias=False)
         self._init_linear()
         if tie:
@@ -107,13 +113,18 @@ class DecoderOnly(ModelBase):
 
     arch = "decoder_only"
 
+    @classmethod
+    def stack_patterns(cls, pattern: AttentionPattern) -> dict[str, AttentionPattern]:
+        return {"decoder": pattern.causal()}
+
     def __init__(self, src_vocab_size: int, tgt_vocab_size: int, **kwargs) -> None:
         super().__init__(src_vocab_size, tgt_vocab_size, **kwargs)
         n_dec = kwargs.get("n_decoder_layers", 6)
         if n_dec < 1:
             raise ConfigError("model.n_decoder_layers: a decoder-only model needs >= 1 layer")
         self.tgt_embed = self._embedding(tgt_vocab_size)
-        self.decoder = self._stack(EncoderLayer, n_dec, self.pattern.causal(), causal=True)
+        self.decoder = self._stack(EncoderLayer, n_dec, self.stack_patterns(self.pattern)["decoder"], causal=True,
+                                   name="decoder")
         self.head = nn.Linear(self.d_model, tgt_vocab_size, bias=False)
         self._init_linear()
         if kwargs.get("tie_embeddings", True):
@@ -190,13 +201,18 @@ class EncoderOnly(ModelBase):
 
     arch = "encoder_only"
 
+    @classmethod
+    def stack_patterns(cls, pattern: AttentionPattern) -> dict[str, AttentionPattern]:
+        return {"encoder": pattern}
+
     def __init__(self, src_vocab_size: int, tgt_vocab_size: int, **kwargs) -> None:
         super().__init__(src_vocab_size, tgt_vocab_size, **kwargs)
         n_enc = kwargs.get("n_encoder_layers", 6)
         if n_enc < 1:
             raise ConfigError("model.n_encoder_layers: an encoder-only model needs >= 1 layer")
         self.src_embed = self._embedding(src_vocab_size)
-        self.encoder = self._stack(EncoderLayer, n_enc, self.pattern, causal=self.pattern.is_causal)
+        self.encoder = self._stack(EncoderLayer, n_enc, self.stack_patterns(self.pattern)["encoder"],
+                                   causal=self.pattern.is_causal, name="encoder")
         self.head = nn.Linear(self.d_model, tgt_vocab_size, bias=self.bias)
         self._init_linear()
         if kwargs.get("tie_embeddings", True) and src_vocab_size == tgt_vocab_size:

@@ -161,7 +161,7 @@ CLAIMS: dict[str, ClaimInfo] = {c.cid: c for c in (
         "inconclusive.",
         "BLEU 25.7 (learned) vs 25.8 (sinusoidal), Vaswani et al. 2017 Table 3 row E"),
     ClaimInfo(
-        "C7", ("c7_attention_cost",),
+        "C7", ("c7_attention_cost", "c7_mixer"),
         "Self-attention costs O(n²·d) time and O(n²) memory.",
         "Vaswani et al. 2017, Table 1",
         "Table 1: self-attention complexity per layer O(n²·d).",

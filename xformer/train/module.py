@@ -42,6 +42,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from xformer.jobs import lightning_compat
+from xformer.train.decode import DecodeSettings
+from xformer.train.losses import CrossEntropy
+
 log = logging.getLogger("xformer")
 
 
@@ -108,23 +112,29 @@ class TransformerLitModule(L.LightningModule):
         pad_id, bos_id, eos_id: special ids of the data.
         detokenize: target ids → text comparable to the references.
         metrics: sequence metrics to compute on val/test (``"bleu"``, ``"exact_match"``).
-        decode: dict with ``beam_size``, ``alpha``, ``max_len_a``, ``max_len_b``.
+        decode: a :class:`~xformer.train.decode.DecodeSettings` (the ``decode`` group) or a dict with
+            ``beam_size``, ``alpha``, ``max_len_a``, ``max_len_b``.
         test_split_names: names of the test loaders (``"test"`` logs plain keys, others ``@name``).
         val_decode_limit: decode at most this many validation batches (``None`` = all).
+        criterion: the training loss (the ``loss`` group, e.g. :class:`~xformer.train.losses.CrossEntropy`);
+            default cross-entropy with ``label_smoothing``, whose value it otherwise replaces.
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: Callable, lr_lambda: Callable[[int], float],
                  label_smoothing: float = 0.1, pad_id: int = 0, bos_id: int = 1, eos_id: int = 2,
                  detokenize: Callable[[list[int]], str] | None = None, metrics: list[str] | None = None,
-                 decode: dict | None = None, test_split_names: list[str] | None = None,
-                 val_decode_limit: int | None = None) -> None:
+                 decode: dict | DecodeSettings | None = None, test_split_names: list[str] | None = None,
+                 val_decode_limit: int | None = None, criterion: Callable | None = None) -> None:
         super().__init__()
         self.model = model
         self.optimizer_factory, self.lr_lambda = optimizer, lr_lambda
-        self.label_smoothing = label_smoothing
+        self.criterion = CrossEntropy(label_smoothing) if criterion is None else criterion
+        self.label_smoothing = getattr(self.criterion, "label_smoothing", label_smoothing)
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         self.detokenize = detokenize or (lambda ids: " ".join(map(str, ids)))
         self.seq_metrics = list(metrics or [])
+        if isinstance(decode, DecodeSettings):
+            decode = decode.generate_kwargs()
         self.decode_cfg = {"beam_size": 1, "alpha": 0.6, "max_len_a": 1.5, "max_len_b": 10, **(decode or {})}
         self.test_split_names = list(test_split_names or ["test"])
         self.val_decode_limit = val_decode_limit
@@ -152,10 +162,9 @@ class TransformerLitModule(L.LightningModule):
         as the model's own :meth:`~xformer.model.ModelBase.logits_and_labels` gives them."""
         return self.model.logits_and_labels(batch, self.pad_id, self.eos_id)
 
-    def loss(self, logits: Tensor, labels: Tensor, smoothing: float) -> Tensor:
-        """Mean token cross-entropy over non-padding labels, with label smoothing ``smoothing``."""
-        return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=self.pad_id,
-                               label_smoothing=smoothing)
+    def loss(self, logits: Tensor, labels: Tensor, smoothing: float | None = None) -> Tensor:
+        """The configured :attr:`criterion` over non-padding labels; ``smoothing`` replaces its label smoothing."""
+        return self.criterion(logits, labels, self.pad_id, smoothing)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         tokens = self.tokens_seen
@@ -210,8 +219,7 @@ class TransformerLitModule(L.LightningModule):
         """
         logits, labels = self.logits_and_labels(batch)
         logits = logits if logits.dtype == torch.float64 else logits.float()  # at least float32
-        loss_sum = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=self.pad_id,
-                                   label_smoothing=self.label_smoothing, reduction="sum")
+        loss_sum = self.criterion(logits, labels, self.pad_id, reduction="sum")  # the loss group's class
         n_tgt = (labels != self.pad_id).sum()
         n_tok = n_tgt
         if "src" in batch:
@@ -221,7 +229,7 @@ class TransformerLitModule(L.LightningModule):
         self._tokens += n_tok
         if self._step_norm is None:  # first micro-batch of this process's training: one all-reduce
             norm = n_tgt.clamp(min=1).to(loss_sum.dtype)
-            if self._trainer is not None and self.trainer.world_size > 1:
+            if lightning_compat.has_trainer(self) and self.trainer.world_size > 1:
                 norm = self.trainer.strategy.reduce(norm, reduce_op="mean")
             self._step_norm = norm
         if self._step_window is None:
@@ -242,11 +250,11 @@ class TransformerLitModule(L.LightningModule):
         window = self._step_window
         if window is None:
             return
-        world = self.trainer.world_size if self._trainer is not None else 1
+        world = self.trainer.world_size if lightning_compat.has_trainer(self) else 1
         if world > 1:
             window = self.trainer.strategy.reduce(window, reduce_op="sum")
         loss_sum, n_tgt, micro = window[0], window[1].clamp(min=1), window[2]
-        accumulate = self.trainer.accumulate_grad_batches if self._trainer is not None else 1
+        accumulate = self.trainer.accumulate_grad_batches if lightning_compat.has_trainer(self) else 1
         factor = self._step_norm.double() * accumulate * world / n_tgt
         with torch.no_grad():
             for p in self.parameters():
@@ -315,7 +323,7 @@ class TransformerLitModule(L.LightningModule):
         self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def setup(self, stage: str) -> None:
-        if self._trainer is not None:
+        if lightning_compat.has_trainer(self):
             from xformer.jobs.distributed import refresh_csv_headers
 
             refresh_csv_headers(self.trainer)  # ddp_spawn: the logger copies missed the ranks' columns
@@ -334,15 +342,12 @@ class TransformerLitModule(L.LightningModule):
             return
         from torch.distributed.fsdp import FSDPModule, fully_shard
 
-        from xformer.model.layers import DecoderLayer, EncoderLayer
-
         if isinstance(self.model, FSDPModule):
             return
         if mesh.mesh_dim_names and "data_parallel" in mesh.mesh_dim_names:
             mesh = mesh["data_parallel"]
-        for m in self.model.modules():
-            if isinstance(m, (EncoderLayer, DecoderLayer)):
-                fully_shard(m, mesh=mesh)
+        for block in self.model.blocks():  # every block, whatever attention mechanism it holds
+            fully_shard(block, mesh=mesh)
         fully_shard(self.model, mesh=mesh)
 
     def configure_optimizers(self):
@@ -442,7 +447,7 @@ class TransformerLitModule(L.LightningModule):
         example once (the first copy; copies padded in by the distributed sampler are identical)."""
         local = (acc["idx"], acc["nll"], acc["n"], acc["correct"], acc["text"])
         parts = [local]
-        if self._trainer is not None and self.trainer.world_size > 1:
+        if lightning_compat.has_trainer(self) and self.trainer.world_size > 1:
             import torch.distributed as dist
             parts = [None] * self.trainer.world_size
             dist.all_gather_object(parts, local)
@@ -458,8 +463,8 @@ class TransformerLitModule(L.LightningModule):
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         limit = self.val_decode_limit
         # batch b of rank r is batch b * world_size + r of the whole (interleaved) validation set
-        world = self.trainer.world_size if self._trainer is not None else 1
-        rank = self.trainer.global_rank if self._trainer is not None else 0
+        world = self.trainer.world_size if lightning_compat.has_trainer(self) else 1
+        rank = self.trainer.global_rank if lightning_compat.has_trainer(self) else 0
         self._eval_step(batch, "val", decode=limit is None or batch_idx * world + rank < limit)
 
     def on_validation_epoch_end(self) -> None:

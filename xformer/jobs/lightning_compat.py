@@ -1,0 +1,178 @@
+"""Every private Lightning name xformer reads, replaces or overrides, in one place.
+
+Lightning offers no public hook for a few things xformer needs; each is reached here, through a
+small function named for what it does, and nowhere else in xformer (``tests/test_lightning_private_names.py``
+checks each entry of :data:`PRIVATE_NAMES` against the installed Lightning, one test per group below,
+and that no other module names one of them). When a Lightning release moves a name, that test
+fails before a run does, and this module is the one place to change. The supported range is pinned
+in ``pyproject.toml``.
+
+Groups (who calls them):
+
+* training-epoch loop and trainer state -- :mod:`xformer.jobs.steps` (validation intervals counted in
+  optimizer steps, the last-step validation, consistent resume); whether a module has a trainer --
+  :mod:`xformer.train.module`;
+* the subprocess launcher's two functions -- :mod:`xformer.jobs.distributed` (DDP child ranks of a
+  Hydra ``-m`` job run that job only);
+* ``ModelParallelStrategy``'s data-parallel size -- :func:`xformer.jobs.distributed.fsdp_strategy`;
+* a logger's not-yet-started experiment -- :mod:`xformer.jobs.wandb_run` (W&B, rank 0) and
+  :class:`xformer.jobs.resume.ResumableCSVLogger`;
+* the CSV logger's writer columns -- :func:`xformer.jobs.distributed.refresh_csv_headers`;
+* whether Rich is installed and the Rich bar's training description -- :mod:`xformer.jobs.console`;
+* the accepted precision strings -- :mod:`xformer.jobs.validate`.
+"""
+
+from __future__ import annotations
+
+import typing
+from typing import Any, Callable
+
+from lightning.fabric.plugins.precision.precision import _PRECISION_INPUT_STR
+from lightning.pytorch.callbacks import RichProgressBar
+from lightning.pytorch.utilities.imports import _RICH_AVAILABLE
+
+#: ``(owner, name)`` of every private Lightning name used here (owner as a dotted path or a description).
+PRIVATE_NAMES: tuple[tuple[str, str], ...] = (
+    ("trainer.fit_loop.epoch_loop", "_should_check_val_fx"),
+    ("trainer.fit_loop.epoch_loop", "_batches_that_stepped"),
+    ("trainer.fit_loop.epoch_loop", "_should_accumulate"),
+    ("trainer.fit_loop.epoch_loop", "_should_check_val_epoch"),
+    ("trainer.fit_loop.epoch_loop", "_num_ready_batches_reached"),
+    ("trainer.fit_loop", "_can_stop_early"),
+    ("trainer", "_val_check_time_interval"),
+    ("lightning.pytorch.LightningModule", "_trainer"),
+    ("lightning.pytorch.strategies.launchers.subprocess_script", "_hydra_subprocess_cmd"),
+    ("lightning.pytorch.strategies.launchers.subprocess_script", "_launch_process_observer"),
+    ("lightning.pytorch.strategies.ModelParallelStrategy", "_data_parallel_size"),
+    ("lightning.pytorch.loggers.Logger (WandbLogger, CSVLogger)", "_experiment"),
+    ("lightning.pytorch.callbacks.RichProgressBar", "_get_train_description"),
+    ("lightning.pytorch.utilities.imports", "_RICH_AVAILABLE"),
+    ("lightning.fabric.plugins.precision.precision", "_PRECISION_INPUT_STR"),
+)
+
+
+# -- training-epoch loop and trainer state (xformer.jobs.steps) ----------------------------------------
+def val_check_decision(trainer: Any) -> Callable[[Any], bool]:
+    """Lightning's "validate after this batch?" function of the training-epoch loop (``data_fetcher -> bool``)."""
+    return trainer.fit_loop.epoch_loop._should_check_val_fx
+
+
+def set_val_check_decision(trainer: Any, decide: Callable[[Any], bool]) -> None:
+    """Make ``decide(data_fetcher)`` the training-epoch loop's "validate after this batch?" decision."""
+    trainer.fit_loop.epoch_loop._should_check_val_fx = decide
+
+
+def batches_that_stepped(trainer: Any) -> int:
+    """Optimizer steps the loop has counted (the step axis of logged rows)."""
+    return trainer.fit_loop.epoch_loop._batches_that_stepped
+
+
+def should_accumulate(trainer: Any) -> bool:
+    """True when the current micro-batch does not complete an optimizer step."""
+    return trainer.fit_loop.epoch_loop._should_accumulate()
+
+
+def should_check_val_epoch(trainer: Any) -> bool:
+    """True when this epoch may validate (``check_val_every_n_epoch``)."""
+    return trainer.fit_loop.epoch_loop._should_check_val_epoch()
+
+
+def num_ready_batches_reached(trainer: Any) -> bool:
+    """True after the epoch's last batch was fetched."""
+    return trainer.fit_loop.epoch_loop._num_ready_batches_reached()
+
+
+def can_stop_early(trainer: Any) -> bool:
+    """True when the fit loop may honour ``should_stop`` now (its minimum steps/epochs are done)."""
+    return trainer.fit_loop._can_stop_early
+
+
+def val_check_time_interval(trainer: Any) -> Any:
+    """The time-based ``val_check_interval`` (``None`` unless the interval is a duration)."""
+    return trainer._val_check_time_interval
+
+
+def has_trainer(module: Any) -> bool:
+    """True when the LightningModule ``module`` is attached to a trainer (its ``trainer`` property
+    raises otherwise, e.g. in a unit test that calls ``training_step`` directly)."""
+    return module._trainer is not None
+
+
+# -- the subprocess launcher (xformer.jobs.distributed) -----------------------------------------------
+LAUNCHER_FUNCTIONS = ("_hydra_subprocess_cmd", "_launch_process_observer")
+"""The subprocess launcher's functions xformer replaces: the child command under Hydra, and the observer."""
+
+
+def swap_launcher_functions(hydra_command: Callable, launch_observer: Callable,
+                            missing: Callable[[str], None]) -> dict[str, Callable]:
+    """Install ``hydra_command`` and ``launch_observer`` in Lightning's subprocess launcher; return the
+    functions they replaced (for :func:`restore_launcher_functions`). ``missing(name)`` is called for a
+    name this Lightning lacks (that one is left alone)."""
+    from lightning.pytorch.strategies.launchers import subprocess_script as mod
+
+    old = {}
+    for name, new in zip(LAUNCHER_FUNCTIONS, (hydra_command, launch_observer)):
+        if hasattr(mod, name):
+            old[name] = getattr(mod, name)
+            setattr(mod, name, new)
+        else:
+            missing(name)
+    return old
+
+
+def restore_launcher_functions(old: dict[str, Callable]) -> None:
+    """Put back the launcher functions :func:`swap_launcher_functions` returned."""
+    from lightning.pytorch.strategies.launchers import subprocess_script as mod
+
+    for name, fn in old.items():
+        setattr(mod, name, fn)
+
+
+# -- ModelParallelStrategy (xformer.jobs.distributed.fsdp_strategy) ----------------------------------
+def data_parallel_size(strategy: Any) -> Any:
+    """The strategy's data-parallel size (``"auto"`` until resolved)."""
+    return strategy._data_parallel_size
+
+
+def set_data_parallel_size(strategy: Any, size: int) -> None:
+    """Fix the strategy's data-parallel size before it sets up its device mesh."""
+    strategy._data_parallel_size = size
+
+
+# -- loggers (xformer.jobs.wandb_run, xformer.jobs.resume) -------------------------------------------
+def logger_started(logger: Any) -> bool:
+    """True when ``logger``'s experiment exists already; asking through ``logger.experiment`` would
+    start one (a W&B run on every rank, a CSV writer that deletes the old file)."""
+    return logger._experiment is not None
+
+
+# -- the CSV logger's writer (xformer.jobs.distributed.refresh_csv_headers) ---------------------------
+def csv_metrics_file(writer: Any) -> str | None:
+    """Path of the ``metrics.csv`` a ``CSVLogger``'s writer (``logger.experiment``) writes."""
+    return getattr(writer, "metrics_file_path", None)
+
+
+def add_csv_columns(writer: Any, keys: list[str]) -> None:
+    """Make the writer know the columns ``keys`` (it rewrites the file with the header it knows)."""
+    writer.metrics_keys = sorted(set(writer.metrics_keys) | set(keys))
+
+
+# -- console (xformer.jobs.console) --------------------------------------------------------------------
+RICH_AVAILABLE: bool = bool(_RICH_AVAILABLE)
+"""Whether ``rich`` is installed (Lightning then picks its Rich progress bar)."""
+
+
+class RichBarWithDescription(RichProgressBar):
+    """Lightning's Rich bar whose training description comes from the public :meth:`train_description`."""
+
+    def _get_train_description(self, current_epoch: int) -> str:
+        return self.train_description(current_epoch)
+
+    def train_description(self, current_epoch: int) -> str:
+        """The text before the training bar (default: Lightning's own)."""
+        return super()._get_train_description(current_epoch)
+
+
+# -- precision (xformer.jobs.validate) ------------------------------------------------------------------
+PRECISION_INPUTS: tuple[str, ...] = tuple(str(p) for p in typing.get_args(_PRECISION_INPUT_STR))
+"""The precision strings Lightning's ``Trainer(precision=...)`` accepts in full form (``"32-true"``, ...)."""

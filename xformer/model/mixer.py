@@ -1,0 +1,126 @@
+"""The attention mechanism as a config group (``model/mixer``): one class per option, each building
+the self- and cross-attention modules that the blocks receive by keyword (as torchtune's
+``TransformerSelfAttentionLayer`` receives ``attn=``).
+
+* :class:`MultiHeadMixer` (``mha``, the default): softmax multi-head attention (Vaswani et al. 2017 §3.2).
+* :class:`GroupedQueryMixer` (``gqa``): ``model.n_kv_heads`` key/value heads shared by groups of
+  query heads (Ainslie et al. 2023); the decoding cache holds only the kv heads.
+* :class:`MultiQueryMixer` (``mqa``): one key/value head (Shazeer 2019).
+* :class:`LinearMixer` (``linear``): kernelised linear attention, ``ϕ = elu + 1`` (Katharopoulos et al. 2020).
+
+``stacks`` (``model.mixer.stacks``) says which stacks use the mechanism: ``encoder``, ``decoder`` or
+``both``; the others keep :class:`MultiHeadMixer`. In a decoder both its self- and its cross-attention
+use it.
+
+Contract for a new mechanism (see the README's "Adding a variant"): subclass :class:`Mixer` and
+override :meth:`Mixer.self_attention` (and :meth:`Mixer.cross_attention` for encoder-decoder
+models). The modules they return take ``forward(x, key_padding_mask, cache)`` (self) or
+``forward(x, memory, key_padding_mask, cache)`` (cross), return ``(B, T, D)`` and make their own
+decoding state with ``new_cache(capacity)`` (an object with ``size`` and ``reorder(index)``). Their
+parameters are counted as attention by the parameter breakdown, whatever their class.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from .attention import AttentionPattern, CrossAttention, SelfAttention
+from .linear_attention import LinearCrossAttention, LinearSelfAttention
+from .positional import PositionalEncoding
+
+STACKS = ("encoder", "decoder", "both")
+
+
+class Mixer:
+    """Base of the mechanisms: softmax multi-head attention, built for a stack's blocks.
+
+    Args:
+        stacks: ``"encoder"``, ``"decoder"`` or ``"both"``: the stacks that use this mechanism.
+
+    Raises:
+        ValueError: for another ``stacks`` value.
+    """
+
+    def __init__(self, stacks: str = "both") -> None:
+        if stacks not in STACKS:
+            raise ValueError(f"model.mixer.stacks={stacks}: unknown. Fix: use encoder, decoder or both")
+        self.stacks = stacks
+
+    def applies_to(self, stack: str) -> bool:
+        """Whether the stack named ``stack`` (``"encoder"`` or ``"decoder"``) uses this mechanism."""
+        return self.stacks in (stack, "both")
+
+    def kv_heads(self, n_heads: int, n_kv_heads: int | None) -> int | None:
+        """The key/value heads to build with, given ``model.n_kv_heads``; the base uses one per query head.
+
+        Raises:
+            ValueError: when ``n_kv_heads`` is set to anything but ``n_heads``.
+        """
+        if n_kv_heads is not None and n_kv_heads != n_heads:
+            raise ValueError(f"model.n_kv_heads={n_kv_heads}: only model/mixer=gqa uses it (this mixer has "
+                             f"one kv head per query head). Fix: model/mixer=gqa or model.n_kv_heads=null")
+        return None
+
+    def refusal(self, pattern: AttentionPattern | None, pe_cls: type | None) -> str | None:
+        """Why this mechanism cannot serve a stack with ``pattern`` and positional scheme class
+        ``pe_cls`` (``None``: it can). Softmax attention serves every pattern and scheme."""
+        return None
+
+    def self_attention(self, d_model: int, n_heads: int, d_head: int, dropout: float, scale: bool,
+                       pattern: AttentionPattern | None, pos_embeddings: PositionalEncoding | None,
+                       n_kv_heads: int | None = None, bias: bool = True) -> nn.Module:
+        """One block's self-attention (sizes as :class:`~xformer.model.attention.MultiHeadAttention`;
+        ``bias``: biases in its projections, ``model.bias``)."""
+        return SelfAttention(d_model, n_heads, d_head, dropout, scale, bias=bias, pattern=pattern,
+                             pos_embeddings=pos_embeddings, n_kv_heads=n_kv_heads)
+
+    def cross_attention(self, d_model: int, n_heads: int, d_head: int, dropout: float, scale: bool,
+                        n_kv_heads: int | None = None, bias: bool = True) -> nn.Module:
+        """One decoder block's attention over the encoder output."""
+        return CrossAttention(d_model, n_heads, d_head, dropout, scale, bias=bias, n_kv_heads=n_kv_heads)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(stacks={self.stacks!r})"
+
+
+class MultiHeadMixer(Mixer):
+    """Multi-head softmax attention (Vaswani et al. 2017 §3.2.2), the default mechanism."""
+
+
+class GroupedQueryMixer(Mixer):
+    """Grouped-query attention (Ainslie et al. 2023 §2.2): ``model.n_kv_heads`` key/value heads, each
+    shared by ``n_heads / n_kv_heads`` query heads; ``n_kv_heads = null`` means ``n_heads`` (plain MHA)."""
+
+    def kv_heads(self, n_heads: int, n_kv_heads: int | None) -> int | None:
+        if n_kv_heads is not None and (n_kv_heads < 1 or n_heads % n_kv_heads):
+            raise ValueError(f"model.n_kv_heads={n_kv_heads}: must divide model.n_heads={n_heads}. "
+                             "Fix: pick a divisor of n_heads")
+        return n_kv_heads
+
+
+class MultiQueryMixer(GroupedQueryMixer):
+    """Multi-query attention (Shazeer 2019): one key/value head shared by every query head."""
+
+    def kv_heads(self, n_heads: int, n_kv_heads: int | None) -> int | None:
+        if n_kv_heads not in (None, 1):
+            raise ValueError(f"model.n_kv_heads={n_kv_heads}: model/mixer=mqa has one kv head. "
+                             "Fix: model/mixer=gqa for more, or model.n_kv_heads=null")
+        return 1
+
+
+class LinearMixer(Mixer):
+    """Linear attention with ``ϕ = elu + 1`` (Katharopoulos et al. 2020; see
+    :mod:`xformer.model.linear_attention`); refuses score biases and masking patterns."""
+
+    def refusal(self, pattern: AttentionPattern | None, pe_cls: type | None) -> str | None:
+        return LinearSelfAttention.refusal(pattern, pe_cls)
+
+    def self_attention(self, d_model: int, n_heads: int, d_head: int, dropout: float, scale: bool,
+                       pattern: AttentionPattern | None, pos_embeddings: PositionalEncoding | None,
+                       n_kv_heads: int | None = None, bias: bool = True) -> nn.Module:
+        return LinearSelfAttention(d_model, n_heads, d_head, dropout, scale, bias=bias, pattern=pattern,
+                                   pos_embeddings=pos_embeddings)
+
+    def cross_attention(self, d_model: int, n_heads: int, d_head: int, dropout: float, scale: bool,
+                        n_kv_heads: int | None = None, bias: bool = True) -> nn.Module:
+        return LinearCrossAttention(d_model, n_heads, d_head, dropout, scale, bias=bias)

@@ -1,0 +1,35 @@
+"""The training loss, the ``loss`` config group: one class per option, chosen by ``_target_``."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+class CrossEntropy:
+    """Token cross-entropy over the non-padding labels (their mean, or their sum for the training
+    step's token-weighted gradient), with label smoothing ``ε_ls`` (Szegedy et al. 2016; Vaswani et
+    al. 2017 §5.4 use 0.1). Logits are read in at least float32.
+
+    Args:
+        label_smoothing: ``ε_ls`` in ``[0, 1)``.
+
+    Raises:
+        ValueError: for ``label_smoothing`` outside ``[0, 1)``.
+    """
+
+    def __init__(self, label_smoothing: float = 0.1) -> None:
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"loss.label_smoothing={label_smoothing}: must be in [0, 1)")
+        self.label_smoothing = label_smoothing
+
+    def __call__(self, logits: Tensor, labels: Tensor, pad_id: int, label_smoothing: float | None = None,
+                 reduction: str = "mean") -> Tensor:
+        """The loss of ``logits`` ``(B, T, V)`` against ``labels`` ``(B, T)`` (``pad_id`` = no loss);
+        ``label_smoothing`` replaces the configured ``ε_ls`` for this call; ``reduction`` ``"mean"``
+        or ``"sum"`` over the non-padding tokens."""
+        eps = self.label_smoothing if label_smoothing is None else label_smoothing
+        logits = logits if logits.dtype == torch.float64 else logits.float()
+        return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=pad_id,
+                               label_smoothing=eps, reduction=reduction)
