@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import functools
 import os
+import threading
 
 import lightning as L
 import pytest
@@ -158,3 +159,71 @@ def test_two_gloo_ranks_with_accumulation_equal_one_process_with_the_union():
     ddp = new_model()
     got, _ = fit(ddp, DataLoader(RankShard(), batch_size=None), 2, 1, strategy="ddp_spawn", devices=2)
     assert_same(ddp.state_dict(), want, model.state_dict())
+
+
+class _Ranks:
+    """Two threads acting as DDP ranks: ``reduce`` is an all-reduce over them (sum or mean)."""
+
+    def __init__(self, world: int) -> None:
+        self.barrier, self.slots = threading.Barrier(world), [None] * world
+
+    def all_reduce(self, rank: int, t: torch.Tensor, op: str) -> torch.Tensor:
+        self.slots[rank] = t.detach().clone()
+        self.barrier.wait()
+        out = sum(self.slots[1:], self.slots[0].clone())
+        self.barrier.wait()
+        return out / len(self.slots) if op == "mean" else out
+
+
+class _Strategy:
+    def __init__(self, ranks: _Ranks, rank: int) -> None:
+        self.ranks, self.rank = ranks, rank
+
+    def reduce(self, t, reduce_op="mean"):
+        return self.ranks.all_reduce(self.rank, t, reduce_op)
+
+
+class _Trainer:
+    def __init__(self, ranks: _Ranks, rank: int, world: int, accumulate: int) -> None:
+        self.world_size, self.global_rank, self.accumulate_grad_batches = world, rank, accumulate
+        self.strategy = _Strategy(ranks, rank)
+
+
+def test_ranks_under_the_ddp_contract_give_the_gradient_of_the_union():
+    """Fast stand-in for the gloo test: two threads run the module's hooks as two ranks would under
+    DDP (the loss of each micro-batch scaled by 1/accumulate and backpropagated, gradients averaged
+    over ranks, then ``on_before_optimizer_step``); the result is the gradient of the token mean of
+    all four micro-batches, and each rank logs that mean as ``train/loss``."""
+    model = new_model()
+    ref = copy.deepcopy(model)
+    total = sum(int((b["tgt"][:, 1:] != PAD).sum()) for b in BATCHES)
+    ref_loss = sum(F.cross_entropy(lg.flatten(0, 1), lb.flatten(), ignore_index=PAD, label_smoothing=LS,
+                                   reduction="sum")
+                   for lg, lb in (ref.logits_and_labels(b, PAD, EOS) for b in BATCHES)) / total
+    ref_loss.backward()
+    world, accumulate = 2, 2
+    ranks, grads, logged = _Ranks(world), {}, {}
+
+    def rank_main(rank: int) -> None:
+        module = TransformerLitModule(copy.deepcopy(model), optimizer=None, lr_lambda=None, label_smoothing=LS,
+                                      pad_id=PAD, bos_id=BOS, eos_id=EOS)
+        module._trainer = _Trainer(ranks, rank, world, accumulate)
+        module.log = lambda name, value, **kw: logged.__setitem__((rank, name), float(value))
+        for i in range(accumulate):
+            (module.training_step(BATCHES[i * world + rank], i) / accumulate).backward()  # as Lightning does
+        for p in module.parameters():  # DDP: gradients averaged over ranks
+            p.grad = ranks.all_reduce(rank, p.grad, "mean")
+        module.on_before_optimizer_step(None)
+        grads[rank] = {n: p.grad.clone() for n, p in module.model.named_parameters()}
+
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    want = torch.cat([p.grad.flatten() for p in ref.parameters()])
+    for rank in range(world):
+        got = torch.cat([grads[rank][n].flatten() for n, _ in ref.named_parameters()])
+        err = float((got - want).norm() / want.norm())
+        assert err < 1e-9, f"rank {rank}: gradient off by {err:.2e} of its norm"
+        assert logged[(rank, "train/loss")] == pytest.approx(float(ref_loss), rel=1e-12)
