@@ -29,10 +29,12 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
 from .console import progress_bar, single_log_lines
+from .distributed import patch_lightning_for_job
 from xformer.train.module import TransformerLitModule
 from .steps import ConsistentResume, OptimizerStepIntervals
 from .resume import ResumableCSVLogger, checkpoint_step, own_checkpoint
-from .validate import build_model, check_config, check_with_data
+from .callbacks import interrupt_signal
+from .validate import build_model, check_checkpoint_vocab, check_config, check_with_data, checkpoint_file
 from .wandb_run import describe_runs, finish_runs, wandb_logger
 
 log = logging.getLogger("xformer")
@@ -128,6 +130,7 @@ def build_module(cfg: DictConfig, dm, model: torch.nn.Module) -> TransformerLitM
 def build_trainer(cfg: DictConfig, loggers: list) -> L.Trainer:
     """``cfg.trainer`` with the configured callbacks plus xformer's own (optimizer-step intervals,
     consistent resume, the progress bar)."""
+    patch_lightning_for_job()  # DDP child ranks of a Hydra job run exactly this job
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()
                  if isinstance(c, DictConfig) and "_target_" in c]
     callbacks.append(OptimizerStepIntervals())  # "every N steps" = optimizer steps under accumulation
@@ -151,8 +154,12 @@ def build(cfg: DictConfig, info: dict, out_dir: Path) -> Job:
     dm = instantiate(cfg.data)
     dm.prepare_data()
     dm.setup("fit")
+    # the checks that need the data, on the model built on the meta device (nothing allocated yet)
+    ckpt = checkpoint_file(cfg, out_dir)
+    if ckpt is not None:
+        check_checkpoint_vocab(cfg, ckpt, dm)
+    check_with_data(cfg, dm, build_model(cfg, dm.src_vocab_size, dm.tgt_vocab_size, dm.pad_id, device="meta"))
     model = build_model(cfg, dm.src_vocab_size, dm.tgt_vocab_size, dm.pad_id)
-    check_with_data(cfg, dm, model)
     params = model.param_breakdown()
     log.info("parameters: %s", ", ".join(f"{k}={v:,}" for k, v in params.items()))
     module = build_module(cfg, dm, model)
@@ -241,7 +248,7 @@ def run(cfg: DictConfig) -> float | None:
     info = job_info()
     out_dir = Path(info.get("output_dir") or cfg.paths.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    check_config(cfg)
+    check_config(cfg, checkpoint_file(cfg, out_dir))
     if cfg.mode == "eval":
         cfg = config_from_checkpoint(cfg, info["overrides"])
     job = build(cfg, info, out_dir)
@@ -250,9 +257,13 @@ def run(cfg: DictConfig) -> float | None:
         fit_metrics, test_metrics, tokens_seen = fit_and_test(cfg, job, checkpoint_to_load(cfg, out_dir))
         final = {**fit_metrics, **test_metrics}
         status, exit_code = "finished", 0
-    except BaseException as err:  # recorded in metrics.json; SIGTERM (preemption) saved last.ckpt
-        preempted = isinstance(err, SIGTERMException)
-        status, exit_code = ("preempted", 143) if preempted else ("failed", 1)
+    except BaseException as err:  # recorded in metrics.json; SIGTERM (preemption) and Ctrl-C saved last.ckpt
+        ctrl_c = isinstance(err, KeyboardInterrupt) or (  # Lightning's exit(1) after a KeyboardInterrupt
+            type(err) is SystemExit and job.trainer.interrupted)
+        if isinstance(err, SIGTERMException):
+            status, exit_code = ("interrupted", 130) if interrupt_signal() == "SIGINT" else ("preempted", 143)
+        else:
+            status, exit_code = ("interrupted", 130) if ctrl_c else ("failed", 1)
         job.summary["error"] = f"{type(err).__name__}: {err}".splitlines()[0][:1000]
         raise
     finally:
