@@ -28,7 +28,7 @@ from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
-from .console import progress_bar, single_log_lines
+from .console import progress_bar, quiet_console, single_log_lines, test_table
 from .distributed import patch_lightning_for_job
 from xformer.train.module import TransformerLitModule
 from .steps import ConsistentResume, OptimizerStepIntervals
@@ -200,12 +200,21 @@ def fit_and_test(cfg: DictConfig, job: Job, ckpt: str | None) -> tuple[dict, dic
     """
     trainer, module, dm = job.trainer, job.module, job.dm
     if cfg.mode != "train":
-        return {}, _merged(trainer.test(module, datamodule=dm, ckpt_path=ckpt)), None
+        return {}, _test(trainer, module, dm, ckpt), None
     trainer.fit(module, datamodule=dm, ckpt_path=ckpt)
     fit_metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     tokens_seen = module.tokens_seen  # testing the best checkpoint reloads its (older) count
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
-    return fit_metrics, _merged(trainer.test(module, datamodule=dm, ckpt_path=best or None)), tokens_seen
+    return fit_metrics, _test(trainer, module, dm, best or None), tokens_seen
+
+
+def _test(trainer: L.Trainer, module, dm, ckpt: str | None) -> dict:
+    """``trainer.test`` with the results printed as :func:`~xformer.jobs.console.test_table` (one
+    column per test split) instead of Lightning's per-dataloader table."""
+    results = _merged(trainer.test(module, datamodule=dm, ckpt_path=ckpt, verbose=False))
+    if trainer.is_global_zero and (table := test_table(results, list(dm.test_split_names))):
+        print(table, end="", flush=True)
+    return results
 
 
 def _merged(results: list[dict]) -> dict:
@@ -245,6 +254,7 @@ def run(cfg: DictConfig) -> float | None:
     """
     t_start = time.time()
     single_log_lines()  # Lightning's lines once, through Hydra's handlers
+    quiet_console()  # no library messages that are false or noise for this run
     info = job_info()
     out_dir = Path(info.get("output_dir") or cfg.paths.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -124,6 +124,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     dec = cfg.decode
     lines = [line.rstrip("\n") for line in sys.stdin]
+    if not lines:
+        print("note: the input was empty: nothing to translate (give one source sentence per line on stdin)",
+              file=sys.stderr)
+        return 0
     try:  # translate() returns a list: nothing is printed before a refusal (e.g. a decoder-only model)
         hyps = translate(model, tokenizer, lines, beam_size=args.beam or dec.beam_size,
                          alpha=dec.alpha if args.alpha is None else args.alpha,
