@@ -30,27 +30,20 @@ class RichBar(RichProgressBar):
     Lightning's own: values logged with ``prog_bar=True`` would be read back from the device at
     every batch, a sync per training step on a GPU."""
 
-    _batches_seen = 0
-
-    def on_train_start(self, trainer, pl_module) -> None:
-        super().on_train_start(trainer, pl_module)
-        self._batches_seen = 0  # a mid-epoch resume starts here, without on_train_epoch_start
-
-    def on_train_epoch_start(self, trainer, pl_module) -> None:
-        super().on_train_epoch_start(trainer, pl_module)
-        self._batches_seen = 0
-
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
-        """Lightning's update, with the total raised by the batches of this epoch done before a
-        mid-epoch resume: the batch index continues from the checkpoint while the loader (and so
-        Lightning's total) has only the epoch's remaining batches, which read ``120/33``."""
-        self._batches_seen += 1
+        """Lightning's update, with the total set to the batches this epoch will really run: with
+        ``max_epochs=-1`` Lightning's total is ``min(epoch length, max_steps - global_step)``, the
+        steps *left*, while the count is the batch index in the epoch, which after a mid-epoch
+        resume starts where the checkpoint was (``120/33``). Here the total is the batches done in
+        this epoch plus those left before the epoch or ``max_steps`` ends."""
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
-        done_before = batch_idx + 1 - self._batches_seen
-        total = self.total_train_batches
-        if (done_before > 0 and self.progress is not None and self.train_progress_bar_id is not None
-                and isinstance(total, (int, float)) and not math.isinf(total)):
-            self.progress.update(self.train_progress_bar_id, total=done_before + total)
+        n = trainer.num_training_batches
+        if (self.progress is None or self.train_progress_bar_id is None or not trainer.max_steps
+                or trainer.max_steps < 0 or trainer.max_epochs != -1 or math.isinf(n)):
+            return
+        steps_left = max(0, trainer.max_steps - trainer.global_step)
+        batches_left = steps_left * max(1, int(trainer.accumulate_grad_batches or 1))
+        self.progress.update(self.train_progress_bar_id, total=min(n, batch_idx + 1 + batches_left))
 
     def get_metrics(self, trainer, pl_module) -> dict:
         return {**super().get_metrics(trainer, pl_module), **getattr(pl_module, "progress_metrics", {})}
@@ -106,11 +99,12 @@ class _DropRecords(logging.Filter):
 _TIP_FILTER = _DropRecords(_LIGHTNING_TIP)
 
 
-def quiet_console() -> None:
+def quiet_console(resuming: bool = False) -> None:
     """Keep library messages that say nothing true about this run off the console (idempotent):
-    Lightning's litlogger tip (a logging filter on its ``rank_zero`` logger) and torch's ``LeafSpec``
+    Lightning's litlogger tip (a logging filter on its ``rank_zero`` logger), torch's ``LeafSpec``
     deprecation that Lightning's pytree helper triggers (a warnings filter on that message from that
-    module only). W&B's "anonymous setting" warning is avoided where the W&B run is created
+    module only) and, when the job resumes from its own checkpoint (``resuming``), Lightning's
+    "Checkpoint directory ... exists and is not empty" (of course it is: it holds that checkpoint). W&B's "anonymous setting" warning is avoided where the W&B run is created
     (:func:`xformer.jobs.wandb_run.start_wandb`), and the CSV logger's "Previous log files ... will be
     deleted" on resume where the log is kept (:class:`xformer.jobs.resume.ResumableCSVLogger`)."""
     for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
@@ -119,6 +113,9 @@ def quiet_console() -> None:
             logger.addFilter(_TIP_FILTER)
     warnings.filterwarnings("ignore", message=_LEAFSPEC_MESSAGE, category=FutureWarning,
                             module=r"lightning\.pytorch\.utilities\._pytree")
+    if resuming:
+        warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty",
+                                module=r"lightning\.pytorch\.callbacks\.model_checkpoint")
 
 
 def test_table(results: dict[str, float], split_names: list[str]) -> str:

@@ -254,9 +254,9 @@ def run(cfg: DictConfig) -> float | None:
     """
     t_start = time.time()
     single_log_lines()  # Lightning's lines once, through Hydra's handlers
-    quiet_console()  # no library messages that are false or noise for this run
     info = job_info()
     out_dir = Path(info.get("output_dir") or cfg.paths.output_dir)
+    quiet_console(resuming=own_checkpoint(cfg, out_dir) is not None)  # no false or noise library messages
     out_dir.mkdir(parents=True, exist_ok=True)
     check_config(cfg, checkpoint_file(cfg, out_dir))
     if cfg.mode == "eval":
