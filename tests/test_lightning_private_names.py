@@ -11,6 +11,9 @@ Where each name is used:
 * training-epoch-loop and trainer internals: :mod:`xformer.jobs.steps` (validation and checkpoint
   intervals counted in optimizer steps, consistent resume).
 * the CSV logger's writer ``metrics_keys`` / ``metrics_file_path``: ``refresh_csv_headers``.
+* ``Trainer._signal_connector.received_sigterm``: set on Ctrl-C by
+  :class:`xformer.jobs.callbacks.StopCheckpoint`, so SIGINT stops training as SIGTERM does.
+* ``WandbLogger._wandb_init``: :mod:`xformer.jobs.wandb_run` drops the ``anonymous=None`` W&B warns about.
 """
 
 import importlib
@@ -49,3 +52,13 @@ def test_logger_and_strategy_internals_exist(tmp_path):
     assert isinstance(writer.metrics_keys, list) and hasattr(writer, "metrics_file_path")
     strategy = ModelParallelStrategy(data_parallel_size="auto", tensor_parallel_size=1)
     assert strategy._data_parallel_size == "auto"
+
+
+def test_stop_flag_and_wandb_init_arguments_exist(tmp_path):
+    trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        default_root_dir=tmp_path)
+    assert trainer.received_sigterm is False
+    trainer._signal_connector.received_sigterm = True
+    assert trainer.received_sigterm is True  # the flag the training loop reads
+    init = WandbLogger(offline=True, save_dir=str(tmp_path))._wandb_init
+    assert isinstance(init, dict) and "anonymous" in init
