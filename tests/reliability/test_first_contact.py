@@ -140,6 +140,7 @@ def test_ctrl_c_saves_last_ckpt_and_resume_matches_the_uninterrupted_run(tmp_pat
     _assert_same_run(job, reference_run, stopped_at)
 
 
+@pytest.mark.slow  # ~13 s: two-second steps so the second signal lands while the first stop is pending
 def test_second_ctrl_c_quits_at_once(tmp_path):
     job = tmp_path / "job"
     slow = ["+callbacks.slow._target_=tests.reliability.first_contact_probe.SlowSteps", "+callbacks.slow.seconds=2"]
@@ -230,7 +231,7 @@ def test_a_non_xformer_lightning_checkpoint_is_refused_in_one_line(tmp_path):
         check_checkpoint_model(eval_cfg, str(foreign))
 
 
-def test_checkpoint_with_another_vocabulary_is_refused_after_the_data_before_the_model(tmp_path):
+def test_checkpoint_with_another_vocabulary_is_refused_with_both_sizes(tmp_path):
     from xformer.jobs.validate import check_checkpoint_vocab
 
     cfg = _compose(TINY)
@@ -239,6 +240,11 @@ def test_checkpoint_with_another_vocabulary_is_refused_after_the_data_before_the
         check_checkpoint_vocab(cfg, str(ckpt), SimpleNamespace(src_vocab_size=600, tgt_vocab_size=600))
     check_checkpoint_vocab(cfg, str(ckpt), SimpleNamespace(src_vocab_size=50, tgt_vocab_size=50))
 
+
+@pytest.mark.slow  # ~11 s: builds the tiny data set
+def test_checkpoint_with_another_vocabulary_stops_run_py_in_one_line(tmp_path):
+    cfg = _compose(TINY)
+    ckpt = _fake_checkpoint(tmp_path / "v50.ckpt", cfg, src_vocab=50, tgt_vocab=50)
     res = run_py([*TINY, f"ckpt_path={ckpt}", f"hydra.run.dir={tmp_path / 'job'}"], tmp_path, timeout=180)
     assert res.returncode == 2, res.stderr[-2000:]
     errors = _error_lines(res.stderr)
