@@ -46,3 +46,18 @@ class BarProbe(L.Callback):
 
     def on_train_end(self, trainer, pl_module) -> None:  # noqa: D102
         self._record(trainer)
+
+
+class DiskFull(L.Callback):
+    """Raise ``OSError(ENOSPC)`` for ``<dirpath>/last.ckpt`` at training batch ``at``, as a disk
+    that fills up during the run would."""
+
+    def __init__(self, dirpath: str, at: int = 2) -> None:
+        self.dirpath, self.at = dirpath, int(at)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:  # noqa: D102
+        if trainer.global_step >= self.at:
+            import errno
+            import os
+
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), f"{self.dirpath}/last.ckpt")

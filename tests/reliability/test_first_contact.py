@@ -268,6 +268,19 @@ def test_a_sweep_folder_that_cannot_be_made_is_one_error_line(tmp_path):
     assert _error_lines(res.stderr)[0].startswith("error: hydra.sweep.dir=/proc/xformer-sweep: cannot create")
 
 
+def test_a_disk_that_fills_up_during_the_run_is_one_error_line(tmp_path):
+    job = tmp_path / "job"
+    full = ["+callbacks.full._target_=tests.reliability.first_contact_probe.DiskFull",
+            f"+callbacks.full.dirpath={job / 'checkpoints'}"]
+    res = run_py([*TINY, "logger=csv", "trainer.max_steps=6", *full, f"hydra.run.dir={job}"], tmp_path, timeout=180)
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    errors = _error_lines(res.stderr)
+    assert len(errors) == 1, res.stderr[-2000:]
+    assert errors[0].startswith(f"error: {job / 'checkpoints' / 'last.ckpt'}: No space left on device. Fix: ")
+    assert f"ckpt_path=last hydra.run.dir={job}" in errors[0]
+    assert metrics(job)["status"] == "failed"
+
+
 @pytest.mark.parametrize("call,err,reason", [
     ("mkdir", errno.EROFS, "Read-only file system"),
     ("write", errno.ENOSPC, "No space left on device"),
