@@ -2,8 +2,12 @@
 
 Returns the configured objective (``objective.metric``) so Hydra sweepers (Optuna) can optimise it.
 Invalid configurations and inputs print one line naming the key/file and the fix, and exit with
-status 2 (set ``HYDRA_FULL_ERROR=1`` for the stack trace). A NaN/Inf training loss prints one line
-naming the step and exits 1; SIGTERM saves ``last.ckpt`` and exits 143 (README: "When things go wrong").
+status 2 (set ``HYDRA_FULL_ERROR=1`` for the stack trace). The config is checked before torch's
+training stack, Lightning and W&B are imported and before any data is built
+(:func:`xformer.jobs.validate.check_config_first`), so such a line comes within seconds. A NaN/Inf
+training loss prints one line naming the step and exits 1; SIGTERM saves ``last.ckpt`` and exits
+143, Ctrl-C (SIGINT) saves it too and exits 130, printing the command that resumes the run (a
+second Ctrl-C quits at once); README: "When things go wrong".
 """
 
 import logging
@@ -16,15 +20,43 @@ from omegaconf import DictConfig
 import xformer  # noqa: F401  (registers ${xformer.run_id:}, the run folder's suffix)
 
 
+def _fail(err: BaseException, code: int) -> None:
+    """Print ``error: <err>`` (one line), or re-raise under ``HYDRA_FULL_ERROR=1`` or in a sweep job
+    (Hydra records the failed job and the sweep goes on)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        raise err
+    logging.getLogger("xformer").error("%s", err)
+    if str(HydraConfig.get().mode) == "RunMode.MULTIRUN":
+        raise err
+    print(f"error: {err}", file=sys.stderr)
+    sys.exit(code)
+
+
+def _out_dir(cfg: DictConfig):
+    from pathlib import Path
+
+    from hydra.core.hydra_config import HydraConfig
+
+    return Path(HydraConfig.get().runtime.output_dir) if HydraConfig.initialized() else Path(cfg.paths.output_dir)
+
+
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
-    from hydra.core.hydra_config import HydraConfig
+    from xformer.errors import ConfigError
+    from xformer.jobs.validate import check_config_first, checkpoint_file
+
+    try:  # the config alone and the model on the meta device: no Lightning, W&B or data yet
+        if not (cfg.get("sweep") and cfg.sweep.get("dry_run")):
+            check_config_first(cfg, checkpoint_file(cfg, _out_dir(cfg)))
+    except ConfigError as err:
+        _fail(err, 2)
 
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from xformer.data.errors import DataError
-    from xformer.model import ConfigError
-    from xformer.jobs.callbacks import NonFiniteLossError
+    from xformer.jobs.callbacks import NonFiniteLossError, interrupt_signal
     from xformer.jobs.driver import run
 
     try:
@@ -39,15 +71,16 @@ def main(cfg: DictConfig) -> float | None:
             return plan.value
         return run(cfg)
     except (ConfigError, DataError, NonFiniteLossError) as err:
-        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        _fail(err, 1 if isinstance(err, NonFiniteLossError) else 2)
+    except OSError as err:  # a full disk, a folder made read-only during the run, ...
+        import errno
+
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
             raise
-        logging.getLogger("xformer").error("%s", err)
-        if str(HydraConfig.get().mode) == "RunMode.MULTIRUN":
-            raise  # Hydra records the failed job and the sweep goes on
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(1 if isinstance(err, NonFiniteLossError) else 2)
-    except SIGTERMException:  # preempted: last.ckpt was saved (xformer.jobs.callbacks.StopCheckpoint)
-        sys.exit(143)
+        _fail(ConfigError(f"{err.filename or 'the output folder'}: {err.strerror}. Fix: free space or make it "
+                          f"writable, then resume with ckpt_path=last hydra.run.dir={_out_dir(cfg)}"), 1)
+    except SIGTERMException:  # preempted or Ctrl-C: last.ckpt was saved (xformer.jobs.callbacks.StopCheckpoint)
+        sys.exit(130 if interrupt_signal() == "SIGINT" else 143)
 
 
 if __name__ == "__main__":

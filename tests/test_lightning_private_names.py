@@ -122,3 +122,26 @@ def test_rich_available_and_the_bar_description():
 @pytest.mark.parametrize("precision", ["32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true"])
 def test_precision_inputs(precision):
     assert precision in compat.PRECISION_INPUTS
+
+
+def test_request_stop_sets_the_flag_the_training_loop_reads(tmp_path):
+    trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        default_root_dir=tmp_path)
+    assert trainer.received_sigterm is False
+    compat.request_stop(trainer)
+    assert trainer.received_sigterm is True
+
+
+def test_wandb_init_kwargs_are_the_loggers_own(tmp_path):
+    logger = WandbLogger(offline=True, save_dir=str(tmp_path))
+    init = compat.wandb_init_kwargs(logger)
+    assert isinstance(init, dict) and "anonymous" in init
+    init["probe"] = 1
+    assert compat.wandb_init_kwargs(logger)["probe"] == 1  # edits reach the logger's wandb.init call
+    assert compat.wandb_init_kwargs(CSVLogger(str(tmp_path))) is None
+
+
+def test_validate_keeps_lightnings_precision_list():
+    from xformer.jobs.validate import PRECISIONS
+
+    assert set(PRECISIONS) == set(compat.PRECISION_INPUTS) | {"64", "32", "16", "bf16"}

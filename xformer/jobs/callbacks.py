@@ -8,9 +8,10 @@
   records every validation loss; a run whose last validation loss is above its first (or
   non-finite) finishes normally but is recorded as diverged too (:meth:`NonFiniteLossGuard.divergence`).
 * :class:`StopCheckpoint` -- writes ``last.ckpt`` where training stops between the periodic saves:
-  on SIGTERM (SLURM preemption, ``scancel``, ``kill``) Lightning stops at the next batch boundary
-  and this saves there, so ``ckpt_path=last hydra.run.dir=<job dir>`` continues exactly where the
-  run stopped; and at the end of training, so ``last.ckpt`` holds the final weights.
+  on SIGTERM (SLURM preemption, ``scancel``, ``kill``) and on Ctrl-C (SIGINT, handled the same way
+  during ``fit``; a second Ctrl-C quits at once) Lightning stops at the next batch boundary and this
+  saves there, so ``ckpt_path=last hydra.run.dir=<job dir>`` continues exactly where the run
+  stopped; and at the end of training, so ``last.ckpt`` holds the final weights.
 * :class:`StepSeed` -- reseeds the RNGs at every training batch from ``(seed, epoch, batch, rank)``:
   dropout masks are a function of the position in training, so a resumed run draws exactly the
   masks the uninterrupted run would have drawn (nothing else consumed before the first resumed
@@ -29,6 +30,10 @@ import logging
 import math
 import os
 import random
+import shlex
+import signal
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +44,36 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from .checkpoint_io import AtomicCheckpointIO
+from .lightning_compat import request_stop
 
 log = logging.getLogger("xformer")
+
+
+#: The signal that stopped training in this process (``"SIGTERM"`` or ``"SIGINT"``), None before.
+_STOPPED_BY: dict[str, str | None] = {"signal": None}
+
+
+def interrupt_signal() -> str | None:
+    """``"SIGINT"`` when Ctrl-C stopped this process's training, ``"SIGTERM"`` when SIGTERM did
+    (read by ``run.py`` and the driver for the exit status and ``metrics.json``'s status), else None."""
+    return _STOPPED_BY["signal"]
+
+
+def resume_command(job_dir: Path) -> str:
+    """The shell command that continues the current Hydra job from its ``last.ckpt``: this job's
+    overrides (without ``ckpt_path``/``hydra.run.dir``) plus ``ckpt_path=last hydra.run.dir=<job_dir>``."""
+    overrides: list[str] = []
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if HydraConfig.initialized():
+            overrides = [o for o in HydraConfig.get().overrides.task
+                         if not o.lstrip("+~").startswith(("ckpt_path=", "hydra.run.dir="))]
+    except Exception:  # outside Hydra: the bare command
+        pass
+    script = sys.argv[0] if sys.argv and sys.argv[0].endswith(".py") else "run.py"
+    return " ".join(["python", shlex.quote(script), *map(shlex.quote, overrides), "ckpt_path=last",
+                     shlex.quote(f"hydra.run.dir={job_dir}")])
 
 
 class NonFiniteLossError(RuntimeError):
@@ -197,13 +230,21 @@ class NonFiniteLossGuard(L.Callback):
 
 
 class StopCheckpoint(L.Callback):
-    """Save ``<dirpath>/last.ckpt`` when training stops: on SIGTERM, and when ``fit`` ends.
+    """Save ``<dirpath>/last.ckpt`` when training stops: on SIGTERM, on Ctrl-C, and when ``fit`` ends.
 
     Lightning's own SIGTERM handler only sets a flag; the training loop then raises
     ``SIGTERMException`` after the current batch (and its validation, if due). This callback's
     ``on_exception`` writes the checkpoint at that consistent point, then the exception ends the run
     (``metrics.json`` status ``"preempted"``, exit status 143). Other exceptions (a NaN loss, a
     crash) save nothing: the last periodic ``last.ckpt`` stays the resume point.
+
+    Ctrl-C (SIGINT) during training is handled the same way instead of Python's
+    ``KeyboardInterrupt`` (which Lightning turns into ``exit(1)`` with nothing saved, wherever in the
+    step it arrives): from ``on_train_start`` to the end of ``fit`` a SIGINT handler sets Lightning's
+    stop flag, so the run saves ``last.ckpt`` at the next batch boundary, ``metrics.json`` says
+    ``"interrupted"``, the console shows the command that resumes the run, and ``run.py`` exits 130.
+    A second Ctrl-C quits at once (``os._exit(130)``, nothing more is saved). A process that ignores
+    SIGINT (started in the background) keeps ignoring it.
 
     Why not Lightning's ``OnExceptionCheckpoint``: it saves on *every* exception, so a NaN loss
     (:class:`NonFiniteLossGuard`) would replace the last good state with the broken one; it writes its
@@ -222,29 +263,70 @@ class StopCheckpoint(L.Callback):
         self.filename = filename
         self.save_on_train_end = save_on_train_end
         self.saved_path: str | None = None
+        self._previous_sigint = None
+        self._sigints = 0
 
     def _path(self, trainer: L.Trainer) -> Path | None:
         dirpath = self.dirpath or (trainer.checkpoint_callback.dirpath if trainer.checkpoint_callback else None)
         return Path(dirpath) / self.filename if dirpath else None
+
+    # -- Ctrl-C ---------------------------------------------------------------------------------
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._sigints = 0
+        if threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+            return  # ignored (background job) or someone else's handler: leave it
+
+        def on_sigint(signum, frame) -> None:
+            self._sigints += 1
+            if self._sigints > 1:
+                print("\nsecond Ctrl-C: quitting now, nothing more saved", file=sys.stderr, flush=True)
+                os._exit(130)
+            _STOPPED_BY["signal"] = "SIGINT"
+            print("\nCtrl-C: stopping after this batch and saving last.ckpt (Ctrl-C again to quit at once)",
+                  file=sys.stderr, flush=True)
+            request_stop(trainer)  # Lightning's stop flag, as on SIGTERM
+
+        self._previous_sigint = signal.signal(signal.SIGINT, on_sigint)
+
+    def _restore_sigint(self) -> None:
+        if self._previous_sigint is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, self._previous_sigint)
+        self._previous_sigint = None
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         path = self._path(trainer)
         if self.save_on_train_end and path is not None and trainer.global_step > 0:
             trainer.save_checkpoint(path)
             self.saved_path = str(path)
+        self._restore_sigint()
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        try:
+            self._save_on_stop(trainer, exception)
+        finally:
+            self._restore_sigint()
+
+    def _save_on_stop(self, trainer: L.Trainer, exception: BaseException) -> None:
         if not isinstance(exception, SIGTERMException):
             return
+        if trainer.state.fn != "fit":
+            # stopped while testing (a best checkpoint's weights are loaded) or validating outside fit:
+            # the last.ckpt written when training ended is the one to keep
+            _STOPPED_BY["signal"] = _STOPPED_BY["signal"] or "SIGTERM"
+            return
+        what = "Ctrl-C" if _STOPPED_BY["signal"] == "SIGINT" else "SIGTERM"
+        _STOPPED_BY["signal"] = _STOPPED_BY["signal"] or "SIGTERM"
         path = self._path(trainer)
         if path is None:
-            log.warning("SIGTERM at step %d: no checkpoint folder configured, nothing saved", trainer.global_step)
+            log.warning("%s at step %d: no checkpoint folder configured, nothing saved", what, trainer.global_step)
             return
         trainer.save_checkpoint(path)
         self.saved_path = str(path)
         if trainer.is_global_zero:
-            log.warning("SIGTERM: saved %s at step %d; continue with ckpt_path=last hydra.run.dir=%s",
-                        path, trainer.global_step, path.parent.parent)
+            log.warning("%s: saved %s at step %d; resume with: %s", what, path, trainer.global_step,
+                        resume_command(path.parent.parent))
 
 
 class StepSeed(L.Callback):

@@ -1,9 +1,13 @@
-"""What a run prints on the terminal: one copy of each Lightning log line, and a progress bar whose
-epoch label makes sense when the number of epochs is unlimited (``trainer.max_epochs=-1``)."""
+"""What a run prints on the terminal: one copy of each Lightning log line, only messages that are
+true about this run (:func:`quiet_console`), a progress bar whose epoch label makes sense when the
+number of epochs is unlimited (``trainer.max_epochs=-1``) and whose count makes sense after a
+mid-epoch resume, and a test-results table with one column per test split (:func:`test_table`)."""
 
 from __future__ import annotations
 
 import logging
+import math
+import warnings
 
 from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
@@ -26,6 +30,21 @@ class RichBar(RichBarWithDescription):
     the module's ``progress_metrics`` (host floats the module refreshes at logging steps) beside
     Lightning's own: values logged with ``prog_bar=True`` would be read back from the device at
     every batch, a sync per training step on a GPU."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        """Lightning's update, with the total set to the batches this epoch will really run: with
+        ``max_epochs=-1`` Lightning's total is ``min(epoch length, max_steps - global_step)``, the
+        steps *left*, while the count is the batch index in the epoch, which after a mid-epoch
+        resume starts where the checkpoint was (``120/33``). Here the total is the batches done in
+        this epoch plus those left before the epoch or ``max_steps`` ends."""
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        n = trainer.num_training_batches
+        if (self.progress is None or self.train_progress_bar_id is None or not trainer.max_steps
+                or trainer.max_steps < 0 or trainer.max_epochs != -1 or math.isinf(n)):
+            return
+        steps_left = max(0, trainer.max_steps - trainer.global_step)
+        batches_left = steps_left * max(1, int(trainer.accumulate_grad_batches or 1))
+        self.progress.update(self.train_progress_bar_id, total=min(n, batch_idx + 1 + batches_left))
 
     def get_metrics(self, trainer, pl_module) -> dict:
         return {**super().get_metrics(trainer, pl_module), **getattr(pl_module, "progress_metrics", {})}
@@ -58,3 +77,84 @@ def single_log_lines() -> None:
             if type(handler) is logging.StreamHandler:  # Lightning's console handlers, nothing else
                 logger.removeHandler(handler)
         logger.propagate = True
+
+
+# Messages of libraries that are noise or false for an xformer run, each matched narrowly:
+_LIGHTNING_TIP = "💡 Tip:"  # Lightning advertises its litlogger package at every Trainer (no option turns it off)
+#: torch >= 2.10 deprecates constructing ``LeafSpec``; Lightning's own ``utilities/_pytree.py`` still
+#: does (nothing of xformer's), once per run.
+_LEAFSPEC_MESSAGE = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
+
+
+class _DropRecords(logging.Filter):
+    """A logging filter that drops the records whose message starts with one of ``prefixes``."""
+
+    def __init__(self, *prefixes: str) -> None:
+        super().__init__()
+        self.prefixes = prefixes
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.getMessage()).startswith(self.prefixes)
+
+
+_TIP_FILTER = _DropRecords(_LIGHTNING_TIP)
+
+
+def quiet_console(resuming: bool = False) -> None:
+    """Keep library messages that say nothing true about this run off the console (idempotent):
+    Lightning's litlogger tip (a logging filter on its ``rank_zero`` logger), torch's ``LeafSpec``
+    deprecation that Lightning's pytree helper triggers (a warnings filter on that message from that
+    module only) and, when the job resumes from its own checkpoint (``resuming``), Lightning's
+    "Checkpoint directory ... exists and is not empty" (of course it is: it holds that checkpoint). W&B's "anonymous setting" warning is avoided where the W&B run is created
+    (:func:`xformer.jobs.wandb_run.start_wandb`), and the CSV logger's "Previous log files ... will be
+    deleted" on resume where the log is kept (:class:`xformer.jobs.resume.ResumableCSVLogger`)."""
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+        logger = logging.getLogger(name)
+        if _TIP_FILTER not in logger.filters:
+            logger.addFilter(_TIP_FILTER)
+    warnings.filterwarnings("ignore", message=_LEAFSPEC_MESSAGE, category=FutureWarning,
+                            module=r"lightning\.pytorch\.utilities\._pytree")
+    if resuming:
+        warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty",
+                                module=r"lightning\.pytorch\.callbacks\.model_checkpoint")
+
+
+def test_table(results: dict[str, float], split_names: list[str]) -> str:
+    """The test results as a text table with one column per test split, named by the split, and
+    one row per metric: key ``test/<metric>`` belongs to split ``test``, ``test/<metric>@<split>``
+    to ``<split>`` (the module's naming). Lightning's own table has a "DataLoader i" column per
+    loader, each showing every split's values, since the module logs them all at the epoch end.
+
+    Args:
+        results: the test metrics (``trainer.test`` results merged), e.g. ``{"test/loss": 0.1,
+            "test/loss@long": 2.3}``; keys outside ``test/`` are ignored.
+        split_names: the data module's test splits, in order (e.g. ``["test", "long"]``).
+
+    Returns:
+        the table as text (empty when there are no test metrics).
+    """
+    cols = list(split_names) or ["test"]
+    cells: dict[str, dict[str, float]] = {}
+    for key, value in results.items():
+        if not key.startswith("test/"):
+            continue
+        metric, _, split = key[len("test/"):].partition("@")
+        split = split or "test"
+        if split not in cols:
+            cols.append(split)
+        cells.setdefault(metric, {})[split] = float(value)
+    if not cells:
+        return ""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="test results")
+    table.add_column("metric", style="cyan")
+    for split in cols:
+        table.add_column(split, justify="right", style="magenta")
+    for metric, row in cells.items():
+        table.add_row(metric, *(f"{row[s]:.4f}" if s in row else "-" for s in cols))
+    console = Console(width=max(60, 16 * (len(cols) + 1)), force_terminal=False, color_system=None)
+    with console.capture() as capture:
+        console.print(table)
+    return capture.get()

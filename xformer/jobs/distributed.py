@@ -222,7 +222,15 @@ def begin_job(script: str | None = None) -> None:
     _STATE.procs = []
     _STATE.job += 1
     _STATE.active = True
-    _patch_lightning()
+    if "lightning.pytorch.strategies.launchers.subprocess_script" in sys.modules:
+        _patch_lightning()  # else patch_lightning_for_job(), once the job imports Lightning
+
+
+def patch_lightning_for_job() -> None:
+    """Install the child-rank command of :func:`begin_job` (called by the driver before it builds
+    the trainer): deferred so that ``run.py`` can check the config before Lightning is imported."""
+    if _STATE.active:
+        _patch_lightning()
 
 
 def end_job(timeout: float = 60.0) -> None:

@@ -35,11 +35,13 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
 from .callbacks import NonFiniteLossError, NonFiniteLossGuard
-from .console import progress_bar, single_log_lines
+from .console import progress_bar, quiet_console, single_log_lines, test_table
+from .distributed import patch_lightning_for_job
 from xformer.train.module import TransformerLitModule
 from .steps import ConsistentResume, OptimizerStepIntervals
 from .resume import ResumableCSVLogger, checkpoint_step, own_checkpoint
-from .validate import build_model, check_config, check_with_data
+from .callbacks import interrupt_signal
+from .validate import build_model, check_checkpoint_vocab, check_config, check_with_data, checkpoint_file
 from .wandb_run import describe_runs, finish_runs, wandb_logger
 
 log = logging.getLogger("xformer")
@@ -135,6 +137,7 @@ def build_module(cfg: DictConfig, dm, model: torch.nn.Module) -> TransformerLitM
 def build_trainer(cfg: DictConfig, loggers: list) -> L.Trainer:
     """``cfg.trainer`` with the configured callbacks plus xformer's own (optimizer-step intervals,
     consistent resume, the progress bar)."""
+    patch_lightning_for_job()  # DDP child ranks of a Hydra job run exactly this job
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()
                  if isinstance(c, DictConfig) and "_target_" in c]
     callbacks.append(OptimizerStepIntervals())  # "every N steps" = optimizer steps under accumulation
@@ -158,8 +161,12 @@ def build(cfg: DictConfig, info: dict, out_dir: Path) -> Job:
     dm = instantiate(cfg.data)
     dm.prepare_data()
     dm.setup("fit")
+    # the checks that need the data, on the model built on the meta device (nothing allocated yet)
+    ckpt = checkpoint_file(cfg, out_dir)
+    if ckpt is not None:
+        check_checkpoint_vocab(cfg, ckpt, dm)
+    check_with_data(cfg, dm, build_model(cfg, dm.src_vocab_size, dm.tgt_vocab_size, dm.pad_id, device="meta"))
     model = build_model(cfg, dm.src_vocab_size, dm.tgt_vocab_size, dm.pad_id)
-    check_with_data(cfg, dm, model)
     params = model.param_breakdown()
     log.info("parameters: %s", ", ".join(f"{k}={v:,}" for k, v in params.items()))
     module = build_module(cfg, dm, model)
@@ -200,12 +207,21 @@ def fit_and_test(cfg: DictConfig, job: Job, ckpt: str | None) -> tuple[dict, dic
     """
     trainer, module, dm = job.trainer, job.module, job.dm
     if cfg.mode != "train":
-        return {}, _merged(trainer.test(module, datamodule=dm, ckpt_path=ckpt)), None
+        return {}, _test(trainer, module, dm, ckpt), None
     trainer.fit(module, datamodule=dm, ckpt_path=ckpt)
     fit_metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     tokens_seen = module.tokens_seen  # testing the best checkpoint reloads its (older) count
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
-    return fit_metrics, _merged(trainer.test(module, datamodule=dm, ckpt_path=best or None)), tokens_seen
+    return fit_metrics, _test(trainer, module, dm, best or None), tokens_seen
+
+
+def _test(trainer: L.Trainer, module, dm, ckpt: str | None) -> dict:
+    """``trainer.test`` with the results printed as :func:`~xformer.jobs.console.test_table` (one
+    column per test split) instead of Lightning's per-dataloader table."""
+    results = _merged(trainer.test(module, datamodule=dm, ckpt_path=ckpt, verbose=False))
+    if trainer.is_global_zero and (table := test_table(results, list(dm.test_split_names))):
+        print(table, end="", flush=True)
+    return results
 
 
 def _merged(results: list[dict]) -> dict:
@@ -256,8 +272,9 @@ def run(cfg: DictConfig) -> float | None:
     single_log_lines()  # Lightning's lines once, through Hydra's handlers
     info = job_info()
     out_dir = Path(info.get("output_dir") or cfg.paths.output_dir)
+    quiet_console(resuming=own_checkpoint(cfg, out_dir) is not None)  # no false or noise library messages
     out_dir.mkdir(parents=True, exist_ok=True)
-    check_config(cfg)
+    check_config(cfg, checkpoint_file(cfg, out_dir))
     if cfg.mode == "eval":
         cfg = config_from_checkpoint(cfg, info["overrides"])
     job = build(cfg, info, out_dir)
@@ -269,9 +286,13 @@ def run(cfg: DictConfig) -> float | None:
         if cfg.mode == "train" and (rose := divergence_of(job.trainer)) is not None:
             status = "diverged"  # trained to the end, but ended worse than its first validation
             job.summary["diverged"] = rose
-    except BaseException as err:  # recorded in metrics.json; SIGTERM (preemption) saved last.ckpt
-        preempted = isinstance(err, SIGTERMException)
-        status, exit_code = ("preempted", 143) if preempted else ("failed", 1)
+    except BaseException as err:  # recorded in metrics.json; SIGTERM (preemption) and Ctrl-C saved last.ckpt
+        ctrl_c = isinstance(err, KeyboardInterrupt) or (  # Lightning's exit(1) after a KeyboardInterrupt
+            type(err) is SystemExit and job.trainer.interrupted)
+        if isinstance(err, SIGTERMException):
+            status, exit_code = ("interrupted", 130) if interrupt_signal() == "SIGINT" else ("preempted", 143)
+        else:
+            status, exit_code = ("interrupted", 130) if ctrl_c else ("failed", 1)
         if isinstance(err, NonFiniteLossError):  # an outcome of the setting, not a crash
             status = "diverged"
             job.summary["diverged"] = {"step": err.step, "reason": "non-finite train/loss"}

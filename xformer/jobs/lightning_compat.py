@@ -19,7 +19,11 @@ Groups (who calls them):
   :class:`xformer.jobs.resume.ResumableCSVLogger`;
 * the CSV logger's writer columns -- :func:`xformer.jobs.distributed.refresh_csv_headers`;
 * whether Rich is installed and the Rich bar's training description -- :mod:`xformer.jobs.console`;
-* the accepted precision strings -- :mod:`xformer.jobs.validate`.
+* the accepted precision strings -- :mod:`xformer.jobs.validate` (which keeps its own copy so that a
+  config is checked before Lightning is imported; a test keeps the two equal);
+* the trainer's stop flag -- :class:`xformer.jobs.callbacks.StopCheckpoint` (Ctrl-C stops training as
+  SIGTERM does);
+* a ``WandbLogger``'s pending ``wandb.init`` arguments -- :mod:`xformer.jobs.wandb_run`.
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ PRIVATE_NAMES: tuple[tuple[str, str], ...] = (
     ("lightning.pytorch.callbacks.RichProgressBar", "_get_train_description"),
     ("lightning.pytorch.utilities.imports", "_RICH_AVAILABLE"),
     ("lightning.fabric.plugins.precision.precision", "_PRECISION_INPUT_STR"),
+    ("trainer", "_signal_connector"),
+    ("lightning.pytorch.loggers.WandbLogger", "_wandb_init"),
 )
 
 
@@ -176,3 +182,18 @@ class RichBarWithDescription(RichProgressBar):
 # -- precision (xformer.jobs.validate) ------------------------------------------------------------------
 PRECISION_INPUTS: tuple[str, ...] = tuple(str(p) for p in typing.get_args(_PRECISION_INPUT_STR))
 """The precision strings Lightning's ``Trainer(precision=...)`` accepts in full form (``"32-true"``, ...)."""
+
+
+# -- the trainer's stop flag (xformer.jobs.callbacks.StopCheckpoint) ---------------------------------
+def request_stop(trainer: Any) -> None:
+    """Set the flag Lightning's training loop reads after each batch to stop as on SIGTERM
+    (``trainer.received_sigterm`` becomes True; the SIGTERM checkpoint logic then runs)."""
+    trainer._signal_connector.received_sigterm = True
+
+
+# -- a WandbLogger's pending wandb.init arguments (xformer.jobs.wandb_run) ---------------------------
+def wandb_init_kwargs(logger: Any) -> dict | None:
+    """The keyword arguments a ``WandbLogger`` will pass to ``wandb.init`` (a dict it owns, so edits
+    take effect), or None when the logger has none."""
+    init = getattr(logger, "_wandb_init", None)
+    return init if isinstance(init, dict) else None

@@ -15,6 +15,7 @@ The job's W&B run continues too (:func:`xformer.jobs.wandb_run.wandb_resume_kwar
 from __future__ import annotations
 
 import csv
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +76,9 @@ class ResumableCSVLogger(CSVLogger):
             with open(path, newline="") as f:
                 rows = [r for r in csv.DictReader(f) if r.get("step", "").isdigit()
                         and int(r["step"]) < self._keep_before]
-        writer = super().experiment  # deletes metrics.csv
+        with warnings.catch_warnings():  # "Previous log files ... will be deleted": false, they are kept
+            warnings.filterwarnings("ignore", message=r"Experiment logs directory .* exists and is not empty")
+            writer = super().experiment  # deletes metrics.csv (its rows before the checkpoint come back below)
         if rows:
             kept = [{k: (int(v) if k == "step" else v) for k, v in r.items() if v != ""} for r in rows]
             writer.metrics[:0] = kept

@@ -1,7 +1,21 @@
 """Config checks that run before any data is read or any step is trained.
 
-Each failure raises :class:`xformer.model.ConfigError` with one line: the offending key, the value,
+Each failure raises :class:`xformer.errors.ConfigError` with one line: the offending key, the value,
 and the fix. ``run.py`` prints that line and exits non-zero without a stack trace.
+
+The checks come in the order of what they need, so a typo costs seconds, not the start-up of a run:
+
+1. :func:`check_static` -- the composed config alone (each key's type and range, precision and
+   optimizer kernel, the objective's name, the checkpoint file): no torch, Lightning, W&B or data.
+2. :func:`check_model` -- the model built on torch's meta device (nothing allocated) and, with
+   ``ckpt_path``, the checkpoint's model against this run's: torch and :mod:`xformer.model` only.
+3. :func:`check_data_options` -- the data module's constructor (imports Lightning; reads nothing)
+   and the objective against the data's metrics.
+4. :func:`check_with_data` -- once the data is built, before the model: vocabulary and sequence
+   lengths against the model and the checkpoint.
+
+:func:`check_config` runs 1-3; ``run.py`` runs 1-2 (:func:`check_config_first`) before it imports
+the training stack.
 """
 
 from __future__ import annotations
@@ -12,14 +26,25 @@ import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from xformer.model import ConfigError
+from xformer.errors import ConfigError
+
+if TYPE_CHECKING:  # imported where needed: stage 1 runs without torch
+    import torch
 
 log = logging.getLogger("xformer")
+
+#: The sequence metrics the training module can compute (:func:`xformer.train.module.corpus_metrics`);
+#: ``objective.metric=val/<m>`` with another ``m`` is a typo whatever the data.
+SEQUENCE_METRICS = ("bleu", "exact_match")
+
+#: The precision strings Lightning accepts (``lightning.fabric.plugins.precision.precision.
+#: _PRECISION_INPUT_STR`` and its short aliases; a test keeps the list equal to Lightning's).
+PRECISIONS = ("transformer-engine", "transformer-engine-float16", "16-true", "16-mixed", "bf16-true",
+              "bf16-mixed", "32-true", "64-true", "64", "32", "16", "bf16")
 
 @dataclass(frozen=True)
 class Rule:
@@ -134,13 +159,19 @@ def check_rules(cfg: DictConfig) -> None:
     check_scheduler_node(OmegaConf.select(cfg, "optim.scheduler", default=None))  # no stale or unknown key
 
 
-def _check_data(cfg: DictConfig):
-    """``data.root`` exists when set, and the data module accepts its options (its constructor
-    checks them; nothing is read). Returns the (not yet set up) data module."""
+def _check_data_root(cfg: DictConfig) -> None:
     root = OmegaConf.select(cfg, "data.root", default=None)
     if root is not None and not Path(str(root)).expanduser().is_dir():
         raise ConfigError(f"data.root={root}: no such folder. Fix: point data.root at the folder holding "
                           f"the data files, or set data.root=null to download/generate them")
+
+
+def _check_data(cfg: DictConfig):
+    """``data.root`` exists when set, and the data module accepts its options (its constructor
+    checks them; nothing is read). Returns the (not yet set up) data module."""
+    from hydra.utils import instantiate
+
+    _check_data_root(cfg)
     try:
         return instantiate(cfg.data)
     except Exception as err:  # Hydra wraps constructor errors in InstantiationException
@@ -176,11 +207,8 @@ def _check_trainer(cfg: DictConfig) -> None:
     Raises:
         ConfigError: one line naming the key and the fix.
     """
-    from xformer.jobs.lightning_compat import PRECISION_INPUTS
-
     precision = str(OmegaConf.select(cfg, "trainer.precision", default="32-true"))
-    known = PRECISION_INPUTS + ("64", "32", "16", "bf16")
-    if precision not in known:
+    if precision not in PRECISIONS:
         raise ConfigError(f"trainer.precision={precision}: unknown. Fix: use one of 32-true, bf16-mixed "
                           f"(GPU default), 16-mixed, bf16-true, 16-true, 64-true")
     opt = OmegaConf.select(cfg, "optim.optimizer", default=None) or {}
@@ -236,11 +264,11 @@ def _check_mixer(cfg: DictConfig) -> None:
                               f"or model/attention, model/mixer=mha, or model.mixer.stacks= the other stack")
 
 
-def check_config(cfg: DictConfig) -> None:
-    """Validate everything that does not need the data: each key's type and value (:data:`RULES`),
-    then what involves several keys or builds something: model sizes and variants (by building the
-    model on the meta device, which allocates nothing), precision with strategy and optimizer
-    kernel, the data module's options, the objective, the checkpoint path.
+def check_static(cfg: DictConfig) -> None:
+    """Stage 1: everything the composed config shows by itself -- each key's type and value
+    (:data:`RULES`), steps, mode with checkpoint, precision with strategy and optimizer kernel, the
+    data folder, the objective's name (:func:`check_objective` without the data's metrics). Imports
+    neither torch nor Lightning.
 
     Raises:
         ConfigError: one line naming the key and the fix.
@@ -255,11 +283,53 @@ def check_config(cfg: DictConfig) -> None:
     if cfg.ckpt_path and cfg.ckpt_path != "last":
         _check_ckpt_file(str(cfg.ckpt_path))
     _check_trainer(cfg)
+    _check_data_root(cfg)
+    if cfg.mode == "train":
+        check_objective(cfg, None)
+
+
+def check_model(cfg: DictConfig, ckpt: str | None = None) -> None:
+    """Stage 2: build the model on the meta device (sizes and variants; nothing is allocated) and,
+    when ``ckpt`` (a checkpoint this run loads) is given, compare the checkpoint's model with this
+    run's (:func:`check_checkpoint_model`). Imports torch and :mod:`xformer.model`, not Lightning.
+
+    Raises:
+        ConfigError: one line naming the key and the fix.
+    """
     _check_mixer(cfg)
     build_model(cfg, 32, 32, 0, device="meta")
+    if ckpt is not None and cfg.mode == "train":
+        check_checkpoint_model(cfg, ckpt)
+
+
+def check_data_options(cfg: DictConfig) -> None:
+    """Stage 3: the data module's constructor accepts its options (nothing is read or generated;
+    imports the data module, hence Lightning), and the objective is a metric the data computes.
+
+    Raises:
+        ConfigError: one line naming the key and the fix.
+    """
     dm = _check_data(cfg)
     if cfg.mode == "train":
         check_objective(cfg, list(getattr(dm, "metrics", []) or []), type(dm).__name__)
+
+
+def check_config_first(cfg: DictConfig, ckpt: str | None = None) -> None:
+    """Stages 1 and 2 (:func:`check_static`, :func:`check_model`): what ``run.py`` checks before it
+    imports Lightning or W&B or builds any data."""
+    check_static(cfg)
+    check_model(cfg, ckpt)
+
+
+def check_config(cfg: DictConfig, ckpt: str | None = None) -> None:
+    """Validate everything that does not need the data: stages 1-3 (:func:`check_static`,
+    :func:`check_model`, :func:`check_data_options`).
+
+    Raises:
+        ConfigError: one line naming the key and the fix.
+    """
+    check_config_first(cfg, ckpt)
+    check_data_options(cfg)
 
 
 def objective_keys(metrics: list[str]) -> list[str]:
@@ -269,21 +339,31 @@ def objective_keys(metrics: list[str]) -> list[str]:
     return ["val/loss", "val/ppl", "val/acc"] + [f"val/{m}" for m in metrics] + ["train/loss"]
 
 
-def check_objective(cfg: DictConfig, metrics: list[str], data_name: str = "this data") -> None:
+def check_objective(cfg: DictConfig, metrics: list[str] | None, data_name: str = "this data") -> None:
     """Reject an ``objective.metric`` that a training run with ``cfg`` would never log (a typo, a
     metric the data does not compute, a ``test/`` key, a decoded metric with decoding off during
     validation, a ``val/`` key with validation off), so no run finishes without its objective.
+
+    Args:
+        metrics: the data's sequence metrics; ``None`` before the data module is known: then
+            ``val/<m>`` passes for every ``m`` in :data:`SEQUENCE_METRICS` (the data check follows).
 
     Raises:
         ConfigError: one line naming ``objective.metric`` (or the key that prevents it) and the fix.
     """
     metric = str(cfg.objective.metric)
-    keys = objective_keys(metrics)
+    keys = objective_keys(list(SEQUENCE_METRICS) if metrics is None else metrics)
     if metric not in keys:
-        why = ("test metrics come after training" if metric.startswith("test/")
-               else f"data {data_name} does not compute it")
+        if metric.startswith("test/"):
+            why = "test metrics come after training"
+        elif metrics is None:
+            why = "no such metric"
+        else:
+            why = f"data {data_name} does not compute it"
         raise ConfigError(f"objective.metric={metric}: not logged during training ({why}); use one of "
                           f"{', '.join(keys)}")
+    if metrics is None:
+        metrics = list(SEQUENCE_METRICS)
     if not metric.startswith("val/"):
         return
     limit_val = OmegaConf.select(cfg, "trainer.limit_val_batches", default=None)
@@ -300,6 +380,9 @@ def build_model(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int, pad_i
                 device: str | None = None) -> torch.nn.Module:
     """Instantiate ``cfg.model`` for the given vocabularies, turning constructor ``ValueError``s
     (window < 1, odd RoPE head size, …) into :class:`ConfigError`."""
+    import torch
+    from hydra.utils import instantiate
+
     try:
         if device:
             with torch.device(device):
@@ -349,3 +432,197 @@ def check_with_data(cfg: DictConfig, dm, model: torch.nn.Module) -> None:
         return
     raise ConfigError(f"model.max_len={limit}: the data's longest sequence has {need} tokens "
                       f"and {pe} positions stop at max_len; set model.max_len={need} or more")
+
+
+# ---- a checkpoint given to a run: does its model fit this run's? ----------------------------------
+
+def arch_name(target: str) -> str:
+    """The ``model/arch`` option of a model class path (``xformer.model.DecoderOnly`` ->
+    ``decoder_only``): the class name in snake case, as ``conf/model/arch/`` names them."""
+    name = str(target).rsplit(".", 1)[-1]
+    return "".join(f"_{c.lower()}" if c.isupper() and i else c.lower() for i, c in enumerate(name))
+
+
+def model_shape(model_cfg, src_vocab_size: int | None = None, tgt_vocab_size: int | None = None) -> str:
+    """One phrase for a model config: arch, width, heads, layers, vocabulary, e.g. ``decoder_only
+    (d_model=64, n_heads=4, 0+2 layers, vocab 600)``; used in the errors of ``run.py ckpt_path=``
+    and ``xformer translate``."""
+    get = (lambda k: model_cfg.get(k)) if hasattr(model_cfg, "get") else (lambda k: getattr(model_cfg, k, None))
+    parts = [f"d_model={get('d_model')}", f"n_heads={get('n_heads')}"]
+    if get("n_encoder_layers") is not None or get("n_decoder_layers") is not None:
+        parts.append(f"{get('n_encoder_layers')}+{get('n_decoder_layers')} layers")
+    if src_vocab_size is not None:
+        parts.append(f"vocab {tgt_vocab_size}" if src_vocab_size == tgt_vocab_size
+                     else f"vocab {src_vocab_size}/{tgt_vocab_size}")
+    target = get("_target_") or type(model_cfg).__name__
+    return f"{arch_name(target)} ({', '.join(parts)})"
+
+
+def _flat(node, prefix: str) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value in (node or {}).items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}.{key}"))
+        else:
+            out[f"{prefix}.{key}"] = value
+    return out
+
+
+def _overrides_to(stored: dict, current: dict, prefix: str) -> list[str]:
+    """``key=value`` overrides that turn ``current`` into ``stored`` (the checkpoint's settings);
+    a different model class is named as its ``model/arch`` option."""
+    want, have = _flat(stored, prefix), _flat(current, prefix)
+    out = []
+    for key in sorted(set(want) | set(have)):
+        if want.get(key) == have.get(key) or key.endswith("._partial_"):
+            continue
+        if key == "model._target_":
+            out.insert(0, f"model/arch={arch_name(str(want.get(key)))}")
+        elif key in want:
+            out.append(f"{key}={'null' if want[key] is None else want[key]}")
+    return out
+
+
+def load_checkpoint_parts(path: str) -> tuple[dict | None, dict | None]:
+    """``(state_dict, xformer section)`` of a checkpoint file, memory-mapped (tensors are not
+    read); ``(None, None)`` when it is not a Lightning checkpoint."""
+    import torch
+
+    try:
+        ckpt = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+    except Exception as err:  # truncated, corrupt, not a torch file
+        raise ConfigError(f"ckpt_path={path}: not a readable checkpoint ({str(err).splitlines()[0][:200]}). "
+                          f"Fix: use another checkpoint, e.g. the job's checkpoints/last.ckpt or best-*.ckpt") from None
+    if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict):
+        return None, None
+    return ckpt["state_dict"], ckpt.get("xformer") or None
+
+
+def check_checkpoint_model(cfg: DictConfig, path: str) -> None:
+    """The checkpoint ``path`` that ``ckpt_path`` names was written by xformer (``run.py``) and holds
+    a model of this run's shape: the parameter names and sizes of this run's model (built on the meta
+    device with the checkpoint's vocabulary sizes; the data's vocabulary is checked by
+    :func:`check_with_data`) equal the checkpoint's. In ``mode=eval`` the model comes from the
+    checkpoint, so only its origin is checked.
+
+    Raises:
+        ConfigError: one line naming the checkpoint's model, this run's, and the overrides that
+            make them agree (or that the file is not an xformer checkpoint).
+    """
+    state, meta = load_checkpoint_parts(path)
+    if state is None or meta is None:
+        what = "a Lightning checkpoint from another program" if state is not None else "not a Lightning checkpoint"
+        raise ConfigError(f"ckpt_path={path}: {what} (no 'xformer' section, so its model and tokenizer are "
+                          f"unknown). Fix: give a checkpoint written by run.py (<job dir>/checkpoints/last.ckpt "
+                          f"or best-*.ckpt), or drop ckpt_path to start from scratch")
+    if cfg.mode != "train":
+        return
+    src_v, tgt_v = int(meta["src_vocab_size"]), int(meta["tgt_vocab_size"])
+    model = build_model(cfg, src_v, tgt_v, int(meta.get("pad_id", 0)), device="meta")
+    want = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    have = {k.replace("._orig_mod.", ".").removeprefix("model.").removeprefix("_orig_mod."): tuple(v.shape)
+            for k, v in state.items() if k.startswith("model.")}
+    if want == have:
+        return
+    stored = (meta.get("config") or {}).get("model") or {}
+    current = OmegaConf.to_container(cfg.model, resolve=True)
+    fix = _overrides_to(stored, current, "model")
+    fix_text = " ".join(fix[:8]) + (" …" if len(fix) > 8 else "")
+    raise ConfigError(f"ckpt_path={path}: the checkpoint holds {model_shape(stored, src_v, tgt_v)}, this run "
+                      f"builds {model_shape(current, src_v, tgt_v)}; its weights do not fit. Fix: "
+                      + (f"{fix_text} (the checkpoint's model), " if fix else "use the checkpoint's model settings, ")
+                      + "or drop ckpt_path to train this model from scratch")
+
+
+def check_checkpoint_vocab(cfg: DictConfig, path: str, dm) -> None:
+    """The data's vocabulary sizes equal those the checkpoint ``path`` was trained with (its
+    embeddings and output layer have one row per token).
+
+    Raises:
+        ConfigError: one line naming both sizes and the data keys that make them agree.
+    """
+    _, meta = load_checkpoint_parts(path)
+    if not meta:
+        return
+    ck = (int(meta["src_vocab_size"]), int(meta["tgt_vocab_size"]))
+    run = (int(dm.src_vocab_size), int(dm.tgt_vocab_size))
+    if ck == run:
+        return
+    stored = (meta.get("config") or {}).get("data") or {}
+    fix = [o for o in _overrides_to(stored, OmegaConf.to_container(cfg.data, resolve=True), "data")
+           if o.split("=", 1)[0] in ("data.vocab_size", "data.tokenizer", "data._target_", "data.n_symbols")]
+    raise ConfigError(f"ckpt_path={path}: the checkpoint's vocabulary has {ck[0]}/{ck[1]} (source/target) "
+                      f"tokens, this run's data {run[0]}/{run[1]}; its embeddings do not fit. Fix: "
+                      + (f"{' '.join(fix)} (the checkpoint's data), " if fix else "use the checkpoint's data settings, ")
+                      + "or drop ckpt_path to train from scratch")
+
+
+def checkpoint_file(cfg: DictConfig, out_dir: Path | None) -> str | None:
+    """The checkpoint file a run loads: ``ckpt_path``, with ``last`` meaning the job's
+    ``checkpoints/last.ckpt`` when it exists (else ``None``: the run starts from scratch)."""
+    ckpt = cfg.get("ckpt_path")
+    if not ckpt:
+        return None
+    if ckpt != "last":
+        return str(ckpt)
+    last = Path(out_dir or ".") / "checkpoints" / "last.ckpt"
+    return str(last) if out_dir is not None and last.is_file() else None
+
+
+# ---- the output folder ----------------------------------------------------------------------------
+
+def check_output_dir(path: str | os.PathLike, key: str = "hydra.run.dir") -> None:
+    """The job's output folder can be created and written: make it (with its parents) and write,
+    flush and remove a one-byte probe file, so a folder under ``/proc`` or under a file, on a
+    read-only mount, without permission or on a full disk fails here with its name, not as a
+    traceback from the first file Hydra or Lightning writes.
+
+    Raises:
+        ConfigError: ``<key>=<path>: cannot create/write the folder (<reason>). Fix: ...``.
+    """
+    folder = Path(str(path)).expanduser()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(f"{key}={path}: cannot create the folder ({err.strerror or err}). Fix: set {key} "
+                          f"to a writable folder, e.g. {key}=outputs/my_run") from None
+    probe = folder / f".xformer-write-probe-{os.getpid()}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, b"x")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as err:
+        raise ConfigError(f"{key}={path}: cannot write into the folder ({err.strerror or err}). Fix: free space "
+                          f"there or set {key} to a writable folder, e.g. {key}=outputs/my_run") from None
+    finally:
+        try:
+            probe.unlink()
+        except OSError:
+            pass
+
+
+from hydra.experimental.callback import Callback as _HydraCallback  # noqa: E402 (light: no torch)
+
+
+class OutputDirCheck(_HydraCallback):
+    """Hydra callback (``conf/hydra/default.yaml``): :func:`check_output_dir` on ``hydra.run.dir``
+    (single run) or ``hydra.sweep.dir`` (``-m``) before Hydra creates it; on failure it prints the one
+    ``error:`` line and exits with status 2."""
+
+    def _check(self, config: DictConfig, key: str) -> None:
+        import sys
+
+        try:
+            check_output_dir(OmegaConf.select(config, key), key)
+        except ConfigError as err:
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(2)
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        self._check(config, "hydra.run.dir")
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        self._check(config, "hydra.sweep.dir")

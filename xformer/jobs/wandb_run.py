@@ -37,7 +37,7 @@ from urllib.parse import urlsplit
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from .lightning_compat import logger_started
+from .lightning_compat import logger_started, wandb_init_kwargs
 from .resume import own_checkpoint
 
 log = logging.getLogger("xformer")
@@ -208,6 +208,16 @@ def _forget_failed_run() -> None:
         log.debug("W&B teardown after a failed start: %s", err)
 
 
+def _without_unset_anonymous(logger: Any) -> Any:
+    """``logger`` (a ``WandbLogger``) without the ``anonymous=None`` that Lightning always passes to
+    ``wandb.init``: W&B >= 0.22 warns "The anonymous setting has no effect" whenever the argument is
+    given at all, even as None."""
+    init = wandb_init_kwargs(logger)
+    if init is not None and "anonymous" in init and init["anonymous"] is None:
+        del init["anonymous"]
+    return logger
+
+
 def start_wandb(make_logger: Callable[..., Any], out_dir: Path) -> Any:
     """Create a ``WandbLogger`` with ``make_logger(**extra)`` and start its run now (rank 0 only).
 
@@ -221,7 +231,7 @@ def start_wandb(make_logger: Callable[..., Any], out_dir: Path) -> Any:
     """
     from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-    logger = make_logger()
+    logger = _without_unset_anonymous(make_logger())
     if getattr(rank_zero_only, "rank", 0) != 0:
         return logger
     try:
@@ -234,7 +244,7 @@ def start_wandb(make_logger: Callable[..., Any], out_dir: Path) -> Any:
                     "with `wandb sync`", type(err).__name__, first)
         os.environ["WANDB_MODE"] = "offline"
         _forget_failed_run()
-        logger = make_logger(mode="offline")
+        logger = _without_unset_anonymous(make_logger(mode="offline"))
         run = logger.experiment
     run_id = getattr(run, "id", None)
     if isinstance(run_id, str) and run_id:

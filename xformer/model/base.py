@@ -25,10 +25,7 @@ from .mixer import Mixer, MultiHeadMixer
 from .tasks import fit_batch_to_positions
 from .norm import PostNorm, Residual
 from .positional import HOOKS as POSITIONAL_HOOKS, NoPE, PositionalEncoding, Sinusoidal
-
-
-class ConfigError(ValueError):
-    """An invalid model configuration; the message names the config key and the fix."""
+from xformer.errors import ConfigError  # defined outside the model package: importable without torch
 
 
 def resolve_sizes(d_model: int, n_heads: int, d_head: int | None, ffn_ratio: float,

@@ -71,8 +71,10 @@ def translate(model, tokenizer, lines: list[str], beam_size: int = 1, alpha: flo
         ValueError: if ``model`` is not an encoder–decoder.
     """
     if not isinstance(model, EncoderDecoder):
+        from xformer.jobs.validate import arch_name  # the model/arch naming run.py's ckpt_path errors use
+
         raise ValueError(f"translate needs an encoder_decoder checkpoint (model/arch=encoder_decoder); this one "
-                         f"is {type(model).__name__}")
+                         f"is {arch_name(type(model).__name__)} ({type(model).__name__})")
     limit = getattr(model, "position_limit", None)
     encoded = []
     for n, line in enumerate(lines, start=1):
@@ -124,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     dec = cfg.decode
     lines = [line.rstrip("\n") for line in sys.stdin]
+    if not lines:
+        print("note: the input was empty: nothing to translate (give one source sentence per line on stdin)",
+              file=sys.stderr)
+        return 0
     try:  # translate() returns a list: nothing is printed before a refusal (e.g. a decoder-only model)
         hyps = translate(model, tokenizer, lines, beam_size=args.beam or dec.beam_size,
                          alpha=dec.alpha if args.alpha is None else args.alpha,

@@ -1,0 +1,63 @@
+"""Callbacks for the first-contact tests (added to a ``run.py`` job with ``+callbacks.<name>._target_=...``).
+
+* :class:`SlowSteps` -- sleeps after every training batch, so a test can send a second signal
+  while the run is still stopping from the first.
+* :class:`BarProbe` -- records the Rich progress bar's ``(completed, total)`` after every
+  training batch, in a JSON file.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import lightning as L
+
+
+class SlowSteps(L.Callback):
+    """Sleep ``seconds`` after each training batch."""
+
+    def __init__(self, seconds: float = 0.5) -> None:
+        self.seconds = float(seconds)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:  # noqa: D102
+        time.sleep(self.seconds)
+
+
+class BarProbe(L.Callback):
+    """Append ``{"epoch", "completed", "total"}`` of the training bar to ``path`` at every batch
+    start and at the end of training: what the bar shows after the previous batch's update."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.rows: list[dict] = []
+
+    def _record(self, trainer) -> None:
+        bar = trainer.progress_bar_callback
+        if bar is None or bar.progress is None or bar.train_progress_bar_id is None:
+            return
+        task = next(t for t in bar.progress.tasks if t.id == bar.train_progress_bar_id)
+        self.rows.append({"epoch": trainer.current_epoch, "completed": task.completed, "total": task.total})
+        with open(self.path, "w") as f:
+            json.dump(self.rows, f)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:  # noqa: D102
+        self._record(trainer)
+
+    def on_train_end(self, trainer, pl_module) -> None:  # noqa: D102
+        self._record(trainer)
+
+
+class DiskFull(L.Callback):
+    """Raise ``OSError(ENOSPC)`` for ``<dirpath>/last.ckpt`` at training batch ``at``, as a disk
+    that fills up during the run would."""
+
+    def __init__(self, dirpath: str, at: int = 2) -> None:
+        self.dirpath, self.at = dirpath, int(at)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:  # noqa: D102
+        if trainer.global_step >= self.at:
+            import errno
+            import os
+
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), f"{self.dirpath}/last.ckpt")
