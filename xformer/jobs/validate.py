@@ -41,8 +41,9 @@ log = logging.getLogger("xformer")
 #: ``objective.metric=val/<m>`` with another ``m`` is a typo whatever the data.
 SEQUENCE_METRICS = ("bleu", "exact_match")
 
-#: The precision strings Lightning accepts (``lightning.fabric.plugins.precision.precision.
-#: _PRECISION_INPUT_STR`` and its short aliases; a test keeps the list equal to Lightning's).
+#: The precision strings Lightning accepts (its full forms and short aliases), kept here so that a config
+#: is checked before Lightning is imported; a test keeps the list equal to
+#: :data:`xformer.jobs.lightning_compat.PRECISION_INPUTS` plus the aliases.
 PRECISIONS = ("transformer-engine", "transformer-engine-float16", "16-true", "16-mixed", "bf16-true",
               "bf16-mixed", "32-true", "64-true", "64", "32", "16", "bf16")
 
@@ -238,7 +239,7 @@ def _check_mixer(cfg: DictConfig) -> None:
     node = OmegaConf.select(cfg, "model.mixer", default=None)
     if node is None or "_target_" not in node:
         return
-    from hydra.utils import get_class
+    from hydra.utils import get_class, instantiate
 
     from xformer.model import FullAttention, Mixer
 

@@ -137,7 +137,7 @@ def check_scheduler_node(node) -> None:
     from hydra.utils import get_method, instantiate
     from omegaconf import OmegaConf
 
-    from xformer.model import ConfigError
+    from xformer.errors import ConfigError
 
     if node is None or "_target_" not in node:
         return
