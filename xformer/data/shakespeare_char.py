@@ -14,15 +14,10 @@ from pathlib import Path
 import numpy as np
 
 from xformer.data.base import WindowLMDataModule
-from xformer.data.download import fetch, resolve_cache_dir
 from xformer.data.errors import DataError
 from xformer.data.textfiles import read_text
+from xformer.data.tinyshakespeare import URL, input_file  # the same file nanoGPT's prepare.py fetches
 from xformer.data.tokenizers import CharTokenizer
-
-URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
-"""Download address of ``input.txt`` (nanoGPT's ``prepare.py`` fetches the same file)."""
-SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
-"""SHA-256 of ``input.txt``."""
 
 NO_TOKEN = -100
 """The special ids of this vocabulary-without-specials: no character has this id, so nothing is
@@ -68,18 +63,8 @@ class ShakespeareCharDataModule(WindowLMDataModule):
         self.cache_dir, self.url = cache_dir, url
 
     def file_path(self) -> Path:
-        """Local ``input.txt``: under ``root``, or fetched into the cache.
-
-        Raises:
-            DataError: missing under ``root``, or download/checksum failure.
-        """
-        if self.root is not None:
-            path = Path(self.root).expanduser() / "input.txt"
-            if not path.is_file():
-                raise DataError(f"tiny-shakespeare file not found: {path}. Fix: put input.txt "
-                                f"(char-rnn's tinyshakespeare) there, or set data.root=null to download it")
-            return path
-        return fetch(self.url, SHA256, resolve_cache_dir(self.cache_dir) / "tinyshakespeare", "input.txt")
+        """Local ``input.txt`` (:func:`input_file`)."""
+        return input_file(self.root, self.cache_dir, self.url)
 
     def prepare_data(self) -> None:
         """Download ``input.txt`` if needed (one process per node)."""

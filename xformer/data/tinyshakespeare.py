@@ -27,6 +27,23 @@ VAL_FRACTION = 0.05
 """Share after the training text used for validation (checkpoint choice); the rest is test."""
 
 
+
+def input_file(root: str | None, cache_dir: str | None = None, url: str = URL) -> Path:
+    """The local tiny-shakespeare ``input.txt``: ``<root>/input.txt``, or (``root`` None) downloaded
+    once from ``url`` and sha256-checked into ``<cache>/tinyshakespeare/``.
+
+    Raises:
+        DataError: missing under ``root``, or download/checksum failure.
+    """
+    if root is not None:
+        path = Path(root).expanduser() / "input.txt"
+        if not path.is_file():
+            raise DataError(f"tiny-shakespeare file not found: {path}. Fix: put input.txt "
+                            f"(char-rnn's tinyshakespeare) there, or set data.root=null to download it")
+        return path
+    return fetch(url, SHA256, resolve_cache_dir(cache_dir) / "tinyshakespeare", "input.txt")
+
+
 class TinyShakespeareDataModule(WindowLMDataModule):
     """Character-level LM on tiny-shakespeare (``task="lm"``, ``metrics=[]``).
 
@@ -80,18 +97,8 @@ class TinyShakespeareDataModule(WindowLMDataModule):
         self.test_text: str = ""
 
     def file_path(self) -> Path:
-        """Local ``input.txt``: under ``root``, or fetched into the cache.
-
-        Raises:
-            DataError: missing under ``root``, or download/checksum failure.
-        """
-        if self.root is not None:
-            path = Path(self.root).expanduser() / "input.txt"
-            if not path.is_file():
-                raise DataError(f"tiny-shakespeare file not found: {path}. Fix: put input.txt "
-                                f"(char-rnn's tinyshakespeare) there, or set data.root=null to download it")
-            return path
-        return fetch(self.url, SHA256, resolve_cache_dir(self.cache_dir) / "tinyshakespeare", "input.txt")
+        """Local ``input.txt`` (:func:`input_file`)."""
+        return input_file(self.root, self.cache_dir, self.url)
 
     def prepare_data(self) -> None:
         """Download ``input.txt`` if needed (one process per node)."""

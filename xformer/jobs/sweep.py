@@ -89,16 +89,12 @@ def job_record(config: DictConfig, job_return: Any) -> dict:
         rec["objective"]["value"] = _float_or_none(job_return._return_value)
         if OmegaConf.select(config, "sweep.dry_run"):
             rec["status"] = "validated"
-    from .sweep_resume import DECISIONS
+    from .sweep_resume import DECISIONS, read_metrics
 
     if rec["num"] in DECISIONS:  # skipped (finished earlier), resumed (from last.ckpt) or new
         rec["resume"] = DECISIONS.pop(rec["num"])
-    metrics_file = out_dir / "metrics.json"
-    if metrics_file.is_file():
-        try:
-            metrics = json.loads(metrics_file.read_text())
-        except (OSError, ValueError):
-            metrics = {}
+    metrics = read_metrics(out_dir)
+    if metrics is not None:
         if metrics.get("status") in ("failed", "preempted", "diverged", "interrupted"):
             rec["status"] = metrics["status"]
             rec["error"] = rec["error"] or metrics.get("error")

@@ -98,6 +98,18 @@ def describe_diff(diff: list[tuple[str, Any, Any]], limit: int = 3) -> str:
     return ", ".join(parts) + more
 
 
+def read_metrics(job_dir: Path) -> dict | None:
+    """The job's ``metrics.json`` as a dict: None when there is none, ``{}`` when it cannot be read
+    (a run killed while writing it)."""
+    path = Path(job_dir) / "metrics.json"
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def recorded_config(job_dir: Path) -> dict | None:
     """The task config Hydra saved in ``<job_dir>/.hydra/config.yaml`` (unresolved), or None."""
     path = job_dir / ".hydra" / "config.yaml"
@@ -127,12 +139,8 @@ def plan_job(cfg: DictConfig, out_dir: Path, recorded: dict | None) -> Plan:
     if diff:
         raise ConfigError(f"hydra.sweep.dir: the folder {out_dir} holds a job with another config "
                           f"({describe_diff(diff)}); give the sweep a new hydra.sweep.dir, or the recorded values")
-    metrics_file = out_dir / "metrics.json"
-    if metrics_file.is_file():
-        try:
-            metrics = json.loads(metrics_file.read_text())
-        except (OSError, ValueError):
-            metrics = {}
+    metrics = read_metrics(out_dir)
+    if metrics is not None:
         if metrics.get("status") == "finished":
             value = (metrics.get("objective") or {}).get("value")
             try:
