@@ -69,6 +69,8 @@ class TinyShakespeareDataModule(WindowLMDataModule):
         seed: sampling seed.
         cache_dir: download cache (None: ``$XFORMER_CACHE`` or ``~/.cache/xformer``).
         url: download address (override for a mirror or a local test server).
+        val_estimate_batches: k: validate on k fixed batches of random val windows instead of the whole
+            val split (:class:`~xformer.data.base.WindowLMDataModule`); None = the full pass.
 
     Raises:
         DataError: ``input.txt`` missing under ``root``, checksum/download failure, not UTF-8.
@@ -86,10 +88,11 @@ class TinyShakespeareDataModule(WindowLMDataModule):
         seed: int = 0,
         cache_dir: str | None = None,
         url: str = URL,
+        val_estimate_batches: int | None = None,
     ) -> None:
         super().__init__(root=root, tokens_per_batch=tokens_per_batch, block_size=block_size, batch_size=batch_size,
                          train_windows_per_epoch=train_windows_per_epoch, num_workers=num_workers,
-                         pin_memory=pin_memory, seed=seed)
+                         pin_memory=pin_memory, seed=seed, val_estimate_batches=val_estimate_batches)
         self.cache_dir = cache_dir
         self.url = url
         self.train_text: str = ""
