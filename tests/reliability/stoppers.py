@@ -1,7 +1,9 @@
 """Test callbacks that stop a ``run.py`` job after a given number of training micro-batches, the way
 a real stop would: ``SigtermAt`` sends the process SIGTERM (as SLURM preemption does; Lightning stops
 after the batch and ``StopCheckpoint`` saves), ``TimeUpAt`` makes Lightning's ``max_time`` timer
-expire (``trainer.max_time`` must be set so the timer exists)."""
+expire (``trainer.max_time`` must be set so the timer exists), ``SigkillAt`` kills the process with
+SIGKILL as a crash, the OOM killer or a lost node does (nothing runs after it: the job folder keeps
+what the periodic ``last.ckpt`` saved before)."""
 
 from __future__ import annotations
 
@@ -37,3 +39,17 @@ class TimeUpAt(L.Callback):
             assert timers, "TimeUpAt needs trainer.max_time"
             for timer in timers:
                 timer._duration = 0.0
+
+
+class SigkillAt(L.Callback):
+    """SIGKILL this process at the start of its ``batches``-th training micro-batch: the batch has
+    been fetched (and, by Lightning's prefetching fetcher and any workers, the ones after it) but not
+    trained; no callback, checkpoint or log write runs after it."""
+
+    def __init__(self, batches: int) -> None:
+        self.batches, self.seen = int(batches), 0
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:  # noqa: D102
+        self.seen += 1
+        if self.seen == self.batches:
+            os.kill(os.getpid(), signal.SIGKILL)

@@ -2,7 +2,10 @@
 it fell.
 
 Save triggers: the periodic ``last.ckpt`` (``every_n_train_steps``; the run goes on one more step
-and ends without saving, as a SIGKILL during that step leaves it), the best checkpoint
+and ends without saving, as a SIGKILL during that step leaves it), the same periodic save followed
+by a real SIGKILL at the start of the next micro-batch (``sigkill``: the loader and Lightning's
+prefetching fetcher have already fetched past the saved position, nothing runs after the kill),
+the best checkpoint
 (``best-<step>.ckpt`` of a validation), SIGTERM (``StopCheckpoint``), the end of ``fit``
 (``max_steps``) and ``max_time`` (Lightning's timer). Positions: inside an epoch, an epoch's last
 batch, the last batch of an epoch shortened by ``trainer.limit_train_batches``, inside an
@@ -33,7 +36,7 @@ POSITIONS = {  # name -> (data/trainer overrides, optimizer step of the checkpoi
     "limited_epoch_end": (["data.tokens_per_batch=1024", "+trainer.limit_train_batches=0.67"], {1: 4, 2: 2}),
     "workers": (["data.tokens_per_batch=2048", "data.num_workers=2"], {1: 5, 2: 3}),
 }
-TRIGGERS = ["periodic", "best", "sigterm", "fit_end", "max_time"]
+TRIGGERS = ["periodic", "sigkill", "best", "sigterm", "fit_end", "max_time"]
 _REFERENCES: dict[tuple, tuple] = {}
 
 
@@ -71,6 +74,12 @@ def _check(tmp_path, tmp_path_factory, trigger: str, data: list[str], accumulate
         first = [*data, f"trainer.max_steps={step + 1}", f"callbacks.last_checkpoint.every_n_train_steps={step}",
                  *PERIODIC_ONLY]
         before = _run(tmp_path, job, first, "first")
+    elif trigger == "sigkill":  # periodic last.ckpt at `step`, then SIGKILL as the next micro-batch starts
+        kill = ["+callbacks.kill._target_=tests.reliability.stoppers.SigkillAt",
+                f"+callbacks.kill.batches={micro_batches + 1}"]
+        first = [*data, f"trainer.max_steps={TOTAL}", f"callbacks.last_checkpoint.every_n_train_steps={step}", *kill]
+        before = _run(tmp_path, job, first, "first", status=-9)
+        assert len(before) == micro_batches  # killed before its next micro-batch ended
     elif trigger == "best":
         only_best = [f"trainer.val_check_interval={step}", "callbacks.stop_checkpoint.save_on_train_end=false",
                      "callbacks.model_checkpoint.save_last=false"]
@@ -97,9 +106,10 @@ def _check(tmp_path, tmp_path_factory, trigger: str, data: list[str], accumulate
 
 # -- the issue's table, as reported ----------------------------------------------------------------
 def test_periodic_mid_epoch_checkpoint_resumes_without_skipping_a_batch(tmp_path, tmp_path_factory):
-    """3 batches per epoch, ``every_n_train_steps=4``, run to step 5 (as a SIGKILL during step 5 leaves
-    it), resume with ``ckpt_path=last``: steps 5..7 must be the uninterrupted run's."""
-    _check(tmp_path, tmp_path_factory, "periodic", ["data.tokens_per_batch=2048"], 1, step=4)
+    """3 batches per epoch, ``every_n_train_steps=4`` (the save falls on epoch 1's first batch), a real
+    SIGKILL as step 5 starts, resume with ``ckpt_path=last``: steps 5..7 must be the uninterrupted
+    run's (epoch, batch, tokens seen, loss)."""
+    _check(tmp_path, tmp_path_factory, "sigkill", ["data.tokens_per_batch=2048"], 1, step=4)
 
 
 def test_resume_at_the_end_of_an_epoch_shortened_by_limit_train_batches(tmp_path, tmp_path_factory):
