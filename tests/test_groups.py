@@ -14,8 +14,8 @@ from hydra.utils import instantiate
 
 from tests.conftest import REPO
 from xformer.jobs.driver import run as run_job
-from xformer.train.module import TransformerLitModule
 from xformer.jobs.validate import build_model
+from xformer.train.module import TransformerLitModule
 
 CONF = str(REPO / "conf")
 GROUPS = {g: sorted(p.stem for p in (REPO / "conf" / "model" / g).glob("*.yaml"))

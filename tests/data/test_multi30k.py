@@ -9,10 +9,11 @@ import shutil
 import pytest
 import torch
 
-from .helpers import shared
 from xformer.data.errors import DataError
 from xformer.data.multi30k import SHA256, Multi30kDataModule
 from xformer.data.tokenizers import BOS, EOS, PAD, BPETokenizer
+
+from .helpers import shared
 
 
 def test_split_sizes_and_contract(multi30k_dm):

@@ -16,8 +16,8 @@ from hydra.utils import instantiate
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests.conftest import REPO
-from xformer.train.module import TransformerLitModule
 from xformer.jobs.validate import build_model
+from xformer.train.module import TransformerLitModule
 
 # operators whose result (or whose output shape) depends on tensor values: a device sync on a GPU
 SYNC_OPS = {"_local_scalar_dense", "nonzero", "masked_select", "is_nonzero", "equal", "unique",

@@ -16,12 +16,13 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
+from typing_extensions import override
 
 from tests.conftest import REPO
-from xformer.model import ConfigError
 from xformer.jobs.driver import run as run_job
-from xformer.train.module import TransformerLitModule
 from xformer.jobs.validate import build_model, check_config
+from xformer.model import ConfigError
+from xformer.train.module import TransformerLitModule
 
 PRECISIONS = ["32-true", "bf16-mixed", "16-mixed", "bf16-true"]
 KERNELS = {"fused": ["optim.optimizer.fused=true"],
@@ -60,6 +61,7 @@ def test_single_process_presets_train_two_steps(preset, precision, kernel, clip,
 class _Capture(L.Callback):
     """Adam's first moment and the gradients right after the first optimizer step."""
 
+    @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         opt = trainer.optimizers[0]
         params = [p for g in opt.param_groups for p in g["params"] if p.grad is not None]

@@ -21,7 +21,7 @@ import torch
 from omegaconf import OmegaConf
 
 from tests.conftest import REPO
-from tests.reliability.conftest import (RESUMABLE, TINY, env_for, metrics, run_py, start_py, wait_for)
+from tests.reliability.conftest import RESUMABLE, TINY, env_for, metrics, run_py, start_py, wait_for
 from tests.reliability.test_resume import _assert_same_run
 from xformer.errors import ConfigError
 

@@ -6,8 +6,20 @@ from __future__ import annotations
 import pytest
 
 from xformer.report.aggregate import Stat, aggregate
-from xformer.report.claims import (BETTER, FEW, INCONCLUSIVE, NOISE, NOT_SUPPORTED, SUPPORTED, WORSE, Options,
-                                   compare, evaluate, higher_is_better, saturation)
+from xformer.report.claims import (
+    BETTER,
+    FEW,
+    INCONCLUSIVE,
+    NOISE,
+    NOT_SUPPORTED,
+    SUPPORTED,
+    WORSE,
+    Options,
+    compare,
+    evaluate,
+    higher_is_better,
+    saturation,
+)
 from xformer.report.stats import equivalent, welch
 
 from .conftest import flat_curve, write_job, write_sweep

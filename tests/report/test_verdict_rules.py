@@ -11,8 +11,18 @@ import random
 import pytest
 
 from xformer.report.aggregate import Group, Stat, aggregate
-from xformer.report.claims import (BETTER, INCONCLUSIVE, NOISE, NOT_SUPPORTED, SUPPORTED, Options, best_of, compare,
-                                   evaluate, spaced)
+from xformer.report.claims import (
+    BETTER,
+    INCONCLUSIVE,
+    NOISE,
+    NOT_SUPPORTED,
+    SUPPORTED,
+    Options,
+    best_of,
+    compare,
+    evaluate,
+    spaced,
+)
 from xformer.report.stats import fisher_more, holm, log2_trend
 
 from .conftest import flat_curve, write_job
@@ -142,7 +152,7 @@ def test_c4_counts_divergence_of_post_ln_without_warmup(tmp_path, n_div):
     v = only(c4_sweep(tmp_path, n_div), "C4")
     assert v.status == SUPPORTED, v.block()
     assert any(f"post@0: {n_div} of 3" in e for e in v.evidence), v.block()
-    assert any(f"post@4000 vs post@0" in e and f"post@0 diverged in {n_div} of 3 seeds" in e for e in v.evidence)
+    assert any("post@4000 vs post@0" in e and f"post@0 diverged in {n_div} of 3 seeds" in e for e in v.evidence)
     assert any("diverged (each counted as its setting's worst outcome): post@0" in e for e in v.evidence)
     assert any("Fisher exact p" in e for e in v.evidence)
 

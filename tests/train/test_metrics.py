@@ -3,8 +3,8 @@
 import math
 
 import sacrebleu
-from xformer.train.module import corpus_metrics
 
+from xformer.train.module import corpus_metrics
 
 HYPS = ["a man rides a horse .", "two dogs play in the snow", "the cat sits", "a woman is cooking ."]
 REFS = ["a man is riding a horse .", "two dogs are playing in the snow .", "a cat sits on a mat .",

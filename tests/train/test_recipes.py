@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from xformer.jobs.validate import check_rules
-from xformer.model import ConfigError, DecoderOnly, GELUFFN, Learned, PreNorm
+from xformer.model import GELUFFN, ConfigError, DecoderOnly, Learned, PreNorm
 from xformer.model.init import GPT2, residual_projections
 from xformer.train import schedules
 from xformer.train.optim import DecayGroups

@@ -5,8 +5,8 @@ import os
 import subprocess
 import sys
 
-
-from tests.conftest import REPO, TINY as BASE_TINY
+from tests.conftest import REPO
+from tests.conftest import TINY as BASE_TINY
 
 TINY = [*BASE_TINY, "trainer.max_steps=6", "trainer.val_check_interval=3"]
 

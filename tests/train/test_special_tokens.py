@@ -13,8 +13,7 @@ import collections
 import pytest
 import torch
 
-from xformer.model import DecoderOnly, EncoderDecoder, EncoderOnly
-from xformer.model import decoding
+from xformer.model import DecoderOnly, EncoderDecoder, EncoderOnly, decoding
 from xformer.train.module import TransformerLitModule
 
 PAD, BOS, EOS = 0, 1, 2

@@ -22,6 +22,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
+from typing_extensions import override
 
 from xformer.model import EncoderDecoder
 from xformer.train.module import TransformerLitModule
@@ -85,6 +86,7 @@ class LossLog(L.Callback):
     def __init__(self):
         self.losses = []
 
+    @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if not trainer.fit_loop.epoch_loop._should_accumulate():
             self.losses.append(float(trainer.callback_metrics["train/loss"]))

@@ -17,6 +17,7 @@ import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
+from typing_extensions import override
 
 from xformer.data.batching import (
     RandomBatchSampler,
@@ -215,6 +216,7 @@ class XformerDataModule(L.LightningDataModule):
 
     # ---- lifecycle -------------------------------------------------------------------------
 
+    @override
     def setup(self, stage: str | None = None) -> None:
         """Build tokenizer and all splits once; later calls (any ``stage``) do nothing."""
         if self._is_built:

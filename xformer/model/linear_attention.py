@@ -28,6 +28,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from typing_extensions import override
 
 from .attention import AttentionPattern, FullAttention, MultiHeadAttention
 from .hooks import overrides
@@ -118,7 +119,7 @@ class RunningSumCache:
         capacity: not used (the state has a fixed size); accepted so every cache is made alike.
     """
 
-    def __init__(self, capacity: int | None = None) -> None:
+    def __init__(self, capacity: int | None = None) -> None:  # noqa: ARG002 - uniform cache constructor
         self.size = 0
         self.state: tuple[Tensor, Tensor] | None = None
 
@@ -168,7 +169,8 @@ class LinearSelfAttention(MultiHeadAttention):
         ValueError: for a pattern or scheme this mechanism cannot apply (see :meth:`refusal`).
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int, dropout: float = 0.0, scale: bool = True,
+    # ``dropout`` is accepted so every mechanism is built alike; there is no score matrix to drop from.
+    def __init__(self, d_model: int, n_heads: int, d_head: int, dropout: float = 0.0, scale: bool = True,  # noqa: ARG002
                  bias: bool = True, pattern: AttentionPattern | None = None,
                  pos_embeddings: PositionalEncoding | None = None) -> None:
         super().__init__(d_model, n_heads, d_head, 0.0, scale, bias)
@@ -198,6 +200,7 @@ class LinearSelfAttention(MultiHeadAttention):
                     "attention never forms; only full and causal apply")
         return None
 
+    @override
     def new_cache(self, capacity: int | None = None) -> RunningSumCache:
         """Empty running sums for incremental decoding (``capacity`` is not needed)."""
         return RunningSumCache()
@@ -215,7 +218,6 @@ class LinearSelfAttention(MultiHeadAttention):
         Returns:
             ``(B, T, D)``.
         """
-        tq = x.shape[1]
         q, k, v = self.project_qkv(x)
         with _full_precision(x):
             out = self._attend(q, k, v, key_padding_mask, cache)
@@ -253,10 +255,12 @@ class LinearCrossAttention(MultiHeadAttention):
     Args: as :class:`LinearSelfAttention` without ``pattern`` and ``pos_embeddings``.
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int, dropout: float = 0.0, scale: bool = True,
+    # ``dropout`` is accepted so every mechanism is built alike; there is no score matrix to drop from.
+    def __init__(self, d_model: int, n_heads: int, d_head: int, dropout: float = 0.0, scale: bool = True,  # noqa: ARG002
                  bias: bool = True) -> None:
         super().__init__(d_model, n_heads, d_head, 0.0, scale, bias)
 
+    @override
     def new_cache(self, capacity: int | None = None) -> RunningSumCache:
         """An empty memory summary, filled at the first call."""
         return RunningSumCache()

@@ -41,6 +41,7 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from typing_extensions import override
 
 from xformer.jobs import lightning_compat
 from xformer.train.decode import DecodeSettings
@@ -196,6 +197,7 @@ class TransformerLitModule(L.LightningModule):
     def tokens_seen(self, value: int) -> None:
         self._tokens = torch.tensor(int(value), dtype=torch.int64, device=self._tokens.device)
 
+    @override
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:
         """Teacher-forced loss of one micro-batch; everything stays on the device (no host sync).
 
@@ -239,6 +241,7 @@ class TransformerLitModule(L.LightningModule):
                                           n_tok.double()))
         return loss_sum / self._step_norm.to(loss_sum.dtype)
 
+    @override
     def on_before_optimizer_step(self, optimizer) -> None:
         """Turn the accumulated gradient into that of the step's token mean over all micro-batches and
         ranks (see :meth:`training_step`), and log that mean as ``train/loss``.
@@ -268,6 +271,7 @@ class TransformerLitModule(L.LightningModule):
         self._step_norm = (n_tgt / micro).float().double()
         self._step_window = None
 
+    @override
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
         """Log ``perf/tokens_seen`` and ``perf/tokens_per_s`` as device tensors (no sync).
 
@@ -322,6 +326,7 @@ class TransformerLitModule(L.LightningModule):
             return
         self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
+    @override
     def setup(self, stage: str) -> None:
         if lightning_compat.has_trainer(self):
             from xformer.jobs.distributed import refresh_csv_headers
@@ -470,6 +475,7 @@ class TransformerLitModule(L.LightningModule):
     def on_validation_epoch_end(self) -> None:
         self._eval_end("val")
 
+    @override
     def test_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> None:
         self._eval_step(batch, f"test#{dataloader_idx}", decode=True)
 

@@ -7,8 +7,8 @@ tokenizer under ``checkpoint["xformer"]``), so no data or cache is read.
 from __future__ import annotations
 
 import argparse
-import sys
 import pickle
+import sys
 import tempfile
 from pathlib import Path
 from typing import Callable
@@ -16,8 +16,10 @@ from typing import Callable
 import torch
 from omegaconf import OmegaConf
 
-from xformer.data.tokenizers import BOS as BOS_ID, EOS as EOS_ID, PAD as PAD_ID, load_tokenizer
-
+from xformer.data.tokenizers import BOS as BOS_ID
+from xformer.data.tokenizers import EOS as EOS_ID
+from xformer.data.tokenizers import PAD as PAD_ID
+from xformer.data.tokenizers import load_tokenizer
 from xformer.model import EncoderDecoder, decoding
 
 

@@ -7,10 +7,21 @@ import re
 from ..aggregate import Sweep, fmt_value, value_sort_key
 from ..stats import equivalent
 from .core import (
-    BETTER, EQUIV_REL, Options, Verdict, WORSE, _missing, _no_metric, claim, compare, compare_groups, contexts,
-    decide, higher_is_better, pick_metric,
+    BETTER,
+    EQUIV_REL,
+    WORSE,
+    Options,
+    Verdict,
+    _missing,
+    _no_metric,
+    claim,
+    compare,
+    compare_groups,
+    contexts,
+    decide,
+    higher_is_better,
+    pick_metric,
 )
-
 
 LENGTH_RE = re.compile(r"^(?P<base>.+)@(?P<n>\d+(?:\.\d+)?)x$")
 
