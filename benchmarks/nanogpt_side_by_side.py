@@ -138,7 +138,7 @@ def xformer_numbers(proc: Proc, run_dir: Path, n: int) -> dict:
     first = next(t for t, m in marks if m == "first step")
     starts = [t for t, m in marks if m == "val start"]
     ends = [t for t, m in marks if m == "val end"]
-    evals = [e - s for s, e in zip(starts, ends)]
+    evals = [e - s for s, e in zip(starts, ends, strict=False)]
     rows = list(csv.DictReader((run_dir / "csv" / "metrics.csv").open()))
     val = [(int(r["step"]), float(r["val/loss"])) for r in rows if r.get("val/loss")]
     full = [float(r["test/loss@val"]) for r in rows if r.get("test/loss@val")]
@@ -233,12 +233,13 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
         first_nano = k % 2 == 0
-        starters = [("nanogpt", lambda c: start_nanogpt(nanogpt, n, every, work / "nanogpt", c, work / "nanogpt.log")),
-                    ("xformer", lambda c: start_xformer(args.text.resolve(), n, every, work / "xformer", c,
-                                                        work / "xformer.log"))]
+        # the starters are called in this iteration (procs below), so the late binding of `work` is harmless
+        starters = [("nanogpt", lambda c: start_nanogpt(nanogpt, n, every, work / "nanogpt", c, work / "nanogpt.log")),  # noqa: B023
+                    ("xformer", lambda c: start_xformer(args.text.resolve(), n, every, work / "xformer", c,  # noqa: B023
+                                                        work / "xformer.log"))]  # noqa: B023
         if not first_nano:
             starters.reverse()
-        procs = {name: start(core) for (name, start), core in zip(starters, cores)}
+        procs = {name: start(core) for (name, start), core in zip(starters, cores, strict=False)}
         for p in procs.values():
             p.wait()
         res = {"order": " then ".join(name for name, _ in starters),

@@ -76,7 +76,7 @@ def test_download_path_from_local_server(data_server, tmp_path, monkeypatch):
     dm.setup()
     assert len(dm.train_set) == len(dm.val_set) == 300 and dm.tgt_vocab_size == 400
     # a second DataModule finds both the files and the tokenizer in the cache
-    monkeypatch.setattr(BPETokenizer, "train", classmethod(lambda *a, **k: pytest.fail("BPE retrained")))
+    monkeypatch.setattr(BPETokenizer, "train", classmethod(lambda *_a, **_k: pytest.fail("BPE retrained")))
     again = Multi30kDataModule(**kw)
     again.prepare_data()
     again.setup()

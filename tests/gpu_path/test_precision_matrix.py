@@ -78,7 +78,7 @@ def _first_step(precision, kernel, clip, tmp_path):
     torch.manual_seed(0)
     model = build_model(cfg, dm.src_vocab_size, dm.tgt_vocab_size, dm.pad_id)
     module = TransformerLitModule(model, optimizer=instantiate(cfg.optim.optimizer),
-                                  lr_lambda=lambda step: 1.0,
+                                  lr_lambda=lambda _step: 1.0,
                                   pad_id=dm.pad_id, bos_id=dm.bos_id, eos_id=dm.eos_id)
     capture = _Capture()
     if precision == "16-mixed+scaler":  # as on a GPU: Lightning gives CPU 16-mixed no GradScaler

@@ -146,6 +146,6 @@ def test_f_dropout_is_used_under_torch_compile_tracing(monkeypatch):
     """Under torch.compile (and on non-CPU devices) the call goes to F.dropout."""
     calls = []
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
-    monkeypatch.setattr(F, "dropout", lambda x, p, training: calls.append(p) or x)
+    monkeypatch.setattr(F, "dropout", lambda x, p, training: calls.append(p) or x)  # noqa: ARG005 - F.dropout's names
     dropout(torch.ones(3), 0.2)
     assert calls == [0.2]

@@ -207,7 +207,7 @@ def test_ffn_with_forward_builds_and_trains():
 @pytest.mark.parametrize("cls", [EncoderDecoder, DecoderOnly, EncoderOnly])
 @pytest.mark.parametrize("kwargs,needle", [
     ({"pe": NoHookPE}, r"model\.pe: .*NoHookPE overrides none of the PositionalEncoding hooks embed, rotate, attn_bias"),
-    ({"pe": lambda **kw: nn.Identity()}, r"model\.pe: .*Identity is not an xformer\.model\.PositionalEncoding"),
+    ({"pe": lambda **_kw: nn.Identity()}, r"model\.pe: .*Identity is not an xformer\.model\.PositionalEncoding"),
     ({"norm": NoForwardNorm}, r"model\.norm: .*NoForwardNorm does not implement forward\(x, f\)"),
     ({"ffn": NoForwardFFN}, r"model\.ffn: .*NoForwardFFN must be an nn\.Module that implements forward\(x\)"),
     ({"attention": NotAPattern()}, r"model\.attention: .*NotAPattern is not an xformer\.model\.AttentionPattern"),

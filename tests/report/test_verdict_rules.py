@@ -55,7 +55,7 @@ def test_late_crossing_makes_the_verdict_inconclusive(tmp_path):
     steps = range(10, 101, 10)
     big = [[(s, (1.90 if s <= 60 else 1.60) + o) for s in steps] for o in OFFSETS]
     small = [[(s, 1.75 if s <= 60 else 1.70 + o) for s in steps] for o in OFFSETS]
-    small = [[(s, y + o) for s, y in c] for c, o in zip(small, OFFSETS)]
+    small = [[(s, y + o) for s, y in c] for c, o in zip(small, OFFSETS, strict=False)]
     d_head_sweep(tmp_path, {8: [1.70 + o for o in OFFSETS], 32: [1.60 + o for o in OFFSETS]}, {8: small, 32: big})
     v = only(tmp_path, "C11")
     assert v.status == INCONCLUSIVE, v.block()
@@ -252,7 +252,7 @@ def test_c6_trend_leaving_the_margin_blocks_equivalence(tmp_path):
     num = 0
     for pe, vals in (("sinusoidal", [1.696, 1.700, 1.704]), ("learned", [1.697, 1.701, 1.705])):
         for seed, v in enumerate(vals, start=1):
-            drift = (lambda s: 0.05 * max(0.0, math.log2(s / 50))) if pe == "learned" else (lambda s: 0.0)
+            drift = (lambda s: 0.05 * max(0.0, math.log2(s / 50))) if pe == "learned" else (lambda _s: 0.0)
             write_job(root, num, [f"model/pe={pe}", f"seed={seed}"], {"test/loss": v, "val/loss": v},
                       curve=[(s, v + 0.1, v + drift(s)) for s in steps])
             num += 1

@@ -92,7 +92,7 @@ class LossLog(L.Callback):
             self.losses.append(float(trainer.callback_metrics["train/loss"]))
 
 
-def constant(step: int) -> float:
+def constant(_step: int) -> float:
     return 1.0
 
 
@@ -210,7 +210,7 @@ def test_ranks_under_the_ddp_contract_give_the_gradient_of_the_union():
         module = TransformerLitModule(copy.deepcopy(model), optimizer=None, lr_lambda=None, label_smoothing=LS,
                                       pad_id=PAD, bos_id=BOS, eos_id=EOS)
         module._trainer = _Trainer(ranks, rank, world, accumulate)
-        module.log = lambda name, value, **kw: logged.__setitem__((rank, name), float(value))
+        module.log = lambda name, value, **_kw: logged.__setitem__((rank, name), float(value))
         for i in range(accumulate):
             (module.training_step(BATCHES[i * world + rank], i) / accumulate).backward()  # as Lightning does
         for p in module.parameters():  # DDP: gradients averaged over ranks

@@ -205,7 +205,7 @@ def _greedy_batches(idx: np.ndarray, lens: np.ndarray, budget: int) -> list[list
     batches: list[list[int]] = []
     cur: list[int] = []
     cur_max = 0
-    for i, ln in zip(idx.tolist(), lens.tolist()):
+    for i, ln in zip(idx.tolist(), lens.tolist(), strict=True):
         new_max = max(cur_max, ln)
         if cur and new_max * (len(cur) + 1) > budget:
             batches.append(cur)
@@ -264,7 +264,8 @@ class SequentialBatchSampler(Sampler[list[int]]):
 
     def __len__(self) -> int:
         """Batches this rank yields."""
-        return -(-(-(-self.n // self.batch_size)) // self.num_replicas)
+        n_batches = -(-self.n // self.batch_size)  # ceiling divisions
+        return -(-n_batches // self.num_replicas)
 
 
 class RandomBatchSampler(Sampler[list[int]]):

@@ -156,7 +156,7 @@ class _ChildObserver(threading.Thread):
             codes = [p.poll() for p in self.procs]
             if all(c == 0 for c in codes):
                 return
-            failed = [p for p, c in zip(self.procs, codes) if c not in (None, 0)]
+            failed = [p for p, c in zip(self.procs, codes, strict=True) if c not in (None, 0)]
             if failed:
                 log.error("child rank (pid %s) exited with %s; stopping the job's other ranks",
                           failed[0].pid, failed[0].returncode)

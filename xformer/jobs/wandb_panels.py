@@ -172,7 +172,7 @@ class WandbPanels(L.Callback):
         hyps = pl_module.generate(part)
         srcs = part.get("src_text") or [pl_module.detokenize(row) for row in part["src"].tolist()]
         step = trainer.global_step
-        self._rows += [[step, s, r, h] for s, r, h in zip(srcs, part["tgt_text"], hyps)]
+        self._rows += [[step, s, r, h] for s, r, h in zip(srcs, part["tgt_text"], hyps, strict=True)]
 
     @override
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -95,7 +95,7 @@ def corpus_metrics(rows: list[tuple[float, int, int]], texts: dict[int, tuple[st
         out[f"{prefix}/bleu{suffix}"] = float(bleu.corpus_score(hyps, [refs]).score)
         signature = str(bleu.get_signature())
     if refs and "exact_match" in seq_metrics:
-        same = sum(h.strip() == r.strip() for h, r in zip(hyps, refs))
+        same = sum(h.strip() == r.strip() for h, r in zip(hyps, refs, strict=True))
         out[f"{prefix}/exact_match{suffix}"] = same / len(refs)
     return out, signature
 
@@ -382,13 +382,13 @@ class TransformerLitModule(L.LightningModule):
             start = -1 - len(acc["idx"]) - (self.global_rank << 40)
             idx = list(range(start, start - labels.shape[0], -1))
         acc["idx"].extend(idx)
-        acc.setdefault("cut", []).extend(i for i, c in zip(idx, cut.tolist()) if c)
+        acc.setdefault("cut", []).extend(i for i, c in zip(idx, cut.tolist(), strict=True) if c)
         acc["nll"].extend(tok_nll.sum(1).double().tolist())
         acc["n"].extend(mask.sum(1).tolist())
         acc["correct"].extend(((logits.argmax(-1) == labels) & mask).sum(1).tolist())
         if decode and self.seq_metrics and "tgt_text" in batch:
             hyps = self._generate_sharded(batch, logits)
-            acc["text"].update(zip(idx, zip(hyps, batch["tgt_text"])))
+            acc["text"].update(zip(idx, zip(hyps, batch["tgt_text"], strict=True), strict=True))
 
     def _generate_sharded(self, batch: dict, logits: Tensor) -> list[str]:
         """:meth:`generate`; with an FSDP2-sharded model, every shard unit is gathered once before and
@@ -459,7 +459,7 @@ class TransformerLitModule(L.LightningModule):
         rows: dict[int, tuple[float, int, int]] = {}
         texts: dict[int, tuple[str, str]] = {}
         for idx, nll, n, correct, text in parts:
-            for i, a, b, c in zip(idx, nll, n, correct):
+            for i, a, b, c in zip(idx, nll, n, correct, strict=True):
                 rows.setdefault(i, (a, b, c))
             for i, t in text.items():
                 texts.setdefault(i, t)

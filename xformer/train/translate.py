@@ -103,7 +103,7 @@ def translate(model, tokenizer, lines: list[str], beam_size: int = 1, alpha: flo
                 hyps = decoding.beam_search(model, src, BOS_ID, EOS_ID, PAD_ID, max_len, beam_size, alpha)
             else:
                 hyps = decoding.greedy(model, src, BOS_ID, EOS_ID, PAD_ID, max_len)
-            for r, h in zip(rows, hyps):
+            for r, h in zip(rows, hyps, strict=True):
                 out[r] = tokenizer.decode(h)
     return out
 
