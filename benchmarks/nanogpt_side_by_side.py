@@ -228,15 +228,19 @@ def main(argv: list[str] | None = None) -> int:
     data = prepare_nanogpt_data(nanogpt, args.text.resolve())
     cores = [0, 1] if (os.cpu_count() or 1) >= 2 else [None, None]
     rounds = []
+
+    def make_starters(work: Path) -> list:
+        """(name, start(core) -> process) for both trainers, writing under ``work``."""
+        text = args.text.resolve()
+        return [("nanogpt", lambda c: start_nanogpt(nanogpt, n, every, work / "nanogpt", c, work / "nanogpt.log")),
+                ("xformer", lambda c: start_xformer(text, n, every, work / "xformer", c, work / "xformer.log"))]
+
     for k in range(args.rounds):
         work = args.work / f"round{k}"
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
         first_nano = k % 2 == 0
-        # the starters are called in this iteration (procs below), so the late binding of `work` is harmless
-        starters = [("nanogpt", lambda c: start_nanogpt(nanogpt, n, every, work / "nanogpt", c, work / "nanogpt.log")),  # noqa: B023
-                    ("xformer", lambda c: start_xformer(args.text.resolve(), n, every, work / "xformer", c,  # noqa: B023
-                                                        work / "xformer.log"))]  # noqa: B023
+        starters = make_starters(work)
         if not first_nano:
             starters.reverse()
         procs = {name: start(core) for (name, start), core in zip(starters, cores, strict=False)}

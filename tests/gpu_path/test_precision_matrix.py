@@ -3,7 +3,8 @@ training with one ``error:`` line, and a fused optimizer clips the true (unscale
 
 Lightning's mixed-precision plugin refuses to clip for an optimizer that unscales gradients inside
 its own step (``fused=True``); xformer unscales first
-(``TransformerLitModule.configure_gradient_clipping``) so the fused kernel stays on. The distributed presets are covered in ``tests/scaling``.
+(``TransformerLitModule.configure_gradient_clipping``) so the fused kernel stays on. The distributed
+presets are covered in ``tests/scaling``.
 """
 
 from __future__ import annotations

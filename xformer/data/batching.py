@@ -91,7 +91,8 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
        ``pool_factor`` x (typical batch size) examples; ``pool_factor=None`` (default) means one
        pool holding everything. ``shuffle=False``: one pool, original order.
     2. Each pool is sorted by length, then by ``sort_keys`` (stable, so remaining ties keep the
-       random order), and cut greedily into batches: an example joins the current batch while ``max_len * (n + 1) <= budget``.
+       random order), and cut greedily into batches: an example joins the current batch while
+       ``max_len * (n + 1) <= budget``.
        An example longer than the budget gets a batch of its own.
     3. ``shuffle=True``: the batch order is shuffled.
     4. With ``num_replicas > 1`` the batches are split across ranks by :func:`shard_batches`.

@@ -277,7 +277,8 @@ def format_summary(summary: dict) -> str:
         extra = f"  [{j['error']}]" if j.get("error") else ""
         if j.get("resume") in ("skipped", "resumed"):
             extra += "  (finished earlier, skipped)" if j["resume"] == "skipped" else "  (resumed from last.ckpt)"
-        lines.append(f"  {j['num']:>3}  {j['status']:<9}  {shown:>12}  {' '.join(o for o in j['overrides'] if o not in common)}{extra}")
+        own = " ".join(o for o in j["overrides"] if o not in common)
+        lines.append(f"  {j['num']:>3}  {j['status']:<9}  {shown:>12}  {own}{extra}")
     if summary.get("error"):
         lines.append(f"error: {summary['error']}")
     return "\n".join(lines)

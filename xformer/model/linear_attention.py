@@ -169,10 +169,10 @@ class LinearSelfAttention(MultiHeadAttention):
         ValueError: for a pattern or scheme this mechanism cannot apply (see :meth:`refusal`).
     """
 
-    # ``dropout`` is accepted so every mechanism is built alike; there is no score matrix to drop from.
-    def __init__(self, d_model: int, n_heads: int, d_head: int, dropout: float = 0.0, scale: bool = True,  # noqa: ARG002
+    def __init__(self, d_model: int, n_heads: int, d_head: int, dropout: float = 0.0, scale: bool = True,
                  bias: bool = True, pattern: AttentionPattern | None = None,
                  pos_embeddings: PositionalEncoding | None = None) -> None:
+        del dropout  # accepted so every mechanism is built alike; there is no score matrix to drop from
         super().__init__(d_model, n_heads, d_head, 0.0, scale, bias)
         self.pattern = FullAttention() if pattern is None else pattern
         why = self.refusal(self.pattern, None if pos_embeddings is None else type(pos_embeddings))
@@ -255,9 +255,9 @@ class LinearCrossAttention(MultiHeadAttention):
     Args: as :class:`LinearSelfAttention` without ``pattern`` and ``pos_embeddings``.
     """
 
-    # ``dropout`` is accepted so every mechanism is built alike; there is no score matrix to drop from.
-    def __init__(self, d_model: int, n_heads: int, d_head: int, dropout: float = 0.0, scale: bool = True,  # noqa: ARG002
+    def __init__(self, d_model: int, n_heads: int, d_head: int, dropout: float = 0.0, scale: bool = True,
                  bias: bool = True) -> None:
+        del dropout  # accepted so every mechanism is built alike; there is no score matrix to drop from
         super().__init__(d_model, n_heads, d_head, 0.0, scale, bias)
 
     @override

@@ -65,7 +65,8 @@ def translate(model, tokenizer, lines: list[str], beam_size: int = 1, alpha: flo
     input line, in order.
 
     Each line's output is capped at ``max_len_a · (its tokens + EOS) + max_len_b`` tokens (and the
-    model's ``max_len``), whatever the other lines are. A line whose tokens (plus EOS) exceed the model's positions (``model.position_limit``, i.e.
+    model's ``max_len``), whatever the other lines are. A line whose tokens (plus EOS) exceed the
+    model's positions (``model.position_limit``, i.e.
     ``model.max_len`` for learned or sinusoidal positions) is cut to fit and still translated; ``warn``
     receives one message per such line, naming its 1-based line number.
 
