@@ -1,4 +1,4 @@
-# xformer: `make run` trains the default model, `make test` runs the test suite.
+# xformer: `make run` trains the default model, `make test` runs the test suite, `make lint` runs ruff.
 # Both create .venv on first use: torch first (CPU wheel by default; TORCH_SPEC="torch==X --index-url ..."
 # for a CUDA build), then the project with its dev extras.
 PYTHON ?= python3
@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-slow install bench clean
+.PHONY: run test test-slow lint install bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow

@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 
 import lightning as L
+from typing_extensions import override
 
 
 def _mark(what: str) -> None:
@@ -19,13 +20,16 @@ class Marks(L.Callback):
     def __init__(self) -> None:
         self._first = True
 
+    @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if self._first and trainer.global_step >= 1:
             self._first = False
             _mark("first step")
 
+    @override
     def on_validation_start(self, trainer, pl_module) -> None:
         _mark("val start")
 
+    @override
     def on_validation_end(self, trainer, pl_module) -> None:
         _mark("val end")

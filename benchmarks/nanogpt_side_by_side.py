@@ -138,7 +138,7 @@ def xformer_numbers(proc: Proc, run_dir: Path, n: int) -> dict:
     first = next(t for t, m in marks if m == "first step")
     starts = [t for t, m in marks if m == "val start"]
     ends = [t for t, m in marks if m == "val end"]
-    evals = [e - s for s, e in zip(starts, ends)]
+    evals = [e - s for s, e in zip(starts, ends, strict=False)]
     rows = list(csv.DictReader((run_dir / "csv" / "metrics.csv").open()))
     val = [(int(r["step"]), float(r["val/loss"])) for r in rows if r.get("val/loss")]
     full = [float(r["test/loss@val"]) for r in rows if r.get("test/loss@val")]
@@ -228,17 +228,22 @@ def main(argv: list[str] | None = None) -> int:
     data = prepare_nanogpt_data(nanogpt, args.text.resolve())
     cores = [0, 1] if (os.cpu_count() or 1) >= 2 else [None, None]
     rounds = []
+
+    def make_starters(work: Path) -> list:
+        """(name, start(core) -> process) for both trainers, writing under ``work``."""
+        text = args.text.resolve()
+        return [("nanogpt", lambda c: start_nanogpt(nanogpt, n, every, work / "nanogpt", c, work / "nanogpt.log")),
+                ("xformer", lambda c: start_xformer(text, n, every, work / "xformer", c, work / "xformer.log"))]
+
     for k in range(args.rounds):
         work = args.work / f"round{k}"
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
         first_nano = k % 2 == 0
-        starters = [("nanogpt", lambda c: start_nanogpt(nanogpt, n, every, work / "nanogpt", c, work / "nanogpt.log")),
-                    ("xformer", lambda c: start_xformer(args.text.resolve(), n, every, work / "xformer", c,
-                                                        work / "xformer.log"))]
+        starters = make_starters(work)
         if not first_nano:
             starters.reverse()
-        procs = {name: start(core) for (name, start), core in zip(starters, cores)}
+        procs = {name: start(core) for (name, start), core in zip(starters, cores, strict=False)}
         for p in procs.values():
             p.wait()
         res = {"order": " then ".join(name for name, _ in starters),

@@ -14,8 +14,8 @@ from hydra.utils import instantiate
 
 from tests.conftest import REPO
 from xformer.jobs.driver import run as run_job
-from xformer.train.module import TransformerLitModule
 from xformer.jobs.validate import build_model
+from xformer.train.module import TransformerLitModule
 
 CONF = str(REPO / "conf")
 GROUPS = {g: sorted(p.stem for p in (REPO / "conf" / "model" / g).glob("*.yaml"))
@@ -99,7 +99,7 @@ def test_the_whole_product_of_model_groups_trains(batches):
     small_rev = {k: v[:8] if isinstance(v, torch.Tensor) else v for k, v in batches["reverse"][1].items()}
     for combo in combos:
         model_cfg = dict(base["model"])
-        for g, o in zip(names, combo):  # each group node replaces the default's node
+        for g, o in zip(names, combo, strict=False):  # each group node replaces the default's node
             model_cfg.update(nodes[g, o])
         cfg = OmegaConf.create({**base, "model": model_cfg})
         arch = combo[0]

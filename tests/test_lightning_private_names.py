@@ -47,7 +47,7 @@ def test_epoch_loop_and_trainer_state(tmp_path):
     trainer = _trainer(tmp_path)
     decide = compat.val_check_decision(trainer)
     assert callable(decide)
-    compat.set_val_check_decision(trainer, lambda fetcher: True)
+    compat.set_val_check_decision(trainer, lambda _fetcher: True)
     assert compat.val_check_decision(trainer)(None) is True
     compat.set_val_check_decision(trainer, decide)
     assert isinstance(compat.batches_that_stepped(trainer), int)
@@ -70,10 +70,10 @@ def test_launcher_functions_swap_and_restore():
     assert all(callable(f) for f in before.values()), f"moved: {before}"
     missing = []
 
-    def cmd(*a, **k):
+    def cmd(*_a, **_k):
         return None
 
-    def observer(*a, **k):
+    def observer(*_a, **_k):
         return None
 
     old = compat.swap_launcher_functions(cmd, observer, missing.append)
@@ -97,7 +97,7 @@ def test_logger_started(tmp_path):
     assert compat.logger_started(wandb) is False  # asking did not start a run
     csv = CSVLogger(str(tmp_path))
     assert compat.logger_started(csv) is False
-    csv.experiment
+    _ = csv.experiment  # the property creates the logger's experiment
     assert compat.logger_started(csv) is True
 
 

@@ -158,7 +158,6 @@ def specification(workspace, facts: SweepFacts) -> dict:
     (``workspace``: the public ``wandb_workspaces`` objects) and ``view``, the view specification
     W&B stores for it."""
     import pydantic
-
     import wandb_workspaces.workspaces as ws
 
     out = {"facts": facts.__dict__, "workspace": json.loads(pydantic.TypeAdapter(ws.Workspace).dump_json(workspace))}

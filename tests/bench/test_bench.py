@@ -163,7 +163,7 @@ def test_dropout0_row_is_row_1_without_dropout(quick):
     assert sec["ratio_vs_torch"] == pytest.approx(xf["tokens_per_s"] / sec["contenders"]["torch"]["tokens_per_s"])
 
 
-def test_gpt2_row_counts_flops_as_6n_plus_attention(tmp_path):
+def test_gpt2_row_counts_flops_as_6n_plus_attention():
     from xformer.bench import gpt2
     from xformer.bench.config import preset
 
@@ -190,7 +190,7 @@ def test_targets_and_table(quick):
         assert text in stdout, text
 
 
-def test_section_selection_and_help(tmp_path):
+def test_section_selection_and_help():
     from xformer.bench import ALL_SECTIONS, UsageError, select_sections
 
     assert select_sections("decoding,train_step") == ["train_step", "decoding"]

@@ -7,8 +7,13 @@ import pytest
 import torch
 
 from xformer.data.batching import (
-    RandomBatchSampler, SequentialBatchSampler, TokenBudgetBatchSampler, collate_lm, collate_seq2seq,
-    padding_fraction, shard_batches,
+    RandomBatchSampler,
+    SequentialBatchSampler,
+    TokenBudgetBatchSampler,
+    collate_lm,
+    collate_seq2seq,
+    padding_fraction,
+    shard_batches,
 )
 
 

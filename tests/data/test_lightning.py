@@ -6,6 +6,7 @@ import logging
 
 import lightning as L
 import torch
+from typing_extensions import override
 
 from xformer.data.numbers import NumbersDataModule
 
@@ -19,11 +20,13 @@ class _Recorder(L.LightningModule):
         self.seen: dict[int, list[int]] = {}
         self.val_seen: list[int] = []
 
+    @override
     def training_step(self, batch, batch_idx):
         assert batch["src"].dtype == torch.long and batch["tgt"][:, 0].eq(1).all()
         self.seen.setdefault(self.current_epoch, []).extend(batch["idx"].tolist())
         return (self.w * batch["tgt"].float().mean()).sum()
 
+    @override
     def validation_step(self, batch, batch_idx):
         self.val_seen.extend(batch["idx"].tolist())
 

@@ -9,10 +9,11 @@ import shutil
 import pytest
 import torch
 
-from .helpers import shared
 from xformer.data.errors import DataError
 from xformer.data.multi30k import SHA256, Multi30kDataModule
 from xformer.data.tokenizers import BOS, EOS, PAD, BPETokenizer
+
+from .helpers import shared
 
 
 def test_split_sizes_and_contract(multi30k_dm):
@@ -75,7 +76,7 @@ def test_download_path_from_local_server(data_server, tmp_path, monkeypatch):
     dm.setup()
     assert len(dm.train_set) == len(dm.val_set) == 300 and dm.tgt_vocab_size == 400
     # a second DataModule finds both the files and the tokenizer in the cache
-    monkeypatch.setattr(BPETokenizer, "train", classmethod(lambda *a, **k: pytest.fail("BPE retrained")))
+    monkeypatch.setattr(BPETokenizer, "train", classmethod(lambda *_a, **_k: pytest.fail("BPE retrained")))
     again = Multi30kDataModule(**kw)
     again.prepare_data()
     again.setup()

@@ -108,7 +108,7 @@ def test_char_tokenizer_variant(tmp_path):
     d.setup()
     assert "M" in d.tokenizer.chars, "the task alphabet includes the M of 'Million' (long split)"
     long = d.test_sets["long"]
-    assert all(d.detokenize(t) == s for t, s in zip(long.tgt, long.tgt_text))
+    assert all(d.detokenize(t) == s for t, s in zip(long.tgt, long.tgt_text, strict=False))
     assert d.max_src_len == max(len(s) for s in long.src)
 
 

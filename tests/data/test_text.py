@@ -37,14 +37,14 @@ def test_parallel_lines(parallel, tmp_path, tokenizer):
     assert (len(dm.train_set), len(dm.val_set), len(dm.test_sets["test"])) == (30, 10, 5)
     batch = next(iter(dm.train_dataloader()))
     assert batch["src"].dtype == torch.long and (batch["tgt"][:, 0] == BOS).all()
-    for t, text in zip(batch["tgt"], batch["tgt_text"]):
+    for t, text in zip(batch["tgt"], batch["tgt_text"], strict=False):
         assert dm.detokenize(t) == text
     assert dm.max_tgt_len == max(len(t) for t in dm.train_set.tgt)
 
 
 def test_parallel_tsv_and_no_test_split(tmp_path):
-    train = _write(tmp_path / "train.tsv", [f"{s}\t{t}" for s, t in zip(SRC, TGT)] + ["", "  \t  "])
-    val = _write(tmp_path / "val.tsv", [f"{s}\t{t}" for s, t in zip(SRC[:4], TGT[:4])])
+    _write(tmp_path / "train.tsv", [f"{s}\t{t}" for s, t in zip(SRC, TGT, strict=False)] + ["", "  \t  "])
+    _write(tmp_path / "val.tsv", [f"{s}\t{t}" for s, t in zip(SRC[:4], TGT[:4], strict=False)])
     dm = TextDataModule(format="tsv", train="train.tsv", val="val.tsv", root=str(tmp_path),
                         tokenizer="char", metrics=["exact_match"])
     dm.setup()
@@ -109,7 +109,7 @@ def test_lm_split_too_short(tmp_path):
         TextDataModule(form="lm", train=train, val=val, tokenizer="char", block_size=16).setup()
 
 
-def test_eos_appended_in_parallel_batches(parallel, tmp_path):
+def test_eos_appended_in_parallel_batches(parallel):
     dm = TextDataModule(tokenizer="char", **parallel)
     dm.setup()
-    assert all(s[-1] == EOS and t[-1] == EOS and t[0] == BOS for s, t in zip(dm.val_set.src, dm.val_set.tgt))
+    assert all(s[-1] == EOS and t[-1] == EOS and t[0] == BOS for s, t in zip(dm.val_set.src, dm.val_set.tgt, strict=False))

@@ -32,11 +32,11 @@ def test_train_batches_random_windows_seeded_per_epoch(dm):
     assert len(loader) == 10
     e0 = [b["tgt"] for b in loader]
     assert len(e0) == 10 and all(t.shape == (16, 33) and t.dtype == torch.long for t in e0)
-    for t, b in zip(e0[0], next(iter(loader))["idx"]):
+    for t, b in zip(e0[0], next(iter(loader))["idx"], strict=False):
         start = int(b)
         assert dm.tokenizer.decode(t) == dm.train_text[start : start + 33]
     again = [b["tgt"] for b in loader]
-    assert all(torch.equal(x, y) for x, y in zip(e0, again))
+    assert all(torch.equal(x, y) for x, y in zip(e0, again, strict=False))
     loader.batch_sampler.set_epoch(1)
     e1 = [b["tgt"] for b in loader]
     assert not torch.equal(e0[0], e1[0])
@@ -49,7 +49,7 @@ def test_val_and_test_windows_are_contiguous(dm):
     rebuilt = []
     for batch in val:
         assert batch["tgt"].shape[1] == 33
-        for t, i in zip(batch["tgt"], batch["idx"].tolist()):
+        for t, i in zip(batch["tgt"], batch["idx"].tolist(), strict=False):
             text = dm.tokenizer.decode(t)
             assert text == dm.val_text[32 * i : 32 * i + 33]
             rebuilt.append(text[:32])

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from xformer.data.tokenizers import (
-    BOS, EOS, PAD, UNK, BPETokenizer, CharTokenizer, load_tokenizer, train_or_load_bpe,
+    BOS,
+    EOS,
+    PAD,
+    UNK,
+    BPETokenizer,
+    CharTokenizer,
+    load_tokenizer,
+    train_or_load_bpe,
 )
 
 DE = ["Ein kleines Mädchen klettert in ein Spielhaus aus Holz.", "Zwei junge weiße Männer sind im Freien.",

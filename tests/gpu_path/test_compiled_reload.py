@@ -12,7 +12,6 @@ import sys
 
 import torch
 
-from tests.conftest import REPO
 from tests.reliability.conftest import TINY, env_for, run_py
 
 LINES = ["three hundred and twenty-one", "twelve"]

@@ -16,8 +16,8 @@ from hydra.utils import instantiate
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests.conftest import REPO
-from xformer.train.module import TransformerLitModule
 from xformer.jobs.validate import build_model
+from xformer.train.module import TransformerLitModule
 
 # operators whose result (or whose output shape) depends on tensor values: a device sync on a GPU
 SYNC_OPS = {"_local_scalar_dense", "nonzero", "masked_select", "is_nonzero", "equal", "unique",
@@ -94,7 +94,7 @@ def test_training_step_reads_no_tensor_on_the_host(shape, tmp_path, monkeypatch)
             return _orig(self, *a, **k)
 
         monkeypatch.setattr(torch.Tensor, name, spy)
-    module.log = lambda *a, **k: None  # no trainer attached: logging itself is Lightning's (device tensors)
+    module.log = lambda *_a, **_k: None  # no trainer attached: logging itself is Lightning's (device tensors)
     with HostReads() as mode:
         loss = module.training_step(batch, 0)
         loss.backward()
@@ -105,7 +105,7 @@ def test_training_step_reads_no_tensor_on_the_host(shape, tmp_path, monkeypatch)
 def _prefix_lm_reference(src, tgt, pad):
     """The packing written out example by example on the host (the definition)."""
     rows, labels = [], []
-    for s_row, t_row in zip(src.tolist(), tgt.tolist()):
+    for s_row, t_row in zip(src.tolist(), tgt.tolist(), strict=False):
         s = [x for x in s_row if x != pad]
         t = [x for x in t_row if x != pad]
         rows.append(s + t)

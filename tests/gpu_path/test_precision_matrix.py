@@ -3,7 +3,8 @@ training with one ``error:`` line, and a fused optimizer clips the true (unscale
 
 Lightning's mixed-precision plugin refuses to clip for an optimizer that unscales gradients inside
 its own step (``fused=True``); xformer unscales first
-(``TransformerLitModule.configure_gradient_clipping``) so the fused kernel stays on. The distributed presets are covered in ``tests/scaling``.
+(``TransformerLitModule.configure_gradient_clipping``) so the fused kernel stays on. The distributed
+presets are covered in ``tests/scaling``.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
+from typing_extensions import override
 
 from tests.conftest import REPO
-from xformer.model import ConfigError
 from xformer.jobs.driver import run as run_job
-from xformer.train.module import TransformerLitModule
 from xformer.jobs.validate import build_model, check_config
+from xformer.model import ConfigError
+from xformer.train.module import TransformerLitModule
 
 PRECISIONS = ["32-true", "bf16-mixed", "16-mixed", "bf16-true"]
 KERNELS = {"fused": ["optim.optimizer.fused=true"],
@@ -60,6 +62,7 @@ def test_single_process_presets_train_two_steps(preset, precision, kernel, clip,
 class _Capture(L.Callback):
     """Adam's first moment and the gradients right after the first optimizer step."""
 
+    @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         opt = trainer.optimizers[0]
         params = [p for g in opt.param_groups for p in g["params"] if p.grad is not None]
@@ -76,7 +79,7 @@ def _first_step(precision, kernel, clip, tmp_path):
     torch.manual_seed(0)
     model = build_model(cfg, dm.src_vocab_size, dm.tgt_vocab_size, dm.pad_id)
     module = TransformerLitModule(model, optimizer=instantiate(cfg.optim.optimizer),
-                                  lr_lambda=lambda step: 1.0,
+                                  lr_lambda=lambda _step: 1.0,
                                   pad_id=dm.pad_id, bos_id=dm.bos_id, eos_id=dm.eos_id)
     capture = _Capture()
     if precision == "16-mixed+scaler":  # as on a GPU: Lightning gives CPU 16-mixed no GradScaler

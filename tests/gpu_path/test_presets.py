@@ -8,7 +8,7 @@ import json
 
 import pytest
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf, open_dict
+from omegaconf import open_dict
 
 from tests.conftest import REPO, SHARED_DATA
 from xformer.jobs.driver import run as run_job

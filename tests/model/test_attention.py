@@ -5,8 +5,16 @@ import math
 import pytest
 import torch
 
-from xformer.model import (ALiBi, CausalAttention, CrossAttention, FullAttention, KVCache, LocalAttention,
-                           MultiHeadAttention, SelfAttention)
+from xformer.model import (
+    ALiBi,
+    CausalAttention,
+    CrossAttention,
+    FullAttention,
+    KVCache,
+    LocalAttention,
+    MultiHeadAttention,
+    SelfAttention,
+)
 from xformer.model.attention import combine_masks
 
 torch.manual_seed(0)
@@ -91,9 +99,9 @@ def test_unscaled_attention_differs_from_scaled():
 
 def test_fully_padded_row_is_finite_and_mask_has_no_large_fill():
     kpm = torch.ones(2, 5, dtype=torch.bool)
-    mask = combine_masks(2, 5, 5, kpm, None, torch.zeros(1, 5, 5), torch.float16)
+    mask = combine_masks(kpm, None, torch.zeros(1, 5, 5), torch.float16)
     assert torch.isfinite(mask).all()  # rows with nothing allowed are opened, never -inf everywhere
-    mask = combine_masks(2, 5, 5, kpm, None, None, torch.float16)
+    mask = combine_masks(kpm, None, None, torch.float16)
     assert mask.dtype == torch.bool
     mha = make()
     out = mha(torch.randn(2, 5, 16, dtype=torch.float64), key_padding_mask=kpm)

@@ -105,11 +105,11 @@ def test_attention_with_dropout_matches_float64_formula(case):
     pad[1, 3:] = True
     mask, causal = None, False
     if case == "padding":
-        mask = combine_masks(b, tq, tk, pad, None, None, q.dtype)
+        mask = combine_masks(pad, None, None, q.dtype)
     elif case == "causal":
         causal = True
     elif case == "bias":
-        mask = combine_masks(b, tq, tk, pad, None, torch.randn(h, tq, tk), q.dtype)
+        mask = combine_masks(pad, None, torch.randn(h, tq, tk), q.dtype)
     torch.manual_seed(9)
     out = attention_with_dropout(q, k, v, mask, causal, None, 0.25)
     torch.manual_seed(9)
@@ -146,6 +146,6 @@ def test_f_dropout_is_used_under_torch_compile_tracing(monkeypatch):
     """Under torch.compile (and on non-CPU devices) the call goes to F.dropout."""
     calls = []
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
-    monkeypatch.setattr(F, "dropout", lambda x, p, training: calls.append(p) or x)
+    monkeypatch.setattr(F, "dropout", lambda x, p, training: calls.append(p) or x)  # noqa: ARG005 - F.dropout's names
     dropout(torch.ones(3), 0.2)
     assert calls == [0.2]

@@ -5,9 +5,24 @@ import functools
 import pytest
 import torch
 
-from xformer.model import (ALiBi, CausalAttention, DecoderOnly, EncoderDecoder, EncoderOnly, FullAttention,
-                           Learned, LocalAttention, NoPE, PostNorm, PreNorm, RoPE, SandwichNorm, Sinusoidal,
-                           T5RelativeBias, PreRMSNorm)
+from xformer.model import (
+    ALiBi,
+    CausalAttention,
+    DecoderOnly,
+    EncoderDecoder,
+    EncoderOnly,
+    FullAttention,
+    Learned,
+    LocalAttention,
+    NoPE,
+    PostNorm,
+    PreNorm,
+    PreRMSNorm,
+    RoPE,
+    SandwichNorm,
+    Sinusoidal,
+    T5RelativeBias,
+)
 from xformer.train.module import TransformerLitModule
 
 PES = {"sinusoidal": Sinusoidal, "learned": Learned, "rope": RoPE, "alibi": ALiBi, "t5": T5RelativeBias,

@@ -18,10 +18,26 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from xformer.model import (ALiBi, CausalAttention, ConfigError, CrossAttention, DecoderOnly, EncoderDecoder,
-                           EncoderOnly, GroupedQueryMixer, LinearCrossAttention, LinearMixer, LinearSelfAttention,
-                           LocalAttention, Mixer, MultiHeadMixer, MultiQueryMixer, RoPE, SelfAttention,
-                           T5RelativeBias)
+from xformer.model import (
+    ALiBi,
+    CausalAttention,
+    ConfigError,
+    CrossAttention,
+    DecoderOnly,
+    EncoderDecoder,
+    EncoderOnly,
+    GroupedQueryMixer,
+    LinearCrossAttention,
+    LinearMixer,
+    LinearSelfAttention,
+    LocalAttention,
+    Mixer,
+    MultiHeadMixer,
+    MultiQueryMixer,
+    RoPE,
+    SelfAttention,
+    T5RelativeBias,
+)
 from xformer.model.decoding import greedy, greedy_recompute
 from xformer.model.linear_attention import CHUNK, EPS
 

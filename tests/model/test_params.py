@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from xformer.model import ConfigError, EncoderDecoder, SwiGLUFFN, ReLUFFN
+from xformer.model import ConfigError, EncoderDecoder, ReLUFFN, SwiGLUFFN
 
 
 def test_block_breakdown_matches_hand_count_for_the_base_model():

@@ -13,10 +13,24 @@ import math
 import pytest
 import torch
 from torch import nn
+from typing_extensions import override
 
-from xformer.model import (ALiBi, AttentionPattern, CausalAttention, ConfigError, DecoderOnly, EncoderDecoder,
-                           EncoderOnly, LocalAttention, NoPE, PositionalEncoding, PreNorm, Residual, RoPE,
-                           Sinusoidal)
+from xformer.model import (
+    ALiBi,
+    AttentionPattern,
+    CausalAttention,
+    ConfigError,
+    DecoderOnly,
+    EncoderDecoder,
+    EncoderOnly,
+    LocalAttention,
+    NoPE,
+    PositionalEncoding,
+    PreNorm,
+    Residual,
+    RoPE,
+    Sinusoidal,
+)
 from xformer.model.positional import alibi_slopes, sinusoid_table
 
 V = 20
@@ -78,7 +92,7 @@ class MyPreNorm(Residual):
 
 
 class MyFFN(nn.Module):
-    def __init__(self, d_model, d_ff, dropout=0.0):
+    def __init__(self, d_model, d_ff, dropout=0.0):  # noqa: ARG002 - the FFN constructor contract
         super().__init__()
         self.w1, self.w2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
 
@@ -89,7 +103,7 @@ class MyFFN(nn.Module):
 class NoHookPE(PositionalEncoding):
     """Meant to add positions but implements the wrong name (a typo of a hook)."""
 
-    def attention_bias(self, q_pos, k_pos):  # not a hook
+    def attention_bias(self, q_pos, k_pos):  # not a hook  # noqa: ARG002
         return None
 
 
@@ -98,13 +112,13 @@ class NoForwardNorm(Residual):
 
 
 class NoForwardFFN(nn.Module):
-    def __init__(self, d_model, d_ff, dropout=0.0):
+    def __init__(self, d_model, d_ff, dropout=0.0):  # noqa: ARG002 - the FFN constructor contract
         super().__init__()
         self.w = nn.Linear(d_model, d_model)
 
 
 class NotAPattern:
-    def blocked(self, q_pos, k_pos):
+    def blocked(self, q_pos, k_pos):  # noqa: ARG002 - the pattern's signature
         return None
 
 
@@ -193,7 +207,7 @@ def test_ffn_with_forward_builds_and_trains():
 @pytest.mark.parametrize("cls", [EncoderDecoder, DecoderOnly, EncoderOnly])
 @pytest.mark.parametrize("kwargs,needle", [
     ({"pe": NoHookPE}, r"model\.pe: .*NoHookPE overrides none of the PositionalEncoding hooks embed, rotate, attn_bias"),
-    ({"pe": lambda **kw: nn.Identity()}, r"model\.pe: .*Identity is not an xformer\.model\.PositionalEncoding"),
+    ({"pe": lambda **_kw: nn.Identity()}, r"model\.pe: .*Identity is not an xformer\.model\.PositionalEncoding"),
     ({"norm": NoForwardNorm}, r"model\.norm: .*NoForwardNorm does not implement forward\(x, f\)"),
     ({"ffn": NoForwardFFN}, r"model\.ffn: .*NoForwardFFN must be an nn\.Module that implements forward\(x\)"),
     ({"attention": NotAPattern()}, r"model\.attention: .*NotAPattern is not an xformer\.model\.AttentionPattern"),
@@ -220,6 +234,7 @@ def test_flags_that_contradict_the_hooks_are_rejected_and_consistent_ones_ignore
         class On(PositionalEncoding):
             rotates = True
 
+            @override
             def embed(self, x, pos):
                 return x
     with pytest.raises(TypeError, match=r"is_causal=True: .*keeps CausalAttention\.blocked"):

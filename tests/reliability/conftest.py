@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, TINY as BASE_TINY
+from tests.conftest import REPO
+from tests.conftest import TINY as BASE_TINY
 
 TINY = BASE_TINY
 # 12 training batches per epoch; 16 steps cross an epoch boundary; last.ckpt every 4 steps

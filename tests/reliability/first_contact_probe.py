@@ -12,6 +12,7 @@ import json
 import time
 
 import lightning as L
+from typing_extensions import override
 
 
 class SlowSteps(L.Callback):
@@ -20,6 +21,7 @@ class SlowSteps(L.Callback):
     def __init__(self, seconds: float = 0.5) -> None:
         self.seconds = float(seconds)
 
+    @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:  # noqa: D102
         time.sleep(self.seconds)
 
@@ -41,9 +43,11 @@ class BarProbe(L.Callback):
         with open(self.path, "w") as f:
             json.dump(self.rows, f)
 
+    @override
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:  # noqa: D102
         self._record(trainer)
 
+    @override
     def on_train_end(self, trainer, pl_module) -> None:  # noqa: D102
         self._record(trainer)
 
@@ -55,6 +59,7 @@ class DiskFull(L.Callback):
     def __init__(self, dirpath: str, at: int = 2) -> None:
         self.dirpath, self.at = dirpath, int(at)
 
+    @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:  # noqa: D102
         if trainer.global_step >= self.at:
             import errno

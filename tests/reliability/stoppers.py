@@ -12,6 +12,7 @@ import signal
 
 import lightning as L
 from lightning.pytorch.callbacks import Timer
+from typing_extensions import override
 
 
 class SigtermAt(L.Callback):
@@ -20,6 +21,7 @@ class SigtermAt(L.Callback):
     def __init__(self, batches: int) -> None:
         self.batches, self.seen = int(batches), 0
 
+    @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:  # noqa: D102
         self.seen += 1
         if self.seen == self.batches:
@@ -32,6 +34,7 @@ class TimeUpAt(L.Callback):
     def __init__(self, batches: int) -> None:
         self.batches, self.seen = int(batches), 0
 
+    @override
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:  # noqa: D102
         self.seen += 1
         if self.seen == self.batches:

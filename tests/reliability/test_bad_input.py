@@ -40,7 +40,7 @@ def _case(name: str, args: list[str], tmp: Path, **env: str) -> dict:
 def outcomes(tmp_path_factory) -> dict[str, dict]:
     """Run every case once (one process); ``name -> {"rc", "out", "err", "job", ...}``."""
     tmp = tmp_path_factory.mktemp("bad_input")
-    m30k = _m30k(tmp / "m30k_ok")
+    _m30k(tmp / "m30k_ok")
     empty = tmp / "empty"
     empty.mkdir()
     mismatch = _m30k(tmp / "m30k_mismatch")
@@ -106,7 +106,7 @@ def outcomes(tmp_path_factory) -> dict[str, dict]:
     lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
     assert len(lines) == len(cases), proc.stderr[-3000:]
     out = {}
-    for case, res in zip(cases, lines):
+    for case, res in zip(cases, lines, strict=False):
         res["job"] = tmp / "jobs" / case["name"]
         res["text"] = res["out"] + res["err"]
         out[case["name"]] = res

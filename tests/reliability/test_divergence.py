@@ -8,6 +8,7 @@ import math
 
 import lightning as L
 import torch
+from typing_extensions import override
 
 from xformer.jobs.callbacks import NonFiniteLossError, NonFiniteLossGuard
 from xformer.jobs.driver import divergence_of
@@ -22,9 +23,11 @@ class ScriptedVal(L.LightningModule):
         self.vals = vals
         self.k = 0
 
+    @override
     def training_step(self, batch, batch_idx):
         return self.layer(batch[0]).pow(2).mean()
 
+    @override
     def validation_step(self, batch, batch_idx):
         self.log("val/loss", 0.0 if self.trainer.sanity_checking else self.vals[self.k])
 

@@ -21,7 +21,7 @@ import torch
 from omegaconf import OmegaConf
 
 from tests.conftest import REPO
-from tests.reliability.conftest import (RESUMABLE, TINY, env_for, metrics, run_py, start_py, wait_for)
+from tests.reliability.conftest import RESUMABLE, TINY, env_for, metrics, run_py, start_py, wait_for
 from tests.reliability.test_resume import _assert_same_run
 from xformer.errors import ConfigError
 
@@ -280,7 +280,7 @@ def test_a_disk_that_fills_up_during_the_run_is_one_error_line(tmp_path):
 def test_output_folder_os_errors_name_the_folder(tmp_path, monkeypatch, call, err, reason):
     from xformer.jobs import validate
 
-    def fail(*args, **kwargs):
+    def fail(*_args, **_kwargs):
         raise OSError(err, os.strerror(err))
 
     target = {"mkdir": (Path, "mkdir"), "write": (os, "write"), "open": (os, "open")}[call]
@@ -351,7 +351,7 @@ def test_test_table_has_one_column_per_split():
     assert "9.0" not in text and "DataLoader" not in text
 
 
-def test_translate_notes_empty_input_on_stderr(tmp_path, capsys, monkeypatch):
+def test_translate_notes_empty_input_on_stderr(capsys, monkeypatch):
     import io
 
     from xformer.cli import main
@@ -361,7 +361,7 @@ def test_translate_notes_empty_input_on_stderr(tmp_path, capsys, monkeypatch):
     model = EncoderDecoder(src_vocab_size=20, tgt_vocab_size=20, d_model=8, n_heads=2, n_encoder_layers=1,
                            n_decoder_layers=1)
     cfg = OmegaConf.create({"decode": {"beam_size": 1, "alpha": 0.6, "max_len_a": 1.0, "max_len_b": 2}})
-    monkeypatch.setattr(translate, "load_checkpoint", lambda path: (model, None, cfg))
+    monkeypatch.setattr(translate, "load_checkpoint", lambda _path: (model, None, cfg))
     monkeypatch.setattr("sys.stdin", io.StringIO(""))
     assert main(["translate", "--ckpt", "mt.ckpt"]) == 0
     captured = capsys.readouterr()

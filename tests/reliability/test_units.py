@@ -9,6 +9,7 @@ import lightning as L
 import pytest
 import torch
 from omegaconf import OmegaConf
+from typing_extensions import override
 
 from xformer.data.batching import RandomBatchSampler, ResumableDataLoader, TokenBudgetBatchSampler
 from xformer.jobs.callbacks import AtomicCheckpoints
@@ -46,6 +47,7 @@ class _Tiny(L.LightningModule):
         super().__init__()
         self.layer = torch.nn.Linear(4, 1)
 
+    @override
     def training_step(self, batch, batch_idx):
         return self.layer(batch).pow(2).mean()
 

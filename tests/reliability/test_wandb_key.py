@@ -21,7 +21,8 @@ def netrc_file(tmp_path, monkeypatch):
     return write
 
 
-def test_key_in_the_environment_counts(netrc_file, monkeypatch):
+@pytest.mark.usefixtures("netrc_file")
+def test_key_in_the_environment_counts(monkeypatch):
     monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
     assert wandb_has_api_key()
 

@@ -6,8 +6,20 @@ from __future__ import annotations
 import pytest
 
 from xformer.report.aggregate import Stat, aggregate
-from xformer.report.claims import (BETTER, FEW, INCONCLUSIVE, NOISE, NOT_SUPPORTED, SUPPORTED, WORSE, Options,
-                                   compare, evaluate, higher_is_better, saturation)
+from xformer.report.claims import (
+    BETTER,
+    FEW,
+    INCONCLUSIVE,
+    NOISE,
+    NOT_SUPPORTED,
+    SUPPORTED,
+    WORSE,
+    Options,
+    compare,
+    evaluate,
+    higher_is_better,
+    saturation,
+)
 from xformer.report.stats import equivalent, welch
 
 from .conftest import flat_curve, write_job, write_sweep
@@ -216,7 +228,7 @@ def _pe_sweep(root, table):
     """``table = {pe: (loss@2x per seed, loss@4x per seed)}``; loss@1x is 0.1 everywhere."""
     num = 0
     for pe, (two, four) in table.items():
-        for seed, (a, b) in enumerate(zip(two, four), start=1):
+        for seed, (a, b) in enumerate(zip(two, four, strict=False), start=1):
             metrics = {"val/loss": 0.1, "test/loss@1x": 0.1, "test/loss@2x": a, "test/loss@4x": b,
                        "test/exact_match@2x": 0.0}
             write_job(root, num, [f"model/pe={pe}", f"seed={seed}"], metrics, curve=flat_curve(0.1))

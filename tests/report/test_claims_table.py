@@ -57,8 +57,10 @@ def test_rows_prefer_summary_json_then_the_report_table_then_its_verdict_lines(t
     assert (row.claim, row.verdict) == ("C3", "**supported**: 4 heads beat 1.")
     assert row.key.startswith("4 vs 1: Δ +0.05 [95% CI +0.01, +0.09]") and row.published == "BLEU 24.9 at h=1"
 
-    top = ("# report\n\n| claim | verdict | budget | key Δ (95 % CI) | relative % | published |\n|---|---|---|---|---|---|\n"
-           "| **C4** Pre-LN vs Post-LN | not supported | 3000 steps, 3 seeds | Δ -0.2 [-0.3, -0.1] | -12 % | 8.45 BLEU |\n\n" + bullets)
+    top = ("# report\n\n| claim | verdict | budget | key Δ (95 % CI) | relative % | published |\n"
+           "|---|---|---|---|---|---|\n"
+           "| **C4** Pre-LN vs Post-LN | not supported | 3000 steps, 3 seeds "
+           "| Δ -0.2 [-0.3, -0.1] | -12 % | 8.45 BLEU |\n\n" + bullets)
     _publish(tmp_path, "c4_norm_warmup", top)
     (row,) = _rows(tmp_path, "c4_norm_warmup")
     assert (row.claim, row.verdict, row.budget, row.key, row.relative, row.published) == (

@@ -39,7 +39,7 @@ def test_report_md_has_table_verdicts_failed_jobs_and_plots(sweep_dir, tmp_path,
     assert "xformer report " in text
 
 
-def test_default_out_is_first_dir(sweep_dir, capsys):
+def test_default_out_is_first_dir(sweep_dir):
     assert main([str(sweep_dir), "--metric", "val/loss"]) == 0
     assert (sweep_dir / "report.md").is_file()
     assert "decision metric: `val/loss`" in (sweep_dir / "report.md").read_text()
@@ -52,7 +52,7 @@ def test_wandb_without_api_key_says_so_and_uses_files(sweep_dir, tmp_path, monke
     assert "wandb: no API key" in capsys.readouterr().out
 
 
-def test_bench_only_dir_gives_c7_c8_verdicts(tmp_path, capsys):
+def test_bench_only_dir_gives_c7_c8_verdicts(tmp_path):
     (tmp_path / "bench.json").write_text(
         '{"attention_cost": {"fit": {"time_exponent": 2.1, "memory_exponent": 1.98}},'
         ' "attention_vs_lstm": {"crossover_n": 512, "d": 512}}')

@@ -11,8 +11,18 @@ import random
 import pytest
 
 from xformer.report.aggregate import Group, Stat, aggregate
-from xformer.report.claims import (BETTER, INCONCLUSIVE, NOISE, NOT_SUPPORTED, SUPPORTED, Options, best_of, compare,
-                                   evaluate, spaced)
+from xformer.report.claims import (
+    BETTER,
+    INCONCLUSIVE,
+    NOISE,
+    NOT_SUPPORTED,
+    SUPPORTED,
+    Options,
+    best_of,
+    compare,
+    evaluate,
+    spaced,
+)
 from xformer.report.stats import fisher_more, holm, log2_trend
 
 from .conftest import flat_curve, write_job
@@ -45,7 +55,7 @@ def test_late_crossing_makes_the_verdict_inconclusive(tmp_path):
     steps = range(10, 101, 10)
     big = [[(s, (1.90 if s <= 60 else 1.60) + o) for s in steps] for o in OFFSETS]
     small = [[(s, 1.75 if s <= 60 else 1.70 + o) for s in steps] for o in OFFSETS]
-    small = [[(s, y + o) for s, y in c] for c, o in zip(small, OFFSETS)]
+    small = [[(s, y + o) for s, y in c] for c, o in zip(small, OFFSETS, strict=False)]
     d_head_sweep(tmp_path, {8: [1.70 + o for o in OFFSETS], 32: [1.60 + o for o in OFFSETS]}, {8: small, 32: big})
     v = only(tmp_path, "C11")
     assert v.status == INCONCLUSIVE, v.block()
@@ -142,7 +152,7 @@ def test_c4_counts_divergence_of_post_ln_without_warmup(tmp_path, n_div):
     v = only(c4_sweep(tmp_path, n_div), "C4")
     assert v.status == SUPPORTED, v.block()
     assert any(f"post@0: {n_div} of 3" in e for e in v.evidence), v.block()
-    assert any(f"post@4000 vs post@0" in e and f"post@0 diverged in {n_div} of 3 seeds" in e for e in v.evidence)
+    assert any("post@4000 vs post@0" in e and f"post@0 diverged in {n_div} of 3 seeds" in e for e in v.evidence)
     assert any("diverged (each counted as its setting's worst outcome): post@0" in e for e in v.evidence)
     assert any("Fisher exact p" in e for e in v.evidence)
 
@@ -242,7 +252,7 @@ def test_c6_trend_leaving_the_margin_blocks_equivalence(tmp_path):
     num = 0
     for pe, vals in (("sinusoidal", [1.696, 1.700, 1.704]), ("learned", [1.697, 1.701, 1.705])):
         for seed, v in enumerate(vals, start=1):
-            drift = (lambda s: 0.05 * max(0.0, math.log2(s / 50))) if pe == "learned" else (lambda s: 0.0)
+            drift = (lambda s: 0.05 * max(0.0, math.log2(s / 50))) if pe == "learned" else (lambda _s: 0.0)
             write_job(root, num, [f"model/pe={pe}", f"seed={seed}"], {"test/loss": v, "val/loss": v},
                       curve=[(s, v + 0.1, v + drift(s)) for s in steps])
             num += 1

@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import REPO, TINY as BASE_TINY
+from tests.conftest import REPO
+from tests.conftest import TINY as BASE_TINY
 
 # a 2x32 Transformer on 300 number pairs; tokens_per_batch=72 gives odd batch counts for val (5) and
 # test@long (5), so 2-rank evaluation pads a duplicate batch that must not be counted twice

@@ -36,7 +36,7 @@ def test_ddp_multirun_two_jobs_each_once_one_wandb_run_each(tmp_path):
     assert sorted(p.name for p in sweep.iterdir()) == [".xformer", "0", "1", "multirun.yaml", "sweep_summary.json"]
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "cache") == ["sweep"]  # no stray run dirs
     groups, losses = set(), []
-    for job, seed in zip(jobs, (1, 2)):
+    for job, seed in zip(jobs, (1, 2), strict=False):
         m = metrics(job)
         assert m["status"] == "finished" and m["config"]["seed"] == seed
         assert (job / "train_ddp_process_1.log").is_file()
@@ -67,7 +67,7 @@ def test_failing_job_does_not_stop_the_sweep(tmp_path):
     failed = s["jobs"][1]
     assert "optim.optimizer.eps=-1" in failed["overrides"] and "Invalid epsilon" in failed["error"]
     assert "sweep summary: 3 jobs, 1 failed" in res.stdout
-    for job, ok in zip(job_dirs(sweep), (True, False, True)):
+    for job, ok in zip(job_dirs(sweep), (True, False, True), strict=False):
         m = metrics(job)
         assert m["status"] == ("finished" if ok else "failed")
         runs = wandb_run_files(job)

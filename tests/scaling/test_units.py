@@ -27,7 +27,8 @@ def sweep_job_hydra(tmp_path):
     HydraConfig.instance().cfg = None
 
 
-def test_child_rank_command_runs_this_job_once(sweep_job_hydra, tmp_path):
+@pytest.mark.usefixtures("sweep_job_hydra")
+def test_child_rank_command_runs_this_job_once(tmp_path):
     cmd, cwd = distributed.child_rank_command(1, script="/x/run.py")
     assert cmd[1] == "/x/run.py" and cwd == str(tmp_path)
     assert "-m" not in cmd and "--multirun" not in cmd

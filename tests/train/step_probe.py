@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import lightning as L
+from typing_extensions import override
 
 
 class Probe(L.Callback):
@@ -25,13 +26,16 @@ class Probe(L.Callback):
         with open(self.path, "w") as f:
             json.dump(self.events, f)
 
+    @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:  # noqa: D102
         self._add("batch", trainer, batch_idx=batch_idx, tokens_seen=int(getattr(pl_module, "tokens_seen", 0)))
 
+    @override
     def on_validation_end(self, trainer, pl_module) -> None:  # noqa: D102
         if not trainer.sanity_checking:
             self._add("val", trainer)
 
+    @override
     def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:  # noqa: D102
         self._add("save", trainer)
 

@@ -33,7 +33,7 @@ def test_eval_mode_and_translate_reproduce_the_test_metrics(tmp_path):
     dm.setup("test")
     pairs = [(ex["src_text"], ex["tgt_text"]) for ex in (dm.test_sets["test"][i] for i in range(len(dm.test_sets["test"])))]
     hyps = translate(model, tokenizer, [s for s, _ in pairs])
-    exact = sum(h.strip() == r.strip() for h, (_, r) in zip(hyps, pairs)) / len(pairs)
+    exact = sum(h.strip() == r.strip() for h, (_, r) in zip(hyps, pairs, strict=False)) / len(pairs)
     assert abs(exact - trained["metrics"]["test/exact_match"]) < 1e-9
 
     cli = subprocess.run([sys.executable, "-m", "xformer.cli", "translate", "--ckpt", best],
@@ -71,7 +71,7 @@ def test_unknown_xformer_command_says_so(capsys):
     assert "error: unknown command 'frobnicate'" in capsys.readouterr().err
 
 
-def test_translate_refuses_a_decoder_only_checkpoint_in_one_line(tmp_path, capsys, monkeypatch):
+def test_translate_refuses_a_decoder_only_checkpoint_in_one_line(capsys, monkeypatch):
     import io
 
     from omegaconf import OmegaConf
@@ -82,7 +82,7 @@ def test_translate_refuses_a_decoder_only_checkpoint_in_one_line(tmp_path, capsy
 
     model = DecoderOnly(src_vocab_size=20, tgt_vocab_size=20, d_model=8, n_heads=2, n_decoder_layers=1)
     cfg = OmegaConf.create({"decode": {"beam_size": 1, "alpha": 0.6, "max_len_a": 1.0, "max_len_b": 2}})
-    monkeypatch.setattr(translate, "load_checkpoint", lambda path: (model, None, cfg))
+    monkeypatch.setattr(translate, "load_checkpoint", lambda _path: (model, None, cfg))
     monkeypatch.setattr("sys.stdin", io.StringIO("hello\n"))
     assert main(["translate", "--ckpt", "lm.ckpt"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

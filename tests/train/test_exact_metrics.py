@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
+from typing_extensions import override
 
 from xformer.model import EncoderDecoder
 from xformer.train.module import TransformerLitModule
@@ -37,6 +38,7 @@ def f32(x: float) -> float:
 class FixedHypotheses(TransformerLitModule):
     """The real module, with decoding replaced by fixed strings (one per example id)."""
 
+    @override
     def generate(self, batch, logits=None):
         return [HYPS[int(i)] for i in batch["idx"]]
 
@@ -65,7 +67,7 @@ def reference(model, batch, hyps, refs) -> dict[str, float]:
     correct = int(((logits.argmax(-1) == labels) & mask).sum())
     return {"loss": loss, "ppl": math.exp(loss), "acc": correct / n,
             "bleu": sacrebleu.corpus_bleu(hyps, [refs]).score,
-            "exact_match": sum(h == r for h, r in zip(hyps, refs)) / len(refs)}
+            "exact_match": sum(h == r for h, r in zip(hyps, refs, strict=False)) / len(refs)}
 
 
 def test_issue_value_needs_float64():
@@ -77,7 +79,7 @@ def test_issue_value_needs_float64():
 def test_trainer_keeps_every_corpus_metric_exact(tmp_path, n_examples):
     torch.manual_seed(0)
     model = EncoderDecoder(30, 30, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, dropout=0.0)
-    module = FixedHypotheses(model, optimizer=lambda p: torch.optim.SGD(p, lr=0.0), lr_lambda=lambda s: 1.0,
+    module = FixedHypotheses(model, optimizer=lambda p: torch.optim.SGD(p, lr=0.0), lr_lambda=lambda _s: 1.0,
                              label_smoothing=0.0, pad_id=PAD, bos_id=BOS, eos_id=EOS,
                              metrics=["bleu", "exact_match"])
     data = batches(n_examples)
@@ -124,7 +126,7 @@ def test_metrics_json_holds_the_exact_test_metrics(tmp_path):
                                   decode={k: cfg.decode[k] for k in ("beam_size", "alpha", "max_len_a", "max_len_b")})
     module.eval()
     want: dict[str, float] = {}
-    for name, loader in zip(dm.test_split_names, dm.test_dataloader()):
+    for name, loader in zip(dm.test_split_names, dm.test_dataloader(), strict=False):
         with torch.no_grad():
             for batch in loader:
                 module._eval_step(batch, "test", decode=True)

@@ -1,6 +1,7 @@
 """The training module asks the model for its task glue and never tests the model's shape."""
 
 import torch
+from typing_extensions import override
 
 from xformer.model import EncoderDecoder
 from xformer.train.module import TransformerLitModule
@@ -17,6 +18,7 @@ class Probe(EncoderDecoder):
         self.calls.append(("logits_and_labels", pad_id, eos_id))
         return super().logits_and_labels(batch, pad_id, eos_id)
 
+    @override
     def generate(self, batch, bos_id, eos_id, pad_id, max_len_a=1.5, max_len_b=10, beam_size=1, alpha=0.6,
                  logits=None):
         self.calls.append(("generate", bos_id, eos_id, pad_id, max_len_a, max_len_b, beam_size, alpha))

@@ -53,8 +53,8 @@ def test_objective_that_is_never_logged_is_rejected_before_training(tmp_path, ov
 def test_check_objective_names_the_key_and_the_choices(metric):
     from omegaconf import OmegaConf
 
-    from xformer.model import ConfigError
     from xformer.jobs.validate import check_objective
+    from xformer.model import ConfigError
 
     with pytest.raises(ConfigError, match=f"^objective.metric={metric}: .*use one of val/loss, val/ppl, val/acc, "
                                           "val/exact_match, train/loss$"):

@@ -8,7 +8,6 @@ for every model shape, instead of failing.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 
@@ -17,8 +16,7 @@ import torch
 
 from tests.conftest import REPO
 from tests.train.test_run import TINY, run
-from xformer.model import DecoderOnly, EncoderDecoder, EncoderOnly, Learned, RoPE, Sinusoidal
-from xformer.model import decoding
+from xformer.model import DecoderOnly, EncoderDecoder, EncoderOnly, Learned, RoPE, Sinusoidal, decoding
 from xformer.train.module import TransformerLitModule
 
 PAD, BOS, EOS = 0, 1, 2
@@ -131,8 +129,8 @@ def test_eval_mode_accepts_data_longer_than_the_checkpoint_and_train_mode_refuse
 
     from omegaconf import OmegaConf
 
-    from xformer.model import ConfigError
     from xformer.jobs.validate import check_with_data
+    from xformer.model import ConfigError
 
     cls = EncoderDecoder if arch == "encoder_decoder" else DecoderOnly
     model = cls(24, 24, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, max_len=10, pe=Learned)

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from xformer.jobs.validate import check_rules
-from xformer.model import ConfigError, DecoderOnly, GELUFFN, Learned, PreNorm
+from xformer.model import GELUFFN, ConfigError, DecoderOnly, Learned, PreNorm
 from xformer.model.init import GPT2, residual_projections
 from xformer.train import schedules
 from xformer.train.optim import DecayGroups
@@ -261,12 +261,12 @@ def test_shakespeare_char_is_nanogpts_vocabulary_and_split(shared_data):
     batches = [b for b in dm.val_dataloader()]
     again = [b for b in dm.val_dataloader()]
     assert len(batches) == 3 and all(b["tgt"].shape == (12, 65) for b in batches)
-    assert all(torch.equal(a["tgt"], b["tgt"]) for a, b in zip(batches, again))
+    assert all(torch.equal(a["tgt"], b["tgt"]) for a, b in zip(batches, again, strict=False))
     starts = torch.cat([b["idx"] for b in batches]).tolist()
     assert len(set(starts)) == 36 and starts != sorted(starts)
     val = torch.as_tensor(dm.val_ids)
     for b in batches:
-        for s, row in zip(b["idx"].tolist(), b["tgt"]):
+        for s, row in zip(b["idx"].tolist(), b["tgt"], strict=False):
             assert torch.equal(row, val[s:s + 65])
     full = dm.test_dataloader()[0]
     assert sum(len(b["idx"]) for b in full) == (len(dm.val_ids) - 1) // 64  # the whole contiguous pass
@@ -297,7 +297,7 @@ def test_preset_model_computes_nanogpts_function():
     with torch.no_grad():
         ref.wte.weight.copy_(ours.tgt_embed.weight)
         ref.wpe.weight.copy_(ours.decoder.pe.weight)
-        for blk, layer in zip(ref.blocks, ours.decoder.layers):
+        for blk, layer in zip(ref.blocks, ours.decoder.layers, strict=False):
             blk.ln_1.weight.copy_(layer.res_attn.norm.weight)
             blk.ln_2.weight.copy_(layer.res_ffn.norm.weight)
             blk.c_attn.weight.copy_(layer.self_attn.in_proj.weight)

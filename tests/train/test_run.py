@@ -5,8 +5,8 @@ import os
 import subprocess
 import sys
 
-
-from tests.conftest import REPO, TINY as BASE_TINY
+from tests.conftest import REPO
+from tests.conftest import TINY as BASE_TINY
 
 TINY = [*BASE_TINY, "trainer.max_steps=6", "trainer.val_check_interval=3"]
 
@@ -46,7 +46,7 @@ def test_multirun_gives_one_dir_and_one_wandb_run_per_job(tmp_path):
     jobs = sorted(p for p in sweep.iterdir() if p.is_dir() and p.name.isdigit())
     assert [p.name for p in jobs] == ["0", "1"]
     groups = set()
-    for job, ratio in zip(jobs, (2, 4)):
+    for job, ratio in zip(jobs, (2, 4), strict=False):
         metrics = json.loads((job / "metrics.json").read_text())
         assert metrics["config"]["model"]["ffn_ratio"] == ratio
         assert metrics["params"]["ffn"] == 2 * 2 * (2 * 32 * 32 * ratio + 32 * ratio + 32) // 2

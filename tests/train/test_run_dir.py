@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 from tests.conftest import REPO, TINY
 from tests.reliability.conftest import env_for

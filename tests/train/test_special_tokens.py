@@ -13,8 +13,7 @@ import collections
 import pytest
 import torch
 
-from xformer.model import DecoderOnly, EncoderDecoder, EncoderOnly
-from xformer.model import decoding
+from xformer.model import DecoderOnly, EncoderDecoder, EncoderOnly, decoding
 from xformer.train.module import TransformerLitModule
 
 PAD, BOS, EOS = 0, 1, 2
@@ -54,7 +53,7 @@ def special_topped_model(cls, seed: int, specials: tuple[int, ...], **kw):
         logits = model(probe, probe) if cls is EncoderDecoder else model(probe)
         logits[..., [PAD, BOS, EOS]] = float("-inf")
         counts = collections.Counter(logits.argmax(-1).flatten().tolist())
-        for sp, (tok, _) in zip(specials, counts.most_common(len(specials))):
+        for sp, (tok, _) in zip(specials, counts.most_common(len(specials)), strict=False):
             model.head.weight[sp] = 1.2 * model.head.weight[tok]
     return model
 
@@ -132,7 +131,7 @@ def test_tagger_predicts_only_ordinary_labels():
     model = special_topped_model(EncoderOnly, 3, (PAD, BOS))
     with torch.no_grad():
         model.head.weight[EOS] = 2.0 * model.head.weight[5]
-    module = TransformerLitModule(model, optimizer=None, lr_lambda=lambda s: 1.0, pad_id=PAD, bos_id=BOS,
+    module = TransformerLitModule(model, optimizer=None, lr_lambda=lambda _s: 1.0, pad_id=PAD, bos_id=BOS,
                                   eos_id=EOS,
                                   detokenize=lambda ids: ids)
     src = sources(3)

@@ -22,6 +22,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
+from typing_extensions import override
 
 from xformer.model import EncoderDecoder
 from xformer.train.module import TransformerLitModule
@@ -85,12 +86,13 @@ class LossLog(L.Callback):
     def __init__(self):
         self.losses = []
 
+    @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if not trainer.fit_loop.epoch_loop._should_accumulate():
             self.losses.append(float(trainer.callback_metrics["train/loss"]))
 
 
-def constant(step: int) -> float:
+def constant(_step: int) -> float:
     return 1.0
 
 
@@ -208,7 +210,7 @@ def test_ranks_under_the_ddp_contract_give_the_gradient_of_the_union():
         module = TransformerLitModule(copy.deepcopy(model), optimizer=None, lr_lambda=None, label_smoothing=LS,
                                       pad_id=PAD, bos_id=BOS, eos_id=EOS)
         module._trainer = _Trainer(ranks, rank, world, accumulate)
-        module.log = lambda name, value, **kw: logged.__setitem__((rank, name), float(value))
+        module.log = lambda name, value, **_kw: logged.__setitem__((rank, name), float(value))
         for i in range(accumulate):
             (module.training_step(BATCHES[i * world + rank], i) / accumulate).backward()  # as Lightning does
         for p in module.parameters():  # DDP: gradients averaged over ranks

@@ -3,8 +3,8 @@
 import pytest
 from omegaconf import OmegaConf
 
-from xformer.model import ConfigError
 from xformer.jobs.validate import RULES, check_rules
+from xformer.model import ConfigError
 
 
 @pytest.mark.parametrize("key,value,message", [

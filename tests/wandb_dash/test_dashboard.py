@@ -14,7 +14,6 @@ import textwrap
 
 import pytest
 
-from tests.conftest import REPO
 from tests.reliability.conftest import TINY, env_for, run_py
 from tests.scaling.wandb_records import records
 

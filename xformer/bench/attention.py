@@ -163,7 +163,7 @@ def _adaptive_repeats(fns: dict, base: int, device: str, budget_s: float = 0.3, 
 def _fit(ns: list[int], ys: list, floor: float) -> tuple[float | None, list[int], float | None]:
     """Exponent over the upper half of the ``n`` range (points above ``floor``), and the local
     exponent of the last two points."""
-    pts = [(n, y) for n, y in zip(ns, ys) if y is not None and y >= floor]
+    pts = [(n, y) for n, y in zip(ns, ys, strict=False) if y is not None and y >= floor]
     upper = pts[len(pts) // 2:] if len(pts) >= 4 else pts
     k = fit_exponent([p[0] for p in upper], [p[1] for p in upper])
     last = fit_exponent([p[0] for p in pts[-2:]], [p[1] for p in pts[-2:]]) if len(pts) >= 2 else None
@@ -206,12 +206,12 @@ def run_cost(cfg: BenchConfig) -> dict:
         else:
             for p in rows:
                 rows[p]["peak_mb"] = [None if b is None else b / 2**20 for b in mem.get(p, [None] * len(done_n))]
-    for p, r in rows.items():
+    for r in rows.values():
         r["time_exponent"], r["time_fit_n"], r["time_exponent_last"] = _fit(done_n, r["time_ms"], TIME_FLOOR_S * 1e3)
         r["memory_exponent"], r["memory_fit_n"], r["memory_exponent_last"] = _fit(
             done_n, r["peak_mb"], MEM_FLOOR_B / 2**20)
     score_mb = [h * n * n * elem / 2**20 for n in done_n]
-    ratio = [None if m is None else m / sc for m, sc in zip(rows["explicit"]["peak_mb"], score_mb)]
+    ratio = [None if m is None else m / sc for m, sc in zip(rows["explicit"]["peak_mb"], score_mb, strict=False)]
     return {
         "status": "ok",
         "config": {"d_model": d, "heads": h, "batch": 1, "pass": "forward, no_grad",
@@ -254,18 +254,19 @@ def run_recurrence(cfg: BenchConfig) -> dict:
     for n in cfg.rec_ns:
         x = torch.randn(b, n, d, device=dev)
 
+        # both closures are timed and dropped within this iteration, so the late binding of `x` is harmless
         def attn():
             with torch.no_grad():
-                return mha(x)
+                return mha(x)  # noqa: B023
 
         def rec():
             with torch.no_grad():
-                return lstm(x)
+                return lstm(x)  # noqa: B023
 
         times = _adaptive_repeats({"attention": attn, "lstm": rec}, cfg.rec_repeats, dev)
         att_ms.append(median(times["attention"]) * 1e3)
         lstm_ms.append(median(times["lstm"]) * 1e3)
-    ratio = [a / r for a, r in zip(att_ms, lstm_ms)]
+    ratio = [a / r for a, r in zip(att_ms, lstm_ms, strict=True)]
     cross = _crossover(cfg.rec_ns, ratio)
     note = None
     if cross is None:

@@ -17,8 +17,8 @@ from xformer.model import decoding
 
 from .config import BenchConfig
 from .models import build_xformer
-from .training import make_batch
 from .timing import interleaved, median
+from .training import make_batch
 
 NEVER = -1
 """EOS id that no argmax can produce: decoding runs to ``max_len``."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from xformer.model import DecoderOnly, GELUFFN, Learned, PreNorm
+from xformer.model import GELUFFN, DecoderOnly, Learned, PreNorm
 
 from .config import BenchConfig
 from .mfu import matmul_peak_flops

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import torch
 from lightning.pytorch.callbacks import Callback
+from typing_extensions import override
 
 from .config import BenchConfig
 from .timing import median
@@ -56,10 +57,12 @@ class StepTimer(Callback):
         self.tokens: list[int] = []
         self.t_fit_start: float | None = None
 
+    @override
     def on_train_start(self, trainer, pl_module) -> None:
         _sync(pl_module.device)
         self.t_fit_start = time.perf_counter()
 
+    @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         _sync(pl_module.device)
         self.times.append(time.perf_counter())

@@ -37,8 +37,8 @@ def run_compile(cfg: BenchConfig) -> dict:
     torch.manual_seed(cfg.seed)
     base = build_xformer(cfg.size).to(dev).train()
     compiled = torch.compile(base)
-    steps = {"eager": make_step(eager, make_optimizer(eager.parameters(), dev)[0], batch, dev),
-             "compiled": make_step(compiled, make_optimizer(base.parameters(), dev)[0], batch, dev)}
+    steps = {"eager": make_step(eager, make_optimizer(eager.parameters())[0], batch, dev),
+             "compiled": make_step(compiled, make_optimizer(base.parameters())[0], batch, dev)}
     breaks = None
     try:
         import torch._dynamo as dynamo

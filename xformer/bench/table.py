@@ -50,7 +50,7 @@ def _compiled_rows(sec: dict, tg: dict) -> list[list[str]]:
     return _train_step_rows(sec, tg, "1c", "compiled train step", "train_step_compiled")
 
 
-def _gpt2_rows(sec: dict, tg: dict) -> list[list[str]]:
+def _gpt2_rows(sec: dict, _tg: dict) -> list[list[str]]:
     lo, hi = sec["nanogpt_mfu"]
     c = sec["config"]
     return [["8", f"GPT-2-small-shaped step (T {c['seq_len']}, B {c['batch']})",
@@ -86,7 +86,7 @@ def _decoding_rows(sec: dict, tg: dict) -> list[list[str]]:
     return rows
 
 
-def _attention_rows(sec: dict, tg: dict) -> list[list[str]]:
+def _attention_rows(sec: dict, _tg: dict) -> list[list[str]]:
     e, f = sec["explicit"], sec["sdpa"]
     rows = [["5", "C7 exponent of time / memory in n",
              f"fused SDPA: {_f(f['time_exponent'], '{:.2f}')} / {_f(f['memory_exponent'], '{:.2f}')}",
@@ -100,7 +100,7 @@ def _attention_rows(sec: dict, tg: dict) -> list[list[str]]:
     return rows
 
 
-def _recurrence_rows(sec: dict, tg: dict) -> list[list[str]]:
+def _recurrence_rows(sec: dict, _tg: dict) -> list[list[str]]:
     cross = sec["crossover_n"]
     return [["6", f"C8 crossover n (attention slower than LSTM), d={sec['config']['d']}",
              _f(cross, "n ≈ {:,.0f}", "none in range"),
@@ -117,7 +117,7 @@ def _mfu_rows(sec: dict, tg: dict) -> list[list[str]]:
              f"{sec['achieved_tflops']:.3g} TFLOP/s", t.get("target", ""), _met(t.get("met"))]]
 
 
-def _compile_rows(sec: dict, tg: dict) -> list[list[str]]:
+def _compile_rows(sec: dict, _tg: dict) -> list[list[str]]:
     return [["+", "torch.compile train step", f"{_f(sec['compiled']['tokens_per_s'])} tok/s",
              f"{_f(sec['eager']['tokens_per_s'])} tok/s eager", _f(sec["speedup"], "{:.2f}×"),
              f"compile {sec['compile_s']:.0f} s, {sec['graph_breaks']} breaks", "—"]]
@@ -132,7 +132,7 @@ def _nanogpt_rows(sec: dict, tg: dict) -> list[list[str]]:
              _met(t.get("met"))]]
 
 
-def _ddp_rows(sec: dict, tg: dict) -> list[list[str]]:
+def _ddp_rows(sec: dict, _tg: dict) -> list[list[str]]:
     return [["+", f"DDP {r['devices']} device(s)", f"{_f(r['tokens_per_s'])} tok/s",
              "", _f(r.get("speedup"), "{:.2f}×"), _f(r.get("efficiency"), "eff {:.0%}"), "—"]
             for r in sec["runs"]]

@@ -59,7 +59,7 @@ def median(xs: list[float]) -> float:
 def fit_exponent(ns: list[float], ys: list[float]) -> float | None:
     """Least-squares slope of ``log y`` against ``log n`` (the ``k`` of ``y ∝ n^k``); ``None`` with
     fewer than two usable (positive) points."""
-    pts = [(math.log(n), math.log(y)) for n, y in zip(ns, ys) if n > 0 and y is not None and y > 0]
+    pts = [(math.log(n), math.log(y)) for n, y in zip(ns, ys, strict=False) if n > 0 and y is not None and y > 0]
     if len(pts) < 2:
         return None
     mx = sum(p[0] for p in pts) / len(pts)

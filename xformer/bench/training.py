@@ -48,7 +48,7 @@ def make_batch(batch: int, seq_len: int, vocab: int, min_len_frac: float, seed: 
     return out
 
 
-def make_optimizer(params, device: str) -> tuple[torch.optim.Optimizer, str]:
+def make_optimizer(params) -> tuple[torch.optim.Optimizer, str]:
     """Adam (β 0.9/0.98, ε 1e-9, as ``conf/optim/adam.yaml``), fused where this build supports it."""
     params = list(params)
     try:
@@ -100,7 +100,7 @@ def run(cfg: BenchConfig, dropout: float | None = None, compiled: bool = False) 
             continue
         torch.manual_seed(cfg.seed)
         model = build(size).to(dev).train()
-        opt, opt_name = make_optimizer(model.parameters(), dev)
+        opt, opt_name = make_optimizer(model.parameters())
         steps[name] = make_step(torch.compile(model) if compiled else model, opt, batch, dev)
         contenders[name] = {"status": "ok", "params": sum(p.numel() for p in model.parameters())}
     warmup = max(cfg.warmup, 3) if compiled else cfg.warmup  # compiling (and recompiling once) is warm-up

@@ -17,6 +17,7 @@ import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
+from typing_extensions import override
 
 from xformer.data.batching import (
     RandomBatchSampler,
@@ -65,7 +66,7 @@ class Seq2SeqDataset(Dataset):
 
     def lengths(self) -> list[int]:
         """Per-example batching size: ``max(len(src), len(tgt))`` in tokens."""
-        return [max(len(s), len(t)) for s, t in zip(self.src, self.tgt)]
+        return [max(len(s), len(t)) for s, t in zip(self.src, self.tgt, strict=True)]
 
     def sort_keys(self) -> list[list[int]]:
         """``[src lengths, tgt lengths]``: tie-breakers for length bucketing (less padding on both sides)."""
@@ -104,7 +105,7 @@ class PromptLMDataset(Dataset):
     ) -> None:
         if not len(src_ids) == len(tgt_ids) == len(src_text) == len(tgt_text):
             raise ValueError("PromptLMDataset: all inputs must have the same length")
-        self.seqs = [[BOS, *s, sep_id, *t, EOS] for s, t in zip(src_ids, tgt_ids)]
+        self.seqs = [[BOS, *s, sep_id, *t, EOS] for s, t in zip(src_ids, tgt_ids, strict=True)]
         self.prompt_lens = [len(s) + 2 for s in src_ids]
         self.src_text = list(src_text)
         self.tgt_text = list(tgt_text)
@@ -215,6 +216,7 @@ class XformerDataModule(L.LightningDataModule):
 
     # ---- lifecycle -------------------------------------------------------------------------
 
+    @override
     def setup(self, stage: str | None = None) -> None:
         """Build tokenizer and all splits once; later calls (any ``stage``) do nothing."""
         if self._is_built:

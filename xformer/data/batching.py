@@ -91,7 +91,8 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
        ``pool_factor`` x (typical batch size) examples; ``pool_factor=None`` (default) means one
        pool holding everything. ``shuffle=False``: one pool, original order.
     2. Each pool is sorted by length, then by ``sort_keys`` (stable, so remaining ties keep the
-       random order), and cut greedily into batches: an example joins the current batch while ``max_len * (n + 1) <= budget``.
+       random order), and cut greedily into batches: an example joins the current batch while
+       ``max_len * (n + 1) <= budget``.
        An example longer than the budget gets a batch of its own.
     3. ``shuffle=True``: the batch order is shuffled.
     4. With ``num_replicas > 1`` the batches are split across ranks by :func:`shard_batches`.
@@ -205,7 +206,7 @@ def _greedy_batches(idx: np.ndarray, lens: np.ndarray, budget: int) -> list[list
     batches: list[list[int]] = []
     cur: list[int] = []
     cur_max = 0
-    for i, ln in zip(idx.tolist(), lens.tolist()):
+    for i, ln in zip(idx.tolist(), lens.tolist(), strict=True):
         new_max = max(cur_max, ln)
         if cur and new_max * (len(cur) + 1) > budget:
             batches.append(cur)
@@ -264,7 +265,8 @@ class SequentialBatchSampler(Sampler[list[int]]):
 
     def __len__(self) -> int:
         """Batches this rank yields."""
-        return -(-(-(-self.n // self.batch_size)) // self.num_replicas)
+        n_batches = -(-self.n // self.batch_size)  # ceiling divisions
+        return -(-n_batches // self.num_replicas)
 
 
 class RandomBatchSampler(Sampler[list[int]]):

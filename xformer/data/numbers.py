@@ -22,7 +22,8 @@ log = logging.getLogger(__name__)
 
 
 def number_pair(n: int, src_lang: str = "en", tgt_lang: str = "de") -> tuple[str, str]:
-    """``(num2words(n, lang=src_lang), num2words(n, lang=tgt_lang))``, e.g. ``(321) -> ("three hundred and twenty-one", "dreihunderteinundzwanzig")``."""
+    """``(num2words(n, lang=src_lang), num2words(n, lang=tgt_lang))``, e.g.
+    ``(321) -> ("three hundred and twenty-one", "dreihunderteinundzwanzig")``."""
     return num2words(int(n), lang=src_lang), num2words(int(n), lang=tgt_lang)
 
 

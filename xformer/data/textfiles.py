@@ -127,7 +127,7 @@ def read_tsv(path: str | Path) -> tuple[list[str], list[str]]:
 
 def _drop_empty_pairs(src: list[str], tgt: list[str], what: str) -> tuple[list[str], list[str]]:
     """Remove pairs where either side is empty, logging how many were removed."""
-    keep = [i for i, (s, t) in enumerate(zip(src, tgt)) if s and t]
+    keep = [i for i, (s, t) in enumerate(zip(src, tgt, strict=True)) if s and t]
     n_empty = len(src) - len(keep)
     if n_empty:
         log.warning("%s: skipped %d pair(s) with an empty side", what, n_empty)

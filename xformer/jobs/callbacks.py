@@ -42,6 +42,7 @@ import numpy as np
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+from typing_extensions import override
 
 from .checkpoint_io import AtomicCheckpointIO
 from .lightning_compat import request_stop
@@ -138,6 +139,7 @@ class NonFiniteLossGuard(L.Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.validations = [(int(s), float(v)) for s, v in state_dict.get("validations", [])]
 
+    @override
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking or VAL_LOSS not in trainer.callback_metrics:
             return
@@ -167,17 +169,21 @@ class NonFiniteLossGuard(L.Callback):
                     f"{step} on and ended at {last:.4g}")
         return {"step": step, "reason": why, "first": first, "last": last}
 
+    @override
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._first, self._checked_step = None, -1
 
+    @override
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
         if trainer.training:
             self._check(trainer)  # before the file is written: a poisoned state is never saved
         self._last_saved_step = trainer.global_step
 
+    @override
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._check(trainer)
 
+    @override
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         loss = _loss_of(outputs)
@@ -271,6 +277,7 @@ class StopCheckpoint(L.Callback):
         return Path(dirpath) / self.filename if dirpath else None
 
     # -- Ctrl-C ---------------------------------------------------------------------------------
+    @override
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._sigints = 0
         if threading.current_thread() is not threading.main_thread():
@@ -278,7 +285,7 @@ class StopCheckpoint(L.Callback):
         if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
             return  # ignored (background job) or someone else's handler: leave it
 
-        def on_sigint(signum, frame) -> None:
+        def on_sigint(_signum, _frame) -> None:
             self._sigints += 1
             if self._sigints > 1:
                 print("\nsecond Ctrl-C: quitting now, nothing more saved", file=sys.stderr, flush=True)
@@ -295,6 +302,7 @@ class StopCheckpoint(L.Callback):
             signal.signal(signal.SIGINT, self._previous_sigint)
         self._previous_sigint = None
 
+    @override
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         path = self._path(trainer)
         if self.save_on_train_end and path is not None and trainer.global_step > 0:
@@ -302,6 +310,7 @@ class StopCheckpoint(L.Callback):
             self.saved_path = str(path)
         self._restore_sigint()
 
+    @override
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         try:
             self._save_on_stop(trainer, exception)
@@ -340,6 +349,7 @@ class StepSeed(L.Callback):
     def __init__(self, seed: int = 0) -> None:
         self.seed = int(seed)
 
+    @override
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
                              batch_idx: int) -> None:
         state = np.random.SeedSequence([self.seed, trainer.current_epoch, batch_idx, trainer.global_rank])
@@ -353,6 +363,7 @@ class AtomicCheckpoints(L.Callback):
     """Install :class:`~xformer.jobs.checkpoint_io.AtomicCheckpointIO` on the trainer's strategy (at
     ``setup``, before anything is saved) unless a non-default ``CheckpointIO`` plugin is configured."""
 
+    @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()

@@ -105,7 +105,8 @@ def quiet_console(resuming: bool = False) -> None:
     Lightning's litlogger tip (a logging filter on its ``rank_zero`` logger), torch's ``LeafSpec``
     deprecation that Lightning's pytree helper triggers (a warnings filter on that message from that
     module only) and, when the job resumes from its own checkpoint (``resuming``), Lightning's
-    "Checkpoint directory ... exists and is not empty" (of course it is: it holds that checkpoint). W&B's "anonymous setting" warning is avoided where the W&B run is created
+    "Checkpoint directory ... exists and is not empty" (of course it is: it holds that checkpoint).
+    W&B's "anonymous setting" warning is avoided where the W&B run is created
     (:func:`xformer.jobs.wandb_run.start_wandb`), and the CSV logger's "Previous log files ... will be
     deleted" on resume where the log is kept (:class:`xformer.jobs.resume.ResumableCSVLogger`)."""
     for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):

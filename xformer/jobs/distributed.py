@@ -40,6 +40,7 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
+from typing_extensions import override
 
 log = logging.getLogger("xformer")
 
@@ -155,7 +156,7 @@ class _ChildObserver(threading.Thread):
             codes = [p.poll() for p in self.procs]
             if all(c == 0 for c in codes):
                 return
-            failed = [p for p, c in zip(self.procs, codes) if c not in (None, 0)]
+            failed = [p for p, c in zip(self.procs, codes, strict=True) if c not in (None, 0)]
             if failed:
                 log.error("child rank (pid %s) exited with %s; stopping the job's other ranks",
                           failed[0].pid, failed[0].returncode)
@@ -285,15 +286,19 @@ class HydraJobGuard(Callback):
     def __init__(self) -> None:
         self.script: str | None = None
 
+    @override
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         self.script = self.script or _main_script()
 
+    @override
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self.script = self.script or _main_script()
 
+    @override
     def on_job_start(self, config: DictConfig, *, task_function: Any = None, **kwargs: Any) -> None:
         begin_job(self.script or _script_of(task_function))
 
+    @override
     def on_job_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
         end_job()
 

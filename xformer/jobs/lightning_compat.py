@@ -117,7 +117,7 @@ def swap_launcher_functions(hydra_command: Callable, launch_observer: Callable,
     from lightning.pytorch.strategies.launchers import subprocess_script as mod
 
     old = {}
-    for name, new in zip(LAUNCHER_FUNCTIONS, (hydra_command, launch_observer)):
+    for name, new in zip(LAUNCHER_FUNCTIONS, (hydra_command, launch_observer), strict=True):
         if hasattr(mod, name):
             old[name] = getattr(mod, name)
             setattr(mod, name, new)

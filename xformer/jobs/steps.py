@@ -29,6 +29,7 @@ import math
 from typing import Any
 
 import lightning as L
+from typing_extensions import override
 
 from xformer.jobs import lightning_compat as compat
 
@@ -51,6 +52,7 @@ class OptimizerStepIntervals(L.Callback):
     epoch, as Lightning's batch count does. Nothing changes without gradient accumulation.
     """
 
+    @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         """Install the optimizer-step validation decision on ``trainer`` (once; fit only)."""
         if stage != "fit" or getattr(trainer, "_xformer_step_intervals", False):
@@ -134,6 +136,7 @@ class ConsistentResume(L.Callback):
     weights -- so the resumed run accumulates the same micro-batches into the same step.
     """
 
+    @override
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
         """Make ``checkpoint["loops"]`` agree with the data loader's stored position (see the class docstring)."""
         fit = (checkpoint.get("loops") or {}).get("fit_loop") or {}

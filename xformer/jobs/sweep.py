@@ -27,6 +27,7 @@ from typing import Any
 from hydra.core.utils import JobStatus
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
+from typing_extensions import override
 
 log = logging.getLogger("xformer")
 
@@ -122,6 +123,7 @@ class SweepSummary(Callback):
     def _jobs_dir(config: DictConfig) -> Path:
         return Path(str(config.hydra.sweep.dir)) / JOBS_DIR
 
+    @override
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         if "optuna" in str(OmegaConf.select(config, "hydra.sweeper._target_", default="")):
             guard_optuna_sweep(bool(OmegaConf.select(config, "sweep.dry_run", default=False)))
@@ -136,6 +138,7 @@ class SweepSummary(Callback):
         # Optuna: a resumed study numbers its new trials after the earlier ones (guard_optuna_sweep),
         # so the earlier trials' records stay and the summary covers the whole study in this folder
 
+    @override
     def on_job_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
         if job_return is None or str(config.hydra.mode) != "RunMode.MULTIRUN":
             return
@@ -158,6 +161,7 @@ class SweepSummary(Callback):
             job_return.status = JobStatus.COMPLETED
             job_return.return_value = None
 
+    @override
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(str(config.hydra.sweep.dir))
         jobs = []
@@ -269,7 +273,8 @@ def format_summary(summary: dict) -> str:
         extra = f"  [{j['error']}]" if j.get("error") else ""
         if j.get("resume") in ("skipped", "resumed"):
             extra += "  (finished earlier, skipped)" if j["resume"] == "skipped" else "  (resumed from last.ckpt)"
-        lines.append(f"  {j['num']:>3}  {j['status']:<9}  {shown:>12}  {' '.join(o for o in j['overrides'] if o not in common)}{extra}")
+        own = " ".join(o for o in j["overrides"] if o not in common)
+        lines.append(f"  {j['num']:>3}  {j['status']:<9}  {shown:>12}  {own}{extra}")
     if summary.get("error"):
         lines.append(f"error: {summary['error']}")
     return "\n".join(lines)

@@ -26,6 +26,7 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
+from typing_extensions import override
 
 log = logging.getLogger("xformer")
 
@@ -74,8 +75,8 @@ def check_sweep(config: DictConfig) -> tuple[int, list[tuple[int, list[str], Bas
     from hydra.core.global_hydra import GlobalHydra
 
     from xformer.data.errors import DataError
-    from xformer.model import ConfigError
     from xformer.jobs.validate import check_config
+    from xformer.model import ConfigError
 
     loader = GlobalHydra.instance().config_loader()
     jobs = sweep_jobs(config)
@@ -106,6 +107,7 @@ class ValidateSweep(Callback):
         self.enabled = enabled
         self.max_listed = max_listed
 
+    @override
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         if not self.enabled:
             return

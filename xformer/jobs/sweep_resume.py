@@ -36,6 +36,7 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
+from typing_extensions import override
 
 log = logging.getLogger("xformer")
 
@@ -223,6 +224,7 @@ class ResumeSweep(Callback):
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
 
+    @override
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(str(config.hydra.sweep.dir))
         record = sweep_dir / RECORDED_FILE

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig, OmegaConf
+from typing_extensions import override
 
 from xformer.errors import ConfigError
 
@@ -622,8 +623,10 @@ class OutputDirCheck(_HydraCallback):
             print(f"error: {err}", file=sys.stderr)
             sys.exit(2)
 
+    @override
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         self._check(config, "hydra.run.dir")
 
+    @override
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         self._check(config, "hydra.sweep.dir")

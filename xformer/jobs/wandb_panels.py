@@ -30,6 +30,7 @@ from typing import Any
 
 import lightning as L
 from lightning.pytorch.loggers import WandbLogger
+from typing_extensions import override
 
 log = logging.getLogger("xformer")
 
@@ -65,8 +66,8 @@ def swept_keys(sweep_dir: str | Path | None) -> list[str]:
 
     cfg = OmegaConf.load(path)
     keys: list[str] = []
-    for override in OmegaConf.select(cfg, "hydra.overrides.task", default=[]) or []:
-        key, _, value = str(override).partition("=")
+    for item in OmegaConf.select(cfg, "hydra.overrides.task", default=[]) or []:
+        key, _, value = str(item).partition("=")
         if key.startswith("hydra."):
             continue
         if "," in value or value.startswith(_SWEEP_FUNCS):
@@ -81,8 +82,8 @@ def swept_keys(sweep_dir: str | Path | None) -> list[str]:
 def swept_values(keys: list[str], overrides: list[str], config: dict) -> dict[str, Any]:
     """This job's value of each swept key: from its overrides (``key=value``), else from the config."""
     given = {}
-    for override in overrides:
-        key, _, value = override.partition("=")
+    for item in overrides:
+        key, _, value = item.partition("=")
         given[key.lstrip("+~")] = value
     out: dict[str, Any] = {}
     for key in keys:
@@ -154,9 +155,11 @@ class WandbPanels(L.Callback):
         out.update(swept_values(keys, overrides, config))
         return out
 
+    @override
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._rows = []
 
+    @override
     def on_validation_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                                 batch_idx: int, dataloader_idx: int = 0) -> None:
         if (trainer.sanity_checking or len(self._rows) >= self.n_samples or self._wandb(trainer) is None
@@ -169,8 +172,9 @@ class WandbPanels(L.Callback):
         hyps = pl_module.generate(part)
         srcs = part.get("src_text") or [pl_module.detokenize(row) for row in part["src"].tolist()]
         step = trainer.global_step
-        self._rows += [[step, s, r, h] for s, r, h in zip(srcs, part["tgt_text"], hyps)]
+        self._rows += [[step, s, r, h] for s, r, h in zip(srcs, part["tgt_text"], hyps, strict=True)]
 
+    @override
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         logger = self._wandb(trainer)
         if logger is None or not self._rows or trainer.sanity_checking:

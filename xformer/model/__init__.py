@@ -3,14 +3,22 @@
 See :mod:`.base` and :mod:`.transformer` for the public contract.
 """
 
-from .attention import (AttentionPattern, CausalAttention, CrossAttention, FullAttention, KVCache, LocalAttention,
-                        MultiHeadAttention, SelfAttention)
+from .attention import (
+                        AttentionPattern,
+                        CausalAttention,
+                        CrossAttention,
+                        FullAttention,
+                        KVCache,
+                        LocalAttention,
+                        MultiHeadAttention,
+                        SelfAttention,
+)
+from .base import ConfigError, ModelBase
 from .ffn import GELUFFN, ReLUFFN, SwiGLUFFN
 from .linear_attention import LinearCrossAttention, LinearSelfAttention
 from .mixer import GroupedQueryMixer, LinearMixer, Mixer, MultiHeadMixer, MultiQueryMixer
 from .norm import PostNorm, PreNorm, PreRMSNorm, Residual, SandwichNorm
 from .positional import ALiBi, Learned, NoPE, PositionalEncoding, RoPE, Sinusoidal, T5RelativeBias
-from .base import ConfigError, ModelBase
 from .transformer import DecoderOnly, EncoderDecoder, EncoderOnly, Transformer
 
 __all__ = [

@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from typing_extensions import override
 
 from .dropout import keep_mask, uses_fast_mask
 from .hooks import check_derived_flag, overrides
@@ -51,7 +52,7 @@ class AttentionPattern:
         :meth:`CausalAttention.blocked`), so SDPA's ``is_causal`` fast path may stand in for it."""
         return _is_causal_class(type(self))
 
-    def blocked(self, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
+    def blocked(self, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:  # noqa: ARG002 - interface default: subclasses read the positions
         """Boolean ``(Tq, Tk)`` mask, ``True`` = key ``k_pos[j]`` is hidden from query ``q_pos[i]``;
         ``None`` when nothing is blocked. ``q_pos``/``k_pos`` are ``(Tq,)``/``(Tk,)`` integer positions."""
         return None
@@ -132,9 +133,6 @@ class LocalAttention(AttentionPattern):
 
 
 def combine_masks(
-    batch: int,
-    tq: int,
-    tk: int,
     key_padding_mask: Tensor | None,
     blocked: Tensor | None,
     bias: Tensor | None,
@@ -429,7 +427,7 @@ class SelfAttention(MultiHeadAttention):
         is_causal = causal and key_padding_mask is None and bias is None and tq == tk and tq > 1
         if is_causal:
             blocked = None  # SDPA's fused causal path
-        mask = combine_masks(x.shape[0], tq, tk, key_padding_mask, blocked, bias, q.dtype)
+        mask = combine_masks(key_padding_mask, blocked, bias, q.dtype)
         return self.attend(q, k, v, mask, is_causal)
 
 
@@ -440,6 +438,7 @@ class CrossAttention(MultiHeadAttention):
     Args: as :class:`MultiHeadAttention`.
     """
 
+    @override
     def new_cache(self, capacity: int | None = None) -> KVCache:
         """An empty memory cache (sized by the memory at its first use; ``capacity`` is not needed)."""
         return KVCache()
@@ -463,5 +462,5 @@ class CrossAttention(MultiHeadAttention):
             k, v = self.project_kv(memory)
             if cache is not None:
                 k, v = cache.append(k, v)
-        mask = combine_masks(x.shape[0], x.shape[1], k.shape[2], key_padding_mask, None, None, q.dtype)
+        mask = combine_masks(key_padding_mask, None, None, q.dtype)
         return self.attend(q, k, v, mask)

@@ -15,6 +15,8 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
+from xformer.errors import ConfigError  # defined outside the model package: importable without torch
+
 from .attention import AttentionPattern, FullAttention
 from .dropout import Dropout
 from .ffn import ReLUFFN
@@ -22,10 +24,10 @@ from .hooks import overrides
 from .init import InitScheme, Xavier
 from .layers import DecoderLayer, Stack, no_bias
 from .mixer import Mixer, MultiHeadMixer
-from .tasks import fit_batch_to_positions
 from .norm import PostNorm, Residual
-from .positional import HOOKS as POSITIONAL_HOOKS, NoPE, PositionalEncoding, Sinusoidal
-from xformer.errors import ConfigError  # defined outside the model package: importable without torch
+from .positional import HOOKS as POSITIONAL_HOOKS
+from .positional import NoPE, PositionalEncoding, Sinusoidal
+from .tasks import fit_batch_to_positions
 
 
 def resolve_sizes(d_model: int, n_heads: int, d_head: int | None, ffn_ratio: float,

@@ -44,7 +44,7 @@ class SwiGLUFFN(nn.Module):
     the same as the two matrices of :class:`ReLUFFN`, so an ``ffn_ratio`` sweep stays comparable.
     """
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, bias: bool = False) -> None:
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, bias: bool = False) -> None:  # noqa: ARG002
         super().__init__()  # ``bias`` is accepted for model.bias; this FFN never has biases
         hidden = max(1, round(2 * d_ff / 3))
         self.w1 = nn.Linear(d_model, hidden, bias=False)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from typing_extensions import override
 
 from .attention import AttentionPattern, FullAttention, MultiHeadAttention
 from .hooks import overrides
@@ -118,7 +119,7 @@ class RunningSumCache:
         capacity: not used (the state has a fixed size); accepted so every cache is made alike.
     """
 
-    def __init__(self, capacity: int | None = None) -> None:
+    def __init__(self, capacity: int | None = None) -> None:  # noqa: ARG002 - uniform cache constructor
         self.size = 0
         self.state: tuple[Tensor, Tensor] | None = None
 
@@ -171,6 +172,7 @@ class LinearSelfAttention(MultiHeadAttention):
     def __init__(self, d_model: int, n_heads: int, d_head: int, dropout: float = 0.0, scale: bool = True,
                  bias: bool = True, pattern: AttentionPattern | None = None,
                  pos_embeddings: PositionalEncoding | None = None) -> None:
+        del dropout  # accepted so every mechanism is built alike; there is no score matrix to drop from
         super().__init__(d_model, n_heads, d_head, 0.0, scale, bias)
         self.pattern = FullAttention() if pattern is None else pattern
         why = self.refusal(self.pattern, None if pos_embeddings is None else type(pos_embeddings))
@@ -198,6 +200,7 @@ class LinearSelfAttention(MultiHeadAttention):
                     "attention never forms; only full and causal apply")
         return None
 
+    @override
     def new_cache(self, capacity: int | None = None) -> RunningSumCache:
         """Empty running sums for incremental decoding (``capacity`` is not needed)."""
         return RunningSumCache()
@@ -215,7 +218,6 @@ class LinearSelfAttention(MultiHeadAttention):
         Returns:
             ``(B, T, D)``.
         """
-        tq = x.shape[1]
         q, k, v = self.project_qkv(x)
         with _full_precision(x):
             out = self._attend(q, k, v, key_padding_mask, cache)
@@ -255,8 +257,10 @@ class LinearCrossAttention(MultiHeadAttention):
 
     def __init__(self, d_model: int, n_heads: int, d_head: int, dropout: float = 0.0, scale: bool = True,
                  bias: bool = True) -> None:
+        del dropout  # accepted so every mechanism is built alike; there is no score matrix to drop from
         super().__init__(d_model, n_heads, d_head, 0.0, scale, bias)
 
+    @override
     def new_cache(self, capacity: int | None = None) -> RunningSumCache:
         """An empty memory summary, filled at the first call."""
         return RunningSumCache()

@@ -23,6 +23,7 @@ parameters are counted as attention by the parameter breakdown, whatever their c
 from __future__ import annotations
 
 from torch import nn
+from typing_extensions import override
 
 from .attention import AttentionPattern, CrossAttention, SelfAttention
 from .linear_attention import LinearCrossAttention, LinearSelfAttention
@@ -61,7 +62,7 @@ class Mixer:
                              f"one kv head per query head). Fix: model/mixer=gqa or model.n_kv_heads=null")
         return None
 
-    def refusal(self, pattern: AttentionPattern | None, pe_cls: type | None) -> str | None:
+    def refusal(self, pattern: AttentionPattern | None, pe_cls: type | None) -> str | None:  # noqa: ARG002 - interface default: subclasses read both
         """Why this mechanism cannot serve a stack with ``pattern`` and positional scheme class
         ``pe_cls`` (``None``: it can). Softmax attention serves every pattern and scheme."""
         return None
@@ -101,6 +102,7 @@ class GroupedQueryMixer(Mixer):
 class MultiQueryMixer(GroupedQueryMixer):
     """Multi-query attention (Shazeer 2019): one key/value head shared by every query head."""
 
+    @override
     def kv_heads(self, n_heads: int, n_kv_heads: int | None) -> int | None:
         if n_kv_heads not in (None, 1):
             raise ValueError(f"model.n_kv_heads={n_kv_heads}: model/mixer=mqa has one kv head. "
@@ -115,12 +117,14 @@ class LinearMixer(Mixer):
     def refusal(self, pattern: AttentionPattern | None, pe_cls: type | None) -> str | None:
         return LinearSelfAttention.refusal(pattern, pe_cls)
 
+    @override
     def self_attention(self, d_model: int, n_heads: int, d_head: int, dropout: float, scale: bool,
                        pattern: AttentionPattern | None, pos_embeddings: PositionalEncoding | None,
                        n_kv_heads: int | None = None, bias: bool = True) -> nn.Module:
         return LinearSelfAttention(d_model, n_heads, d_head, dropout, scale, bias=bias, pattern=pattern,
                                    pos_embeddings=pos_embeddings)
 
+    @override
     def cross_attention(self, d_model: int, n_heads: int, d_head: int, dropout: float, scale: bool,
                         n_kv_heads: int | None = None, bias: bool = True) -> nn.Module:
         return LinearCrossAttention(d_model, n_heads, d_head, dropout, scale, bias=bias)

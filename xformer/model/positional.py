@@ -96,15 +96,15 @@ class PositionalEncoding(nn.Module):
                 self._buffers[name] = old.to(device=new.device)
         return out
 
-    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:  # noqa: ARG002 - interface default: schemes override it
         """Return ``x`` (``(B, T, D)``) with the absolute encoding of positions ``pos`` (``(T,)``) added."""
         return x
 
-    def rotate(self, t: Tensor, pos: Tensor) -> Tensor:
+    def rotate(self, t: Tensor, pos: Tensor) -> Tensor:  # noqa: ARG002 - interface default: schemes override it
         """Return queries or keys ``t`` (``(B, H, T, d_head)``) rotated to positions ``pos`` (``(T,)``)."""
         return t
 
-    def attn_bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
+    def attn_bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:  # noqa: ARG002 - interface default: schemes override it
         """Additive score bias ``(H, Tq, Tk)`` for query/key positions, or ``None`` for no bias."""
         return None
 

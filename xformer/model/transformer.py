@@ -6,10 +6,11 @@ on the shared construction of :class:`.base.ModelBase`.
 from __future__ import annotations
 
 from torch import Tensor, nn
+from typing_extensions import override
 
-from .decoding import ban, beam_search, greedy, greedy_lm, max_output_len
 from .attention import AttentionPattern, CausalAttention
 from .base import ConfigError, ModelBase
+from .decoding import ban, beam_search, greedy, greedy_lm, max_output_len
 from .layers import DecoderLayer, EncoderLayer, StackCache
 from .tasks import fit_batch_to_positions, prefix_lm_batch, tagger_labels
 
@@ -81,11 +82,13 @@ class EncoderDecoder(ModelBase):
                            tgt_key_padding_mask=tgt_key_padding_mask)
 
     # -- task glue ------------------------------------------------------------------------------
+    @override
     def logits_and_labels(self, batch: dict, pad_id: int, eos_id: int) -> tuple[Tensor, Tensor]:
         """Teacher forcing: the decoder reads ``tgt[:, :-1]`` and predicts ``tgt[:, 1:]``."""
         src, tgt = batch["src"], batch["tgt"]
         return self(src, tgt[:, :-1]), tgt[:, 1:]
 
+    @override
     def generate(self, batch: dict, bos_id: int, eos_id: int, pad_id: int, max_len_a: float = 1.5,
                  max_len_b: int = 10, beam_size: int = 1, alpha: float = 0.6,
                  logits: Tensor | None = None) -> list[list[int]]:
@@ -146,6 +149,7 @@ class DecoderOnly(ModelBase):
     decode = forward
 
     # -- task glue ------------------------------------------------------------------------------
+    @override
     def logits_and_labels(self, batch: dict, pad_id: int, eos_id: int) -> tuple[Tensor, Tensor]:
         """Language-model batches: next-token prediction over ``tgt`` (positions outside
         ``loss_mask`` get no loss). Sequence-to-sequence batches: a prefix LM over
@@ -160,6 +164,7 @@ class DecoderOnly(ModelBase):
         seq, labels, _ = prefix_lm_batch(batch["src"], batch["tgt"], pad_id, trim=not self.training)
         return self(seq), labels
 
+    @override
     def generate(self, batch: dict, bos_id: int, eos_id: int, pad_id: int, max_len_a: float = 1.5,
                  max_len_b: int = 10, beam_size: int = 1, alpha: float = 0.6,
                  logits: Tensor | None = None) -> list[list[int]]:
@@ -229,6 +234,7 @@ class EncoderOnly(ModelBase):
         src = batch["src"]
         return self(src), tagger_labels(src, batch["tgt"], pad_id, eos_id)
 
+    @override
     def generate(self, batch: dict, bos_id: int, eos_id: int, pad_id: int, max_len_a: float = 1.5,
                  max_len_b: int = 10, beam_size: int = 1, alpha: float = 0.6,
                  logits: Tensor | None = None) -> list[list[int]]:

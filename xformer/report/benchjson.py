@@ -83,5 +83,5 @@ def fit_rows(section: Any) -> list[tuple[str, str, float]]:
         mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
         sxx = sum((x - mx) ** 2 for x in xs)
         if sxx > 0:
-            out.append((f"fit({f})", _kind(f), sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx))
+            out.append((f"fit({f})", _kind(f), sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx))
     return out

@@ -20,32 +20,83 @@ combination of the other swept keys (e.g. C1 at ``model.param_budget=null`` and 
 
 from __future__ import annotations
 
-from .rules.core import (  # noqa: F401 (re-exported)
-    REGISTRY,
-    ALPHA, best_of, BETTER, BOUNDS, budget, C2_TOL, C7_BAD, C7_OK, claim, compare, compare_groups, Comparison,
-    contexts, curve_metric, decide, EQUIV_REL, evaluate, FEW, higher_is_better, INCONCLUSIVE, LOWER_IS_BETTER,
-    metric_bounds, NOISE, NOT_SUPPORTED, Options, outcome_notes, pick_metric, PREFERRED, PUBLISHED, Recogniser,
-    saturated_metrics, SATURATION, saturation, seed_check, spaced, Stability, stability, StabilityPoint,
-    summarise, SUPPORTED, Verdict, WORSE,
-)
-from .rules.ffn import (  # noqa: F401 (re-exported)
-    block_share, c1_ffn_ratio, c2_ffn_share, is_base_shape, layer_counts,
-)
-from .rules.heads import (  # noqa: F401 (re-exported)
-    c11_d_head, c3_heads,
-)
-from .rules.norm import (  # noqa: F401 (re-exported)
-    c4_norm_warmup, diverged,
-)
-from .rules.positions import (  # noqa: F401 (re-exported)
-    LENGTH_RE, c5_pe_length, c6_pe_in_distribution, length_metrics,
-)
 from .rules.attention import (  # noqa: F401 (re-exported)
-    c10_encoder_attention, c9_attn_scale, head_size,
+    c9_attn_scale,
+    c10_encoder_attention,
+    head_size,
 )
-from .rules.regularisation import (  # noqa: F401 (re-exported)
-    SEQ_METRICS, c12_dropout, c12_label_smoothing,
+from .rules.core import (  # noqa: F401 (re-exported)
+    ALPHA,
+    BETTER,
+    BOUNDS,
+    C2_TOL,
+    C7_BAD,
+    C7_OK,
+    EQUIV_REL,
+    FEW,
+    INCONCLUSIVE,
+    LOWER_IS_BETTER,
+    NOISE,
+    NOT_SUPPORTED,
+    PREFERRED,
+    PUBLISHED,
+    REGISTRY,
+    SATURATION,
+    SUPPORTED,
+    WORSE,
+    Comparison,
+    Options,
+    Recogniser,
+    Stability,
+    StabilityPoint,
+    Verdict,
+    best_of,
+    budget,
+    claim,
+    compare,
+    compare_groups,
+    contexts,
+    curve_metric,
+    decide,
+    evaluate,
+    higher_is_better,
+    metric_bounds,
+    outcome_notes,
+    pick_metric,
+    saturated_metrics,
+    saturation,
+    seed_check,
+    spaced,
+    stability,
+    summarise,
 )
 from .rules.cost import (  # noqa: F401 (re-exported)
-    c7_attention_cost, c8_attention_vs_lstm,
+    c7_attention_cost,
+    c8_attention_vs_lstm,
+)
+from .rules.ffn import (  # noqa: F401 (re-exported)
+    block_share,
+    c1_ffn_ratio,
+    c2_ffn_share,
+    is_base_shape,
+    layer_counts,
+)
+from .rules.heads import (  # noqa: F401 (re-exported)
+    c3_heads,
+    c11_d_head,
+)
+from .rules.norm import (  # noqa: F401 (re-exported)
+    c4_norm_warmup,
+    diverged,
+)
+from .rules.positions import (  # noqa: F401 (re-exported)
+    LENGTH_RE,
+    c5_pe_length,
+    c6_pe_in_distribution,
+    length_metrics,
+)
+from .rules.regularisation import (  # noqa: F401 (re-exported)
+    SEQ_METRICS,
+    c12_dropout,
+    c12_label_smoothing,
 )

@@ -40,7 +40,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .sweeps import CLAIMS_DIR, REPO, claim_names
+from .sweeps import REPO, claim_names
 
 RESULTS = REPO / "docs" / "results"
 RUNS_LOG = ".xformer/claims_runs.json"  # in the sweep folder: one entry per `claims run` invocation

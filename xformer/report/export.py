@@ -75,7 +75,7 @@ def write_seed_files(sweep: Sweep, out: Path) -> list[Path]:
         w.writerow(["job", "setting", "seed", "metric", "step", "value"])
         for j in sweep.jobs:
             for key, (xs, ys) in sorted(read_curves(j, _val_keys(j)).items()):
-                for x, y in zip(xs, ys):
+                for x, y in zip(xs, ys, strict=False):
                     w.writerow([names[id(j)], _setting(sweep, j), fmt_value(j.seed), key, f"{x:g}", repr(y)])
             records.append({
                 "job": names[id(j)], "status": j.status, "overrides": {k: v for k, v in j.overrides.items()},

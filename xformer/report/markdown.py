@@ -154,7 +154,7 @@ def render(command: str, sweep: Sweep, metrics: list[str], verdicts: list[Verdic
     ]
     parts += ["## Claim verdicts", "", "Common rule (`xformer/report/catalog.py`, `docs/claims.md`): " + COMMON_RULE, ""]
     vplots = list(verdict_plots or []) + [None] * len(verdicts)
-    parts += [verdict_item(v, _rel(p, out_dir) if p else None) for v, p in zip(verdicts, vplots)] or \
+    parts += [verdict_item(v, _rel(p, out_dir) if p else None) for v, p in zip(verdicts, vplots, strict=False)] or \
         ["_No claim is addressed by these runs._"]
     parts += ["", "## Results", ""]
     parts += [sweep_table(sweep, metrics) if sweep.groups else "_No finished job._", ""]

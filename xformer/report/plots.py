@@ -167,7 +167,7 @@ def plot_curves(sweep: Sweep, out: Path, keys: tuple[str, ...] = CURVE_KEYS) -> 
         return None
     fig = Figure(figsize=(6 * len(keys), 4))
     axes = [fig.add_subplot(1, len(keys), i + 1) for i in range(len(keys))]
-    for ax, k in zip(axes, keys):
+    for ax, k in zip(axes, keys, strict=True):
         for g, bands in per_group:
             if k in bands:
                 x, mean, lo, hi = bands[k]

@@ -41,6 +41,7 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from typing_extensions import override
 
 from xformer.jobs import lightning_compat
 from xformer.train.decode import DecodeSettings
@@ -94,7 +95,7 @@ def corpus_metrics(rows: list[tuple[float, int, int]], texts: dict[int, tuple[st
         out[f"{prefix}/bleu{suffix}"] = float(bleu.corpus_score(hyps, [refs]).score)
         signature = str(bleu.get_signature())
     if refs and "exact_match" in seq_metrics:
-        same = sum(h.strip() == r.strip() for h, r in zip(hyps, refs))
+        same = sum(h.strip() == r.strip() for h, r in zip(hyps, refs, strict=True))
         out[f"{prefix}/exact_match{suffix}"] = same / len(refs)
     return out, signature
 
@@ -196,6 +197,7 @@ class TransformerLitModule(L.LightningModule):
     def tokens_seen(self, value: int) -> None:
         self._tokens = torch.tensor(int(value), dtype=torch.int64, device=self._tokens.device)
 
+    @override
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:
         """Teacher-forced loss of one micro-batch; everything stays on the device (no host sync).
 
@@ -239,6 +241,7 @@ class TransformerLitModule(L.LightningModule):
                                           n_tok.double()))
         return loss_sum / self._step_norm.to(loss_sum.dtype)
 
+    @override
     def on_before_optimizer_step(self, optimizer) -> None:
         """Turn the accumulated gradient into that of the step's token mean over all micro-batches and
         ranks (see :meth:`training_step`), and log that mean as ``train/loss``.
@@ -268,6 +271,7 @@ class TransformerLitModule(L.LightningModule):
         self._step_norm = (n_tgt / micro).float().double()
         self._step_window = None
 
+    @override
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
         """Log ``perf/tokens_seen`` and ``perf/tokens_per_s`` as device tensors (no sync).
 
@@ -322,6 +326,7 @@ class TransformerLitModule(L.LightningModule):
             return
         self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
+    @override
     def setup(self, stage: str) -> None:
         if lightning_compat.has_trainer(self):
             from xformer.jobs.distributed import refresh_csv_headers
@@ -377,13 +382,13 @@ class TransformerLitModule(L.LightningModule):
             start = -1 - len(acc["idx"]) - (self.global_rank << 40)
             idx = list(range(start, start - labels.shape[0], -1))
         acc["idx"].extend(idx)
-        acc.setdefault("cut", []).extend(i for i, c in zip(idx, cut.tolist()) if c)
+        acc.setdefault("cut", []).extend(i for i, c in zip(idx, cut.tolist(), strict=True) if c)
         acc["nll"].extend(tok_nll.sum(1).double().tolist())
         acc["n"].extend(mask.sum(1).tolist())
         acc["correct"].extend(((logits.argmax(-1) == labels) & mask).sum(1).tolist())
         if decode and self.seq_metrics and "tgt_text" in batch:
             hyps = self._generate_sharded(batch, logits)
-            acc["text"].update(zip(idx, zip(hyps, batch["tgt_text"])))
+            acc["text"].update(zip(idx, zip(hyps, batch["tgt_text"], strict=True), strict=True))
 
     def _generate_sharded(self, batch: dict, logits: Tensor) -> list[str]:
         """:meth:`generate`; with an FSDP2-sharded model, every shard unit is gathered once before and
@@ -454,7 +459,7 @@ class TransformerLitModule(L.LightningModule):
         rows: dict[int, tuple[float, int, int]] = {}
         texts: dict[int, tuple[str, str]] = {}
         for idx, nll, n, correct, text in parts:
-            for i, a, b, c in zip(idx, nll, n, correct):
+            for i, a, b, c in zip(idx, nll, n, correct, strict=True):
                 rows.setdefault(i, (a, b, c))
             for i, t in text.items():
                 texts.setdefault(i, t)
@@ -470,6 +475,7 @@ class TransformerLitModule(L.LightningModule):
     def on_validation_epoch_end(self) -> None:
         self._eval_end("val")
 
+    @override
     def test_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> None:
         self._eval_step(batch, f"test#{dataloader_idx}", decode=True)
 

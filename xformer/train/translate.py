@@ -7,8 +7,8 @@ tokenizer under ``checkpoint["xformer"]``), so no data or cache is read.
 from __future__ import annotations
 
 import argparse
-import sys
 import pickle
+import sys
 import tempfile
 from pathlib import Path
 from typing import Callable
@@ -16,8 +16,10 @@ from typing import Callable
 import torch
 from omegaconf import OmegaConf
 
-from xformer.data.tokenizers import BOS as BOS_ID, EOS as EOS_ID, PAD as PAD_ID, load_tokenizer
-
+from xformer.data.tokenizers import BOS as BOS_ID
+from xformer.data.tokenizers import EOS as EOS_ID
+from xformer.data.tokenizers import PAD as PAD_ID
+from xformer.data.tokenizers import load_tokenizer
 from xformer.model import EncoderDecoder, decoding
 
 
@@ -63,7 +65,8 @@ def translate(model, tokenizer, lines: list[str], beam_size: int = 1, alpha: flo
     input line, in order.
 
     Each line's output is capped at ``max_len_a · (its tokens + EOS) + max_len_b`` tokens (and the
-    model's ``max_len``), whatever the other lines are. A line whose tokens (plus EOS) exceed the model's positions (``model.position_limit``, i.e.
+    model's ``max_len``), whatever the other lines are. A line whose tokens (plus EOS) exceed the
+    model's positions (``model.position_limit``, i.e.
     ``model.max_len`` for learned or sinusoidal positions) is cut to fit and still translated; ``warn``
     receives one message per such line, naming its 1-based line number.
 
@@ -101,7 +104,7 @@ def translate(model, tokenizer, lines: list[str], beam_size: int = 1, alpha: flo
                 hyps = decoding.beam_search(model, src, BOS_ID, EOS_ID, PAD_ID, max_len, beam_size, alpha)
             else:
                 hyps = decoding.greedy(model, src, BOS_ID, EOS_ID, PAD_ID, max_len)
-            for r, h in zip(rows, hyps):
+            for r, h in zip(rows, hyps, strict=True):
                 out[r] = tokenizer.decode(h)
     return out
 

@@ -4,8 +4,19 @@ from __future__ import annotations
 
 from ..aggregate import Group, Sweep
 from .core import (
-    BETTER, Options, Verdict, WORSE, _measured, _missing, _no_metric, _simple_axis, claim, compare_groups, contexts,
-    decide, pick_metric,
+    BETTER,
+    WORSE,
+    Options,
+    Verdict,
+    _measured,
+    _missing,
+    _no_metric,
+    _simple_axis,
+    claim,
+    compare_groups,
+    contexts,
+    decide,
+    pick_metric,
 )
 
 

@@ -250,7 +250,7 @@ def best_of(candidates: list[tuple[str, Group]], base: tuple[str, Group], metric
     ps = [(0.0 if c.by_divergence else c.interval.p if c.interval is not None else 1.0) for c in comps]
     adjusted = holm(ps)
     k = len(comps)
-    for c, p in zip(comps, adjusted):
+    for c, p in zip(comps, adjusted, strict=True):
         if k < 2:
             continue
         c.p_adj, c.family = p, k
@@ -297,7 +297,7 @@ def curve_metric(metric: str, jobs_keys: set[str]) -> str:
 
 def _finite_curve(job: Job, key: str) -> dict[float, float]:
     xs, ys = read_curves(job, (key,)).get(key, ([], []))
-    return {x: y for x, y in zip(xs, ys) if math.isfinite(y)}
+    return {x: y for x, y in zip(xs, ys, strict=False) if math.isfinite(y)}
 
 
 def _family(metric: str) -> str:
@@ -342,8 +342,8 @@ def stability(c: Comparison, equivalence_margin: float | None = None) -> Stabili
     keys = {m for g in (ga, gb) for m in g.stats}
     base = _family(c.metric)
     curves: list[list[dict[float, float]]] = [[], []]
-    cm = curve_metric(c.metric, keys)
-    for cm in dict.fromkeys([cm, "val/loss"]):  # val/ppl = exp(val/loss): the same ranking
+    first = curve_metric(c.metric, keys)
+    for cm in dict.fromkeys([first, "val/loss"]):  # val/ppl = exp(val/loss): the same ranking
         if _family(cm) != base:
             continue
         curves = [[cv for j in g.jobs if (cv := _finite_curve(j, cm))] for g in (ga, gb)]
@@ -438,7 +438,7 @@ def contexts(sweep: Sweep, axes: list[str]) -> list[tuple[str, dict[tuple, Group
     for g in sweep.groups:
         ctx = tuple(g.values.get(k) for k in others)
         out.setdefault(ctx, {})[tuple(g.values.get(a) for a in axes)] = g
-    return [(", ".join(f"{k}={fmt_value(v)}" for k, v in zip(others, ctx)), cells) for ctx, cells in out.items()]
+    return [(", ".join(f"{k}={fmt_value(v)}" for k, v in zip(others, ctx, strict=True)), cells) for ctx, cells in out.items()]
 
 
 def _numeric(cells: dict[tuple, Group]) -> dict[float, Group]:

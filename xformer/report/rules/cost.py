@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from ..aggregate import Sweep
 from ..benchjson import bench_exponents, fit_rows, leaves
-from .core import C7_BAD, C7_OK, INCONCLUSIVE, NOT_SUPPORTED, Options, SUPPORTED, Verdict, _verdict, claim
+from .core import C7_BAD, C7_OK, INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, Options, Verdict, _verdict, claim
 
 
 @claim("C7")
-def c7_attention_cost(sweep: Sweep, opts: Options) -> list[Verdict]:
+def c7_attention_cost(_sweep: Sweep, opts: Options) -> list[Verdict]:
     """Time and memory exponents of attention against n from bench.json."""
     section = (opts.bench or {}).get("attention_cost")
     if not isinstance(section, (dict, list)):
@@ -26,7 +26,7 @@ def c7_attention_cost(sweep: Sweep, opts: Options) -> list[Verdict]:
 
 
 @claim("C8")
-def c8_attention_vs_lstm(sweep: Sweep, opts: Options) -> list[Verdict]:
+def c8_attention_vs_lstm(_sweep: Sweep, opts: Options) -> list[Verdict]:
     """Attention against an LSTM layer: crossover length against d."""
     section = (opts.bench or {}).get("attention_vs_lstm")
     if not isinstance(section, dict):

@@ -6,8 +6,23 @@ import math
 
 from ..aggregate import Group, Sweep, fmt_value
 from .core import (
-    BETTER, C2_TOL, INCONCLUSIVE, NOT_SUPPORTED, Options, SUPPORTED, Verdict, WORSE, _missing, _no_metric, _numeric,
-    _verdict, claim, compare_groups, contexts, decide, pick_metric,
+    BETTER,
+    C2_TOL,
+    INCONCLUSIVE,
+    NOT_SUPPORTED,
+    SUPPORTED,
+    WORSE,
+    Options,
+    Verdict,
+    _missing,
+    _no_metric,
+    _numeric,
+    _verdict,
+    claim,
+    compare_groups,
+    contexts,
+    decide,
+    pick_metric,
 )
 
 
@@ -69,7 +84,7 @@ def _gain_units(g_lo: Group, g4: Group, g_hi: Group, lo: float, hi: float) -> tu
 
 
 @claim("C2")
-def c2_ffn_share(sweep: Sweep, opts: Options) -> list[Verdict]:
+def c2_ffn_share(sweep: Sweep, _opts: Options) -> list[Verdict]:
     """The FFN's share of a block's parameters against 2/3, from the parameter counts."""
     if not sweep.groups:
         return []

@@ -4,8 +4,20 @@ from __future__ import annotations
 
 from ..aggregate import Sweep, fmt_value
 from .core import (
-    BETTER, Options, Verdict, WORSE, _measured, _missing, _no_metric, _numeric, best_of, claim, compare_groups,
-    contexts, decide, pick_metric,
+    BETTER,
+    WORSE,
+    Options,
+    Verdict,
+    _measured,
+    _missing,
+    _no_metric,
+    _numeric,
+    best_of,
+    claim,
+    compare_groups,
+    contexts,
+    decide,
+    pick_metric,
 )
 
 

@@ -7,7 +7,17 @@ import math
 from ..aggregate import Group, Sweep
 from ..stats import fisher_more
 from .core import (
-    BETTER, NOISE, Options, Verdict, WORSE, _missing, _no_metric, claim, compare_groups, contexts, decide,
+    BETTER,
+    NOISE,
+    WORSE,
+    Options,
+    Verdict,
+    _missing,
+    _no_metric,
+    claim,
+    compare_groups,
+    contexts,
+    decide,
     pick_metric,
 )
 

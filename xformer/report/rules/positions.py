@@ -7,10 +7,21 @@ import re
 from ..aggregate import Sweep, fmt_value, value_sort_key
 from ..stats import equivalent
 from .core import (
-    BETTER, EQUIV_REL, Options, Verdict, WORSE, _missing, _no_metric, claim, compare, compare_groups, contexts,
-    decide, higher_is_better, pick_metric,
+    BETTER,
+    EQUIV_REL,
+    WORSE,
+    Options,
+    Verdict,
+    _missing,
+    _no_metric,
+    claim,
+    compare,
+    compare_groups,
+    contexts,
+    decide,
+    higher_is_better,
+    pick_metric,
 )
-
 
 LENGTH_RE = re.compile(r"^(?P<base>.+)@(?P<n>\d+(?:\.\d+)?)x$")
 
@@ -79,15 +90,15 @@ def c6_pe_in_distribution(sweep: Sweep, opts: Options) -> list[Verdict]:
         if metric is None:
             out.append(_no_metric("C6", ctx))
             continue
-        s, l = sin.stat(metric), lrn.stat(metric)
+        s_sin, s_lrn = sin.stat(metric), lrn.stat(metric)
         c = compare_groups(sin, lrn, metric, "sinusoidal", "learned")
         fails, holds, notes, margin = [], False, [], None
         if c.by_divergence:
             fails.append(c.note)
         elif c.interval is not None:
-            margin = EQUIV_REL * max(abs(s.mean), abs(l.mean))
+            margin = EQUIV_REL * max(abs(s_sin.mean), abs(s_lrn.mean))
             if margin > 0:
-                holds, iv90 = equivalent(s.values, l.values, margin)
+                holds, iv90 = equivalent(s_sin.values, s_lrn.values, margin)
                 lo90, hi90 = (iv90.lo, iv90.hi) if higher_is_better(metric) else (-iv90.hi, -iv90.lo)
                 iv95 = c.interval
                 outside = iv95.lo > margin or iv95.hi < -margin

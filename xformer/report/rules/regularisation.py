@@ -4,10 +4,23 @@ from __future__ import annotations
 
 from ..aggregate import Sweep, fmt_value
 from .core import (
-    BETTER, INCONCLUSIVE, Options, Verdict, WORSE, _measured, _missing, _no_metric, _numeric, _verdict, best_of,
-    claim, contexts, decide, higher_is_better, pick_metric,
+    BETTER,
+    INCONCLUSIVE,
+    WORSE,
+    Options,
+    Verdict,
+    _measured,
+    _missing,
+    _no_metric,
+    _numeric,
+    _verdict,
+    best_of,
+    claim,
+    contexts,
+    decide,
+    higher_is_better,
+    pick_metric,
 )
-
 
 SEQ_METRICS = ("test/bleu", "val/bleu")
 
