@@ -77,8 +77,13 @@ def main(cfg: DictConfig) -> float | None:
 
         if err.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
             raise
-        _fail(ConfigError(f"{err.filename or 'the output folder'}: {err.strerror}. Fix: free space or make it "
-                          f"writable, then resume with ckpt_path=last hydra.run.dir={_out_dir(cfg)}"), 1)
+        _fail(
+            ConfigError(
+                f"{err.filename or 'the output folder'}: {err.strerror}. Fix: free space or make it "
+                f"writable, then resume with ckpt_path=last hydra.run.dir={_out_dir(cfg)}"
+            ),
+            1,
+        )
     except SIGTERMException:  # preempted or Ctrl-C: last.ckpt was saved (xformer.jobs.callbacks.StopCheckpoint)
         sys.exit(130 if interrupt_signal() == "SIGINT" else 143)
 

@@ -30,10 +30,23 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 TPB = 96
-BASE = ["data=numbers", "data.n_train=400", "data.n_val=32", "data.n_test=32", "data.n_long=8",
-        "model.d_model=32", "model.n_heads=2", "model.n_encoder_layers=1", "model.n_decoder_layers=1",
-        "model.dropout=0.0", "trainer.max_steps=6", "trainer.val_check_interval=3", "logger=csv",
-        "trainer.enable_progress_bar=false", "seed=0"]
+BASE = [
+    "data=numbers",
+    "data.n_train=400",
+    "data.n_val=32",
+    "data.n_test=32",
+    "data.n_long=8",
+    "model.d_model=32",
+    "model.n_heads=2",
+    "model.n_encoder_layers=1",
+    "model.n_decoder_layers=1",
+    "model.dropout=0.0",
+    "trainer.max_steps=6",
+    "trainer.val_check_interval=3",
+    "logger=csv",
+    "trainer.enable_progress_bar=false",
+    "seed=0",
+]
 KEYS = ("val/loss", "val/acc", "test/loss", "test/acc", "test/exact_match")
 
 
@@ -61,21 +74,50 @@ def main(argv: list[str] | None = None) -> int:
     backend = "nccl" if args.accelerator == "gpu" else "gloo"
     runs = {
         "single": [py + [*BASE, *acc, f"data.tokens_per_batch={2 * TPB}", f"hydra.run.dir={out / 'single'}"]],
-        "ddp1": [py + [*BASE, *acc, "trainer=ddp", "trainer.devices=1", f"data.tokens_per_batch={2 * TPB}",
-                       f"hydra.run.dir={out / 'ddp1'}"]],
+        "ddp1": [
+            py
+            + [
+                *BASE,
+                *acc,
+                "trainer=ddp",
+                "trainer.devices=1",
+                f"data.tokens_per_batch={2 * TPB}",
+                f"hydra.run.dir={out / 'ddp1'}",
+            ]
+        ],
     }
     port = _free_port()
     strategy = "trainer.strategy={_target_:lightning.pytorch.strategies.DDPStrategy,process_group_backend:gloo}"
-    runs["ddp2"] = [[sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node_rank={r}",
-                     "--nproc_per_node=1", "--master_addr=127.0.0.1", f"--master_port={port}", str(REPO / "run.py"),
-                     *BASE, *acc, "trainer=ddp", "trainer.devices=1", "trainer.num_nodes=2", strategy,
-                     f"data.tokens_per_batch={TPB}", f"hydra.run.dir={out / 'ddp2'}"] for r in (0, 1)]
+    runs["ddp2"] = [
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes=2",
+            f"--node_rank={r}",
+            "--nproc_per_node=1",
+            "--master_addr=127.0.0.1",
+            f"--master_port={port}",
+            str(REPO / "run.py"),
+            *BASE,
+            *acc,
+            "trainer=ddp",
+            "trainer.devices=1",
+            "trainer.num_nodes=2",
+            strategy,
+            f"data.tokens_per_batch={TPB}",
+            f"hydra.run.dir={out / 'ddp2'}",
+        ]
+        for r in (0, 1)
+    ]
     report: dict = {"accelerator": args.accelerator, "ddp1_backend": backend, "ddp2_backend": "gloo", "runs": {}}
     ok = True
     for name, cmds in runs.items():
         t0 = time.perf_counter()
-        procs = [subprocess.Popen(c, cwd=out, env=env, stdout=open(out / f"{name}-{i}.log", "w"),
-                                  stderr=subprocess.STDOUT) for i, c in enumerate(cmds)]
+        procs = [
+            subprocess.Popen(c, cwd=out, env=env, stdout=open(out / f"{name}-{i}.log", "w"), stderr=subprocess.STDOUT)
+            for i, c in enumerate(cmds)
+        ]
         codes = [pr.wait(timeout=600) for pr in procs]
         entry = {"exit_codes": codes, "wall_s": round(time.perf_counter() - t0, 1)}
         if any(codes):
@@ -91,12 +133,18 @@ def main(argv: list[str] | None = None) -> int:
         got = report["runs"][name].get("metrics")
         if not (ref and got):
             continue
-        diff = {k: abs(got[k] - ref[k]) / max(abs(ref[k]), 1e-12) for k in KEYS
-                if got.get(k) is not None and ref.get(k) is not None}
+        diff = {
+            k: abs(got[k] - ref[k]) / max(abs(ref[k]), 1e-12)
+            for k in KEYS
+            if got.get(k) is not None and ref.get(k) is not None
+        }
         report["differences"][name] = diff
         bad = {k: v for k, v in diff.items() if v > args.rtol}
-        print(f"{name} vs single: max relative difference {max(diff.values(), default=0):.2e}"
-              + (f"  MISMATCH {bad}" if bad else ""), flush=True)
+        print(
+            f"{name} vs single: max relative difference {max(diff.values(), default=0):.2e}"
+            + (f"  MISMATCH {bad}" if bad else ""),
+            flush=True,
+        )
         ok = ok and not bad
     report["ok"] = ok
     (out / "multiprocess.json").write_text(json.dumps(report, indent=2))

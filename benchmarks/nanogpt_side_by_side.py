@@ -43,9 +43,19 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-NANOGPT_FLAGS = ["config/train_shakespeare_char.py", "--device=cpu", "--compile=False", "--eval_iters=20",
-                 "--log_interval=1", "--block_size=64", "--batch_size=12", "--n_layer=4", "--n_head=4",
-                 "--n_embd=128", "--dropout=0.0"]
+NANOGPT_FLAGS = [
+    "config/train_shakespeare_char.py",
+    "--device=cpu",
+    "--compile=False",
+    "--eval_iters=20",
+    "--log_interval=1",
+    "--block_size=64",
+    "--batch_size=12",
+    "--n_layer=4",
+    "--n_head=4",
+    "--n_embd=128",
+    "--dropout=0.0",
+]
 
 
 def prepare_nanogpt_data(nanogpt: Path, text: Path) -> Path:
@@ -63,8 +73,9 @@ class Proc:
     def __init__(self, name: str, cmd: list[str], cwd: Path, env: dict, log: Path) -> None:
         self.name, self.lines = name, []
         self.t0 = time.perf_counter()
-        self.p = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True, bufsize=1)
+        self.p = subprocess.Popen(
+            cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+        )
         self.log = log.open("w")
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
@@ -87,26 +98,47 @@ class Proc:
 
 
 def _env(core: int | None) -> tuple[dict, list[str]]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "WANDB_MODE": "offline",
-           "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "WANDB_MODE": "offline",
+        "PYTHONUNBUFFERED": "1",
+    }
     pin = ["taskset", "-c", str(core)] if core is not None and shutil.which("taskset") else []
     return env, pin
 
 
 def start_nanogpt(nanogpt: Path, n: int, every: int, out_dir: Path, core: int | None, log: Path) -> Proc:
     env, pin = _env(core)
-    cmd = [*pin, sys.executable, "train.py", *NANOGPT_FLAGS, f"--max_iters={n}", f"--lr_decay_iters={n}",
-           f"--out_dir={out_dir}"] + ([f"--eval_interval={every}"] if every != 250 else [])
+    cmd = [
+        *pin,
+        sys.executable,
+        "train.py",
+        *NANOGPT_FLAGS,
+        f"--max_iters={n}",
+        f"--lr_decay_iters={n}",
+        f"--out_dir={out_dir}",
+    ] + ([f"--eval_interval={every}"] if every != 250 else [])
     return Proc("nanoGPT", cmd, nanogpt, env, log)
 
 
 def start_xformer(text: Path, n: int, every: int, out_dir: Path, core: int | None, log: Path) -> Proc:
     env, pin = _env(core)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "benchmarks"), env.get("PYTHONPATH", "")])
-    cmd = [*pin, sys.executable, str(REPO / "run.py"), "experiment=shakespeare_char_cpu",
-           f"data.root={text.parent}", f"trainer.max_steps={n}", f"optim.scheduler.total_steps={n}",
-           f"trainer.val_check_interval={every}", "trainer.enable_progress_bar=false",
-           f"hydra.run.dir={out_dir}", "+callbacks.side_by_side._target_=_side_by_side_marks.Marks"]
+    cmd = [
+        *pin,
+        sys.executable,
+        str(REPO / "run.py"),
+        "experiment=shakespeare_char_cpu",
+        f"data.root={text.parent}",
+        f"trainer.max_steps={n}",
+        f"optim.scheduler.total_steps={n}",
+        f"trainer.val_check_interval={every}",
+        "trainer.enable_progress_bar=false",
+        f"hydra.run.dir={out_dir}",
+        "+callbacks.side_by_side._target_=_side_by_side_marks.Marks",
+    ]
     return Proc("xformer", cmd, REPO, env, log)
 
 
@@ -126,10 +158,15 @@ def nanogpt_numbers(proc: Proc, n: int, every: int) -> dict:
         prev_t = t
     at_n = [e for e in evals if e[0] == n]
     step_ms = [ms for k, (_, ms) in iters.items() if k > 0 and k % every]  # steps timed without an eval
-    return {"startup_s": first_step, "eval_s": sum(e[1] for e in evals), "n_evals": len(evals),
-            "steps_per_s": 1000.0 / statistics.median(step_ms) if step_ms else math.nan,
-            "to_eval_n_s": at_n[0][3] if at_n else math.nan, "val_estimate": at_n[0][2] if at_n else math.nan,
-            "wall_s": proc.wall}
+    return {
+        "startup_s": first_step,
+        "eval_s": sum(e[1] for e in evals),
+        "n_evals": len(evals),
+        "steps_per_s": 1000.0 / statistics.median(step_ms) if step_ms else math.nan,
+        "to_eval_n_s": at_n[0][3] if at_n else math.nan,
+        "val_estimate": at_n[0][2] if at_n else math.nan,
+        "wall_s": proc.wall,
+    }
 
 
 def xformer_numbers(proc: Proc, run_dir: Path, n: int) -> dict:
@@ -143,10 +180,16 @@ def xformer_numbers(proc: Proc, run_dir: Path, n: int) -> dict:
     val = [(int(r["step"]), float(r["val/loss"])) for r in rows if r.get("val/loss")]
     full = [float(r["test/loss@val"]) for r in rows if r.get("test/loss@val")]
     train_s = (ends[-1] if ends else proc.wall) - first - sum(evals[:-1]) - (evals[-1] if evals else 0.0)
-    return {"startup_s": first, "eval_s": sum(evals), "n_evals": len(evals),
-            "steps_per_s": (n - 1) / train_s if train_s > 0 else math.nan,
-            "to_eval_n_s": ends[-1] if ends else math.nan, "val_estimate": val[-1][1] if val else math.nan,
-            "val_full": full[-1] if full else math.nan, "wall_s": proc.wall}
+    return {
+        "startup_s": first,
+        "eval_s": sum(evals),
+        "n_evals": len(evals),
+        "steps_per_s": (n - 1) / train_s if train_s > 0 else math.nan,
+        "to_eval_n_s": ends[-1] if ends else math.nan,
+        "val_estimate": val[-1][1] if val else math.nan,
+        "val_full": full[-1] if full else math.nan,
+        "wall_s": proc.wall,
+    }
 
 
 def nanogpt_full_val(nanogpt: Path, out_dir: Path, data: Path) -> tuple[float, int]:
@@ -183,6 +226,7 @@ def nanogpt_full_val(nanogpt: Path, out_dir: Path, data: Path) -> tuple[float, i
 
 def table(rounds: list[dict], n: int) -> str:
     """The Markdown table: one column per trainer (values of all rounds, "/"-separated) and the ratio."""
+
     def cell(key, who, fmt):
         return " / ".join(fmt.format(r[who][key]) for r in rounds)
 
@@ -190,34 +234,53 @@ def table(rounds: list[dict], n: int) -> str:
         vals = [r["xformer"][key] / r["nanogpt"][key] for r in rounds if r["nanogpt"][key]]
         return f"{min(vals):.3f}–{max(vals):.3f}" if len(vals) > 1 else f"{vals[0]:.3f}"
 
-    rows = [("val loss at step N, full val split (token mean)", "val_full", "{:.4f}"),
-            ("val loss at step N, the trainer's own estimate (20 random batches)", "val_estimate", "{:.4f}"),
-            ("training steps/s (outside evaluation)", "steps_per_s", "{:.2f}"),
-            ("start to the end of the first training step (s)", "startup_s", "{:.1f}"),
-            ("time spent evaluating (s)", "eval_s", "{:.1f}"),
-            ("**wall time to the step-N evaluation (s)**", "to_eval_n_s", "{:.0f}"),
-            ("wall time to exit (s)", "wall_s", "{:.0f}")]
-    out = [f"N = {n} steps; {len(rounds)} round(s), values per round separated by \"/\" "
-           f"(start order: {', '.join(r['order'] for r in rounds)}).", "",
-           "| | nanoGPT | xformer | xformer / nanoGPT |", "|---|---|---|---|"]
+    rows = [
+        ("val loss at step N, full val split (token mean)", "val_full", "{:.4f}"),
+        ("val loss at step N, the trainer's own estimate (20 random batches)", "val_estimate", "{:.4f}"),
+        ("training steps/s (outside evaluation)", "steps_per_s", "{:.2f}"),
+        ("start to the end of the first training step (s)", "startup_s", "{:.1f}"),
+        ("time spent evaluating (s)", "eval_s", "{:.1f}"),
+        ("**wall time to the step-N evaluation (s)**", "to_eval_n_s", "{:.0f}"),
+        ("wall time to exit (s)", "wall_s", "{:.0f}"),
+    ]
+    out = [
+        f'N = {n} steps; {len(rounds)} round(s), values per round separated by "/" '
+        f"(start order: {', '.join(r['order'] for r in rounds)}).",
+        "",
+        "| | nanoGPT | xformer | xformer / nanoGPT |",
+        "|---|---|---|---|",
+    ]
     for label, key, fmt in rows:
-        out.append(f"| {label.replace('N', str(n)) if 'step N' in label or 'step-N' in label else label} | "
-                   f"{cell(key, 'nanogpt', fmt)} | {cell(key, 'xformer', fmt)} | {ratio(key)} |")
+        out.append(
+            f"| {label.replace('N', str(n)) if 'step N' in label or 'step-N' in label else label} | "
+            f"{cell(key, 'nanogpt', fmt)} | {cell(key, 'xformer', fmt)} | {ratio(key)} |"
+        )
     ck = ", ".join(str(r["nanogpt"]["ckpt_step"]) for r in rounds)
-    out += ["", f"nanoGPT's full-split loss is that of its saved checkpoint (its best by its own estimate; "
-            f"step {ck}).", ""]
+    out += [
+        "",
+        f"nanoGPT's full-split loss is that of its saved checkpoint (its best by its own estimate; step {ck}).",
+        "",
+    ]
     return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("nanogpt", type=Path, help="a karpathy/nanoGPT checkout")
-    ap.add_argument("--text", type=Path, default=Path("/work/shared/data/tinyshakespeare/input.txt"),
-                    help="tiny-shakespeare input.txt (nothing is downloaded)")
+    ap.add_argument(
+        "--text",
+        type=Path,
+        default=Path("/work/shared/data/tinyshakespeare/input.txt"),
+        help="tiny-shakespeare input.txt (nothing is downloaded)",
+    )
     ap.add_argument("--max-iters", type=int, default=2000)
-    ap.add_argument("--eval-interval", type=int, default=250,
-                    help="nanoGPT's eval_interval and xformer's val_check_interval (250 = the recipe's; "
-                         "lower only for a smoke test with a tiny --max-iters)")
+    ap.add_argument(
+        "--eval-interval",
+        type=int,
+        default=250,
+        help="nanoGPT's eval_interval and xformer's val_check_interval (250 = the recipe's; "
+        "lower only for a smoke test with a tiny --max-iters)",
+    )
     ap.add_argument("--rounds", type=int, default=2, help="rounds, the start order swapped each round")
     ap.add_argument("--work", type=Path, default=Path("/tmp/nanogpt-side-by-side"), help="logs and run folders")
     ap.add_argument("--out", type=Path, default=None, help="write the table here (e.g. docs/results/nanogpt-cpu.md)")
@@ -232,8 +295,10 @@ def main(argv: list[str] | None = None) -> int:
     def make_starters(work: Path) -> list:
         """(name, start(core) -> process) for both trainers, writing under ``work``."""
         text = args.text.resolve()
-        return [("nanogpt", lambda c: start_nanogpt(nanogpt, n, every, work / "nanogpt", c, work / "nanogpt.log")),
-                ("xformer", lambda c: start_xformer(text, n, every, work / "xformer", c, work / "xformer.log"))]
+        return [
+            ("nanogpt", lambda c: start_nanogpt(nanogpt, n, every, work / "nanogpt", c, work / "nanogpt.log")),
+            ("xformer", lambda c: start_xformer(text, n, every, work / "xformer", c, work / "xformer.log")),
+        ]
 
     for k in range(args.rounds):
         work = args.work / f"round{k}"
@@ -246,22 +311,28 @@ def main(argv: list[str] | None = None) -> int:
         procs = {name: start(core) for (name, start), core in zip(starters, cores, strict=False)}
         for p in procs.values():
             p.wait()
-        res = {"order": " then ".join(name for name, _ in starters),
-               "nanogpt": nanogpt_numbers(procs["nanogpt"], n, every),
-               "xformer": xformer_numbers(procs["xformer"], work / "xformer", n)}
+        res = {
+            "order": " then ".join(name for name, _ in starters),
+            "nanogpt": nanogpt_numbers(procs["nanogpt"], n, every),
+            "xformer": xformer_numbers(procs["xformer"], work / "xformer", n),
+        }
         res["nanogpt"]["val_full"], res["nanogpt"]["ckpt_step"] = nanogpt_full_val(nanogpt, work / "nanogpt", data)
         rounds.append(res)
         print(f"round {k}: {res}", flush=True)
     text = table(rounds, n)
     print(text)
     if args.out:
-        cmd = (f"python benchmarks/nanogpt_side_by_side.py <nanoGPT checkout> --text {args.text} "
-               f"--max-iters {n} --rounds {args.rounds} --out {args.out}"
-               + (f" --eval-interval {every}" if every != 250 else ""))
+        cmd = (
+            f"python benchmarks/nanogpt_side_by_side.py <nanoGPT checkout> --text {args.text} "
+            f"--max-iters {n} --rounds {args.rounds} --out {args.out}"
+            + (f" --eval-interval {every}" if every != 250 else "")
+        )
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(f"# nanoGPT's CPU recipe vs `experiment=shakespeare_char_cpu`, side by side\n\n"
-                            f"Command: `{cmd}` (one core and one thread each, both at once; "
-                            f"{time.strftime('%Y-%m-%d')}).\n\n{text}")
+        args.out.write_text(
+            f"# nanoGPT's CPU recipe vs `experiment=shakespeare_char_cpu`, side by side\n\n"
+            f"Command: `{cmd}` (one core and one thread each, both at once; "
+            f"{time.strftime('%Y-%m-%d')}).\n\n{text}"
+        )
     return 0
 
 

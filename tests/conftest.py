@@ -18,9 +18,18 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 
 #: The tiny job every run-level test starts from (numbers data, a 1+1-layer d_model 32 model, quiet
 #: console); each test module adds its own trainer settings.
-TINY = ["data.n_train=300", "data.n_val=40", "data.n_test=40", "data.n_long=10", "model.d_model=32",
-        "model.n_heads=2", "model.n_encoder_layers=1", "model.n_decoder_layers=1",
-        "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=1"]
+TINY = [
+    "data.n_train=300",
+    "data.n_val=40",
+    "data.n_test=40",
+    "data.n_long=10",
+    "model.d_model=32",
+    "model.n_heads=2",
+    "model.n_encoder_layers=1",
+    "model.n_decoder_layers=1",
+    "trainer.enable_progress_bar=false",
+    "trainer.log_every_n_steps=1",
+]
 
 
 @pytest.fixture

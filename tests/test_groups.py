@@ -18,10 +18,18 @@ from xformer.jobs.validate import build_model
 from xformer.train.module import TransformerLitModule
 
 CONF = str(REPO / "conf")
-GROUPS = {g: sorted(p.stem for p in (REPO / "conf" / "model" / g).glob("*.yaml"))
-          for g in ("arch", "mixer", "attention", "norm", "pe", "ffn")}
-TINY_MODEL = ["model.d_model=16", "model.n_heads=2", "model.n_encoder_layers=1", "model.n_decoder_layers=1",
-              "model.dropout=0.0", "model.max_len=128"]
+GROUPS = {
+    g: sorted(p.stem for p in (REPO / "conf" / "model" / g).glob("*.yaml"))
+    for g in ("arch", "mixer", "attention", "norm", "pe", "ffn")
+}
+TINY_MODEL = [
+    "model.d_model=16",
+    "model.n_heads=2",
+    "model.n_encoder_layers=1",
+    "model.n_decoder_layers=1",
+    "model.dropout=0.0",
+    "model.max_len=128",
+]
 
 
 def test_groups_hold_the_documented_options():
@@ -35,20 +43,43 @@ def test_groups_hold_the_documented_options():
 
 def _cfg(overrides, tmp_path):
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        return compose("config", overrides=[*overrides, f"paths.output_dir={tmp_path}", f"paths.root_dir={tmp_path}",
-                                            f"paths.cache_dir={tmp_path / 'cache'}"])
+        return compose(
+            "config",
+            overrides=[
+                *overrides,
+                f"paths.output_dir={tmp_path}",
+                f"paths.root_dir={tmp_path}",
+                f"paths.cache_dir={tmp_path / 'cache'}",
+            ],
+        )
 
 
-SINGLE = [(g, o) for g, opts in GROUPS.items() for o in opts if g != "attention" or o != "local"] + [("attention", "local")]
+SINGLE = [(g, o) for g, opts in GROUPS.items() for o in opts if g != "attention" or o != "local"] + [
+    ("attention", "local")
+]
 
 
 @pytest.mark.parametrize("group,option", SINGLE, ids=[f"{g}={o}" for g, o in SINGLE])
 def test_every_option_trains_through_the_driver(group, option, tmp_path):
-    data = ["data=reverse", "data.n_train=200", "data.n_val=20", "data.n_test=20", "data.train_max_len=8"] \
-        if option == "encoder_only" else ["data.n_train=200", "data.n_val=20", "data.n_test=20", "data.n_long=5"]
-    cfg = _cfg([f"model/{group}={option}", *TINY_MODEL, *data, "logger=csv", "trainer.max_steps=4",
-                "trainer.val_check_interval=2", "trainer.enable_progress_bar=false", "decode.max_len_b=4",
-                "trainer.log_every_n_steps=1"], tmp_path)
+    data = (
+        ["data=reverse", "data.n_train=200", "data.n_val=20", "data.n_test=20", "data.train_max_len=8"]
+        if option == "encoder_only"
+        else ["data.n_train=200", "data.n_val=20", "data.n_test=20", "data.n_long=5"]
+    )
+    cfg = _cfg(
+        [
+            f"model/{group}={option}",
+            *TINY_MODEL,
+            *data,
+            "logger=csv",
+            "trainer.max_steps=4",
+            "trainer.val_check_interval=2",
+            "trainer.enable_progress_bar=false",
+            "decode.max_len_b=4",
+            "trainer.log_every_n_steps=1",
+        ],
+        tmp_path,
+    )
     run_job(cfg)
     import json
 
@@ -58,16 +89,18 @@ def test_every_option_trains_through_the_driver(group, option, tmp_path):
     choice = {"arch": "_target_"}.get(group)
     if choice:
         assert metrics["config"]["model"]["_target_"].endswith(
-            {"encoder_decoder": "EncoderDecoder", "decoder_only": "DecoderOnly", "encoder_only": "EncoderOnly"}[option])
+            {"encoder_decoder": "EncoderDecoder", "decoder_only": "DecoderOnly", "encoder_only": "EncoderOnly"}[option]
+        )
 
 
 @pytest.fixture(scope="module")
 def batches(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("groups")
     out = {}
-    for name, data in (("numbers", ["data.n_train=64", "data.n_val=8", "data.n_test=8", "data.n_long=4"]),
-                       ("reverse", ["data=reverse", "data.n_train=64", "data.n_val=8", "data.n_test=8",
-                                    "data.train_max_len=8"])):
+    for name, data in (
+        ("numbers", ["data.n_train=64", "data.n_val=8", "data.n_test=8", "data.n_long=4"]),
+        ("reverse", ["data=reverse", "data.n_train=64", "data.n_val=8", "data.n_test=8", "data.train_max_len=8"]),
+    ):
         cfg = _cfg(data, tmp)
         dm = instantiate(cfg.data)
         dm.setup("fit")
@@ -85,12 +118,20 @@ def test_the_whole_product_of_model_groups_trains(batches):
     names = ("arch", "attention", "norm", "pe", "ffn")
     nodes = {}
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        base = compose("config", overrides=[*TINY_MODEL, "paths.output_dir=/tmp", "paths.cache_dir=/tmp",
-                                            "paths.root_dir=/tmp"])
+        base = compose(
+            "config", overrides=[*TINY_MODEL, "paths.output_dir=/tmp", "paths.cache_dir=/tmp", "paths.root_dir=/tmp"]
+        )
         for g in names:
             for o in GROUPS[g]:
-                node = compose("config", overrides=[f"model/{g}={o}", "paths.output_dir=/tmp",
-                                                    "paths.cache_dir=/tmp", "paths.root_dir=/tmp"]).model
+                node = compose(
+                    "config",
+                    overrides=[
+                        f"model/{g}={o}",
+                        "paths.output_dir=/tmp",
+                        "paths.cache_dir=/tmp",
+                        "paths.root_dir=/tmp",
+                    ],
+                ).model
                 nodes[g, o] = {"_target_": node._target_} if g == "arch" else {g: OmegaConf.to_container(node[g])}
     base = OmegaConf.to_container(base)
     combos = list(itertools.product(*(GROUPS[g] for g in names)))
@@ -106,10 +147,11 @@ def test_the_whole_product_of_model_groups_trains(batches):
         dm, batch = (batches["reverse"][0], small_rev) if arch == "encoder_only" else (batches["numbers"][0], small)
         torch.manual_seed(0)
         model = build_model(cfg, dm.src_vocab_size, dm.tgt_vocab_size, dm.pad_id)
-        assert type(model).__name__ == {"encoder_decoder": "EncoderDecoder", "decoder_only": "DecoderOnly",
-                                        "encoder_only": "EncoderOnly"}[arch]
-        module = TransformerLitModule(model, optimizer=None, lr_lambda=None, pad_id=dm.pad_id,
-                                      eos_id=dm.eos_id)
+        assert (
+            type(model).__name__
+            == {"encoder_decoder": "EncoderDecoder", "decoder_only": "DecoderOnly", "encoder_only": "EncoderOnly"}[arch]
+        )
+        module = TransformerLitModule(model, optimizer=None, lr_lambda=None, pad_id=dm.pad_id, eos_id=dm.eos_id)
         opt = torch.optim.Adam(model.parameters(), lr=1e-2)
         losses = []
         for _ in range(3):
@@ -128,7 +170,8 @@ def test_a_variant_added_from_outside_the_repo(tmp_path):
     pkg = tmp_path / "my_pkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "my_pe.py").write_text(textwrap.dedent('''
+    (pkg / "my_pe.py").write_text(
+        textwrap.dedent('''
         import torch
         from xformer.model import PositionalEncoding
 
@@ -139,17 +182,40 @@ def test_a_variant_added_from_outside_the_repo(tmp_path):
                 self.slope = torch.nn.Parameter(torch.full((n_heads,), 0.1))
             def attn_bias(self, q_pos, k_pos):
                 return -self.slope[:, None, None] * (q_pos[:, None] - k_pos[None, :]).abs()
-    '''))
+    ''')
+    )
     conf = tmp_path / "my_conf" / "model" / "pe"
     conf.mkdir(parents=True)
     (conf / "linear.yaml").write_text("_target_: my_pkg.my_pe.Linear\n_partial_: true\n")
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "WANDB_MODE": "offline", "XFORMER_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
-    res = subprocess.run([sys.executable, str(REPO / "run.py"), f"hydra.searchpath=[file://{tmp_path / 'my_conf'}]",
-                          "model/pe=linear", *TINY_MODEL, "data.n_train=100", "data.n_val=10", "data.n_test=10",
-                          "data.n_long=5", "trainer.max_steps=2", "trainer.val_check_interval=2", "logger=csv",
-                          f"hydra.run.dir={tmp_path / 'job'}"], cwd=tmp_path, env=env, capture_output=True,
-                         text=True, timeout=300)
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        "WANDB_MODE": "offline",
+        "XFORMER_CACHE": str(tmp_path / "cache"),
+        "OMP_NUM_THREADS": "1",
+    }
+    res = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "run.py"),
+            f"hydra.searchpath=[file://{tmp_path / 'my_conf'}]",
+            "model/pe=linear",
+            *TINY_MODEL,
+            "data.n_train=100",
+            "data.n_val=10",
+            "data.n_test=10",
+            "data.n_long=5",
+            "trainer.max_steps=2",
+            "trainer.val_check_interval=2",
+            "logger=csv",
+            f"hydra.run.dir={tmp_path / 'job'}",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     import json
 
@@ -178,8 +244,9 @@ def test_loss_and_decode_options_name_their_class(group, tmp_path):
         if group == "loss":
             assert module.criterion.label_smoothing == 0.2
             logits, labels = torch.randn(2, 3, 20), torch.tensor([[4, 5, 0], [6, 0, 0]])
-            want = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=0,
-                                                     label_smoothing=0.2)
+            want = torch.nn.functional.cross_entropy(
+                logits.flatten(0, 1), labels.flatten(), ignore_index=0, label_smoothing=0.2
+            )
             torch.testing.assert_close(module.loss(logits, labels), want)
         else:
             assert module.decode_cfg["beam_size"] == node.beam_size and module.decode_cfg["alpha"] == node.alpha

@@ -34,13 +34,18 @@ def test_no_other_module_names_a_private_lightning_name():
     """The closing grep of issue 23 as a test: each listed name appears in lightning_compat.py only."""
     names = [name for _, name in compat.PRIVATE_NAMES]
     pattern = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
-    offenders = [f"{p.relative_to(PACKAGE.parent)}:{i}: {line.strip()}"
-                 for p in sorted(PACKAGE.rglob("*.py")) if p.name != "lightning_compat.py"
-                 for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    offenders = [
+        f"{p.relative_to(PACKAGE.parent)}:{i}: {line.strip()}"
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if p.name != "lightning_compat.py"
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
     assert not offenders, "\n".join(offenders)
     lightning_private = re.compile(r"from lightning[\w.]* import [^#\n]*\b_[A-Za-z]")
-    assert not [p for p in PACKAGE.rglob("*.py") if p.name != "lightning_compat.py"
-                and lightning_private.search(p.read_text())]
+    assert not [
+        p for p in PACKAGE.rglob("*.py") if p.name != "lightning_compat.py" and lightning_private.search(p.read_text())
+    ]
 
 
 def test_epoch_loop_and_trainer_state(tmp_path):
@@ -60,8 +65,12 @@ def test_epoch_loop_and_trainer_state(tmp_path):
     assert compat.has_trainer(module) is False
     module.trainer = trainer
     assert compat.has_trainer(module) is True
-    assert compat.val_check_time_interval(L.Trainer(logger=False, val_check_interval="00:00:01:00",
-                                                    default_root_dir=tmp_path)) is not None
+    assert (
+        compat.val_check_time_interval(
+            L.Trainer(logger=False, val_check_interval="00:00:01:00", default_root_dir=tmp_path)
+        )
+        is not None
+    )
 
 
 def test_launcher_functions_swap_and_restore():
@@ -125,8 +134,7 @@ def test_precision_inputs(precision):
 
 
 def test_request_stop_sets_the_flag_the_training_loop_reads(tmp_path):
-    trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        default_root_dir=tmp_path)
+    trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, default_root_dir=tmp_path)
     assert trainer.received_sigterm is False
     compat.request_stop(trainer)
     assert trainer.received_sigterm is True

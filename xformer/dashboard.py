@@ -85,10 +85,15 @@ def facts_from_sweep_dir(sweep_dir: str | Path) -> SweepFacts:
     objective = (first.get("objective") or {}).get("metric") or "val/loss"
     mode = (first.get("best") or {}).get("mode") or "min"
     project = ((first.get("config") or {}).get("logger") or {}).get("wandb", {}).get("project") or "xformer"
-    return SweepFacts(project=str(project), group=str(wb.get("group") or ""), swept=swept_keys(root),
-                      objective=objective, mode=mode,
-                      task_metric=next((m for m in TASK_METRICS if m in metrics), None),
-                      runs=[j["job"]["wandb"].get("id") for j in with_wandb])
+    return SweepFacts(
+        project=str(project),
+        group=str(wb.get("group") or ""),
+        swept=swept_keys(root),
+        objective=objective,
+        mode=mode,
+        task_metric=next((m for m in TASK_METRICS if m in metrics), None),
+        runs=[j["job"]["wandb"].get("id") for j in with_wandb],
+    )
 
 
 def facts_from_wandb(path: str) -> SweepFacts:
@@ -109,10 +114,16 @@ def facts_from_wandb(path: str) -> SweepFacts:
     cfg = runs[0].config
     summary_keys = set().union(*(set(r.summary.keys()) for r in runs))
     objective = (cfg.get("objective") or {}).get("metric", "val/loss")
-    return SweepFacts(project=project, group=group, swept=list(cfg.get("swept") or []), objective=objective,
-                      mode=(cfg.get("objective") or {}).get("mode", "min"), entity=entity,
-                      task_metric=next((m for m in TASK_METRICS if m in summary_keys), None),
-                      runs=[r.id for r in runs])
+    return SweepFacts(
+        project=project,
+        group=group,
+        swept=list(cfg.get("swept") or []),
+        objective=objective,
+        mode=(cfg.get("objective") or {}).get("mode", "min"),
+        entity=entity,
+        task_metric=next((m for m in TASK_METRICS if m in summary_keys), None),
+        runs=[r.id for r in runs],
+    )
 
 
 def build_workspace(facts: SweepFacts, entity: str):
@@ -132,20 +143,38 @@ def build_workspace(facts: SweepFacts, entity: str):
     objective = []
     for key in axes:
         col = wr.Config(top_level_key(key))
-        objective.append(wr.ScatterPlot(title=f"best {facts.objective} vs {key} (each run)", x=col,
-                                        y=wr.SummaryMetric(facts.objective)))
-        objective.append(wr.BarPlot(title=f"best {facts.objective} by {key} (seed min–max)",
-                                    metrics=[wr.SummaryMetric(facts.objective)], groupby=col, **band))
-    columns = [wr.ParallelCoordinatesPlotColumn(metric=wr.Config(top_level_key(k)), display_name=k)
-               for k in facts.swept]
-    columns.append(wr.ParallelCoordinatesPlotColumn(metric=wr.SummaryMetric(facts.objective),
-                                                    display_name=f"best {facts.objective}"))
+        objective.append(
+            wr.ScatterPlot(
+                title=f"best {facts.objective} vs {key} (each run)", x=col, y=wr.SummaryMetric(facts.objective)
+            )
+        )
+        objective.append(
+            wr.BarPlot(
+                title=f"best {facts.objective} by {key} (seed min–max)",
+                metrics=[wr.SummaryMetric(facts.objective)],
+                groupby=col,
+                **band,
+            )
+        )
+    columns = [
+        wr.ParallelCoordinatesPlotColumn(metric=wr.Config(top_level_key(k)), display_name=k) for k in facts.swept
+    ]
+    columns.append(
+        wr.ParallelCoordinatesPlotColumn(
+            metric=wr.SummaryMetric(facts.objective), display_name=f"best {facts.objective}"
+        )
+    )
     sections = [
         ws.Section(name="Curves", panels=curves, is_open=True),
         ws.Section(name="Objective by setting", panels=objective, is_open=True),
-        ws.Section(name="Parallel coordinates", panels=[
-            wr.ParallelCoordinatesPlot(title="swept keys and the objective", columns=columns),
-            wr.ParameterImportancePlot(with_respect_to=facts.objective)], is_open=True),
+        ws.Section(
+            name="Parallel coordinates",
+            panels=[
+                wr.ParallelCoordinatesPlot(title="swept keys and the objective", columns=columns),
+                wr.ParameterImportancePlot(with_respect_to=facts.objective),
+            ],
+            is_open=True,
+        ),
         ws.Section(name="Samples", panels=[wr.WeavePanelSummaryTable(table_name="val/samples")], is_open=True),
     ]
     name = f"xformer {facts.group or facts.project}"[:120]
@@ -195,16 +224,25 @@ def main(argv: list[str] | None = None) -> int:
     spec = specification(workspace, facts)
     out = (source if source.is_dir() else Path.cwd()) / "wandb_dashboard.json"
     out.write_text(json.dumps(spec, indent=2, default=str))
-    print(f"wrote {out} ({sum(len(s['panels']) for s in spec['workspace']['sections'])} panels, "
-          f"swept: {', '.join(facts.swept) or 'none'}, objective: {facts.objective})")
+    print(
+        f"wrote {out} ({sum(len(s['panels']) for s in spec['workspace']['sections'])} panels, "
+        f"swept: {', '.join(facts.swept) or 'none'}, objective: {facts.objective})"
+    )
     if args.publish and entity and _can_publish():
         workspace.save()
         print(f"published: {workspace.url}")
         return 0
-    why = ("--entity (or WANDB_ENTITY) is not set" if not entity else
-           "no W&B API key or W&B is offline" if args.publish else "--publish not given")
-    print(f"not published ({why}); after `wandb sync {source}/*/wandb/offline-run-*`, publish with:\n"
-          f"  xformer dashboard {args.source} --entity {entity or '<entity>'} --publish")
+    why = (
+        "--entity (or WANDB_ENTITY) is not set"
+        if not entity
+        else "no W&B API key or W&B is offline"
+        if args.publish
+        else "--publish not given"
+    )
+    print(
+        f"not published ({why}); after `wandb sync {source}/*/wandb/offline-run-*`, publish with:\n"
+        f"  xformer dashboard {args.source} --entity {entity or '<entity>'} --publish"
+    )
     return 0
 
 

@@ -24,13 +24,23 @@ NUM = (int, float)
 def quick(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bench")
     out = tmp / "bench.json"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-           "XFORMER_CACHE": os.environ.get("XFORMER_CACHE", str(tmp / "cache")), "COLUMNS": "200"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        "XFORMER_CACHE": os.environ.get("XFORMER_CACHE", str(tmp / "cache")),
+        "COLUMNS": "200",
+    }
     load = os.getloadavg()[0]
     cpu0 = _children_cpu()
     t0 = time.perf_counter()
-    res = subprocess.run([sys.executable, "-m", "xformer.bench", "--quick", "--out", str(out)],
-                         cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-m", "xformer.bench", "--quick", "--out", str(out)],
+        cwd=tmp,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     wall = time.perf_counter() - t0
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(out.read_text()), res.stdout, {"wall": wall, "cpu": _children_cpu() - cpu0, "load": load}
@@ -48,8 +58,10 @@ def test_quick_runs_under_a_minute(quick):
     t = quick[2]
     assert t["cpu"] < 60, f"xformer bench --quick used {t['cpu']:.0f} CPU seconds"
     if t["load"] > (os.cpu_count() or 1):  # an oversubscribed machine stretches wall time, not CPU time
-        pytest.skip(f"load average {t['load']:.1f} > {os.cpu_count()} CPUs: wall time {t['wall']:.0f} s "
-                    f"not checked (CPU time {t['cpu']:.0f} s)")
+        pytest.skip(
+            f"load average {t['load']:.1f} > {os.cpu_count()} CPUs: wall time {t['wall']:.0f} s "
+            f"not checked (CPU time {t['cpu']:.0f} s)"
+        )
     assert t["wall"] < 60, f"xformer bench --quick took {t['wall']:.0f} s"
 
 
@@ -58,13 +70,38 @@ def test_top_level_keys(quick):
     assert data["schema_version"] == 1
     assert set(data) == {"schema_version", "meta", "targets", "sections"}
     m = data["meta"]
-    for key in ("started", "argv", "preset", "quick", "sections", "device", "device_name", "torch",
-                "x_transformers", "python", "cpu_count", "torch_threads", "loadavg_start", "loadavg_end",
-                "wall_s", "config", "data_root"):
+    for key in (
+        "started",
+        "argv",
+        "preset",
+        "quick",
+        "sections",
+        "device",
+        "device_name",
+        "torch",
+        "x_transformers",
+        "python",
+        "cpu_count",
+        "torch_threads",
+        "loadavg_start",
+        "loadavg_end",
+        "wall_s",
+        "config",
+        "data_root",
+    ):
         assert key in m, key
     assert m["quick"] is True and m["preset"] == "quick" and m["device"] == "cpu"
-    assert m["sections"] == ["train_step", "train_step_dropout0", "overhead", "padding", "decoding", "attention",
-                             "recurrence", "mfu", "nanogpt_step"]
+    assert m["sections"] == [
+        "train_step",
+        "train_step_dropout0",
+        "overhead",
+        "padding",
+        "decoding",
+        "attention",
+        "recurrence",
+        "mfu",
+        "nanogpt_step",
+    ]
     assert list(data["sections"]) == m["sections"]
     for name, sec in data["sections"].items():
         assert sec["status"] in ("ok", "skipped", "n/a"), (name, sec.get("error"))
@@ -74,8 +111,20 @@ def test_top_level_keys(quick):
 def test_train_step_section(quick):
     sec = quick[0]["sections"]["train_step"]
     assert sec["status"] == "ok"
-    for key in ("d_model", "n_heads", "n_layers", "d_ff", "dropout", "vocab", "batch", "seq_len",
-                "tokens_per_step", "pad_fraction", "precision", "optimizer"):
+    for key in (
+        "d_model",
+        "n_heads",
+        "n_layers",
+        "d_ff",
+        "dropout",
+        "vocab",
+        "batch",
+        "seq_len",
+        "tokens_per_step",
+        "pad_fraction",
+        "precision",
+        "optimizer",
+    ):
         assert key in sec["config"], key
     assert set(sec["contenders"]) == {"xformer", "torch", "x_transformers"}
     for name, c in sec["contenders"].items():
@@ -157,8 +206,9 @@ def test_mfu_on_cpu_is_against_a_float32_matmul_peak_measured_in_the_run(quick):
 def test_dropout0_row_is_row_1_without_dropout(quick):
     sec, base = quick[0]["sections"]["train_step_dropout0"], quick[0]["sections"]["train_step"]
     assert sec["status"] == "ok" and sec["config"]["dropout"] == 0.0 and base["config"]["dropout"] > 0
-    assert {k: v for k, v in sec["config"].items() if k != "dropout"} == \
-        {k: v for k, v in base["config"].items() if k != "dropout"}
+    assert {k: v for k, v in sec["config"].items() if k != "dropout"} == {
+        k: v for k, v in base["config"].items() if k != "dropout"
+    }
     xf = sec["contenders"]["xformer"]
     assert sec["ratio_vs_torch"] == pytest.approx(xf["tokens_per_s"] / sec["contenders"]["torch"]["tokens_per_s"])
 
@@ -185,8 +235,15 @@ def test_targets_and_table(quick):
     assert ("train_step", "ratio_vs_torch") in keys and ("decoding", "speedup") in keys
     for t in data["targets"]:
         assert t["met"] in (True, False, None) and t["target"][:2] in (">=", "<=")
-    for text in ("xformer bench", "train step vs torch.nn.Transformer", "run.py vs bare loop",
-                 "greedy decode, length 64", "C7", "C8", "MFU"):
+    for text in (
+        "xformer bench",
+        "train step vs torch.nn.Transformer",
+        "run.py vs bare loop",
+        "greedy decode, length 64",
+        "C7",
+        "C8",
+        "MFU",
+    ):
         assert text in stdout, text
 
 
@@ -199,10 +256,15 @@ def test_section_selection_and_help():
         select_sections("nope")
 
 
-@pytest.mark.parametrize("argv, key", [
-    (["--sections", "bogus"], "--sections"), (["--repeats", "-1"], "--repeats=-1"),
-    (["--warmup", "-2"], "--warmup=-2"), (["--threads", "0"], "--threads=0"),
-])
+@pytest.mark.parametrize(
+    "argv, key",
+    [
+        (["--sections", "bogus"], "--sections"),
+        (["--repeats", "-1"], "--repeats=-1"),
+        (["--warmup", "-2"], "--warmup=-2"),
+        (["--threads", "0"], "--threads=0"),
+    ],
+)
 def test_bad_arguments_exit_2_with_one_error_line(argv, key, tmp_path, capsys):
     from xformer.bench import main
 

@@ -99,8 +99,9 @@ def test_ranks_disjoint_equal_length_and_cover_all(lengths, world, shuffle):
 
 def test_drop_last_truncates_for_ranks(lengths):
     n_all = len(TokenBudgetBatchSampler(lengths, 400, shuffle=True, seed=1))
-    ranks = [list(TokenBudgetBatchSampler(lengths, 400, True, 1, num_replicas=4, rank=r, drop_last=True))
-             for r in range(4)]
+    ranks = [
+        list(TokenBudgetBatchSampler(lengths, 400, True, 1, num_replicas=4, rank=r, drop_last=True)) for r in range(4)
+    ]
     assert all(len(b) == n_all // 4 for b in ranks)
     flat = _flat([x for b in ranks for x in b])
     assert len(flat) == len(set(flat))
@@ -144,8 +145,10 @@ def test_sequential_and_random_batch_samplers():
 
 
 def test_collate_seq2seq_shapes_and_padding():
-    ex = [{"src": [5, 6, 2], "tgt": [1, 7, 2], "src_text": "a", "tgt_text": "x", "idx": 4},
-          {"src": [5, 2], "tgt": [1, 7, 8, 9, 2], "src_text": "b", "tgt_text": "y", "idx": 9}]
+    ex = [
+        {"src": [5, 6, 2], "tgt": [1, 7, 2], "src_text": "a", "tgt_text": "x", "idx": 4},
+        {"src": [5, 2], "tgt": [1, 7, 8, 9, 2], "src_text": "b", "tgt_text": "y", "idx": 9},
+    ]
     b = collate_seq2seq(ex, pad_id=0)
     assert b["src"].dtype == torch.long and b["src"].shape == (2, 3)
     assert b["tgt"].shape == (2, 5) and b["tgt"][0].tolist() == [1, 7, 2, 0, 0]
@@ -154,10 +157,24 @@ def test_collate_seq2seq_shapes_and_padding():
 
 
 def test_collate_lm_masks_and_prompt_len():
-    ex = [{"tgt": [1, 5, 4, 6, 2], "loss_mask": [False, False, False, True, True], "prompt_len": 3,
-           "src_text": "a", "tgt_text": "b", "idx": 0},
-          {"tgt": [1, 5, 5, 4, 6, 6, 2], "loss_mask": [False] * 4 + [True] * 3, "prompt_len": 4,
-           "src_text": "aa", "tgt_text": "bb", "idx": 1}]
+    ex = [
+        {
+            "tgt": [1, 5, 4, 6, 2],
+            "loss_mask": [False, False, False, True, True],
+            "prompt_len": 3,
+            "src_text": "a",
+            "tgt_text": "b",
+            "idx": 0,
+        },
+        {
+            "tgt": [1, 5, 5, 4, 6, 6, 2],
+            "loss_mask": [False] * 4 + [True] * 3,
+            "prompt_len": 4,
+            "src_text": "aa",
+            "tgt_text": "bb",
+            "idx": 1,
+        },
+    ]
     b = collate_lm(ex, pad_id=0)
     assert b["tgt"].shape == (2, 7) and b["loss_mask"].dtype == torch.bool
     assert b["loss_mask"][0].tolist() == [False, False, False, True, True, False, False]

@@ -11,9 +11,14 @@ from omegaconf import OmegaConf
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "data"
 EXPECTED = {
-    "numbers": "NumbersDataModule", "multi30k": "Multi30kDataModule",
-    "tinyshakespeare": "TinyShakespeareDataModule", "shakespeare_char": "ShakespeareCharDataModule", "copy": "SyntheticDataModule",
-    "reverse": "SyntheticDataModule", "sort": "SyntheticDataModule", "addition": "SyntheticDataModule",
+    "numbers": "NumbersDataModule",
+    "multi30k": "Multi30kDataModule",
+    "tinyshakespeare": "TinyShakespeareDataModule",
+    "shakespeare_char": "ShakespeareCharDataModule",
+    "copy": "SyntheticDataModule",
+    "reverse": "SyntheticDataModule",
+    "sort": "SyntheticDataModule",
+    "addition": "SyntheticDataModule",
     "text": "TextDataModule",
 }
 

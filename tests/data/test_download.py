@@ -65,9 +65,9 @@ def test_default_cache_dir(monkeypatch):
 
 def test_checksums_match_the_shared_readme():
     readme = (shared("README.md")).read_text()
-    listed = dict(reversed(line.split()) for line in readme.splitlines()
-                  if len(line.split()) == 2 and len(line.split()[0]) == 64)
-    assert {f"multi30k/{k}": v for k, v in SHA256.items()} | {
-        "tinyshakespeare/input.txt": SHAKESPEARE_SHA256} == listed
+    listed = dict(
+        reversed(line.split()) for line in readme.splitlines() if len(line.split()) == 2 and len(line.split()[0]) == 64
+    )
+    assert {f"multi30k/{k}": v for k, v in SHA256.items()} | {"tinyshakespeare/input.txt": SHAKESPEARE_SHA256} == listed
     for rel, sha in listed.items():  # and the shared copies are what the README says
         assert hashlib.sha256(shared(*rel.split("/")).read_bytes()).hexdigest() == sha

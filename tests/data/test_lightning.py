@@ -39,13 +39,23 @@ class _Recorder(L.LightningModule):
 
 def test_fit_two_epochs_sees_every_example_once_per_epoch_in_new_order(tmp_path):
     logging.getLogger("lightning").setLevel(logging.ERROR)
-    dm = NumbersDataModule(n_train=300, n_val=40, n_test=20, n_long=10, tokens_per_batch=512,
-                           tokenizer="char", cache_dir=str(tmp_path))
+    dm = NumbersDataModule(
+        n_train=300, n_val=40, n_test=20, n_long=10, tokens_per_batch=512, tokenizer="char", cache_dir=str(tmp_path)
+    )
     dm.setup()  # we set up before the Trainer does; its own setup() call must be a no-op
     model = _Recorder()
-    trainer = L.Trainer(max_epochs=2, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-                        use_distributed_sampler=False, default_root_dir=str(tmp_path))
+    trainer = L.Trainer(
+        max_epochs=2,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        use_distributed_sampler=False,
+        default_root_dir=str(tmp_path),
+    )
     trainer.fit(model, datamodule=dm)
     assert sorted(model.seen[0]) == sorted(model.seen[1]) == list(range(300))
     assert model.seen[0] != model.seen[1], "Lightning's set_epoch must reach our batch sampler"

@@ -21,11 +21,17 @@ def dm(tmp_path_factory):
     return d
 
 
-@pytest.mark.parametrize("n, en, de", [
-    (0, "zero", "null"), (7, "seven", "sieben"), (21, "twenty-one", "einundzwanzig"),
-    (321, "three hundred and twenty-one", "dreihunderteinundzwanzig"),
-    (1001, "one thousand and one", "eintausendeins"), (2_000_000, "two million", "zwei Millionen"),
-])
+@pytest.mark.parametrize(
+    "n, en, de",
+    [
+        (0, "zero", "null"),
+        (7, "seven", "sieben"),
+        (21, "twenty-one", "einundzwanzig"),
+        (321, "three hundred and twenty-one", "dreihunderteinundzwanzig"),
+        (1001, "one thousand and one", "eintausendeins"),
+        (2_000_000, "two million", "zwei Millionen"),
+    ],
+)
 def test_known_pairs(n, en, de):
     assert number_pair(n) == (en, de)
 

@@ -45,8 +45,9 @@ def test_parallel_lines(parallel, tmp_path, tokenizer):
 def test_parallel_tsv_and_no_test_split(tmp_path):
     _write(tmp_path / "train.tsv", [f"{s}\t{t}" for s, t in zip(SRC, TGT, strict=False)] + ["", "  \t  "])
     _write(tmp_path / "val.tsv", [f"{s}\t{t}" for s, t in zip(SRC[:4], TGT[:4], strict=False)])
-    dm = TextDataModule(format="tsv", train="train.tsv", val="val.tsv", root=str(tmp_path),
-                        tokenizer="char", metrics=["exact_match"])
+    dm = TextDataModule(
+        format="tsv", train="train.tsv", val="val.tsv", root=str(tmp_path), tokenizer="char", metrics=["exact_match"]
+    )
     dm.setup()
     assert dm.train_set.src_text == SRC and dm.train_set.tgt_text == TGT
     assert dm.metrics == ["exact_match"]
@@ -58,8 +59,16 @@ def test_lm_form(tmp_path, tokenizer):
     text = "To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n" * 20
     train = _write(tmp_path / "train.txt", [text])
     val = _write(tmp_path / "val.txt", [text[:400]])
-    dm = TextDataModule(form="lm", train=train, val=val, tokenizer=tokenizer, vocab_size=300,
-                        tokens_per_batch=64, block_size=16, cache_dir=str(tmp_path))
+    dm = TextDataModule(
+        form="lm",
+        train=train,
+        val=val,
+        tokenizer=tokenizer,
+        vocab_size=300,
+        tokens_per_batch=64,
+        block_size=16,
+        cache_dir=str(tmp_path),
+    )
     dm.setup()
     assert dm.task == "lm" and dm.metrics == [] and dm.batch_size == 4
     assert dm.max_tgt_len == 17 and dm.test_split_names == []
@@ -112,4 +121,6 @@ def test_lm_split_too_short(tmp_path):
 def test_eos_appended_in_parallel_batches(parallel):
     dm = TextDataModule(tokenizer="char", **parallel)
     dm.setup()
-    assert all(s[-1] == EOS and t[-1] == EOS and t[0] == BOS for s, t in zip(dm.val_set.src, dm.val_set.tgt, strict=False))
+    assert all(
+        s[-1] == EOS and t[-1] == EOS and t[0] == BOS for s, t in zip(dm.val_set.src, dm.val_set.tgt, strict=False)
+    )

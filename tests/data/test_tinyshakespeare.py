@@ -13,8 +13,9 @@ from .helpers import shared
 
 @pytest.fixture(scope="module")
 def dm():
-    d = TinyShakespeareDataModule(root=str(shared("tinyshakespeare")), block_size=32, batch_size=16,
-                                  train_windows_per_epoch=16 * 10, seed=0)
+    d = TinyShakespeareDataModule(
+        root=str(shared("tinyshakespeare")), block_size=32, batch_size=16, train_windows_per_epoch=16 * 10, seed=0
+    )
     d.setup()
     return d
 
@@ -110,8 +111,9 @@ def test_ddp_ranks_get_different_train_windows_and_full_val(dm):
 
 
 def test_val_estimate_batches_are_fixed_random_val_windows_and_test_stays_whole():
-    d = TinyShakespeareDataModule(root=str(shared("tinyshakespeare")), block_size=32, batch_size=8,
-                                  val_estimate_batches=2)
+    d = TinyShakespeareDataModule(
+        root=str(shared("tinyshakespeare")), block_size=32, batch_size=8, val_estimate_batches=2
+    )
     d.setup("fit")
     first, again = list(d.val_dataloader()), list(d.val_dataloader())
     assert len(first) == 2 and all(b["tgt"].shape == (8, 33) for b in first)
@@ -119,7 +121,7 @@ def test_val_estimate_batches_are_fixed_random_val_windows_and_test_stays_whole(
     val = torch.as_tensor(d.val_ids)
     for b in first:  # each row is the val text at its start index
         for s, row in zip(b["idx"].tolist(), b["tgt"], strict=True):
-            assert torch.equal(row, val[s:s + 33])
+            assert torch.equal(row, val[s : s + 33])
     full = TinyShakespeareDataModule(root=str(shared("tinyshakespeare")), block_size=32, batch_size=8)
     full.setup("fit")
     assert len(list(full.val_dataloader())) > 2  # without the option: the whole val split

@@ -15,10 +15,18 @@ from xformer.data.tokenizers import (
     train_or_load_bpe,
 )
 
-DE = ["Ein kleines Mädchen klettert in ein Spielhaus aus Holz.", "Zwei junge weiße Männer sind im Freien.",
-      "Ein Mann spielt Gitarre auf der Straße.", "Die Mädchen spielen im Garten."] * 20
-EN = ["A little girl climbing into a wooden playhouse.", "Two young white males are outside.",
-      "A man is playing guitar on the street.", "The girls are playing in the garden."] * 20
+DE = [
+    "Ein kleines Mädchen klettert in ein Spielhaus aus Holz.",
+    "Zwei junge weiße Männer sind im Freien.",
+    "Ein Mann spielt Gitarre auf der Straße.",
+    "Die Mädchen spielen im Garten.",
+] * 20
+EN = [
+    "A little girl climbing into a wooden playhouse.",
+    "Two young white males are outside.",
+    "A man is playing guitar on the street.",
+    "The girls are playing in the garden.",
+] * 20
 
 
 def test_special_ids_are_fixed():
@@ -41,10 +49,16 @@ def test_char_tokenizer_roundtrip_unknown_and_save(tmp_path):
     assert isinstance(again, CharTokenizer) and again == tok
 
 
-@pytest.mark.parametrize("text", [
-    "Zwei junge weiße Männer sind im Freien.", "  leading and  double  spaces ", "tab\tand\nnewline",
-    "unseen: 東京 😀 Ærø", "",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Zwei junge weiße Männer sind im Freien.",
+        "  leading and  double  spaces ",
+        "tab\tand\nnewline",
+        "unseen: 東京 😀 Ærø",
+        "",
+    ],
+)
 def test_bpe_roundtrip(text, tmp_path):
     bpe = BPETokenizer.train(DE + EN, vocab_size=400)
     ids = bpe.encode(text)

@@ -18,9 +18,15 @@ LINES = ["three hundred and twenty-one", "twelve"]
 
 
 def _translate(ckpt, tmp_path):
-    return subprocess.run([sys.executable, "-m", "xformer.cli", "translate", "--ckpt", str(ckpt)],
-                          input="\n".join(LINES) + "\n", capture_output=True, text=True, cwd=tmp_path,
-                          env=env_for(tmp_path), timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "xformer.cli", "translate", "--ckpt", str(ckpt)],
+        input="\n".join(LINES) + "\n",
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env_for(tmp_path),
+        timeout=120,
+    )
 
 
 def _evaluate(ckpt, tmp_path, name):
@@ -31,8 +37,17 @@ def _evaluate(ckpt, tmp_path, name):
 
 def test_a_compiled_run_reloads_for_eval_and_translate_and_old_wrapped_checkpoints_too(tmp_path):
     job = tmp_path / "job"
-    res = run_py([*TINY, "trainer.max_steps=1", "trainer.val_check_interval=1", "trainer.compile={backend:eager}",
-                  "logger=csv", f"hydra.run.dir={job}"], tmp_path)
+    res = run_py(
+        [
+            *TINY,
+            "trainer.max_steps=1",
+            "trainer.val_check_interval=1",
+            "trainer.compile={backend:eager}",
+            "logger=csv",
+            f"hydra.run.dir={job}",
+        ],
+        tmp_path,
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     ckpt = job / "checkpoints" / "last.ckpt"
     state = torch.load(ckpt, map_location="cpu", weights_only=False)

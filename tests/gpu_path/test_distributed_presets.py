@@ -10,19 +10,46 @@ import pytest
 
 from tests.scaling.common import fail_msg, metrics, run_py
 
-TINY = ["data.n_train=200", "data.n_val=8", "data.n_test=8", "data.n_long=2", "data.tokens_per_batch=72",
-        "model.d_model=16", "model.n_heads=2", "model.n_encoder_layers=1", "model.n_decoder_layers=1",
-        "trainer.max_steps=2", "trainer.val_check_interval=2", "trainer.limit_val_batches=1",
-        "++trainer.limit_test_batches=1", "trainer.enable_progress_bar=false", "decode.max_len_b=2", "logger=none",
-        "trainer.accelerator=cpu", "trainer.devices=2"]
-KERNELS = {"fused": ["optim.optimizer.fused=true"],
-           "foreach": ["optim.optimizer.fused=false", "optim.optimizer.foreach=true"]}
+TINY = [
+    "data.n_train=200",
+    "data.n_val=8",
+    "data.n_test=8",
+    "data.n_long=2",
+    "data.tokens_per_batch=72",
+    "model.d_model=16",
+    "model.n_heads=2",
+    "model.n_encoder_layers=1",
+    "model.n_decoder_layers=1",
+    "trainer.max_steps=2",
+    "trainer.val_check_interval=2",
+    "trainer.limit_val_batches=1",
+    "++trainer.limit_test_batches=1",
+    "trainer.enable_progress_bar=false",
+    "decode.max_len_b=2",
+    "logger=none",
+    "trainer.accelerator=cpu",
+    "trainer.devices=2",
+]
+KERNELS = {
+    "fused": ["optim.optimizer.fused=true"],
+    "foreach": ["optim.optimizer.fused=false", "optim.optimizer.foreach=true"],
+}
 
 
 def _train(preset, precision, kernel, clip, tmp_path):
-    res = run_py([*TINY, f"trainer={preset}", f"trainer.precision={precision}", *KERNELS[kernel],
-                  f"trainer.gradient_clip_val={clip}", f"hydra.run.dir={tmp_path / 'job'}"],
-                 cwd=tmp_path, tmp_path=tmp_path, timeout=300)
+    res = run_py(
+        [
+            *TINY,
+            f"trainer={preset}",
+            f"trainer.precision={precision}",
+            *KERNELS[kernel],
+            f"trainer.gradient_clip_val={clip}",
+            f"hydra.run.dir={tmp_path / 'job'}",
+        ],
+        cwd=tmp_path,
+        tmp_path=tmp_path,
+        timeout=300,
+    )
     if preset == "fsdp" and precision == "16-mixed":
         assert res.returncode == 2, fail_msg(res)
         lines = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
@@ -41,12 +68,14 @@ def test_multi_process_presets_train_with_fused_adam_clipping_and_bf16_autocast(
     _train(preset, "bf16-mixed", "fused", 1.0, tmp_path)
 
 
-GRID = list(itertools.product(["ddp", "fsdp", "ddp_spawn"], ["32-true", "bf16-mixed", "16-mixed", "bf16-true"],
-                              KERNELS, [1.0, 0.0]))
+GRID = list(
+    itertools.product(
+        ["ddp", "fsdp", "ddp_spawn"], ["32-true", "bf16-mixed", "16-mixed", "bf16-true"], KERNELS, [1.0, 0.0]
+    )
+)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("preset,precision,kernel,clip", GRID,
-                         ids=[f"{p}-{q}-{k}-clip{c:g}" for p, q, k, c in GRID])
+@pytest.mark.parametrize("preset,precision,kernel,clip", GRID, ids=[f"{p}-{q}-{k}-clip{c:g}" for p, q, k, c in GRID])
 def test_multi_process_grid(preset, precision, kernel, clip, tmp_path):
     _train(preset, precision, kernel, clip, tmp_path)

@@ -15,8 +15,19 @@ from tests.conftest import REPO
 
 @pytest.mark.slow  # 4 processes; the GPU script's smoke test (make test-slow)
 def test_multiprocess_check_passes_on_the_cpu(tmp_path):
-    res = subprocess.run([sys.executable, str(REPO / "benchmarks" / "multiprocess_check.py"), "--accelerator", "cpu",
-                          "--out", str(tmp_path / "mp")], capture_output=True, text=True, timeout=600)
+    res = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "multiprocess_check.py"),
+            "--accelerator",
+            "cpu",
+            "--out",
+            str(tmp_path / "mp"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     report = json.loads((tmp_path / "mp" / "multiprocess.json").read_text())
     assert report["ok"] is True

@@ -20,8 +20,17 @@ from xformer.jobs.validate import build_model
 from xformer.train.module import TransformerLitModule
 
 # operators whose result (or whose output shape) depends on tensor values: a device sync on a GPU
-SYNC_OPS = {"_local_scalar_dense", "nonzero", "masked_select", "is_nonzero", "equal", "unique",
-            "_unique2", "repeat_interleave", "item"}
+SYNC_OPS = {
+    "_local_scalar_dense",
+    "nonzero",
+    "masked_select",
+    "is_nonzero",
+    "equal",
+    "unique",
+    "_unique2",
+    "repeat_interleave",
+    "item",
+}
 
 
 class HostReads(TorchDispatchMode):
@@ -46,8 +55,14 @@ class HostReads(TorchDispatchMode):
 
 def test_the_detector_sees_each_kind_of_host_read():
     t = torch.arange(4.0)
-    for read in (lambda: t.sum().item(), lambda: int(t.sum()), lambda: bool(t[0] > 1), lambda: t[t > 1],
-                 lambda: float(t.max()), lambda: t.nonzero()):
+    for read in (
+        lambda: t.sum().item(),
+        lambda: int(t.sum()),
+        lambda: bool(t[0] > 1),
+        lambda: t[t > 1],
+        lambda: float(t.max()),
+        lambda: t.nonzero(),
+    ):
         with HostReads() as mode:
             read()
         assert mode.reads, read
@@ -55,18 +70,35 @@ def test_the_detector_sees_each_kind_of_host_read():
 
 def _module(arch_overrides, tmp_path):
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=[*arch_overrides, "model.d_model=16", "model.n_heads=2",
-                                           "model.n_encoder_layers=1", "model.n_decoder_layers=1",
-                                           f"paths.output_dir={tmp_path}", f"paths.root_dir={tmp_path}",
-                                           f"paths.cache_dir={tmp_path / 'cache'}", "data.n_train=64",
-                                           "data.n_val=8", "data.n_test=8", "logger=csv"])
+        cfg = compose(
+            "config",
+            overrides=[
+                *arch_overrides,
+                "model.d_model=16",
+                "model.n_heads=2",
+                "model.n_encoder_layers=1",
+                "model.n_decoder_layers=1",
+                f"paths.output_dir={tmp_path}",
+                f"paths.root_dir={tmp_path}",
+                f"paths.cache_dir={tmp_path / 'cache'}",
+                "data.n_train=64",
+                "data.n_val=8",
+                "data.n_test=8",
+                "logger=csv",
+            ],
+        )
     dm = instantiate(cfg.data)
     dm.prepare_data()
     dm.setup("fit")
     model = build_model(cfg, dm.src_vocab_size, dm.tgt_vocab_size, dm.pad_id)
-    module = TransformerLitModule(model, optimizer=instantiate(cfg.optim.optimizer),
-                                  lr_lambda=instantiate(cfg.optim.scheduler), pad_id=dm.pad_id, bos_id=dm.bos_id,
-                                  eos_id=dm.eos_id)
+    module = TransformerLitModule(
+        model,
+        optimizer=instantiate(cfg.optim.optimizer),
+        lr_lambda=instantiate(cfg.optim.scheduler),
+        pad_id=dm.pad_id,
+        bos_id=dm.bos_id,
+        eos_id=dm.eos_id,
+    )
     return module, next(iter(dm.train_dataloader()))
 
 
@@ -74,8 +106,12 @@ SHAPES = {
     "encoder_decoder": ["data.n_long=2"],
     "decoder_only_prefix_lm": ["model/arch=decoder_only", "data.n_long=2"],
     "encoder_only_tagger": ["model/arch=encoder_only", "data=reverse", "data.train_max_len=8"],
-    "decoder_only_lm_with_loss_mask": ["model/arch=decoder_only", "data=reverse", "data.form=lm",
-                                       "data.train_max_len=8"],
+    "decoder_only_lm_with_loss_mask": [
+        "model/arch=decoder_only",
+        "data=reverse",
+        "data.form=lm",
+        "data.train_max_len=8",
+    ],
     "encoder_decoder_learned_pe": ["model/pe=learned", "data.n_long=2"],
     "decoder_only_rope": ["model/arch=decoder_only", "model/pe=rope", "data.n_long=2"],
 }
@@ -127,15 +163,15 @@ def test_device_side_prefix_lm_packing_equals_the_definition():
         tgt = torch.randint(3, 20, (B, T), generator=g)
         tgt[:, 0] = 1  # BOS
         for b in range(B):  # random right padding (at least one real token each)
-            src[b, int(torch.randint(1, S + 1, (1,), generator=g)):] = pad
-            tgt[b, int(torch.randint(2, T + 1, (1,), generator=g)):] = pad
+            src[b, int(torch.randint(1, S + 1, (1,), generator=g)) :] = pad
+            tgt[b, int(torch.randint(2, T + 1, (1,), generator=g)) :] = pad
         seq, lab, plen = prefix_lm_batch(src, tgt, pad)
         ref_seq, ref_lab, ref_plen = _prefix_lm_reference(src, tgt, pad)
         assert torch.equal(seq, ref_seq) and torch.equal(lab, ref_lab) and torch.equal(plen, ref_plen)
         wide_seq, wide_lab, _ = prefix_lm_batch(src, tgt, pad, trim=False)  # static width S + T
         assert wide_seq.shape == (B, S + T)
-        assert torch.equal(wide_seq[:, :seq.shape[1]], seq) and (wide_seq[:, seq.shape[1]:] == pad).all()
-        assert torch.equal(wide_lab[:, :lab.shape[1]], lab) and (wide_lab[:, lab.shape[1]:] == pad).all()
+        assert torch.equal(wide_seq[:, : seq.shape[1]], seq) and (wide_seq[:, seq.shape[1] :] == pad).all()
+        assert torch.equal(wide_lab[:, : lab.shape[1]], lab) and (wide_lab[:, lab.shape[1] :] == pad).all()
 
 
 @pytest.mark.parametrize("pe", ["sinusoidal", "rope", "alibi", "t5"])
@@ -177,11 +213,19 @@ def test_the_whole_fit_loop_reads_the_device_per_logging_interval_not_per_step(t
     module, batch = _module(["data.n_long=2"], tmp_path)
 
     def reads(steps: int) -> int:
-        trainer = L.Trainer(accelerator="cpu", max_steps=steps, log_every_n_steps=40,
-                            logger=L.pytorch.loggers.CSVLogger(str(tmp_path / f"log{steps}")),
-                            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                            limit_val_batches=0, callbacks=[NonFiniteLossGuard()], gradient_clip_val=1.0,
-                            default_root_dir=str(tmp_path))
+        trainer = L.Trainer(
+            accelerator="cpu",
+            max_steps=steps,
+            log_every_n_steps=40,
+            logger=L.pytorch.loggers.CSVLogger(str(tmp_path / f"log{steps}")),
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            limit_val_batches=0,
+            callbacks=[NonFiniteLossGuard()],
+            gradient_clip_val=1.0,
+            default_root_dir=str(tmp_path),
+        )
         loader = torch.utils.data.DataLoader([batch] * steps, batch_size=None)
         with HostReads() as mode:
             trainer.fit(module, train_dataloaders=loader)
@@ -198,9 +242,17 @@ def test_the_progress_bar_shows_the_loss_read_at_the_last_logging_step(tmp_path)
 
     module, batch = _module(["data.n_long=2"], tmp_path)
     bar = RichBar()
-    trainer = L.Trainer(accelerator="cpu", max_steps=6, log_every_n_steps=3, logger=False, enable_checkpointing=False,
-                        enable_model_summary=False, limit_val_batches=0, callbacks=[bar],
-                        default_root_dir=str(tmp_path))
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_steps=6,
+        log_every_n_steps=3,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        callbacks=[bar],
+        default_root_dir=str(tmp_path),
+    )
     trainer.fit(module, train_dataloaders=torch.utils.data.DataLoader([batch] * 6, batch_size=None))
     shown = bar.get_metrics(trainer, module)
     assert isinstance(shown["loss"], float) and shown["loss"] == module.progress_metrics["loss"] > 0

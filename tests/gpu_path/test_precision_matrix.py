@@ -26,18 +26,39 @@ from xformer.model import ConfigError
 from xformer.train.module import TransformerLitModule
 
 PRECISIONS = ["32-true", "bf16-mixed", "16-mixed", "bf16-true"]
-KERNELS = {"fused": ["optim.optimizer.fused=true"],
-           "foreach": ["optim.optimizer.fused=false", "optim.optimizer.foreach=true"]}
-TINY = ["model.d_model=16", "model.n_heads=2", "model.n_encoder_layers=1", "model.n_decoder_layers=1",
-        "data.n_train=100", "data.n_val=8", "data.n_test=8", "data.n_long=2", "logger=csv",
-        "trainer.accelerator=cpu", "trainer.max_steps=2", "trainer.val_check_interval=2",
-        "trainer.enable_progress_bar=false", "decode.max_len_b=2"]
+KERNELS = {
+    "fused": ["optim.optimizer.fused=true"],
+    "foreach": ["optim.optimizer.fused=false", "optim.optimizer.foreach=true"],
+}
+TINY = [
+    "model.d_model=16",
+    "model.n_heads=2",
+    "model.n_encoder_layers=1",
+    "model.n_decoder_layers=1",
+    "data.n_train=100",
+    "data.n_val=8",
+    "data.n_test=8",
+    "data.n_long=2",
+    "logger=csv",
+    "trainer.accelerator=cpu",
+    "trainer.max_steps=2",
+    "trainer.val_check_interval=2",
+    "trainer.enable_progress_bar=false",
+    "decode.max_len_b=2",
+]
 
 
 def _cfg(overrides, tmp_path):
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return compose("config", overrides=[*overrides, f"paths.output_dir={tmp_path}",
-                                            f"paths.root_dir={tmp_path}", f"paths.cache_dir={tmp_path / 'cache'}"])
+        return compose(
+            "config",
+            overrides=[
+                *overrides,
+                f"paths.output_dir={tmp_path}",
+                f"paths.root_dir={tmp_path}",
+                f"paths.cache_dir={tmp_path / 'cache'}",
+            ],
+        )
 
 
 # trainer=gpu with trainer.accelerator=cpu and an explicit precision is trainer=default: the grid runs
@@ -46,11 +67,20 @@ def _cfg(overrides, tmp_path):
 MATRIX = [*itertools.product(["default"], PRECISIONS, KERNELS, [1.0, 0.0]), ("gpu", "bf16-mixed", "fused", 1.0)]
 
 
-@pytest.mark.parametrize("preset,precision,kernel,clip", MATRIX,
-                         ids=[f"{p}-{q}-{k}-clip{c:g}" for p, q, k, c in MATRIX])
+@pytest.mark.parametrize(
+    "preset,precision,kernel,clip", MATRIX, ids=[f"{p}-{q}-{k}-clip{c:g}" for p, q, k, c in MATRIX]
+)
 def test_single_process_presets_train_two_steps(preset, precision, kernel, clip, tmp_path):
-    cfg = _cfg([f"trainer={preset}", *TINY, f"trainer.precision={precision}", *KERNELS[kernel],
-                f"trainer.gradient_clip_val={clip}"], tmp_path)
+    cfg = _cfg(
+        [
+            f"trainer={preset}",
+            *TINY,
+            f"trainer.precision={precision}",
+            *KERNELS[kernel],
+            f"trainer.gradient_clip_val={clip}",
+        ],
+        tmp_path,
+    )
     run_job(cfg)
     m = json.loads((tmp_path / "metrics.json").read_text())
     assert m["status"] == "finished" and m["global_step"] == 2
@@ -78,20 +108,37 @@ def _first_step(precision, kernel, clip, tmp_path):
     dm.setup("fit")
     torch.manual_seed(0)
     model = build_model(cfg, dm.src_vocab_size, dm.tgt_vocab_size, dm.pad_id)
-    module = TransformerLitModule(model, optimizer=instantiate(cfg.optim.optimizer),
-                                  lr_lambda=lambda _step: 1.0,
-                                  pad_id=dm.pad_id, bos_id=dm.bos_id, eos_id=dm.eos_id)
+    module = TransformerLitModule(
+        model,
+        optimizer=instantiate(cfg.optim.optimizer),
+        lr_lambda=lambda _step: 1.0,
+        pad_id=dm.pad_id,
+        bos_id=dm.bos_id,
+        eos_id=dm.eos_id,
+    )
     capture = _Capture()
     if precision == "16-mixed+scaler":  # as on a GPU: Lightning gives CPU 16-mixed no GradScaler
         from lightning.pytorch.plugins.precision import MixedPrecision
 
-        kwargs = {"plugins": [MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu", init_scale=2.0 ** 12))]}
+        kwargs = {
+            "plugins": [MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu", init_scale=2.0**12))]
+        }
     else:
         kwargs = {"precision": precision}
-    trainer = L.Trainer(accelerator="cpu", devices=1, gradient_clip_val=clip, max_steps=1, **kwargs,
-                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, limit_val_batches=0, callbacks=[capture],
-                        default_root_dir=str(tmp_path))
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        gradient_clip_val=clip,
+        max_steps=1,
+        **kwargs,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        callbacks=[capture],
+        default_root_dir=str(tmp_path),
+    )
     batch = next(iter(dm.train_dataloader()))
     trainer.fit(module, train_dataloaders=torch.utils.data.DataLoader([batch], batch_size=None))
     return capture
@@ -110,12 +157,15 @@ def test_a_fused_optimizer_clips_the_unscaled_gradients_like_the_foreach_one(pre
     assert float(fused.exp_avg.norm()) == pytest.approx(0.1 * clip, rel=1e-2)
 
 
-@pytest.mark.parametrize("overrides,key", [
-    (["optim.optimizer.fused=true", "optim.optimizer.foreach=true"], "optim.optimizer.fused"),
-    (["trainer.precision=16-mixed", "trainer=fsdp"], "trainer.precision"),
-    (["trainer.precision=fp8"], "trainer.precision"),
-    (["trainer.gradient_clip_algorithm=max"], "trainer.gradient_clip_algorithm"),
-])
+@pytest.mark.parametrize(
+    "overrides,key",
+    [
+        (["optim.optimizer.fused=true", "optim.optimizer.foreach=true"], "optim.optimizer.fused"),
+        (["trainer.precision=16-mixed", "trainer=fsdp"], "trainer.precision"),
+        (["trainer.precision=fp8"], "trainer.precision"),
+        (["trainer.gradient_clip_algorithm=max"], "trainer.gradient_clip_algorithm"),
+    ],
+)
 def test_combinations_that_cannot_train_are_refused_before_training_with_one_line(overrides, key, tmp_path):
     cfg = _cfg([*TINY, *overrides], tmp_path)
     with pytest.raises(ConfigError) as err:
@@ -124,9 +174,13 @@ def test_combinations_that_cannot_train_are_refused_before_training_with_one_lin
     assert "\n" not in msg and msg.startswith(key) and "Fix" in msg, msg
 
 
-@pytest.mark.parametrize("override,key", [("callbacks.wandb_panels.n_samples=-1", "callbacks.wandb_panels.n_samples"),
-                                          ("callbacks.nan_guard.check_every_n_steps=0",
-                                           "callbacks.nan_guard.check_every_n_steps")])
+@pytest.mark.parametrize(
+    "override,key",
+    [
+        ("callbacks.wandb_panels.n_samples=-1", "callbacks.wandb_panels.n_samples"),
+        ("callbacks.nan_guard.check_every_n_steps=0", "callbacks.nan_guard.check_every_n_steps"),
+    ],
+)
 def test_new_callback_options_out_of_range_are_one_line_naming_the_key(override, key, tmp_path):
     cfg = _cfg([*TINY, override], tmp_path)
     with pytest.raises(ConfigError) as err:

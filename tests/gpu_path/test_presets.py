@@ -13,11 +13,21 @@ from omegaconf import open_dict
 from tests.conftest import REPO, SHARED_DATA
 from xformer.jobs.driver import run as run_job
 
-EXPERIMENTS = sorted(str(p.relative_to(REPO / "conf" / "experiment").with_suffix(""))
-                     for p in (REPO / "conf" / "experiment").rglob("*.yaml"))
+EXPERIMENTS = sorted(
+    str(p.relative_to(REPO / "conf" / "experiment").with_suffix(""))
+    for p in (REPO / "conf" / "experiment").rglob("*.yaml")
+)
 
-SMALL_DATA = {"n_train": 200, "n_val": 8, "n_test": 8, "n_long": 4, "tokens_per_batch": 256, "num_workers": 0,
-              "pin_memory": False, "vocab_size": 400}
+SMALL_DATA = {
+    "n_train": 200,
+    "n_val": 8,
+    "n_test": 8,
+    "n_long": 4,
+    "tokens_per_batch": 256,
+    "num_workers": 0,
+    "pin_memory": False,
+    "vocab_size": 400,
+}
 
 
 # claim configs also run in their GPU form (scale=gpu: conf/scale/gpu.yaml and conf/scale/task/gpu_*.yaml)
@@ -37,12 +47,29 @@ def cache_dir(tmp_path_factory):
 @pytest.mark.parametrize(("experiment", "scale"), CASES)
 def test_every_experiment_preset_trains_two_steps_on_the_cpu(experiment, scale, tmp_path, cache_dir):
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=[
-            f"experiment={experiment}", *([f"scale={scale}"] if scale else []), "logger=csv", "trainer.accelerator=cpu", "trainer.devices=1",
-            "trainer.max_steps=2", "trainer.val_check_interval=2", "trainer.limit_val_batches=1",
-            "++trainer.limit_test_batches=1", "trainer.enable_progress_bar=false", "trainer.max_time=null",
-            "model.n_encoder_layers=1", "model.n_decoder_layers=1", "decode.max_len_a=0", "decode.max_len_b=3",
-            f"paths.output_dir={tmp_path}", f"paths.root_dir={tmp_path}", f"paths.cache_dir={cache_dir}"])
+        cfg = compose(
+            "config",
+            overrides=[
+                f"experiment={experiment}",
+                *([f"scale={scale}"] if scale else []),
+                "logger=csv",
+                "trainer.accelerator=cpu",
+                "trainer.devices=1",
+                "trainer.max_steps=2",
+                "trainer.val_check_interval=2",
+                "trainer.limit_val_batches=1",
+                "++trainer.limit_test_batches=1",
+                "trainer.enable_progress_bar=false",
+                "trainer.max_time=null",
+                "model.n_encoder_layers=1",
+                "model.n_decoder_layers=1",
+                "decode.max_len_a=0",
+                "decode.max_len_b=3",
+                f"paths.output_dir={tmp_path}",
+                f"paths.root_dir={tmp_path}",
+                f"paths.cache_dir={cache_dir}",
+            ],
+        )
     preset_precision = cfg.trainer.precision
     with open_dict(cfg):
         if "multi30k" in cfg.data._target_.lower():

@@ -27,8 +27,8 @@ def reference(mha: MultiHeadAttention, x, mem, blocked_bhqk, bias, scale):
     inner = h * dh
     kv_src = x if mem is None else mem
     q = x.double() @ w[:inner].T + b[:inner]
-    k = kv_src.double() @ w[inner:2 * inner].T + b[inner:2 * inner]
-    v = kv_src.double() @ w[2 * inner:].T + b[2 * inner:]
+    k = kv_src.double() @ w[inner : 2 * inner].T + b[inner : 2 * inner]
+    v = kv_src.double() @ w[2 * inner :].T + b[2 * inner :]
     outs = []
     for head in range(h):
         sl = slice(head * dh, (head + 1) * dh)
@@ -150,11 +150,12 @@ def test_kv_cache_grows_past_its_capacity_and_keeps_its_contents():
 
 @pytest.mark.parametrize("case", ["causal", "alibi", "local"])
 def test_cached_self_attention_equals_full_attention(case):
-    pattern = {"causal": CausalAttention(), "alibi": CausalAttention(),
-               "local": LocalAttention(window=2).causal()}[case]
+    pattern = {"causal": CausalAttention(), "alibi": CausalAttention(), "local": LocalAttention(window=2).causal()}[
+        case
+    ]
     pe = ALiBi(16, 4, 4) if case == "alibi" else None
     mha = make(pattern=pattern, pos_embeddings=pe)
     x = torch.randn(2, 6, 16, dtype=torch.float64)
     cache = KVCache(capacity=6)
-    steps = torch.cat([mha(x[:, i:i + 1], cache=cache) for i in range(6)], 1)
+    steps = torch.cat([mha(x[:, i : i + 1], cache=cache) for i in range(6)], 1)
     torch.testing.assert_close(steps, mha(x), rtol=1e-9, atol=1e-9)

@@ -57,22 +57,33 @@ def masks():
 
 @pytest.mark.parametrize("norm,norm_first", [(PostNorm, False), (PreNorm, True)])
 def test_encoder_layer_matches_torch(norm, norm_first):
-    ours = randomise(EncoderLayer(self_attn=SelfAttention(D, H, D // H), ffn=ReLUFFN(D, FF, 0.0), residual=norm,
-                                  d_model=D, dropout=0.0)).double()
+    ours = randomise(
+        EncoderLayer(
+            self_attn=SelfAttention(D, H, D // H), ffn=ReLUFFN(D, FF, 0.0), residual=norm, d_model=D, dropout=0.0
+        )
+    ).double()
     theirs = nn.TransformerEncoderLayer(D, H, FF, dropout=0.0, batch_first=True, norm_first=norm_first).double()
     copy_encoder_layer(ours, theirs)
     theirs.train()  # keeps PyTorch off its nested-tensor fast path, which zeroes padded rows
     x = torch.randn(3, 7, D, dtype=torch.float64)
     src_kpm, _ = masks()
-    torch.testing.assert_close(ours(x, key_padding_mask=src_kpm), theirs(x, src_key_padding_mask=src_kpm),
-                               rtol=1e-6, atol=1e-9)
+    torch.testing.assert_close(
+        ours(x, key_padding_mask=src_kpm), theirs(x, src_key_padding_mask=src_kpm), rtol=1e-6, atol=1e-9
+    )
 
 
 @pytest.mark.parametrize("norm,norm_first", [(PostNorm, False), (PreNorm, True)])
 def test_decoder_layer_matches_torch(norm, norm_first):
-    ours = randomise(DecoderLayer(self_attn=SelfAttention(D, H, D // H, pattern=CausalAttention()),
-                                  cross_attn=CrossAttention(D, H, D // H), ffn=ReLUFFN(D, FF, 0.0), residual=norm,
-                                  d_model=D, dropout=0.0)).double()
+    ours = randomise(
+        DecoderLayer(
+            self_attn=SelfAttention(D, H, D // H, pattern=CausalAttention()),
+            cross_attn=CrossAttention(D, H, D // H),
+            ffn=ReLUFFN(D, FF, 0.0),
+            residual=norm,
+            d_model=D,
+            dropout=0.0,
+        )
+    ).double()
     theirs = nn.TransformerDecoderLayer(D, H, FF, dropout=0.0, batch_first=True, norm_first=norm_first).double()
     copy_decoder_layer(ours, theirs)
     x = torch.randn(3, 5, D, dtype=torch.float64)
@@ -87,8 +98,9 @@ def test_decoder_layer_matches_torch(norm, norm_first):
 @pytest.mark.parametrize("norm,norm_first", [(PostNorm, False), (PreNorm, True)])
 @torch.no_grad()
 def test_whole_stack_matches_torch_transformer(norm, norm_first):
-    model = EncoderDecoder(50, 50, d_model=D, n_heads=H, d_ff=FF, n_encoder_layers=2, n_decoder_layers=3,
-                           dropout=0.0, norm=norm).double()
+    model = EncoderDecoder(
+        50, 50, d_model=D, n_heads=H, d_ff=FF, n_encoder_layers=2, n_decoder_layers=3, dropout=0.0, norm=norm
+    ).double()
     randomise(model)
     ref = nn.Transformer(D, H, 2, 3, FF, dropout=0.0, batch_first=True, norm_first=norm_first).double()
     for a, b in zip(model.encoder.layers, ref.encoder.layers, strict=False):
@@ -107,8 +119,14 @@ def test_whole_stack_matches_torch_transformer(norm, norm_first):
     xs = model._embed(model.src_embed, model.encoder, src)
     xt = model._embed(model.tgt_embed, model.decoder, tgt)
     causal = nn.Transformer.generate_square_subsequent_mask(5, dtype=torch.float64)
-    expected = ref(xs, xt, tgt_mask=causal, src_key_padding_mask=src_kpm, tgt_key_padding_mask=tgt_kpm,
-                   memory_key_padding_mask=src_kpm)
+    expected = ref(
+        xs,
+        xt,
+        tgt_mask=causal,
+        src_key_padding_mask=src_kpm,
+        tgt_key_padding_mask=tgt_kpm,
+        memory_key_padding_mask=src_kpm,
+    )
     memory = model.encoder(xs, key_padding_mask=src_kpm)
     hidden = model.decoder(xt, key_padding_mask=tgt_kpm, memory=memory, memory_key_padding_mask=src_kpm)
     torch.testing.assert_close(hidden, expected, rtol=1e-6, atol=1e-9)

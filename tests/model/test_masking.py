@@ -25,16 +25,14 @@ from xformer.model import (
 )
 from xformer.train.module import TransformerLitModule
 
-PES = {"sinusoidal": Sinusoidal, "learned": Learned, "rope": RoPE, "alibi": ALiBi, "t5": T5RelativeBias,
-       "none": NoPE}
+PES = {"sinusoidal": Sinusoidal, "learned": Learned, "rope": RoPE, "alibi": ALiBi, "t5": T5RelativeBias, "none": NoPE}
 PATTERNS = {"full": FullAttention, "causal": CausalAttention, "local": functools.partial(LocalAttention, 3)}
 V = 40
 
 
 def small(cls, **kw):
     torch.manual_seed(0)
-    args = dict(d_model=32, n_heads=4, ffn_ratio=2, n_encoder_layers=2, n_decoder_layers=2, dropout=0.0,
-                max_len=64)
+    args = dict(d_model=32, n_heads=4, ffn_ratio=2, n_encoder_layers=2, n_decoder_layers=2, dropout=0.0, max_len=64)
     args.update(kw)
     return cls(V, V, **args).double().eval()
 
@@ -118,7 +116,9 @@ def test_fully_padded_sequence_gives_finite_loss_and_grads(pe):
     module = TransformerLitModule(model, optimizer=None, lr_lambda=None)
     src = tokens(2, 6)
     src[1] = 0  # the whole second source is padding
-    tgt = torch.cat([torch.ones(2, 1, dtype=torch.long), tokens(2, 4, seed=4), 2 * torch.ones(2, 1, dtype=torch.long)], 1)
+    tgt = torch.cat(
+        [torch.ones(2, 1, dtype=torch.long), tokens(2, 4, seed=4), 2 * torch.ones(2, 1, dtype=torch.long)], 1
+    )
     logits, labels = module.logits_and_labels({"src": src, "tgt": tgt})
     loss = module.loss(logits, labels, 0.1)
     loss.backward()
@@ -131,7 +131,8 @@ def _half_ok(dtype):
         a = torch.randn(4, 4, dtype=dtype)
         (a @ a).sum()
         torch.nn.functional.scaled_dot_product_attention(
-            a[None, None], a[None, None], a[None, None], attn_mask=torch.ones(4, 4, dtype=torch.bool))
+            a[None, None], a[None, None], a[None, None], attn_mask=torch.ones(4, 4, dtype=torch.bool)
+        )
         return True
     except RuntimeError:
         return False
@@ -168,9 +169,9 @@ def test_incremental_decoding_equals_full_forward(pe):
     mem = model.encode(src)
     full = model.decode(tgt, mem, memory_key_padding_mask=src == 0)
     cache = model.new_cache()
-    steps = [model.decode(tgt[:, i:i + 1], mem, memory_key_padding_mask=src == 0, cache=cache) for i in range(7)]
+    steps = [model.decode(tgt[:, i : i + 1], mem, memory_key_padding_mask=src == 0, cache=cache) for i in range(7)]
     torch.testing.assert_close(torch.cat(steps, 1), full, rtol=1e-9, atol=1e-9)
     lm = small(DecoderOnly, pe=PES[pe])
     cache = lm.new_cache()
-    steps = [lm(tgt[:, i:i + 1], cache=cache) for i in range(7)]
+    steps = [lm(tgt[:, i : i + 1], cache=cache) for i in range(7)]
     torch.testing.assert_close(torch.cat(steps, 1), lm(tgt), rtol=1e-9, atol=1e-9)

@@ -54,7 +54,7 @@ def randomise(module: nn.Module, std: float = 0.3) -> nn.Module:
 
 def padding(b: int, t: int) -> torch.Tensor:
     kpm = torch.zeros(b, t, dtype=torch.bool)
-    kpm[1, t - 2:] = True
+    kpm[1, t - 2 :] = True
     kpm[2, 3:] = True
     return kpm
 
@@ -66,8 +66,9 @@ def test_mha_is_bitwise_its_functional_math(causal):
     torch.manual_seed(0)
     mha = SelfAttention(D, H, D // H, pattern=CausalAttention() if causal else None).eval()
     x = torch.randn(3, 7, D)
-    q, k, v = (t.view(3, 7, H, D // H).transpose(1, 2) for t in F.linear(x, mha.in_proj.weight,
-                                                                         mha.in_proj.bias).chunk(3, -1))
+    q, k, v = (
+        t.view(3, 7, H, D // H).transpose(1, 2) for t in F.linear(x, mha.in_proj.weight, mha.in_proj.bias).chunk(3, -1)
+    )
     ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     ref = F.linear(ref.transpose(1, 2).reshape(3, 7, D), mha.out_proj.weight, mha.out_proj.bias)
     assert torch.equal(mha(x), ref)
@@ -104,20 +105,20 @@ def gqa_reference(att, x, mem, blocked, kpm):
     h, hkv, dh = att.n_heads, att.n_kv_heads, att.d_head
     w, b = att.in_proj.weight.double(), att.in_proj.bias.double()
     src = x if mem is None else mem
-    q = x.double() @ w[:h * dh].T + b[:h * dh]
-    k = src.double() @ w[h * dh:(h + hkv) * dh].T + b[h * dh:(h + hkv) * dh]
-    v = src.double() @ w[(h + hkv) * dh:].T + b[(h + hkv) * dh:]
+    q = x.double() @ w[: h * dh].T + b[: h * dh]
+    k = src.double() @ w[h * dh : (h + hkv) * dh].T + b[h * dh : (h + hkv) * dh]
+    v = src.double() @ w[(h + hkv) * dh :].T + b[(h + hkv) * dh :]
     outs = []
     for head in range(h):
         g = head // (h // hkv)
-        s = q[..., head * dh:(head + 1) * dh] @ k[..., g * dh:(g + 1) * dh].transpose(-1, -2) / math.sqrt(dh)
+        s = q[..., head * dh : (head + 1) * dh] @ k[..., g * dh : (g + 1) * dh].transpose(-1, -2) / math.sqrt(dh)
         mask = torch.zeros_like(s, dtype=torch.bool)
         if blocked is not None:
             mask |= blocked
         if kpm is not None:
             mask |= kpm[:, None, :]
         s = s.masked_fill(mask, float("-inf"))
-        outs.append(torch.softmax(s, -1) @ v[..., g * dh:(g + 1) * dh])
+        outs.append(torch.softmax(s, -1) @ v[..., g * dh : (g + 1) * dh])
     return torch.cat(outs, -1) @ att.out_proj.weight.double().T + att.out_proj.bias.double()
 
 
@@ -131,8 +132,9 @@ def test_mqa_and_gqa_match_a_float64_reference(n_kv, kind):
         kpm = padding(3, 5)
         out, ref = att(x, mem, kpm), gqa_reference(att, x, mem, None, kpm)
     else:
-        att = randomise(SelfAttention(D, H, D // H, n_kv_heads=n_kv,
-                                      pattern=CausalAttention() if kind == "causal" else None)).double()
+        att = randomise(
+            SelfAttention(D, H, D // H, n_kv_heads=n_kv, pattern=CausalAttention() if kind == "causal" else None)
+        ).double()
         kpm = padding(3, 7)
         blocked = torch.ones(7, 7, dtype=torch.bool).triu(1) if kind == "causal" else None
         out, ref = att(x, kpm), gqa_reference(att, x, None, blocked, kpm)
@@ -190,9 +192,9 @@ def linear_reference(att, x, mem, causal, kpm, rope=None):
     def split(y):
         return y.view(bsz, -1, h, dh).transpose(1, 2)
 
-    q = phi(split(x.double() @ w[:h * dh].T + b[:h * dh]))
-    k = phi(split(src.double() @ w[h * dh:2 * h * dh].T + b[h * dh:2 * h * dh]))
-    v = split(src.double() @ w[2 * h * dh:].T + b[2 * h * dh:])
+    q = phi(split(x.double() @ w[: h * dh].T + b[: h * dh]))
+    k = phi(split(src.double() @ w[h * dh : 2 * h * dh].T + b[h * dh : 2 * h * dh]))
+    v = split(src.double() @ w[2 * h * dh :].T + b[2 * h * dh :])
     qn, kn = q, k
     if rope is not None:
         qn, kn = rope.rotate(q, torch.arange(t)), rope.rotate(k, torch.arange(s))
@@ -214,12 +216,12 @@ def linear_reference(att, x, mem, causal, kpm, rope=None):
 def test_linear_attention_matches_its_quadratic_form(causal, pe, t):
     torch.manual_seed(2)
     rope = RoPE(D, H, D // H) if pe else None
-    att = randomise(LinearSelfAttention(D, H, D // H, pattern=CausalAttention() if causal else None,
-                                        pos_embeddings=rope)).double()
+    att = randomise(
+        LinearSelfAttention(D, H, D // H, pattern=CausalAttention() if causal else None, pos_embeddings=rope)
+    ).double()
     x = torch.randn(3, t, D, dtype=torch.float64)
     kpm = padding(3, t)
-    torch.testing.assert_close(att(x, kpm), linear_reference(att, x, None, causal, kpm, rope),
-                               rtol=1e-9, atol=1e-11)
+    torch.testing.assert_close(att(x, kpm), linear_reference(att, x, None, causal, kpm, rope), rtol=1e-9, atol=1e-11)
 
 
 def test_linear_cross_attention_matches_its_quadratic_form():
@@ -239,7 +241,7 @@ def test_linear_cached_decoding_matches_recompute(pe):
     seq = torch.randint(3, 20, (2, 9))
     full = model(seq)
     cache = model.new_cache()
-    steps = [model(seq[:, :3], cache=cache)] + [model(seq[:, i:i + 1], cache=cache) for i in range(3, 9)]
+    steps = [model(seq[:, :3], cache=cache)] + [model(seq[:, i : i + 1], cache=cache) for i in range(3, 9)]
     torch.testing.assert_close(torch.cat(steps, 1), full, rtol=1e-9, atol=1e-10)
     assert cache.size == 9 and cache.self_attn[0].state[0].shape == (2, H, D // H, D // H)  # fixed size
 
@@ -255,8 +257,9 @@ def test_linear_encoder_decoder_greedy_and_beam_with_cache():
     assert beam_search(model, src, 1, 2, 0, 8, beam_size=1) == greedy(model, src, 1, 2, 0, 8)
 
 
-@pytest.mark.parametrize("kw", [{"pe": ALiBi}, {"pe": T5RelativeBias}, {"attention": LocalAttention(3)}],
-                         ids=["alibi", "t5", "local"])
+@pytest.mark.parametrize(
+    "kw", [{"pe": ALiBi}, {"pe": T5RelativeBias}, {"attention": LocalAttention(3)}], ids=["alibi", "t5", "local"]
+)
 @pytest.mark.parametrize("cls", [EncoderDecoder, DecoderOnly, EncoderOnly])
 def test_linear_refuses_score_biases_and_masking_patterns(kw, cls):
     with pytest.raises(ConfigError, match="linear attention never forms"):
@@ -269,8 +272,12 @@ def test_linear_accepts_rope_and_local_attention_on_the_other_stack():
 
 
 # -- every mechanism: training and parameter accounting --------------------------------------------
-MIXERS = {"mha": (MultiHeadMixer(), None), "gqa": (GroupedQueryMixer(), 2), "mqa": (MultiQueryMixer(), None),
-          "linear": (LinearMixer(), None)}
+MIXERS = {
+    "mha": (MultiHeadMixer(), None),
+    "gqa": (GroupedQueryMixer(), 2),
+    "mqa": (MultiQueryMixer(), None),
+    "linear": (LinearMixer(), None),
+}
 
 
 @pytest.mark.parametrize("name", list(MIXERS))
@@ -280,8 +287,18 @@ def test_every_mixer_trains(name, cls):
     below the unigram level log(V - 3) that ignoring the context would leave."""
     torch.manual_seed(0)
     mixer, n_kv = MIXERS[name]
-    model = cls(12, 12, d_model=32, n_heads=4, n_encoder_layers=1, n_decoder_layers=1, dropout=0.0,
-                mixer=mixer, n_kv_heads=n_kv, pe=RoPE)
+    model = cls(
+        12,
+        12,
+        d_model=32,
+        n_heads=4,
+        n_encoder_layers=1,
+        n_decoder_layers=1,
+        dropout=0.0,
+        mixer=mixer,
+        n_kv_heads=n_kv,
+        pe=RoPE,
+    )
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     seq = torch.randint(3, 12, (8, 6), generator=torch.Generator().manual_seed(0))
     tgt = torch.cat((torch.ones(8, 1, dtype=torch.long), seq), 1)
@@ -329,7 +346,7 @@ def test_breakdown_counts_any_mechanism_as_attention():
     model = DecoderOnly(20, 20, **SIZES, mixer=GainMixer()).eval()
     seq = torch.randint(3, 20, (2, 5))
     cache = model.new_cache()
-    torch.testing.assert_close(torch.cat([model(seq[:, i:i + 1], cache=cache) for i in range(5)], 1), model(seq))
+    torch.testing.assert_close(torch.cat([model(seq[:, i : i + 1], cache=cache) for i in range(5)], 1), model(seq))
 
 
 def test_a_non_mixer_is_refused():
@@ -353,8 +370,9 @@ def test_linear_sums_stay_float32_under_bf16_autocast():
 def test_grouped_kv_heads_train_with_attention_dropout(mixer, n_kv):
     """Attention-weight dropout (xformer's CPU path and SDPA's) sees the kv heads expanded to every query head."""
     torch.manual_seed(7)
-    model = DecoderOnly(20, 20, d_model=D, n_heads=H, n_decoder_layers=1, dropout=0.3, mixer=mixer,
-                        n_kv_heads=n_kv).train()
+    model = DecoderOnly(
+        20, 20, d_model=D, n_heads=H, n_decoder_layers=1, dropout=0.3, mixer=mixer, n_kv_heads=n_kv
+    ).train()
     out = model(torch.randint(3, 20, (2, 6)))
     out.sum().backward()
     assert out.shape == (2, 6, 20) and torch.isfinite(out).all()

@@ -9,8 +9,7 @@ from xformer.model import ConfigError, EncoderDecoder, ReLUFFN, SwiGLUFFN
 def test_block_breakdown_matches_hand_count_for_the_base_model():
     """Vaswani et al. base block: attention 4·512² (+ 4·512 biases), FFN 2·512·2048 (+ 2048 + 512)."""
     with torch.device("meta"):
-        model = EncoderDecoder(1000, 1000, d_model=512, n_heads=8, ffn_ratio=4, n_encoder_layers=1,
-                               n_decoder_layers=1)
+        model = EncoderDecoder(1000, 1000, d_model=512, n_heads=8, ffn_ratio=4, n_encoder_layers=1, n_decoder_layers=1)
     attn_per_module = 4 * 512 * 512 + 4 * 512
     ffn_per_block = 2 * 512 * 2048 + 2048 + 512
     counts = model.param_breakdown()
@@ -26,8 +25,9 @@ def test_block_breakdown_matches_hand_count_for_the_base_model():
 def test_untied_embeddings_are_counted_separately():
     with torch.device("meta"):
         tied = EncoderDecoder(100, 120, d_model=32, n_heads=4, n_encoder_layers=1, n_decoder_layers=1)
-        untied = EncoderDecoder(100, 120, d_model=32, n_heads=4, n_encoder_layers=1, n_decoder_layers=1,
-                                tie_embeddings=False)
+        untied = EncoderDecoder(
+            100, 120, d_model=32, n_heads=4, n_encoder_layers=1, n_decoder_layers=1, tie_embeddings=False
+        )
     assert tied.param_breakdown()["embedding"] == (100 + 120) * 32
     assert untied.param_breakdown()["embedding"] == (100 + 120 + 120) * 32
 
@@ -43,8 +43,16 @@ def test_swiglu_keeps_the_ffn_weight_count():
 @pytest.mark.parametrize("ratio", [1, 2, 4, 8])
 def test_param_budget_equalises_an_ffn_ratio_sweep(ratio):
     with torch.device("meta"):
-        model = EncoderDecoder(500, 500, d_model=64, n_heads=4, ffn_ratio=ratio, n_encoder_layers=2,
-                               n_decoder_layers=2, param_budget=1_000_000)
+        model = EncoderDecoder(
+            500,
+            500,
+            d_model=64,
+            n_heads=4,
+            ffn_ratio=ratio,
+            n_encoder_layers=2,
+            n_decoder_layers=2,
+            param_budget=1_000_000,
+        )
     total = model.param_breakdown()["total"]
     assert abs(total - 1_000_000) / 1_000_000 < 0.06
     assert model.d_model % 8 == 0
@@ -52,20 +60,32 @@ def test_param_budget_equalises_an_ffn_ratio_sweep(ratio):
 
 def test_param_budget_can_solve_d_ff_instead():
     with torch.device("meta"):
-        model = EncoderDecoder(500, 500, d_model=64, n_heads=4, d_head=32, n_encoder_layers=2,
-                               n_decoder_layers=2, param_budget=600_000, budget_solves="d_ff")
+        model = EncoderDecoder(
+            500,
+            500,
+            d_model=64,
+            n_heads=4,
+            d_head=32,
+            n_encoder_layers=2,
+            n_decoder_layers=2,
+            param_budget=600_000,
+            budget_solves="d_ff",
+        )
     assert abs(model.param_breakdown()["total"] - 600_000) < 5_000
     with pytest.raises(ConfigError, match="param_budget"):
         EncoderDecoder(500, 500, d_model=64, n_heads=4, param_budget=1000, budget_solves="d_ff")
 
 
-@pytest.mark.parametrize("kwargs,key", [
-    (dict(d_model=30, n_heads=4), "model.n_heads"),
-    (dict(ffn_ratio=0), "model.ffn_ratio"),
-    (dict(ffn_ratio=-1), "model.ffn_ratio"),
-    (dict(dropout=1.0), "model.dropout"),
-    (dict(d_head=0), "model.d_head"),
-])
+@pytest.mark.parametrize(
+    "kwargs,key",
+    [
+        (dict(d_model=30, n_heads=4), "model.n_heads"),
+        (dict(ffn_ratio=0), "model.ffn_ratio"),
+        (dict(ffn_ratio=-1), "model.ffn_ratio"),
+        (dict(dropout=1.0), "model.dropout"),
+        (dict(d_head=0), "model.d_head"),
+    ],
+)
 def test_invalid_sizes_name_the_key(kwargs, key):
     args = dict(d_model=32, n_heads=4, n_encoder_layers=1, n_decoder_layers=1)
     args.update(kwargs)

@@ -24,7 +24,7 @@ ALIBI_EXPONENTS = {
 
 @pytest.mark.parametrize("heads", sorted(ALIBI_EXPONENTS))
 def test_alibi_slopes_match_press_et_al(heads):
-    expected = torch.tensor([2.0 ** e for e in ALIBI_EXPONENTS[heads]], dtype=torch.float64)
+    expected = torch.tensor([2.0**e for e in ALIBI_EXPONENTS[heads]], dtype=torch.float64)
     torch.testing.assert_close(alibi_slopes(heads), expected, rtol=1e-12, atol=0)
 
 
@@ -32,7 +32,7 @@ def test_alibi_bias_is_minus_slope_times_distance():
     pos = torch.arange(5)
     bias = ALiBi(16, 2, 8).attn_bias(pos, pos)
     assert bias.shape == (2, 5, 5)
-    assert bias[0, 4, 1].item() == pytest.approx(-(2 ** -4) * 3)
+    assert bias[0, 4, 1].item() == pytest.approx(-(2**-4) * 3)
     assert bias[1, 2, 2].item() == 0
 
 
@@ -54,7 +54,7 @@ def test_sinusoid_shift_is_a_linear_map(k):
     for i in range(d // 2):
         w = 1 / 10000 ** (2 * i / d)
         c, s = math.cos(k * w), math.sin(k * w)
-        m[2 * i:2 * i + 2, 2 * i:2 * i + 2] = torch.tensor([[c, s], [-s, c]], dtype=torch.float64)
+        m[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = torch.tensor([[c, s], [-s, c]], dtype=torch.float64)
     torch.testing.assert_close(table[:-k] @ m.T, table[k:], rtol=0, atol=1e-10)
 
 

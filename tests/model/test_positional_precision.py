@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 from xformer.model import ALiBi, RoPE, T5RelativeBias
 from xformer.model.positional import Learned, PositionalEncoding, Sinusoidal, alibi_slopes
 
-U = 2.0 ** -8  # bf16 unit roundoff
+U = 2.0**-8  # bf16 unit roundoff
 DEFAULT_MAX_LEN = int(OmegaConf.load(Path(__file__).parents[2] / "conf/model/transformer.yaml").max_len)
 MAX_LENS = [DEFAULT_MAX_LEN, 1024]
 
@@ -136,7 +136,7 @@ def test_a_user_scheme_keeps_its_buffers_in_float32(precision):
     dtype = torch.bfloat16 if precision == "bf16-true" else torch.float16
     out = pe.embed(torch.zeros(1, max_len, d, dtype=dtype), pos)[0]
     ref = pos.double()[:, None] / (1.0 + torch.arange(d, dtype=torch.float64))
-    u = 2.0 ** -8 if precision == "bf16-true" else 2.0 ** -11
+    u = 2.0**-8 if precision == "bf16-true" else 2.0**-11
     assert ((out.double() - ref).abs() <= 2 * u * ref.abs()).all()
 
 

@@ -43,8 +43,9 @@ class MyRotary(PositionalEncoding):
 
     def __init__(self, d_model, n_heads, d_head, max_len=None, causal=False):
         super().__init__(d_model, n_heads, d_head, max_len, causal)
-        self.register_buffer("inv", 10000.0 ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head),
-                             persistent=False)
+        self.register_buffer(
+            "inv", 10000.0 ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head), persistent=False
+        )
 
     def rotate(self, t, pos):
         ang = pos.double()[:, None] * self.inv[None, :]
@@ -205,13 +206,19 @@ def test_ffn_with_forward_builds_and_trains():
 
 # -- refusals ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("cls", [EncoderDecoder, DecoderOnly, EncoderOnly])
-@pytest.mark.parametrize("kwargs,needle", [
-    ({"pe": NoHookPE}, r"model\.pe: .*NoHookPE overrides none of the PositionalEncoding hooks embed, rotate, attn_bias"),
-    ({"pe": lambda **_kw: nn.Identity()}, r"model\.pe: .*Identity is not an xformer\.model\.PositionalEncoding"),
-    ({"norm": NoForwardNorm}, r"model\.norm: .*NoForwardNorm does not implement forward\(x, f\)"),
-    ({"ffn": NoForwardFFN}, r"model\.ffn: .*NoForwardFFN must be an nn\.Module that implements forward\(x\)"),
-    ({"attention": NotAPattern()}, r"model\.attention: .*NotAPattern is not an xformer\.model\.AttentionPattern"),
-])
+@pytest.mark.parametrize(
+    "kwargs,needle",
+    [
+        (
+            {"pe": NoHookPE},
+            r"model\.pe: .*NoHookPE overrides none of the PositionalEncoding hooks embed, rotate, attn_bias",
+        ),
+        ({"pe": lambda **_kw: nn.Identity()}, r"model\.pe: .*Identity is not an xformer\.model\.PositionalEncoding"),
+        ({"norm": NoForwardNorm}, r"model\.norm: .*NoForwardNorm does not implement forward\(x, f\)"),
+        ({"ffn": NoForwardFFN}, r"model\.ffn: .*NoForwardFFN must be an nn\.Module that implements forward\(x\)"),
+        ({"attention": NotAPattern()}, r"model\.attention: .*NotAPattern is not an xformer\.model\.AttentionPattern"),
+    ],
+)
 def test_a_variant_without_its_hook_is_refused_at_build(cls, kwargs, needle):
     with pytest.raises(ConfigError, match=needle) as err:
         cls(V, V, **SIZES, **kwargs)
@@ -227,17 +234,24 @@ def test_a_no_position_scheme_is_fine_when_it_says_so():
 
 
 def test_flags_that_contradict_the_hooks_are_rejected_and_consistent_ones_ignored():
-    with pytest.raises(TypeError, match=r"rotates=False: xformer works this out from whether the class overrides rotate"):
+    with pytest.raises(
+        TypeError, match=r"rotates=False: xformer works this out from whether the class overrides rotate"
+    ):
+
         class Off(MyRotary):
             rotates = False
+
     with pytest.raises(TypeError, match=r"rotates=True: .*\(here False\)"):
+
         class On(PositionalEncoding):
             rotates = True
 
             @override
             def embed(self, x, pos):
                 return x
+
     with pytest.raises(TypeError, match=r"is_causal=True: .*keeps CausalAttention\.blocked"):
+
         class Fake(MyBand):
             is_causal = True
 
@@ -256,7 +270,7 @@ def test_math_of_my_rotary_is_rope():
     t = torch.randn(1, 2, 5, 8)
     pos = torch.arange(5)
     torch.testing.assert_close(MyRotary(16, 2, 8).rotate(t, pos), RoPE(16, 2, 8).rotate(t, pos))
-    assert math.isclose(float(MyAlibi(16, 2, 8).attn_bias(pos, pos)[0, 4, 1]), -(2 ** -4) * 3, rel_tol=1e-6)
+    assert math.isclose(float(MyAlibi(16, 2, 8).attn_bias(pos, pos)[0, 4, 1]), -(2**-4) * 3, rel_tol=1e-6)
 
 
 def test_variants_from_a_module_outside_the_repo_through_the_config(tmp_path, monkeypatch):
@@ -278,11 +292,20 @@ def test_variants_from_a_module_outside_the_repo_through_the_config(tmp_path, mo
         "    def __init__(self, window):\n"
         "        self.window = window\n"
         "    def blocked(self, q_pos, k_pos):\n"
-        "        return (q_pos[:, None] - k_pos[None, :]).abs() >= self.window\n")
+        "        return (q_pos[:, None] - k_pos[None, :]).abs() >= self.window\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
-        cfg = compose("config", overrides=["model/arch=decoder_only", "model.d_model=16", "model.n_heads=2",
-                                           "model.n_decoder_layers=2", "model.dropout=0.0"])
+        cfg = compose(
+            "config",
+            overrides=[
+                "model/arch=decoder_only",
+                "model.d_model=16",
+                "model.n_heads=2",
+                "model.n_decoder_layers=2",
+                "model.dropout=0.0",
+            ],
+        )
     OmegaConf.set_struct(cfg, False)
     mine = cfg.copy()
     mine.model.pe = {"_target_": "outside_variants.Rot", "_partial_": True}

@@ -21,15 +21,30 @@ from tests.conftest import TINY as BASE_TINY
 
 TINY = BASE_TINY
 # 12 training batches per epoch; 16 steps cross an epoch boundary; last.ckpt every 4 steps
-RESUMABLE = [*TINY, "data.tokens_per_batch=256", "trainer.max_steps=16", "trainer.val_check_interval=8",
-             "callbacks.last_checkpoint.every_n_train_steps=4", "trainer.deterministic=true"]
+RESUMABLE = [
+    *TINY,
+    "data.tokens_per_batch=256",
+    "trainer.max_steps=16",
+    "trainer.val_check_interval=8",
+    "callbacks.last_checkpoint.every_n_train_steps=4",
+    "trainer.deterministic=true",
+]
 
 
 def env_for(tmp: Path, **extra: str | None) -> dict:
     """A clean environment: offline W&B, private cache and HOME, one thread, no API key."""
-    env = {**os.environ, "WANDB_MODE": "offline", "XFORMER_CACHE": str(tmp / "cache"), "HOME": str(tmp / "home"),
-           "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-           "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost", "PYTHONPATH": str(REPO)}
+    env = {
+        **os.environ,
+        "WANDB_MODE": "offline",
+        "XFORMER_CACHE": str(tmp / "cache"),
+        "HOME": str(tmp / "home"),
+        "HYDRA_FULL_ERROR": "0",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "NO_PROXY": "127.0.0.1,localhost",
+        "no_proxy": "127.0.0.1,localhost",
+        "PYTHONPATH": str(REPO),
+    }
     for key in ("WANDB_API_KEY", "WANDB_BASE_URL", "WANDB_INIT_TIMEOUT"):
         env.pop(key, None)
     for key, value in extra.items():
@@ -43,16 +58,27 @@ def env_for(tmp: Path, **extra: str | None) -> dict:
 
 def run_py(args: list[str], tmp: Path, timeout: float = 300, **env: str | None) -> subprocess.CompletedProcess:
     """``python run.py *args`` in ``tmp``; returns the finished process (text output captured)."""
-    return subprocess.run([sys.executable, str(REPO / "run.py"), *args], cwd=tmp, env=env_for(tmp, **env),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(REPO / "run.py"), *args],
+        cwd=tmp,
+        env=env_for(tmp, **env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def start_py(args: list[str], tmp: Path, **env: str | None) -> subprocess.Popen:
     """Start ``python run.py *args`` in ``tmp`` without waiting; output goes to ``proc.log_path``."""
     log_path = tmp / f"run-{time.monotonic_ns()}.log"
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, str(REPO / "run.py"), *args], cwd=tmp, env=env_for(tmp, **env),
-                                stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, str(REPO / "run.py"), *args],
+            cwd=tmp,
+            env=env_for(tmp, **env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     proc.log_path = log_path
     return proc
 
@@ -62,8 +88,9 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 240) -> None:
     t0 = time.monotonic()
     while not path.exists():
         if proc.poll() is not None:
-            pytest.fail(f"run ended (status {proc.returncode}) before {path} appeared:\n"
-                        + proc.log_path.read_text()[-3000:])
+            pytest.fail(
+                f"run ended (status {proc.returncode}) before {path} appeared:\n" + proc.log_path.read_text()[-3000:]
+            )
         if time.monotonic() - t0 > timeout:
             proc.kill()
             pytest.fail(f"{path} did not appear within {timeout} s")
@@ -130,8 +157,8 @@ def wandb_records(run_dir: Path) -> list:
         if block - pos % block < 7:
             pos += block - pos % block
             continue
-        length, kind = int.from_bytes(data[pos + 4:pos + 6], "little"), data[pos + 6]
-        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        length, kind = int.from_bytes(data[pos + 4 : pos + 6], "little"), data[pos + 6]
+        chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
         if kind == 0 and length == 0:
             continue
         parts = chunk if kind in (1, 2) else parts + chunk

@@ -52,6 +52,7 @@ class SigkillAt(L.Callback):
     def __init__(self, batches: int) -> None:
         self.batches, self.seen = int(batches), 0
 
+    @override
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:  # noqa: D102
         self.seen += 1
         if self.seen == self.batches:

@@ -61,8 +61,15 @@ def outcomes(tmp_path_factory) -> dict[str, dict]:
     (text / "train.tgt").write_text("\n".join(tgt) + "\n")
     truncated = tmp / "truncated.ckpt"
     truncated.write_bytes(b"PK\x03\x04 half a checkpoint")
-    text_args = ["data=text", "data.tokenizer=char", f"data.root={text}", "data.train_src=train.src",
-                 "data.train_tgt=train.tgt", "data.val_src=train.src", "data.val_tgt=train.tgt"]
+    text_args = [
+        "data=text",
+        "data.tokenizer=char",
+        f"data.root={text}",
+        "data.train_src=train.src",
+        "data.train_tgt=train.tgt",
+        "data.val_src=train.src",
+        "data.val_tgt=train.tgt",
+    ]
     server = FileServer(served)
     cache = tmp / "cache"
     model = [a for a in TINY if a.startswith("model.")]
@@ -87,20 +94,35 @@ def outcomes(tmp_path_factory) -> dict[str, dict]:
         _case("root_without_files", ["data=multi30k", f"data.root={empty}", *model], tmp),
         _case("line_counts", ["data=multi30k", f"data.root={mismatch}", *model], tmp),
         _case("corrupt_gz", ["data=multi30k", f"data.root={corrupt}", *model], tmp),
-        _case("checksum", ["data=multi30k", f"data.base_url={server.url}", *model], tmp,
-              XFORMER_CACHE=str(cache)),
+        _case("checksum", ["data=multi30k", f"data.base_url={server.url}", *model], tmp, XFORMER_CACHE=str(cache)),
         _case("not_utf8", [*text_args, "data.val_src=bad.src", "data.val_tgt=bad.tgt", *model], tmp),
         _case("full_error", [*TINY, "model.n_heads=four"], tmp, HYDRA_FULL_ERROR="1"),
         _case("sweep_invalid_job", ["-m", *TINY, "model.n_heads=2,3", f"hydra.sweep.dir={tmp / 'sweep'}"], tmp),
         # the one case that trains (2 steps): empty lines are skipped with a count, not fatal
-        _case("empty_line", [*text_args, *model, "trainer.max_steps=2", "trainer.val_check_interval=2",
-                             "logger=csv", "trainer.enable_progress_bar=false"], tmp),
+        _case(
+            "empty_line",
+            [
+                *text_args,
+                *model,
+                "trainer.max_steps=2",
+                "trainer.val_check_interval=2",
+                "logger=csv",
+                "trainer.enable_progress_bar=false",
+            ],
+            tmp,
+        ),
     ]
     cases_file = tmp / "cases.json"
     cases_file.write_text(json.dumps(cases))
     try:
-        proc = subprocess.run([sys.executable, str(REPO / "tests" / "reliability" / "run_many.py"), str(cases_file)],
-                              cwd=tmp, env=env_for(tmp), capture_output=True, text=True, timeout=400)
+        proc = subprocess.run(
+            [sys.executable, str(REPO / "tests" / "reliability" / "run_many.py"), str(cases_file)],
+            cwd=tmp,
+            env=env_for(tmp),
+            capture_output=True,
+            text=True,
+            timeout=400,
+        )
     finally:
         server.close()
     lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
@@ -114,30 +136,33 @@ def outcomes(tmp_path_factory) -> dict[str, dict]:
     return out
 
 
-@pytest.mark.parametrize("name, rc, expected", [
-    ("wrong_type", 2, "model.n_heads=four: expected an integer >= 1"),
-    ("negative_size", 2, "model.d_model=-8: must be >= 1"),
-    ("negative_layers", 2, "model.n_encoder_layers=-1: must be >= 0"),
-    ("dropout_range", 2, "model.dropout=1.0: must be in [0.0, 1.0)"),
-    ("warmup_negative", 2, "optim.warmup_steps=-1: must be >= 0"),
-    ("max_steps", 2, "trainer.max_steps=-5: must be >= -1"),
-    ("max_steps_zero", 2, "trainer.max_steps=0: would train nothing"),
-    ("tokens_per_batch", 2, "data.tokens_per_batch=0: must be >= 1"),
-    ("heads_divide", 2, "model.n_heads=4: d_model=30 is not divisible"),
-    ("rope_odd_head", 2, "model.d_head=7: rope needs an even head size"),
-    ("local_window", 2, "model.attention.window=0: must be >= 1"),
-    ("learned_max_len", 2, "model.max_len=5: the data's longest sequence has"),
-    ("objective_typo", 2, "objective.metric=val/blue: not logged"),
-    ("data_option", 2, "data (SyntheticDataModule): SyntheticDataModule: task_name must be one of"),
-    ("ckpt_missing", 2, "ckpt_path=/nonexistent/model.ckpt: no such file"),
-    ("ckpt_truncated", 2, "not a readable checkpoint (truncated or corrupt)"),
-    ("root_missing", 2, "data.root=/nonexistent: no such folder"),
-    ("root_without_files", 2, "Multi30k file not found"),
-    ("line_counts", 2, "parallel files are not aligned"),
-    ("corrupt_gz", 2, "train.de.gz is not a valid gzip file"),
-    ("checksum", 2, "checksum mismatch for train.de.gz"),
-    ("not_utf8", 2, "bad.src: line 2 is not valid UTF-8"),
-])
+@pytest.mark.parametrize(
+    "name, rc, expected",
+    [
+        ("wrong_type", 2, "model.n_heads=four: expected an integer >= 1"),
+        ("negative_size", 2, "model.d_model=-8: must be >= 1"),
+        ("negative_layers", 2, "model.n_encoder_layers=-1: must be >= 0"),
+        ("dropout_range", 2, "model.dropout=1.0: must be in [0.0, 1.0)"),
+        ("warmup_negative", 2, "optim.warmup_steps=-1: must be >= 0"),
+        ("max_steps", 2, "trainer.max_steps=-5: must be >= -1"),
+        ("max_steps_zero", 2, "trainer.max_steps=0: would train nothing"),
+        ("tokens_per_batch", 2, "data.tokens_per_batch=0: must be >= 1"),
+        ("heads_divide", 2, "model.n_heads=4: d_model=30 is not divisible"),
+        ("rope_odd_head", 2, "model.d_head=7: rope needs an even head size"),
+        ("local_window", 2, "model.attention.window=0: must be >= 1"),
+        ("learned_max_len", 2, "model.max_len=5: the data's longest sequence has"),
+        ("objective_typo", 2, "objective.metric=val/blue: not logged"),
+        ("data_option", 2, "data (SyntheticDataModule): SyntheticDataModule: task_name must be one of"),
+        ("ckpt_missing", 2, "ckpt_path=/nonexistent/model.ckpt: no such file"),
+        ("ckpt_truncated", 2, "not a readable checkpoint (truncated or corrupt)"),
+        ("root_missing", 2, "data.root=/nonexistent: no such folder"),
+        ("root_without_files", 2, "Multi30k file not found"),
+        ("line_counts", 2, "parallel files are not aligned"),
+        ("corrupt_gz", 2, "train.de.gz is not a valid gzip file"),
+        ("checksum", 2, "checksum mismatch for train.de.gz"),
+        ("not_utf8", 2, "bad.src: line 2 is not valid UTF-8"),
+    ],
+)
 def test_bad_config_or_input_is_one_line_before_training(outcomes, name, rc, expected):
     res = outcomes[name]
     assert res["rc"] == rc, res["text"][-3000:]
@@ -180,6 +205,7 @@ def test_misspelled_key_is_hydras_short_message_without_traceback(tmp_path):
     assert "model.ffn_ratoi" in res.stderr and "Traceback" not in res.stderr
     assert len(res.stderr.strip().splitlines()) <= 8, res.stderr
     assert not (tmp_path / "job" / "checkpoints").exists()
-    full = run_py([*TINY, "model.ffn_ratoi=4", f"hydra.run.dir={tmp_path / 'job'}"], tmp_path, timeout=120,
-                  HYDRA_FULL_ERROR="1")
+    full = run_py(
+        [*TINY, "model.ffn_ratoi=4", f"hydra.run.dir={tmp_path / 'job'}"], tmp_path, timeout=120, HYDRA_FULL_ERROR="1"
+    )
     assert full.returncode != 0 and "Traceback" in full.stderr

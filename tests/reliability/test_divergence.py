@@ -43,9 +43,17 @@ def fit(vals: list[float], every: int = 2) -> tuple[L.Trainer, NonFiniteLossGuar
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(64, 2)), batch_size=2)
     val = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(2, 2)), batch_size=2)
     guard = NonFiniteLossGuard()
-    trainer = L.Trainer(max_steps=every * len(vals), val_check_interval=every, callbacks=[guard], logger=False,
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                        num_sanity_val_steps=1, accelerator="cpu")
+    trainer = L.Trainer(
+        max_steps=every * len(vals),
+        val_check_interval=every,
+        callbacks=[guard],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=1,
+        accelerator="cpu",
+    )
     trainer.fit(ScriptedVal(vals), data, val)
     return trainer, guard
 

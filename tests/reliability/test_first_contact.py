@@ -27,15 +27,15 @@ from xformer.errors import ConfigError
 
 #: modules that mean the training stack (or the data) was loaded (plain `import torch` brings
 #: torch._dynamo along in torch 2.13, so torch itself is judged separately)
-HEAVY = ("lightning", "wandb", "xformer.data", "xformer.jobs.driver", "xformer.train.", "sacrebleu",
-         "torchmetrics")
+HEAVY = ("lightning", "wandb", "xformer.data", "xformer.jobs.driver", "xformer.train.", "sacrebleu", "torchmetrics")
 LIGHT = ("xformer.train.schedules",)  # pure-Python LR schedules: the scheduler node is checked in stage 1
 
 
 def _imported(importtime_stderr: str) -> set[str]:
     """Module names from ``python -X importtime`` output."""
-    return {m.group(1).strip() for m in re.finditer(r"^import time:\s+\d+ \|\s+\d+ \|\s+(\S+)\s*$",
-                                                      importtime_stderr, re.M)}
+    return {
+        m.group(1).strip() for m in re.finditer(r"^import time:\s+\d+ \|\s+\d+ \|\s+(\S+)\s*$", importtime_stderr, re.M)
+    }
 
 
 def _error_lines(stderr: str) -> list[str]:
@@ -44,25 +44,38 @@ def _error_lines(stderr: str) -> list[str]:
 
 # ---- 1. config checked first ----------------------------------------------------------------------
 
-@pytest.mark.parametrize("bad,key,torch_ok", [
-    ("model.n_heads=four", "model.n_heads=four", False),
-    ("model.dropout=1.5", "model.dropout=1.5", False),
-    ("objective.metric=val/blue", "objective.metric=val/blue", False),
-    ("trainer.precision=bf17", "trainer.precision=bf17", False),
-    ("model.d_model=30", "d_model=30", True),  # built on the meta device: torch, nothing else
-])
+
+@pytest.mark.parametrize(
+    "bad,key,torch_ok",
+    [
+        ("model.n_heads=four", "model.n_heads=four", False),
+        ("model.dropout=1.5", "model.dropout=1.5", False),
+        ("objective.metric=val/blue", "objective.metric=val/blue", False),
+        ("trainer.precision=bf17", "trainer.precision=bf17", False),
+        ("model.d_model=30", "d_model=30", True),  # built on the meta device: torch, nothing else
+    ],
+)
 def test_config_error_comes_before_lightning_wandb_and_data(tmp_path, bad, key, torch_ok):
     env = env_for(tmp_path)
-    res = subprocess.run([sys.executable, "-X", "importtime", str(REPO / "run.py"), bad,
-                          f"hydra.run.dir={tmp_path / 'job'}"], cwd=tmp_path, env=env, capture_output=True,
-                         text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-X", "importtime", str(REPO / "run.py"), bad, f"hydra.run.dir={tmp_path / 'job'}"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 2, res.stderr[-2000:]
     errors = _error_lines(res.stderr)
     assert len(errors) == 1 and key in errors[0], errors
     mods = _imported(res.stderr)
     assert "hydra" in mods  # the parser works
-    heavy = sorted(m for m in mods if m.split(".")[0] in ("lightning", "wandb", "sacrebleu", "torchmetrics")
-                   or (m.startswith(HEAVY) and m not in LIGHT))
+    heavy = sorted(
+        m
+        for m in mods
+        if m.split(".")[0] in ("lightning", "wandb", "sacrebleu", "torchmetrics")
+        or (m.startswith(HEAVY) and m not in LIGHT)
+    )
     assert not heavy, f"imported before the error: {heavy[:10]}"
     assert torch_ok or "torch" not in mods
     assert not (tmp_path / "cache").exists(), "no data or tokenizer was built"
@@ -73,17 +86,20 @@ def test_check_config_first_on_a_valid_config_loads_no_training_stack(tmp_path):
 import json, sys
 from hydra import compose, initialize_config_dir
 from xformer.jobs.validate import check_config_first
-with initialize_config_dir(config_dir={str(REPO / 'conf')!r}, version_base="1.3"):
+with initialize_config_dir(config_dir={str(REPO / "conf")!r}, version_base="1.3"):
     cfg = compose("config", overrides={TINY!r})
 check_config_first(cfg)
 print(json.dumps(sorted(sys.modules)))
 """
-    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env_for(tmp_path), capture_output=True,
-                         text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env_for(tmp_path), capture_output=True, text=True, timeout=120
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     mods = json.loads(res.stdout.strip().splitlines()[-1])
     assert "xformer.model" in mods  # the model was checked (meta device)
-    assert not [m for m in mods if m.startswith(HEAVY) and m not in LIGHT], [m for m in mods if m.startswith(HEAVY) and m not in LIGHT][:10]
+    assert not [m for m in mods if m.startswith(HEAVY) and m not in LIGHT], [
+        m for m in mods if m.startswith(HEAVY) and m not in LIGHT
+    ][:10]
 
 
 def test_sequence_metric_names_are_those_the_module_computes():
@@ -107,6 +123,7 @@ def test_objective_typo_fails_without_the_data_and_a_metric_the_data_lacks_fails
 
 
 # ---- 2. Ctrl-C keeps the work -----------------------------------------------------------------------
+
 
 def test_ctrl_c_saves_last_ckpt_and_resume_matches_the_uninterrupted_run(tmp_path, reference_run):
     job = tmp_path / "job"
@@ -135,8 +152,9 @@ def test_ctrl_c_saves_last_ckpt_and_resume_matches_the_uninterrupted_run(tmp_pat
 def test_second_ctrl_c_quits_at_once(tmp_path):
     job = tmp_path / "job"
     slow = ["+callbacks.slow._target_=tests.reliability.first_contact_probe.SlowSteps", "+callbacks.slow.seconds=2"]
-    proc = start_py([*RESUMABLE, *slow, "callbacks.last_checkpoint.every_n_train_steps=1",
-                     f"hydra.run.dir={job}"], tmp_path)
+    proc = start_py(
+        [*RESUMABLE, *slow, "callbacks.last_checkpoint.every_n_train_steps=1", f"hydra.run.dir={job}"], tmp_path
+    )
     wait_for(job / "checkpoints" / "last.ckpt", proc)
     os.kill(proc.pid, signal.SIGINT)
     t0 = time.monotonic()
@@ -152,6 +170,7 @@ def test_second_ctrl_c_quits_at_once(tmp_path):
 
 # ---- 3. a checkpoint of another model; an output folder that cannot be made ---------------------------
 
+
 def _compose(overrides: list[str]):
     from hydra import compose, initialize_config_dir
 
@@ -165,18 +184,31 @@ def _fake_checkpoint(path: Path, cfg, src_vocab: int = 40, tgt_vocab: int = 40, 
     from xformer.jobs.validate import build_model
 
     model = build_model(cfg, src_vocab, tgt_vocab, 0)
-    ckpt = {"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()}, "global_step": 0, "epoch": 0,
-            "pytorch-lightning_version": "2.6.0"}
+    ckpt = {
+        "state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
+        "global_step": 0,
+        "epoch": 0,
+        "pytorch-lightning_version": "2.6.0",
+    }
     if xformer:
-        ckpt["xformer"] = {"config": {"model": OmegaConf.to_container(cfg.model, resolve=True),
-                                      "data": {"vocab_size": src_vocab, "tokenizer": "bpe"}},
-                           "src_vocab_size": src_vocab, "tgt_vocab_size": tgt_vocab, "pad_id": 0, "tokenizer": None}
+        ckpt["xformer"] = {
+            "config": {
+                "model": OmegaConf.to_container(cfg.model, resolve=True),
+                "data": {"vocab_size": src_vocab, "tokenizer": "bpe"},
+            },
+            "src_vocab_size": src_vocab,
+            "tgt_vocab_size": tgt_vocab,
+            "pad_id": 0,
+            "tokenizer": None,
+        }
     torch.save(ckpt, path)
     return path
 
 
 def test_decoder_only_checkpoint_into_an_encoder_decoder_run_is_one_error_line(tmp_path):
-    ckpt = _fake_checkpoint(tmp_path / "lm.ckpt", _compose([*TINY, "model/arch=decoder_only", "model.n_encoder_layers=0"]))
+    ckpt = _fake_checkpoint(
+        tmp_path / "lm.ckpt", _compose([*TINY, "model/arch=decoder_only", "model.n_encoder_layers=0"])
+    )
     t0 = time.monotonic()
     res = run_py([*TINY, f"ckpt_path={ckpt}", f"hydra.run.dir={tmp_path / 'job'}"], tmp_path, timeout=120)
     assert res.returncode == 2, res.stderr[-2000:]
@@ -189,11 +221,14 @@ def test_decoder_only_checkpoint_into_an_encoder_decoder_run_is_one_error_line(t
     print(f"time to error: {time.monotonic() - t0:.1f} s")
 
 
-@pytest.mark.parametrize("other,fix", [
-    (["model.d_model=64"], "model.d_model=64"),
-    (["model.n_decoder_layers=2"], "model.n_decoder_layers=2"),
-    (["model/ffn=swiglu"], "model.ffn"),
-])
+@pytest.mark.parametrize(
+    "other,fix",
+    [
+        (["model.d_model=64"], "model.d_model=64"),
+        (["model.n_decoder_layers=2"], "model.n_decoder_layers=2"),
+        (["model/ffn=swiglu"], "model.ffn"),
+    ],
+)
 def test_checkpoint_of_another_model_shape_names_both_and_the_fix(tmp_path, other, fix):
     from xformer.jobs.validate import check_checkpoint_model
 
@@ -239,7 +274,9 @@ def test_checkpoint_with_another_vocabulary_stops_run_py_in_one_line(tmp_path):
     res = run_py([*TINY, f"ckpt_path={ckpt}", f"hydra.run.dir={tmp_path / 'job'}"], tmp_path, timeout=180)
     assert res.returncode == 2, res.stderr[-2000:]
     errors = _error_lines(res.stderr)
-    assert len(errors) == 1 and "vocabulary has 50/50" in errors[0] and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert len(errors) == 1 and "vocabulary has 50/50" in errors[0] and "Traceback" not in res.stderr, res.stderr[
+        -2000:
+    ]
 
 
 @pytest.mark.parametrize("where", ["/proc/xformer-run", "{file}/sub", "/sys/xformer-run"])
@@ -261,8 +298,10 @@ def test_a_sweep_folder_that_cannot_be_made_is_one_error_line(tmp_path):
 
 def test_a_disk_that_fills_up_during_the_run_is_one_error_line(tmp_path):
     job = tmp_path / "job"
-    full = ["+callbacks.full._target_=tests.reliability.first_contact_probe.DiskFull",
-            f"+callbacks.full.dirpath={job / 'checkpoints'}"]
+    full = [
+        "+callbacks.full._target_=tests.reliability.first_contact_probe.DiskFull",
+        f"+callbacks.full.dirpath={job / 'checkpoints'}",
+    ]
     res = run_py([*TINY, "logger=csv", "trainer.max_steps=6", *full, f"hydra.run.dir={job}"], tmp_path, timeout=180)
     assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr[-2000:]
     errors = _error_lines(res.stderr)
@@ -272,11 +311,14 @@ def test_a_disk_that_fills_up_during_the_run_is_one_error_line(tmp_path):
     assert metrics(job)["status"] == "failed"
 
 
-@pytest.mark.parametrize("call,err,reason", [
-    ("mkdir", errno.EROFS, "Read-only file system"),
-    ("write", errno.ENOSPC, "No space left on device"),
-    ("open", errno.EACCES, "Permission denied"),
-])
+@pytest.mark.parametrize(
+    "call,err,reason",
+    [
+        ("mkdir", errno.EROFS, "Read-only file system"),
+        ("write", errno.ENOSPC, "No space left on device"),
+        ("open", errno.EACCES, "Permission denied"),
+    ],
+)
 def test_output_folder_os_errors_name_the_folder(tmp_path, monkeypatch, call, err, reason):
     from xformer.jobs import validate
 
@@ -310,8 +352,9 @@ ALLOWED_STDERR = [
 
 
 def _unexpected(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines()
-            if line.strip() and not any(re.fullmatch(p, line) for p in ALLOWED_STDERR)]
+    return [
+        line for line in stderr.splitlines() if line.strip() and not any(re.fullmatch(p, line) for p in ALLOWED_STDERR)
+    ]
 
 
 def test_default_run_console_is_quiet_and_true_and_the_bar_is_sane_after_resume(tmp_path):
@@ -358,8 +401,9 @@ def test_translate_notes_empty_input_on_stderr(capsys, monkeypatch):
     from xformer.model import EncoderDecoder
     from xformer.train import translate
 
-    model = EncoderDecoder(src_vocab_size=20, tgt_vocab_size=20, d_model=8, n_heads=2, n_encoder_layers=1,
-                           n_decoder_layers=1)
+    model = EncoderDecoder(
+        src_vocab_size=20, tgt_vocab_size=20, d_model=8, n_heads=2, n_encoder_layers=1, n_decoder_layers=1
+    )
     cfg = OmegaConf.create({"decode": {"beam_size": 1, "alpha": 0.6, "max_len_a": 1.0, "max_len_b": 2}})
     monkeypatch.setattr(translate, "load_checkpoint", lambda _path: (model, None, cfg))
     monkeypatch.setattr("sys.stdin", io.StringIO(""))

@@ -14,15 +14,25 @@ from tests.reliability.conftest import TINY, metrics, run_py, wandb_exit_code
 
 def test_nan_loss_fails_its_job_only_and_keeps_the_last_good_checkpoint(tmp_path):
     sweep = tmp_path / "sweep"
-    res = run_py(["-m", *TINY, "trainer.max_steps=4", "trainer.val_check_interval=2",
-                  "callbacks.last_checkpoint.every_n_train_steps=1", "optim.lr=1e-3,1e30",
-                  f"hydra.sweep.dir={sweep}"], tmp_path)
+    res = run_py(
+        [
+            "-m",
+            *TINY,
+            "trainer.max_steps=4",
+            "trainer.val_check_interval=2",
+            "callbacks.last_checkpoint.every_n_train_steps=1",
+            "optim.lr=1e-3,1e30",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        tmp_path,
+    )
     assert res.returncode != 0, "a sweep with a failed job exits non-zero"
     good, bad = metrics(sweep / "0"), metrics(sweep / "1")
     assert good["status"] == "finished" and good["global_step"] == 4, "the other job went on"
     assert bad["status"] == "diverged"  # an outcome of the setting, not a crash
-    match = re.search(r"train/loss is (nan|inf|-inf) at step (\d+) \(epoch 0, batch \d+\); training stopped",
-                      bad["error"])
+    match = re.search(
+        r"train/loss is (nan|inf|-inf) at step (\d+) \(epoch 0, batch \d+\); training stopped", bad["error"]
+    )
     assert match, bad["error"]
     nan_step = int(match.group(2))
     assert nan_step == bad["global_step"] == bad["diverged"]["step"]

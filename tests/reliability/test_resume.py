@@ -22,8 +22,9 @@ def _assert_same_run(job, reference_run, stopped_at: int, may_lack_last_row: boo
         # the weights, optimizer and data position are in the checkpoint)
         expected.discard(stopped_at - 1)
     assert expected <= set(got) <= set(range(16)), (sorted(got), stopped_at)
-    assert {k: got[k] for k in ref if k in got} == {k: ref[k] for k in got}, \
-        {s: (ref[s], got[s]) for s in got if ref[s] != got[s]}
+    assert {k: got[k] for k in ref if k in got} == {k: ref[k] for k in got}, {
+        s: (ref[s], got[s]) for s in got if ref[s] != got[s]
+    }
     m, m_ref = metrics(job), metrics(reference_run)
     assert m["status"] == "finished" and m["global_step"] == 16
     assert quality(m) == quality(m_ref)

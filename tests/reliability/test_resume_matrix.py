@@ -42,8 +42,16 @@ _REFERENCES: dict[tuple, tuple] = {}
 
 def _run(tmp, job, args, name, status=0):
     probe = tmp / f"{name}.json"
-    res = run_py([*T, *args, f"hydra.run.dir={job}", "+callbacks.probe._target_=tests.train.step_probe.Probe",
-                  f"+callbacks.probe.path={probe}"], tmp)
+    res = run_py(
+        [
+            *T,
+            *args,
+            f"hydra.run.dir={job}",
+            "+callbacks.probe._target_=tests.train.step_probe.Probe",
+            f"+callbacks.probe.path={probe}",
+        ],
+        tmp,
+    )
     assert res.returncode == status, res.stderr[-3000:]
     return [(e["step"], e["epoch"], e["batch_idx"], e["tokens_seen"]) for e in events(probe) if e["kind"] == "batch"]
 
@@ -58,8 +66,15 @@ def _reference(tmp_path_factory, data: list[str]) -> tuple:
     return _REFERENCES[key]
 
 
-def _check(tmp_path, tmp_path_factory, trigger: str, data: list[str], accumulate: int, step: int | None = None,
-           micro_batches: int | None = None) -> None:
+def _check(
+    tmp_path,
+    tmp_path_factory,
+    trigger: str,
+    data: list[str],
+    accumulate: int,
+    step: int | None = None,
+    micro_batches: int | None = None,
+) -> None:
     """Stop by ``trigger`` with the checkpoint at optimizer ``step`` (or, for SIGTERM/max_time, after
     ``micro_batches`` micro-batches), resume with ``max_steps=TOTAL``, compare with the reference."""
     data = [*data, f"trainer.accumulate_grad_batches={accumulate}"]
@@ -71,28 +86,43 @@ def _check(tmp_path, tmp_path_factory, trigger: str, data: list[str], accumulate
     job = tmp_path / "job"
     resume = [*data, f"trainer.max_steps={TOTAL}", "ckpt_path=last"]
     if trigger == "periodic":
-        first = [*data, f"trainer.max_steps={step + 1}", f"callbacks.last_checkpoint.every_n_train_steps={step}",
-                 *PERIODIC_ONLY]
+        first = [
+            *data,
+            f"trainer.max_steps={step + 1}",
+            f"callbacks.last_checkpoint.every_n_train_steps={step}",
+            *PERIODIC_ONLY,
+        ]
         before = _run(tmp_path, job, first, "first")
     elif trigger == "sigkill":  # periodic last.ckpt at `step`, then SIGKILL as the next micro-batch starts
-        kill = ["+callbacks.kill._target_=tests.reliability.stoppers.SigkillAt",
-                f"+callbacks.kill.batches={micro_batches + 1}"]
+        kill = [
+            "+callbacks.kill._target_=tests.reliability.stoppers.SigkillAt",
+            f"+callbacks.kill.batches={micro_batches + 1}",
+        ]
         first = [*data, f"trainer.max_steps={TOTAL}", f"callbacks.last_checkpoint.every_n_train_steps={step}", *kill]
         before = _run(tmp_path, job, first, "first", status=-9)
         assert len(before) == micro_batches  # killed before its next micro-batch ended
     elif trigger == "best":
-        only_best = [f"trainer.val_check_interval={step}", "callbacks.stop_checkpoint.save_on_train_end=false",
-                     "callbacks.model_checkpoint.save_last=false"]
+        only_best = [
+            f"trainer.val_check_interval={step}",
+            "callbacks.stop_checkpoint.save_on_train_end=false",
+            "callbacks.model_checkpoint.save_last=false",
+        ]
         before = _run(tmp_path, job, [*data, f"trainer.max_steps={step}", *only_best], "first")
         resume = [*data, *only_best, f"trainer.max_steps={TOTAL}", f"ckpt_path={job}/checkpoints/best-{step}.ckpt"]
     elif trigger == "fit_end":
         before = _run(tmp_path, job, [*data, f"trainer.max_steps={step}"], "first")
     elif trigger == "sigterm":
-        stop = ["+callbacks.stop._target_=tests.reliability.stoppers.SigtermAt", f"+callbacks.stop.batches={micro_batches}"]
+        stop = [
+            "+callbacks.stop._target_=tests.reliability.stoppers.SigtermAt",
+            f"+callbacks.stop.batches={micro_batches}",
+        ]
         before = _run(tmp_path, job, [*data, f"trainer.max_steps={TOTAL}", *stop], "first", status=143)
     elif trigger == "max_time":
         timed = ["trainer.max_time=00:01:00:00"]
-        stop = ["+callbacks.stop._target_=tests.reliability.stoppers.TimeUpAt", f"+callbacks.stop.batches={micro_batches}"]
+        stop = [
+            "+callbacks.stop._target_=tests.reliability.stoppers.TimeUpAt",
+            f"+callbacks.stop.batches={micro_batches}",
+        ]
         before = _run(tmp_path, job, [*data, *timed, f"trainer.max_steps={TOTAL}", *stop], "first")
         resume = [*resume, *timed]
     else:

@@ -11,10 +11,22 @@ from tests.reliability.conftest import metrics, run_py, train_losses
 from tests.train.step_probe import events
 
 # data.tokens_per_batch 2048 / 4096 / 8192 give 3 / 2 / 1 training batches per epoch
-T = ["data.n_train=500", "data.n_val=20", "data.n_test=10", "data.n_long=5", "model.d_model=32", "model.n_heads=2",
-     "model.n_encoder_layers=1", "model.n_decoder_layers=1", "logger=csv", "trainer.enable_progress_bar=false",
-     "trainer.deterministic=true", "trainer.log_every_n_steps=1", "trainer.val_check_interval=3",
-     "callbacks.last_checkpoint.every_n_train_steps=100"]
+T = [
+    "data.n_train=500",
+    "data.n_val=20",
+    "data.n_test=10",
+    "data.n_long=5",
+    "model.d_model=32",
+    "model.n_heads=2",
+    "model.n_encoder_layers=1",
+    "model.n_decoder_layers=1",
+    "logger=csv",
+    "trainer.enable_progress_bar=false",
+    "trainer.deterministic=true",
+    "trainer.log_every_n_steps=1",
+    "trainer.val_check_interval=3",
+    "callbacks.last_checkpoint.every_n_train_steps=100",
+]
 TOTAL = 7
 PERIODIC_ONLY = ["callbacks.stop_checkpoint.save_on_train_end=false", "callbacks.model_checkpoint.save_last=false"]
 _REFERENCES: dict[int, tuple] = {}
@@ -22,8 +34,16 @@ _REFERENCES: dict[int, tuple] = {}
 
 def _run(tmp, job, args, name):
     probe = tmp / f"{name}.json"
-    res = run_py([*T, *args, f"hydra.run.dir={job}", "+callbacks.probe._target_=tests.train.step_probe.Probe",
-                  f"+callbacks.probe.path={probe}"], tmp)
+    res = run_py(
+        [
+            *T,
+            *args,
+            f"hydra.run.dir={job}",
+            "+callbacks.probe._target_=tests.train.step_probe.Probe",
+            f"+callbacks.probe.path={probe}",
+        ],
+        tmp,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     return [(e["step"], e["epoch"], e["batch_idx"], e["tokens_seen"]) for e in events(probe) if e["kind"] == "batch"]
 
@@ -44,8 +64,9 @@ def _check(tmp_path, tmp_path_factory, tpb: int, stop: int, periodic: bool) -> N
     if periodic:  # last.ckpt is the periodic save of step `stop`, as a SIGKILL right after it leaves it
         first += [f"callbacks.last_checkpoint.every_n_train_steps={stop}", *PERIODIC_ONLY]
     before = _run(tmp_path, job, first, "first")
-    after = _run(tmp_path, job, [f"data.tokens_per_batch={tpb}", f"trainer.max_steps={TOTAL}", "ckpt_path=last"],
-                 "resumed")
+    after = _run(
+        tmp_path, job, [f"data.tokens_per_batch={tpb}", f"trainer.max_steps={TOTAL}", "ckpt_path=last"], "resumed"
+    )
     assert before + after == ref_batches  # (step, epoch, batch index, tokens seen) at every step
     assert train_losses(job) == ref_losses
     assert metrics(job)["tokens_seen"] == ref_tokens
@@ -75,14 +96,24 @@ def test_consistent_resume_leaves_other_checkpoints_alone():
 
     def ckpt(loader_state, processed):
         prog = {"ready": 2, "started": 2, "processed": processed, "completed": processed}
-        return {"loops": {"fit_loop": {"state_dict": {"combined_loader": [loader_state]} if loader_state else {},
-                                       "epoch_progress": {"current": dict(prog), "total": dict(prog)},
-                                       "epoch_loop.batch_progress": {"current": {"ready": 2, "started": 2,
-                                                                                 "processed": 2, "completed": 2},
-                                                                     "is_last_batch": False}}}}
+        return {
+            "loops": {
+                "fit_loop": {
+                    "state_dict": {"combined_loader": [loader_state]} if loader_state else {},
+                    "epoch_progress": {"current": dict(prog), "total": dict(prog)},
+                    "epoch_loop.batch_progress": {
+                        "current": {"ready": 2, "started": 2, "processed": 2, "completed": 2},
+                        "is_last_batch": False,
+                    },
+                }
+            }
+        }
 
-    for unchanged in (ckpt({"epoch": 1, "batches_done": 2}, 2), ckpt(None, 2),
-                      ckpt({"epoch": 1, "batches_done": 2, "epoch_batches": 3}, 1)):
+    for unchanged in (
+        ckpt({"epoch": 1, "batches_done": 2}, 2),
+        ckpt(None, 2),
+        ckpt({"epoch": 1, "batches_done": 2, "epoch_batches": 3}, 1),
+    ):
         before = copy.deepcopy(unchanged)
         ConsistentResume().on_load_checkpoint(None, None, unchanged)
         assert unchanged == before

@@ -56,10 +56,15 @@ class _Tiny(L.LightningModule):
 
 
 def test_trainer_checkpoints_go_through_the_atomic_writer(tmp_path, monkeypatch):
-    ckpt_cb = L.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, save_top_k=0,
-                                                  save_last=True)
-    trainer = L.Trainer(max_steps=2, callbacks=[AtomicCheckpoints(), ckpt_cb], logger=False,
-                        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
+    ckpt_cb = L.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, save_top_k=0, save_last=True)
+    trainer = L.Trainer(
+        max_steps=2,
+        callbacks=[AtomicCheckpoints(), ckpt_cb],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+    )
     trainer.fit(_Tiny(), torch.utils.data.DataLoader(torch.randn(8, 4), batch_size=2))
     assert isinstance(trainer.strategy.checkpoint_io, AtomicCheckpointIO)
     last = tmp_path / "last.ckpt"
@@ -72,10 +77,13 @@ def test_trainer_checkpoints_go_through_the_atomic_writer(tmp_path, monkeypatch)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
 
 
-@pytest.mark.parametrize("make", [
-    lambda: TokenBudgetBatchSampler([3, 5, 2, 7, 4, 4, 6, 1, 2, 8] * 5, 16, shuffle=True, seed=3),
-    lambda: RandomBatchSampler(100, 4, 9, seed=3),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: TokenBudgetBatchSampler([3, 5, 2, 7, 4, 4, 6, 1, 2, 8] * 5, 16, shuffle=True, seed=3),
+        lambda: RandomBatchSampler(100, 4, 9, seed=3),
+    ],
+)
 def test_sampler_resume_continues_the_epoch(make):
     ref = make()
     ref.set_epoch(2)
@@ -95,8 +103,9 @@ def test_sampler_resume_continues_the_epoch(make):
 
 def test_resumable_loader_state_round_trip():
     consumed = {"n": 0}
-    loader = ResumableDataLoader(list(range(50)), batch_sampler=RandomBatchSampler(50, 5, 6, seed=0),
-                                 batches_done=lambda: consumed["n"])
+    loader = ResumableDataLoader(
+        list(range(50)), batch_sampler=RandomBatchSampler(50, 5, 6, seed=0), batches_done=lambda: consumed["n"]
+    )
     loader.batch_sampler.set_epoch(1)
     batches = [b.tolist() for b in loader]
     consumed["n"] = 4
@@ -113,16 +122,35 @@ def test_sweep_expansion_matches_the_basic_sweeper():
 
     from xformer.jobs.sweep_check import sweep_jobs
 
-    task = ["model.n_heads=2", "model.d_model=32,64", "seed=0,1,2", "+tags=[a,b]", "model.n_heads=2,4",
-            "optim.lr=range(1,3)"]
-    cfg = OmegaConf.create({"hydra": {"overrides": {"task": task}, "sweeper": {"params": {"loss.label_smoothing": "0,0.1"}}}})
+    task = [
+        "model.n_heads=2",
+        "model.d_model=32,64",
+        "seed=0,1,2",
+        "+tags=[a,b]",
+        "model.n_heads=2,4",
+        "optim.lr=range(1,3)",
+    ]
+    cfg = OmegaConf.create(
+        {"hydra": {"overrides": {"task": task}, "sweeper": {"params": {"loss.label_smoothing": "0,0.1"}}}}
+    )
     lines = ["loss.label_smoothing=0,0.1", *task]
     expected = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(lines), None)[0]
     assert sweep_jobs(cfg) == expected and len(expected) == 2 * 2 * 3 * 2 * 2
 
-    optuna = OmegaConf.create({"hydra": {"overrides": {"task": []}, "sweeper": {"params": {
-        "optim.lr": "tag(log, interval(1e-4, 1e-2))", "model.n_heads": "choice(2, 4)",
-        "model.n_encoder_layers": "int(interval(1, 3))"}}}})
+    optuna = OmegaConf.create(
+        {
+            "hydra": {
+                "overrides": {"task": []},
+                "sweeper": {
+                    "params": {
+                        "optim.lr": "tag(log, interval(1e-4, 1e-2))",
+                        "model.n_heads": "choice(2, 4)",
+                        "model.n_encoder_layers": "int(interval(1, 3))",
+                    }
+                },
+            }
+        }
+    )
     jobs = sweep_jobs(optuna)
     assert len(jobs) == 8 and ["optim.lr=0.0001", "model.n_heads=2", "model.n_encoder_layers=1"] in jobs
     assert ["optim.lr=0.01", "model.n_heads=4", "model.n_encoder_layers=3"] in jobs

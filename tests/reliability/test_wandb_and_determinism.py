@@ -35,8 +35,14 @@ def unreachable(tmp_path_factory) -> tuple[Path, str, float]:
     """Seed 1, an API key and a W&B server that refuses connections, WANDB_MODE unset."""
     tmp = tmp_path_factory.mktemp("unreachable")
     t0 = time.monotonic()
-    res = run_py([*RESUMABLE, "seed=1", f"hydra.run.dir={tmp / 'job'}"], tmp, WANDB_MODE=None,
-                 WANDB_API_KEY=SECRET, WANDB_BASE_URL=f"http://127.0.0.1:{_closed_port()}", WANDB_INIT_TIMEOUT="3")
+    res = run_py(
+        [*RESUMABLE, "seed=1", f"hydra.run.dir={tmp / 'job'}"],
+        tmp,
+        WANDB_MODE=None,
+        WANDB_API_KEY=SECRET,
+        WANDB_BASE_URL=f"http://127.0.0.1:{_closed_port()}",
+        WANDB_INIT_TIMEOUT="3",
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     return tmp / "job", res.stdout + res.stderr, time.monotonic() - t0
 
@@ -91,8 +97,14 @@ def test_resume_with_unreachable_wandb_continues_offline_under_the_same_run_id(t
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
     first_id = (job / "wandb_id.txt").read_text().strip()
-    res = run_py([*base, "ckpt_path=last"], tmp_path, WANDB_MODE=None, WANDB_API_KEY=SECRET,
-                 WANDB_BASE_URL=f"http://127.0.0.1:{_closed_port()}", WANDB_INIT_TIMEOUT="2")
+    res = run_py(
+        [*base, "ckpt_path=last"],
+        tmp_path,
+        WANDB_MODE=None,
+        WANDB_API_KEY=SECRET,
+        WANDB_BASE_URL=f"http://127.0.0.1:{_closed_port()}",
+        WANDB_INIT_TIMEOUT="2",
+    )
     output = res.stdout + res.stderr
     assert res.returncode == 0, output[-3000:]
     assert output.count("W&B: could not start an online run") == 1, output[-3000:]

@@ -11,8 +11,17 @@ import pytest
 from tests.reliability.conftest import metrics, run_py, wandb_records
 from xformer.jobs.wandb_run import GROUP_MAX, NAME_MAX, TAG_MAX, fit_wandb_fields, shorten
 
-T = ["data.n_train=500", "data.n_val=20", "data.n_test=10", "data.n_long=5", "model.d_model=32", "model.n_heads=2",
-     "model.n_encoder_layers=1", "model.n_decoder_layers=1", "trainer.enable_progress_bar=false"]
+T = [
+    "data.n_train=500",
+    "data.n_val=20",
+    "data.n_test=10",
+    "data.n_long=5",
+    "model.d_model=32",
+    "model.n_heads=2",
+    "model.n_encoder_layers=1",
+    "model.n_decoder_layers=1",
+    "trainer.enable_progress_bar=false",
+]
 
 
 def test_shorten_keeps_short_text_and_hashes_long_text():
@@ -26,8 +35,7 @@ def test_shorten_keeps_short_text_and_hashes_long_text():
 
 def test_fit_wandb_fields_limits_every_field_and_reports_full_text():
     tags = ["ckpt_path=" + "/d" * 60, "", "seed=1", "ckpt_path=" + "/d" * 60]
-    kwargs, full = fit_wandb_fields(name="n" * 200, group="g" * 129, tags=tags, project="p" * 130,
-                                    job_type="train")
+    kwargs, full = fit_wandb_fields(name="n" * 200, group="g" * 129, tags=tags, project="p" * 130, job_type="train")
     assert len(kwargs["name"]) == NAME_MAX and len(kwargs["group"]) == GROUP_MAX
     assert len(kwargs["project"]) == 128 and kwargs["job_type"] == "train"
     assert all(1 <= len(t) <= TAG_MAX for t in kwargs["tags"]) and len(kwargs["tags"]) == 2
@@ -68,8 +76,18 @@ def test_eval_with_a_long_checkpoint_path_runs_with_the_default_wandb_logger(tmp
 def test_long_sweep_folder_and_long_overrides_give_a_short_group_and_name(tmp_path):
     sweep = tmp_path / ("s" * 70) / ("t" * 70)
     long_tag = "tags=[" + "x" * 80 + "]"
-    res = run_py([*T, "trainer.max_steps=1", "trainer.val_check_interval=1", "seed=0,1", long_tag,
-                  f"hydra.sweep.dir={sweep}", "-m"], tmp_path)
+    res = run_py(
+        [
+            *T,
+            "trainer.max_steps=1",
+            "trainer.val_check_interval=1",
+            "seed=0,1",
+            long_tag,
+            f"hydra.sweep.dir={sweep}",
+            "-m",
+        ],
+        tmp_path,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     groups = set()
     for num in (0, 1):

@@ -10,15 +10,31 @@ import pytest
 
 BASE_CONFIG = {
     "seed": 0,
-    "model": {"_target_": "xformer.model.EncoderDecoder", "d_model": 128, "n_heads": 4, "d_head": None,
-              "ffn_ratio": 4, "d_ff": None, "n_encoder_layers": 2, "n_decoder_layers": 2, "dropout": 0.1,
-              "attn_scale": True, "param_budget": None, "ffn": {"_target_": "xformer.model.ReLUFFN"}},
+    "model": {
+        "_target_": "xformer.model.EncoderDecoder",
+        "d_model": 128,
+        "n_heads": 4,
+        "d_head": None,
+        "ffn_ratio": 4,
+        "d_ff": None,
+        "n_encoder_layers": 2,
+        "n_decoder_layers": 2,
+        "dropout": 0.1,
+        "attn_scale": True,
+        "param_budget": None,
+        "ffn": {"_target_": "xformer.model.ReLUFFN"},
+    },
     "optim": {"lr": 1e-3, "warmup_steps": 400},
     "loss": {"label_smoothing": 0.1},
     "trainer": {"max_steps": 100},
 }
-BASE_CHOICES = {"model/arch": "encoder_decoder", "model/pe": "sinusoidal", "model/norm": "post",
-                "model/attention": "full", "model/ffn": "relu"}
+BASE_CHOICES = {
+    "model/arch": "encoder_decoder",
+    "model/pe": "sinusoidal",
+    "model/norm": "post",
+    "model/attention": "full",
+    "model/ffn": "relu",
+}
 # d_model 128, 4 heads, d_ff 512, 2+2 layers: 6 attention sub-layers of 4·128²+4·128, 4 FFNs of 2·128·512+512+128
 PARAMS = {"attention": 6 * 66048, "ffn": 4 * 131712, "embedding": 2048, "positional": 0, "norm": 4352, "other": 0}
 
@@ -32,9 +48,16 @@ def _parse(value: str):
     return {"true": True, "false": False, "null": None}.get(value, value)
 
 
-def write_job(root: Path, num: int, overrides: list[str], metrics: dict | None = None, status: str = "finished",
-              params: dict | None = None, curve: list[tuple[int, float, float]] | None = None,
-              summary_extra: dict | None = None) -> Path:
+def write_job(
+    root: Path,
+    num: int,
+    overrides: list[str],
+    metrics: dict | None = None,
+    status: str = "finished",
+    params: dict | None = None,
+    curve: list[tuple[int, float, float]] | None = None,
+    summary_extra: dict | None = None,
+) -> Path:
     """Write job folder ``root/num`` with ``.hydra/overrides.yaml``, ``metrics.json`` (unless ``status`` is
     ``None``: a job that crashed before writing one; ``summary_extra`` is merged into it, e.g. ``error``
     or ``diverged``) and, given ``curve`` rows (step, train loss, val loss), ``csv/metrics.csv``."""
@@ -55,12 +78,21 @@ def write_job(root: Path, num: int, overrides: list[str], metrics: dict | None =
     if status is not None:
         summary = {
             "status": status,
-            "job": {"output_dir": str(job), "overrides": overrides, "multirun": True, "sweep_dir": str(root),
-                    "job_num": num, "choices": choices},
-            "config": config, "metrics": metrics or {},
+            "job": {
+                "output_dir": str(job),
+                "overrides": overrides,
+                "multirun": True,
+                "sweep_dir": str(root),
+                "job_num": num,
+                "choices": choices,
+            },
+            "config": config,
+            "metrics": metrics or {},
             "best": {"metric": "val/loss", "mode": "min", "value": (metrics or {}).get("val/loss"), "checkpoint": None},
             "objective": {"metric": "val/loss", "value": (metrics or {}).get("val/loss")},
-            "wall_time_s": 1.0, "global_step": 100, "tokens_seen": 1000,
+            "wall_time_s": 1.0,
+            "global_step": 100,
+            "tokens_seen": 1000,
             "params": {**PARAMS, "total": sum(PARAMS.values())} if params is None else params,
             **(summary_extra or {}),
         }
@@ -81,8 +113,15 @@ def flat_curve(val: float) -> list[tuple[int, float, float]]:
     return [(s, val + 0.1, val) for s in range(10, 101, 10)]
 
 
-def write_sweep(root: Path, key: str, table: dict, metric: str = "val/loss", extra: list[str] | None = None,
-                params: dict | None = None, curves: dict | None = None) -> Path:
+def write_sweep(
+    root: Path,
+    key: str,
+    table: dict,
+    metric: str = "val/loss",
+    extra: list[str] | None = None,
+    params: dict | None = None,
+    curves: dict | None = None,
+) -> Path:
     """One job per (value, seed): ``table = {value: [metric value per seed]}``; ``params`` maps a value
     to its parameter total (other roles as :data:`PARAMS`). Every job gets a ``val/loss`` curve: flat at
     its value (``metric`` when it is ``val/loss``, else 1.0), or ``curves[value][seed - 1]``."""
@@ -92,7 +131,11 @@ def write_sweep(root: Path, key: str, table: dict, metric: str = "val/loss", ext
             p = None
             if params is not None:
                 p = {**PARAMS, "total": params[value]}
-            curve = curves[value][seed - 1] if curves and value in curves else flat_curve(v if metric == "val/loss" else 1.0)
+            curve = (
+                curves[value][seed - 1]
+                if curves and value in curves
+                else flat_curve(v if metric == "val/loss" else 1.0)
+            )
             write_job(root, num, [f"{key}={value}", f"seed={seed}", *(extra or [])], {metric: v}, params=p, curve=curve)
             num += 1
     return root
@@ -108,11 +151,16 @@ def sweep_dir(tmp_path: Path) -> Path:
     num = 0
     for ratio, vals in bleu.items():
         for seed, b in enumerate(vals, start=1):
-            loss = 2.0 - 0.1 * ratio ** 0.5 + 0.002 * seed
+            loss = 2.0 - 0.1 * ratio**0.5 + 0.002 * seed
             curve = [(s, loss + 2.0 / s, loss + (2.5 / s if s < 20 else 0.0)) for s in range(5, 41, 5)]
-            write_job(root, num, [f"model.ffn_ratio={ratio}", f"seed={seed}", "trainer.max_steps=40"],
-                      {"val/loss": loss, "val/ppl": 2.718 ** loss, "test/bleu": b},
-                      params={**PARAMS, "total": int(totals[ratio])}, curve=curve)
+            write_job(
+                root,
+                num,
+                [f"model.ffn_ratio={ratio}", f"seed={seed}", "trainer.max_steps=40"],
+                {"val/loss": loss, "val/ppl": 2.718**loss, "test/bleu": b},
+                params={**PARAMS, "total": int(totals[ratio])},
+                curve=curve,
+            )
             num += 1
     write_job(root, num, ["model.ffn_ratio=8", "seed=4", "trainer.max_steps=40"], {"val/loss": 99.0}, status="failed")
     return root

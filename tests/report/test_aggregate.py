@@ -46,14 +46,38 @@ def test_diverged_jobs_stay_in_their_group_and_count_as_nonfinite(tmp_path):
     """Diverged runs (new status, and an older 'failed' NonFiniteLossError record) are outcomes of their
     setting: kept in the group (even one whose seeds all diverged), not in the failed list."""
     write_sweep(tmp_path, "model.ffn_ratio", {2: [0.5, 0.7]})
-    write_job(tmp_path, 10, ["model.ffn_ratio=2", "seed=3"], {}, status="diverged",
-              summary_extra={"diverged": {"step": 17, "reason": "non-finite train/loss"}})
-    write_job(tmp_path, 11, ["model.ffn_ratio=8", "seed=1"], {}, status="diverged",
-              summary_extra={"diverged": {"step": 3, "reason": "non-finite train/loss"}})
-    write_job(tmp_path, 12, ["model.ffn_ratio=8", "seed=2"], {}, status="failed",
-              summary_extra={"error": "NonFiniteLossError: train/loss is nan at step 5 (epoch 0, batch 5); ..."})
-    write_job(tmp_path, 13, ["model.ffn_ratio=8", "seed=3"], {}, status="failed",
-              summary_extra={"error": "RuntimeError: CUDA out of memory"})
+    write_job(
+        tmp_path,
+        10,
+        ["model.ffn_ratio=2", "seed=3"],
+        {},
+        status="diverged",
+        summary_extra={"diverged": {"step": 17, "reason": "non-finite train/loss"}},
+    )
+    write_job(
+        tmp_path,
+        11,
+        ["model.ffn_ratio=8", "seed=1"],
+        {},
+        status="diverged",
+        summary_extra={"diverged": {"step": 3, "reason": "non-finite train/loss"}},
+    )
+    write_job(
+        tmp_path,
+        12,
+        ["model.ffn_ratio=8", "seed=2"],
+        {},
+        status="failed",
+        summary_extra={"error": "NonFiniteLossError: train/loss is nan at step 5 (epoch 0, batch 5); ..."},
+    )
+    write_job(
+        tmp_path,
+        13,
+        ["model.ffn_ratio=8", "seed=3"],
+        {},
+        status="failed",
+        summary_extra={"error": "RuntimeError: CUDA out of memory"},
+    )
     sweep = aggregate([tmp_path])
     assert [j.status for j in sweep.failed] == ["failed"] and "out of memory" in sweep.failed[0].error
     assert sorted(j.diverged_step for j in sweep.diverged) == [3, 5, 17]

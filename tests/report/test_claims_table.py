@@ -18,7 +18,7 @@ from xformer.report.claims_table import BEGIN, END, README, render
 
 def test_readme_claims_table_matches_the_committed_reports():
     text = README.read_text()
-    table = text[text.index(BEGIN) + len(BEGIN):text.index(END)].strip()
+    table = text[text.index(BEGIN) + len(BEGIN) : text.index(END)].strip()
     assert table == render().strip(), "README claims table drifted from docs/results/*/: run `xformer claims table`"
     assert claims_table.main(check=True) == 0
 
@@ -49,29 +49,56 @@ def _rows(results: Path, name: str) -> list:
 
 
 def test_rows_prefer_summary_json_then_the_report_table_then_its_verdict_lines(tmp_path):
-    bullets = ("# report\n\n- **C3: supported**. 4 heads beat 1.\n  - evidence: decision metric: test/loss\n"
-               "  - evidence: 4 vs 1: Δ +0.05 [95% CI +0.01, +0.09], Welch p=0.01, n=3/3 → better\n"
-               "  - published: BLEU 24.9 at h=1\n")
+    bullets = (
+        "# report\n\n- **C3: supported**. 4 heads beat 1.\n  - evidence: decision metric: test/loss\n"
+        "  - evidence: 4 vs 1: Δ +0.05 [95% CI +0.01, +0.09], Welch p=0.01, n=3/3 → better\n"
+        "  - published: BLEU 24.9 at h=1\n"
+    )
     _publish(tmp_path, "c3_heads", bullets)
     (row,) = _rows(tmp_path, "c3_heads")
     assert (row.claim, row.verdict) == ("C3", "**supported**: 4 heads beat 1.")
     assert row.key.startswith("4 vs 1: Δ +0.05 [95% CI +0.01, +0.09]") and row.published == "BLEU 24.9 at h=1"
 
-    top = ("# report\n\n| claim | verdict | budget | key Δ (95 % CI) | relative % | published |\n"
-           "|---|---|---|---|---|---|\n"
-           "| **C4** Pre-LN vs Post-LN | not supported | 3000 steps, 3 seeds "
-           "| Δ -0.2 [-0.3, -0.1] | -12 % | 8.45 BLEU |\n\n" + bullets)
+    top = (
+        "# report\n\n| claim | verdict | budget | key Δ (95 % CI) | relative % | published |\n"
+        "|---|---|---|---|---|---|\n"
+        "| **C4** Pre-LN vs Post-LN | not supported | 3000 steps, 3 seeds "
+        "| Δ -0.2 [-0.3, -0.1] | -12 % | 8.45 BLEU |\n\n" + bullets
+    )
     _publish(tmp_path, "c4_norm_warmup", top)
     (row,) = _rows(tmp_path, "c4_norm_warmup")
     assert (row.claim, row.verdict, row.budget, row.key, row.relative, row.published) == (
-        "C4", "**not supported**", "3000 steps, 3 seeds", "Δ -0.2 [-0.3, -0.1]", "-12 %", "8.45 BLEU")
+        "C4",
+        "**not supported**",
+        "3000 steps, 3 seeds",
+        "Δ -0.2 [-0.3, -0.1]",
+        "-12 %",
+        "8.45 BLEU",
+    )
 
-    summary = {"claims": [{"claim": "C9", "verdict": "inconclusive", "reason": "within noise", "budget": "b",
-                           "key": "k", "relative": "r", "published": "p"}]}
+    summary = {
+        "claims": [
+            {
+                "claim": "C9",
+                "verdict": "inconclusive",
+                "reason": "within noise",
+                "budget": "b",
+                "key": "k",
+                "relative": "r",
+                "published": "p",
+            }
+        ]
+    }
     _publish(tmp_path, "c9_attn_scale", top, summary)
     (row,) = _rows(tmp_path, "c9_attn_scale")
     assert (row.claim, row.verdict, row.budget, row.key, row.relative, row.published) == (
-        "C9", "**inconclusive**: within noise", "b", "k", "r", "p")
+        "C9",
+        "**inconclusive**: within noise",
+        "b",
+        "k",
+        "r",
+        "p",
+    )
     assert "| C9 | `c9_attn_scale` | **inconclusive**: within noise | b | k | r | p |" in render(tmp_path)
 
 
@@ -104,9 +131,11 @@ def test_list_reads_each_job_folder_of_the_stable_sweep_dir(tmp_path, monkeypatc
     from omegaconf import OmegaConf
 
     from xformer.jobs.sweep_check import sweep_jobs
+
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        base = compose("config", overrides=["experiment=claims/c6_pe_in_distribution", "scale=cpu"],
-                       return_hydra_config=True)
+        base = compose(
+            "config", overrides=["experiment=claims/c6_pe_in_distribution", "scale=cpu"], return_hydra_config=True
+        )
         jobs = sweep_jobs(base)
         for num in (0, 1):
             cfg = compose("config", overrides=["experiment=claims/c6_pe_in_distribution", "scale=cpu", *jobs[num]])
@@ -154,15 +183,33 @@ def test_claims_run_runs_reports_and_resumes(tmp_path):
     jobs.csv; run again, it starts no sweep and the wall-time log keeps one invocation. ~90 s."""
     import os
 
-    data = next((d for d in (SHARED_DATA, Path(os.environ.get("XFORMER_DATA") or "/nonexistent"))
-                 if (d / "tinyshakespeare" / "input.txt").is_file()), None)
+    data = next(
+        (
+            d
+            for d in (SHARED_DATA, Path(os.environ.get("XFORMER_DATA") or "/nonexistent"))
+            if (d / "tinyshakespeare" / "input.txt").is_file()
+        ),
+        None,
+    )
     if data is None:
         pytest.skip(f"tiny-shakespeare copy not found in {SHARED_DATA} or $XFORMER_DATA")
     from tests.reliability.conftest import env_for
 
     env = env_for(tmp_path, XFORMER_DATA=str(data), XFORMER_RUNS=str(tmp_path / "runs"))
-    cmd = [sys.executable, "-m", "xformer.cli", "claims", "run", "C6", "--results", str(tmp_path / "results"), "--",
-           "trainer.max_steps=2", "trainer.val_check_interval=1", "data.batch_size=4"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "xformer.cli",
+        "claims",
+        "run",
+        "C6",
+        "--results",
+        str(tmp_path / "results"),
+        "--",
+        "trainer.max_steps=2",
+        "trainer.val_check_interval=1",
+        "data.batch_size=4",
+    ]
     res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     out = tmp_path / "results" / "c6_pe_in_distribution"
@@ -174,14 +221,17 @@ def test_claims_run_runs_reports_and_resumes(tmp_path):
     res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert "all 6 jobs finished" in res.stdout and "python run.py" not in res.stdout.split("published")[0]
-    runs = json.loads((tmp_path / "runs" / "claims" / "c6_pe_in_distribution" / "cpu" / ".xformer"
-                       / "claims_runs.json").read_text())
+    runs = json.loads(
+        (tmp_path / "runs" / "claims" / "c6_pe_in_distribution" / "cpu" / ".xformer" / "claims_runs.json").read_text()
+    )
     assert len(runs) == 1
 
 
 def test_a_report_with_the_superseded_banner_is_a_superseded_row_whatever_its_verdicts(tmp_path):
-    old = ("# xformer ablation report\n\n> **Superseded (issue 18).** Made under the former verdict rules.\n\n"
-           "- **C6: not supported**. old rule\n")
+    old = (
+        "# xformer ablation report\n\n> **Superseded (issue 18).** Made under the former verdict rules.\n\n"
+        "- **C6: not supported**. old rule\n"
+    )
     _publish(tmp_path, "c6_pe_in_distribution", old)
     (row,) = _rows(tmp_path, "c6_pe_in_distribution")
     assert row.claim == "C6" and row.verdict.startswith("**superseded**") and "not supported" not in row.verdict

@@ -31,7 +31,7 @@ def test_report_md_has_table_verdicts_failed_jobs_and_plots(sweep_dir, tmp_path,
     assert "| model.ffn_ratio | n | diverged | failed | val/loss | val/ppl | test/bleu | params |" in text
     assert "| 4 | 3 | 0 | 0 | 1.804 ± 0.002 (n=3) |" in text and "25.85 ± 0.05 (n=3)" in text
     assert "**C1: supported** at 40 steps, 1 k tokens" in text and "**C2: supported**" in text
-    assert "25.4 / 25.8 / 26.2" in text                   # published numbers beside the measured
+    assert "25.4 / 25.8 / 26.2" in text  # published numbers beside the measured
     assert "| failed | – | model.ffn_ratio=8 seed=4 trainer.max_steps=40 |" in text
     assert "  - evidence: 4 vs 2: Δ +0.0586 [95% CI" in text and "  - rule: Needs ratio 4" in text
     assert "`trainer.max_steps=40`" in text
@@ -55,7 +55,8 @@ def test_wandb_without_api_key_says_so_and_uses_files(sweep_dir, tmp_path, monke
 def test_bench_only_dir_gives_c7_c8_verdicts(tmp_path):
     (tmp_path / "bench.json").write_text(
         '{"attention_cost": {"fit": {"time_exponent": 2.1, "memory_exponent": 1.98}},'
-        ' "attention_vs_lstm": {"crossover_n": 512, "d": 512}}')
+        ' "attention_vs_lstm": {"crossover_n": 512, "d": 512}}'
+    )
     assert main([str(tmp_path)]) == 0
     text = (tmp_path / "report.md").read_text()
     assert "**C7: supported**" in text and "**C8: supported**" in text
@@ -68,8 +69,13 @@ def test_issue_case_prints_inconclusive_with_evidence_and_rule(tmp_path, capsys)
     num = 0
     for ratio, vals in {2: [5.62, 5.58], 4: [5.50, 5.48]}.items():
         for seed, loss in enumerate(vals, start=1):
-            write_job(tmp_path, num, [f"model.ffn_ratio={ratio}", f"seed={seed}", "trainer.max_steps=30"],
-                      {"test/loss": loss, "val/loss": loss}, curve=[(29, loss + 0.2, loss)])
+            write_job(
+                tmp_path,
+                num,
+                [f"model.ffn_ratio={ratio}", f"seed={seed}", "trainer.max_steps=30"],
+                {"test/loss": loss, "val/loss": loss},
+                curve=[(29, loss + 0.2, loss)],
+            )
             num += 1
     assert main([str(tmp_path)]) == 0
     out = capsys.readouterr().out
@@ -106,7 +112,7 @@ def test_per_seed_files_and_report_folder_read_back(sweep_dir, tmp_path, capsys)
     rows = list(csv.DictReader((out / "seeds.csv").open()))
     assert len(rows) == 13 and {r["status"] for r in rows} == {"finished", "failed"}
     r = next(r for r in rows if r["model.ffn_ratio"] == "4" and r["seed"] == "2")
-    assert r["setting"] == "model.ffn_ratio=4" and float(r["val/loss"]) == 2.0 - 0.1 * 4 ** 0.5 + 0.004
+    assert r["setting"] == "model.ffn_ratio=4" and float(r["val/loss"]) == 2.0 - 0.1 * 4**0.5 + 0.004
     curves = list(csv.DictReader((out / "curves.csv").open()))
     assert {c["metric"] for c in curves} == {"val/loss"} and len(curves) == 12 * 8
     # the report folder alone gives the same verdicts (no job folder in it)

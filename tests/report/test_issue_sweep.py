@@ -13,8 +13,19 @@ from xformer.report.cli import main
 @pytest.mark.slow
 def test_issue_c1_sweep_of_30_steps_is_inconclusive(tmp_path, capsys):
     sweep = tmp_path / "sweep"
-    res = run_py(["model.ffn_ratio=2,4", "seed=1,2", "trainer.max_steps=30", "logger=none",
-                  "trainer.enable_progress_bar=false", f"hydra.sweep.dir={sweep}", "-m"], tmp_path, timeout=900)
+    res = run_py(
+        [
+            "model.ffn_ratio=2,4",
+            "seed=1,2",
+            "trainer.max_steps=30",
+            "logger=none",
+            "trainer.enable_progress_bar=false",
+            f"hydra.sweep.dir={sweep}",
+            "-m",
+        ],
+        tmp_path,
+        timeout=900,
+    )
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     assert main([str(sweep), "--out", str(tmp_path / "report")]) == 0
     out = capsys.readouterr().out
@@ -22,4 +33,6 @@ def test_issue_c1_sweep_of_30_steps_is_inconclusive(tmp_path, capsys):
     assert c1.startswith("C1: inconclusive at 30 steps"), c1
     assert "does not cover the claim's axis" in c1 and "too few seeds: ratio 2, ratio 4" in c1
     assert "fewer than 4 validations in the second half" in c1
-    assert (tmp_path / "report" / "seeds.csv").is_file() and "## Summary" in (tmp_path / "report" / "report.md").read_text()
+    assert (tmp_path / "report" / "seeds.csv").is_file() and "## Summary" in (
+        tmp_path / "report" / "report.md"
+    ).read_text()

@@ -12,8 +12,12 @@ def test_plots_written_as_valid_pngs(sweep_dir, tmp_path):
     out = tmp_path / "plots"
     paths = write_plots(aggregate([sweep_dir]), out, ["test/bleu", "val/loss"])
     names = {p.name for p in paths}
-    assert {"metric_test-bleu_vs_model.ffn_ratio.png", "metric_val-loss_vs_model.ffn_ratio.png",
-            "params_test-bleu.png", "curves.png"} <= names
+    assert {
+        "metric_test-bleu_vs_model.ffn_ratio.png",
+        "metric_val-loss_vs_model.ffn_ratio.png",
+        "params_test-bleu.png",
+        "curves.png",
+    } <= names
     for p in paths:
         assert p.is_file() and p.read_bytes()[:8] == PNG
 

@@ -40,8 +40,9 @@ def d_head_sweep(root, finals: dict, curves: dict, max_steps: int | None = None)
         for seed, v in enumerate(vals, start=1):
             extra = [f"trainer.max_steps={max_steps}"] if max_steps else []
             rows = [(s, y + 0.1, y) for s, y in curves[d][seed - 1]]
-            write_job(root, num, [f"model.d_head={d}", f"seed={seed}", *extra], {"test/loss": v, "val/loss": v},
-                      curve=rows)
+            write_job(
+                root, num, [f"model.d_head={d}", f"seed={seed}", *extra], {"test/loss": v, "val/loss": v}, curve=rows
+            )
             num += 1
     return root
 
@@ -67,7 +68,7 @@ def test_closing_gap_makes_the_verdict_inconclusive_and_prints_slope_and_zero_st
     # Δ shrinks from 0.4 at step 50 to 0.1 at step 100: -0.3 per doubling, three times its final size
     steps = range(10, 101, 10)
     gap = {s: 0.4 - 0.3 * math.log2(s / 50) if s >= 50 else 0.4 for s in steps}
-    big = [[(s, 1.6 - gap[s] + 0.1 + o) for s in steps] for o in OFFSETS]   # at step 100: 1.60
+    big = [[(s, 1.6 - gap[s] + 0.1 + o) for s in steps] for o in OFFSETS]  # at step 100: 1.60
     small = [[(s, 1.7 + o) for s in steps] for o in OFFSETS]
     d_head_sweep(tmp_path, {8: [1.70 + o for o in OFFSETS], 32: [1.60 + o for o in OFFSETS]}, {8: small, 32: big})
     v = only(tmp_path, "C11")
@@ -82,8 +83,9 @@ def test_a_steady_gap_is_supported_with_the_budget_named(tmp_path):
     steps = range(250, 3001, 250)
     big = [[(s, 1.60 + 3 / math.sqrt(s) + o) for s in steps] for o in OFFSETS]
     small = [[(s, 1.70 + 3 / math.sqrt(s) + o) for s in steps] for o in OFFSETS]
-    d_head_sweep(tmp_path, {8: [1.70 + o for o in OFFSETS], 32: [1.60 + o for o in OFFSETS]}, {8: small, 32: big},
-                 max_steps=3000)
+    d_head_sweep(
+        tmp_path, {8: [1.70 + o for o in OFFSETS], 32: [1.60 + o for o in OFFSETS]}, {8: small, 32: big}, max_steps=3000
+    )
     v = only(tmp_path, "C11")
     assert v.status == SUPPORTED, v.block()
     assert v.budget.startswith("3 000 steps, 1 k tokens, warm-up 400")
@@ -100,10 +102,13 @@ def test_same_curves_validated_every_50_and_250_steps_get_the_same_verdict(tmp_p
     for every in (50, 250):
         root = tmp_path / str(every)
         steps = range(every, 3001, every)
-        curve = {d: [[(s, base + 3 / math.sqrt(s) + o) for s in steps] for o in OFFSETS]
-                 for d, base in ((8, 1.70), (32, 1.70 - loss_gap))}
-        d_head_sweep(root, {8: [1.70 + o for o in OFFSETS], 32: [1.70 - loss_gap + o for o in OFFSETS]}, curve,
-                     max_steps=3000)
+        curve = {
+            d: [[(s, base + 3 / math.sqrt(s) + o) for s in steps] for o in OFFSETS]
+            for d, base in ((8, 1.70), (32, 1.70 - loss_gap))
+        }
+        d_head_sweep(
+            root, {8: [1.70 + o for o in OFFSETS], 32: [1.70 - loss_gap + o for o in OFFSETS]}, curve, max_steps=3000
+        )
         got.append(only(root, "C11"))
     a, b = got
     assert (a.status, a.reason) == (b.status, b.reason), a.block() + "\n" + b.block()
@@ -132,15 +137,25 @@ def test_spaced_points_and_trend_helpers():
 # -- item 2: diverged runs and crashed jobs ------------------------------------------------------------
 def c4_sweep(root, post_diverged: int):
     """C4 on test/bleu (Xiong et al. 2020 shape); ``post_diverged`` of post@0's 3 seeds diverged."""
-    cells = {("post", 0): [8.4, 8.5, 8.45], ("post", 4000): [34.0, 34.1, 34.05],
-             ("pre", 0): [34.0, 34.2, 34.1], ("pre", 4000): [34.1, 34.15, 34.0]}
+    cells = {
+        ("post", 0): [8.4, 8.5, 8.45],
+        ("post", 4000): [34.0, 34.1, 34.05],
+        ("pre", 0): [34.0, 34.2, 34.1],
+        ("pre", 4000): [34.1, 34.15, 34.0],
+    }
     num = 0
     for (norm, warm), vals in cells.items():
         for seed, b in enumerate(vals, start=1):
             over = [f"model/norm={norm}", f"optim.warmup_steps={warm}", f"seed={seed}"]
             if (norm, warm) == ("post", 0) and seed <= post_diverged:
-                write_job(root, num, over, {}, status="diverged",
-                          summary_extra={"diverged": {"step": 7 * seed, "reason": "non-finite train/loss"}})
+                write_job(
+                    root,
+                    num,
+                    over,
+                    {},
+                    status="diverged",
+                    summary_extra={"diverged": {"step": 7 * seed, "reason": "non-finite train/loss"}},
+                )
             else:
                 write_job(root, num, over, {"test/bleu": b}, curve=flat_curve(1.0))
             num += 1
@@ -172,16 +187,26 @@ def test_fisher_more_matches_the_hypergeometric_tail():
 def test_a_diverged_seed_is_the_worst_outcome_in_other_claims(tmp_path):
     """d_head 32's finished seeds are better, but one of its four seeds diverged: never called better."""
     steps = range(10, 101, 10)
-    d_head_sweep(tmp_path, {8: [1.70 + o for o in OFFSETS], 32: [1.60 + o for o in OFFSETS]},
-                 {8: [[(s, 1.70 + o) for s in steps] for o in OFFSETS], 32: [[(s, 1.60 + o) for s in steps]
-                                                                           for o in OFFSETS]})
-    write_job(tmp_path, 99, ["model.d_head=32", "seed=4"], {}, status="diverged",
-              summary_extra={"diverged": {"step": 40, "reason": "non-finite train/loss"}})
+    d_head_sweep(
+        tmp_path,
+        {8: [1.70 + o for o in OFFSETS], 32: [1.60 + o for o in OFFSETS]},
+        {8: [[(s, 1.70 + o) for s in steps] for o in OFFSETS], 32: [[(s, 1.60 + o) for s in steps] for o in OFFSETS]},
+    )
+    write_job(
+        tmp_path,
+        99,
+        ["model.d_head=32", "seed=4"],
+        {},
+        status="diverged",
+        summary_extra={"diverged": {"step": 40, "reason": "non-finite train/loss"}},
+    )
     v = only(tmp_path, "C11")
     assert v.status == INCONCLUSIVE, v.block()
     assert any("not better: d_head=32 diverged in 1 of 4 seeds, its worst outcome" in e for e in v.evidence)
-    assert any("diverged (each counted as its setting's worst outcome): d_head=32: 1 of 4 seeds" in e
-               and "at step 40" in e for e in v.evidence), v.block()
+    assert any(
+        "diverged (each counted as its setting's worst outcome): d_head=32: 1 of 4 seeds" in e and "at step 40" in e
+        for e in v.evidence
+    ), v.block()
 
 
 def test_compare_divergence_share_rule():
@@ -195,11 +220,19 @@ def test_compare_divergence_share_rule():
 
 def test_a_crashed_job_is_named_inside_the_verdict_block(tmp_path):
     steps = range(10, 101, 10)
-    d_head_sweep(tmp_path, {8: [1.70 + o for o in OFFSETS], 32: [1.60 + o for o in OFFSETS]},
-                 {8: [[(s, 1.70 + o) for s in steps] for o in OFFSETS], 32: [[(s, 1.60 + o) for s in steps]
-                                                                           for o in OFFSETS]})
-    write_job(tmp_path, 42, ["model.d_head=32", "seed=4"], {}, status="failed",
-              summary_extra={"error": "RuntimeError: CUDA error: an illegal memory access"})
+    d_head_sweep(
+        tmp_path,
+        {8: [1.70 + o for o in OFFSETS], 32: [1.60 + o for o in OFFSETS]},
+        {8: [[(s, 1.70 + o) for s in steps] for o in OFFSETS], 32: [[(s, 1.60 + o) for s in steps] for o in OFFSETS]},
+    )
+    write_job(
+        tmp_path,
+        42,
+        ["model.d_head=32", "seed=4"],
+        {},
+        status="failed",
+        summary_extra={"error": "RuntimeError: CUDA error: an illegal memory access"},
+    )
     v = only(tmp_path, "C11")
     assert v.status == SUPPORTED, v.block()  # three seeds a side still count
     block = v.block()
@@ -209,14 +242,18 @@ def test_a_crashed_job_is_named_inside_the_verdict_block(tmp_path):
 
 def test_a_setting_whose_every_seed_crashed_is_named_in_the_verdict(tmp_path):
     steps = range(10, 101, 10)
-    d_head_sweep(tmp_path, {8: [1.70 + o for o in OFFSETS], 32: [1.60 + o for o in OFFSETS]},
-                 {8: [[(s, 1.70 + o) for s in steps] for o in OFFSETS], 32: [[(s, 1.60 + o) for s in steps]
-                                                                           for o in OFFSETS]})
+    d_head_sweep(
+        tmp_path,
+        {8: [1.70 + o for o in OFFSETS], 32: [1.60 + o for o in OFFSETS]},
+        {8: [[(s, 1.70 + o) for s in steps] for o in OFFSETS], 32: [[(s, 1.60 + o) for s in steps] for o in OFFSETS]},
+    )
     for seed in (1, 2, 3):
         write_job(tmp_path, 50 + seed, ["model.d_head=64", f"seed={seed}"], status=None)  # died before metrics.json
     v = only(tmp_path, "C11")
-    assert "crashed or unfinished elsewhere in the sweep, not counted: model.d_head=64 seed=1 (51), status missing" \
-        in v.block(), v.block()
+    assert (
+        "crashed or unfinished elsewhere in the sweep, not counted: model.d_head=64 seed=1 (51), status missing"
+        in v.block()
+    ), v.block()
 
 
 # -- item 3: C6 equivalence ---------------------------------------------------------------------------
@@ -224,8 +261,9 @@ def pe_sweep(root, sin: list[float], learned: list[float]):
     num = 0
     for pe, vals in (("sinusoidal", sin), ("learned", learned)):
         for seed, v in enumerate(vals, start=1):
-            write_job(root, num, [f"model/pe={pe}", f"seed={seed}"], {"test/loss": v, "val/loss": v},
-                      curve=flat_curve(v))
+            write_job(
+                root, num, [f"model/pe={pe}", f"seed={seed}"], {"test/loss": v, "val/loss": v}, curve=flat_curve(v)
+            )
             num += 1
     return root
 
@@ -253,8 +291,13 @@ def test_c6_trend_leaving_the_margin_blocks_equivalence(tmp_path):
     for pe, vals in (("sinusoidal", [1.696, 1.700, 1.704]), ("learned", [1.697, 1.701, 1.705])):
         for seed, v in enumerate(vals, start=1):
             drift = (lambda s: 0.05 * max(0.0, math.log2(s / 50))) if pe == "learned" else (lambda _s: 0.0)
-            write_job(root, num, [f"model/pe={pe}", f"seed={seed}"], {"test/loss": v, "val/loss": v},
-                      curve=[(s, v + 0.1, v + drift(s)) for s in steps])
+            write_job(
+                root,
+                num,
+                [f"model/pe={pe}", f"seed={seed}"],
+                {"test/loss": v, "val/loss": v},
+                curve=[(s, v + 0.1, v + drift(s)) for s in steps],
+            )
             num += 1
     v = only(root, "C6")
     assert v.status == INCONCLUSIVE and "the gap trend leaves the margin" in v.reason, v.block()
@@ -275,8 +318,9 @@ def test_best_of_k_keeps_the_false_positive_rate_at_the_nominal_level():
     rng = random.Random(1)
     trials, raw, corrected = 3000, 0, 0
     for _ in range(trials):
-        groups = [Group(values={"k": i}, stats={"test/loss": Stat.of([rng.gauss(0, 1) for _ in range(3)])})
-                  for i in range(5)]
+        groups = [
+            Group(values={"k": i}, stats={"test/loss": Stat.of([rng.gauss(0, 1) for _ in range(3)])}) for i in range(5)
+        ]
         best, family = best_of([(str(i), g) for i, g in enumerate(groups[1:])], ("base", groups[0]), "test/loss")
         corrected += best.outcome == BETTER
         raw += best.interval is not None and best.interval.lo > 0
@@ -288,8 +332,13 @@ def test_c12_dropout_states_the_correction(tmp_path):
     num = 0
     for p, vals in ((0, [1.70, 1.71, 1.72]), (0.1, [1.60, 1.61, 1.62]), (0.2, [1.65, 1.66, 1.67])):
         for seed, v in enumerate(vals, start=1):
-            write_job(tmp_path, num, [f"model.dropout={p}", f"seed={seed}"], {"test/loss": v, "val/loss": v},
-                      curve=flat_curve(v))
+            write_job(
+                tmp_path,
+                num,
+                [f"model.dropout={p}", f"seed={seed}"],
+                {"test/loss": v, "val/loss": v},
+                curve=flat_curve(v),
+            )
             num += 1
     v = only(tmp_path, "C12")
     assert v.status == SUPPORTED, v.block()

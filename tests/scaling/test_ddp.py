@@ -10,8 +10,15 @@ from tests.conftest import REPO
 from tests.scaling.common import DDP_CPU, TINY, fail_msg, metrics, run_py, wandb_run_files
 from tests.scaling.wandb_records import exit_codes
 
-EVAL_KEYS = ("test/loss", "test/acc", "test/ppl", "test/exact_match", "test/loss@long", "test/acc@long",
-             "test/exact_match@long")
+EVAL_KEYS = (
+    "test/loss",
+    "test/acc",
+    "test/ppl",
+    "test/exact_match",
+    "test/loss@long",
+    "test/acc@long",
+    "test/exact_match@long",
+)
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +54,11 @@ def test_ddp_eval_equals_single_process_on_same_checkpoint(ddp_job):
     assert res.returncode == 0, fail_msg(res)
     m_ddp = metrics(root / "job")
     ckpt = m_ddp["best"]["checkpoint"]
-    one = run_py([*TINY, "mode=eval", f"ckpt_path={ckpt}", "logger=none", f"hydra.run.dir={root / 'eval1'}"],
-                 cwd=root, tmp_path=root)
+    one = run_py(
+        [*TINY, "mode=eval", f"ckpt_path={ckpt}", "logger=none", f"hydra.run.dir={root / 'eval1'}"],
+        cwd=root,
+        tmp_path=root,
+    )
     assert one.returncode == 0, fail_msg(one)
     m_one = metrics(root / "eval1")["metrics"]
     for key in EVAL_KEYS:
@@ -61,8 +71,17 @@ def test_ddp_training_equals_single_process_with_same_global_batch(ddp_job, tmp_
     root, res = ddp_job
     assert res.returncode == 0, fail_msg(res)
     # validation every 2 optimizer steps in both runs (val_check_interval counts optimizer steps)
-    single = run_py([*TINY, "trainer.accumulate_grad_batches=2", "trainer.val_check_interval=2", "logger=none",
-                     f"hydra.run.dir={tmp_path / 'single'}"], cwd=tmp_path, tmp_path=tmp_path)
+    single = run_py(
+        [
+            *TINY,
+            "trainer.accumulate_grad_batches=2",
+            "trainer.val_check_interval=2",
+            "logger=none",
+            f"hydra.run.dir={tmp_path / 'single'}",
+        ],
+        cwd=tmp_path,
+        tmp_path=tmp_path,
+    )
     assert single.returncode == 0, fail_msg(single)
     m_ddp, m_one = metrics(root / "job"), metrics(tmp_path / "single")
     assert m_one["global_step"] == m_ddp["global_step"] == 4
@@ -72,10 +91,10 @@ def test_ddp_training_equals_single_process_with_same_global_batch(ddp_job, tmp_
 
 def test_torchrun_two_ranks_same_config_no_stray_folders(tmp_path):
     """Processes created by torchrun: Lightning joins them (no relaunch); rank 1 writes no outputs/ folder."""
-    prefix = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-              str(REPO / "run.py")]
-    res = run_py([*TINY, *DDP_CPU, "trainer.max_steps=2"], cwd=tmp_path, tmp_path=tmp_path, prefix=prefix,
-                 TMPDIR=str(tmp_path))
+    prefix = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(REPO / "run.py")]
+    res = run_py(
+        [*TINY, *DDP_CPU, "trainer.max_steps=2"], cwd=tmp_path, tmp_path=tmp_path, prefix=prefix, TMPDIR=str(tmp_path)
+    )
     assert res.returncode == 0, fail_msg(res)
     jobs = [p for p in (tmp_path / "outputs").glob("*/*") if p.is_dir()]
     assert len(jobs) == 1, jobs  # rank 0's folder only, whatever second each rank started in
@@ -89,8 +108,19 @@ def test_torchrun_two_ranks_same_config_no_stray_folders(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("trainer", ["fsdp", "ddp_spawn"])
 def test_fsdp_and_ddp_spawn_run_on_cpu(trainer, tmp_path):
-    res = run_py([*TINY, f"trainer={trainer}", "trainer.accelerator=cpu", "trainer.devices=2", "logger=none",
-                  f"hydra.run.dir={tmp_path / 'job'}"], cwd=tmp_path, tmp_path=tmp_path, timeout=400)
+    res = run_py(
+        [
+            *TINY,
+            f"trainer={trainer}",
+            "trainer.accelerator=cpu",
+            "trainer.devices=2",
+            "logger=none",
+            f"hydra.run.dir={tmp_path / 'job'}",
+        ],
+        cwd=tmp_path,
+        tmp_path=tmp_path,
+        timeout=400,
+    )
     # TINY's 72-token batches give ranks different decoding lengths: FSDP must not all-gather per step
     assert res.returncode == 0, fail_msg(res)
     m = metrics(tmp_path / "job")

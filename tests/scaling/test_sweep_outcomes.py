@@ -23,8 +23,11 @@ def test_optuna_dry_run_exits_0_with_summary_and_leaves_the_study_alone(tmp_path
     sweep = tmp_path / "sweep"
     db = tmp_path / "study.db"
     extra = [f"hydra.sweeper.storage=sqlite:///{db}", "hydra.sweeper.study_name=t"] if storage else []
-    res = run_py([*OPTUNA, *extra, "hydra.sweeper.n_trials=3", "sweep.dry_run=true", f"hydra.sweep.dir={sweep}",
-                  "-m"], cwd=tmp_path, tmp_path=tmp_path)
+    res = run_py(
+        [*OPTUNA, *extra, "hydra.sweeper.n_trials=3", "sweep.dry_run=true", f"hydra.sweep.dir={sweep}", "-m"],
+        cwd=tmp_path,
+        tmp_path=tmp_path,
+    )
     assert res.returncode == 0, fail_msg(res)  # was 1: "No trials are completed yet."
     s = _summary(sweep)
     assert [j["status"] for j in s["jobs"]] == ["validated"] * 3 and "error" not in s
@@ -40,16 +43,32 @@ def _trials(db: Path) -> list:
         return []
 
 
-@pytest.mark.parametrize("case, extra, status", [
-    # the loss is NaN from step 2: NonFiniteLossGuard stops every job, recorded as diverged (an outcome)
-    ("diverged", ["trainer.max_steps=3", "trainer.val_check_interval=3"], "diverged"),
-    # one step, then a NaN validation loss: no objective value, and a non-finite validation loss is divergence
-    ("nan", ["trainer.max_steps=1", "trainer.val_check_interval=1"], "diverged"),
-])
+@pytest.mark.parametrize(
+    "case, extra, status",
+    [
+        # the loss is NaN from step 2: NonFiniteLossGuard stops every job, recorded as diverged (an outcome)
+        ("diverged", ["trainer.max_steps=3", "trainer.val_check_interval=3"], "diverged"),
+        # one step, then a NaN validation loss: no objective value, and a non-finite validation loss is divergence
+        ("nan", ["trainer.max_steps=1", "trainer.val_check_interval=1"], "diverged"),
+    ],
+)
 def test_optuna_sweep_whose_trials_all_fail_writes_summary_and_exits_1(tmp_path, case, extra, status):
     sweep = tmp_path / "sweep"
-    res = run_py([*TINY, *OPTUNA, *extra, "logger=none", "optim.warmup_steps=0", "hydra.sweeper.params=null",
-                  "optim.lr=choice(1e30)", f"hydra.sweep.dir={sweep}", "-m"], cwd=tmp_path, tmp_path=tmp_path)
+    res = run_py(
+        [
+            *TINY,
+            *OPTUNA,
+            *extra,
+            "logger=none",
+            "optim.warmup_steps=0",
+            "hydra.sweeper.params=null",
+            "optim.lr=choice(1e30)",
+            f"hydra.sweep.dir={sweep}",
+            "-m",
+        ],
+        cwd=tmp_path,
+        tmp_path=tmp_path,
+    )
     assert res.returncode == 1, fail_msg(res)
     assert "No trials are completed yet" not in res.stderr + res.stdout
     s = _summary(sweep)
@@ -64,9 +83,20 @@ def test_optuna_sweep_whose_trials_all_fail_writes_summary_and_exits_1(tmp_path,
 
 def test_basic_sweep_whose_jobs_all_fail_writes_summary_and_exits_1(tmp_path):
     sweep = tmp_path / "sweep"
-    res = run_py([*TINY, "trainer.max_steps=3", "trainer.val_check_interval=3", "logger=none",
-                  "optim.warmup_steps=0", "optim.lr=1e30,1e31", f"hydra.sweep.dir={sweep}", "-m"],
-                 cwd=tmp_path, tmp_path=tmp_path)
+    res = run_py(
+        [
+            *TINY,
+            "trainer.max_steps=3",
+            "trainer.val_check_interval=3",
+            "logger=none",
+            "optim.warmup_steps=0",
+            "optim.lr=1e30,1e31",
+            f"hydra.sweep.dir={sweep}",
+            "-m",
+        ],
+        cwd=tmp_path,
+        tmp_path=tmp_path,
+    )
     assert res.returncode == 1, fail_msg(res)
     s = _summary(sweep)
     assert [j["status"] for j in s["jobs"]] == ["diverged", "diverged"]  # NaN loss: an outcome, not a crash

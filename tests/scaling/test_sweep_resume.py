@@ -40,6 +40,7 @@ def _summary(sweep: Path) -> dict:
 
 # --- the decision (fast, no training) ---------------------------------------------------------------
 
+
 def test_plan_skips_finished_resumes_checkpointed_runs_new_and_refuses_changed(tmp_path):
     cfg = _compose(["optim.lr=0.001"])
     fresh = tmp_path / "0"
@@ -75,8 +76,16 @@ def test_plan_skips_finished_resumes_checkpointed_runs_new_and_refuses_changed(t
 
 def test_runtime_keys_may_change_but_nothing_else():
     old = OmegaConf.to_container(_compose(["optim.lr=0.001"]), resolve=False)
-    same = _compose(["optim.lr=0.001", "ckpt_path=last", "data.root=/elsewhere", "logger=csv",
-                     "trainer.enable_progress_bar=false", "sweep.dry_run=true"])
+    same = _compose(
+        [
+            "optim.lr=0.001",
+            "ckpt_path=last",
+            "data.root=/elsewhere",
+            "logger=csv",
+            "trainer.enable_progress_bar=false",
+            "sweep.dry_run=true",
+        ]
+    )
     keys = list(same.sweep.runtime_keys)
     assert config_diff(old, same, keys) == []
     diff = config_diff(old, _compose(["optim.lr=0.001", "seed=7", "trainer.max_steps=9"]), keys)
@@ -86,6 +95,7 @@ def test_runtime_keys_may_change_but_nothing_else():
 
 
 # --- whole sweeps (subprocesses) ------------------------------------------------------------------
+
 
 def test_changed_lr_is_refused_before_any_job_runs(tmp_path):
     """A job folder recorded with lr 0.001; the same sweep with lr 0.002 exits 2 with one error line,
@@ -122,14 +132,16 @@ def test_sigkilled_sweep_continues_where_it_stopped_and_matches_uninterrupted(tm
     proc.wait(timeout=60)
     assert not (sweep / "2" / "metrics.json").exists(), "job 3 finished before it could be killed"
     assert not (sweep / "3").exists()
-    stopped_at = torch.load(sweep / "2" / "checkpoints" / "last.ckpt", map_location="cpu",
-                            weights_only=False)["global_step"]
+    stopped_at = torch.load(sweep / "2" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)[
+        "global_step"
+    ]
     assert 0 < stopped_at < 16
     first = {n: (sweep / n / "metrics.json").read_text() for n in ("0", "1")}
     wandb_id = (sweep / "2" / "wandb_id.txt").read_text().strip()
 
-    res = run_py([*args, f"hydra.sweep.dir={sweep}", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "-m"],
-                 tmp_path)
+    res = run_py(
+        [*args, f"hydra.sweep.dir={sweep}", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "-m"], tmp_path
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     s = _summary(sweep)
     assert [j.get("resume") for j in s["jobs"]] == ["skipped", "skipped", "resumed", "new"]
@@ -153,10 +165,20 @@ def test_optuna_resumed_into_the_same_sweep_dir_adds_trial_folders(tmp_path):
     import optuna
 
     db, sweep = tmp_path / "study.db", tmp_path / "sweep"
-    args = [*TINY, "trainer.max_steps=1", "trainer.val_check_interval=1", "logger=none",
-            "hparams_search=optuna", "hydra.sweeper.params=null", "hydra.sweeper.n_trials=2",
-            "hydra.sweeper.study_name=t", f"hydra.sweeper.storage=sqlite:///{db}",
-            "optim.lr=choice(0.001,0.002,0.003,0.004)", f"hydra.sweep.dir={sweep}", "-m"]
+    args = [
+        *TINY,
+        "trainer.max_steps=1",
+        "trainer.val_check_interval=1",
+        "logger=none",
+        "hparams_search=optuna",
+        "hydra.sweeper.params=null",
+        "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.study_name=t",
+        f"hydra.sweeper.storage=sqlite:///{db}",
+        "optim.lr=choice(0.001,0.002,0.003,0.004)",
+        f"hydra.sweep.dir={sweep}",
+        "-m",
+    ]
     res = run_py(args, tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     first = {n: (sweep / n / "metrics.json").read_text() for n in ("0", "1")}

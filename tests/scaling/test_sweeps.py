@@ -28,8 +28,9 @@ def job_dirs(sweep: Path) -> list[Path]:
 def test_ddp_multirun_two_jobs_each_once_one_wandb_run_each(tmp_path):
     """The relaunch trap: with -m, rank 1 must run its job, not a new sweep. Seeds share the W&B group."""
     sweep = tmp_path / "sweep"
-    res = run_py([*FAST, *DDP_CPU, "seed=1,2", f"hydra.sweep.dir={sweep}", "-m"], cwd=tmp_path, tmp_path=tmp_path,
-                 timeout=300)
+    res = run_py(
+        [*FAST, *DDP_CPU, "seed=1,2", f"hydra.sweep.dir={sweep}", "-m"], cwd=tmp_path, tmp_path=tmp_path, timeout=300
+    )
     assert res.returncode == 0, fail_msg(res)
     jobs = job_dirs(sweep)
     assert [p.name for p in jobs] == ["0", "1"]
@@ -58,8 +59,12 @@ def test_ddp_multirun_two_jobs_each_once_one_wandb_run_each(tmp_path):
 def test_failing_job_does_not_stop_the_sweep(tmp_path):
     """Job 1 fails inside training (Adam rejects eps=-1 when fit builds the optimizer)."""
     sweep = tmp_path / "sweep"
-    res = run_py([*FAST, "optim.optimizer.eps=1e-9,-1,1e-8", f"hydra.sweep.dir={sweep}", "-m"], cwd=tmp_path,
-                 tmp_path=tmp_path, timeout=300)
+    res = run_py(
+        [*FAST, "optim.optimizer.eps=1e-9,-1,1e-8", f"hydra.sweep.dir={sweep}", "-m"],
+        cwd=tmp_path,
+        tmp_path=tmp_path,
+        timeout=300,
+    )
     assert res.returncode == 1, fail_msg(res)  # the sweep ran to the end, then reports the failure
     s = summary(sweep)
     assert s["n_jobs"] == 3 and s["n_failed"] == 1
@@ -80,8 +85,20 @@ def test_joblib_launcher_runs_seeds_reproducibly(tmp_path):
     """seed=1,1 on 2 parallel joblib workers: the same seed gives the same run (that different seeds
     differ is checked by the DDP sweep above)."""
     sweep = tmp_path / "sweep"
-    res = run_py([*FAST, "logger=none", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=1,1",
-                  f"hydra.sweep.dir={sweep}", "-m"], cwd=tmp_path, tmp_path=tmp_path, timeout=300)
+    res = run_py(
+        [
+            *FAST,
+            "logger=none",
+            "hydra/launcher=joblib",
+            "hydra.launcher.n_jobs=2",
+            "seed=1,1",
+            f"hydra.sweep.dir={sweep}",
+            "-m",
+        ],
+        cwd=tmp_path,
+        tmp_path=tmp_path,
+        timeout=300,
+    )
     assert res.returncode == 0, fail_msg(res)
     assert "Joblib.Parallel" in res.stdout + res.stderr
     vals = [metrics(job)["metrics"] for job in job_dirs(sweep)]
@@ -96,9 +113,21 @@ def test_submitit_local_launcher_runs_a_ddp_job(tmp_path):
     """submitit runs each job in its own worker process; this job is 2-rank DDP, whose rank 1 Lightning
     starts from inside the worker (the relaunch command names run.py, not submitit's entry point)."""
     sweep = tmp_path / "sweep"
-    res = run_py([*FAST, "logger=none", *DDP_CPU, "model.ffn_ratio=4", "hydra/launcher=submitit_local",
-                  "hydra.launcher.timeout_min=10", f"hydra.sweep.dir={sweep}", "-m"],
-                 cwd=tmp_path, tmp_path=tmp_path, timeout=400)
+    res = run_py(
+        [
+            *FAST,
+            "logger=none",
+            *DDP_CPU,
+            "model.ffn_ratio=4",
+            "hydra/launcher=submitit_local",
+            "hydra.launcher.timeout_min=10",
+            f"hydra.sweep.dir={sweep}",
+            "-m",
+        ],
+        cwd=tmp_path,
+        tmp_path=tmp_path,
+        timeout=400,
+    )
     assert res.returncode == 0, fail_msg(res)
     jobs = job_dirs(sweep)
     assert [p.name for p in jobs] == ["0"]
@@ -114,12 +143,21 @@ def test_optuna_nan_trials_fail_and_study_resumes(tmp_path):
     import optuna
 
     db = tmp_path / "study.db"
-    args = [*TINY, "trainer.max_steps=1", "trainer.val_check_interval=1", "logger=none", "optim.warmup_steps=0",
-            "hparams_search=optuna", "hydra.sweeper.params=null", "hydra.sweeper.n_trials=3",
-            "hydra.sweeper.study_name=t", f"hydra.sweeper.storage=sqlite:///{db}", "optim.lr=choice(0.001,1e30)"]
+    args = [
+        *TINY,
+        "trainer.max_steps=1",
+        "trainer.val_check_interval=1",
+        "logger=none",
+        "optim.warmup_steps=0",
+        "hparams_search=optuna",
+        "hydra.sweeper.params=null",
+        "hydra.sweeper.n_trials=3",
+        "hydra.sweeper.study_name=t",
+        f"hydra.sweeper.storage=sqlite:///{db}",
+        "optim.lr=choice(0.001,1e30)",
+    ]
     for n, sweep in ((3, "s1"), (6, "s2")):
-        res = run_py([*args, f"hydra.sweep.dir={tmp_path / sweep}", "-m"], cwd=tmp_path, tmp_path=tmp_path,
-                     timeout=300)
+        res = run_py([*args, f"hydra.sweep.dir={tmp_path / sweep}", "-m"], cwd=tmp_path, tmp_path=tmp_path, timeout=300)
         assert res.returncode == 0, fail_msg(res)
         trials = optuna.load_study(study_name="t", storage=f"sqlite:///{db}").trials
         assert len(trials) == n
@@ -132,8 +170,18 @@ def test_optuna_nan_trials_fail_and_study_resumes(tmp_path):
 
 def test_dry_run_prints_every_job_without_training(tmp_path):
     sweep = tmp_path / "sweep"
-    res = run_py(["sweep.dry_run=true", "model.d_model=32", "model.n_heads=2,4", "model.ffn_ratio=2,4",
-                  f"hydra.sweep.dir={sweep}", "-m"], cwd=tmp_path, tmp_path=tmp_path)
+    res = run_py(
+        [
+            "sweep.dry_run=true",
+            "model.d_model=32",
+            "model.n_heads=2,4",
+            "model.ffn_ratio=2,4",
+            f"hydra.sweep.dir={sweep}",
+            "-m",
+        ],
+        cwd=tmp_path,
+        tmp_path=tmp_path,
+    )
     assert res.returncode == 0, fail_msg(res)
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith("[dry run]")]
     assert len(lines) == 4 and all(ln.endswith("config ok") for ln in lines)
@@ -170,8 +218,14 @@ def test_wandb_sweep_commands_are_accepted_by_run_py(tmp_path):
     command = agent_command("wandb_ffn_ratio")
     args = command[2:]
     assert command[1].endswith("run.py") and all("=" in a and not a.startswith("-") for a in args)
-    res = run_py([*args, "sweep.dry_run=true"], cwd=tmp_path, tmp_path=tmp_path, prefix=command[:2],
-                 WANDB_SWEEP_ID="swp", WANDB_RUN_ID="run1")
+    res = run_py(
+        [*args, "sweep.dry_run=true"],
+        cwd=tmp_path,
+        tmp_path=tmp_path,
+        prefix=command[:2],
+        WANDB_SWEEP_ID="swp",
+        WANDB_RUN_ID="run1",
+    )
     assert res.returncode == 0, fail_msg(res)
     assert "model.ffn_ratio=1 seed=0" in res.stdout and "config ok" in res.stdout
     assert (tmp_path / "outputs" / "wandb" / "swp" / "run1" / ".hydra" / "config.yaml").is_file()
@@ -191,15 +245,30 @@ def test_slurm_launcher_preset_ties_resources_to_trainer(tmp_path):
     from submitit.slurm.slurm import _make_sbatch_string
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=["hydra/launcher=slurm", "trainer=ddp", "trainer.devices=4",
-                                           "trainer.num_nodes=2", "hparams_search=optuna", "objective.mode=max"],
-                      return_hydra_config=True)
+        cfg = compose(
+            "config",
+            overrides=[
+                "hydra/launcher=slurm",
+                "trainer=ddp",
+                "trainer.devices=4",
+                "trainer.num_nodes=2",
+                "hparams_search=optuna",
+                "objective.mode=max",
+            ],
+            return_hydra_config=True,
+        )
     launcher = cfg.hydra.launcher
     assert launcher._target_.endswith("SlurmLauncher")
     assert (launcher.gpus_per_node, launcher.tasks_per_node, launcher.nodes) == (4, 4, 2)
     assert cfg.hydra.sweeper.direction == "maximize"  # Optuna direction follows objective.mode
-    sbatch = _make_sbatch_string(command="python -u run.py", folder=str(tmp_path), job_name="x",
-                                 nodes=launcher.nodes, gpus_per_node=launcher.gpus_per_node,
-                                 ntasks_per_node=launcher.tasks_per_node, time=launcher.timeout_min)
+    sbatch = _make_sbatch_string(
+        command="python -u run.py",
+        folder=str(tmp_path),
+        job_name="x",
+        nodes=launcher.nodes,
+        gpus_per_node=launcher.gpus_per_node,
+        ntasks_per_node=launcher.tasks_per_node,
+        time=launcher.timeout_min,
+    )
     for line in ("--gpus-per-node=4", "--ntasks-per-node=4", "--nodes=2"):
         assert line in sbatch

@@ -15,9 +15,18 @@ from xformer.jobs import distributed
 def sweep_job_hydra(tmp_path):
     """HydraConfig of job 3 of a `-m` sweep run with the joblib launcher."""
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=["trainer=ddp", "model.ffn_ratio=4", "tags=[a,b]", "hydra/launcher=joblib",
-                                           f"hydra.sweep.dir={tmp_path}", "hydra.job.chdir=false"],
-                      return_hydra_config=True)
+        cfg = compose(
+            "config",
+            overrides=[
+                "trainer=ddp",
+                "model.ffn_ratio=4",
+                "tags=[a,b]",
+                "hydra/launcher=joblib",
+                f"hydra.sweep.dir={tmp_path}",
+                "hydra.job.chdir=false",
+            ],
+            return_hydra_config=True,
+        )
     with open_dict(cfg):
         cfg.hydra.runtime.output_dir = str(tmp_path / "3 jobs, odd=dir")
         cfg.hydra.runtime.cwd = str(tmp_path)
@@ -32,8 +41,14 @@ def test_child_rank_command_runs_this_job_once(tmp_path):
     cmd, cwd = distributed.child_rank_command(1, script="/x/run.py")
     assert cmd[1] == "/x/run.py" and cwd == str(tmp_path)
     assert "-m" not in cmd and "--multirun" not in cmd
-    for override in ("trainer=ddp", "model.ffn_ratio=4", "tags=[a,b]", "hydra.job.chdir=false",
-                     "hydra.output_subdir=null", "hydra.job.name=train_ddp_process_1"):
+    for override in (
+        "trainer=ddp",
+        "model.ffn_ratio=4",
+        "tags=[a,b]",
+        "hydra.job.chdir=false",
+        "hydra.output_subdir=null",
+        "hydra.job.name=train_ddp_process_1",
+    ):
         assert override in cmd, override
     assert f"hydra.run.dir='{tmp_path / '3 jobs, odd=dir'}'" in cmd  # quoted: Hydra reads it back verbatim
     assert not any(c.startswith(("hydra.sweep", "hydra/launcher", "hydra.mode")) for c in cmd)
@@ -44,7 +59,7 @@ def test_child_rank_command_runs_this_job_once(tmp_path):
 def test_child_rank_command_parses_back_to_the_same_job(sweep_job_hydra):
     """Compose the child's overrides again: the same config (and the job folder as run dir)."""
     cmd, _ = distributed.child_rank_command(1, script="/x/run.py")
-    overrides = cmd[cmd.index("config") + 1:]
+    overrides = cmd[cmd.index("config") + 1 :]
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         child = compose("config", overrides=overrides, return_hydra_config=True)
     assert child.hydra.run.dir == sweep_job_hydra.hydra.runtime.output_dir

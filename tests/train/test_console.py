@@ -13,8 +13,10 @@ from tests.train.test_run import TINY, run
 from xformer.jobs.console import RichBar, epoch_label, single_log_lines
 
 
-@pytest.mark.parametrize("epoch,max_epochs,want", [(46, -1, "Epoch 46"), (0, -1, "Epoch 0"), (3, None, "Epoch 3"),
-                                                   (3, 10, "Epoch 3/9"), (0, 1, "Epoch 0/0")])
+@pytest.mark.parametrize(
+    "epoch,max_epochs,want",
+    [(46, -1, "Epoch 46"), (0, -1, "Epoch 0"), (3, None, "Epoch 3"), (3, 10, "Epoch 3/9"), (0, 1, "Epoch 0/0")],
+)
 def test_epoch_label(epoch, max_epochs, want):
     assert epoch_label(epoch, max_epochs) == want
 
@@ -50,8 +52,18 @@ def test_single_log_lines_leaves_one_route(monkeypatch):
 
 def test_a_run_prints_each_lightning_line_once_and_no_negative_epoch_total(tmp_path):
     args = [a for a in TINY if not a.startswith("trainer.enable_progress_bar")]
-    res = run([*args, "trainer.max_steps=3", "trainer.val_check_interval=3", "trainer.max_epochs=-1", "logger=csv",
-               "trainer.enable_progress_bar=true", f"hydra.run.dir={tmp_path / 'job'}"], tmp_path)
+    res = run(
+        [
+            *args,
+            "trainer.max_steps=3",
+            "trainer.val_check_interval=3",
+            "trainer.max_epochs=-1",
+            "logger=csv",
+            "trainer.enable_progress_bar=true",
+            f"hydra.run.dir={tmp_path / 'job'}",
+        ],
+        tmp_path,
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     both = res.stdout + res.stderr
     assert both.count("GPU available:") == 1

@@ -15,8 +15,9 @@ from xformer.train.translate import load_checkpoint, translate
 
 def test_eval_mode_and_translate_reproduce_the_test_metrics(tmp_path):
     job = tmp_path / "job"
-    res = run([*TINY, "trainer.max_steps=30", "trainer.val_check_interval=15", "logger=csv",
-               f"hydra.run.dir={job}"], tmp_path)
+    res = run(
+        [*TINY, "trainer.max_steps=30", "trainer.val_check_interval=15", "logger=csv", f"hydra.run.dir={job}"], tmp_path
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     trained = json.loads((job / "metrics.json").read_text())
     best = trained["best"]["checkpoint"]
@@ -31,18 +32,30 @@ def test_eval_mode_and_translate_reproduce_the_test_metrics(tmp_path):
     os.environ.setdefault("XFORMER_CACHE", str(tmp_path / "cache"))
     dm = instantiate(cfg.data)
     dm.setup("test")
-    pairs = [(ex["src_text"], ex["tgt_text"]) for ex in (dm.test_sets["test"][i] for i in range(len(dm.test_sets["test"])))]
+    pairs = [
+        (ex["src_text"], ex["tgt_text"]) for ex in (dm.test_sets["test"][i] for i in range(len(dm.test_sets["test"])))
+    ]
     hyps = translate(model, tokenizer, [s for s, _ in pairs])
     exact = sum(h.strip() == r.strip() for h, (_, r) in zip(hyps, pairs, strict=False)) / len(pairs)
     assert abs(exact - trained["metrics"]["test/exact_match"]) < 1e-9
 
-    cli = subprocess.run([sys.executable, "-m", "xformer.cli", "translate", "--ckpt", best],
-                         input="\n".join(s for s, _ in pairs[:5]) + "\n", capture_output=True, text=True,
-                         cwd=REPO, timeout=120)
+    cli = subprocess.run(
+        [sys.executable, "-m", "xformer.cli", "translate", "--ckpt", best],
+        input="\n".join(s for s, _ in pairs[:5]) + "\n",
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert cli.returncode == 0, cli.stderr
     assert cli.stdout.splitlines() == hyps[:5]
-    bad = subprocess.run([sys.executable, "-m", "xformer.cli", "translate", "--ckpt", str(tmp_path / "nope.ckpt")],
-                         capture_output=True, text=True, cwd=REPO, timeout=60)
+    bad = subprocess.run(
+        [sys.executable, "-m", "xformer.cli", "translate", "--ckpt", str(tmp_path / "nope.ckpt")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "no such file" in bad.stderr
 
 

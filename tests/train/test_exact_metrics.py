@@ -65,9 +65,13 @@ def reference(model, batch, hyps, refs) -> dict[str, float]:
     n = int(mask.sum())
     loss = math.fsum(nll.view(labels.shape).sum(1).double().tolist()) / n
     correct = int(((logits.argmax(-1) == labels) & mask).sum())
-    return {"loss": loss, "ppl": math.exp(loss), "acc": correct / n,
-            "bleu": sacrebleu.corpus_bleu(hyps, [refs]).score,
-            "exact_match": sum(h == r for h, r in zip(hyps, refs, strict=False)) / len(refs)}
+    return {
+        "loss": loss,
+        "ppl": math.exp(loss),
+        "acc": correct / n,
+        "bleu": sacrebleu.corpus_bleu(hyps, [refs]).score,
+        "exact_match": sum(h == r for h, r in zip(hyps, refs, strict=False)) / len(refs),
+    }
 
 
 def test_issue_value_needs_float64():
@@ -79,14 +83,27 @@ def test_issue_value_needs_float64():
 def test_trainer_keeps_every_corpus_metric_exact(tmp_path, n_examples):
     torch.manual_seed(0)
     model = EncoderDecoder(30, 30, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, dropout=0.0)
-    module = FixedHypotheses(model, optimizer=lambda p: torch.optim.SGD(p, lr=0.0), lr_lambda=lambda _s: 1.0,
-                             label_smoothing=0.0, pad_id=PAD, bos_id=BOS, eos_id=EOS,
-                             metrics=["bleu", "exact_match"])
+    module = FixedHypotheses(
+        model,
+        optimizer=lambda p: torch.optim.SGD(p, lr=0.0),
+        lr_lambda=lambda _s: 1.0,
+        label_smoothing=0.0,
+        pad_id=PAD,
+        bos_id=BOS,
+        eos_id=EOS,
+        metrics=["bleu", "exact_match"],
+    )
     data = batches(n_examples)
     ckpt = ModelCheckpoint(dirpath=tmp_path / "ck", monitor="val/bleu", mode="max", save_top_k=1)
-    trainer = L.Trainer(max_steps=1, accelerator="cpu", logger=CSVLogger(tmp_path, name="csv", version=""),
-                        callbacks=[ckpt], enable_progress_bar=False, enable_model_summary=False,
-                        num_sanity_val_steps=0)
+    trainer = L.Trainer(
+        max_steps=1,
+        accelerator="cpu",
+        logger=CSVLogger(tmp_path, name="csv", version=""),
+        callbacks=[ckpt],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
     trainer.fit(module, train_dataloaders=data, val_dataloaders=data)
     want = reference(model.eval(), next(iter(data)), HYPS[:n_examples], REFS[:n_examples])
     assert any(f32(v) != v for v in want.values())  # some value that float32 would change
@@ -114,16 +131,25 @@ def test_metrics_json_holds_the_exact_test_metrics(tmp_path):
     from xformer.train.translate import load_checkpoint
 
     job = tmp_path / "job"
-    res = run([*TINY, "trainer.max_steps=4", "trainer.val_check_interval=2", "logger=csv",
-               f"hydra.run.dir={job}"], tmp_path)
+    res = run(
+        [*TINY, "trainer.max_steps=4", "trainer.val_check_interval=2", "logger=csv", f"hydra.run.dir={job}"], tmp_path
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     summary = json.loads((job / "metrics.json").read_text())
     model, _, cfg = load_checkpoint(summary["best"]["checkpoint"])
     dm = instantiate(cfg.data, cache_dir=str(tmp_path / "cache"))
     dm.setup("test")
-    module = TransformerLitModule(model, optimizer=None, lr_lambda=None, pad_id=dm.pad_id, bos_id=dm.bos_id,
-                                  eos_id=dm.eos_id, detokenize=dm.detokenize, metrics=dm.metrics,
-                                  decode={k: cfg.decode[k] for k in ("beam_size", "alpha", "max_len_a", "max_len_b")})
+    module = TransformerLitModule(
+        model,
+        optimizer=None,
+        lr_lambda=None,
+        pad_id=dm.pad_id,
+        bos_id=dm.bos_id,
+        eos_id=dm.eos_id,
+        detokenize=dm.detokenize,
+        metrics=dm.metrics,
+        decode={k: cfg.decode[k] for k in ("beam_size", "alpha", "max_len_a", "max_len_b")},
+    )
     module.eval()
     want: dict[str, float] = {}
     for name, loader in zip(dm.test_split_names, dm.test_dataloader(), strict=False):

@@ -7,8 +7,12 @@ import sacrebleu
 from xformer.train.module import corpus_metrics
 
 HYPS = ["a man rides a horse .", "two dogs play in the snow", "the cat sits", "a woman is cooking ."]
-REFS = ["a man is riding a horse .", "two dogs are playing in the snow .", "a cat sits on a mat .",
-        "a woman is cooking ."]
+REFS = [
+    "a man is riding a horse .",
+    "two dogs are playing in the snow .",
+    "a cat sits on a mat .",
+    "a woman is cooking .",
+]
 
 
 def test_bleu_equals_sacrebleu_corpus_bleu_and_records_the_signature():

@@ -19,8 +19,7 @@ class Probe(EncoderDecoder):
         return super().logits_and_labels(batch, pad_id, eos_id)
 
     @override
-    def generate(self, batch, bos_id, eos_id, pad_id, max_len_a=1.5, max_len_b=10, beam_size=1, alpha=0.6,
-                 logits=None):
+    def generate(self, batch, bos_id, eos_id, pad_id, max_len_a=1.5, max_len_b=10, beam_size=1, alpha=0.6, logits=None):
         self.calls.append(("generate", bos_id, eos_id, pad_id, max_len_a, max_len_b, beam_size, alpha))
         return [[7, 8]] * batch["src"].shape[0]
 
@@ -28,9 +27,16 @@ class Probe(EncoderDecoder):
 def test_module_delegates_loss_inputs_and_generation_to_the_model():
     model = Probe(20, 20, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, dropout=0.0)
     model.calls = []
-    module = TransformerLitModule(model, optimizer=None, lr_lambda=None, pad_id=PAD, bos_id=BOS, eos_id=EOS,
-                                  decode={"beam_size": 3, "alpha": 0.2, "max_len_a": 1.0, "max_len_b": 4},
-                                  detokenize=lambda ids: "-".join(map(str, ids)))
+    module = TransformerLitModule(
+        model,
+        optimizer=None,
+        lr_lambda=None,
+        pad_id=PAD,
+        bos_id=BOS,
+        eos_id=EOS,
+        decode={"beam_size": 3, "alpha": 0.2, "max_len_a": 1.0, "max_len_b": 4},
+        detokenize=lambda ids: "-".join(map(str, ids)),
+    )
     src = torch.randint(3, 20, (2, 5))
     tgt = torch.cat([torch.full((2, 1), BOS), torch.randint(3, 20, (2, 4)), torch.full((2, 1), EOS)], 1)
     logits, labels = module.logits_and_labels({"src": src, "tgt": tgt})

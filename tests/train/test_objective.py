@@ -10,17 +10,30 @@ import pytest
 from tests.reliability.conftest import metrics, run_py
 from tests.train.step_probe import events
 
-T = ["data.n_train=500", "data.n_val=20", "data.n_test=10", "data.n_long=5", "model.d_model=32", "model.n_heads=2",
-     "model.n_encoder_layers=1", "model.n_decoder_layers=1", "logger=csv", "trainer.enable_progress_bar=false"]
+T = [
+    "data.n_train=500",
+    "data.n_val=20",
+    "data.n_test=10",
+    "data.n_long=5",
+    "model.d_model=32",
+    "model.n_heads=2",
+    "model.n_encoder_layers=1",
+    "model.n_decoder_layers=1",
+    "logger=csv",
+    "trainer.enable_progress_bar=false",
+]
 PROBE = "+callbacks.probe._target_=tests.train.step_probe.Probe"
 
 
-@pytest.mark.parametrize("extra, val_steps, final", [
-    (["trainer.max_steps=5"], [5], 5),  # the report: below the default val_check_interval=500
-    (["trainer.max_steps=6", "trainer.val_check_interval=4"], [4, 6], 6),
-    (["trainer.max_steps=5", "trainer.val_check_interval=4", "trainer.accumulate_grad_batches=2"], [4, 5], 5),
-    (["trainer.max_steps=-1", "trainer.max_epochs=2"], [6], 6),  # 3 batches per epoch
-])
+@pytest.mark.parametrize(
+    "extra, val_steps, final",
+    [
+        (["trainer.max_steps=5"], [5], 5),  # the report: below the default val_check_interval=500
+        (["trainer.max_steps=6", "trainer.val_check_interval=4"], [4, 6], 6),
+        (["trainer.max_steps=5", "trainer.val_check_interval=4", "trainer.accumulate_grad_batches=2"], [4, 5], 5),
+        (["trainer.max_steps=-1", "trainer.max_epochs=2"], [6], 6),  # 3 batches per epoch
+    ],
+)
 def test_training_ending_off_a_validation_step_validates_once_more(tmp_path, extra, val_steps, final):
     job, probe = tmp_path / "job", tmp_path / "probe.json"
     res = run_py([*T, *extra, f"hydra.run.dir={job}", PROBE, f"+callbacks.probe.path={probe}"], tmp_path)
@@ -32,13 +45,16 @@ def test_training_ending_off_a_validation_step_validates_once_more(tmp_path, ext
     assert m["best"]["checkpoint"].endswith(f"best-{final}.ckpt") or len(val_steps) > 1
 
 
-@pytest.mark.parametrize("overrides, key", [
-    (["objective.metric=val/bleu", "objective.mode=max"], "objective.metric=val/bleu"),  # numbers has no BLEU
-    (["objective.metric=val/los"], "objective.metric=val/los"),  # typo
-    (["objective.metric=val/exact_match", "objective.mode=max", "decode.val_batches=0"], "decode.val_batches=0"),
-    (["trainer.limit_val_batches=0"], "trainer.limit_val_batches=0"),
-    (["objective.metric=val/bleu", "sweep.dry_run=true"], "objective.metric=val/bleu"),  # dry runs check it too
-])
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        (["objective.metric=val/bleu", "objective.mode=max"], "objective.metric=val/bleu"),  # numbers has no BLEU
+        (["objective.metric=val/los"], "objective.metric=val/los"),  # typo
+        (["objective.metric=val/exact_match", "objective.mode=max", "decode.val_batches=0"], "decode.val_batches=0"),
+        (["trainer.limit_val_batches=0"], "trainer.limit_val_batches=0"),
+        (["objective.metric=val/bleu", "sweep.dry_run=true"], "objective.metric=val/bleu"),  # dry runs check it too
+    ],
+)
 def test_objective_that_is_never_logged_is_rejected_before_training(tmp_path, overrides, key):
     job = tmp_path / "job"
     res = run_py([*T, "trainer.max_steps=2", *overrides, f"hydra.run.dir={job}"], tmp_path)
@@ -56,8 +72,10 @@ def test_check_objective_names_the_key_and_the_choices(metric):
     from xformer.jobs.validate import check_objective
     from xformer.model import ConfigError
 
-    with pytest.raises(ConfigError, match=f"^objective.metric={metric}: .*use one of val/loss, val/ppl, val/acc, "
-                                          "val/exact_match, train/loss$"):
+    with pytest.raises(
+        ConfigError,
+        match=f"^objective.metric={metric}: .*use one of val/loss, val/ppl, val/acc, val/exact_match, train/loss$",
+    ):
         check_objective(OmegaConf.create({"objective": {"metric": metric}}), ["exact_match"], "NumbersDataModule")
 
 
@@ -68,5 +86,4 @@ def test_valid_objectives_of_the_data_are_accepted():
 
     assert objective_keys(["exact_match"]) == ["val/loss", "val/ppl", "val/acc", "val/exact_match", "train/loss"]
     for metric in objective_keys(["bleu"]):
-        check_objective(OmegaConf.create({"objective": {"metric": metric}, "decode": {"val_batches": None}}),
-                        ["bleu"])
+        check_objective(OmegaConf.create({"objective": {"metric": metric}, "decode": {"val_batches": None}}), ["bleu"])

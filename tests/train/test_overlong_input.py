@@ -27,8 +27,18 @@ LONG = " ".join(["three hundred and twenty-one"] * 30)
 def learned_ckpt(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("learned")
     job = tmp / "job"
-    res = run([*TINY, "model/pe=learned", "model.max_len=64", "trainer.max_steps=2", "trainer.val_check_interval=2",
-               "logger=csv", f"hydra.run.dir={job}"], tmp)
+    res = run(
+        [
+            *TINY,
+            "model/pe=learned",
+            "model.max_len=64",
+            "trainer.max_steps=2",
+            "trainer.val_check_interval=2",
+            "logger=csv",
+            f"hydra.run.dir={job}",
+        ],
+        tmp,
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     return job / "checkpoints" / "last.ckpt"
 
@@ -37,8 +47,14 @@ def test_translate_cli_gives_every_line_an_output_and_names_the_long_one(learned
     from xformer.train.translate import load_checkpoint, translate
 
     lines = [LONG, "twelve", "", LONG + " again", "seven"]
-    cli = subprocess.run([sys.executable, "-m", "xformer.cli", "translate", "--ckpt", str(learned_ckpt)],
-                         input="\n".join(lines) + "\n", capture_output=True, text=True, cwd=REPO, timeout=120)
+    cli = subprocess.run(
+        [sys.executable, "-m", "xformer.cli", "translate", "--ckpt", str(learned_ckpt)],
+        input="\n".join(lines) + "\n",
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert cli.returncode == 0, cli.stderr[-2000:]
     assert "Traceback" not in cli.stderr
     out = cli.stdout.split("\n")
@@ -73,8 +89,9 @@ def test_translate_cuts_only_where_positions_stop(pe, limited):
     from xformer.train.translate import translate
 
     torch.manual_seed(0)
-    model = EncoderDecoder(24, 24, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, dropout=0.0,
-                           max_len=12, pe=pe).eval()
+    model = EncoderDecoder(
+        24, 24, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, dropout=0.0, max_len=12, pe=pe
+    ).eval()
     lines = ["abc", "x" * 11, "y" * 12, "z" * 40]
     warnings: list[str] = []
     out = translate(model, CharTok(), lines, warn=warnings.append)
@@ -91,11 +108,13 @@ def test_evaluation_cuts_overlong_examples_for_every_shape(arch, pe, caplog):
     cls = {"encoder_decoder": EncoderDecoder, "decoder_only": DecoderOnly, "encoder_only": EncoderOnly}[arch]
     torch.manual_seed(0)
     limit = 10
-    model = cls(24, 24, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, dropout=0.0,
-                max_len=limit, pe=pe).eval()
+    model = cls(
+        24, 24, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, dropout=0.0, max_len=limit, pe=pe
+    ).eval()
     assert model.position_limit == limit
-    module = TransformerLitModule(model, optimizer=None, lr_lambda=None, pad_id=PAD, bos_id=BOS, eos_id=EOS,
-                                  metrics=["exact_match"]).eval()
+    module = TransformerLitModule(
+        model, optimizer=None, lr_lambda=None, pad_id=PAD, bos_id=BOS, eos_id=EOS, metrics=["exact_match"]
+    ).eval()
     lens = [4, 30, 9]  # source tokens incl. EOS; the second one is far too long
     src = torch.full((3, max(lens)), PAD)
     tgt = torch.full((3, max(lens) + 1), PAD)
@@ -134,8 +153,15 @@ def test_eval_mode_accepts_data_longer_than_the_checkpoint_and_train_mode_refuse
 
     cls = EncoderDecoder if arch == "encoder_decoder" else DecoderOnly
     model = cls(24, 24, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, max_len=10, pe=Learned)
-    dm = SimpleNamespace(task="seq2seq", metrics=[], src_vocab_size=24, tgt_vocab_size=24, max_src_len=30,
-                         max_tgt_len=31, length_preserving=False)
+    dm = SimpleNamespace(
+        task="seq2seq",
+        metrics=[],
+        src_vocab_size=24,
+        tgt_vocab_size=24,
+        max_src_len=30,
+        max_tgt_len=31,
+        length_preserving=False,
+    )
     with pytest.raises(ConfigError, match="model.max_len=10"):
         check_with_data(OmegaConf.create({"mode": "train", "objective": {"metric": "val/loss"}}), dm, model)
     with caplog.at_level("WARNING", logger="xformer"):

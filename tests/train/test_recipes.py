@@ -29,9 +29,24 @@ def _compose(overrides):
 
 
 def _gpt(bias=True, init=None, d_model=32, layers=2, vocab=50, **kw):
-    return DecoderOnly(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=d_model, n_heads=4, d_ff=4 * d_model,
-                       n_encoder_layers=0, n_decoder_layers=layers, dropout=0.0, max_len=16, pad_id=None,
-                       norm=PreNorm, pe=Learned, ffn=GELUFFN, bias=bias, init=init, **kw)
+    return DecoderOnly(
+        src_vocab_size=vocab,
+        tgt_vocab_size=vocab,
+        d_model=d_model,
+        n_heads=4,
+        d_ff=4 * d_model,
+        n_encoder_layers=0,
+        n_decoder_layers=layers,
+        dropout=0.0,
+        max_len=16,
+        pad_id=None,
+        norm=PreNorm,
+        pe=Learned,
+        ffn=GELUFFN,
+        bias=bias,
+        init=init,
+        **kw,
+    )
 
 
 # -- AdamW parameter groups ----------------------------------------------------------------------
@@ -47,8 +62,9 @@ def test_adamw_decays_matmul_weights_only_by_default():
     assert decay == _linear_weights(model)  # q/k/v/out and both FFN matrices of every block
     # norms, biases, the (tied) token embedding and the learned positions are not decayed
     assert "tgt_embed.weight" in no_decay and "decoder.pe.weight" in no_decay
-    assert all(n.endswith(".bias") or "norm" in n or n in ("tgt_embed.weight", "decoder.pe.weight")
-               for n in no_decay), no_decay
+    assert all(
+        n.endswith(".bias") or "norm" in n or n in ("tgt_embed.weight", "decoder.pe.weight") for n in no_decay
+    ), no_decay
     built = opt(model)
     assert [g["weight_decay"] for g in built.param_groups] == [0.1, 0.0]
     assert isinstance(built, torch.optim.AdamW)
@@ -58,8 +74,9 @@ def test_adamw_decays_matmul_weights_only_by_default():
 
 def test_adamw_with_decay_embeddings_is_nanogpts_rule():
     model = _gpt()
-    decay, no_decay = (set(g["names"]) for g in DecayGroups(torch.optim.AdamW, 0.1, decay_embeddings=True)
-                       .groups(model))
+    decay, no_decay = (
+        set(g["names"]) for g in DecayGroups(torch.optim.AdamW, 0.1, decay_embeddings=True).groups(model)
+    )
     # nanoGPT's configure_optimizers: every parameter with dim >= 2 decays, the rest does not
     assert decay == {n for n, p in model.named_parameters() if p.dim() >= 2}
     assert no_decay == {n for n, p in model.named_parameters() if p.dim() < 2}
@@ -104,7 +121,7 @@ def test_inverse_sqrt_is_the_papers_formula():
     lr = schedules.paper_lr(d_model, warm)
     got = _lrs(schedules.inverse_sqrt(warm), 200, lr)
     # Vaswani et al. 2017 eq. 3 at step_num = s (1-based)
-    ref = [d_model ** -0.5 * min(s ** -0.5, s * warm ** -1.5) for s in range(1, 201)]
+    ref = [d_model**-0.5 * min(s**-0.5, s * warm**-1.5) for s in range(1, 201)]
     torch.testing.assert_close(torch.tensor(got, dtype=torch.float64), torch.tensor(ref, dtype=torch.float64))
 
 
@@ -142,12 +159,15 @@ def test_linear_and_constant_against_their_formulas():
     assert _lrs(schedules.constant(0), 3) == [1.0, 1.0, 1.0]
 
 
-@pytest.mark.parametrize("name,params", [
-    ("inverse_sqrt", {"warmup_steps", "decay_from"}),
-    ("cosine", {"warmup_steps", "total_steps", "floor"}),
-    ("linear", {"warmup_steps", "total_steps", "floor"}),
-    ("constant", {"warmup_steps"}),
-])
+@pytest.mark.parametrize(
+    "name,params",
+    [
+        ("inverse_sqrt", {"warmup_steps", "decay_from"}),
+        ("cosine", {"warmup_steps", "total_steps", "floor"}),
+        ("linear", {"warmup_steps", "total_steps", "floor"}),
+        ("constant", {"warmup_steps"}),
+    ],
+)
 def test_selecting_a_schedule_replaces_its_node(name, params):
     for optim in ("adam", "adamw"):
         cfg = _compose([f"optim={optim}", f"optim/scheduler={name}"])
@@ -179,21 +199,27 @@ def test_claim_sweeps_keep_their_linear_schedule():
 
 
 # -- model.bias and the init group -----------------------------------------------------------------
-@pytest.mark.parametrize("overrides", [
-    ["model/arch=encoder_decoder", "model/norm=post"],
-    ["model/arch=decoder_only", "model/norm=pre", "model/pe=learned", "model/ffn=gelu"],
-    ["model/arch=encoder_only", "model/norm=sandwich", "model/ffn=swiglu"],
-    ["model/arch=encoder_decoder", "model/norm=pre_rms", "model/pe=t5", "model.tie_embeddings=false"],
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["model/arch=encoder_decoder", "model/norm=post"],
+        ["model/arch=decoder_only", "model/norm=pre", "model/pe=learned", "model/ffn=gelu"],
+        ["model/arch=encoder_only", "model/norm=sandwich", "model/ffn=swiglu"],
+        ["model/arch=encoder_decoder", "model/norm=pre_rms", "model/pe=t5", "model.tie_embeddings=false"],
+    ],
+)
 def test_bias_false_leaves_no_bias_parameter(overrides):
     cfg = _compose([*overrides, "model.d_model=32", "model.n_heads=4", "model.bias=false"])
     model = instantiate(cfg.model, src_vocab_size=40, tgt_vocab_size=40, pad_id=0)
     names = [n for n, _ in model.named_parameters()]
     assert not [n for n in names if "bias" in n.split(".")[-1] and "pe" not in n.split(".")], names
-    assert all(getattr(m, "bias", None) is None for m in model.modules()
-               if isinstance(m, (nn.Linear, nn.LayerNorm)))
-    with_bias = instantiate(_compose([*overrides, "model.d_model=32", "model.n_heads=4"]).model,
-                            src_vocab_size=40, tgt_vocab_size=40, pad_id=0)
+    assert all(getattr(m, "bias", None) is None for m in model.modules() if isinstance(m, (nn.Linear, nn.LayerNorm)))
+    with_bias = instantiate(
+        _compose([*overrides, "model.d_model=32", "model.n_heads=4"]).model,
+        src_vocab_size=40,
+        tgt_vocab_size=40,
+        pad_id=0,
+    )
     assert any(isinstance(m, nn.Linear) and m.bias is not None for m in with_bias.modules())
     x = torch.randint(4, 40, (2, 6))
     out = model(x, x) if "model/arch=encoder_decoder" in overrides else model(x)
@@ -229,7 +255,7 @@ def test_xavier_default_keeps_the_papers_init_and_embedding_scale():
             bound = math.sqrt(6 / (fan_in + fan_out))  # Glorot & Bengio 2010, uniform
             assert m.weight.abs().max().item() <= bound
             assert m.weight.std().item() == pytest.approx(bound / math.sqrt(3), rel=0.05), n
-    assert model.tgt_embed.weight.std().item() == pytest.approx(256 ** -0.5, rel=0.05)
+    assert model.tgt_embed.weight.std().item() == pytest.approx(256**-0.5, rel=0.05)
 
 
 # -- the LM's vocabulary and positions --------------------------------------------------------------
@@ -253,8 +279,8 @@ def test_shakespeare_char_is_nanogpts_vocabulary_and_split(shared_data):
     assert dm.tgt_vocab_size == len(chars)  # no special tokens
     n = int(len(text) * 0.9)  # nanoGPT's prepare.py
     assert len(dm.train_ids) == n and len(dm.val_ids) == len(text) - n
-    assert dm.tokenizer.decode(dm.val_ids[:200].tolist()) == text[n:n + 200]
-    assert dm.val_ids.tolist()[:50] == [chars.index(c) for c in text[n:n + 50]]
+    assert dm.tokenizer.decode(dm.val_ids[:200].tolist()) == text[n : n + 200]
+    assert dm.val_ids.tolist()[:50] == [chars.index(c) for c in text[n : n + 50]]
     assert dm.pad_id == NO_TOKEN and dm.test_split_names == ["val"]
 
     # the estimate: 3 batches of 12 distinct random val windows, the same at every validation
@@ -267,7 +293,7 @@ def test_shakespeare_char_is_nanogpts_vocabulary_and_split(shared_data):
     val = torch.as_tensor(dm.val_ids)
     for b in batches:
         for s, row in zip(b["idx"].tolist(), b["tgt"], strict=False):
-            assert torch.equal(row, val[s:s + 65])
+            assert torch.equal(row, val[s : s + 65])
     full = dm.test_dataloader()[0]
     assert sum(len(b["idx"]) for b in full) == (len(dm.val_ids) - 1) // 64  # the whole contiguous pass
 
@@ -326,18 +352,43 @@ def test_preset_trains_through_run_py_and_refuses_a_stale_key(tmp_path):
     if not (root / "input.txt").is_file():
         pytest.skip("tiny-shakespeare input.txt not found")
     env = {**os.environ, "WANDB_MODE": "offline", "HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"}
-    base = [sys.executable, str(REPO / "run.py"), "experiment=shakespeare_char_cpu", f"data.root={root}",
-            "trainer.enable_progress_bar=false"]
-    bad = subprocess.run([*base, "optim.scheduler._target_=xformer.train.schedules.constant"], cwd=tmp_path,
-                         env=env, capture_output=True, text=True, timeout=240)
+    base = [
+        sys.executable,
+        str(REPO / "run.py"),
+        "experiment=shakespeare_char_cpu",
+        f"data.root={root}",
+        "trainer.enable_progress_bar=false",
+    ]
+    bad = subprocess.run(
+        [*base, "optim.scheduler._target_=xformer.train.schedules.constant"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert bad.returncode == 2
     err = [line for line in bad.stderr.splitlines() if line.startswith("error:")]
     assert len(err) == 1 and "optim.scheduler.total_steps: not a parameter of" in err[0], bad.stderr[-2000:]
 
     out = tmp_path / "job"
-    res = subprocess.run([*base, "trainer.max_steps=60", "trainer.val_check_interval=30", "optim.scheduler.total_steps=60",
-                          "optim.warmup_steps=10", "data.val_estimate_batches=2", "trainer.log_every_n_steps=10",
-                          f"hydra.run.dir={out}"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    res = subprocess.run(
+        [
+            *base,
+            "trainer.max_steps=60",
+            "trainer.val_check_interval=30",
+            "optim.scheduler.total_steps=60",
+            "optim.warmup_steps=10",
+            "data.val_estimate_batches=2",
+            "trainer.log_every_n_steps=10",
+            f"hydra.run.dir={out}",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     metrics = json.loads((out / "metrics.json").read_text())["metrics"]
     rows = list(csv.DictReader((out / "csv" / "metrics.csv").open()))

@@ -12,11 +12,22 @@ TINY = [*BASE_TINY, "trainer.max_steps=6", "trainer.val_check_interval=3"]
 
 
 def run(args, tmp_path, timeout=240, env_extra=None):
-    env = {**os.environ, "WANDB_MODE": "offline", "XFORMER_CACHE": str(tmp_path / "cache"),
-           "HYDRA_FULL_ERROR": "0", **(env_extra or {})}
+    env = {
+        **os.environ,
+        "WANDB_MODE": "offline",
+        "XFORMER_CACHE": str(tmp_path / "cache"),
+        "HYDRA_FULL_ERROR": "0",
+        **(env_extra or {}),
+    }
     env.pop("WANDB_API_KEY", None)
-    return subprocess.run([sys.executable, str(REPO / "run.py"), *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(REPO / "run.py"), *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_single_run_writes_metrics_checkpoints_history_and_offline_wandb(tmp_path):

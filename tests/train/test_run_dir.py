@@ -41,10 +41,17 @@ ARGS = [*TINY, "trainer.max_steps=2", "trainer.val_check_interval=2", "logger=cs
 def test_two_runs_started_together_get_two_folders(tmp_path):
     launch = tmp_path / "launch.py"
     launch.write_text(LAUNCH)
-    procs = [subprocess.Popen([sys.executable, str(launch), str(tmp_path / "barrier"), str(REPO / "run.py"),
-                               *ARGS, f"seed={seed}"], cwd=tmp_path, env=env_for(tmp_path),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for seed in (1, 2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(launch), str(tmp_path / "barrier"), str(REPO / "run.py"), *ARGS, f"seed={seed}"],
+            cwd=tmp_path,
+            env=env_for(tmp_path),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for seed in (1, 2)
+    ]
     outs = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-2000:] for o in outs)
     folders = sorted((tmp_path / "outputs" / "2026-01-02").iterdir())

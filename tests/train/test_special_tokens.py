@@ -25,7 +25,7 @@ def reference_greedy(model, src: torch.Tensor, max_len: int) -> tuple[list[list[
     """Outputs of the reference loop, and which special ids were the raw argmax at some step."""
     outs, raw_top = [], set()
     for b in range(src.shape[0]):
-        s = src[b:b + 1, : int((src[b] != PAD).sum())]
+        s = src[b : b + 1, : int((src[b] != PAD).sum())]
         prefix, out = [BOS], []
         for _ in range(max_len):
             logits = model(s, torch.tensor([prefix]))[0, -1]
@@ -45,8 +45,9 @@ def special_topped_model(cls, seed: int, specials: tuple[int, ...], **kw):
     """A random ``cls`` model whose output rows for ``specials`` beat its favourite ordinary tokens
     (the ones it predicts most often on random inputs)."""
     torch.manual_seed(seed)
-    model = cls(V, V, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, dropout=0.0,
-                tie_embeddings=False, **kw).eval()
+    model = cls(
+        V, V, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, dropout=0.0, tie_embeddings=False, **kw
+    ).eval()
     with torch.no_grad():
         model.head.weight.mul_(10)
         probe = torch.randint(3, V, (16, 8))
@@ -67,8 +68,18 @@ def sources(seed: int) -> torch.Tensor:
     return src
 
 
-CASES = [(seed, (PAD,), ) for seed in range(3)] + [(seed, (BOS,)) for seed in range(3, 6)] + \
-        [(seed, (PAD, BOS)) for seed in range(6, 9)] + [(seed, ()) for seed in range(9, 11)]
+CASES = (
+    [
+        (
+            seed,
+            (PAD,),
+        )
+        for seed in range(3)
+    ]
+    + [(seed, (BOS,)) for seed in range(3, 6)]
+    + [(seed, (PAD, BOS)) for seed in range(6, 9)]
+    + [(seed, ()) for seed in range(9, 11)]
+)
 
 
 @pytest.mark.parametrize("seed,specials", CASES)
@@ -99,8 +110,9 @@ def test_beam_search_rejects_zero_beams():
         decoding.beam_search(model, sources(0), BOS, EOS, PAD, MAX_LEN, beam_size=0)
 
 
-@pytest.mark.parametrize("seed,specials", [(0, (PAD,)), (3, (PAD,)), (7, (BOS,)), (4, (BOS,)), (2, (PAD, BOS)),
-                                          (5, (PAD, BOS))])
+@pytest.mark.parametrize(
+    "seed,specials", [(0, (PAD,)), (3, (PAD,)), (7, (BOS,)), (4, (BOS,)), (2, (PAD, BOS)), (5, (PAD, BOS))]
+)
 def test_decoder_only_continuation_skips_pad_and_bos(seed, specials):
     model = special_topped_model(DecoderOnly, seed, specials)
     g = torch.Generator().manual_seed(seed)
@@ -131,9 +143,9 @@ def test_tagger_predicts_only_ordinary_labels():
     model = special_topped_model(EncoderOnly, 3, (PAD, BOS))
     with torch.no_grad():
         model.head.weight[EOS] = 2.0 * model.head.weight[5]
-    module = TransformerLitModule(model, optimizer=None, lr_lambda=lambda _s: 1.0, pad_id=PAD, bos_id=BOS,
-                                  eos_id=EOS,
-                                  detokenize=lambda ids: ids)
+    module = TransformerLitModule(
+        model, optimizer=None, lr_lambda=lambda _s: 1.0, pad_id=PAD, bos_id=BOS, eos_id=EOS, detokenize=lambda ids: ids
+    )
     src = sources(3)
     logits = model(src)
     assert set(logits.argmax(-1).flatten().tolist()) & {PAD, BOS, EOS}  # precondition
@@ -141,7 +153,7 @@ def test_tagger_predicts_only_ordinary_labels():
     want_ids = allowed[logits[..., allowed].argmax(-1)]
     got = module.generate({"src": src}, logits)
     lens = (src != PAD).sum(1).tolist()
-    assert got == [want_ids[b, :lens[b]].tolist() for b in range(src.shape[0])]
+    assert got == [want_ids[b, : lens[b]].tolist() for b in range(src.shape[0])]
 
 
 def test_ban_sets_only_the_named_ids_to_minus_infinity():

@@ -15,8 +15,18 @@ from xformer.jobs.steps import optimizer_steps_in_epoch
 
 # 3 training batches per epoch: with accumulation, Lightning also steps on an epoch's last batch, so
 # accumulate=2 gives 2 steps per epoch and accumulate=3 one step
-T = ["data.n_train=500", "data.n_val=20", "data.n_test=10", "data.n_long=5", "model.d_model=32", "model.n_heads=2",
-     "model.n_encoder_layers=1", "model.n_decoder_layers=1", "logger=csv", "trainer.enable_progress_bar=false"]
+T = [
+    "data.n_train=500",
+    "data.n_val=20",
+    "data.n_test=10",
+    "data.n_long=5",
+    "model.d_model=32",
+    "model.n_heads=2",
+    "model.n_encoder_layers=1",
+    "model.n_decoder_layers=1",
+    "logger=csv",
+    "trainer.enable_progress_bar=false",
+]
 
 
 def _csv_rows(job, key):
@@ -28,11 +38,20 @@ def _csv_rows(job, key):
 def test_every_n_steps_settings_count_optimizer_steps(tmp_path, accumulate):
     job = tmp_path / "job"
     probe = tmp_path / "probe.json"
-    res = run_py([*T, "trainer.max_steps=8", "trainer.val_check_interval=4",
-                  f"trainer.accumulate_grad_batches={accumulate}", "trainer.log_every_n_steps=1",
-                  "callbacks.last_checkpoint.every_n_train_steps=3", f"hydra.run.dir={job}",
-                  "+callbacks.probe._target_=tests.train.step_probe.Probe", f"+callbacks.probe.path={probe}"],
-                 tmp_path)
+    res = run_py(
+        [
+            *T,
+            "trainer.max_steps=8",
+            "trainer.val_check_interval=4",
+            f"trainer.accumulate_grad_batches={accumulate}",
+            "trainer.log_every_n_steps=1",
+            "callbacks.last_checkpoint.every_n_train_steps=3",
+            f"hydra.run.dir={job}",
+            "+callbacks.probe._target_=tests.train.step_probe.Probe",
+            f"+callbacks.probe.path={probe}",
+        ],
+        tmp_path,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     ev = events(probe)
     batches = [e for e in ev if e["kind"] == "batch"]
@@ -49,13 +68,23 @@ def test_every_n_steps_settings_count_optimizer_steps(tmp_path, accumulate):
 
 def test_log_every_n_steps_counts_optimizer_steps_with_accumulation(tmp_path):
     job = tmp_path / "job"
-    res = run_py([*T, "trainer.max_steps=6", "trainer.val_check_interval=6", "trainer.accumulate_grad_batches=2",
-                  "trainer.log_every_n_steps=2", f"hydra.run.dir={job}"], tmp_path)
+    res = run_py(
+        [
+            *T,
+            "trainer.max_steps=6",
+            "trainer.val_check_interval=6",
+            "trainer.accumulate_grad_batches=2",
+            "trainer.log_every_n_steps=2",
+            f"hydra.run.dir={job}",
+        ],
+        tmp_path,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     assert [s for s, _ in _csv_rows(job, "train/loss")] == [1, 3, 5]
 
 
-@pytest.mark.parametrize("done, accumulate, steps", [(0, 2, 0), (1, 2, 1), (2, 2, 1), (3, 2, 2), (3, 3, 1),
-                                                     (4, 3, 2), (5, 1, 5)])
+@pytest.mark.parametrize(
+    "done, accumulate, steps", [(0, 2, 0), (1, 2, 1), (2, 2, 1), (3, 2, 2), (3, 3, 1), (4, 3, 2), (5, 1, 5)]
+)
 def test_optimizer_steps_in_epoch(done, accumulate, steps):
     assert optimizer_steps_in_epoch(done, accumulate) == steps

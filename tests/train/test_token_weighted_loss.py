@@ -41,7 +41,7 @@ def micro_batch(seed: int, n: int, s: int, t: int) -> dict:
         src[i, :ls] = torch.randint(3, V, (ls,), generator=g)
         src[i, ls - 1] = EOS
         tgt[i, 0] = BOS
-        tgt[i, 1:lt + 1] = torch.randint(3, V, (lt,), generator=g)
+        tgt[i, 1 : lt + 1] = torch.randint(3, V, (lt,), generator=g)
         tgt[i, lt + 1] = EOS
     return {"src": src, "tgt": tgt}
 
@@ -71,9 +71,13 @@ def reference_update(model: torch.nn.Module, steps: list[list[dict]]) -> tuple[d
     for step in steps:
         model.zero_grad()
         total = sum(((b["tgt"][:, 1:] != PAD).sum() for b in step), torch.zeros((), dtype=torch.long))
-        loss = sum(F.cross_entropy(lg.flatten(0, 1), lb.flatten(), ignore_index=PAD, label_smoothing=LS,
-                                   reduction="sum")
-                   for lg, lb in (model.logits_and_labels(b, PAD, EOS) for b in step)) / total
+        loss = (
+            sum(
+                F.cross_entropy(lg.flatten(0, 1), lb.flatten(), ignore_index=PAD, label_smoothing=LS, reduction="sum")
+                for lg, lb in (model.logits_and_labels(b, PAD, EOS) for b in step)
+            )
+            / total
+        )
         loss.backward()
         losses.append(float(loss.detach()))
         with torch.no_grad():
@@ -97,13 +101,32 @@ def constant(_step: int) -> float:
 
 
 def fit(model, loader, accumulate: int, max_steps: int, **trainer_kwargs) -> tuple[dict, list[float]]:
-    module = TransformerLitModule(model, optimizer=functools.partial(torch.optim.SGD, lr=1.0), lr_lambda=constant,
-                                  label_smoothing=LS, pad_id=PAD, bos_id=BOS, eos_id=EOS, detokenize=str)
+    module = TransformerLitModule(
+        model,
+        optimizer=functools.partial(torch.optim.SGD, lr=1.0),
+        lr_lambda=constant,
+        label_smoothing=LS,
+        pad_id=PAD,
+        bos_id=BOS,
+        eos_id=EOS,
+        detokenize=str,
+    )
     log = LossLog()
-    trainer = L.Trainer(accelerator="cpu", max_steps=max_steps, accumulate_grad_batches=accumulate,
-                        precision="64-true", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0,
-                        use_distributed_sampler=False, callbacks=[log], **trainer_kwargs)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_steps=max_steps,
+        accumulate_grad_batches=accumulate,
+        precision="64-true",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        use_distributed_sampler=False,
+        callbacks=[log],
+        **trainer_kwargs,
+    )
     trainer.fit(module, train_dataloaders=loader)
     return {k: v.detach().clone() for k, v in module.model.state_dict().items()}, log.losses
 
@@ -199,16 +222,21 @@ def test_ranks_under_the_ddp_contract_give_the_gradient_of_the_union():
     model = new_model()
     ref = copy.deepcopy(model)
     total = sum(int((b["tgt"][:, 1:] != PAD).sum()) for b in BATCHES)
-    ref_loss = sum(F.cross_entropy(lg.flatten(0, 1), lb.flatten(), ignore_index=PAD, label_smoothing=LS,
-                                   reduction="sum")
-                   for lg, lb in (ref.logits_and_labels(b, PAD, EOS) for b in BATCHES)) / total
+    ref_loss = (
+        sum(
+            F.cross_entropy(lg.flatten(0, 1), lb.flatten(), ignore_index=PAD, label_smoothing=LS, reduction="sum")
+            for lg, lb in (ref.logits_and_labels(b, PAD, EOS) for b in BATCHES)
+        )
+        / total
+    )
     ref_loss.backward()
     world, accumulate = 2, 2
     ranks, grads, logged = _Ranks(world), {}, {}
 
     def rank_main(rank: int) -> None:
-        module = TransformerLitModule(copy.deepcopy(model), optimizer=None, lr_lambda=None, label_smoothing=LS,
-                                      pad_id=PAD, bos_id=BOS, eos_id=EOS)
+        module = TransformerLitModule(
+            copy.deepcopy(model), optimizer=None, lr_lambda=None, label_smoothing=LS, pad_id=PAD, bos_id=BOS, eos_id=EOS
+        )
         module._trainer = _Trainer(ranks, rank, world, accumulate)
         module.log = lambda name, value, **_kw: logged.__setitem__((rank, name), float(value))
         for i in range(accumulate):

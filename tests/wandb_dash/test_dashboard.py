@@ -22,8 +22,18 @@ from tests.scaling.wandb_records import records
 def sweep(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("dash")
     root = tmp / "sweep"
-    res = run_py([*TINY, "data.n_val=40", "trainer.max_steps=4", "trainer.val_check_interval=2", "model.ffn_ratio=2,4",
-                  f"hydra.sweep.dir={root}", "-m"], tmp)
+    res = run_py(
+        [
+            *TINY,
+            "data.n_val=40",
+            "trainer.max_steps=4",
+            "trainer.val_check_interval=2",
+            "model.ffn_ratio=2,4",
+            f"hydra.sweep.dir={root}",
+            "-m",
+        ],
+        tmp,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     return tmp, root
 
@@ -60,7 +70,9 @@ def test_each_run_has_best_value_summaries_swept_keys_and_a_16_row_sample_table(
     assert summary["val/loss"] == {"min": pytest.approx(min(history))}
     assert set(summary["val/exact_match"]) == {"max"}
     assert config["swept"] == ["model.ffn_ratio"] and config["model_ffn_ratio"] == ratio
-    assert config["params/total"] == sum(v for k, v in config.items() if k.startswith("params/") and k != "params/total")
+    assert config["params/total"] == sum(
+        v for k, v in config.items() if k.startswith("params/") and k != "params/total"
+    )
     tables = sorted((run_dir / "files" / "media" / "table" / "val").glob("samples_*.table.json"))
     assert len(tables) == 2  # one per validation (steps 2 and 4)
     steps = set()
@@ -83,8 +95,13 @@ def _csv_rows(job):
 
 def test_dashboard_specification_names_the_swept_key_and_the_objective(sweep):
     tmp, root = sweep
-    res = subprocess.run([sys.executable, "-m", "xformer.cli", "dashboard", str(root)], capture_output=True, text=True,
-                         env=env_for(tmp), timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "xformer.cli", "dashboard", str(root)],
+        capture_output=True,
+        text=True,
+        env=env_for(tmp),
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     assert "--publish" in res.stdout and "not published" in res.stdout
     spec = json.loads((root / "wandb_dashboard.json").read_text())
@@ -100,8 +117,10 @@ def test_dashboard_specification_names_the_swept_key_and_the_objective(sweep):
     coords, importance = sections["Parallel coordinates"]
     assert [c["metric"]["name"] for c in coords["columns"]] == ["model_ffn_ratio", "val/loss"]
     assert importance["with_respect_to"] == "val/loss"
-    assert sections["Samples"] == [{"layout": sections["Samples"][0]["layout"], "table_name": "val/samples"}] or \
-        sections["Samples"][0]["table_name"] == "val/samples"
+    assert (
+        sections["Samples"] == [{"layout": sections["Samples"][0]["layout"], "table_name": "val/samples"}]
+        or sections["Samples"][0]["table_name"] == "val/samples"
+    )
     view = json.dumps(spec["view"])
     assert "config:model_ffn_ratio.value" in view and "summary:val/loss" in view
     group = json.loads((root / "0" / "metrics.json").read_text())["job"]["wandb"]["group"]
@@ -109,8 +128,13 @@ def test_dashboard_specification_names_the_swept_key_and_the_objective(sweep):
 
 
 def test_dashboard_of_a_folder_that_is_not_a_sweep_is_one_error_line(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "xformer.cli", "dashboard", str(tmp_path)], capture_output=True,
-                         text=True, env=env_for(tmp_path), timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-m", "xformer.cli", "dashboard", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env_for(tmp_path),
+        timeout=60,
+    )
     assert res.returncode == 2
     assert res.stderr.count("\n") == 1 and res.stderr.startswith("error:") and "multirun.yaml" in res.stderr
 
@@ -118,7 +142,8 @@ def test_dashboard_of_a_folder_that_is_not_a_sweep_is_one_error_line(tmp_path):
 def test_swept_keys_come_from_comma_lists_sweep_functions_and_sweeper_params(tmp_path):
     from xformer.jobs.wandb_panels import swept_keys, swept_values, top_level_key
 
-    (tmp_path / "multirun.yaml").write_text(textwrap.dedent("""\
+    (tmp_path / "multirun.yaml").write_text(
+        textwrap.dedent("""\
         hydra:
           overrides:
             task:
@@ -131,7 +156,8 @@ def test_swept_keys_come_from_comma_lists_sweep_functions_and_sweeper_params(tmp
             params:
               model.dropout: 0,0.1
               optim.lr: 0.001
-        """))
+        """)
+    )
     keys = swept_keys(tmp_path)
     assert keys == ["model.ffn_ratio", "model/norm", "seed", "model.dropout"]
     assert swept_keys(None) == [] and swept_keys(tmp_path / "nope") == []

@@ -32,8 +32,17 @@ import torch
 
 from .config import BenchConfig, preset
 
-DEFAULT_SECTIONS = ["train_step", "train_step_dropout0", "overhead", "padding", "decoding", "attention",
-                    "recurrence", "mfu", "nanogpt_step"]
+DEFAULT_SECTIONS = [
+    "train_step",
+    "train_step_dropout0",
+    "overhead",
+    "padding",
+    "decoding",
+    "attention",
+    "recurrence",
+    "mfu",
+    "nanogpt_step",
+]
 OPTIONAL_SECTIONS = ["train_step_compiled", "gpt2", "compile", "ddp"]
 ALL_SECTIONS = DEFAULT_SECTIONS + OPTIONAL_SECTIONS
 SCHEMA_VERSION = 1
@@ -53,26 +62,37 @@ TARGETS = {
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="xformer bench", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="xformer bench", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--quick", action="store_true", help="tiny sizes and few repeats (a smoke run, < 1 min)")
     p.add_argument("--preset", choices=["cpu", "gpu"], help="sizes (default: gpu on cuda, cpu otherwise)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cpu)")
     p.add_argument("--out", default="bench.json", help="where to write the JSON (default: bench.json)")
-    p.add_argument("--sections", default=None,
-                   help=f"comma-separated rows to run; default {','.join(DEFAULT_SECTIONS)}; "
-                        f"also {','.join(OPTIONAL_SECTIONS)}; 'all' for every row")
+    p.add_argument(
+        "--sections",
+        default=None,
+        help=f"comma-separated rows to run; default {','.join(DEFAULT_SECTIONS)}; "
+        f"also {','.join(OPTIONAL_SECTIONS)}; 'all' for every row",
+    )
     p.add_argument("--repeats", type=int, default=None, help="timed repeats per contender (row 1)")
     p.add_argument("--warmup", type=int, default=None, help="untimed warm-up steps (row 1)")
-    p.add_argument("--data-root", default=None, help="Multi30k raw files (default: $XFORMER_DATA/multi30k "
-                                                     "or ../shared/data/multi30k)")
+    p.add_argument(
+        "--data-root",
+        default=None,
+        help="Multi30k raw files (default: $XFORMER_DATA/multi30k or ../shared/data/multi30k)",
+    )
     p.add_argument("--ddp-devices", default=None, help="device counts for the ddp row, e.g. 1,2,4,8")
     p.add_argument("--ddp-steps", type=int, default=None, help="training steps per ddp run")
     p.add_argument("--ddp-skip", type=int, default=None, help="steps excluded from the ddp throughput window")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: PyTorch's)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--run-override", action="append", default=[],
-                   help="extra run.py override for the overhead/ddp rows (repeatable)")
+    p.add_argument(
+        "--run-override",
+        action="append",
+        default=[],
+        help="extra run.py override for the overhead/ddp rows (repeatable)",
+    )
     p.add_argument("--no-table", action="store_true", help="do not print the table")
     return p.parse_args(argv)
 
@@ -88,9 +108,13 @@ def make_config(args: argparse.Namespace) -> BenchConfig:
         raise UsageError("--device cuda but torch.cuda.is_available() is False")
     name = "quick" if args.quick else (args.preset or ("gpu" if device.startswith("cuda") else "cpu"))
     cfg = preset(name, device)
-    for flag, value, low in (("--repeats", args.repeats, 1), ("--warmup", args.warmup, 0),
-                             ("--threads", args.threads, 1), ("--ddp-steps", args.ddp_steps, 2),
-                             ("--ddp-skip", args.ddp_skip, 1)):
+    for flag, value, low in (
+        ("--repeats", args.repeats, 1),
+        ("--warmup", args.warmup, 0),
+        ("--threads", args.threads, 1),
+        ("--ddp-steps", args.ddp_steps, 2),
+        ("--ddp-skip", args.ddp_skip, 1),
+    ):
         if value is not None and value < low:
             raise UsageError(f"{flag}={value}: must be >= {low}")
     over = {"seed": args.seed}
@@ -134,6 +158,7 @@ def meta(cfg: BenchConfig, sections: list[str], argv: list[str]) -> dict:
 
     try:
         import importlib.metadata as md
+
         xt = md.version("x-transformers")
     except Exception:
         xt = None
@@ -142,12 +167,19 @@ def meta(cfg: BenchConfig, sections: list[str], argv: list[str]) -> dict:
     dev = torch.device(cfg.device)
     return {
         "started": _dt.datetime.now().isoformat(timespec="seconds"),
-        "argv": argv, "preset": cfg.preset, "quick": cfg.preset == "quick", "sections": sections,
+        "argv": argv,
+        "preset": cfg.preset,
+        "quick": cfg.preset == "quick",
+        "sections": sections,
         "device": cfg.device,
         "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else _cpu_name(),
-        "torch": torch.__version__, "x_transformers": xt, "python": platform.python_version(),
-        "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-        "loadavg_start": loadavg(), "config": cfg.as_dict(),
+        "torch": torch.__version__,
+        "x_transformers": xt,
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "loadavg_start": loadavg(),
+        "config": cfg.as_dict(),
     }
 
 
@@ -162,8 +194,7 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def run_sections(cfg: BenchConfig, sections: list[str], data_root: Path | None, log=print,
-                 on_section=None) -> dict:
+def run_sections(cfg: BenchConfig, sections: list[str], data_root: Path | None, log=print, on_section=None) -> dict:
     """Run the chosen rows in order; a failing row is recorded as ``status: error`` and the rest go on.
     ``on_section(results_so_far)`` is called after each row (the CLI saves partial results with it)."""
     from . import attention, decode, gpt2, mfu, nanogpt, overhead, padding, scaling, training
@@ -190,8 +221,11 @@ def run_sections(cfg: BenchConfig, sections: list[str], data_root: Path | None, 
         try:
             res = runners[name]()
         except Exception as err:  # one broken row must not lose the others
-            res = {"status": "error", "error": f"{type(err).__name__}: {err}"[:2000],
-                   "traceback": traceback.format_exc()[-4000:]}
+            res = {
+                "status": "error",
+                "error": f"{type(err).__name__}: {err}"[:2000],
+                "traceback": traceback.format_exc()[-4000:],
+            }
         res["seconds"] = round(time.perf_counter() - t0, 2)
         out[name] = res
         log(f"[bench] {name}: {res['status']} ({res['seconds']:.1f} s)")
@@ -213,8 +247,9 @@ def evaluate_targets(sections: dict) -> list[dict]:
         else:
             val = s.get(key)
         met = None if val is None else (val >= thr if op == ">=" else val <= thr)
-        rows.append({"section": sec, "metric": key, "description": desc, "value": val,
-                     "target": f"{op} {thr:g}", "met": met})
+        rows.append(
+            {"section": sec, "metric": key, "description": desc, "value": val, "target": f"{op} {thr:g}", "met": met}
+        )
     return rows
 
 
@@ -253,8 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp.write_text(json.dumps(_clean(result), indent=2))
         tmp.replace(out)
 
-    secs = run_sections(cfg, sections, data_root, log=lambda m: print(m, file=sys.stderr, flush=True),
-                        on_section=save)
+    secs = run_sections(cfg, sections, data_root, log=lambda m: print(m, file=sys.stderr, flush=True), on_section=save)
     save(secs)
     if not args.no_table:
         from .table import render

@@ -58,7 +58,7 @@ def explicit_forward(mha: SelfAttention, x: torch.Tensor) -> torch.Tensor:
     """``mha(x)`` with the attention written out (scores and probabilities materialised)."""
     b, n, _ = x.shape
     q, k, v = (mha.heads(t) for t in mha.in_proj(x).chunk(3, dim=-1))
-    scale = mha.d_head ** -0.5 if mha.scale is None else mha.scale
+    scale = mha.d_head**-0.5 if mha.scale is None else mha.scale
     scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, n, n)
     probs = torch.softmax(scores, dim=-1)
     out = torch.matmul(probs, v)
@@ -96,11 +96,16 @@ def _paths(layers: dict, x: torch.Tensor, device: str) -> dict:
         def run():
             with torch.no_grad(), _autocast(device):
                 return fn(x)
+
         return run
 
     mha = layers["mha"]
-    return {"explicit": call(lambda t: explicit_forward(mha, t)), "sdpa": call(mha),
-            "linear": call(layers["linear"]), "linear_causal": call(layers["linear_causal"])}
+    return {
+        "explicit": call(lambda t: explicit_forward(mha, t)),
+        "sdpa": call(mha),
+        "linear": call(layers["linear"]),
+        "linear_causal": call(layers["linear_causal"]),
+    }
 
 
 GLIBC_TUNABLES = "glibc.malloc.mmap_threshold=65536:glibc.malloc.trim_threshold=0"
@@ -115,13 +120,17 @@ def cpu_peak_memory(d: int, h: int, ns: list[int], seed: int, timeout: float = 9
     Returns ``{"explicit": [...], "sdpa": [...]}`` (``None`` entries where not measurable) or
     ``{"error": msg}``.
     """
-    env = {**os.environ, "GLIBC_TUNABLES": GLIBC_TUNABLES, "PYTHONPATH":
-           os.pathsep.join([str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "GLIBC_TUNABLES": GLIBC_TUNABLES,
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]),
+    }
     args = json.dumps({"d": d, "h": h, "ns": ns, "seed": seed})
     code = "import sys; from xformer.bench.attention import _memory_main; _memory_main(sys.argv[1])"
     try:
-        res = subprocess.run([sys.executable, "-c", code, args], env=env, capture_output=True, text=True,
-                             timeout=timeout)
+        res = subprocess.run(
+            [sys.executable, "-c", code, args], env=env, capture_output=True, text=True, timeout=timeout
+        )
     except subprocess.TimeoutExpired:
         return {"error": "memory worker timed out"}
     if res.returncode != 0:
@@ -164,7 +173,7 @@ def _fit(ns: list[int], ys: list, floor: float) -> tuple[float | None, list[int]
     """Exponent over the upper half of the ``n`` range (points above ``floor``), and the local
     exponent of the last two points."""
     pts = [(n, y) for n, y in zip(ns, ys, strict=False) if y is not None and y >= floor]
-    upper = pts[len(pts) // 2:] if len(pts) >= 4 else pts
+    upper = pts[len(pts) // 2 :] if len(pts) >= 4 else pts
     k = fit_exponent([p[0] for p in upper], [p[1] for p in upper])
     last = fit_exponent([p[0] for p in pts[-2:]], [p[1] for p in pts[-2:]]) if len(pts) >= 2 else None
     return k, [p[0] for p in upper], last
@@ -209,24 +218,34 @@ def run_cost(cfg: BenchConfig) -> dict:
     for r in rows.values():
         r["time_exponent"], r["time_fit_n"], r["time_exponent_last"] = _fit(done_n, r["time_ms"], TIME_FLOOR_S * 1e3)
         r["memory_exponent"], r["memory_fit_n"], r["memory_exponent_last"] = _fit(
-            done_n, r["peak_mb"], MEM_FLOOR_B / 2**20)
+            done_n, r["peak_mb"], MEM_FLOOR_B / 2**20
+        )
     score_mb = [h * n * n * elem / 2**20 for n in done_n]
     ratio = [None if m is None else m / sc for m, sc in zip(rows["explicit"]["peak_mb"], score_mb, strict=False)]
     return {
         "status": "ok",
-        "config": {"d_model": d, "heads": h, "batch": 1, "pass": "forward, no_grad",
-                   "precision": "bf16 autocast" if cuda else "fp32", "min_repeats": cfg.attn_repeats,
-                   "memory_method": "torch.cuda.max_memory_allocated above the allocated baseline" if cuda else
-                   "peak RSS rise of one call (VmHWM after /proc/self/clear_refs) in a subprocess with "
-                   "fixed malloc thresholds (" + GLIBC_TUNABLES + ")",
-                   "fit": "least squares of log y on log n over the upper half of the n range, points "
-                          f">= {TIME_FLOOR_S * 1e3:g} ms / {MEM_FLOOR_B / 2**20:g} MiB; *_last: last two points"},
+        "config": {
+            "d_model": d,
+            "heads": h,
+            "batch": 1,
+            "pass": "forward, no_grad",
+            "precision": "bf16 autocast" if cuda else "fp32",
+            "min_repeats": cfg.attn_repeats,
+            "memory_method": "torch.cuda.max_memory_allocated above the allocated baseline"
+            if cuda
+            else "peak RSS rise of one call (VmHWM after /proc/self/clear_refs) in a subprocess with "
+            "fixed malloc thresholds (" + GLIBC_TUNABLES + ")",
+            "fit": "least squares of log y on log n over the upper half of the n range, points "
+            f">= {TIME_FLOOR_S * 1e3:g} ms / {MEM_FLOOR_B / 2**20:g} MiB; *_last: last two points",
+        },
         "n": done_n,
         **{p: rows[p] for p in PATHS},
         "score_matrices_mb": score_mb,
         "explicit_peak_over_scores": ratio,
-        "claim_table": [{"n": n, "claimed": claimed, "fp16_nxn_bytes": 2 * n * n,
-                         "fp16_nxn_mb": 2 * n * n / 1e6} for n, claimed in CLAIM_TABLE],
+        "claim_table": [
+            {"n": n, "claimed": claimed, "fp16_nxn_bytes": 2 * n * n, "fp16_nxn_mb": 2 * n * n / 1e6}
+            for n, claimed in CLAIM_TABLE
+        ],
         "fp16_nxn_mb_at_n": [2 * n * n / 1e6 for n in done_n],
         "notes": notes,
     }
@@ -270,13 +289,23 @@ def run_recurrence(cfg: BenchConfig) -> dict:
     cross = _crossover(cfg.rec_ns, ratio)
     note = None
     if cross is None:
-        note = ("attention slower than the LSTM at every n" if ratio and ratio[0] >= 1
-                else "attention faster than the LSTM over the whole range (crossover beyond the largest n)")
+        note = (
+            "attention slower than the LSTM at every n"
+            if ratio and ratio[0] >= 1
+            else "attention faster than the LSTM over the whole range (crossover beyond the largest n)"
+        )
     return {
         "status": "ok",
-        "config": {"d": d, "heads": h, "batch": b, "pass": "forward, no_grad", "precision": "fp32",
-                   "attention": "xformer MultiHeadAttention (projections + fused SDPA)",
-                   "recurrent": "torch.nn.LSTM(d, d), 1 layer", "repeats": cfg.rec_repeats},
+        "config": {
+            "d": d,
+            "heads": h,
+            "batch": b,
+            "pass": "forward, no_grad",
+            "precision": "fp32",
+            "attention": "xformer MultiHeadAttention (projections + fused SDPA)",
+            "recurrent": "torch.nn.LSTM(d, d), 1 layer",
+            "repeats": cfg.rec_repeats,
+        },
         "n": list(cfg.rec_ns),
         "attention_ms": att_ms,
         "lstm_ms": lstm_ms,

@@ -38,17 +38,30 @@ def run(cfg: BenchConfig) -> dict:
         def call():
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
                 results[name] = fn(model, src, bos, NEVER, pad, n)
+
         return call
 
-    times = interleaved({"cached": wrap("cached", decoding.greedy),
-                         "recompute": wrap("recompute", decoding.greedy_recompute)},
-                        warmup=1, repeats=cfg.decode_repeats, device=dev)
+    times = interleaved(
+        {"cached": wrap("cached", decoding.greedy), "recompute": wrap("recompute", decoding.greedy_recompute)},
+        warmup=1,
+        repeats=cfg.decode_repeats,
+        device=dev,
+    )
     gen = cfg.decode_batch * n
-    out = {"status": "ok",
-           "config": {"d_model": cfg.size.d_model, "layers": cfg.size.n_layers, "vocab": cfg.size.vocab,
-                      "batch": cfg.decode_batch, "src_len": cfg.decode_src_len, "output_len": n,
-                      "precision": "bf16 autocast" if cuda else "fp32", "repeats": cfg.decode_repeats,
-                      "forced_length": "EOS id -1 (never produced), so every row decodes output_len steps"}}
+    out = {
+        "status": "ok",
+        "config": {
+            "d_model": cfg.size.d_model,
+            "layers": cfg.size.n_layers,
+            "vocab": cfg.size.vocab,
+            "batch": cfg.decode_batch,
+            "src_len": cfg.decode_src_len,
+            "output_len": n,
+            "precision": "bf16 autocast" if cuda else "fp32",
+            "repeats": cfg.decode_repeats,
+            "forced_length": "EOS id -1 (never produced), so every row decodes output_len steps",
+        },
+    }
     for name, ts in times.items():
         med = median(ts)
         out[name] = {"ms": med * 1e3, "tokens_per_s": gen / med, "ms_all": [t * 1e3 for t in ts]}
@@ -58,7 +71,11 @@ def run(cfg: BenchConfig) -> dict:
     ts = interleaved({"beam": beam}, warmup=1, repeats=cfg.decode_repeats, device=dev)["beam"]
     # tokens of the returned best hypotheses per second (each sentence decodes output_len steps on
     # beam_size rows; the figure is what a user gets out, not rows x steps)
-    out["beam"] = {"beam_size": k, "ms": median(ts) * 1e3, "tokens_per_s": gen / median(ts),
-                   "ms_all": [t * 1e3 for t in ts]}
+    out["beam"] = {
+        "beam_size": k,
+        "ms": median(ts) * 1e3,
+        "tokens_per_s": gen / median(ts),
+        "ms_all": [t * 1e3 for t in ts],
+    }
     out["outputs_match"] = results.get("cached") == results.get("recompute")
     return out

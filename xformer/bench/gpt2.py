@@ -32,10 +32,21 @@ NANOGPT_MFU = (0.40, 0.50)
 def build(cfg: BenchConfig) -> torch.nn.Module:
     """The GPT-2-small-shaped (or, in the quick preset, shrunken) :class:`DecoderOnly`."""
     g = cfg.gpt2
-    return DecoderOnly(src_vocab_size=g["vocab"], tgt_vocab_size=g["vocab"], d_model=g["d_model"],
-                       n_heads=g["n_heads"], d_ff=4 * g["d_model"], n_decoder_layers=g["n_layers"],
-                       n_encoder_layers=0, dropout=0.0, max_len=cfg.gpt2_seq_len, pad_id=None,
-                       norm=PreNorm, pe=Learned, ffn=GELUFFN)
+    return DecoderOnly(
+        src_vocab_size=g["vocab"],
+        tgt_vocab_size=g["vocab"],
+        d_model=g["d_model"],
+        n_heads=g["n_heads"],
+        d_ff=4 * g["d_model"],
+        n_decoder_layers=g["n_layers"],
+        n_encoder_layers=0,
+        dropout=0.0,
+        max_len=cfg.gpt2_seq_len,
+        pad_id=None,
+        norm=PreNorm,
+        pe=Learned,
+        ffn=GELUFFN,
+    )
 
 
 def step_flops(model: torch.nn.Module, cfg: BenchConfig) -> float:
@@ -83,11 +94,22 @@ def run(cfg: BenchConfig, mfu_section: dict | None = None) -> dict:
     else:
         peak = matmul_peak_flops(dev, cfg.mfu_matmul_n, dtype=dtype)
     tokens = cfg.gpt2_batch * cfg.gpt2_seq_len
-    return {"status": "ok",
-            "config": {**cfg.gpt2, "seq_len": cfg.gpt2_seq_len, "batch": cfg.gpt2_batch,
-                       "compiled": cfg.gpt2_compile, "precision": "bf16 autocast" if cuda else "fp32",
-                       "params": sum(p.numel() for p in model.parameters())},
-            "step_ms": step_s * 1e3, "tokens_per_s": tokens / step_s, "flops_per_step": flops,
-            "achieved_tflops": flops / step_s / 1e12, "peak_tflops": peak / 1e12,
-            "peak_method": f"median {str(dtype).removeprefix('torch.')} {cfg.mfu_matmul_n}² matmul",
-            "mfu": flops / step_s / peak, "nanogpt_mfu": list(NANOGPT_MFU)}
+    return {
+        "status": "ok",
+        "config": {
+            **cfg.gpt2,
+            "seq_len": cfg.gpt2_seq_len,
+            "batch": cfg.gpt2_batch,
+            "compiled": cfg.gpt2_compile,
+            "precision": "bf16 autocast" if cuda else "fp32",
+            "params": sum(p.numel() for p in model.parameters()),
+        },
+        "step_ms": step_s * 1e3,
+        "tokens_per_s": tokens / step_s,
+        "flops_per_step": flops,
+        "achieved_tflops": flops / step_s / 1e12,
+        "peak_tflops": peak / 1e12,
+        "peak_method": f"median {str(dtype).removeprefix('torch.')} {cfg.mfu_matmul_n}² matmul",
+        "mfu": flops / step_s / peak,
+        "nanogpt_mfu": list(NANOGPT_MFU),
+    }

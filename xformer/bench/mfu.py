@@ -31,7 +31,7 @@ def matmul_peak_flops(device: str, n: int, dtype=torch.bfloat16, repeats: int = 
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
     times = interleaved({"mm": lambda: torch.mm(a, b)}, warmup=3, repeats=repeats, device=device)["mm"]
-    return 2 * n ** 3 / median(times)
+    return 2 * n**3 / median(times)
 
 
 def step_flops(cfg: BenchConfig) -> dict:
@@ -45,9 +45,14 @@ def step_flops(cfg: BenchConfig) -> dict:
     b, src, tgt = cfg.batch, cfg.seq_len, cfg.seq_len
     per_src = 6 * n_enc + 12 * s.n_layers * s.n_heads * q * src
     per_tgt = 6 * (n_dec + s.d_model * s.vocab) + 12 * s.n_layers * s.n_heads * q * (tgt + src)
-    return {"flops_per_step": b * src * per_src + b * tgt * per_tgt, "n_encoder": n_enc, "n_decoder": n_dec,
-            "output_layer": s.d_model * s.vocab, "flops_per_src_position": per_src,
-            "flops_per_tgt_position": per_tgt}
+    return {
+        "flops_per_step": b * src * per_src + b * tgt * per_tgt,
+        "n_encoder": n_enc,
+        "n_decoder": n_dec,
+        "output_layer": s.d_model * s.vocab,
+        "flops_per_src_position": per_src,
+        "flops_per_tgt_position": per_tgt,
+    }
 
 
 def run(cfg: BenchConfig, train_step: dict | None) -> dict:
@@ -64,10 +69,16 @@ def run(cfg: BenchConfig, train_step: dict | None) -> dict:
         train_step = ts
     step_s = train_step["contenders"]["xformer"]["step_ms"] / 1e3
     achieved = flops["flops_per_step"] / step_s
-    out = {"status": "ok", "device": torch.cuda.get_device_name() if cuda else "cpu", **flops,
-           "step_ms": step_s * 1e3, "achieved_tflops": achieved / 1e12, "peak_tflops": peak / 1e12,
-           "peak_method": f"median {str(dtype).removeprefix('torch.')} {cfg.mfu_matmul_n}x{cfg.mfu_matmul_n} matmul",
-           "mfu": achieved / peak}
+    out = {
+        "status": "ok",
+        "device": torch.cuda.get_device_name() if cuda else "cpu",
+        **flops,
+        "step_ms": step_s * 1e3,
+        "achieved_tflops": achieved / 1e12,
+        "peak_tflops": peak / 1e12,
+        "peak_method": f"median {str(dtype).removeprefix('torch.')} {cfg.mfu_matmul_n}x{cfg.mfu_matmul_n} matmul",
+        "mfu": achieved / peak,
+    }
     for name in ("torch", "x_transformers"):
         c = train_step["contenders"].get(name, {})
         if c.get("status") == "ok":

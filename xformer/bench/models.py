@@ -55,9 +55,16 @@ class ModelSize:
 def build_xformer(size: ModelSize) -> nn.Module:
     """xformer's encoder–decoder at ``size`` (library defaults for every variant)."""
     model = EncoderDecoder(
-        src_vocab_size=size.vocab, tgt_vocab_size=size.vocab, d_model=size.d_model, n_heads=size.n_heads,
-        d_ff=size.d_ff, n_encoder_layers=size.n_layers, n_decoder_layers=size.n_layers,
-        dropout=size.dropout, max_len=size.max_len, pad_id=0,
+        src_vocab_size=size.vocab,
+        tgt_vocab_size=size.vocab,
+        d_model=size.d_model,
+        n_heads=size.n_heads,
+        d_ff=size.d_ff,
+        n_encoder_layers=size.n_layers,
+        n_decoder_layers=size.n_layers,
+        dropout=size.dropout,
+        max_len=size.max_len,
+        pad_id=0,
     )
     return _XformerAdapter(model)
 
@@ -79,13 +86,19 @@ class TorchTransformer(nn.Module):
         d = size.d_model
         self.d_model = d
         self.embed = nn.Embedding(size.vocab, d)
-        nn.init.normal_(self.embed.weight, std=d ** -0.5)
+        nn.init.normal_(self.embed.weight, std=d**-0.5)
         self.register_buffer("pe", sinusoid_table(size.max_len, d), persistent=False)
         self.drop = nn.Dropout(size.dropout)
         self.core = nn.Transformer(
-            d_model=d, nhead=size.n_heads, num_encoder_layers=size.n_layers,
-            num_decoder_layers=size.n_layers, dim_feedforward=size.d_ff, dropout=size.dropout,
-            activation="relu", batch_first=True, norm_first=False,
+            d_model=d,
+            nhead=size.n_heads,
+            num_encoder_layers=size.n_layers,
+            num_decoder_layers=size.n_layers,
+            dim_feedforward=size.d_ff,
+            dropout=size.dropout,
+            activation="relu",
+            batch_first=True,
+            norm_first=False,
         )
         self.head = nn.Linear(d, size.vocab, bias=False)
         self.head.weight = self.embed.weight
@@ -98,8 +111,13 @@ class TorchTransformer(nn.Module):
         # bool like the padding masks (mixing float and bool masks is deprecated in PyTorch)
         causal = torch.ones(t, t, dtype=torch.bool, device=tgt_in.device).triu_(1)
         out = self.core(
-            self._emb(src), self._emb(tgt_in), tgt_mask=causal, src_key_padding_mask=src_pad,
-            tgt_key_padding_mask=tgt_pad, memory_key_padding_mask=src_pad, tgt_is_causal=True,
+            self._emb(src),
+            self._emb(tgt_in),
+            tgt_mask=causal,
+            src_key_padding_mask=src_pad,
+            tgt_key_padding_mask=tgt_pad,
+            memory_key_padding_mask=src_pad,
+            tgt_is_causal=True,
         )
         return self.head(out)
 
@@ -138,10 +156,21 @@ def build_x_transformers(size: ModelSize) -> nn.Module:
     from x_transformers import XTransformer
 
     p = size.dropout
-    side = dict(depth=size.n_layers, heads=size.n_heads, ff_mult=size.d_ff / size.d_model,
-                attn_dropout=p, attn_sublayer_dropout=p, ff_dropout=p, ff_sublayer_dropout=p,
-                emb_dropout=p, pre_norm=False, attn_flash=True, scaled_sinu_pos_emb=True,
-                num_tokens=size.vocab, max_seq_len=size.max_len)
+    side = dict(
+        depth=size.n_layers,
+        heads=size.n_heads,
+        ff_mult=size.d_ff / size.d_model,
+        attn_dropout=p,
+        attn_sublayer_dropout=p,
+        ff_dropout=p,
+        ff_sublayer_dropout=p,
+        emb_dropout=p,
+        pre_norm=False,
+        attn_flash=True,
+        scaled_sinu_pos_emb=True,
+        num_tokens=size.vocab,
+        max_seq_len=size.max_len,
+    )
     kwargs = {f"enc_{k}": v for k, v in side.items()}
     kwargs.update({f"dec_{k}": v for k, v in side.items()})
     xt = XTransformer(dim=size.d_model, tie_token_emb=True, pad_value=0, **kwargs)

@@ -93,9 +93,13 @@ def run(cfg: BenchConfig) -> dict:
     inner = o.optimizer.optimizer
     decay = [p for p in ref.parameters() if p.dim() >= 2]
     no_decay = [p for p in ref.parameters() if p.dim() < 2]
-    ref_opt = torch.optim.AdamW([{"params": decay, "weight_decay": float(o.weight_decay)},
-                                 {"params": no_decay, "weight_decay": 0.0}], lr=float(o.lr),
-                                betas=tuple(inner.betas), eps=float(inner.eps), fused=bool(inner.fused))
+    ref_opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": float(o.weight_decay)}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=float(o.lr),
+        betas=tuple(inner.betas),
+        eps=float(inner.eps),
+        fused=bool(inner.fused),
+    )
     g = torch.Generator().manual_seed(cfg.seed)
     batch = {"tgt": torch.randint(0, vocab, (B, T + 1), generator=g).to(dev)}
 
@@ -121,11 +125,27 @@ def run(cfg: BenchConfig) -> dict:
     repeats = 3 * cfg.repeats  # a step is short: more repeats than the other rows for a steady median
     ts = interleaved({"xformer": ours_step, "plain": ref_step}, max(cfg.warmup, 3), repeats, dev)
     tokens = B * T
-    res = {name: {"step_ms": median(t) * 1e3, "tokens_per_s": tokens / median(t),
-                  "params": sum(p.numel() for p in model.parameters())}
-           for name, t, model in (("xformer", ts["xformer"], ours), ("plain", ts["plain"], ref))}
-    return {"status": "ok",
-            "config": {"preset": "experiment=shakespeare_char_cpu", "d_model": int(m.d_model),
-                       "n_heads": int(m.n_heads), "n_layers": int(m.n_decoder_layers), "block_size": T,
-                       "batch": B, "vocab": vocab, "grad_clip": clip, "repeats": repeats},
-            "contenders": res, "ratio": res["xformer"]["tokens_per_s"] / res["plain"]["tokens_per_s"]}
+    res = {
+        name: {
+            "step_ms": median(t) * 1e3,
+            "tokens_per_s": tokens / median(t),
+            "params": sum(p.numel() for p in model.parameters()),
+        }
+        for name, t, model in (("xformer", ts["xformer"], ours), ("plain", ts["plain"], ref))
+    }
+    return {
+        "status": "ok",
+        "config": {
+            "preset": "experiment=shakespeare_char_cpu",
+            "d_model": int(m.d_model),
+            "n_heads": int(m.n_heads),
+            "n_layers": int(m.n_decoder_layers),
+            "block_size": T,
+            "batch": B,
+            "vocab": vocab,
+            "grad_clip": clip,
+            "repeats": repeats,
+        },
+        "contenders": res,
+        "ratio": res["xformer"]["tokens_per_s"] / res["plain"]["tokens_per_s"],
+    }

@@ -75,8 +75,11 @@ class StepTimer(Callback):
             t = torch.tensor(tokens, dtype=torch.float64, device=pl_module.device)
             tokens = [int(x) for x in trainer.strategy.reduce(t, reduce_op="sum").tolist()]
         if trainer.is_global_zero:
-            Path(self.path).write_text(json.dumps({"times": self.times, "tokens": tokens,
-                                                   "world_size": world, "t_fit_start": self.t_fit_start}))
+            Path(self.path).write_text(
+                json.dumps(
+                    {"times": self.times, "tokens": tokens, "world_size": world, "t_fit_start": self.t_fit_start}
+                )
+            )
 
 
 def _sync(device) -> None:
@@ -99,11 +102,16 @@ def steady_state(times: list[float], tokens: list[int], skip: int) -> dict:
         skip = max(1, min(skip, len(times) - 2))
     dt = times[-1] - times[skip - 1]
     tok = sum(tokens[skip:])
-    return {"tokens_per_s": tok / dt if dt > 0 else float("nan"), "window_steps": len(times) - skip,
-            "window_tokens": tok, "window_s": dt}
+    return {
+        "tokens_per_s": tok / dt if dt > 0 else float("nan"),
+        "window_steps": len(times) - skip,
+        "window_tokens": tok,
+        "window_s": dt,
+    }
 
 
 # -- the two contenders ---------------------------------------------------------------------------
+
 
 def data_overrides(cfg: BenchConfig, data_root: Path | None) -> tuple[list[str], str]:
     """Hydra overrides selecting the row's data set; returns ``(overrides, description)``."""
@@ -118,16 +126,28 @@ def data_overrides(cfg: BenchConfig, data_root: Path | None) -> tuple[list[str],
 
 def model_overrides(cfg: BenchConfig) -> list[str]:
     s = cfg.size
-    return [f"model.d_model={s.d_model}", f"model.n_heads={s.n_heads}", f"model.d_ff={s.d_ff}",
-            f"model.n_encoder_layers={s.n_layers}", f"model.n_decoder_layers={s.n_layers}",
-            f"model.dropout={s.dropout}"]
+    return [
+        f"model.d_model={s.d_model}",
+        f"model.n_heads={s.n_heads}",
+        f"model.d_ff={s.d_ff}",
+        f"model.n_encoder_layers={s.n_layers}",
+        f"model.n_decoder_layers={s.n_layers}",
+        f"model.dropout={s.dropout}",
+    ]
 
 
 def common_overrides(cfg: BenchConfig, steps: int) -> list[str]:
     acc = "gpu" if torch.device(cfg.device).type == "cuda" else "cpu"
-    return [f"trainer.max_steps={steps}", "trainer.limit_val_batches=0", "++trainer.limit_test_batches=0",
-            "objective.metric=train/loss",
-            f"trainer.accelerator={acc}", "logger=csv", f"seed={cfg.seed}", *cfg.run_overrides]
+    return [
+        f"trainer.max_steps={steps}",
+        "trainer.limit_val_batches=0",
+        "++trainer.limit_test_batches=0",
+        "objective.metric=train/loss",
+        f"trainer.accelerator={acc}",
+        "logger=csv",
+        f"seed={cfg.seed}",
+        *cfg.run_overrides,
+    ]
 
 
 def run_py(overrides: list[str], workdir: Path, timeout: float = 1800) -> dict:
@@ -138,9 +158,14 @@ def run_py(overrides: list[str], workdir: Path, timeout: float = 1800) -> dict:
     """
     workdir.mkdir(parents=True, exist_ok=True)
     steps_file = workdir / "steps.json"
-    args = [sys.executable, str(REPO / "run.py"), *overrides, f"hydra.run.dir={workdir / 'job'}",
-            "+callbacks.bench_timer._target_=xformer.bench.overhead.StepTimer",
-            f"+callbacks.bench_timer.path={steps_file}"]
+    args = [
+        sys.executable,
+        str(REPO / "run.py"),
+        *overrides,
+        f"hydra.run.dir={workdir / 'job'}",
+        "+callbacks.bench_timer._target_=xformer.bench.overhead.StepTimer",
+        f"+callbacks.bench_timer.path={steps_file}",
+    ]
     rec = _child(args, workdir, steps_file, "run.py", timeout)
     rec["argv"] = overrides
     return rec
@@ -209,8 +234,9 @@ def bare_loop(overrides: list[str], device: str) -> dict:
         with torch.autocast(device_type="cuda" if cuda else "cpu", dtype=torch.bfloat16, enabled=bf16):
             logits = model(src, tgt[:, :-1])
         labels = tgt[:, 1:]
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=pad,
-                               label_smoothing=smoothing)
+        loss = F.cross_entropy(
+            logits.flatten(0, 1).float(), labels.flatten(), ignore_index=pad, label_smoothing=smoothing
+        )
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if clip:
@@ -232,16 +258,19 @@ def bare_py(overrides: list[str], device: str, workdir: Path, timeout: float = 1
     """
     workdir.mkdir(parents=True, exist_ok=True)
     out = workdir / "bare.json"
-    args = [sys.executable, "-m", "xformer.bench.overhead", "--device", device, "--out", str(out), "--",
-            *overrides]
+    args = [sys.executable, "-m", "xformer.bench.overhead", "--device", device, "--out", str(out), "--", *overrides]
     return _child(args, workdir, out, "bare loop", timeout)
 
 
 def _child_env() -> dict:
     """Environment of both contenders' processes: this process's intra-op thread count, W&B off."""
-    return {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads()), "WANDB_MODE": "disabled",
-            "HYDRA_FULL_ERROR": "1", "PYTHONPATH":
-            os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    return {
+        **os.environ,
+        "OMP_NUM_THREADS": str(torch.get_num_threads()),
+        "WANDB_MODE": "disabled",
+        "HYDRA_FULL_ERROR": "1",
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    }
 
 
 def data_root_default() -> Path | None:
@@ -286,11 +315,17 @@ def run(cfg: BenchConfig, data_root: Path | None = None) -> dict:
     ratio = run_tps / bare_tps
     return {
         "status": "ok",
-        "config": {"data": data_desc, "model": cfg.size.as_dict(), "steps": cfg.overhead_steps,
-                   "skip": cfg.overhead_skip, "repeats": cfg.overhead_repeats,
-                   "tokens_per_batch": cfg.overhead_tokens_per_batch, "overrides": overrides,
-                   "method": "tokens of steps skip+1..N / time from end of step skip to end of step N, "
-                             "end-of-step timestamps (StepTimer callback in run.py; same in the bare loop)"},
+        "config": {
+            "data": data_desc,
+            "model": cfg.size.as_dict(),
+            "steps": cfg.overhead_steps,
+            "skip": cfg.overhead_skip,
+            "repeats": cfg.overhead_repeats,
+            "tokens_per_batch": cfg.overhead_tokens_per_batch,
+            "overrides": overrides,
+            "method": "tokens of steps skip+1..N / time from end of step skip to end of step N, "
+            "end-of-step timestamps (StepTimer callback in run.py; same in the bare loop)",
+        },
         "run_py": {"tokens_per_s": run_tps, "repeats": runs},
         "bare": {"tokens_per_s": bare_tps, "repeats": bares},
         "ratio": ratio,

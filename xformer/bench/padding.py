@@ -38,17 +38,22 @@ def both_sides(src_len: np.ndarray, tgt_len: np.ndarray, batches: list[list[int]
 
 def _summary(src_len, tgt_len, lengths, batches) -> dict:
     sizes = [len(b) for b in batches]
-    return {"pad_fraction": both_sides(src_len, tgt_len, batches),
-            "pad_fraction_max_len": padding_fraction(lengths, batches),
-            "batches": len(batches), "mean_pairs_per_batch": float(np.mean(sizes)),
-            "max_padded_tokens": int(max(len(b) * int(np.max(lengths[np.asarray(b)])) for b in batches))}
+    return {
+        "pad_fraction": both_sides(src_len, tgt_len, batches),
+        "pad_fraction_max_len": padding_fraction(lengths, batches),
+        "batches": len(batches),
+        "mean_pairs_per_batch": float(np.mean(sizes)),
+        "max_padded_tokens": int(max(len(b) * int(np.max(lengths[np.asarray(b)])) for b in batches)),
+    }
 
 
 def run(cfg: BenchConfig, data_root: Path | None) -> dict:
     if data_root is None:
-        return {"status": "skipped",
-                "note": "Multi30k files not found (set --data-root or XFORMER_DATA, "
-                        "or put them in ../shared/data/multi30k)"}
+        return {
+            "status": "skipped",
+            "note": "Multi30k files not found (set --data-root or XFORMER_DATA, "
+            "or put them in ../shared/data/multi30k)",
+        }
     from xformer.data.multi30k import Multi30kDataModule
 
     dm = Multi30kDataModule(root=str(data_root), tokens_per_batch=cfg.padding_tokens_per_batch, seed=cfg.seed)
@@ -56,17 +61,26 @@ def run(cfg: BenchConfig, data_root: Path | None) -> dict:
     ds = dm.train_set
     lengths = np.asarray(ds.lengths())
     src_len, tgt_len = (np.asarray(k) for k in ds.sort_keys())
-    sampler = TokenBudgetBatchSampler(lengths, cfg.padding_tokens_per_batch, shuffle=True, seed=cfg.seed,
-                                      sort_keys=ds.sort_keys())
+    sampler = TokenBudgetBatchSampler(
+        lengths, cfg.padding_tokens_per_batch, shuffle=True, seed=cfg.seed, sort_keys=ds.sort_keys()
+    )
     sampler.set_epoch(0)
     budget = sampler.all_batches()
     per = max(1, round(len(lengths) / len(budget)))
     perm = np.random.default_rng(cfg.seed).permutation(len(lengths))
-    fixed = [perm[i:i + per].tolist() for i in range(0, len(perm), per)]
+    fixed = [perm[i : i + per].tolist() for i in range(0, len(perm), per)]
     ours, base = _summary(src_len, tgt_len, lengths, budget), _summary(src_len, tgt_len, lengths, fixed)
-    return {"status": "ok",
-            "config": {"data": f"multi30k train ({data_root})", "pairs": int(len(lengths)),
-                       "tokens_per_batch": cfg.padding_tokens_per_batch, "vocab_size": dm.tgt_vocab_size,
-                       "fixed_batch_size": per, "seed": cfg.seed},
-            "token_budget": ours, "fixed_random": base,
-            "waste_ratio": (base["pad_fraction"] / ours["pad_fraction"]) if ours["pad_fraction"] > 0 else None}
+    return {
+        "status": "ok",
+        "config": {
+            "data": f"multi30k train ({data_root})",
+            "pairs": int(len(lengths)),
+            "tokens_per_batch": cfg.padding_tokens_per_batch,
+            "vocab_size": dm.tgt_vocab_size,
+            "fixed_batch_size": per,
+            "seed": cfg.seed,
+        },
+        "token_budget": ours,
+        "fixed_random": base,
+        "waste_ratio": (base["pad_fraction"] / ours["pad_fraction"]) if ours["pad_fraction"] > 0 else None,
+    }

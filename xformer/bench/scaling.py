@@ -37,8 +37,10 @@ def run_compile(cfg: BenchConfig) -> dict:
     torch.manual_seed(cfg.seed)
     base = build_xformer(cfg.size).to(dev).train()
     compiled = torch.compile(base)
-    steps = {"eager": make_step(eager, make_optimizer(eager.parameters())[0], batch, dev),
-             "compiled": make_step(compiled, make_optimizer(base.parameters())[0], batch, dev)}
+    steps = {
+        "eager": make_step(eager, make_optimizer(eager.parameters())[0], batch, dev),
+        "compiled": make_step(compiled, make_optimizer(base.parameters())[0], batch, dev),
+    }
     breaks = None
     try:
         import torch._dynamo as dynamo
@@ -52,8 +54,13 @@ def run_compile(cfg: BenchConfig) -> dict:
     t0 = time.perf_counter()
     compile_s = time_once(steps["compiled"], dev)
     times = interleaved(steps, cfg.warmup, cfg.repeats, dev)
-    out = {"status": "ok", "compile_s": compile_s, "graph_breaks": breaks, "graph_break_reasons": reasons,
-           "setup_s": time.perf_counter() - t0}
+    out = {
+        "status": "ok",
+        "compile_s": compile_s,
+        "graph_breaks": breaks,
+        "graph_break_reasons": reasons,
+        "setup_s": time.perf_counter() - t0,
+    }
     for name, ts in times.items():
         med = median(ts)
         out[name] = {"step_ms": med * 1e3, "tokens_per_s": batch["n_tokens"] / med}
@@ -77,8 +84,16 @@ def run_ddp(cfg: BenchConfig, data_root: Path | None) -> dict:
     for r in rows:
         r["speedup"] = r["tokens_per_s"] / one if one else None
         r["efficiency"] = r["tokens_per_s"] / (r["devices"] * one) if one else None
-    return {"status": "ok",
-            "config": {"data": data_desc, "model": cfg.size.as_dict(), "steps": cfg.ddp_steps, "skip": cfg.ddp_skip,
-                       "tokens_per_batch_per_device": cfg.overhead_tokens_per_batch, "overrides": base,
-                       "scaling": "weak (fixed per-device batch)"},
-            "runs": rows}
+    return {
+        "status": "ok",
+        "config": {
+            "data": data_desc,
+            "model": cfg.size.as_dict(),
+            "steps": cfg.ddp_steps,
+            "skip": cfg.ddp_skip,
+            "tokens_per_batch_per_device": cfg.overhead_tokens_per_batch,
+            "overrides": base,
+            "scaling": "weak (fixed per-device batch)",
+        },
+        "runs": rows,
+    }

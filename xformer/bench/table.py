@@ -25,18 +25,30 @@ def _met(m) -> str:
     return {True: "[green]yes[/]", False: "[red]no[/]", None: "—"}[m]
 
 
-def _train_step_rows(sec: dict, tg: dict, row: str = "1", what: str = "train step",
-                     section: str = "train_step") -> list[list[str]]:
+def _train_step_rows(
+    sec: dict, tg: dict, row: str = "1", what: str = "train step", section: str = "train_step"
+) -> list[list[str]]:
     c = sec["contenders"]
     ours = _f(c["xformer"]["tokens_per_s"]) + " tok/s"
     rows = []
-    for name, label, key in (("torch", "torch.nn.Transformer", "ratio_vs_torch"),
-                             ("x_transformers", "x-transformers", "ratio_vs_x_transformers")):
+    for name, label, key in (
+        ("torch", "torch.nn.Transformer", "ratio_vs_torch"),
+        ("x_transformers", "x-transformers", "ratio_vs_x_transformers"),
+    ):
         cc = c.get(name, {})
         t = tg.get((section, key), {})
         if cc.get("status") == "ok":
-            rows.append([row, f"{what} vs {label}", ours, f"{_f(cc['tokens_per_s'])} tok/s",
-                         _f(sec[key], "{:.2f}×"), t.get("target", ""), _met(t.get("met"))])
+            rows.append(
+                [
+                    row,
+                    f"{what} vs {label}",
+                    ours,
+                    f"{_f(cc['tokens_per_s'])} tok/s",
+                    _f(sec[key], "{:.2f}×"),
+                    t.get("target", ""),
+                    _met(t.get("met")),
+                ]
+            )
         else:
             rows.append([row, f"{what} vs {label}", ours, cc.get("note", "skipped"), "—", "—", "—"])
     return rows
@@ -53,89 +65,183 @@ def _compiled_rows(sec: dict, tg: dict) -> list[list[str]]:
 def _gpt2_rows(sec: dict, _tg: dict) -> list[list[str]]:
     lo, hi = sec["nanogpt_mfu"]
     c = sec["config"]
-    return [["8", f"GPT-2-small-shaped step (T {c['seq_len']}, B {c['batch']})",
-             f"{_f(sec['tokens_per_s'])} tok/s, MFU {100 * sec['mfu']:.1f}%",
-             f"nanoGPT: {100 * lo:.0f}–{100 * hi:.0f}% MFU", f"{sec['achieved_tflops']:.3g} TFLOP/s", "—", "—"]]
+    return [
+        [
+            "8",
+            f"GPT-2-small-shaped step (T {c['seq_len']}, B {c['batch']})",
+            f"{_f(sec['tokens_per_s'])} tok/s, MFU {100 * sec['mfu']:.1f}%",
+            f"nanoGPT: {100 * lo:.0f}–{100 * hi:.0f}% MFU",
+            f"{sec['achieved_tflops']:.3g} TFLOP/s",
+            "—",
+            "—",
+        ]
+    ]
 
 
 def _overhead_rows(sec: dict, tg: dict) -> list[list[str]]:
     t = tg.get(("overhead", "overhead_fraction"), {})
-    return [["2", "run.py vs bare loop", f"{_f(sec['run_py']['tokens_per_s'])} tok/s",
-             f"{_f(sec['bare']['tokens_per_s'])} tok/s",
-             f"{sec['ratio']:.3f}× (overhead {100 * sec['overhead_fraction']:.1f}%)",
-             "overhead " + t.get("target", ""), _met(t.get("met"))]]
+    return [
+        [
+            "2",
+            "run.py vs bare loop",
+            f"{_f(sec['run_py']['tokens_per_s'])} tok/s",
+            f"{_f(sec['bare']['tokens_per_s'])} tok/s",
+            f"{sec['ratio']:.3f}× (overhead {100 * sec['overhead_fraction']:.1f}%)",
+            "overhead " + t.get("target", ""),
+            _met(t.get("met")),
+        ]
+    ]
 
 
 def _padding_rows(sec: dict, tg: dict) -> list[list[str]]:
     t = tg.get(("padding", "pad_fraction"), {})
-    return [["3", "pad tokens, Multi30k epoch", f"{100 * sec['token_budget']['pad_fraction']:.1f}% (token budget)",
-             f"{100 * sec['fixed_random']['pad_fraction']:.1f}% (random, {sec['config']['fixed_batch_size']}/batch)",
-             _f(sec.get("waste_ratio"), "{:.1f}× less"), t.get("target", ""), _met(t.get("met"))]]
+    return [
+        [
+            "3",
+            "pad tokens, Multi30k epoch",
+            f"{100 * sec['token_budget']['pad_fraction']:.1f}% (token budget)",
+            f"{100 * sec['fixed_random']['pad_fraction']:.1f}% (random, {sec['config']['fixed_batch_size']}/batch)",
+            _f(sec.get("waste_ratio"), "{:.1f}× less"),
+            t.get("target", ""),
+            _met(t.get("met")),
+        ]
+    ]
 
 
 def _decoding_rows(sec: dict, tg: dict) -> list[list[str]]:
     t = tg.get(("decoding", "speedup"), {})
     n = sec["config"]["output_len"]
-    rows = [["4", f"greedy decode, length {n}", f"{_f(sec['cached']['tokens_per_s'])} tok/s (cache)",
-             f"{_f(sec['recompute']['tokens_per_s'])} tok/s (recompute)", _f(sec["speedup"], "{:.1f}×"),
-             t.get("target", ""), _met(t.get("met"))]]
+    rows = [
+        [
+            "4",
+            f"greedy decode, length {n}",
+            f"{_f(sec['cached']['tokens_per_s'])} tok/s (cache)",
+            f"{_f(sec['recompute']['tokens_per_s'])} tok/s (recompute)",
+            _f(sec["speedup"], "{:.1f}×"),
+            t.get("target", ""),
+            _met(t.get("met")),
+        ]
+    ]
     if "beam" in sec:
         b = sec["beam"]
-        rows.append(["4b", f"beam search ({b['beam_size']} beams), length {n}", f"{_f(b['tokens_per_s'])} tok/s",
-                     "—", "—", "—", "—"])
+        rows.append(
+            [
+                "4b",
+                f"beam search ({b['beam_size']} beams), length {n}",
+                f"{_f(b['tokens_per_s'])} tok/s",
+                "—",
+                "—",
+                "—",
+                "—",
+            ]
+        )
     return rows
 
 
 def _attention_rows(sec: dict, _tg: dict) -> list[list[str]]:
     e, f = sec["explicit"], sec["sdpa"]
-    rows = [["5", "C7 exponent of time / memory in n",
-             f"fused SDPA: {_f(f['time_exponent'], '{:.2f}')} / {_f(f['memory_exponent'], '{:.2f}')}",
-             f"explicit: {_f(e['time_exponent'], '{:.2f}')} / {_f(e['memory_exponent'], '{:.2f}')}",
-             "—", "claim: 2 / 2", "—"]]
+    rows = [
+        [
+            "5",
+            "C7 exponent of time / memory in n",
+            f"fused SDPA: {_f(f['time_exponent'], '{:.2f}')} / {_f(f['memory_exponent'], '{:.2f}')}",
+            f"explicit: {_f(e['time_exponent'], '{:.2f}')} / {_f(e['memory_exponent'], '{:.2f}')}",
+            "—",
+            "claim: 2 / 2",
+            "—",
+        ]
+    ]
     if "linear" in sec:  # bench.json files from before model/mixer=linear have no such path
         lin, lc = sec["linear"], sec["linear_causal"]
-        rows.append(["5b", "C7 linear attention (model/mixer=linear): time exponent",
-                     f"linear: {_f(lin['time_exponent'], '{:.2f}')}, causal: {_f(lc['time_exponent'], '{:.2f}')}",
-                     f"explicit: {_f(e['time_exponent'], '{:.2f}')}", "—", "≈ 1", "—"])
+        rows.append(
+            [
+                "5b",
+                "C7 linear attention (model/mixer=linear): time exponent",
+                f"linear: {_f(lin['time_exponent'], '{:.2f}')}, causal: {_f(lc['time_exponent'], '{:.2f}')}",
+                f"explicit: {_f(e['time_exponent'], '{:.2f}')}",
+                "—",
+                "≈ 1",
+                "—",
+            ]
+        )
     return rows
 
 
 def _recurrence_rows(sec: dict, _tg: dict) -> list[list[str]]:
     cross = sec["crossover_n"]
-    return [["6", f"C8 crossover n (attention slower than LSTM), d={sec['config']['d']}",
-             _f(cross, "n ≈ {:,.0f}", "none in range"),
-             f"claim: n = d = {sec['claim_crossover_n']}",
-             _f(cross / sec["claim_crossover_n"] if cross else None, "{:.1f}× d"), "—", "—"]]
+    return [
+        [
+            "6",
+            f"C8 crossover n (attention slower than LSTM), d={sec['config']['d']}",
+            _f(cross, "n ≈ {:,.0f}", "none in range"),
+            f"claim: n = d = {sec['claim_crossover_n']}",
+            _f(cross / sec["claim_crossover_n"] if cross else None, "{:.1f}× d"),
+            "—",
+            "—",
+        ]
+    ]
 
 
 def _mfu_rows(sec: dict, tg: dict) -> list[list[str]]:
     t = tg.get(("mfu", "mfu"), {})
     peak = sec["peak_tflops"]
-    return [["7", f"MFU (6N + 12·L·H·Q·T), {sec.get('peak_method', '').split(' ')[1]} peak",
-             f"{100 * sec['mfu']:.1f}% of {peak:.3g} TFLOP/s",
-             f"torch {_f(sec.get('mfu_torch'), '{:.1%}')}, x-t {_f(sec.get('mfu_x_transformers'), '{:.1%}')}",
-             f"{sec['achieved_tflops']:.3g} TFLOP/s", t.get("target", ""), _met(t.get("met"))]]
+    return [
+        [
+            "7",
+            f"MFU (6N + 12·L·H·Q·T), {sec.get('peak_method', '').split(' ')[1]} peak",
+            f"{100 * sec['mfu']:.1f}% of {peak:.3g} TFLOP/s",
+            f"torch {_f(sec.get('mfu_torch'), '{:.1%}')}, x-t {_f(sec.get('mfu_x_transformers'), '{:.1%}')}",
+            f"{sec['achieved_tflops']:.3g} TFLOP/s",
+            t.get("target", ""),
+            _met(t.get("met")),
+        ]
+    ]
 
 
 def _compile_rows(sec: dict, _tg: dict) -> list[list[str]]:
-    return [["+", "torch.compile train step", f"{_f(sec['compiled']['tokens_per_s'])} tok/s",
-             f"{_f(sec['eager']['tokens_per_s'])} tok/s eager", _f(sec["speedup"], "{:.2f}×"),
-             f"compile {sec['compile_s']:.0f} s, {sec['graph_breaks']} breaks", "—"]]
+    return [
+        [
+            "+",
+            "torch.compile train step",
+            f"{_f(sec['compiled']['tokens_per_s'])} tok/s",
+            f"{_f(sec['eager']['tokens_per_s'])} tok/s eager",
+            _f(sec["speedup"], "{:.2f}×"),
+            f"compile {sec['compile_s']:.0f} s, {sec['graph_breaks']} breaks",
+            "—",
+        ]
+    ]
 
 
 def _nanogpt_rows(sec: dict, tg: dict) -> list[list[str]]:
     t = tg.get(("nanogpt_step", "ratio"), {})
     c = sec["contenders"]
-    return [["9", f"shakespeare_char_cpu step vs plain-PyTorch nanoGPT (B {sec['config']['batch']}, "
-                  f"T {sec['config']['block_size']})", f"{_f(c['xformer']['tokens_per_s'])} tok/s",
-             f"{_f(c['plain']['tokens_per_s'])} tok/s", _f(sec["ratio"], "{:.2f}×"), t.get("target", ""),
-             _met(t.get("met"))]]
+    return [
+        [
+            "9",
+            f"shakespeare_char_cpu step vs plain-PyTorch nanoGPT (B {sec['config']['batch']}, "
+            f"T {sec['config']['block_size']})",
+            f"{_f(c['xformer']['tokens_per_s'])} tok/s",
+            f"{_f(c['plain']['tokens_per_s'])} tok/s",
+            _f(sec["ratio"], "{:.2f}×"),
+            t.get("target", ""),
+            _met(t.get("met")),
+        ]
+    ]
 
 
 def _ddp_rows(sec: dict, _tg: dict) -> list[list[str]]:
-    return [["+", f"DDP {r['devices']} device(s)", f"{_f(r['tokens_per_s'])} tok/s",
-             "", _f(r.get("speedup"), "{:.2f}×"), _f(r.get("efficiency"), "eff {:.0%}"), "—"]
-            for r in sec["runs"]]
+    return [
+        [
+            "+",
+            f"DDP {r['devices']} device(s)",
+            f"{_f(r['tokens_per_s'])} tok/s",
+            "",
+            _f(r.get("speedup"), "{:.2f}×"),
+            _f(r.get("efficiency"), "eff {:.0%}"),
+            "—",
+        ]
+        for r in sec["runs"]
+    ]
 
 
 # section -> (row number, name shown when the section did not run, rows of a section that ran)
@@ -176,8 +282,10 @@ def summary_rows(result: dict) -> list[list[str]]:
 def render(result: dict, console: Console | None = None) -> None:
     console = console or Console()
     m = result.get("meta", {})
-    title = (f"xformer bench — {m.get('device_name', '')} ({m.get('device')}), preset {m.get('preset')}, "
-             f"torch {m.get('torch')}, load {m.get('loadavg_start')} → {m.get('loadavg_end')}")
+    title = (
+        f"xformer bench — {m.get('device_name', '')} ({m.get('device')}), preset {m.get('preset')}, "
+        f"torch {m.get('torch')}, load {m.get('loadavg_start')} → {m.get('loadavg_end')}"
+    )
     t = Table(title=title, show_lines=False)
     for col in ("#", "row", "xformer", "baseline", "ratio", "target", "met"):
         t.add_column(col, overflow="fold")
@@ -187,8 +295,10 @@ def render(result: dict, console: Console | None = None) -> None:
     s = result.get("sections", {})
     a = s.get("attention")
     if a and a.get("status") == "ok":
-        c = Table(title=f"C7: one attention layer (d={a['config']['d_model']}, {a['config']['heads']} heads, "
-                        f"{a['config']['precision']}, {a['config']['pass']})")
+        c = Table(
+            title=f"C7: one attention layer (d={a['config']['d_model']}, {a['config']['heads']} heads, "
+            f"{a['config']['precision']}, {a['config']['pass']})"
+        )
         lin = a.get("linear"), a.get("linear_causal")
         for col in ("n", "explicit ms", "explicit MiB", "SDPA ms", "SDPA MiB", "H·n² scores MiB", "fp16 n×n MB"):
             c.add_column(col, justify="right")
@@ -197,19 +307,40 @@ def render(result: dict, console: Console | None = None) -> None:
             c.add_column("causal linear ms", justify="right")
         for i, n in enumerate(a["n"]):
             extra = [_f(lin[0]["time_ms"][i], "{:.2f}"), _f(lin[1]["time_ms"][i], "{:.2f}")] if lin[0] else []
-            c.add_row(str(n), _f(a["explicit"]["time_ms"][i], "{:.2f}"), _f(a["explicit"]["peak_mb"][i], "{:.1f}"),
-                      _f(a["sdpa"]["time_ms"][i], "{:.2f}"), _f(a["sdpa"]["peak_mb"][i], "{:.1f}"),
-                      _f(a["score_matrices_mb"][i], "{:.1f}"), _f(a["fp16_nxn_mb_at_n"][i], "{:.1f}"), *extra)
+            c.add_row(
+                str(n),
+                _f(a["explicit"]["time_ms"][i], "{:.2f}"),
+                _f(a["explicit"]["peak_mb"][i], "{:.1f}"),
+                _f(a["sdpa"]["time_ms"][i], "{:.2f}"),
+                _f(a["sdpa"]["peak_mb"][i], "{:.1f}"),
+                _f(a["score_matrices_mb"][i], "{:.1f}"),
+                _f(a["fp16_nxn_mb_at_n"][i], "{:.1f}"),
+                *extra,
+            )
         for p in ("explicit", "sdpa"):
             r = a[p]
-            c.add_row(f"fit {p}", _f(r["time_exponent"], "n^{:.2f}") if p == "explicit" else "",
-                      _f(r["memory_exponent"], "n^{:.2f}") if p == "explicit" else "",
-                      _f(r["time_exponent"], "n^{:.2f}") if p == "sdpa" else "",
-                      _f(r["memory_exponent"], "n^{:.2f}") if p == "sdpa" else "", "", "",
-                      *(["", ""] if lin[0] else []))
+            c.add_row(
+                f"fit {p}",
+                _f(r["time_exponent"], "n^{:.2f}") if p == "explicit" else "",
+                _f(r["memory_exponent"], "n^{:.2f}") if p == "explicit" else "",
+                _f(r["time_exponent"], "n^{:.2f}") if p == "sdpa" else "",
+                _f(r["memory_exponent"], "n^{:.2f}") if p == "sdpa" else "",
+                "",
+                "",
+                *(["", ""] if lin[0] else []),
+            )
         if lin[0]:
-            c.add_row("fit linear", "", "", "", "", "", "", _f(lin[0]["time_exponent"], "n^{:.2f}"),
-                      _f(lin[1]["time_exponent"], "n^{:.2f}"))
+            c.add_row(
+                "fit linear",
+                "",
+                "",
+                "",
+                "",
+                "",
+                "",
+                _f(lin[0]["time_exponent"], "n^{:.2f}"),
+                _f(lin[1]["time_exponent"], "n^{:.2f}"),
+            )
         console.print(c)
         k = Table(title="C7 claim: fp16 n×n score matrix (one head, one sequence)")
         for col in ("n", "claimed", "computed n²·2 B"):
@@ -221,14 +352,20 @@ def render(result: dict, console: Console | None = None) -> None:
             console.print(f"[yellow]C7 note:[/] {note}")
     r = s.get("recurrence")
     if r and r.get("status") == "ok":
-        c = Table(title=f"C8: self-attention vs LSTM, d={r['config']['d']}, batch {r['config']['batch']} "
-                        f"(claim: attention cheaper while n < d = {r['claim_crossover_n']}; "
-                        f"equal multiply-adds at n = {r['macs_crossover_n']})")
+        c = Table(
+            title=f"C8: self-attention vs LSTM, d={r['config']['d']}, batch {r['config']['batch']} "
+            f"(claim: attention cheaper while n < d = {r['claim_crossover_n']}; "
+            f"equal multiply-adds at n = {r['macs_crossover_n']})"
+        )
         for col in ("n", "attention ms", "LSTM ms", "attention / LSTM"):
             c.add_column(col, justify="right")
         for i, n in enumerate(r["n"]):
-            c.add_row(str(n), _f(r["attention_ms"][i], "{:.2f}"), _f(r["lstm_ms"][i], "{:.2f}"),
-                      _f(r["attention_over_lstm"][i], "{:.3f}"))
+            c.add_row(
+                str(n),
+                _f(r["attention_ms"][i], "{:.2f}"),
+                _f(r["lstm_ms"][i], "{:.2f}"),
+                _f(r["attention_over_lstm"][i], "{:.3f}"),
+            )
         console.print(c)
         console.print(f"C8 measured crossover: {_f(r['crossover_n'], 'n ≈ {:,.0f}', 'none in the measured range')}")
     for name, sec in s.items():

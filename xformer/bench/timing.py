@@ -32,8 +32,9 @@ def time_once(fn: Callable[[], object], device: torch.device | str = "cpu") -> f
     return time.perf_counter() - t0
 
 
-def interleaved(fns: dict[str, Callable[[], object]], warmup: int, repeats: int,
-                device: torch.device | str = "cpu") -> dict[str, list[float]]:
+def interleaved(
+    fns: dict[str, Callable[[], object]], warmup: int, repeats: int, device: torch.device | str = "cpu"
+) -> dict[str, list[float]]:
     """Time each of ``fns`` ``repeats`` times, interleaved and rotated, after ``warmup`` untimed calls.
 
     Returns:
@@ -46,7 +47,7 @@ def interleaved(fns: dict[str, Callable[[], object]], warmup: int, repeats: int,
     sync(device)
     out: dict[str, list[float]] = {n: [] for n in names}
     for r in range(repeats):
-        order = names[r % len(names):] + names[: r % len(names)]
+        order = names[r % len(names) :] + names[: r % len(names)]
         for name in order:
             out[name].append(time_once(fns[name], device))
     return out

@@ -16,8 +16,9 @@ from .config import BenchConfig
 from .timing import interleaved, median
 
 
-def make_batch(batch: int, seq_len: int, vocab: int, min_len_frac: float, seed: int,
-               device: str = "cpu") -> dict[str, Tensor]:
+def make_batch(
+    batch: int, seq_len: int, vocab: int, min_len_frac: float, seed: int, device: str = "cpu"
+) -> dict[str, Tensor]:
     """A padded translation-like batch: ``batch`` sentence pairs, each side of a length uniform in
     ``[ceil(min_len_frac·seq_len), seq_len]`` (one pair at exactly ``seq_len``), right-padded with 0.
 
@@ -57,16 +58,18 @@ def make_optimizer(params) -> tuple[torch.optim.Optimizer, str]:
         return torch.optim.Adam(params, lr=1e-4, betas=(0.9, 0.98), eps=1e-9, foreach=True), "Adam(foreach=True)"
 
 
-def make_step(model: torch.nn.Module, opt: torch.optim.Optimizer, batch: dict, device: str,
-              label_smoothing: float = 0.1):
+def make_step(
+    model: torch.nn.Module, opt: torch.optim.Optimizer, batch: dict, device: str, label_smoothing: float = 0.1
+):
     """A closure running one optimizer step of ``model`` on ``batch`` (bf16 autocast on CUDA)."""
     cuda = torch.device(device).type == "cuda"
 
     def step() -> float:
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
             logits = model(batch["src"], batch["tgt_in"], batch["src_pad"], batch["tgt_pad"])
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), batch["tgt_out"].flatten(), ignore_index=0,
-                               label_smoothing=label_smoothing)
+        loss = F.cross_entropy(
+            logits.flatten(0, 1).float(), batch["tgt_out"].flatten(), ignore_index=0, label_smoothing=label_smoothing
+        )
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -94,8 +97,7 @@ def run(cfg: BenchConfig, dropout: float | None = None, compiled: bool = False) 
     opt_name = ""
     for name, build in models.CONTENDERS.items():
         if name == "x_transformers" and not models.x_transformers_available():
-            contenders[name] = {"status": "skipped",
-                                "note": "x-transformers not installed (pip install -e '.[bench]')"}
+            contenders[name] = {"status": "skipped", "note": "x-transformers not installed (pip install -e '.[bench]')"}
             notes.append("x-transformers column skipped: package not installed")
             continue
         torch.manual_seed(cfg.seed)
@@ -107,8 +109,9 @@ def run(cfg: BenchConfig, dropout: float | None = None, compiled: bool = False) 
     times = interleaved(steps, warmup, cfg.repeats, dev)
     for name, ts in times.items():
         med = median(ts)
-        contenders[name].update(step_ms=med * 1e3, tokens_per_s=batch["n_tokens"] / med,
-                                step_ms_all=[t * 1e3 for t in ts])
+        contenders[name].update(
+            step_ms=med * 1e3, tokens_per_s=batch["n_tokens"] / med, step_ms_all=[t * 1e3 for t in ts]
+        )
     ours = contenders["xformer"]["tokens_per_s"]
     ratios = {}
     for name in ("torch", "x_transformers"):
@@ -116,11 +119,19 @@ def run(cfg: BenchConfig, dropout: float | None = None, compiled: bool = False) 
         ratios[name] = ours / c["tokens_per_s"] if c.get("status") == "ok" else None
     return {
         "status": "ok",
-        "config": {**size.as_dict(), "batch": cfg.batch, "seq_len": cfg.seq_len,
-                   "tokens_per_step": batch["n_tokens"], "pad_fraction": round(batch["pad_fraction"], 4),
-                   "precision": "bf16 autocast" if torch.device(dev).type == "cuda" else "fp32",
-                   "optimizer": opt_name, "loss": "cross-entropy, label smoothing 0.1, padding ignored",
-                   "compiled": compiled, "warmup": warmup, "repeats": cfg.repeats},
+        "config": {
+            **size.as_dict(),
+            "batch": cfg.batch,
+            "seq_len": cfg.seq_len,
+            "tokens_per_step": batch["n_tokens"],
+            "pad_fraction": round(batch["pad_fraction"], 4),
+            "precision": "bf16 autocast" if torch.device(dev).type == "cuda" else "fp32",
+            "optimizer": opt_name,
+            "loss": "cross-entropy, label smoothing 0.1, padding ignored",
+            "compiled": compiled,
+            "warmup": warmup,
+            "repeats": cfg.repeats,
+        },
         "contenders": contenders,
         "ratio_vs_torch": ratios["torch"],
         "ratio_vs_x_transformers": ratios["x_transformers"],

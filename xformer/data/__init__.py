@@ -13,7 +13,17 @@ from xformer.data.tinyshakespeare import TinyShakespeareDataModule
 from xformer.data.tokenizers import BOS, EOS, PAD, UNK, BPETokenizer, CharTokenizer
 
 __all__ = [
-    "BOS", "EOS", "PAD", "UNK", "BPETokenizer", "CharTokenizer", "DataError",
-    "Multi30kDataModule", "NumbersDataModule", "SyntheticDataModule", "TextDataModule",
-    "TinyShakespeareDataModule", "XformerDataModule",
+    "BOS",
+    "EOS",
+    "PAD",
+    "UNK",
+    "BPETokenizer",
+    "CharTokenizer",
+    "DataError",
+    "Multi30kDataModule",
+    "NumbersDataModule",
+    "SyntheticDataModule",
+    "TextDataModule",
+    "TinyShakespeareDataModule",
+    "XformerDataModule",
 ]

@@ -61,8 +61,13 @@ class Seq2SeqDataset(Dataset):
         return len(self.src)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        return {"src": self.src[i], "tgt": self.tgt[i], "src_text": self.src_text[i],
-                "tgt_text": self.tgt_text[i], "idx": i}
+        return {
+            "src": self.src[i],
+            "tgt": self.tgt[i],
+            "src_text": self.src_text[i],
+            "tgt_text": self.tgt_text[i],
+            "idx": i,
+        }
 
     def lengths(self) -> list[int]:
         """Per-example batching size: ``max(len(src), len(tgt))`` in tokens."""
@@ -115,8 +120,14 @@ class PromptLMDataset(Dataset):
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         seq, p = self.seqs[i], self.prompt_lens[i]
-        return {"tgt": seq, "loss_mask": [False] * p + [True] * (len(seq) - p), "prompt_len": p,
-                "src_text": self.src_text[i], "tgt_text": self.tgt_text[i], "idx": i}
+        return {
+            "tgt": seq,
+            "loss_mask": [False] * p + [True] * (len(seq) - p),
+            "prompt_len": p,
+            "src_text": self.src_text[i],
+            "tgt_text": self.tgt_text[i],
+            "idx": i,
+        }
 
     def lengths(self) -> list[int]:
         """Per-example batching size: ``len(tgt)``."""
@@ -264,23 +275,35 @@ class XformerDataModule(L.LightningDataModule):
         """Token-budget loader (default for seq2seq and prompt-LM data sets)."""
         num_replicas, rank = self._replicas()
         sampler = TokenBudgetBatchSampler(
-            dataset.lengths(), self.tokens_per_batch, shuffle=train, seed=self.seed,
-            num_replicas=num_replicas, rank=rank,
+            dataset.lengths(),
+            self.tokens_per_batch,
+            shuffle=train,
+            seed=self.seed,
+            num_replicas=num_replicas,
+            rank=rank,
             sort_keys=dataset.sort_keys() if hasattr(dataset, "sort_keys") else (),
         )
         collate = collate_seq2seq if self.task == "seq2seq" else collate_lm
-        return self._make_loader(dataset, sampler, functools.partial(collate, pad_id=self.pad_id), persistent,
-                                 train=train)
+        return self._make_loader(
+            dataset, sampler, functools.partial(collate, pad_id=self.pad_id), persistent, train=train
+        )
 
-    def _make_loader(self, dataset: Dataset, batch_sampler, collate_fn, persistent: bool,
-                     train: bool = False) -> DataLoader:
+    def _make_loader(
+        self, dataset: Dataset, batch_sampler, collate_fn, persistent: bool, train: bool = False
+    ) -> DataLoader:
         """DataLoader over ``batch_sampler``; workers persist across epochs for train/val only. The
         training loader is a :class:`ResumableDataLoader`: checkpoints record its position in the epoch."""
-        kwargs = dict(batch_sampler=batch_sampler, collate_fn=collate_fn, num_workers=self.num_workers,
-                      pin_memory=self.pin_memory, persistent_workers=persistent and self.num_workers > 0)
+        kwargs = dict(
+            batch_sampler=batch_sampler,
+            collate_fn=collate_fn,
+            num_workers=self.num_workers,
+            pin_memory=self.pin_memory,
+            persistent_workers=persistent and self.num_workers > 0,
+        )
         if train:
-            return ResumableDataLoader(dataset, batches_done=self._train_batches_done,
-                                       epoch_batches=self._train_epoch_batches, **kwargs)
+            return ResumableDataLoader(
+                dataset, batches_done=self._train_batches_done, epoch_batches=self._train_epoch_batches, **kwargs
+            )
         return DataLoader(dataset, **kwargs)
 
     def _train_batches_done(self) -> int:
@@ -381,13 +404,19 @@ class WindowLMDataModule(XformerDataModule):
         val_estimate_batches: int | None = None,
     ) -> None:
         if val_estimate_batches is not None and int(val_estimate_batches) < 1:
-            raise DataError(f"data.val_estimate_batches={val_estimate_batches}: must be >= 1 (or null for "
-                            "the full validation pass)")
+            raise DataError(
+                f"data.val_estimate_batches={val_estimate_batches}: must be >= 1 (or null for the full validation pass)"
+            )
         self.val_estimate_batches = None if val_estimate_batches is None else int(val_estimate_batches)
         if tokens_per_batch is not None:
             batch_size = max(1, int(tokens_per_batch) // int(block_size))
-        super().__init__(root=root, tokens_per_batch=batch_size * block_size,
-                         num_workers=num_workers, pin_memory=pin_memory, seed=seed)
+        super().__init__(
+            root=root,
+            tokens_per_batch=batch_size * block_size,
+            num_workers=num_workers,
+            pin_memory=pin_memory,
+            seed=seed,
+        )
         self.block_size = int(block_size)
         self.batch_size = int(batch_size)
         self.train_windows_per_epoch = train_windows_per_epoch
@@ -400,8 +429,10 @@ class WindowLMDataModule(XformerDataModule):
         for name, ids in (("train", self.train_ids), ("val", self.val_ids)):
             if ids is None or len(ids) < T + 1:
                 n = 0 if ids is None else len(ids)
-                raise DataError(f"{type(self).__name__}: {name} split has {n} tokens, "
-                                 f"fewer than block_size + 1 = {T + 1}; lower block_size")
+                raise DataError(
+                    f"{type(self).__name__}: {name} split has {n} tokens, "
+                    f"fewer than block_size + 1 = {T + 1}; lower block_size"
+                )
         self.train_set = WindowDataset(self.train_ids, T, stride=1)
         self.val_full_set = WindowDataset(self.val_ids, T, stride=T)
         self.val_set = self.val_full_set
@@ -421,12 +452,12 @@ class WindowLMDataModule(XformerDataModule):
         if train:
             total = self.train_windows_per_epoch or max(1, len(self.train_ids) // self.block_size)
             n_batches = max(1, total // (self.batch_size * num_replicas))
-            sampler = RandomBatchSampler(len(dataset), self.batch_size, n_batches, self.seed,
-                                         num_replicas, rank)
+            sampler = RandomBatchSampler(len(dataset), self.batch_size, n_batches, self.seed, num_replicas, rank)
         else:
             sampler = SequentialBatchSampler(len(dataset), self.batch_size, num_replicas, rank)
-        return self._make_loader(dataset, sampler, functools.partial(collate_lm, pad_id=self.pad_id), persistent,
-                                 train=train)
+        return self._make_loader(
+            dataset, sampler, functools.partial(collate_lm, pad_id=self.pad_id), persistent, train=train
+        )
 
 
 def _until_eos(ids: list[int]) -> list[int]:

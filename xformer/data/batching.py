@@ -56,9 +56,7 @@ def _resume(sampler, epoch: int, batches_done: int) -> None:
     sampler.sampler.skip = (epoch, batches_done) if batches_done else None
 
 
-def shard_batches(
-    batches: list[list[int]], num_replicas: int, rank: int, drop_last: bool = False
-) -> list[list[int]]:
+def shard_batches(batches: list[list[int]], num_replicas: int, rank: int, drop_last: bool = False) -> list[list[int]]:
     """Give rank ``rank`` its share of ``batches`` so every rank gets the same number of batches.
 
     The list is first made a multiple of ``num_replicas`` long -- by repeating batches from its start
@@ -346,8 +344,13 @@ class ResumableDataLoader(DataLoader):
             from an epoch (``min(n, trainer.num_training_batches)``); None = all of them.
     """
 
-    def __init__(self, *args: Any, batches_done: Callable[[], int] | None = None,
-                 epoch_batches: Callable[[int], int] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        batches_done: Callable[[], int] | None = None,
+        epoch_batches: Callable[[int], int] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self._batches_done = batches_done
         self._epoch_batches = epoch_batches
@@ -364,9 +367,11 @@ class ResumableDataLoader(DataLoader):
         (``epoch_batches``: the epoch's length as the trainer runs it -- under
         ``limit_train_batches`` the limit, not the sampler's length -- so a reader can tell a
         finished epoch from a stop inside it)."""
-        return {"epoch": int(self.batch_sampler.sampler.epoch),
-                "batches_done": int(self._batches_done()) if self._batches_done is not None else 0,
-                "epoch_batches": self.epoch_batches()}
+        return {
+            "epoch": int(self.batch_sampler.sampler.epoch),
+            "batches_done": int(self._batches_done()) if self._batches_done is not None else 0,
+            "epoch_batches": self.epoch_batches(),
+        }
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Make the next iteration continue where ``state`` was taken: inside its epoch, or at the

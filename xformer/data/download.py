@@ -58,9 +58,7 @@ def fetch(url: str, sha256: str, cache_dir: str | Path, fname: str) -> Path:
     cache_dir = Path(cache_dir).expanduser()
     cache_dir.mkdir(parents=True, exist_ok=True)
     try:
-        path = pooch.retrieve(
-            url, known_hash=f"sha256:{sha256}", fname=fname, path=cache_dir, progressbar=False
-        )
+        path = pooch.retrieve(url, known_hash=f"sha256:{sha256}", fname=fname, path=cache_dir, progressbar=False)
     except ValueError as e:  # pooch.hashes.hash_matches: "... expected X but got Y ..."
         if "does not match the known hash" not in str(e):
             raise

@@ -78,8 +78,9 @@ class Multi30kDataModule(XformerDataModule):
         cache_dir: str | None = None,
         base_url: str = BASE_URL,
     ) -> None:
-        super().__init__(root=root, tokens_per_batch=tokens_per_batch, num_workers=num_workers,
-                         pin_memory=pin_memory, seed=seed)
+        super().__init__(
+            root=root, tokens_per_batch=tokens_per_batch, num_workers=num_workers, pin_memory=pin_memory, seed=seed
+        )
         if src_lang == tgt_lang:
             raise ValueError(f"Multi30kDataModule: src_lang and tgt_lang are both {src_lang!r}")
         self.src_lang, self.tgt_lang = src_lang, tgt_lang
@@ -117,8 +118,9 @@ class Multi30kDataModule(XformerDataModule):
         self._tokenizer_for(src, tgt)
 
     def _tokenizer_for(self, src: list[str], tgt: list[str]):
-        return train_or_load_bpe(src + tgt, self.vocab_size, resolve_cache_dir(self.cache_dir),
-                                 f"multi30k-{self.src_lang}-{self.tgt_lang}")
+        return train_or_load_bpe(
+            src + tgt, self.vocab_size, resolve_cache_dir(self.cache_dir), f"multi30k-{self.src_lang}-{self.tgt_lang}"
+        )
 
     def _build(self) -> None:
         sets = {}

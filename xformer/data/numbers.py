@@ -118,8 +118,9 @@ class NumbersDataModule(XformerDataModule):
         src_lang: str = "en",
         tgt_lang: str = "de",
     ) -> None:
-        super().__init__(root=root, tokens_per_batch=tokens_per_batch, num_workers=num_workers,
-                         pin_memory=pin_memory, seed=seed)
+        super().__init__(
+            root=root, tokens_per_batch=tokens_per_batch, num_workers=num_workers, pin_memory=pin_memory, seed=seed
+        )
         if tokenizer not in ("bpe", "char"):
             raise ValueError(f"NumbersDataModule: tokenizer must be 'bpe' or 'char', got {tokenizer!r}")
         self.n_train, self.n_val, self.n_test, self.n_long = n_train, n_val, n_test, n_long
@@ -135,17 +136,18 @@ class NumbersDataModule(XformerDataModule):
         n_main = self.n_train + self.n_val + self.n_test
         main = sample_by_digits(rng, n_main, 1, 6)
         a, b = self.n_train, self.n_train + self.n_val
-        return {"train": main[:a], "val": main[a:b], "test": main[b:],
-                "long": sample_by_digits(rng, self.n_long, 7, 9)}
+        return {"train": main[:a], "val": main[a:b], "test": main[b:], "long": sample_by_digits(rng, self.n_long, 7, 9)}
 
     def _texts(self) -> dict[str, list[tuple[str, str]]]:
         """Word pairs of every split; cached as JSON under ``cache_dir/numbers/`` (``num2words`` is slow).
 
         The cache key hashes the split numbers, languages and the ``num2words`` version.
         """
-        key = hashlib.sha256(json.dumps(
-            [version("num2words"), self.src_lang, self.tgt_lang,
-             {k: v.tolist() for k, v in self.numbers.items()}]).encode()).hexdigest()[:16]
+        key = hashlib.sha256(
+            json.dumps(
+                [version("num2words"), self.src_lang, self.tgt_lang, {k: v.tolist() for k, v in self.numbers.items()}]
+            ).encode()
+        ).hexdigest()[:16]
         path = resolve_cache_dir(self.cache_dir) / "numbers" / f"numbers-{self.src_lang}-{self.tgt_lang}-{key}.json"
         if path.is_file():
             try:
@@ -166,7 +168,9 @@ class NumbersDataModule(XformerDataModule):
         tgt = {k: [p[1] for p in v] for k, v in texts.items()}
         if self.tokenizer_kind == "bpe":
             self.tokenizer = train_or_load_bpe(
-                src["train"] + tgt["train"], self.vocab_size, resolve_cache_dir(self.cache_dir),
+                src["train"] + tgt["train"],
+                self.vocab_size,
+                resolve_cache_dir(self.cache_dir),
                 f"numbers-{self.src_lang}-{self.tgt_lang}",
             )
         else:

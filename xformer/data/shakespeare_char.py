@@ -48,14 +48,33 @@ class ShakespeareCharDataModule(WindowLMDataModule):
         DataError: ``input.txt`` missing under ``root``, download/checksum failure, bad ``val_fraction``.
     """
 
-    def __init__(self, root: str | None = None, tokens_per_batch: int | None = None, block_size: int = 64,
-                 batch_size: int = 12, train_windows_per_epoch: int | None = None, num_workers: int = 0,
-                 pin_memory: bool = False, seed: int = 0, val_estimate_batches: int | None = None,
-                 full_val_at_end: bool = True, val_fraction: float = 0.1, cache_dir: str | None = None,
-                 url: str = URL) -> None:
-        super().__init__(root=root, tokens_per_batch=tokens_per_batch, block_size=block_size, batch_size=batch_size,
-                         train_windows_per_epoch=train_windows_per_epoch, num_workers=num_workers,
-                         pin_memory=pin_memory, seed=seed, val_estimate_batches=val_estimate_batches)
+    def __init__(
+        self,
+        root: str | None = None,
+        tokens_per_batch: int | None = None,
+        block_size: int = 64,
+        batch_size: int = 12,
+        train_windows_per_epoch: int | None = None,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+        seed: int = 0,
+        val_estimate_batches: int | None = None,
+        full_val_at_end: bool = True,
+        val_fraction: float = 0.1,
+        cache_dir: str | None = None,
+        url: str = URL,
+    ) -> None:
+        super().__init__(
+            root=root,
+            tokens_per_batch=tokens_per_batch,
+            block_size=block_size,
+            batch_size=batch_size,
+            train_windows_per_epoch=train_windows_per_epoch,
+            num_workers=num_workers,
+            pin_memory=pin_memory,
+            seed=seed,
+            val_estimate_batches=val_estimate_batches,
+        )
         if not 0.0 < val_fraction < 1.0:
             raise DataError(f"data.val_fraction={val_fraction}: must be in (0, 1) (nanoGPT: 0.1)")
         self.pad_id = self.bos_id = self.eos_id = NO_TOKEN

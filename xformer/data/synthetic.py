@@ -31,8 +31,13 @@ def split_length_range(split: str, train_min_len: int, train_max_len: int) -> tu
     ``"2x"``: ``(L, 2L]`` = ``[L + 1, 2L]``; ``"4x"``: ``(2L, 4L]`` = ``[2L + 1, 4L]``.
     """
     L = train_max_len
-    return {"train": (train_min_len, L), "val": (train_min_len, L), "1x": (L // 2 + 1, L),
-            "2x": (L + 1, 2 * L), "4x": (2 * L + 1, 4 * L)}[split]
+    return {
+        "train": (train_min_len, L),
+        "val": (train_min_len, L),
+        "1x": (L // 2 + 1, L),
+        "2x": (L + 1, 2 * L),
+        "4x": (2 * L + 1, 4 * L),
+    }[split]
 
 
 def make_example(task_name: str, length: int, rng: np.random.Generator, n_symbols: int = 10) -> tuple[str, str]:
@@ -46,11 +51,13 @@ def make_example(task_name: str, length: int, rng: np.random.Generator, n_symbol
       ``1..length`` digits; no leading zeros (a 1-digit operand can be 0). E.g. ``"123+45" -> "168"``.
     """
     if task_name == "addition":
+
         def number(d: int) -> str:
             """A random ``d``-digit decimal without leading zero."""
             if d == 1:
                 return str(int(rng.integers(0, 10)))
             return str(int(rng.integers(1, 10))) + "".join(map(str, rng.integers(0, 10, d - 1)))
+
         a, b = number(length), number(int(rng.integers(1, length + 1)))
         if rng.integers(0, 2):
             a, b = b, a
@@ -127,8 +134,9 @@ class SyntheticDataModule(XformerDataModule):
         n_test: int = 1000,
         n_symbols: int = 10,
     ) -> None:
-        super().__init__(root=root, tokens_per_batch=tokens_per_batch, num_workers=num_workers,
-                         pin_memory=pin_memory, seed=seed)
+        super().__init__(
+            root=root, tokens_per_batch=tokens_per_batch, num_workers=num_workers, pin_memory=pin_memory, seed=seed
+        )
         if task_name not in TASKS:
             raise ValueError(f"SyntheticDataModule: task_name must be one of {TASKS}, got {task_name!r}")
         if form not in ("seq2seq", "lm"):
@@ -190,5 +198,5 @@ class SyntheticDataModule(XformerDataModule):
         self._require_setup()
         ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
         if self.sep_id in ids:
-            ids = ids[len(ids) - ids[::-1].index(self.sep_id):]
+            ids = ids[len(ids) - ids[::-1].index(self.sep_id) :]
         return self.tokenizer.decode(_until_eos(ids))

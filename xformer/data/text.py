@@ -96,15 +96,30 @@ class TextDataModule(WindowLMDataModule):
             raise ValueError(f"TextDataModule: format must be 'lines' or 'tsv', got {format!r}")
         if tokenizer not in ("bpe", "char"):
             raise ValueError(f"TextDataModule: tokenizer must be 'bpe' or 'char', got {tokenizer!r}")
-        super().__init__(root=root, tokens_per_batch=tokens_per_batch, block_size=block_size,
-                         train_windows_per_epoch=train_windows_per_epoch, num_workers=num_workers,
-                         pin_memory=pin_memory, seed=seed)
+        super().__init__(
+            root=root,
+            tokens_per_batch=tokens_per_batch,
+            block_size=block_size,
+            train_windows_per_epoch=train_windows_per_epoch,
+            num_workers=num_workers,
+            pin_memory=pin_memory,
+            seed=seed,
+        )
         self.tokens_per_batch = int(tokens_per_batch)  # parallel form: the padded-token budget
         self.form, self.format = form, format
         self.task = "lm" if form == "lm" else "seq2seq"
         self.metrics = list(metrics) if metrics is not None else (["bleu"] if form == "parallel" else [])
-        self.paths = dict(train_src=train_src, train_tgt=train_tgt, val_src=val_src, val_tgt=val_tgt,
-                          test_src=test_src, test_tgt=test_tgt, train=train, val=val, test=test)
+        self.paths = dict(
+            train_src=train_src,
+            train_tgt=train_tgt,
+            val_src=val_src,
+            val_tgt=val_tgt,
+            test_src=test_src,
+            test_tgt=test_tgt,
+            train=train,
+            val=val,
+            test=test,
+        )
         self.tokenizer_kind, self.vocab_size, self.cache_dir = tokenizer, vocab_size, cache_dir
 
     def _path(self, arg: str, required: bool) -> Path | None:
@@ -112,15 +127,19 @@ class TextDataModule(WindowLMDataModule):
         value = self.paths[arg]
         if value is None:
             if required:
-                raise DataError(f"TextDataModule(form={self.form!r}, format={self.format!r}): {arg} is "
-                                f"not set. Fix: set data.{arg} to a file path")
+                raise DataError(
+                    f"TextDataModule(form={self.form!r}, format={self.format!r}): {arg} is "
+                    f"not set. Fix: set data.{arg} to a file path"
+                )
             return None
         path = Path(value).expanduser()
         if self.root is not None and not path.is_absolute():
             path = Path(self.root).expanduser() / path
         if not path.is_file():
-            raise DataError(f"TextDataModule: {arg} file not found: {path}. Fix: check data.{arg}"
-                            + (" and data.root" if self.root is not None else ""))
+            raise DataError(
+                f"TextDataModule: {arg} file not found: {path}. Fix: check data.{arg}"
+                + (" and data.root" if self.root is not None else "")
+            )
         return path
 
     def _name(self) -> str:

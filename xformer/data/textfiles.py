@@ -90,9 +90,7 @@ def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[str]
             f"{len(tgt)} lines. Fix: give line-aligned files (line i of one translates line i of "
             f"the other)"
         )
-    return _drop_empty_pairs(
-        [s.strip() for s in src], [t.strip() for t in tgt], f"{src_path} / {tgt_path}"
-    )
+    return _drop_empty_pairs([s.strip() for s in src], [t.strip() for t in tgt], f"{src_path} / {tgt_path}")
 
 
 def read_tsv(path: str | Path) -> tuple[list[str], list[str]]:

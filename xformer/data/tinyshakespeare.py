@@ -27,7 +27,6 @@ VAL_FRACTION = 0.05
 """Share after the training text used for validation (checkpoint choice); the rest is test."""
 
 
-
 def input_file(root: str | None, cache_dir: str | None = None, url: str = URL) -> Path:
     """The local tiny-shakespeare ``input.txt``: ``<root>/input.txt``, or (``root`` None) downloaded
     once from ``url`` and sha256-checked into ``<cache>/tinyshakespeare/``.
@@ -38,8 +37,10 @@ def input_file(root: str | None, cache_dir: str | None = None, url: str = URL) -
     if root is not None:
         path = Path(root).expanduser() / "input.txt"
         if not path.is_file():
-            raise DataError(f"tiny-shakespeare file not found: {path}. Fix: put input.txt "
-                            f"(char-rnn's tinyshakespeare) there, or set data.root=null to download it")
+            raise DataError(
+                f"tiny-shakespeare file not found: {path}. Fix: put input.txt "
+                f"(char-rnn's tinyshakespeare) there, or set data.root=null to download it"
+            )
         return path
     return fetch(url, SHA256, resolve_cache_dir(cache_dir) / "tinyshakespeare", "input.txt")
 
@@ -90,9 +91,17 @@ class TinyShakespeareDataModule(WindowLMDataModule):
         url: str = URL,
         val_estimate_batches: int | None = None,
     ) -> None:
-        super().__init__(root=root, tokens_per_batch=tokens_per_batch, block_size=block_size, batch_size=batch_size,
-                         train_windows_per_epoch=train_windows_per_epoch, num_workers=num_workers,
-                         pin_memory=pin_memory, seed=seed, val_estimate_batches=val_estimate_batches)
+        super().__init__(
+            root=root,
+            tokens_per_batch=tokens_per_batch,
+            block_size=block_size,
+            batch_size=batch_size,
+            train_windows_per_epoch=train_windows_per_epoch,
+            num_workers=num_workers,
+            pin_memory=pin_memory,
+            seed=seed,
+            val_estimate_batches=val_estimate_batches,
+        )
         self.cache_dir = cache_dir
         self.url = url
         self.train_text: str = ""

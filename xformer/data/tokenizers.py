@@ -102,8 +102,9 @@ class CharTokenizer(Tokenizer):
         self._special_ids = {s: i for i, s in enumerate(names)}
 
     @classmethod
-    def from_texts(cls, texts: Iterable[str], extra_specials: Sequence[str] = (),
-                   specials: bool = True) -> CharTokenizer:
+    def from_texts(
+        cls, texts: Iterable[str], extra_specials: Sequence[str] = (), specials: bool = True
+    ) -> CharTokenizer:
         """Build the alphabet from the characters of ``texts`` (sorted by code point)."""
         chars: set[str] = set()
         for t in texts:

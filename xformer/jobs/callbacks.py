@@ -68,13 +68,23 @@ def resume_command(job_dir: Path) -> str:
         from hydra.core.hydra_config import HydraConfig
 
         if HydraConfig.initialized():
-            overrides = [o for o in HydraConfig.get().overrides.task
-                         if not o.lstrip("+~").startswith(("ckpt_path=", "hydra.run.dir="))]
+            overrides = [
+                o
+                for o in HydraConfig.get().overrides.task
+                if not o.lstrip("+~").startswith(("ckpt_path=", "hydra.run.dir="))
+            ]
     except Exception:  # outside Hydra: the bare command
         pass
     script = sys.argv[0] if sys.argv and sys.argv[0].endswith(".py") else "run.py"
-    return " ".join(["python", shlex.quote(script), *map(shlex.quote, overrides), "ckpt_path=last",
-                     shlex.quote(f"hydra.run.dir={job_dir}")])
+    return " ".join(
+        [
+            "python",
+            shlex.quote(script),
+            *map(shlex.quote, overrides),
+            "ckpt_path=last",
+            shlex.quote(f"hydra.run.dir={job_dir}"),
+        ]
+    )
 
 
 class NonFiniteLossError(RuntimeError):
@@ -164,9 +174,12 @@ class NonFiniteLossGuard(L.Callback):
         while k > 0 and bad(self.validations[k - 1][1]):
             k -= 1
         step = self.validations[k][0]
-        why = (f"{VAL_LOSS} is {last} (non-finite) at step {self.validations[-1][0]}" if not math.isfinite(last)
-               else f"{VAL_LOSS} rose above its first validation ({first:.4g} at step {first_step}) from step "
-                    f"{step} on and ended at {last:.4g}")
+        why = (
+            f"{VAL_LOSS} is {last} (non-finite) at step {self.validations[-1][0]}"
+            if not math.isfinite(last)
+            else f"{VAL_LOSS} rose above its first validation ({first:.4g} at step {first_step}) from step "
+            f"{step} on and ended at {last:.4g}"
+        )
         return {"step": step, "reason": why, "first": first, "last": last}
 
     @override
@@ -184,8 +197,9 @@ class NonFiniteLossGuard(L.Callback):
         self._check(trainer)
 
     @override
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         loss = _loss_of(outputs)
         if loss is None:
             return
@@ -224,11 +238,15 @@ class NonFiniteLossGuard(L.Callback):
         raise NonFiniteLossError(
             f"train/loss is {value} {where}; training stopped. {self._kept(trainer)} Fix: lower optim.lr, "
             f"raise optim.warmup_steps, keep trainer.gradient_clip_val > 0, or use trainer.precision=32-true",
-            step=step if step is not None else int(trainer.global_step))
+            step=step if step is not None else int(trainer.global_step),
+        )
 
     def _kept(self, trainer: L.Trainer) -> str:
-        lasts = [cb.last_model_path for cb in trainer.checkpoint_callbacks
-                 if getattr(cb, "last_model_path", "") and os.path.isfile(cb.last_model_path)]
+        lasts = [
+            cb.last_model_path
+            for cb in trainer.checkpoint_callbacks
+            if getattr(cb, "last_model_path", "") and os.path.isfile(cb.last_model_path)
+        ]
         if not lasts:
             return "No checkpoint had been written yet."
         step = f" (step {self._last_saved_step})" if self._last_saved_step is not None else ""
@@ -291,8 +309,11 @@ class StopCheckpoint(L.Callback):
                 print("\nsecond Ctrl-C: quitting now, nothing more saved", file=sys.stderr, flush=True)
                 os._exit(130)
             _STOPPED_BY["signal"] = "SIGINT"
-            print("\nCtrl-C: stopping after this batch and saving last.ckpt (Ctrl-C again to quit at once)",
-                  file=sys.stderr, flush=True)
+            print(
+                "\nCtrl-C: stopping after this batch and saving last.ckpt (Ctrl-C again to quit at once)",
+                file=sys.stderr,
+                flush=True,
+            )
             request_stop(trainer)  # Lightning's stop flag, as on SIGTERM
 
         self._previous_sigint = signal.signal(signal.SIGINT, on_sigint)
@@ -334,8 +355,13 @@ class StopCheckpoint(L.Callback):
         trainer.save_checkpoint(path)
         self.saved_path = str(path)
         if trainer.is_global_zero:
-            log.warning("%s: saved %s at step %d; resume with: %s", what, path, trainer.global_step,
-                        resume_command(path.parent.parent))
+            log.warning(
+                "%s: saved %s at step %d; resume with: %s",
+                what,
+                path,
+                trainer.global_step,
+                resume_command(path.parent.parent),
+            )
 
 
 class StepSeed(L.Callback):
@@ -350,8 +376,9 @@ class StepSeed(L.Callback):
         self.seed = int(seed)
 
     @override
-    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
-                             batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         state = np.random.SeedSequence([self.seed, trainer.current_epoch, batch_idx, trainer.global_rank])
         s = int(state.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
         torch.manual_seed(s)

@@ -39,8 +39,14 @@ class RichBar(RichBarWithDescription):
         this epoch plus those left before the epoch or ``max_steps`` ends."""
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
         n = trainer.num_training_batches
-        if (self.progress is None or self.train_progress_bar_id is None or not trainer.max_steps
-                or trainer.max_steps < 0 or trainer.max_epochs != -1 or math.isinf(n)):
+        if (
+            self.progress is None
+            or self.train_progress_bar_id is None
+            or not trainer.max_steps
+            or trainer.max_steps < 0
+            or trainer.max_epochs != -1
+            or math.isinf(n)
+        ):
             return
         steps_left = max(0, trainer.max_steps - trainer.global_step)
         batches_left = steps_left * max(1, int(trainer.accumulate_grad_batches or 1))
@@ -113,11 +119,15 @@ def quiet_console(resuming: bool = False) -> None:
         logger = logging.getLogger(name)
         if _TIP_FILTER not in logger.filters:
             logger.addFilter(_TIP_FILTER)
-    warnings.filterwarnings("ignore", message=_LEAFSPEC_MESSAGE, category=FutureWarning,
-                            module=r"lightning\.pytorch\.utilities\._pytree")
+    warnings.filterwarnings(
+        "ignore", message=_LEAFSPEC_MESSAGE, category=FutureWarning, module=r"lightning\.pytorch\.utilities\._pytree"
+    )
     if resuming:
-        warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty",
-                                module=r"lightning\.pytorch\.callbacks\.model_checkpoint")
+        warnings.filterwarnings(
+            "ignore",
+            message=r"Checkpoint directory .* exists and is not empty",
+            module=r"lightning\.pytorch\.callbacks\.model_checkpoint",
+        )
 
 
 def test_table(results: dict[str, float], split_names: list[str]) -> str:
@@ -139,7 +149,7 @@ def test_table(results: dict[str, float], split_names: list[str]) -> str:
     for key, value in results.items():
         if not key.startswith("test/"):
             continue
-        metric, _, split = key[len("test/"):].partition("@")
+        metric, _, split = key[len("test/") :].partition("@")
         split = split or "test"
         if split not in cols:
             cols.append(split)

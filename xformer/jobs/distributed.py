@@ -46,11 +46,27 @@ log = logging.getLogger("xformer")
 
 # Variables Lightning's subprocess launcher writes into os.environ (and seed_everything); restored after
 # each job so the next job of a sweep is not mistaken for an externally launched rank.
-LAUNCH_ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE", "PL_GLOBAL_SEED",
-              "PL_SEED_WORKERS")
+LAUNCH_ENV = (
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "NODE_RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "PL_GLOBAL_SEED",
+    "PL_SEED_WORKERS",
+)
 # Hydra overrides that belong to the sweep, not to the job; child ranks never get them.
-_SWEEP_ONLY = ("hydra.mode", "hydra.sweep", "hydra.run.dir", "hydra.output_subdir", "hydra.job.name",
-               "hydra/launcher", "hydra.launcher", "hydra/sweeper", "hydra.sweeper")
+_SWEEP_ONLY = (
+    "hydra.mode",
+    "hydra.sweep",
+    "hydra.run.dir",
+    "hydra.output_subdir",
+    "hydra.job.name",
+    "hydra/launcher",
+    "hydra.launcher",
+    "hydra/sweeper",
+    "hydra.sweeper",
+)
 CHILD_GRACE_S = 60.0  # how long rank 0 may take to notice a failed child rank before it is killed
 
 
@@ -113,8 +129,11 @@ def child_rank_command(local_rank: int, script: str | None = None) -> tuple[list
         cmd += ["--config-name", hc.job.config_name]
     cmd += list(hc.overrides.task)
     cmd += [o for o in hc.overrides.hydra if not o.lstrip("+~").startswith(_SWEEP_ONLY)]
-    cmd += ["hydra.run.dir=" + _quote(str(hc.runtime.output_dir)), "hydra.output_subdir=null",
-            f"hydra.job.name=train_ddp_process_{local_rank}"]
+    cmd += [
+        "hydra.run.dir=" + _quote(str(hc.runtime.output_dir)),
+        "hydra.output_subdir=null",
+        f"hydra.job.name=train_ddp_process_{local_rank}",
+    ]
     return cmd, hc.runtime.cwd
 
 
@@ -158,8 +177,11 @@ class _ChildObserver(threading.Thread):
                 return
             failed = [p for p, c in zip(self.procs, codes, strict=True) if c not in (None, 0)]
             if failed:
-                log.error("child rank (pid %s) exited with %s; stopping the job's other ranks",
-                          failed[0].pid, failed[0].returncode)
+                log.error(
+                    "child rank (pid %s) exited with %s; stopping the job's other ranks",
+                    failed[0].pid,
+                    failed[0].returncode,
+                )
                 _stop(self.procs, timeout=5.0)
                 deadline = time.monotonic() + self.grace_s
                 while self._in_job() and time.monotonic() < deadline:

@@ -67,8 +67,11 @@ def build_loggers(cfg: DictConfig, info: dict, out_dir: Path) -> list:
     """The configured loggers plus the always-on CSV logger (which keeps its history before the
     checkpoint when the job resumes); W&B loggers come from :func:`xformer.jobs.wandb_run.wandb_logger`."""
     resumed = own_checkpoint(cfg, out_dir)  # resuming this job: keep its history before the checkpoint
-    loggers: list = [ResumableCSVLogger(save_dir=str(out_dir), name="csv", version="",
-                                        keep_before=checkpoint_step(resumed) if resumed else None)]
+    loggers: list = [
+        ResumableCSVLogger(
+            save_dir=str(out_dir), name="csv", version="", keep_before=checkpoint_step(resumed) if resumed else None
+        )
+    ]
     for node in (cfg.get("logger") or {}).values():
         if not isinstance(node, DictConfig) or "_target_" not in node:
             continue
@@ -122,9 +125,15 @@ class Job:
 def build_module(cfg: DictConfig, dm, model: torch.nn.Module) -> TransformerLitModule:
     """Instantiate ``cfg.module`` (``conf/module/``) for ``model`` and the data module's special ids,
     detokenizer, metrics and test splits; compile the model in place when ``trainer.compile`` is set."""
-    module = instantiate(cfg.module)(model=model, pad_id=dm.pad_id, bos_id=dm.bos_id, eos_id=dm.eos_id,
-                                     detokenize=dm.detokenize, metrics=dm.metrics,
-                                     test_split_names=dm.test_split_names)
+    module = instantiate(cfg.module)(
+        model=model,
+        pad_id=dm.pad_id,
+        bos_id=dm.bos_id,
+        eos_id=dm.eos_id,
+        detokenize=dm.detokenize,
+        metrics=dm.metrics,
+        test_split_names=dm.test_split_names,
+    )
     compile_opts = cfg.trainer.get("compile")
     if compile_opts:
         # in place (nn.Module.compile): the module is not wrapped, so checkpoints keep plain
@@ -138,8 +147,9 @@ def build_trainer(cfg: DictConfig, loggers: list) -> L.Trainer:
     """``cfg.trainer`` with the configured callbacks plus xformer's own (optimizer-step intervals,
     consistent resume, the progress bar)."""
     patch_lightning_for_job()  # DDP child ranks of a Hydra job run exactly this job
-    callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()
-                 if isinstance(c, DictConfig) and "_target_" in c]
+    callbacks = [
+        instantiate(c) for c in (cfg.get("callbacks") or {}).values() if isinstance(c, DictConfig) and "_target_" in c
+    ]
     callbacks.append(OptimizerStepIntervals())  # "every N steps" = optimizer steps under accumulation
     callbacks.append(ConsistentResume())  # a checkpoint written when fit stopped mid-epoch resumes there
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
@@ -171,8 +181,11 @@ def build(cfg: DictConfig, info: dict, out_dir: Path) -> Job:
     log.info("parameters: %s", ", ".join(f"{k}={v:,}" for k, v in params.items()))
     module = build_module(cfg, dm, model)
     module.checkpoint_meta = {
-        "config": summary["config"], "tokenizer": tokenizer_blob(dm),
-        "src_vocab_size": dm.src_vocab_size, "tgt_vocab_size": dm.tgt_vocab_size, "pad_id": dm.pad_id,
+        "config": summary["config"],
+        "tokenizer": tokenizer_blob(dm),
+        "src_vocab_size": dm.src_vocab_size,
+        "tgt_vocab_size": dm.tgt_vocab_size,
+        "pad_id": dm.pad_id,
     }
     loggers = build_loggers(cfg, info, out_dir)
     trainer = build_trainer(cfg, loggers)
@@ -192,8 +205,10 @@ def checkpoint_to_load(cfg: DictConfig, out_dir: Path) -> str | None:
     last = out_dir / "checkpoints" / "last.ckpt"
     if last.exists():
         return str(last)
-    log.warning("ckpt_path=last: no %s yet, starting from scratch (to resume a job, pass its "
-                "folder: hydra.run.dir=<job dir>)", last)
+    log.warning(
+        "ckpt_path=last: no %s yet, starting from scratch (to resume a job, pass its folder: hydra.run.dir=<job dir>)",
+        last,
+    )
     return None
 
 
@@ -228,8 +243,9 @@ def _merged(results: list[dict]) -> dict:
     return {k: v for d in results for k, v in d.items()}
 
 
-def write_summary(cfg: DictConfig, job: Job, out_dir: Path, final: dict, tokens_seen: int | None,
-                  wall_time_s: float) -> dict:
+def write_summary(
+    cfg: DictConfig, job: Job, out_dir: Path, final: dict, tokens_seen: int | None, wall_time_s: float
+) -> dict:
     """Complete ``job.summary`` with the final metrics, the best checkpoint and its score, the
     objective, wall time, steps, tokens, parameters and BLEU signature; write it to
     ``<out_dir>/metrics.json`` and return it."""
@@ -239,13 +255,18 @@ def write_summary(cfg: DictConfig, job: Job, out_dir: Path, final: dict, tokens_
     best_score = cb.best_model_score if cb is not None and cb.best_model_score is not None else None
     summary.update(
         metrics={k: v for k, v in sorted(final.items())},
-        best={"metric": cfg.objective.metric, "mode": cfg.objective.mode,
-              "value": float(best_score) if best_score is not None else objective_value,
-              "checkpoint": cb.best_model_path if cb is not None else None},
+        best={
+            "metric": cfg.objective.metric,
+            "mode": cfg.objective.mode,
+            "value": float(best_score) if best_score is not None else objective_value,
+            "checkpoint": cb.best_model_path if cb is not None else None,
+        },
         objective={"metric": cfg.objective.metric, "value": objective_value},
-        wall_time_s=wall_time_s, global_step=trainer.global_step,
+        wall_time_s=wall_time_s,
+        global_step=trainer.global_step,
         tokens_seen=tokens_seen if tokens_seen is not None else module.tokens_seen,
-        params=job.params, bleu_signature=module.bleu_signature,
+        params=job.params,
+        bleu_signature=module.bleu_signature,
     )
     (out_dir / "metrics.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary
@@ -288,7 +309,8 @@ def run(cfg: DictConfig) -> float | None:
             job.summary["diverged"] = rose
     except BaseException as err:  # recorded in metrics.json; SIGTERM (preemption) and Ctrl-C saved last.ckpt
         ctrl_c = isinstance(err, KeyboardInterrupt) or (  # Lightning's exit(1) after a KeyboardInterrupt
-            type(err) is SystemExit and job.trainer.interrupted)
+            type(err) is SystemExit and job.trainer.interrupted
+        )
         if isinstance(err, SIGTERMException):
             status, exit_code = ("interrupted", 130) if interrupt_signal() == "SIGINT" else ("preempted", 143)
         else:

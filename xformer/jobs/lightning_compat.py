@@ -109,8 +109,9 @@ LAUNCHER_FUNCTIONS = ("_hydra_subprocess_cmd", "_launch_process_observer")
 """The subprocess launcher's functions xformer replaces: the child command under Hydra, and the observer."""
 
 
-def swap_launcher_functions(hydra_command: Callable, launch_observer: Callable,
-                            missing: Callable[[str], None]) -> dict[str, Callable]:
+def swap_launcher_functions(
+    hydra_command: Callable, launch_observer: Callable, missing: Callable[[str], None]
+) -> dict[str, Callable]:
     """Install ``hydra_command`` and ``launch_observer`` in Lightning's subprocess launcher; return the
     functions they replaced (for :func:`restore_launcher_functions`). ``missing(name)`` is called for a
     name this Lightning lacks (that one is left alone)."""

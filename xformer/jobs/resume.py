@@ -74,8 +74,9 @@ class ResumableCSVLogger(CSVLogger):
         rows: list[dict] = []
         if path.is_file():
             with open(path, newline="") as f:
-                rows = [r for r in csv.DictReader(f) if r.get("step", "").isdigit()
-                        and int(r["step"]) < self._keep_before]
+                rows = [
+                    r for r in csv.DictReader(f) if r.get("step", "").isdigit() and int(r["step"]) < self._keep_before
+                ]
         with warnings.catch_warnings():  # "Previous log files ... will be deleted": false, they are kept
             warnings.filterwarnings("ignore", message=r"Experiment logs directory .* exists and is not empty")
             writer = super().experiment  # deletes metrics.csv (its rows before the checkpoint come back below)

@@ -1,4 +1,4 @@
-""""Every N steps" means every N optimizer steps, also under gradient accumulation.
+""" "Every N steps" means every N optimizer steps, also under gradient accumulation.
 
 xformer's config documents ``trainer.val_check_interval``, ``trainer.log_every_n_steps`` and the
 checkpoint callbacks' ``every_n_train_steps`` as counts of *training steps*, i.e. optimizer updates.
@@ -62,8 +62,11 @@ class OptimizerStepIntervals(L.Callback):
         lightning_decision = compat.val_check_decision(trainer)
 
         def should_check_val(data_fetcher: Any) -> bool:
-            if (epoch_loop.restarting and epoch_loop.restarted_on_last
-                    and compat.batches_that_stepped(trainer) == trainer.global_step):
+            if (
+                epoch_loop.restarting
+                and epoch_loop.restarted_on_last
+                and compat.batches_that_stepped(trainer) == trainer.global_step
+            ):
                 # the checkpoint was written after its step was fully counted -- after the step's
                 # validation, e.g. when fit ended: nothing to skip (Lightning's skip path assumes a save
                 # from inside the validation and would count the step a second time on the step axis)
@@ -75,8 +78,11 @@ class OptimizerStepIntervals(L.Callback):
 
         def interval_decision(data_fetcher: Any) -> bool:
             interval = trainer.val_check_interval
-            if (not isinstance(interval, int) or isinstance(interval, bool)
-                    or compat.val_check_time_interval(trainer) is not None):
+            if (
+                not isinstance(interval, int)
+                or isinstance(interval, bool)
+                or compat.val_check_time_interval(trainer) is not None
+            ):
                 return lightning_decision(data_fetcher)  # a fraction of an epoch or a time: Lightning's
             if not compat.should_check_val_epoch(trainer):
                 return False
@@ -87,8 +93,9 @@ class OptimizerStepIntervals(L.Callback):
             if trainer.check_val_every_n_epoch is None:
                 steps = trainer.global_step
             else:
-                steps = optimizer_steps_in_epoch(epoch_loop.batch_progress.current.ready,
-                                                 trainer.accumulate_grad_batches)
+                steps = optimizer_steps_in_epoch(
+                    epoch_loop.batch_progress.current.ready, trainer.accumulate_grad_batches
+                )
             return steps > 0 and steps % interval == 0
 
         compat.set_val_check_decision(trainer, should_check_val)
@@ -102,8 +109,7 @@ def _is_final_step(trainer: L.Trainer) -> bool:
     max_epochs = trainer.max_epochs
     if max_epochs is None or max_epochs == -1:
         return False
-    return (compat.num_ready_batches_reached(trainer)
-            and trainer.current_epoch + 1 >= max_epochs)
+    return compat.num_ready_batches_reached(trainer) and trainer.current_epoch + 1 >= max_epochs
 
 
 class ConsistentResume(L.Callback):
@@ -149,8 +155,7 @@ class ConsistentResume(L.Callback):
         batch_progress = (fit.get("epoch_loop.batch_progress") or {}).get("current") or {}
         accumulate = int(getattr(trainer, "accumulate_grad_batches", 1) or 1)
         inside = done % accumulate
-        if (n_batches and 0 < done < n_batches and inside
-                and int(batch_progress.get("completed", -1)) == done):
+        if n_batches and 0 < done < n_batches and inside and int(batch_progress.get("completed", -1)) == done:
             # saved inside an accumulation window (SIGTERM between micro-batches): the weights hold
             # no update from the window's first `inside` micro-batches, so the data position is the
             # last batch whose update they do hold -- the resumed run trains the whole window again

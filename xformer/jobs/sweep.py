@@ -42,8 +42,12 @@ def _hydra_info() -> dict:
         return {"num": None, "overrides": [], "output_dir": None, "multirun": False}
     hc = HydraConfig.get()
     multirun = str(hc.mode) == "RunMode.MULTIRUN"
-    return {"num": hc.job.num if multirun else None, "overrides": list(hc.overrides.task),
-            "output_dir": hc.runtime.output_dir, "multirun": multirun}
+    return {
+        "num": hc.job.num if multirun else None,
+        "overrides": list(hc.overrides.task),
+        "output_dir": hc.runtime.output_dir,
+        "multirun": multirun,
+    }
 
 
 def dry_run(cfg: DictConfig) -> None:
@@ -79,8 +83,12 @@ def job_record(config: DictConfig, job_return: Any) -> dict:
     out_dir = Path(str(hc.runtime.output_dir))
     metric = OmegaConf.select(config, "objective.metric")
     rec: dict[str, Any] = {
-        "num": int(hc.job.num), "overrides": list(job_return.overrides or []), "status": "finished",
-        "objective": {"metric": metric, "value": None}, "output_dir": str(out_dir), "error": None,
+        "num": int(hc.job.num),
+        "overrides": list(job_return.overrides or []),
+        "status": "finished",
+        "objective": {"metric": metric, "value": None},
+        "output_dir": str(out_dir),
+        "error": None,
     }
     if job_return.status == JobStatus.FAILED:
         err = job_return._return_value
@@ -129,7 +137,7 @@ class SweepSummary(Callback):
             guard_optuna_sweep(bool(OmegaConf.select(config, "sweep.dry_run", default=False)))
         storage = OmegaConf.select(config, "hydra.sweeper.storage", default=None)
         if isinstance(storage, str) and storage.startswith("sqlite:///"):  # SQLite does not create folders
-            Path(storage[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+            Path(storage[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
         jobs = self._jobs_dir(config)
         optuna = "optuna" in str(OmegaConf.select(config, "hydra.sweeper._target_", default=""))
         if jobs.is_dir() and not optuna:  # a previous invocation into the same sweep dir: every job of
@@ -154,8 +162,12 @@ class SweepSummary(Callback):
         tmp.replace(jobs / f"{rec['num']}.json")
         if job_return.status == JobStatus.FAILED:
             err = job_return._return_value
-            log.error("job %s (%s) failed; the sweep goes on", rec["num"], " ".join(rec["overrides"]),
-                      exc_info=(type(err), err, err.__traceback__))
+            log.error(
+                "job %s (%s) failed; the sweep goes on",
+                rec["num"],
+                " ".join(rec["overrides"]),
+                exc_info=(type(err), err, err.__traceback__),
+            )
             # hand the sweeper a finished job without a value: basic/joblib/submitit sweeps run the
             # remaining batches and reach on_multirun_end; Optuna records the trial as failed
             job_return.status = JobStatus.COMPLETED
@@ -176,20 +188,28 @@ class SweepSummary(Callback):
         valued = [j for j in jobs if _float_or_none(j["objective"]["value"]) is not None]
         no_value = bool(jobs) and not dry and not valued  # nothing for a sweeper to pick from
         summary: dict[str, Any] = {
-            "sweep_dir": str(sweep_dir), "n_jobs": len(jobs), "n_failed": len(failed),
+            "sweep_dir": str(sweep_dir),
+            "n_jobs": len(jobs),
+            "n_failed": len(failed),
             "n_diverged": len(diverged),
             "n_with_objective": len(valued),
-            "objective": {"metric": OmegaConf.select(config, "objective.metric"),
-                          "mode": OmegaConf.select(config, "objective.mode")},
+            "objective": {
+                "metric": OmegaConf.select(config, "objective.metric"),
+                "mode": OmegaConf.select(config, "objective.mode"),
+            },
             "jobs": jobs,
         }
         sweeper = OmegaConf.select(config, "hydra.sweeper")
         if sweeper is not None and "storage" in sweeper:
-            summary["optuna"] = {"study_name": sweeper.get("study_name"),
-                                 "storage": None if dry else sweeper.get("storage")}
+            summary["optuna"] = {
+                "study_name": sweeper.get("study_name"),
+                "storage": None if dry else sweeper.get("storage"),
+            }
         if no_value:
-            summary["error"] = (f"no job produced a value of {summary['objective']['metric']}: every job failed "
-                                f"or its objective was NaN/missing (see the jobs' status and error)")
+            summary["error"] = (
+                f"no job produced a value of {summary['objective']['metric']}: every job failed "
+                f"or its objective was NaN/missing (see the jobs' status and error)"
+            )
         sweep_dir.mkdir(parents=True, exist_ok=True)
         (sweep_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=str))
         print(format_summary(summary), flush=True)
@@ -234,8 +254,10 @@ def guard_optuna_sweep(dry_run: bool) -> None:
         except ValueError as err:
             if "No trials are completed yet" not in str(err):
                 raise
-            log.warning("optuna: no trial completed (every trial failed or had no objective value), so "
-                        "the study has no best parameters; see the sweep summary")
+            log.warning(
+                "optuna: no trial completed (every trial failed or had no objective value), so "
+                "the study has no best parameters; see the sweep summary"
+            )
             return None
 
     sweep._xformer_guarded = True  # type: ignore[attr-defined]
@@ -263,10 +285,15 @@ def format_summary(summary: dict) -> str:
     """The summary as a text table (one line per job)."""
     metric = summary["objective"]["metric"]
     diverged = f", {summary['n_diverged']} diverged" if summary.get("n_diverged") else ""
-    head = (f"sweep summary: {summary['n_jobs']} jobs, {summary['n_failed']} failed{diverged} -> "
-            f"{Path(summary['sweep_dir']) / SUMMARY_FILE}")
+    head = (
+        f"sweep summary: {summary['n_jobs']} jobs, {summary['n_failed']} failed{diverged} -> "
+        f"{Path(summary['sweep_dir']) / SUMMARY_FILE}"
+    )
     common = set.intersection(*(set(j["overrides"]) for j in summary["jobs"])) if len(summary["jobs"]) > 1 else set()
-    lines = [head, f"  {'#':>3}  {'status':<9}  {metric:>12}  overrides" + (" (beyond the shared ones)" if common else "")]
+    lines = [
+        head,
+        f"  {'#':>3}  {'status':<9}  {metric:>12}  overrides" + (" (beyond the shared ones)" if common else ""),
+    ]
     for j in summary["jobs"]:
         value = j["objective"]["value"]
         shown = f"{value:.4g}" if isinstance(value, (int, float)) else ("-" if value is None else str(value))

@@ -114,8 +114,9 @@ class ValidateSweep(Callback):
         t0 = time.perf_counter()
         n_jobs, bad = check_sweep(config)
         if not bad:
-            log.info("sweep: the configs of all %d jobs are valid (checked in %.1f s)", n_jobs,
-                     time.perf_counter() - t0)
+            log.info(
+                "sweep: the configs of all %d jobs are valid (checked in %.1f s)", n_jobs, time.perf_counter() - t0
+            )
             return
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise bad[0][2]
@@ -125,8 +126,10 @@ class ValidateSweep(Callback):
             lines.append(f"error: sweep job {num} ({' '.join(overrides) or 'defaults'}): {msg}")
         if len(bad) > self.max_listed:
             lines.append(f"error: ... and {len(bad) - self.max_listed} more invalid jobs")
-        lines.append(f"error: {len(bad)} of {n_jobs} sweep jobs have an invalid config; nothing was run. "
-                     "Fix the overrides above (HYDRA_FULL_ERROR=1 shows a stack trace)")
+        lines.append(
+            f"error: {len(bad)} of {n_jobs} sweep jobs have an invalid config; nothing was run. "
+            "Fix the overrides above (HYDRA_FULL_ERROR=1 shows a stack trace)"
+        )
         for line in lines:
             log.error("%s", line.removeprefix("error: "))
         print("\n".join(lines), file=sys.stderr, flush=True)

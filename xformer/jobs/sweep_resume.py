@@ -43,8 +43,16 @@ log = logging.getLogger("xformer")
 #: The configs recorded in the job folders when this invocation started (``{num: config}``).
 RECORDED_FILE = ".xformer/recorded_configs.json"
 #: Keys compared by default when ``sweep.runtime_keys`` is absent.
-DEFAULT_RUNTIME_KEYS = ("ckpt_path", "sweep", "paths", "data.root", "data.num_workers", "logger", "tags",
-                        "trainer.enable_progress_bar")
+DEFAULT_RUNTIME_KEYS = (
+    "ckpt_path",
+    "sweep",
+    "paths",
+    "data.root",
+    "data.num_workers",
+    "logger",
+    "tags",
+    "trainer.enable_progress_bar",
+)
 
 #: This process's decision per job number (read by :func:`xformer.jobs.sweep.job_record`).
 DECISIONS: dict[int, str] = {}
@@ -62,8 +70,11 @@ class Plan:
 
 def runtime_keys(cfg: DictConfig | dict) -> list[str]:
     """``sweep.runtime_keys`` of ``cfg`` (dotted keys that may change between invocations)."""
-    node = OmegaConf.select(cfg, "sweep.runtime_keys") if isinstance(cfg, DictConfig) else \
-        (cfg.get("sweep") or {}).get("runtime_keys")
+    node = (
+        OmegaConf.select(cfg, "sweep.runtime_keys")
+        if isinstance(cfg, DictConfig)
+        else (cfg.get("sweep") or {}).get("runtime_keys")
+    )
     return list(node) if node is not None else list(DEFAULT_RUNTIME_KEYS)
 
 
@@ -89,7 +100,9 @@ def config_diff(recorded: dict, current: DictConfig | dict, ignore: list[str]) -
     missing on one side reads ``<absent>``), sorted by key."""
     a, b = comparable(recorded, ignore), comparable(current, ignore)
     absent = "<absent>"
-    return [(k, a.get(k, absent), b.get(k, absent)) for k in sorted(set(a) | set(b)) if a.get(k, absent) != b.get(k, absent)]
+    return [
+        (k, a.get(k, absent), b.get(k, absent)) for k in sorted(set(a) | set(b)) if a.get(k, absent) != b.get(k, absent)
+    ]
 
 
 def describe_diff(diff: list[tuple[str, Any, Any]], limit: int = 3) -> str:
@@ -138,8 +151,10 @@ def plan_job(cfg: DictConfig, out_dir: Path, recorded: dict | None) -> Plan:
         return Plan("run")
     diff = config_diff(recorded, cfg, runtime_keys(cfg))
     if diff:
-        raise ConfigError(f"hydra.sweep.dir: the folder {out_dir} holds a job with another config "
-                          f"({describe_diff(diff)}); give the sweep a new hydra.sweep.dir, or the recorded values")
+        raise ConfigError(
+            f"hydra.sweep.dir: the folder {out_dir} holds a job with another config "
+            f"({describe_diff(diff)}); give the sweep a new hydra.sweep.dir, or the recorded values"
+        )
     metrics = read_metrics(out_dir)
     if metrics is not None:
         if metrics.get("status") == "finished":
@@ -250,17 +265,22 @@ class ResumeSweep(Callback):
         n_jobs, bad = checked
         counts = self._counts(sweep_dir, recorded, n_jobs)
         if not bad:
-            log.info("sweep resume: %s: %d finished jobs skipped, %d resumed from last.ckpt, %d to run",
-                     sweep_dir, *counts)
-            print(f"[resume] {sweep_dir}: {counts[0]} finished (skipped), {counts[1]} resumed, "
-                  f"{counts[2]} new", flush=True)
+            log.info(
+                "sweep resume: %s: %d finished jobs skipped, %d resumed from last.ckpt, %d to run", sweep_dir, *counts
+            )
+            print(
+                f"[resume] {sweep_dir}: {counts[0]} finished (skipped), {counts[1]} resumed, {counts[2]} new",
+                flush=True,
+            )
             return
         num, overrides, diff = bad[0]
         more = f" (and {len(bad) - 1} more jobs)" if len(bad) > 1 else ""
-        line = (f"error: hydra.sweep.dir={sweep_dir}: job {num} ({' '.join(overrides) or 'defaults'}) was run "
-                f"there with another config: {describe_diff(diff)}{more}; nothing was run. Give this sweep a "
-                f"new hydra.sweep.dir, or restore the recorded values (sweep.resume=false reruns every job "
-                f"from scratch)")
+        line = (
+            f"error: hydra.sweep.dir={sweep_dir}: job {num} ({' '.join(overrides) or 'defaults'}) was run "
+            f"there with another config: {describe_diff(diff)}{more}; nothing was run. Give this sweep a "
+            f"new hydra.sweep.dir, or restore the recorded values (sweep.resume=false reruns every job "
+            f"from scratch)"
+        )
         log.error("%s", line.removeprefix("error: "))
         print(line, file=sys.stderr, flush=True)
         sys.exit(2)

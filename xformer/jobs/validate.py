@@ -45,8 +45,21 @@ SEQUENCE_METRICS = ("bleu", "exact_match")
 #: The precision strings Lightning accepts (its full forms and short aliases), kept here so that a config
 #: is checked before Lightning is imported; a test keeps the list equal to
 #: :data:`xformer.jobs.lightning_compat.PRECISION_INPUTS` plus the aliases.
-PRECISIONS = ("transformer-engine", "transformer-engine-float16", "16-true", "16-mixed", "bf16-true",
-              "bf16-mixed", "32-true", "64-true", "64", "32", "16", "bf16")
+PRECISIONS = (
+    "transformer-engine",
+    "transformer-engine-float16",
+    "16-true",
+    "16-mixed",
+    "bf16-true",
+    "bf16-mixed",
+    "32-true",
+    "64-true",
+    "64",
+    "32",
+    "16",
+    "bf16",
+)
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -80,8 +93,9 @@ class Rule:
                 raise ConfigError(f"{key}={value}: unknown. Fix: use {' or '.join(self.choices)}")
         elif self.kind == "int":
             if isinstance(value, bool) or not isinstance(value, int):
-                raise ConfigError(f"{key}={value}: expected an integer >= {self.lo}"
-                                  + (" or null" if self.nullable else ""))
+                raise ConfigError(
+                    f"{key}={value}: expected an integer >= {self.lo}" + (" or null" if self.nullable else "")
+                )
             if value < self.lo:
                 raise ConfigError(f"{key}={value}: must be >= {self.lo}")
         else:
@@ -114,30 +128,53 @@ RULES: dict[str, Rule] = {
     "seed": _int(0),
     "mode": Rule("choice", choices=("train", "eval")),
     "objective.mode": Rule("choice", choices=("min", "max")),
-    "model.d_model": _int(1), "model.n_heads": _int(1), "model.d_head": _int(1, nullable=True),
+    "model.d_model": _int(1),
+    "model.n_heads": _int(1),
+    "model.d_head": _int(1, nullable=True),
     "model.n_kv_heads": _int(1, nullable=True),
     "model.mixer.stacks": Rule("choice", choices=("encoder", "decoder", "both")),
     "model.d_ff": _int(1, nullable=True),
-    "model.n_encoder_layers": _int(0), "model.n_decoder_layers": _int(0),
-    "model.max_len": _int(1), "model.attention.window": _int(1), "model.param_budget": _int(1, nullable=True),
+    "model.n_encoder_layers": _int(0),
+    "model.n_decoder_layers": _int(0),
+    "model.max_len": _int(1),
+    "model.attention.window": _int(1),
+    "model.param_budget": _int(1, nullable=True),
     "model.dropout": _float(0.0, 1.0),
     "model.ffn_ratio": _float(0.0, lo_open=True),
-    "model.tie_embeddings": _BOOL, "model.attn_scale": _BOOL, "model.bias": _BOOL,
+    "model.tie_embeddings": _BOOL,
+    "model.attn_scale": _BOOL,
+    "model.bias": _BOOL,
     "loss.label_smoothing": _float(0.0, 1.0),
     "optim.lr": _float(0.0, lo_open=True),
-    "optim.warmup_steps": _int(0), "optim.scheduler.decay_from": _int(1, nullable=True),
-    "optim.weight_decay": _float(0.0), "optim.scheduler.total_steps": _int(1),
-    "trainer.max_steps": _int(-1), "trainer.accumulate_grad_batches": _int(1),
-    "trainer.log_every_n_steps": _int(1), "trainer.num_nodes": _int(1),
+    "optim.warmup_steps": _int(0),
+    "optim.scheduler.decay_from": _int(1, nullable=True),
+    "optim.weight_decay": _float(0.0),
+    "optim.scheduler.total_steps": _int(1),
+    "trainer.max_steps": _int(-1),
+    "trainer.accumulate_grad_batches": _int(1),
+    "trainer.log_every_n_steps": _int(1),
+    "trainer.num_nodes": _int(1),
     "trainer.gradient_clip_val": _float(0.0, nullable=True),
     "trainer.gradient_clip_algorithm": Rule("choice", choices=("norm", "value"), nullable=True),
-    "data.tokens_per_batch": _int(1, nullable=True), "data.block_size": _int(1), "data.batch_size": _int(1),
-    "data.num_workers": _int(0), "data.n_train": _int(1), "data.n_val": _int(1),
-    "data.n_test": _int(0), "data.n_long": _int(0), "data.vocab_size": _int(1),
-    "data.train_max_len": _int(1), "data.train_min_len": _int(1), "data.n_symbols": _int(2),
-    "data.train_windows_per_epoch": _int(1, nullable=True), "data.val_estimate_batches": _int(1, nullable=True),
-    "decode.beam_size": _int(1), "decode.val_batches": _int(0, nullable=True),
-    "decode.alpha": _float(0.0), "decode.max_len_a": _float(0.0), "decode.max_len_b": _float(0.0),
+    "data.tokens_per_batch": _int(1, nullable=True),
+    "data.block_size": _int(1),
+    "data.batch_size": _int(1),
+    "data.num_workers": _int(0),
+    "data.n_train": _int(1),
+    "data.n_val": _int(1),
+    "data.n_test": _int(0),
+    "data.n_long": _int(0),
+    "data.vocab_size": _int(1),
+    "data.train_max_len": _int(1),
+    "data.train_min_len": _int(1),
+    "data.n_symbols": _int(2),
+    "data.train_windows_per_epoch": _int(1, nullable=True),
+    "data.val_estimate_batches": _int(1, nullable=True),
+    "decode.beam_size": _int(1),
+    "decode.val_batches": _int(0, nullable=True),
+    "decode.alpha": _float(0.0),
+    "decode.max_len_a": _float(0.0),
+    "decode.max_len_b": _float(0.0),
     "callbacks.last_checkpoint.every_n_train_steps": _int(1, nullable=True),
     "callbacks.model_checkpoint.every_n_train_steps": _int(1, nullable=True),
     "callbacks.nan_guard.check_every_n_steps": _int(1, nullable=True),
@@ -164,8 +201,10 @@ def check_rules(cfg: DictConfig) -> None:
 def _check_data_root(cfg: DictConfig) -> None:
     root = OmegaConf.select(cfg, "data.root", default=None)
     if root is not None and not Path(str(root)).expanduser().is_dir():
-        raise ConfigError(f"data.root={root}: no such folder. Fix: point data.root at the folder holding "
-                          f"the data files, or set data.root=null to download/generate them")
+        raise ConfigError(
+            f"data.root={root}: no such folder. Fix: point data.root at the folder holding "
+            f"the data files, or set data.root=null to download/generate them"
+        )
 
 
 def _check_data(cfg: DictConfig):
@@ -190,8 +229,10 @@ def _check_ckpt_file(path: str) -> None:
     if not os.path.isfile(path):
         raise ConfigError(f"ckpt_path={path}: no such file; give an existing .ckpt or ckpt_path=last")
     if not zipfile.is_zipfile(path):
-        raise ConfigError(f"ckpt_path={path}: not a readable checkpoint (truncated or corrupt). Fix: use "
-                          f"another checkpoint, e.g. the job's checkpoints/last.ckpt or best-*.ckpt")
+        raise ConfigError(
+            f"ckpt_path={path}: not a readable checkpoint (truncated or corrupt). Fix: use "
+            f"another checkpoint, e.g. the job's checkpoints/last.ckpt or best-*.ckpt"
+        )
 
 
 # precisions Lightning's ModelParallelStrategy (trainer=fsdp) accepts
@@ -211,21 +252,29 @@ def _check_trainer(cfg: DictConfig) -> None:
     """
     precision = str(OmegaConf.select(cfg, "trainer.precision", default="32-true"))
     if precision not in PRECISIONS:
-        raise ConfigError(f"trainer.precision={precision}: unknown. Fix: use one of 32-true, bf16-mixed "
-                          f"(GPU default), 16-mixed, bf16-true, 16-true, 64-true")
+        raise ConfigError(
+            f"trainer.precision={precision}: unknown. Fix: use one of 32-true, bf16-mixed "
+            f"(GPU default), 16-mixed, bf16-true, 16-true, 64-true"
+        )
     opt = OmegaConf.select(cfg, "optim.optimizer", default=None) or {}
     if opt.get("fused") and opt.get("foreach"):
-        raise ConfigError("optim.optimizer.fused=true and optim.optimizer.foreach=true: torch allows one "
-                          "kernel. Fix: keep fused=true (fastest) or set fused=false with foreach=true")
+        raise ConfigError(
+            "optim.optimizer.fused=true and optim.optimizer.foreach=true: torch allows one "
+            "kernel. Fix: keep fused=true (fastest) or set fused=false with foreach=true"
+        )
     compile_opts = OmegaConf.select(cfg, "trainer.compile", default=False)
     if not isinstance(compile_opts, (bool, DictConfig)) and compile_opts is not None:
-        raise ConfigError(f"trainer.compile={compile_opts}: expected true, false or torch.compile keyword "
-                          "arguments. Fix: trainer.compile=true or trainer.compile={mode:max-autotune}")
+        raise ConfigError(
+            f"trainer.compile={compile_opts}: expected true, false or torch.compile keyword "
+            "arguments. Fix: trainer.compile=true or trainer.compile={mode:max-autotune}"
+        )
     strategy = OmegaConf.select(cfg, "trainer.strategy", default=None)
     target = str(strategy.get("_target_", "")) if isinstance(strategy, DictConfig) else str(strategy)
     if target.endswith("fsdp_strategy") and precision not in _FSDP_PRECISIONS:
-        raise ConfigError(f"trainer.precision={precision}: trainer=fsdp (FSDP2) has no gradient scaler for "
-                          f"it. Fix: use trainer.precision=bf16-mixed, or one of {', '.join(_FSDP_PRECISIONS)}")
+        raise ConfigError(
+            f"trainer.precision={precision}: trainer=fsdp (FSDP2) has no gradient scaler for "
+            f"it. Fix: use trainer.precision=bf16-mixed, or one of {', '.join(_FSDP_PRECISIONS)}"
+        )
 
 
 def _check_mixer(cfg: DictConfig) -> None:
@@ -256,14 +305,18 @@ def _check_mixer(cfg: DictConfig) -> None:
     patterns = model_cls.stack_patterns(pattern)
     served = [name for name in patterns if mixer.applies_to(name)]
     if not served:
-        raise ConfigError(f"model.mixer.stacks={mixer.stacks}: model/arch={model_cls.arch} has no {mixer.stacks} "
-                          f"stack (it has {' and '.join(patterns)}). Fix: model.mixer.stacks=both")
+        raise ConfigError(
+            f"model.mixer.stacks={mixer.stacks}: model/arch={model_cls.arch} has no {mixer.stacks} "
+            f"stack (it has {' and '.join(patterns)}). Fix: model.mixer.stacks=both"
+        )
     pe_cls = get_class(cfg.model.pe._target_) if "pe" in cfg.model else None
     for name in served:
         why = mixer.refusal(patterns[name], pe_cls)
         if why:
-            raise ConfigError(f"model/mixer={type(mixer).__name__} on the {name}: {why}. Fix: another model/pe "
-                              f"or model/attention, model/mixer=mha, or model.mixer.stacks= the other stack")
+            raise ConfigError(
+                f"model/mixer={type(mixer).__name__} on the {name}: {why}. Fix: another model/pe "
+                f"or model/attention, model/mixer=mha, or model.mixer.stacks= the other stack"
+            )
 
 
 def check_static(cfg: DictConfig) -> None:
@@ -278,8 +331,10 @@ def check_static(cfg: DictConfig) -> None:
     check_rules(cfg)
     max_steps = OmegaConf.select(cfg, "trainer.max_steps", default=None)
     if cfg.mode == "train" and max_steps == 0:
-        raise ConfigError("trainer.max_steps=0: would train nothing and test an untrained model. Fix: "
-                          "max_steps >= 1 (or -1 with trainer.max_epochs), or mode=eval ckpt_path=...")
+        raise ConfigError(
+            "trainer.max_steps=0: would train nothing and test an untrained model. Fix: "
+            "max_steps >= 1 (or -1 with trainer.max_epochs), or mode=eval ckpt_path=..."
+        )
     if cfg.mode == "eval" and not cfg.ckpt_path:
         raise ConfigError("ckpt_path: mode=eval needs ckpt_path=/path/to/checkpoint.ckpt")
     if cfg.ckpt_path and cfg.ckpt_path != "last":
@@ -362,24 +417,30 @@ def check_objective(cfg: DictConfig, metrics: list[str] | None, data_name: str =
             why = "no such metric"
         else:
             why = f"data {data_name} does not compute it"
-        raise ConfigError(f"objective.metric={metric}: not logged during training ({why}); use one of "
-                          f"{', '.join(keys)}")
+        raise ConfigError(
+            f"objective.metric={metric}: not logged during training ({why}); use one of {', '.join(keys)}"
+        )
     if metrics is None:
         metrics = list(SEQUENCE_METRICS)
     if not metric.startswith("val/"):
         return
     limit_val = OmegaConf.select(cfg, "trainer.limit_val_batches", default=None)
     if limit_val is not None and not isinstance(limit_val, bool) and limit_val == 0:
-        raise ConfigError(f"trainer.limit_val_batches={limit_val}: no validation runs, so objective.metric="
-                          f"{metric} is never logged; set limit_val_batches > 0 (or null) or objective.metric=train/loss")
+        raise ConfigError(
+            f"trainer.limit_val_batches={limit_val}: no validation runs, so objective.metric="
+            f"{metric} is never logged; set limit_val_batches > 0 (or null) or objective.metric=train/loss"
+        )
     val_decode = OmegaConf.select(cfg, "decode.val_batches", default=None)
     if metric.split("/", 1)[1] in metrics and val_decode == 0:
-        raise ConfigError(f"decode.val_batches=0: validation decodes nothing, so objective.metric={metric} "
-                          f"is never logged; set decode.val_batches >= 1 (or null = all) or objective.metric=val/loss")
+        raise ConfigError(
+            f"decode.val_batches=0: validation decodes nothing, so objective.metric={metric} "
+            f"is never logged; set decode.val_batches >= 1 (or null = all) or objective.metric=val/loss"
+        )
 
 
-def build_model(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int,
-                device: str | None = None) -> torch.nn.Module:
+def build_model(
+    cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int, device: str | None = None
+) -> torch.nn.Module:
     """Instantiate ``cfg.model`` for the given vocabularies, turning constructor ``ValueError``s
     (window < 1, odd RoPE head size, …) into :class:`ConfigError`."""
     import torch
@@ -388,10 +449,10 @@ def build_model(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int, pad_i
     try:
         if device:
             with torch.device(device):
-                return instantiate(cfg.model, src_vocab_size=src_vocab_size,
-                                   tgt_vocab_size=tgt_vocab_size, pad_id=pad_id)
-        return instantiate(cfg.model, src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size,
-                           pad_id=pad_id)
+                return instantiate(
+                    cfg.model, src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, pad_id=pad_id
+                )
+        return instantiate(cfg.model, src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, pad_id=pad_id)
     except ConfigError:
         raise
     except Exception as err:  # Hydra wraps constructor errors in InstantiationException
@@ -428,15 +489,22 @@ def check_with_data(cfg: DictConfig, dm, model: torch.nn.Module) -> None:
     stack = model.encoder if getattr(model, "encoder", None) is not None else model.decoder
     pe = type(stack.pe).__name__
     if cfg.mode == "eval":  # the weights fix max_len: evaluate with over-long examples cut to fit
-        log.warning("model.max_len=%d: the data's longest sequence has %d tokens and %s positions stop "
-                    "at max_len; over-long examples are cut to fit (a warning per split names them)",
-                    limit, need, pe)
+        log.warning(
+            "model.max_len=%d: the data's longest sequence has %d tokens and %s positions stop "
+            "at max_len; over-long examples are cut to fit (a warning per split names them)",
+            limit,
+            need,
+            pe,
+        )
         return
-    raise ConfigError(f"model.max_len={limit}: the data's longest sequence has {need} tokens "
-                      f"and {pe} positions stop at max_len; set model.max_len={need} or more")
+    raise ConfigError(
+        f"model.max_len={limit}: the data's longest sequence has {need} tokens "
+        f"and {pe} positions stop at max_len; set model.max_len={need} or more"
+    )
 
 
 # ---- a checkpoint given to a run: does its model fit this run's? ----------------------------------
+
 
 def arch_name(target: str) -> str:
     """The ``model/arch`` option of a model class path (``xformer.model.DecoderOnly`` ->
@@ -454,8 +522,11 @@ def model_shape(model_cfg, src_vocab_size: int | None = None, tgt_vocab_size: in
     if get("n_encoder_layers") is not None or get("n_decoder_layers") is not None:
         parts.append(f"{get('n_encoder_layers')}+{get('n_decoder_layers')} layers")
     if src_vocab_size is not None:
-        parts.append(f"vocab {tgt_vocab_size}" if src_vocab_size == tgt_vocab_size
-                     else f"vocab {src_vocab_size}/{tgt_vocab_size}")
+        parts.append(
+            f"vocab {tgt_vocab_size}"
+            if src_vocab_size == tgt_vocab_size
+            else f"vocab {src_vocab_size}/{tgt_vocab_size}"
+        )
     target = get("_target_") or type(model_cfg).__name__
     return f"{arch_name(target)} ({', '.join(parts)})"
 
@@ -493,8 +564,10 @@ def load_checkpoint_parts(path: str) -> tuple[dict | None, dict | None]:
     try:
         ckpt = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
     except Exception as err:  # truncated, corrupt, not a torch file
-        raise ConfigError(f"ckpt_path={path}: not a readable checkpoint ({str(err).splitlines()[0][:200]}). "
-                          f"Fix: use another checkpoint, e.g. the job's checkpoints/last.ckpt or best-*.ckpt") from None
+        raise ConfigError(
+            f"ckpt_path={path}: not a readable checkpoint ({str(err).splitlines()[0][:200]}). "
+            f"Fix: use another checkpoint, e.g. the job's checkpoints/last.ckpt or best-*.ckpt"
+        ) from None
     if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict):
         return None, None
     return ckpt["state_dict"], ckpt.get("xformer") or None
@@ -514,26 +587,33 @@ def check_checkpoint_model(cfg: DictConfig, path: str) -> None:
     state, meta = load_checkpoint_parts(path)
     if state is None or meta is None:
         what = "a Lightning checkpoint from another program" if state is not None else "not a Lightning checkpoint"
-        raise ConfigError(f"ckpt_path={path}: {what} (no 'xformer' section, so its model and tokenizer are "
-                          f"unknown). Fix: give a checkpoint written by run.py (<job dir>/checkpoints/last.ckpt "
-                          f"or best-*.ckpt), or drop ckpt_path to start from scratch")
+        raise ConfigError(
+            f"ckpt_path={path}: {what} (no 'xformer' section, so its model and tokenizer are "
+            f"unknown). Fix: give a checkpoint written by run.py (<job dir>/checkpoints/last.ckpt "
+            f"or best-*.ckpt), or drop ckpt_path to start from scratch"
+        )
     if cfg.mode != "train":
         return
     src_v, tgt_v = int(meta["src_vocab_size"]), int(meta["tgt_vocab_size"])
     model = build_model(cfg, src_v, tgt_v, int(meta.get("pad_id", 0)), device="meta")
     want = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    have = {k.replace("._orig_mod.", ".").removeprefix("model.").removeprefix("_orig_mod."): tuple(v.shape)
-            for k, v in state.items() if k.startswith("model.")}
+    have = {
+        k.replace("._orig_mod.", ".").removeprefix("model.").removeprefix("_orig_mod."): tuple(v.shape)
+        for k, v in state.items()
+        if k.startswith("model.")
+    }
     if want == have:
         return
     stored = (meta.get("config") or {}).get("model") or {}
     current = OmegaConf.to_container(cfg.model, resolve=True)
     fix = _overrides_to(stored, current, "model")
     fix_text = " ".join(fix[:8]) + (" …" if len(fix) > 8 else "")
-    raise ConfigError(f"ckpt_path={path}: the checkpoint holds {model_shape(stored, src_v, tgt_v)}, this run "
-                      f"builds {model_shape(current, src_v, tgt_v)}; its weights do not fit. Fix: "
-                      + (f"{fix_text} (the checkpoint's model), " if fix else "use the checkpoint's model settings, ")
-                      + "or drop ckpt_path to train this model from scratch")
+    raise ConfigError(
+        f"ckpt_path={path}: the checkpoint holds {model_shape(stored, src_v, tgt_v)}, this run "
+        f"builds {model_shape(current, src_v, tgt_v)}; its weights do not fit. Fix: "
+        + (f"{fix_text} (the checkpoint's model), " if fix else "use the checkpoint's model settings, ")
+        + "or drop ckpt_path to train this model from scratch"
+    )
 
 
 def check_checkpoint_vocab(cfg: DictConfig, path: str, dm) -> None:
@@ -551,12 +631,17 @@ def check_checkpoint_vocab(cfg: DictConfig, path: str, dm) -> None:
     if ck == run:
         return
     stored = (meta.get("config") or {}).get("data") or {}
-    fix = [o for o in _overrides_to(stored, OmegaConf.to_container(cfg.data, resolve=True), "data")
-           if o.split("=", 1)[0] in ("data.vocab_size", "data.tokenizer", "data._target_", "data.n_symbols")]
-    raise ConfigError(f"ckpt_path={path}: the checkpoint's vocabulary has {ck[0]}/{ck[1]} (source/target) "
-                      f"tokens, this run's data {run[0]}/{run[1]}; its embeddings do not fit. Fix: "
-                      + (f"{' '.join(fix)} (the checkpoint's data), " if fix else "use the checkpoint's data settings, ")
-                      + "or drop ckpt_path to train from scratch")
+    fix = [
+        o
+        for o in _overrides_to(stored, OmegaConf.to_container(cfg.data, resolve=True), "data")
+        if o.split("=", 1)[0] in ("data.vocab_size", "data.tokenizer", "data._target_", "data.n_symbols")
+    ]
+    raise ConfigError(
+        f"ckpt_path={path}: the checkpoint's vocabulary has {ck[0]}/{ck[1]} (source/target) "
+        f"tokens, this run's data {run[0]}/{run[1]}; its embeddings do not fit. Fix: "
+        + (f"{' '.join(fix)} (the checkpoint's data), " if fix else "use the checkpoint's data settings, ")
+        + "or drop ckpt_path to train from scratch"
+    )
 
 
 def checkpoint_file(cfg: DictConfig, out_dir: Path | None) -> str | None:
@@ -573,6 +658,7 @@ def checkpoint_file(cfg: DictConfig, out_dir: Path | None) -> str | None:
 
 # ---- the output folder ----------------------------------------------------------------------------
 
+
 def check_output_dir(path: str | os.PathLike, key: str = "hydra.run.dir") -> None:
     """The job's output folder can be created and written: make it (with its parents) and write,
     flush and remove a one-byte probe file, so a folder under ``/proc`` or under a file, on a
@@ -586,8 +672,10 @@ def check_output_dir(path: str | os.PathLike, key: str = "hydra.run.dir") -> Non
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise ConfigError(f"{key}={path}: cannot create the folder ({err.strerror or err}). Fix: set {key} "
-                          f"to a writable folder, e.g. {key}=outputs/my_run") from None
+        raise ConfigError(
+            f"{key}={path}: cannot create the folder ({err.strerror or err}). Fix: set {key} "
+            f"to a writable folder, e.g. {key}=outputs/my_run"
+        ) from None
     probe = folder / f".xformer-write-probe-{os.getpid()}"
     try:
         fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -597,8 +685,10 @@ def check_output_dir(path: str | os.PathLike, key: str = "hydra.run.dir") -> Non
         finally:
             os.close(fd)
     except OSError as err:
-        raise ConfigError(f"{key}={path}: cannot write into the folder ({err.strerror or err}). Fix: free space "
-                          f"there or set {key} to a writable folder, e.g. {key}=outputs/my_run") from None
+        raise ConfigError(
+            f"{key}={path}: cannot write into the folder ({err.strerror or err}). Fix: free space "
+            f"there or set {key} to a writable folder, e.g. {key}=outputs/my_run"
+        ) from None
     finally:
         try:
             probe.unlink()

@@ -160,15 +160,29 @@ class WandbPanels(L.Callback):
         self._rows = []
 
     @override
-    def on_validation_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
-                                batch_idx: int, dataloader_idx: int = 0) -> None:
-        if (trainer.sanity_checking or len(self._rows) >= self.n_samples or self._wandb(trainer) is None
-                or not isinstance(batch, dict) or "tgt_text" not in batch
-                or hasattr(pl_module.model, "reshard")):  # FSDP-sharded: decoding needs every rank
+    def on_validation_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        if (
+            trainer.sanity_checking
+            or len(self._rows) >= self.n_samples
+            or self._wandb(trainer) is None
+            or not isinstance(batch, dict)
+            or "tgt_text" not in batch
+            or hasattr(pl_module.model, "reshard")
+        ):  # FSDP-sharded: decoding needs every rank
             return
         take = min(self.n_samples - len(self._rows), len(batch["tgt_text"]))
-        part = {k: (v[:take] if isinstance(v, (list, tuple)) or hasattr(v, "dim") and v.dim() > 0 else v)
-                for k, v in batch.items()}
+        part = {
+            k: (v[:take] if isinstance(v, (list, tuple)) or hasattr(v, "dim") and v.dim() > 0 else v)
+            for k, v in batch.items()
+        }
         hyps = pl_module.generate(part)
         srcs = part.get("src_text") or [pl_module.detokenize(row) for row in part["src"].tolist()]
         step = trainer.global_step
@@ -179,5 +193,9 @@ class WandbPanels(L.Callback):
         logger = self._wandb(trainer)
         if logger is None or not self._rows or trainer.sanity_checking:
             return
-        logger.log_table("val/samples", columns=["step", "source", "reference", "hypothesis"], data=self._rows,
-                         step=trainer.global_step)
+        logger.log_table(
+            "val/samples",
+            columns=["step", "source", "reference", "hypothesis"],
+            data=self._rows,
+            step=trainer.global_step,
+        )

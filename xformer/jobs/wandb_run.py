@@ -85,8 +85,9 @@ def run_fields(node: DictConfig, info: dict) -> tuple[dict[str, Any], dict[str, 
     if group is None and info.get("sweep_dir"):
         group = "_".join(Path(info["sweep_dir"]).parts[-2:])
     tags = sorted(set(list(node.get("tags") or []) + swept))[:64]
-    return fit_wandb_fields(name=name, group=group, tags=tags, project=node.get("project"),
-                            job_type=node.get("job_type"))
+    return fit_wandb_fields(
+        name=name, group=group, tags=tags, project=node.get("project"), job_type=node.get("job_type")
+    )
 
 
 def wandb_logger(node: DictConfig, cfg: DictConfig, info: dict, out_dir: Path) -> Any:
@@ -109,8 +110,13 @@ def describe_runs(loggers: list) -> dict | None:
     for lg in loggers:
         if isinstance(lg, WandbLogger) and logger_started(lg):
             run = lg.experiment
-            return {"id": run.id, "name": run.name, "group": run.group, "tags": list(run.tags or []),
-                    "mode": os.environ.get("WANDB_MODE", "online")}
+            return {
+                "id": run.id,
+                "name": run.name,
+                "group": run.group,
+                "tags": list(run.tags or []),
+                "mode": os.environ.get("WANDB_MODE", "online"),
+            }
     return None
 
 
@@ -148,11 +154,16 @@ def shorten(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     digest = hashlib.sha1(text.encode("utf-8")).hexdigest()[:8]
-    return f"{text[:limit - 9]}~{digest}"
+    return f"{text[: limit - 9]}~{digest}"
 
 
-def fit_wandb_fields(name: str | None = None, group: str | None = None, tags: list[str] | None = None,
-                     project: str | None = None, job_type: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+def fit_wandb_fields(
+    name: str | None = None,
+    group: str | None = None,
+    tags: list[str] | None = None,
+    project: str | None = None,
+    job_type: str | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """W&B ``init`` arguments within W&B's limits, and the full values of those that were shortened.
 
     Tags: empty ones are dropped, long ones shortened, duplicates after shortening removed (order
@@ -164,8 +175,12 @@ def fit_wandb_fields(name: str | None = None, group: str | None = None, tags: li
     """
     kwargs: dict[str, Any] = {}
     full: dict[str, Any] = {}
-    for key, value, limit in (("name", name, NAME_MAX), ("group", group, GROUP_MAX),
-                              ("project", project, PROJECT_MAX), ("job_type", job_type, JOB_TYPE_MAX)):
+    for key, value, limit in (
+        ("name", name, NAME_MAX),
+        ("group", group, GROUP_MAX),
+        ("project", project, PROJECT_MAX),
+        ("job_type", job_type, JOB_TYPE_MAX),
+    ):
         if value is None:
             continue
         value = str(value)
@@ -240,8 +255,11 @@ def start_wandb(make_logger: Callable[..., Any], out_dir: Path) -> Any:
         if os.environ.get("WANDB_MODE") in ("offline", "dryrun", "disabled"):
             raise
         first = (str(err).splitlines() or [""])[0][:200]
-        log.warning("W&B: could not start an online run (%s: %s); logging offline instead, upload later "
-                    "with `wandb sync`", type(err).__name__, first)
+        log.warning(
+            "W&B: could not start an online run (%s: %s); logging offline instead, upload later with `wandb sync`",
+            type(err).__name__,
+            first,
+        )
         os.environ["WANDB_MODE"] = "offline"
         _forget_failed_run()
         logger = _without_unset_anonymous(make_logger(mode="offline"))

@@ -43,8 +43,9 @@ class AttentionPattern:
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
         if "is_causal" in cls.__dict__:  # (checked only then: CausalAttention is not defined yet here)
-            check_derived_flag(cls, "is_causal", _is_causal_class(cls),
-                               "whether the class keeps CausalAttention.blocked()")
+            check_derived_flag(
+                cls, "is_causal", _is_causal_class(cls), "whether the class keeps CausalAttention.blocked()"
+            )
 
     @property
     def is_causal(self) -> bool:
@@ -179,8 +180,9 @@ def combine_masks(
     return bias.masked_fill(~allowed, float("-inf"))
 
 
-def attention_with_dropout(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool,
-                           scale: float | None, p: float) -> Tensor:
+def attention_with_dropout(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, scale: float | None, p: float
+) -> Tensor:
     """``Dropout(softmax(Q Kᵀ · s + mask)) V`` written out (eq. 1 with dropout on the weights, §5.4).
 
     This is what SDPA itself computes on the CPU whenever ``dropout_p > 0`` (its fused CPU kernel
@@ -239,8 +241,8 @@ class KVCache:
         end = self.size + k.shape[2]
         if self.k is None or end > self.k.shape[2]:
             self._grow(k, end)
-        self.k[:, :, self.size:end] = k
-        self.v[:, :, self.size:end] = v
+        self.k[:, :, self.size : end] = k
+        self.v[:, :, self.size : end] = v
         self.size = end
         return self.k[:, :, :end], self.v[:, :, :end]
 
@@ -251,27 +253,27 @@ class KVCache:
         new_k = k.new_empty(bsz, heads, room, d_head)
         new_v = k.new_empty(bsz, heads, room, d_head)
         if self.size:
-            new_k[:, :, :self.size] = self.k[:, :, :self.size]
-            new_v[:, :, :self.size] = self.v[:, :, :self.size]
+            new_k[:, :, : self.size] = self.k[:, :, : self.size]
+            new_v[:, :, : self.size] = self.v[:, :, : self.size]
         self.k, self.v = new_k, new_v
 
     @property
     def keys(self) -> Tensor:
         """The filled keys ``(B, H, size, d_head)``."""
-        return self.k[:, :, :self.size]
+        return self.k[:, :, : self.size]
 
     @property
     def values(self) -> Tensor:
         """The filled values ``(B, H, size, d_head)``."""
-        return self.v[:, :, :self.size]
+        return self.v[:, :, : self.size]
 
     def reorder(self, index: Tensor) -> None:
         """Keep batch rows ``index`` ``(B',)`` (beam search: each surviving hypothesis's parent row)."""
         if self.k is None:
             return
         if index.shape[0] == self.k.shape[0]:
-            self.k[:, :, :self.size] = self.keys.index_select(0, index)
-            self.v[:, :, :self.size] = self.values.index_select(0, index)
+            self.k[:, :, : self.size] = self.keys.index_select(0, index)
+            self.v[:, :, : self.size] = self.values.index_select(0, index)
         else:
             self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
 
@@ -305,13 +307,23 @@ class MultiHeadAttention(nn.Module):
         ValueError: if ``n_kv_heads`` does not divide ``n_heads``.
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int, dropout: float = 0.0,
-                 scale: bool = True, bias: bool = True, n_kv_heads: int | None = None) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_head: int,
+        dropout: float = 0.0,
+        scale: bool = True,
+        bias: bool = True,
+        n_kv_heads: int | None = None,
+    ) -> None:
         super().__init__()
         n_kv = n_heads if n_kv_heads is None else n_kv_heads
         if n_kv < 1 or n_heads % n_kv:
-            raise ValueError(f"model.n_kv_heads={n_kv_heads}: must divide model.n_heads={n_heads} "
-                             "(each kv head serves an equal group of query heads)")
+            raise ValueError(
+                f"model.n_kv_heads={n_kv_heads}: must divide model.n_heads={n_heads} "
+                "(each kv head serves an equal group of query heads)"
+            )
         self.n_heads, self.n_kv_heads, self.d_head, self.dropout = n_heads, n_kv, d_head, dropout
         self.scale = None if scale else 1.0
         inner = n_heads * d_head
@@ -364,8 +376,9 @@ class MultiHeadAttention(nn.Module):
         if p > 0.0 and uses_fast_mask(q):
             out = attention_with_dropout(q, k, v, mask, is_causal, self.scale, p)
         else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=is_causal,
-                                                 scale=self.scale)
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=p, is_causal=is_causal, scale=self.scale
+            )
         return self.merge_heads(out)
 
 
@@ -384,9 +397,18 @@ class SelfAttention(MultiHeadAttention):
         pos_embeddings: the stack's positional scheme; default none.
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int, dropout: float = 0.0, scale: bool = True,
-                 bias: bool = True, pattern: AttentionPattern | None = None,
-                 pos_embeddings: PositionalEncoding | None = None, n_kv_heads: int | None = None) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_head: int,
+        dropout: float = 0.0,
+        scale: bool = True,
+        bias: bool = True,
+        pattern: AttentionPattern | None = None,
+        pos_embeddings: PositionalEncoding | None = None,
+        n_kv_heads: int | None = None,
+    ) -> None:
         super().__init__(d_model, n_heads, d_head, dropout, scale, bias, n_kv_heads)
         self.pattern = FullAttention() if pattern is None else pattern
         object.__setattr__(self, "pos_embeddings", pos_embeddings)  # a reference, not a sub-module
@@ -443,8 +465,9 @@ class CrossAttention(MultiHeadAttention):
         """An empty memory cache (sized by the memory at its first use; ``capacity`` is not needed)."""
         return KVCache()
 
-    def forward(self, x: Tensor, memory: Tensor, key_padding_mask: Tensor | None = None,
-                cache: KVCache | None = None) -> Tensor:
+    def forward(
+        self, x: Tensor, memory: Tensor, key_padding_mask: Tensor | None = None, cache: KVCache | None = None
+    ) -> Tensor:
         """Attend from ``x`` ``(B, T, D)`` to ``memory`` ``(B, S, D)``.
 
         Args:

@@ -30,8 +30,9 @@ from .positional import NoPE, PositionalEncoding, Sinusoidal
 from .tasks import fit_batch_to_positions
 
 
-def resolve_sizes(d_model: int, n_heads: int, d_head: int | None, ffn_ratio: float,
-                  d_ff: int | None) -> tuple[int, int]:
+def resolve_sizes(
+    d_model: int, n_heads: int, d_head: int | None, ffn_ratio: float, d_ff: int | None
+) -> tuple[int, int]:
     """Return ``(d_head, d_ff)`` from the hyper-parameters.
 
     ``d_head`` defaults to ``d_model / n_heads``; ``d_ff`` to ``round(ffn_ratio · d_model)``.
@@ -46,8 +47,10 @@ def resolve_sizes(d_model: int, n_heads: int, d_head: int | None, ffn_ratio: flo
         raise ConfigError(f"model.n_heads={n_heads}: must be a positive integer")
     if d_head is None:
         if d_model % n_heads:
-            raise ConfigError(f"model.n_heads={n_heads}: d_model={d_model} is not divisible by it; "
-                              "pick a divisor of d_model or set model.d_head explicitly")
+            raise ConfigError(
+                f"model.n_heads={n_heads}: d_model={d_model} is not divisible by it; "
+                "pick a divisor of d_model or set model.d_head explicitly"
+            )
         d_head = d_model // n_heads
     elif d_head < 1:
         raise ConfigError(f"model.d_head={d_head}: must be a positive integer (or null for d_model/n_heads)")
@@ -77,11 +80,15 @@ def check_positional(pe) -> None:
         ConfigError: naming the class and what it must implement.
     """
     if not isinstance(pe, PositionalEncoding):
-        raise ConfigError(f"model.pe: {_name(pe)} is not an xformer.model.PositionalEncoding; subclass it and "
-                          f"implement one of {', '.join(POSITIONAL_HOOKS)}")
+        raise ConfigError(
+            f"model.pe: {_name(pe)} is not an xformer.model.PositionalEncoding; subclass it and "
+            f"implement one of {', '.join(POSITIONAL_HOOKS)}"
+        )
     if not pe.implemented_hooks() and not isinstance(pe, NoPE) and type(pe) is not PositionalEncoding:
-        raise ConfigError(f"model.pe: {_name(pe)} overrides none of the PositionalEncoding hooks "
-                          f"{', '.join(POSITIONAL_HOOKS)}; implement one (or subclass NoPE for no positions)")
+        raise ConfigError(
+            f"model.pe: {_name(pe)} overrides none of the PositionalEncoding hooks "
+            f"{', '.join(POSITIONAL_HOOKS)}; implement one (or subclass NoPE for no positions)"
+        )
 
 
 def check_residual(res) -> None:
@@ -91,11 +98,14 @@ def check_residual(res) -> None:
         ConfigError: naming the class and what it must implement.
     """
     if not isinstance(res, Residual):
-        raise ConfigError(f"model.norm: {_name(res)} is not an xformer.model.Residual; subclass it and "
-                          "implement forward(x, f)")
+        raise ConfigError(
+            f"model.norm: {_name(res)} is not an xformer.model.Residual; subclass it and implement forward(x, f)"
+        )
     if not overrides(type(res), Residual, "forward"):
-        raise ConfigError(f"model.norm: {_name(res)} does not implement forward(x, f), the one hook of "
-                          "xformer.model.Residual (return the block output for input x and sub-layer f)")
+        raise ConfigError(
+            f"model.norm: {_name(res)} does not implement forward(x, f), the one hook of "
+            "xformer.model.Residual (return the block output for input x and sub-layer f)"
+        )
 
 
 def check_ffn(ffn) -> None:
@@ -105,8 +115,9 @@ def check_ffn(ffn) -> None:
         ConfigError: naming the class and what it must implement.
     """
     if not isinstance(ffn, nn.Module) or not overrides(type(ffn), nn.Module, "forward"):
-        raise ConfigError(f"model.ffn: {_name(ffn)} must be an nn.Module that implements forward(x) "
-                          "((B, T, D) -> (B, T, D))")
+        raise ConfigError(
+            f"model.ffn: {_name(ffn)} must be an nn.Module that implements forward(x) ((B, T, D) -> (B, T, D))"
+        )
 
 
 class ModelBase(nn.Module):
@@ -165,23 +176,58 @@ class ModelBase(nn.Module):
         given the configured ``model.attention`` pattern."""
         raise NotImplementedError
 
-    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 512, n_heads: int = 8,
-                 d_head: int | None = None, ffn_ratio: float = 4.0, d_ff: int | None = None,
-                 n_encoder_layers: int = 6, n_decoder_layers: int = 6, dropout: float = 0.1,
-                 tie_embeddings: bool = True, max_len: int = 512, attn_scale: bool = True,
-                 pad_id: int = 0, attention: AttentionPattern | Callable | None = None,
-                 norm: Callable[..., Residual] | None = None,
-                 pe: Callable[..., PositionalEncoding] | None = None,
-                 ffn: Callable[..., nn.Module] | None = None,
-                 param_budget: int | None = None, budget_solves: str = "d_model", bias: bool = True,
-                 init: InitScheme | None = None, mixer: Mixer | None = None, n_kv_heads: int | None = None) -> None:
+    def __init__(
+        self,
+        src_vocab_size: int,
+        tgt_vocab_size: int,
+        d_model: int = 512,
+        n_heads: int = 8,
+        d_head: int | None = None,
+        ffn_ratio: float = 4.0,
+        d_ff: int | None = None,
+        n_encoder_layers: int = 6,
+        n_decoder_layers: int = 6,
+        dropout: float = 0.1,
+        tie_embeddings: bool = True,
+        max_len: int = 512,
+        attn_scale: bool = True,
+        pad_id: int = 0,
+        attention: AttentionPattern | Callable | None = None,
+        norm: Callable[..., Residual] | None = None,
+        pe: Callable[..., PositionalEncoding] | None = None,
+        ffn: Callable[..., nn.Module] | None = None,
+        param_budget: int | None = None,
+        budget_solves: str = "d_model",
+        bias: bool = True,
+        init: InitScheme | None = None,
+        mixer: Mixer | None = None,
+        n_kv_heads: int | None = None,
+    ) -> None:
         super().__init__()
-        kwargs = dict(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, d_model=d_model,
-                      n_heads=n_heads, d_head=d_head, ffn_ratio=ffn_ratio, d_ff=d_ff,
-                      n_encoder_layers=n_encoder_layers, n_decoder_layers=n_decoder_layers,
-                      dropout=dropout, tie_embeddings=tie_embeddings, max_len=max_len,
-                      attn_scale=attn_scale, pad_id=pad_id, attention=attention, norm=norm, pe=pe, ffn=ffn,
-                      bias=bias, init=init, mixer=mixer, n_kv_heads=n_kv_heads)
+        kwargs = dict(
+            src_vocab_size=src_vocab_size,
+            tgt_vocab_size=tgt_vocab_size,
+            d_model=d_model,
+            n_heads=n_heads,
+            d_head=d_head,
+            ffn_ratio=ffn_ratio,
+            d_ff=d_ff,
+            n_encoder_layers=n_encoder_layers,
+            n_decoder_layers=n_decoder_layers,
+            dropout=dropout,
+            tie_embeddings=tie_embeddings,
+            max_len=max_len,
+            attn_scale=attn_scale,
+            pad_id=pad_id,
+            attention=attention,
+            norm=norm,
+            pe=pe,
+            ffn=ffn,
+            bias=bias,
+            init=init,
+            mixer=mixer,
+            n_kv_heads=n_kv_heads,
+        )
         if param_budget:
             d_model, d_ff = self._solve_budget(kwargs, int(param_budget), budget_solves)
         if not 0.0 <= dropout < 1.0:
@@ -196,8 +242,10 @@ class ModelBase(nn.Module):
         self.dropout_p, self.attn_scale, self.bias = dropout, attn_scale, bool(bias)
         self.init_scheme: InitScheme = Xavier() if init is None else init
         if not isinstance(self.init_scheme, InitScheme):
-            raise ConfigError(f"model.init: {_name(self.init_scheme)} is not an xformer.model.init.InitScheme; "
-                              "subclass it and implement __call__(model)")
+            raise ConfigError(
+                f"model.init: {_name(self.init_scheme)} is not an xformer.model.init.InitScheme; "
+                "subclass it and implement __call__(model)"
+            )
         #: factor on the token embeddings before positions are added (§3.4: √d_model)
         self.embed_scale = float(self.init_scheme.embed_scale(d_model))
         self.src_vocab_size, self.tgt_vocab_size = src_vocab_size, tgt_vocab_size
@@ -206,15 +254,19 @@ class ModelBase(nn.Module):
             pattern = pattern()
         self.pattern: AttentionPattern = pattern
         if not isinstance(self.pattern, AttentionPattern):
-            raise ConfigError(f"model.attention: {_name(self.pattern)} is not an xformer.model.AttentionPattern; "
-                              "subclass it and implement blocked(q_pos, k_pos)")
+            raise ConfigError(
+                f"model.attention: {_name(self.pattern)} is not an xformer.model.AttentionPattern; "
+                "subclass it and implement blocked(q_pos, k_pos)"
+            )
         self.residual = _factory(norm, PostNorm)
         self.pe_factory = _factory(pe, Sinusoidal)
         self.ffn_factory = _factory(ffn, ReLUFFN)
         self.mixer: Mixer = _factory(mixer, MultiHeadMixer())
         if not isinstance(self.mixer, Mixer):
-            raise ConfigError(f"model.mixer: {_name(self.mixer)} is not an xformer.model.Mixer; subclass it and "
-                              "implement self_attention(...) (and cross_attention(...))")
+            raise ConfigError(
+                f"model.mixer: {_name(self.mixer)} is not an xformer.model.Mixer; subclass it and "
+                "implement self_attention(...) (and cross_attention(...))"
+            )
         try:
             self.n_kv_heads = self.mixer.kv_heads(n_heads, n_kv_heads)
         except ValueError as err:
@@ -222,26 +274,36 @@ class ModelBase(nn.Module):
         self.embed_drop = Dropout(dropout)
 
     # -- construction helpers ---------------------------------------------------------------
-    def _block(self, cls: type, pattern: AttentionPattern, pe: PositionalEncoding, mixer: Mixer,
-               n_kv_heads: int | None) -> nn.Module:
+    def _block(
+        self, cls: type, pattern: AttentionPattern, pe: PositionalEncoding, mixer: Mixer, n_kv_heads: int | None
+    ) -> nn.Module:
         """One block: its attention modules come from ``mixer`` and are passed to ``cls`` by keyword
         (built in the order self-attention, cross-attention, FFN, so a seed gives the same weights
         as ever)."""
-        sizes = dict(d_model=self.d_model, n_heads=self.n_heads, d_head=self.d_head, dropout=self.dropout_p,
-                     scale=self.attn_scale, bias=self.bias, n_kv_heads=n_kv_heads)
+        sizes = dict(
+            d_model=self.d_model,
+            n_heads=self.n_heads,
+            d_head=self.d_head,
+            dropout=self.dropout_p,
+            scale=self.attn_scale,
+            bias=self.bias,
+            n_kv_heads=n_kv_heads,
+        )
         parts = {"self_attn": mixer.self_attention(**sizes, pattern=pattern, pos_embeddings=pe)}
         if cls is DecoderLayer:
             parts["cross_attn"] = mixer.cross_attention(**sizes)
-        parts["ffn"] = self.ffn_factory(d_model=self.d_model, d_ff=self.d_ff, dropout=self.dropout_p,
-                                        **no_bias(self.bias))
+        parts["ffn"] = self.ffn_factory(
+            d_model=self.d_model, d_ff=self.d_ff, dropout=self.dropout_p, **no_bias(self.bias)
+        )
         return cls(**parts, residual=self.residual, d_model=self.d_model, dropout=self.dropout_p, bias=self.bias)
 
     def _stack(self, cls: type, n: int, pattern: AttentionPattern, causal: bool, name: str) -> Stack:
         """A stack of ``n`` blocks of ``cls``; ``name`` (``"encoder"`` or ``"decoder"``) decides
         whether it uses the configured mixer (``model.mixer.stacks``) or multi-head attention."""
         try:
-            pe = self.pe_factory(d_model=self.d_model, n_heads=self.n_heads, d_head=self.d_head,
-                                 max_len=self.max_len, causal=causal)
+            pe = self.pe_factory(
+                d_model=self.d_model, n_heads=self.n_heads, d_head=self.d_head, max_len=self.max_len, causal=causal
+            )
         except ValueError as err:
             raise ConfigError(str(err)) from None
         check_positional(pe)
@@ -263,7 +325,7 @@ class ModelBase(nn.Module):
         # no padding_idx: a zero pad vector makes a fully padded sequence an all-zero input whose
         # zero-variance LayerNorm blows gradients up past fp16's range; masks already hide padding
         emb = nn.Embedding(vocab, self.d_model)
-        nn.init.normal_(emb.weight, std=self.d_model ** -0.5)
+        nn.init.normal_(emb.weight, std=self.d_model**-0.5)
         return emb
 
     def _init_linear(self) -> None:
@@ -307,8 +369,10 @@ class ModelBase(nn.Module):
             per = (hi - lo) / 1024
             d_ff = round(1 + (budget - lo) / per)
             if d_ff < 1:
-                raise ConfigError(f"model.param_budget={budget}: below the {lo} parameters the model has "
-                                  "without an FFN; raise the budget or shrink d_model")
+                raise ConfigError(
+                    f"model.param_budget={budget}: below the {lo} parameters the model has "
+                    "without an FFN; raise the budget or shrink d_model"
+                )
             return kwargs["d_model"], d_ff
         if solves != "d_model":
             raise ConfigError(f"model.budget_solves={solves!r}: use 'd_model' or 'd_ff'")
@@ -372,16 +436,24 @@ class ModelBase(nn.Module):
         out["total"] = sum(out.values())
         return out
 
-
     # -- task glue (called by the training module; each shape implements it) ------------------
     def logits_and_labels(self, batch: dict, pad_id: int, eos_id: int) -> tuple[Tensor, Tensor]:
         """Teacher-forced logits ``(B, T, V)`` for ``batch`` and the aligned labels ``(B, T)`` they
         predict (``pad_id`` = no loss)."""
         raise NotImplementedError
 
-    def generate(self, batch: dict, bos_id: int, eos_id: int, pad_id: int, max_len_a: float = 1.5,
-                 max_len_b: int = 10, beam_size: int = 1, alpha: float = 0.6,
-                 logits: Tensor | None = None) -> list[list[int]]:
+    def generate(
+        self,
+        batch: dict,
+        bos_id: int,
+        eos_id: int,
+        pad_id: int,
+        max_len_a: float = 1.5,
+        max_len_b: int = 10,
+        beam_size: int = 1,
+        alpha: float = 0.6,
+        logits: Tensor | None = None,
+    ) -> list[list[int]]:
         """Decoded ids for each example of ``batch`` (no PAD, BOS or EOS), at most
         ``max_len_a · S + max_len_b`` tokens each; ``logits``, when given, are :meth:`logits_and_labels`'
         of the same batch (a shape that predicts from them saves a forward pass)."""

@@ -117,8 +117,9 @@ def greedy_recompute(model, src: Tensor, bos: int, eos: int, pad: int, max_len: 
     seq = torch.full((bsz, 1), bos, dtype=torch.long, device=src.device)
     done = torch.zeros(bsz, dtype=torch.bool, device=src.device)
     for _ in range(max_len):
-        logits = model.decode(seq, memory, memory_key_padding_mask=src_mask,
-                              tgt_key_padding_mask=torch.zeros_like(seq, dtype=torch.bool))
+        logits = model.decode(
+            seq, memory, memory_key_padding_mask=src_mask, tgt_key_padding_mask=torch.zeros_like(seq, dtype=torch.bool)
+        )
         nxt = step_logprobs(logits[:, -1], pad, bos).argmax(-1)
         nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
         seq = torch.cat((seq, nxt[:, None]), dim=1)
@@ -129,8 +130,9 @@ def greedy_recompute(model, src: Tensor, bos: int, eos: int, pad: int, max_len: 
 
 
 @torch.no_grad()
-def greedy_lm(model, prompt: Tensor, prompt_len: Tensor, eos: int, pad: int, max_len: int,
-              bos: int | None = None) -> list[list[int]]:
+def greedy_lm(
+    model, prompt: Tensor, prompt_len: Tensor, eos: int, pad: int, max_len: int, bos: int | None = None
+) -> list[list[int]]:
     """Greedy continuation for a decoder-only model of right-padded prompts of different lengths.
 
     Each example keeps its own positions (as in training); the full sequence is re-run each step.
@@ -147,7 +149,7 @@ def greedy_lm(model, prompt: Tensor, prompt_len: Tensor, eos: int, pad: int, max
     total = int(prompt_len.max()) + max_len
     seq = torch.full((bsz, total), pad, dtype=torch.long, device=prompt.device)
     width = min(prompt.shape[1], total)  # columns past the longest prompt are padding; a short output cap
-    seq[:, :width] = prompt[:, :width]   # can leave `total` narrower than the padded prompt tensor
+    seq[:, :width] = prompt[:, :width]  # can leave `total` narrower than the padded prompt tensor
     lens = prompt_len.clone().to(prompt.device)
     ar = torch.arange(bsz, device=prompt.device)
     done = torch.zeros(bsz, dtype=torch.bool, device=prompt.device)
@@ -175,8 +177,9 @@ def length_penalty(length: int, alpha: float) -> float:
 
 
 @torch.no_grad()
-def beam_search(model, src: Tensor, bos: int, eos: int, pad: int, max_len: int, beam_size: int = 4,
-                alpha: float = 0.6) -> list[list[int]]:
+def beam_search(
+    model, src: Tensor, bos: int, eos: int, pad: int, max_len: int, beam_size: int = 4, alpha: float = 0.6
+) -> list[list[int]]:
     """Beam search for an encoder–decoder model; hypotheses ranked by ``log P(Y|X) / lp(Y)``.
 
     Each source sentence keeps ``beam_size`` live hypotheses (batched as ``B·beam_size`` rows,
@@ -252,8 +255,9 @@ def beam_search(model, src: Tensor, bos: int, eos: int, pad: int, max_len: int, 
             break
         flat = (torch.arange(bsz, device=src.device)[:, None] * k + new_beam).view(-1)
         cache.reorder(flat)
-        hist = torch.cat((hist.gather(1, new_beam[:, :, None].expand(-1, -1, hist.shape[2])),
-                          new_tok[:, :, None]), dim=2)
+        hist = torch.cat(
+            (hist.gather(1, new_beam[:, :, None].expand(-1, -1, hist.shape[2])), new_tok[:, :, None]), dim=2
+        )
         scores = new_scores
         tok = new_tok.view(-1, 1)
     out = []

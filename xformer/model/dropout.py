@@ -29,8 +29,9 @@ def uses_fast_mask(x: Tensor) -> bool:
     return x.device.type == "cpu" and x.dtype.is_floating_point and not torch.compiler.is_compiling()
 
 
-def keep_mask(shape: torch.Size | tuple[int, ...], p: float, dtype: torch.dtype,
-              device: torch.device | str = "cpu") -> Tensor:
+def keep_mask(
+    shape: torch.Size | tuple[int, ...], p: float, dtype: torch.dtype, device: torch.device | str = "cpu"
+) -> Tensor:
     """The scaled dropout mask: ``1/k`` where an element is kept, ``0`` where it is dropped.
 
     Args:
@@ -51,7 +52,7 @@ def keep_mask(shape: torch.Size | tuple[int, ...], p: float, dtype: torch.dtype,
     n = 1
     for s in shape:
         n *= int(s)
-    words = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_(-(2 ** 63), 2 ** 63 - 1)
+    words = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_(-(2**63), 2**63 - 1)
     uniform16 = words.view(torch.int16)[:n].view(shape)  # each in [-2^15, 2^15), uniform
     return (uniform16 >= dropped - _LEVELS // 2).to(dtype).mul_(_LEVELS / (_LEVELS - dropped))
 

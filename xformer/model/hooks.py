@@ -32,6 +32,8 @@ def check_derived_flag(cls: type, flag: str, derived: bool, because: str) -> Non
         return
     declared = cls.__dict__[flag]
     if bool(declared) != derived:
-        raise TypeError(f"{cls.__module__}.{cls.__qualname__}.{flag}={declared!r}: xformer works this out from "
-                        f"{because} (here {derived}); delete the assignment")
+        raise TypeError(
+            f"{cls.__module__}.{cls.__qualname__}.{flag}={declared!r}: xformer works this out from "
+            f"{because} (here {derived}); delete the assignment"
+        )
     delattr(cls, flag)

@@ -43,8 +43,16 @@ class EncoderLayer(nn.Module):
             The sub-layers arrive built with the same setting.
     """
 
-    def __init__(self, *, self_attn: nn.Module, ffn: nn.Module, residual: Callable[..., Residual],
-                 d_model: int, dropout: float, bias: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        self_attn: nn.Module,
+        ffn: nn.Module,
+        residual: Callable[..., Residual],
+        d_model: int,
+        dropout: float,
+        bias: bool = True,
+    ) -> None:
         super().__init__()
         nb = no_bias(bias)
         self.self_attn = self_attn
@@ -68,8 +76,17 @@ class DecoderLayer(nn.Module):
         ffn, residual, d_model, dropout, bias: as :class:`EncoderLayer`.
     """
 
-    def __init__(self, *, self_attn: nn.Module, cross_attn: nn.Module, ffn: nn.Module,
-                 residual: Callable[..., Residual], d_model: int, dropout: float, bias: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        self_attn: nn.Module,
+        cross_attn: nn.Module,
+        ffn: nn.Module,
+        residual: Callable[..., Residual],
+        d_model: int,
+        dropout: float,
+        bias: bool = True,
+    ) -> None:
         super().__init__()
         nb = no_bias(bias)
         self.self_attn = self_attn
@@ -79,9 +96,15 @@ class DecoderLayer(nn.Module):
         self.res_cross = residual(d_model=d_model, dropout=dropout, **nb)
         self.res_ffn = residual(d_model=d_model, dropout=dropout, **nb)
 
-    def forward(self, x: Tensor, memory: Tensor, key_padding_mask: Tensor | None = None,
-                memory_key_padding_mask: Tensor | None = None, cache: KVCache | None = None,
-                memory_cache: KVCache | None = None) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        key_padding_mask: Tensor | None = None,
+        memory_key_padding_mask: Tensor | None = None,
+        cache: KVCache | None = None,
+        memory_cache: KVCache | None = None,
+    ) -> Tensor:
         """Run the block on ``x`` ``(B, T, D)`` with encoder output ``memory`` ``(B, S, D)``.
 
         Args:
@@ -145,14 +168,21 @@ class Stack(nn.Module):
         final_norm: module applied to the last block's output (``nn.Identity`` for Post-LN).
     """
 
-    def __init__(self, layers: list[nn.Module], pe: PositionalEncoding, pattern: AttentionPattern,
-                 final_norm: nn.Module) -> None:
+    def __init__(
+        self, layers: list[nn.Module], pe: PositionalEncoding, pattern: AttentionPattern, final_norm: nn.Module
+    ) -> None:
         super().__init__()
         self.layers = nn.ModuleList(layers)
         self.pe, self.pattern, self.final_norm = pe, pattern, final_norm
 
-    def forward(self, x: Tensor, key_padding_mask: Tensor | None = None, cache: StackCache | None = None,
-                memory: Tensor | None = None, memory_key_padding_mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        key_padding_mask: Tensor | None = None,
+        cache: StackCache | None = None,
+        memory: Tensor | None = None,
+        memory_key_padding_mask: Tensor | None = None,
+    ) -> Tensor:
         """Run all blocks on ``x`` ``(B, T, D)`` (already embedded), whose first position is
         ``cache.size`` (0 without a cache).
 

@@ -47,8 +47,9 @@ def elu_feature_map(x: Tensor) -> Tensor:
     return F.elu(x) + 1.0
 
 
-def linear_attention(q: Tensor, k: Tensor, v: Tensor, q_num: Tensor | None = None,
-                     k_num: Tensor | None = None, eps: float = EPS) -> Tensor:
+def linear_attention(
+    q: Tensor, k: Tensor, v: Tensor, q_num: Tensor | None = None, k_num: Tensor | None = None, eps: float = EPS
+) -> Tensor:
     """Non-causal linear attention over already-mapped features (every query sees every key).
 
     Args:
@@ -66,9 +67,16 @@ def linear_attention(q: Tensor, k: Tensor, v: Tensor, q_num: Tensor | None = Non
     return num / (den + eps)
 
 
-def causal_linear_attention(q: Tensor, k: Tensor, v: Tensor, q_num: Tensor | None = None,
-                            k_num: Tensor | None = None, state: tuple[Tensor, Tensor] | None = None,
-                            eps: float = EPS, chunk: int = CHUNK) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+def causal_linear_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    q_num: Tensor | None = None,
+    k_num: Tensor | None = None,
+    state: tuple[Tensor, Tensor] | None = None,
+    eps: float = EPS,
+    chunk: int = CHUNK,
+) -> tuple[Tensor, tuple[Tensor, Tensor]]:
     """Causal linear attention (eq. 8-10): query ``i`` sees the keys ``j <= i`` and every key summed
     into ``state`` before it.
 
@@ -169,9 +177,17 @@ class LinearSelfAttention(MultiHeadAttention):
         ValueError: for a pattern or scheme this mechanism cannot apply (see :meth:`refusal`).
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int, dropout: float = 0.0, scale: bool = True,
-                 bias: bool = True, pattern: AttentionPattern | None = None,
-                 pos_embeddings: PositionalEncoding | None = None) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_head: int,
+        dropout: float = 0.0,
+        scale: bool = True,
+        bias: bool = True,
+        pattern: AttentionPattern | None = None,
+        pos_embeddings: PositionalEncoding | None = None,
+    ) -> None:
         del dropout  # accepted so every mechanism is built alike; there is no score matrix to drop from
         super().__init__(d_model, n_heads, d_head, 0.0, scale, bias)
         self.pattern = FullAttention() if pattern is None else pattern
@@ -192,12 +208,15 @@ class LinearSelfAttention(MultiHeadAttention):
         RoPE (``rotate``) and absolute schemes (``embed``) apply.
         """
         if pe_cls is not None and overrides(pe_cls, PositionalEncoding, "attn_bias"):
-            return (f"positional scheme {pe_cls.__name__} adds a bias to the (Tq, Tk) score matrix, which "
-                    "linear attention never forms")
-        if (pattern is not None and overrides(type(pattern), AttentionPattern, "blocked")
-                and not pattern.is_causal):
-            return (f"pattern {type(pattern).__name__} masks the (Tq, Tk) score matrix, which linear "
-                    "attention never forms; only full and causal apply")
+            return (
+                f"positional scheme {pe_cls.__name__} adds a bias to the (Tq, Tk) score matrix, which "
+                "linear attention never forms"
+            )
+        if pattern is not None and overrides(type(pattern), AttentionPattern, "blocked") and not pattern.is_causal:
+            return (
+                f"pattern {type(pattern).__name__} masks the (Tq, Tk) score matrix, which linear "
+                "attention never forms; only full and causal apply"
+            )
         return None
 
     @override
@@ -205,8 +224,9 @@ class LinearSelfAttention(MultiHeadAttention):
         """Empty running sums for incremental decoding (``capacity`` is not needed)."""
         return RunningSumCache()
 
-    def forward(self, x: Tensor, key_padding_mask: Tensor | None = None,
-                cache: RunningSumCache | None = None) -> Tensor:
+    def forward(
+        self, x: Tensor, key_padding_mask: Tensor | None = None, cache: RunningSumCache | None = None
+    ) -> Tensor:
         """Attend from ``x`` ``(B, T, D)`` to itself (and to the positions summed in ``cache``).
 
         Args:
@@ -223,8 +243,9 @@ class LinearSelfAttention(MultiHeadAttention):
             out = self._attend(q, k, v, key_padding_mask, cache)
         return self.merge_heads(out.to(v.dtype))
 
-    def _attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None,
-                cache: RunningSumCache | None) -> Tensor:
+    def _attend(
+        self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, cache: RunningSumCache | None
+    ) -> Tensor:
         tq = q.shape[2]
         q, k, v_f = _features(q), _features(k), _wide(v)
         if key_padding_mask is not None:
@@ -255,8 +276,9 @@ class LinearCrossAttention(MultiHeadAttention):
     Args: as :class:`LinearSelfAttention` without ``pattern`` and ``pos_embeddings``.
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int, dropout: float = 0.0, scale: bool = True,
-                 bias: bool = True) -> None:
+    def __init__(
+        self, d_model: int, n_heads: int, d_head: int, dropout: float = 0.0, scale: bool = True, bias: bool = True
+    ) -> None:
         del dropout  # accepted so every mechanism is built alike; there is no score matrix to drop from
         super().__init__(d_model, n_heads, d_head, 0.0, scale, bias)
 
@@ -265,8 +287,9 @@ class LinearCrossAttention(MultiHeadAttention):
         """An empty memory summary, filled at the first call."""
         return RunningSumCache()
 
-    def forward(self, x: Tensor, memory: Tensor, key_padding_mask: Tensor | None = None,
-                cache: RunningSumCache | None = None) -> Tensor:
+    def forward(
+        self, x: Tensor, memory: Tensor, key_padding_mask: Tensor | None = None, cache: RunningSumCache | None = None
+    ) -> Tensor:
         """Attend from ``x`` ``(B, T, D)`` to ``memory`` ``(B, S, D)`` (``key_padding_mask`` ``(B, S)``,
         ``True`` = padding); with ``cache`` the memory is summed at the first call and reused."""
         q = self.project_q(x)

@@ -58,8 +58,10 @@ class Mixer:
             ValueError: when ``n_kv_heads`` is set to anything but ``n_heads``.
         """
         if n_kv_heads is not None and n_kv_heads != n_heads:
-            raise ValueError(f"model.n_kv_heads={n_kv_heads}: only model/mixer=gqa uses it (this mixer has "
-                             f"one kv head per query head). Fix: model/mixer=gqa or model.n_kv_heads=null")
+            raise ValueError(
+                f"model.n_kv_heads={n_kv_heads}: only model/mixer=gqa uses it (this mixer has "
+                f"one kv head per query head). Fix: model/mixer=gqa or model.n_kv_heads=null"
+            )
         return None
 
     def refusal(self, pattern: AttentionPattern | None, pe_cls: type | None) -> str | None:  # noqa: ARG002 - interface default: subclasses read both
@@ -67,16 +69,42 @@ class Mixer:
         ``pe_cls`` (``None``: it can). Softmax attention serves every pattern and scheme."""
         return None
 
-    def self_attention(self, d_model: int, n_heads: int, d_head: int, dropout: float, scale: bool,
-                       pattern: AttentionPattern | None, pos_embeddings: PositionalEncoding | None,
-                       n_kv_heads: int | None = None, bias: bool = True) -> nn.Module:
+    def self_attention(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_head: int,
+        dropout: float,
+        scale: bool,
+        pattern: AttentionPattern | None,
+        pos_embeddings: PositionalEncoding | None,
+        n_kv_heads: int | None = None,
+        bias: bool = True,
+    ) -> nn.Module:
         """One block's self-attention (sizes as :class:`~xformer.model.attention.MultiHeadAttention`;
         ``bias``: biases in its projections, ``model.bias``)."""
-        return SelfAttention(d_model, n_heads, d_head, dropout, scale, bias=bias, pattern=pattern,
-                             pos_embeddings=pos_embeddings, n_kv_heads=n_kv_heads)
+        return SelfAttention(
+            d_model,
+            n_heads,
+            d_head,
+            dropout,
+            scale,
+            bias=bias,
+            pattern=pattern,
+            pos_embeddings=pos_embeddings,
+            n_kv_heads=n_kv_heads,
+        )
 
-    def cross_attention(self, d_model: int, n_heads: int, d_head: int, dropout: float, scale: bool,
-                        n_kv_heads: int | None = None, bias: bool = True) -> nn.Module:
+    def cross_attention(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_head: int,
+        dropout: float,
+        scale: bool,
+        n_kv_heads: int | None = None,
+        bias: bool = True,
+    ) -> nn.Module:
         """One decoder block's attention over the encoder output."""
         return CrossAttention(d_model, n_heads, d_head, dropout, scale, bias=bias, n_kv_heads=n_kv_heads)
 
@@ -94,8 +122,9 @@ class GroupedQueryMixer(Mixer):
 
     def kv_heads(self, n_heads: int, n_kv_heads: int | None) -> int | None:
         if n_kv_heads is not None and (n_kv_heads < 1 or n_heads % n_kv_heads):
-            raise ValueError(f"model.n_kv_heads={n_kv_heads}: must divide model.n_heads={n_heads}. "
-                             "Fix: pick a divisor of n_heads")
+            raise ValueError(
+                f"model.n_kv_heads={n_kv_heads}: must divide model.n_heads={n_heads}. Fix: pick a divisor of n_heads"
+            )
         return n_kv_heads
 
 
@@ -105,8 +134,10 @@ class MultiQueryMixer(GroupedQueryMixer):
     @override
     def kv_heads(self, n_heads: int, n_kv_heads: int | None) -> int | None:
         if n_kv_heads not in (None, 1):
-            raise ValueError(f"model.n_kv_heads={n_kv_heads}: model/mixer=mqa has one kv head. "
-                             "Fix: model/mixer=gqa for more, or model.n_kv_heads=null")
+            raise ValueError(
+                f"model.n_kv_heads={n_kv_heads}: model/mixer=mqa has one kv head. "
+                "Fix: model/mixer=gqa for more, or model.n_kv_heads=null"
+            )
         return 1
 
 
@@ -118,13 +149,31 @@ class LinearMixer(Mixer):
         return LinearSelfAttention.refusal(pattern, pe_cls)
 
     @override
-    def self_attention(self, d_model: int, n_heads: int, d_head: int, dropout: float, scale: bool,
-                       pattern: AttentionPattern | None, pos_embeddings: PositionalEncoding | None,
-                       n_kv_heads: int | None = None, bias: bool = True) -> nn.Module:
-        return LinearSelfAttention(d_model, n_heads, d_head, dropout, scale, bias=bias, pattern=pattern,
-                                   pos_embeddings=pos_embeddings)
+    def self_attention(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_head: int,
+        dropout: float,
+        scale: bool,
+        pattern: AttentionPattern | None,
+        pos_embeddings: PositionalEncoding | None,
+        n_kv_heads: int | None = None,
+        bias: bool = True,
+    ) -> nn.Module:
+        return LinearSelfAttention(
+            d_model, n_heads, d_head, dropout, scale, bias=bias, pattern=pattern, pos_embeddings=pos_embeddings
+        )
 
     @override
-    def cross_attention(self, d_model: int, n_heads: int, d_head: int, dropout: float, scale: bool,
-                        n_kv_heads: int | None = None, bias: bool = True) -> nn.Module:
+    def cross_attention(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_head: int,
+        dropout: float,
+        scale: bool,
+        n_kv_heads: int | None = None,
+        bias: bool = True,
+    ) -> nn.Module:
         return LinearCrossAttention(d_model, n_heads, d_head, dropout, scale, bias=bias)

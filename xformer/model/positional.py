@@ -61,8 +61,9 @@ class PositionalEncoding(nn.Module):
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
-        check_derived_flag(cls, "rotates", overrides(cls, PositionalEncoding, "rotate"),
-                           "whether the class overrides rotate()")
+        check_derived_flag(
+            cls, "rotates", overrides(cls, PositionalEncoding, "rotate"), "whether the class overrides rotate()"
+        )
 
     @property
     def rotates(self) -> bool:
@@ -74,8 +75,9 @@ class PositionalEncoding(nn.Module):
         """The hooks of :data:`HOOKS` that ``cls`` overrides (empty for the identity scheme)."""
         return tuple(h for h in HOOKS if overrides(cls, PositionalEncoding, h))
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int, max_len: int | None = None,
-                 causal: bool = False) -> None:
+    def __init__(
+        self, d_model: int, n_heads: int, d_head: int, max_len: int | None = None, causal: bool = False
+    ) -> None:
         super().__init__()
         self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_head
         self.max_len, self.causal = max_len, causal
@@ -86,13 +88,16 @@ class PositionalEncoding(nn.Module):
         larger machine epsilon (bfloat16, float16) keeps the buffer's values and dtype and applies
         only the device move. Buffers hold positional constants (frequencies, slopes, tables), not
         learned state, so rounding them would silently shift every position (see the module doc)."""
-        before = {name: buf for name, buf in self._buffers.items()
-                  if buf is not None and buf.is_floating_point()}
+        before = {name: buf for name, buf in self._buffers.items() if buf is not None and buf.is_floating_point()}
         out = super()._apply(fn, recurse)
         for name, old in before.items():
             new = self._buffers.get(name)
-            if (new is not None and new.is_floating_point() and new.dtype != old.dtype
-                    and torch.finfo(new.dtype).eps > torch.finfo(old.dtype).eps):
+            if (
+                new is not None
+                and new.is_floating_point()
+                and new.dtype != old.dtype
+                and torch.finfo(new.dtype).eps > torch.finfo(old.dtype).eps
+            ):
                 self._buffers[name] = old.to(device=new.device)
         return out
 
@@ -133,8 +138,9 @@ def sinusoid_table(n_pos: int, d_model: int, dtype: torch.dtype = torch.float32)
 def sinusoid_rows(pos: Tensor, d_model: int) -> Tensor:
     """Rows ``pos`` (``(T,)`` integer tensor) of :func:`sinusoid_table`, computed directly (float64)."""
     p = pos.to(torch.float64)[:, None]
-    inv_freq = torch.exp(-math.log(10000.0) * torch.arange(0, d_model, 2, dtype=torch.float64,
-                                                           device=pos.device) / d_model)
+    inv_freq = torch.exp(
+        -math.log(10000.0) * torch.arange(0, d_model, 2, dtype=torch.float64, device=pos.device) / d_model
+    )
     rows = torch.stack((torch.sin(p * inv_freq), torch.cos(p * inv_freq)), dim=-1).flatten(-2)
     return rows[:, :d_model].to(torch.float32)
 
@@ -150,8 +156,9 @@ class Sinusoidal(PositionalEncoding):
 
     bounded = True
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int, max_len: int | None = None,
-                 causal: bool = False) -> None:
+    def __init__(
+        self, d_model: int, n_heads: int, d_head: int, max_len: int | None = None, causal: bool = False
+    ) -> None:
         super().__init__(d_model, n_heads, d_head, max_len, causal)
         self.register_buffer("table", sinusoid_table(max_len or 1024, d_model), persistent=False)
 
@@ -175,21 +182,23 @@ class Learned(PositionalEncoding):
 
     bounded = True
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int, max_len: int | None = None,
-                 causal: bool = False) -> None:
+    def __init__(
+        self, d_model: int, n_heads: int, d_head: int, max_len: int | None = None, causal: bool = False
+    ) -> None:
         super().__init__(d_model, n_heads, d_head, max_len, causal)
         if not max_len:
             raise ValueError("model.max_len: learned positions need a finite max_len")
-        self.weight = nn.Parameter(torch.randn(max_len, d_model) * d_model ** -0.5)
+        self.weight = nn.Parameter(torch.randn(max_len, d_model) * d_model**-0.5)
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
         # the bound is checked outside training and on the CPU only, where reading ``pos.max()`` costs
         # no device sync: training inputs are validated against max_len before training, and
         # evaluation, decoding and translate cut inputs and outputs to max_len beforehand
-        if (not self.training and pos.device.type == "cpu" and pos.numel()
-                and int(pos.max()) >= self.weight.shape[0]):
-            raise IndexError(f"position {int(pos.max())} >= model.max_len={self.weight.shape[0]} "
-                             "(learned positions cannot extrapolate)")
+        if not self.training and pos.device.type == "cpu" and pos.numel() and int(pos.max()) >= self.weight.shape[0]:
+            raise IndexError(
+                f"position {int(pos.max())} >= model.max_len={self.weight.shape[0]} "
+                "(learned positions cannot extrapolate)"
+            )
         return x + self.weight[pos].to(x.dtype)
 
 
@@ -203,8 +212,15 @@ class RoPE(PositionalEncoding):
         ValueError: if ``d_head`` is odd.
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int, max_len: int | None = None,
-                 causal: bool = False, base: float = 10000.0) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_head: int,
+        max_len: int | None = None,
+        causal: bool = False,
+        base: float = 10000.0,
+    ) -> None:
         super().__init__(d_model, n_heads, d_head, max_len, causal)
         if d_head % 2:
             raise ValueError(f"model.d_head={d_head}: rope needs an even head size")
@@ -229,7 +245,7 @@ def alibi_slopes(n_heads: int) -> Tensor:
 
     def power_of_two(n: int) -> list[float]:
         start = 2 ** (-(2 ** -(math.log2(n) - 3)))
-        return [start * start ** i for i in range(n)]
+        return [start * start**i for i in range(n)]
 
     if math.log2(n_heads).is_integer():
         slopes = power_of_two(n_heads)
@@ -246,8 +262,9 @@ class ALiBi(PositionalEncoding):
     bidirectional stack the symmetric distance is used.
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int, max_len: int | None = None,
-                 causal: bool = False) -> None:
+    def __init__(
+        self, d_model: int, n_heads: int, d_head: int, max_len: int | None = None, causal: bool = False
+    ) -> None:
         super().__init__(d_model, n_heads, d_head, max_len, causal)
         self.register_buffer("slopes", alibi_slopes(n_heads).float(), persistent=False)
 
@@ -265,8 +282,16 @@ class T5RelativeBias(PositionalEncoding):
     bidirectional stack splits the buckets between the two directions.
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int, max_len: int | None = None,
-                 causal: bool = False, num_buckets: int = 32, max_distance: int = 128) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_head: int,
+        max_len: int | None = None,
+        causal: bool = False,
+        num_buckets: int = 32,
+        max_distance: int = 128,
+    ) -> None:
         super().__init__(d_model, n_heads, d_head, max_len, causal)
         self.num_buckets, self.max_distance = num_buckets, max_distance
         self.bias = nn.Embedding(num_buckets, n_heads)
@@ -284,10 +309,14 @@ class T5RelativeBias(PositionalEncoding):
             rel = (-rel).clamp(min=0)
         max_exact = n // 2
         is_small = rel < max_exact
-        large = max_exact + (
-            torch.log(rel.float().clamp(min=1) / max_exact) / math.log(self.max_distance / max_exact)
-            * (n - max_exact)
-        ).long()
+        large = (
+            max_exact
+            + (
+                torch.log(rel.float().clamp(min=1) / max_exact)
+                / math.log(self.max_distance / max_exact)
+                * (n - max_exact)
+            ).long()
+        )
         large = large.clamp(max=n - 1)
         return out + torch.where(is_small, rel, large)
 

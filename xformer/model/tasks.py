@@ -53,12 +53,13 @@ def tagger_labels(src: Tensor, tgt: Tensor, pad: int, eos: int) -> Tensor:
     """
     labels = torch.full_like(src, pad)
     n = min(src.shape[1], tgt.shape[1] - 1)
-    labels[:, :n] = tgt[:, 1:1 + n]
+    labels[:, :n] = tgt[:, 1 : 1 + n]
     return labels.masked_fill_((labels == eos) | (src == pad), pad)
 
 
-def fit_batch_to_positions(batch: dict, limit: int | None, pad: int, eos: int,
-                           prefix_lm: bool = False) -> tuple[dict, Tensor]:
+def fit_batch_to_positions(
+    batch: dict, limit: int | None, pad: int, eos: int, prefix_lm: bool = False
+) -> tuple[dict, Tensor]:
     """Cut a sequence-to-sequence batch so the model never sees a position ``>= limit``.
 
     Sources longer than the limit keep their first ``limit - 1`` tokens and end in ``eos`` (as every

@@ -37,11 +37,11 @@ class EncoderDecoder(ModelBase):
             raise ConfigError("model.n_encoder_layers/n_decoder_layers: an encoder-decoder needs >= 1 of each")
         tie = kwargs.get("tie_embeddings", True)
         self.tgt_embed = self._embedding(tgt_vocab_size)
-        self.src_embed = (self.tgt_embed if tie and src_vocab_size == tgt_vocab_size
-                          else self._embedding(src_vocab_size))
+        self.src_embed = self.tgt_embed if tie and src_vocab_size == tgt_vocab_size else self._embedding(src_vocab_size)
         patterns = self.stack_patterns(self.pattern)
-        self.encoder = self._stack(EncoderLayer, n_enc, patterns["encoder"], causal=self.pattern.is_causal,
-                                   name="encoder")
+        self.encoder = self._stack(
+            EncoderLayer, n_enc, patterns["encoder"], causal=self.pattern.is_causal, name="encoder"
+        )
         self.decoder = self._stack(DecoderLayer, n_dec, patterns["decoder"], causal=True, name="decoder")
         self.head = nn.Linear(self.d_model, tgt_vocab_size, bias=False)
         self._init_linear()
@@ -53,8 +53,14 @@ class EncoderDecoder(ModelBase):
         mask = self._padding(src, src_key_padding_mask)
         return self.encoder(self._embed(self.src_embed, self.encoder, src), key_padding_mask=mask)
 
-    def decode(self, tgt: Tensor, memory: Tensor, memory_key_padding_mask: Tensor | None = None,
-               tgt_key_padding_mask: Tensor | None = None, cache: StackCache | None = None) -> Tensor:
+    def decode(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        memory_key_padding_mask: Tensor | None = None,
+        tgt_key_padding_mask: Tensor | None = None,
+        cache: StackCache | None = None,
+    ) -> Tensor:
         """Logits ``(B, T, V)`` for target ids ``tgt`` ``(B, T)`` given ``memory`` ``(B, S, D)``.
 
         Incremental decoding: pass ``cache = model.new_cache()`` and feed only the new tokens each
@@ -64,8 +70,9 @@ class EncoderDecoder(ModelBase):
         start = 0 if cache is None else cache.size
         mask = tgt_key_padding_mask if cache is not None else self._padding(tgt, tgt_key_padding_mask)
         x = self._embed(self.tgt_embed, self.decoder, tgt, start)
-        x = self.decoder(x, key_padding_mask=mask, cache=cache, memory=memory,
-                         memory_key_padding_mask=memory_key_padding_mask)
+        x = self.decoder(
+            x, key_padding_mask=mask, cache=cache, memory=memory, memory_key_padding_mask=memory_key_padding_mask
+        )
         return self.head(x)
 
     def new_cache(self, capacity: int | None = None) -> StackCache:
@@ -73,13 +80,17 @@ class EncoderDecoder(ModelBase):
         (``None``: they grow as needed)."""
         return self.decoder.new_cache(capacity)
 
-    def forward(self, src: Tensor, tgt: Tensor, src_key_padding_mask: Tensor | None = None,
-                tgt_key_padding_mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self,
+        src: Tensor,
+        tgt: Tensor,
+        src_key_padding_mask: Tensor | None = None,
+        tgt_key_padding_mask: Tensor | None = None,
+    ) -> Tensor:
         """Teacher-forced logits ``(B, T, V_tgt)`` for ``src`` ``(B, S)`` and ``tgt`` ``(B, T)``."""
         src_mask = self._padding(src, src_key_padding_mask)
         memory = self.encode(src, src_mask)
-        return self.decode(tgt, memory, memory_key_padding_mask=src_mask,
-                           tgt_key_padding_mask=tgt_key_padding_mask)
+        return self.decode(tgt, memory, memory_key_padding_mask=src_mask, tgt_key_padding_mask=tgt_key_padding_mask)
 
     # -- task glue ------------------------------------------------------------------------------
     @override
@@ -89,9 +100,18 @@ class EncoderDecoder(ModelBase):
         return self(src, tgt[:, :-1]), tgt[:, 1:]
 
     @override
-    def generate(self, batch: dict, bos_id: int, eos_id: int, pad_id: int, max_len_a: float = 1.5,
-                 max_len_b: int = 10, beam_size: int = 1, alpha: float = 0.6,
-                 logits: Tensor | None = None) -> list[list[int]]:
+    def generate(
+        self,
+        batch: dict,
+        bos_id: int,
+        eos_id: int,
+        pad_id: int,
+        max_len_a: float = 1.5,
+        max_len_b: int = 10,
+        beam_size: int = 1,
+        alpha: float = 0.6,
+        logits: Tensor | None = None,
+    ) -> list[list[int]]:
         """Greedy decoding (``beam_size=1``) or beam search with length penalty ``alpha`` from
         ``batch["src"]``, at most ``max_len_a · S + max_len_b`` tokens (and ``max_len``)."""
         src = batch["src"]
@@ -102,8 +122,10 @@ class EncoderDecoder(ModelBase):
 
     def check_data(self, dm) -> None:
         if dm.task == "lm":
-            raise ConfigError(f"model/arch=encoder_decoder: data {type(dm).__name__} is a language-modelling "
-                              "task; use model/arch=decoder_only")
+            raise ConfigError(
+                f"model/arch=encoder_decoder: data {type(dm).__name__} is a language-modelling "
+                "task; use model/arch=decoder_only"
+            )
 
 
 class DecoderOnly(ModelBase):
@@ -126,8 +148,9 @@ class DecoderOnly(ModelBase):
         if n_dec < 1:
             raise ConfigError("model.n_decoder_layers: a decoder-only model needs >= 1 layer")
         self.tgt_embed = self._embedding(tgt_vocab_size)
-        self.decoder = self._stack(EncoderLayer, n_dec, self.stack_patterns(self.pattern)["decoder"], causal=True,
-                                   name="decoder")
+        self.decoder = self._stack(
+            EncoderLayer, n_dec, self.stack_patterns(self.pattern)["decoder"], causal=True, name="decoder"
+        )
         self.head = nn.Linear(self.d_model, tgt_vocab_size, bias=False)
         self._init_linear()
         if kwargs.get("tie_embeddings", True):
@@ -138,8 +161,9 @@ class DecoderOnly(ModelBase):
         (``None``: they grow as needed)."""
         return self.decoder.new_cache(capacity)
 
-    def forward(self, tgt: Tensor, tgt_key_padding_mask: Tensor | None = None,
-                cache: StackCache | None = None) -> Tensor:
+    def forward(
+        self, tgt: Tensor, tgt_key_padding_mask: Tensor | None = None, cache: StackCache | None = None
+    ) -> Tensor:
         """Next-token logits ``(B, T, V)`` for ``tgt`` ``(B, T)``; with ``cache`` feed only new tokens."""
         start = 0 if cache is None else cache.size
         mask = tgt_key_padding_mask if cache is not None else self._padding(tgt, tgt_key_padding_mask)
@@ -165,9 +189,18 @@ class DecoderOnly(ModelBase):
         return self(seq), labels
 
     @override
-    def generate(self, batch: dict, bos_id: int, eos_id: int, pad_id: int, max_len_a: float = 1.5,
-                 max_len_b: int = 10, beam_size: int = 1, alpha: float = 0.6,
-                 logits: Tensor | None = None) -> list[list[int]]:
+    def generate(
+        self,
+        batch: dict,
+        bos_id: int,
+        eos_id: int,
+        pad_id: int,
+        max_len_a: float = 1.5,
+        max_len_b: int = 10,
+        beam_size: int = 1,
+        alpha: float = 0.6,
+        logits: Tensor | None = None,
+    ) -> list[list[int]]:
         """Greedy continuation of each prompt (source + BOS, or the batch's own ``prompt_len``
         tokens), within ``max_len`` positions in all; ``beam_size`` and ``alpha`` are not used."""
         if "src" in batch:
@@ -183,8 +216,10 @@ class DecoderOnly(ModelBase):
 
     def check_data(self, dm) -> None:
         if dm.task != "lm" and dm.src_vocab_size != dm.tgt_vocab_size:
-            raise ConfigError("model/arch=decoder_only: source and target vocabularies differ; "
-                              "use a joint vocabulary for prefix-LM training")
+            raise ConfigError(
+                "model/arch=decoder_only: source and target vocabularies differ; "
+                "use a joint vocabulary for prefix-LM training"
+            )
 
     def positions_needed(self, dm) -> int:
         """Source and target share one sequence in prefix-LM training; a language model reads all
@@ -216,8 +251,13 @@ class EncoderOnly(ModelBase):
         if n_enc < 1:
             raise ConfigError("model.n_encoder_layers: an encoder-only model needs >= 1 layer")
         self.src_embed = self._embedding(src_vocab_size)
-        self.encoder = self._stack(EncoderLayer, n_enc, self.stack_patterns(self.pattern)["encoder"],
-                                   causal=self.pattern.is_causal, name="encoder")
+        self.encoder = self._stack(
+            EncoderLayer,
+            n_enc,
+            self.stack_patterns(self.pattern)["encoder"],
+            causal=self.pattern.is_causal,
+            name="encoder",
+        )
         self.head = nn.Linear(self.d_model, tgt_vocab_size, bias=self.bias)
         self._init_linear()
         if kwargs.get("tie_embeddings", True) and src_vocab_size == tgt_vocab_size:
@@ -235,24 +275,37 @@ class EncoderOnly(ModelBase):
         return self(src), tagger_labels(src, batch["tgt"], pad_id, eos_id)
 
     @override
-    def generate(self, batch: dict, bos_id: int, eos_id: int, pad_id: int, max_len_a: float = 1.5,
-                 max_len_b: int = 10, beam_size: int = 1, alpha: float = 0.6,
-                 logits: Tensor | None = None) -> list[list[int]]:
+    def generate(
+        self,
+        batch: dict,
+        bos_id: int,
+        eos_id: int,
+        pad_id: int,
+        max_len_a: float = 1.5,
+        max_len_b: int = 10,
+        beam_size: int = 1,
+        alpha: float = 0.6,
+        logits: Tensor | None = None,
+    ) -> list[list[int]]:
         """One label per source token: the best ordinary label (labels never hold PAD, BOS or EOS,
         so neither do predictions); the length limits and beam settings are not used."""
         if logits is None:
             logits, _ = self.logits_and_labels(batch, pad_id, eos_id)
         pred = ban(logits, pad_id, bos_id, eos_id).argmax(-1)
         lens = (batch["src"] != pad_id).sum(1).tolist()
-        return [pred[b, :lens[b]].tolist() for b in range(pred.shape[0])]
+        return [pred[b, : lens[b]].tolist() for b in range(pred.shape[0])]
 
     def check_data(self, dm) -> None:
         if dm.task == "lm":
-            raise ConfigError("model/arch=encoder_only: needs a length-preserving seq2seq task "
-                              "(data=copy, reverse or sort); got a language-modelling task")
+            raise ConfigError(
+                "model/arch=encoder_only: needs a length-preserving seq2seq task "
+                "(data=copy, reverse or sort); got a language-modelling task"
+            )
         if not getattr(dm, "length_preserving", False):
-            raise ConfigError(f"model/arch=encoder_only: data {type(dm).__name__} is not length-preserving; "
-                              "use data=copy, reverse or sort (tagging needs one label per source token)")
+            raise ConfigError(
+                f"model/arch=encoder_only: data {type(dm).__name__} is not length-preserving; "
+                "use data=copy, reverse or sort (tagging needs one label per source token)"
+            )
 
 
 Transformer = EncoderDecoder

@@ -223,11 +223,20 @@ def load_job(path: Path) -> Job:
     if status == DIVERGED and div_step is None:
         found = re.search(r"at step (\d+)", error)
         div_step = int(found.group(1)) if found else summary.get("global_step")
-    return Job(path=path, status=status, overrides=overrides, config=config if isinstance(config, dict) else {},
-               choices={str(k): v for k, v in choices.items()}, metrics=metrics, params=params,
-               wall_time_s=summary.get("wall_time_s"), global_step=summary.get("global_step"),
-               diverged_step=int(div_step) if _is_number(div_step) else None, error=error,
-               tokens_seen=int(summary["tokens_seen"]) if _is_number(summary.get("tokens_seen")) else None)
+    return Job(
+        path=path,
+        status=status,
+        overrides=overrides,
+        config=config if isinstance(config, dict) else {},
+        choices={str(k): v for k, v in choices.items()},
+        metrics=metrics,
+        params=params,
+        wall_time_s=summary.get("wall_time_s"),
+        global_step=summary.get("global_step"),
+        diverged_step=int(div_step) if _is_number(div_step) else None,
+        error=error,
+        tokens_seen=int(summary["tokens_seen"]) if _is_number(summary.get("tokens_seen")) else None,
+    )
 
 
 def _is_number(v: Any) -> bool:
@@ -381,13 +390,18 @@ def group_jobs(jobs: list[Job], keys: list[str]) -> tuple[list[Group], list[Job]
     all_names = sorted({m for j in jobs if j.finished for m in j.metrics})
     for g in groups:
         names = sorted({m for j in g.jobs for m in j.metrics}) if g.jobs else all_names
-        g.stats = {m: s for m in names
-                   if (s := Stat.of([j.metrics[m] for j in g.jobs if m in j.metrics]
-                                    + [math.nan] * len(g.diverged))) is not None}
+        g.stats = {
+            m: s
+            for m in names
+            if (s := Stat.of([j.metrics[m] for j in g.jobs if m in j.metrics] + [math.nan] * len(g.diverged)))
+            is not None
+        }
         counted = g.jobs + g.diverged
         roles = sorted({r for j in counted for r in j.params})
-        g.params = {r: sum(j.params[r] for j in counted if r in j.params) /
-                    sum(1 for j in counted if r in j.params) for r in roles}
+        g.params = {
+            r: sum(j.params[r] for j in counted if r in j.params) / sum(1 for j in counted if r in j.params)
+            for r in roles
+        }
     failed = [j for j in jobs if not j.finished and not j.diverged]
     return groups, failed
 
@@ -405,8 +419,16 @@ def aggregate_jobs(jobs: list[Job], dirs: list[Path] | None = None) -> Sweep:
     fixed = {k: jobs[0].value(k) for k in shared}
     groups, failed = group_jobs(jobs, keys)
     metric_keys = sorted({m for j in jobs if j.finished for m in j.metrics})
-    return Sweep(dirs=list(dirs or []), jobs=jobs, swept_keys=keys, fixed=fixed, groups=groups,
-                 failed=failed, metric_keys=metric_keys, diverged=[j for j in jobs if j.diverged])
+    return Sweep(
+        dirs=list(dirs or []),
+        jobs=jobs,
+        swept_keys=keys,
+        fixed=fixed,
+        groups=groups,
+        failed=failed,
+        metric_keys=metric_keys,
+        diverged=[j for j in jobs if j.diverged],
+    )
 
 
 def aggregate(dirs: list[Path | str]) -> Sweep:
@@ -428,8 +450,9 @@ def aggregate(dirs: list[Path | str]) -> Sweep:
 
 
 # -- logged history -----------------------------------------------------------------------------
-def read_curves(job: Job, keys: Iterable[str] = ("train/loss", "val/loss")
-                ) -> dict[str, tuple[list[float], list[float]]]:
+def read_curves(
+    job: Job, keys: Iterable[str] = ("train/loss", "val/loss")
+) -> dict[str, tuple[list[float], list[float]]]:
     """``{metric: (steps, values)}`` for ``keys`` from the job's ``csv/metrics.csv`` (Lightning's
     CSVLogger: sparse rows, empty cells skipped; non-finite values kept). Missing file → ``{}``."""
     if job.curves is not None:
@@ -461,8 +484,16 @@ def read_curves(job: Job, keys: Iterable[str] = ("train/loss", "val/loss")
     return out
 
 
-MAIN_METRICS = ("val/loss", "val/ppl", "val/acc", "val/bleu", "val/exact_match",
-                "test/loss", "test/bleu", "test/exact_match")
+MAIN_METRICS = (
+    "val/loss",
+    "val/ppl",
+    "val/acc",
+    "val/bleu",
+    "val/exact_match",
+    "test/loss",
+    "test/bleu",
+    "test/exact_match",
+)
 
 
 def main_metrics(sweep: Sweep, first: str | None = None, limit: int = 10) -> list[str]:

@@ -45,8 +45,12 @@ def bench_exponents(section: dict) -> list[tuple[str, str, float]]:
     found = []
     for path, v in leaves(section):
         text = ".".join(path).lower()
-        if (isinstance(v, (int, float)) and not isinstance(v, bool) and ("exponent" in text or "slope" in text)
-                and path[-1].lower() not in ("r2", "intercept", "stderr", "n")):
+        if (
+            isinstance(v, (int, float))
+            and not isinstance(v, bool)
+            and ("exponent" in text or "slope" in text)
+            and path[-1].lower() not in ("r2", "intercept", "stderr", "n")
+        ):
             kind = _kind(text)
             if kind:
                 found.append((".".join(path), kind, float(v)))
@@ -74,9 +78,10 @@ def fit_rows(section: Any) -> list[tuple[str, str, float]]:
     out = []
     fields = sorted({k for r in rows for k, v in r.items() if k != "n" and isinstance(v, (int, float)) and _kind(k)})
     for f in fields:
-        pts = sorted((float(r["n"]), float(r[f])) for r in rows if isinstance(r.get(f), (int, float))
-                     and r[f] > 0 and r["n"] > 0)
-        pts = pts[len(pts) // 2:] if len(pts) >= 4 else pts
+        pts = sorted(
+            (float(r["n"]), float(r[f])) for r in rows if isinstance(r.get(f), (int, float)) and r[f] > 0 and r["n"] > 0
+        )
+        pts = pts[len(pts) // 2 :] if len(pts) >= 4 else pts
         if len(pts) < 2:
             continue
         xs, ys = [math.log(x) for x, _ in pts], [math.log(y) for _, y in pts]

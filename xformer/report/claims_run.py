@@ -120,8 +120,9 @@ def inspect(name: str, scale: str, extra: list[str] = ()) -> ClaimSweep:
     from xformer.jobs.sweep_resume import ResumeSweep, describe_diff, recorded_config
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=[f"experiment=claims/{name}", f"scale={scale}", *extra],
-                      return_hydra_config=True)
+        cfg = compose(
+            "config", overrides=[f"experiment=claims/{name}", f"scale={scale}", *extra], return_hydra_config=True
+        )
         sweep_dir = Path(str(cfg.hydra.sweep.dir))
         jobs = sweep_jobs(cfg)
         out = ClaimSweep(name, scale, sweep_dir, jobs, [_job_state(sweep_dir / str(n)) for n in range(len(jobs))])
@@ -136,13 +137,17 @@ def inspect(name: str, scale: str, extra: list[str] = ()) -> ClaimSweep:
 
 def format_listing(sweeps: list[ClaimSweep], results: Path) -> str:
     """One line per claim sweep: jobs finished / to resume / to run, the folder and its report."""
-    lines = [f"{'claim config':<24} {'scale':<5} {'jobs':>4} {'done':>4} {'resume':>6} {'to run':>6}  sweep dir -> report"]
+    lines = [
+        f"{'claim config':<24} {'scale':<5} {'jobs':>4} {'done':>4} {'resume':>6} {'to run':>6}  sweep dir -> report"
+    ]
     for s in sweeps:
         todo = len(s.states) - s.count("finished") - s.count("resumable")
         report = results / s.name / "report.md"
-        lines.append(f"{s.name:<24} {s.scale:<5} {len(s.states):>4} {s.count('finished'):>4} "
-                     f"{s.count('resumable'):>6} {todo:>6}  {s.sweep_dir} -> "
-                     f"{report if report.is_file() else '(no report yet)'}")
+        lines.append(
+            f"{s.name:<24} {s.scale:<5} {len(s.states):>4} {s.count('finished'):>4} "
+            f"{s.count('resumable'):>6} {todo:>6}  {s.sweep_dir} -> "
+            f"{report if report.is_file() else '(no report yet)'}"
+        )
         if s.refused:
             lines.append(f"  refused: the folder holds another config, {s.refused}")
         elif not s.complete:
@@ -161,16 +166,26 @@ def run_sweep(s: ClaimSweep, extra: list[str]) -> int:
     """Run the claim's sweep (``python run.py ... -m`` in a subprocess, output passed through) and
     log its wall time in ``<sweep dir>/.xformer/claims_runs.json``; return its exit status."""
     cmd = [sys.executable, str(REPO / "run.py"), *s.command(extra)[2:]]
-    print(f"== {s.name}: {shlex.join(s.command(extra))}  ({s.count('finished')} of {len(s.states)} jobs "
-          f"finished, {s.count('resumable')} to resume)", flush=True)
+    print(
+        f"== {s.name}: {shlex.join(s.command(extra))}  ({s.count('finished')} of {len(s.states)} jobs "
+        f"finished, {s.count('resumable')} to resume)",
+        flush=True,
+    )
     t0, started = time.time(), time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    rc = subprocess.call(cmd, env={**os.environ, "PYTHONPATH": os.pathsep.join(
-        filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))})
+    rc = subprocess.call(
+        cmd, env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    )
     wall = time.time() - t0
     runs = _load_runs(s.sweep_dir)
-    runs.append({"started": started, "wall_s": round(wall, 1), "exit": rc, "command": shlex.join(s.command(extra)),
-                 "jobs_before": {"finished": s.count("finished"), "resumable": s.count("resumable"),
-                                 "total": len(s.states)}})
+    runs.append(
+        {
+            "started": started,
+            "wall_s": round(wall, 1),
+            "exit": rc,
+            "command": shlex.join(s.command(extra)),
+            "jobs_before": {"finished": s.count("finished"), "resumable": s.count("resumable"), "total": len(s.states)},
+        }
+    )
     (s.sweep_dir / RUNS_LOG).parent.mkdir(parents=True, exist_ok=True)
     (s.sweep_dir / RUNS_LOG).write_text(json.dumps(runs, indent=2))
     print(f"== {s.name}: sweep exited {rc} after {wall:.0f} s", flush=True)
@@ -187,10 +202,14 @@ def write_jobs_csv(sweep_dir: Path, path: Path) -> int:
         except (OSError, ValueError):
             m = {"status": _job_state(job)}
         metrics = m.get("metrics") or {}
-        row = {"job": int(job.name), "overrides": " ".join((m.get("job") or {}).get("overrides") or []),
-               "status": m.get("status"), "seed": (m.get("config") or {}).get("seed"),
-               "objective": (m.get("objective") or {}).get("metric"),
-               "objective_value": (m.get("objective") or {}).get("value")}
+        row = {
+            "job": int(job.name),
+            "overrides": " ".join((m.get("job") or {}).get("overrides") or []),
+            "status": m.get("status"),
+            "seed": (m.get("config") or {}).get("seed"),
+            "objective": (m.get("objective") or {}).get("metric"),
+            "objective_value": (m.get("objective") or {}).get("value"),
+        }
         for key in ("test/loss", "val/loss", "test/bleu", "val/bleu", "test/ppl", "val/ppl", "test/exact_match"):
             row[key] = metrics.get(key)
         row.update(wall_time_s=m.get("wall_time_s"), global_step=m.get("global_step"))
@@ -206,8 +225,12 @@ def write_jobs_csv(sweep_dir: Path, path: Path) -> int:
 
 def _commit() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                              timeout=10).stdout.strip() or "unknown"
+        return (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+            or "unknown"
+        )
     except (OSError, subprocess.SubprocessError):
         return "unknown"
 
@@ -229,26 +252,41 @@ def write_run_md(s: ClaimSweep, out: Path, extra: list[str]) -> Path:
             job_time += float(json.loads((job / "metrics.json").read_text()).get("wall_time_s") or 0)
         except (OSError, ValueError, NotADirectoryError):
             continue
-    launcher = "two jobs side by side, one thread each (hydra/launcher=joblib_cpu)" if s.scale == "cpu" \
+    launcher = (
+        "two jobs side by side, one thread each (hydra/launcher=joblib_cpu)"
+        if s.scale == "cpu"
         else "one job at a time (basic launcher)"
+    )
     lines = [
-        "# How this report was made", "",
+        "# How this report was made",
+        "",
         "    export XFORMER_DATA=/path/to/data   # tinyshakespeare/, multi30k/",
-        f"    xformer claims run --scale {s.scale} {s.name}" + (f" -- {shlex.join(extra)}" if extra else ""), "",
-        "which runs (resumably: a finished job is skipped, an interrupted one continues from its last.ckpt)", "",
+        f"    xformer claims run --scale {s.scale} {s.name}" + (f" -- {shlex.join(extra)}" if extra else ""),
+        "",
+        "which runs (resumably: a finished job is skipped, an interrupted one continues from its last.ckpt)",
+        "",
         f"    {shlex.join(s.command(extra))}      # sweep folder {s.sweep_dir}",
-        f"    xformer report {s.sweep_dir} --out {out}", "",
+        f"    xformer report {s.sweep_dir} --out {out}",
+        "",
         f"Jobs: {len(jobs)} ({finished} finished), {launcher}.",
-        (f"Wall time of the sweep: {total:.0f} s ({total / 60:.1f} min) over {len(runs)} invocation(s)"
-         + (": " + ", ".join(f"{r['wall_s']:.0f} s" for r in runs) if len(runs) > 1 else "") if runs else
-         "Wall time of the sweep: not recorded (it was not run by `xformer claims run`)")
+        (
+            f"Wall time of the sweep: {total:.0f} s ({total / 60:.1f} min) over {len(runs)} invocation(s)"
+            + (": " + ", ".join(f"{r['wall_s']:.0f} s" for r in runs) if len(runs) > 1 else "")
+            if runs
+            else "Wall time of the sweep: not recorded (it was not run by `xformer claims run`)"
+        )
         + f"; the jobs' own wall times add up to {job_time:.0f} s ({job_time / 60:.1f} min).",
         f"Machine: {platform.node() or 'unknown'}, {os.cpu_count()} CPUs, {platform.platform()}; "
-        f"commit {_commit()}. Per-job data: `jobs.csv`.", "",
+        f"commit {_commit()}. Per-job data: `jobs.csv`.",
+        "",
         "| invocation started | wall time (s) | exit | jobs finished before / total |",
         "|---|---|---|---|",
-        *(f"| {r['started']} | {r['wall_s']:.0f} | {r['exit']} | {r['jobs_before']['finished']} / "
-          f"{r['jobs_before']['total']} |" for r in runs), "",
+        *(
+            f"| {r['started']} | {r['wall_s']:.0f} | {r['exit']} | {r['jobs_before']['finished']} / "
+            f"{r['jobs_before']['total']} |"
+            for r in runs
+        ),
+        "",
     ]
     path = out / "run.md"
     out.mkdir(parents=True, exist_ok=True)
@@ -263,8 +301,10 @@ def publish(s: ClaimSweep, results: Path, extra: list[str]) -> int:
 
     out = results / s.name
     if not s.sweep_dir.is_dir():
-        print(f"error: {s.name}: no sweep folder {s.sweep_dir} yet; run: xformer claims run --scale {s.scale} {s.name}",
-              file=sys.stderr)
+        print(
+            f"error: {s.name}: no sweep folder {s.sweep_dir} yet; run: xformer claims run --scale {s.scale} {s.name}",
+            file=sys.stderr,
+        )
         return 2
     rc = report_cli.main([str(s.sweep_dir), "--out", str(out)])
     if rc == 0:
@@ -275,12 +315,18 @@ def publish(s: ClaimSweep, results: Path, extra: list[str]) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="xformer claims", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    p = argparse.ArgumentParser(
+        prog="xformer claims",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
     sub = p.add_subparsers(dest="command", required=True)
-    for cmd, text in (("list", "show each claim sweep's state and what `run` would start"),
-                      ("run", "run what is missing, then publish the reports"),
-                      ("report", "publish the reports of the sweeps as they are")):
+    for cmd, text in (
+        ("list", "show each claim sweep's state and what `run` would start"),
+        ("run", "run what is missing, then publish the reports"),
+        ("report", "publish the reports of the sweeps as they are"),
+    ):
         q = sub.add_parser(cmd, help=text)
         q.add_argument("names", nargs="*", metavar="NAME", help="claim config (c1_ffn_ratio) or claim id (C1)")
         q.add_argument("--scale", choices=("cpu", "gpu"), default="cpu", help="CPU form (default) or GPU form")
@@ -299,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     extra: list[str] = []
     if "--" in argv:
         i = argv.index("--")
-        argv, extra = argv[:i], argv[i + 1:]
+        argv, extra = argv[:i], argv[i + 1 :]
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as e:
@@ -316,13 +362,18 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         status = 0
         if args.command == "run" and not os.environ.get("XFORMER_DATA"):
-            raise UsageError("XFORMER_DATA is not set: export XFORMER_DATA=/path/to/data (a folder with "
-                             "tinyshakespeare/input.txt and multi30k/)")
+            raise UsageError(
+                "XFORMER_DATA is not set: export XFORMER_DATA=/path/to/data (a folder with "
+                "tinyshakespeare/input.txt and multi30k/)"
+            )
         for s in sweeps:
             if args.command == "run":
                 if s.refused:
-                    print(f"error: {s.name}: {s.sweep_dir} holds another config ({s.refused}); move that folder "
-                          f"away or set XFORMER_RUNS to start a new one", file=sys.stderr)
+                    print(
+                        f"error: {s.name}: {s.sweep_dir} holds another config ({s.refused}); move that folder "
+                        f"away or set XFORMER_RUNS to start a new one",
+                        file=sys.stderr,
+                    )
                     status = max(status, 2)
                     continue
                 if not s.complete:

@@ -34,14 +34,28 @@ from .plots import plot_verdict, write_plots
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``xformer report``."""
-    p = argparse.ArgumentParser(prog="xformer report", description=__doc__.split("\n\n")[1],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("dirs", nargs="*", type=Path, metavar="DIR",
-                   help="sweep folder(s) (multirun/<date>/<time>), searched recursively for jobs")
+    p = argparse.ArgumentParser(
+        prog="xformer report",
+        description=__doc__.split("\n\n")[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "dirs",
+        nargs="*",
+        type=Path,
+        metavar="DIR",
+        help="sweep folder(s) (multirun/<date>/<time>), searched recursively for jobs",
+    )
     p.add_argument("--out", type=Path, metavar="OUTDIR", help="where report.md and the PNGs go (default: first DIR)")
     p.add_argument("--metric", metavar="KEY", help="metric to tabulate first, plot and judge claims on (e.g. val/bleu)")
-    p.add_argument("--bench", type=Path, action="append", default=[], metavar="FILE",
-                   help="bench.json for the C7/C8 verdicts (default: any bench.json below the DIRs)")
+    p.add_argument(
+        "--bench",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="bench.json for the C7/C8 verdicts (default: any bench.json below the DIRs)",
+    )
     p.add_argument("--wandb", metavar="ENTITY/PROJECT[:GROUP]", help="also read the runs of a W&B project")
     return p
 
@@ -79,8 +93,10 @@ def collect_jobs(dirs: list[Path], wandb_spec: str | None, has_bench: set[Path])
                 raise UsageError(str(e)) from e
             continue
         if not found and d not in has_bench:
-            raise UsageError(f"{d}: no jobs found (no metrics.json or .hydra/overrides.yaml below it, "
-                             f"and not a report folder with jobs.json)")
+            raise UsageError(
+                f"{d}: no jobs found (no metrics.json or .hydra/overrides.yaml below it, "
+                f"and not a report folder with jobs.json)"
+            )
         jobs += [load_job(p) for p in found]
     if wandb_spec:
         from .wandb_source import has_api_key, load_wandb_jobs

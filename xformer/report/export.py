@@ -58,17 +58,36 @@ def write_seed_files(sweep: Sweep, out: Path) -> list[Path]:
     roots = [Path(d) for d in sweep.dirs]
     names = {id(j): _rel(j.path, roots) for j in sweep.jobs}
     metrics = sweep.metric_keys
-    header = ["setting", *sweep.swept_keys, "seed", "status", "diverged_step", "global_step", "tokens_seen",
-              "params_total", "job", *metrics]
+    header = [
+        "setting",
+        *sweep.swept_keys,
+        "seed",
+        "status",
+        "diverged_step",
+        "global_step",
+        "tokens_seen",
+        "params_total",
+        "job",
+        *metrics,
+    ]
     with (out / SEEDS_CSV).open("w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(header)
         for j in sweep.jobs:
-            w.writerow([_setting(sweep, j), *(fmt_value(j.value(k)) for k in sweep.swept_keys), fmt_value(j.seed),
-                        j.status, j.diverged_step if j.diverged_step is not None else "",
-                        j.global_step if j.global_step is not None else "",
-                        j.tokens_seen if j.tokens_seen is not None else "", j.params.get("total", ""), names[id(j)],
-                        *(repr(j.metrics[m]) if m in j.metrics else "" for m in metrics)])
+            w.writerow(
+                [
+                    _setting(sweep, j),
+                    *(fmt_value(j.value(k)) for k in sweep.swept_keys),
+                    fmt_value(j.seed),
+                    j.status,
+                    j.diverged_step if j.diverged_step is not None else "",
+                    j.global_step if j.global_step is not None else "",
+                    j.tokens_seen if j.tokens_seen is not None else "",
+                    j.params.get("total", ""),
+                    names[id(j)],
+                    *(repr(j.metrics[m]) if m in j.metrics else "" for m in metrics),
+                ]
+            )
     records = []
     with (out / CURVES_CSV).open("w", newline="") as fh:
         w = csv.writer(fh)
@@ -77,12 +96,22 @@ def write_seed_files(sweep: Sweep, out: Path) -> list[Path]:
             for key, (xs, ys) in sorted(read_curves(j, _val_keys(j)).items()):
                 for x, y in zip(xs, ys, strict=False):
                     w.writerow([names[id(j)], _setting(sweep, j), fmt_value(j.seed), key, f"{x:g}", repr(y)])
-            records.append({
-                "job": names[id(j)], "status": j.status, "overrides": {k: v for k, v in j.overrides.items()},
-                "config": j.config, "choices": j.choices, "metrics": {k: _json_float(v) for k, v in j.metrics.items()},
-                "params": j.params, "wall_time_s": j.wall_time_s, "global_step": j.global_step,
-                "tokens_seen": j.tokens_seen, "diverged_step": j.diverged_step, "error": j.error,
-            })
+            records.append(
+                {
+                    "job": names[id(j)],
+                    "status": j.status,
+                    "overrides": {k: v for k, v in j.overrides.items()},
+                    "config": j.config,
+                    "choices": j.choices,
+                    "metrics": {k: _json_float(v) for k, v in j.metrics.items()},
+                    "params": j.params,
+                    "wall_time_s": j.wall_time_s,
+                    "global_step": j.global_step,
+                    "tokens_seen": j.tokens_seen,
+                    "diverged_step": j.diverged_step,
+                    "error": j.error,
+                }
+            )
     (out / JOBS_JSON).write_text(json.dumps({"format": FORMAT, "jobs": records}, indent=1, default=str))
     return [out / SEEDS_CSV, out / CURVES_CSV, out / JOBS_JSON]
 
@@ -116,11 +145,21 @@ def read_report_folder(d: Path) -> list[Job]:
             ys.append(float(row["value"]))
     jobs = []
     for r in data["jobs"]:
-        jobs.append(Job(path=d / r["job"], status=r["status"], overrides=r.get("overrides") or {},
-                        config=r.get("config") or {}, choices=r.get("choices") or {},
-                        metrics={k: float(v) for k, v in (r.get("metrics") or {}).items()},
-                        params={k: int(v) for k, v in (r.get("params") or {}).items()},
-                        wall_time_s=r.get("wall_time_s"), global_step=r.get("global_step"),
-                        curves=curves.get(r["job"], {}), diverged_step=r.get("diverged_step"),
-                        error=r.get("error") or "", tokens_seen=r.get("tokens_seen")))
+        jobs.append(
+            Job(
+                path=d / r["job"],
+                status=r["status"],
+                overrides=r.get("overrides") or {},
+                config=r.get("config") or {},
+                choices=r.get("choices") or {},
+                metrics={k: float(v) for k, v in (r.get("metrics") or {}).items()},
+                params={k: int(v) for k, v in (r.get("params") or {}).items()},
+                wall_time_s=r.get("wall_time_s"),
+                global_step=r.get("global_step"),
+                curves=curves.get(r["job"], {}),
+                diverged_step=r.get("diverged_step"),
+                error=r.get("error") or "",
+                tokens_seen=r.get("tokens_seen"),
+            )
+        )
     return jobs

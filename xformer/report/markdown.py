@@ -51,8 +51,16 @@ def sweep_table(sweep: Sweep, metrics: list[str]) -> str:
 
 def failed_table(jobs: list[Job], root: Path) -> str:
     """Failed, unfinished or diverged jobs: folder | status | step | overrides | error."""
-    rows = [[_rel(j.path, root), j.status, str(j.diverged_step) if j.diverged_step is not None else "–",
-             j.override_text(), j.error[:200] or "–"] for j in jobs]
+    rows = [
+        [
+            _rel(j.path, root),
+            j.status,
+            str(j.diverged_step) if j.diverged_step is not None else "–",
+            j.override_text(),
+            j.error[:200] or "–",
+        ]
+        for j in jobs
+    ]
     return table(["job", "status", "diverged at step", "overrides", "error"], rows)
 
 
@@ -79,10 +87,20 @@ def summary_table(verdicts: list[Verdict]) -> str:
     for v in verdicts:
         ctx = f" [{v.context}]" if v.context else ""
         delta, rel = key_text(v)
-        rows.append([f"{v.claim}{ctx}", f"**{v.status}**", v.budget or "–", delta, rel,
-                     HEADLINES.get(v.claim, v.published)])
-    return table(["claim", "verdict", "budget", "key Δ (95 % interval; positive: first setting better)",
-                  "relative (% of the second)", "published"], rows)
+        rows.append(
+            [f"{v.claim}{ctx}", f"**{v.status}**", v.budget or "–", delta, rel, HEADLINES.get(v.claim, v.published)]
+        )
+    return table(
+        [
+            "claim",
+            "verdict",
+            "budget",
+            "key Δ (95 % interval; positive: first setting better)",
+            "relative (% of the second)",
+            "published",
+        ],
+        rows,
+    )
 
 
 def params_table(sweep: Sweep) -> str:
@@ -92,8 +110,11 @@ def params_table(sweep: Sweep) -> str:
         if not g.params:
             continue
         share = block_share(g) if g.params.get("ffn") and g.params.get("attention") else None
-        rows.append([g.label()] + [f"{int(g.params[r]):,}" if r in g.params else "–" for r in PARAM_ROLES]
-                    + [f"{share:.3f}" if share is not None else "–"])
+        rows.append(
+            [g.label()]
+            + [f"{int(g.params[r]):,}" if r in g.params else "–" for r in PARAM_ROLES]
+            + [f"{share:.3f}" if share is not None else "–"]
+        )
     if not rows:
         return "_No parameter counts in metrics.json._"
     return table(["group", *PARAM_ROLES, "FFN share of block"], rows)
@@ -122,9 +143,18 @@ def _rel(path: Path, root: Path) -> str:
         return str(path)
 
 
-def render(command: str, sweep: Sweep, metrics: list[str], verdicts: list[Verdict], plots: list[Path],
-           out_dir: Path, decision_metric: str | None, notes: list[str] | None = None,
-           verdict_plots: list[Path | None] | None = None, files: list[Path] | None = None) -> str:
+def render(
+    command: str,
+    sweep: Sweep,
+    metrics: list[str],
+    verdicts: list[Verdict],
+    plots: list[Path],
+    out_dir: Path,
+    decision_metric: str | None,
+    notes: list[str] | None = None,
+    verdict_plots: list[Path | None] | None = None,
+    files: list[Path] | None = None,
+) -> str:
     """The whole ``report.md``.
 
     Args:
@@ -137,9 +167,15 @@ def render(command: str, sweep: Sweep, metrics: list[str], verdicts: list[Verdic
     seeds = sorted({fmt_value(j.seed) for j in sweep.finished})
     parts = ["# xformer ablation report", ""]
     if verdicts:
-        parts += ["## Summary", "", summary_table(verdicts), "",
-                  "Each verdict holds at the budget named (steps, tokens, schedule); the rule is in "
-                  "[Claim verdicts](#claim-verdicts). Relative: Δ as a percentage of the second setting's mean.", ""]
+        parts += [
+            "## Summary",
+            "",
+            summary_table(verdicts),
+            "",
+            "Each verdict holds at the budget named (steps, tokens, schedule); the rule is in "
+            "[Claim verdicts](#claim-verdicts). Relative: Δ as a percentage of the second setting's mean.",
+            "",
+        ]
     parts += [f"Command: `{command}`", ""]
     parts += ["Folders:"] + [f"- `{d}`" for d in sweep.dirs] + [""]
     parts += [f"- {note}" for note in notes or []]
@@ -152,10 +188,16 @@ def render(command: str, sweep: Sweep, metrics: list[str], verdicts: list[Verdic
         f"- decision metric: `{decision_metric or 'n/a'}` (mean ± sample std over seeds, n = finished seeds)",
         "",
     ]
-    parts += ["## Claim verdicts", "", "Common rule (`xformer/report/catalog.py`, `docs/claims.md`): " + COMMON_RULE, ""]
+    parts += [
+        "## Claim verdicts",
+        "",
+        "Common rule (`xformer/report/catalog.py`, `docs/claims.md`): " + COMMON_RULE,
+        "",
+    ]
     vplots = list(verdict_plots or []) + [None] * len(verdicts)
-    parts += [verdict_item(v, _rel(p, out_dir) if p else None) for v, p in zip(verdicts, vplots, strict=False)] or \
-        ["_No claim is addressed by these runs._"]
+    parts += [verdict_item(v, _rel(p, out_dir) if p else None) for v, p in zip(verdicts, vplots, strict=False)] or [
+        "_No claim is addressed by these runs._"
+    ]
     parts += ["", "## Results", ""]
     parts += [sweep_table(sweep, metrics) if sweep.groups else "_No finished job._", ""]
     parts += ["## Diverged, failed or unfinished jobs", ""]
@@ -166,8 +208,13 @@ def render(command: str, sweep: Sweep, metrics: list[str], verdicts: list[Verdic
     parts += ["## Plots", ""]
     parts += [f"![{p.stem}]({_rel(p, out_dir)})" for p in plots] or ["_No plots._"]
     if files:
-        parts += ["", "## Per-seed files", "",
-                  "Enough to recompute every verdict without the job folders (`xformer report <this folder>` "
-                  "reads them back):", ""]
+        parts += [
+            "",
+            "## Per-seed files",
+            "",
+            "Enough to recompute every verdict without the job folders (`xformer report <this folder>` "
+            "reads them back):",
+            "",
+        ]
         parts += [f"- [`{f.name}`]({_rel(f, out_dir)})" for f in files]
     return "\n".join(parts) + "\n"

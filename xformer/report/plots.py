@@ -71,8 +71,14 @@ def plot_metric_vs_key(sweep: Sweep, metric: str, key: str, out: Path) -> Path |
     ax = fig.add_subplot()
     for label, pts in lines.items():
         pts.sort(key=lambda p: value_sort_key(p[0]))
-        ax.errorbar([pos[p[0]] for p in pts], [p[1] for p in pts],
-                    yerr=[[p[2][0] for p in pts], [p[2][1] for p in pts]], marker="o", capsize=3, label=label)
+        ax.errorbar(
+            [pos[p[0]] for p in pts],
+            [p[1] for p in pts],
+            yerr=[[p[2][0] for p in pts], [p[2][1] for p in pts]],
+            marker="o",
+            capsize=3,
+            label=label,
+        )
     if numeric and min(pos.values()) > 0 and max(pos.values()) / min(pos.values()) >= 8:
         ax.set_xscale("log", base=2)
     ax.set_xticks([pos[x] for x in xs_all], [fmt_value(x) for x in xs_all])
@@ -94,8 +100,14 @@ def plot_length(sweep: Sweep, base: str, lengths: dict[float, str], out: Path) -
         pts = [(n, g.stat(k)) for n, k in lengths.items() if g.stat(k) is not None and g.stat(k).n]
         if pts:
             errs = [ci_err(s) for _, s in pts]
-            ax.errorbar([n for n, _ in pts], [s.mean for _, s in pts],
-                        yerr=[[e[0] for e in errs], [e[1] for e in errs]], marker="o", capsize=3, label=g.label())
+            ax.errorbar(
+                [n for n, _ in pts],
+                [s.mean for _, s in pts],
+                yerr=[[e[0] for e in errs], [e[1] for e in errs]],
+                marker="o",
+                capsize=3,
+                label=g.label(),
+            )
             drawn = True
     if not drawn:
         return None
@@ -111,8 +123,11 @@ def plot_length(sweep: Sweep, base: str, lengths: dict[float, str], out: Path) -
 
 def plot_metric_vs_params(sweep: Sweep, metric: str, out: Path) -> Path | None:
     """``metric`` against total parameters, one labelled point per group (needs two distinct sizes)."""
-    pts = [(g.params["total"], g.stat(metric), g.label()) for g in sweep.groups
-           if g.params.get("total") and g.stat(metric) is not None and g.stat(metric).n]
+    pts = [
+        (g.params["total"], g.stat(metric), g.label())
+        for g in sweep.groups
+        if g.params.get("total") and g.stat(metric) is not None and g.stat(metric).n
+    ]
     if len({total for total, _, _ in pts}) < 2:
         return None
     fig = Figure(figsize=(6, 4))
@@ -128,8 +143,9 @@ def plot_metric_vs_params(sweep: Sweep, metric: str, out: Path) -> Path | None:
     return _save(fig, out / f"params_{slug(metric)}.png")
 
 
-def seed_band(curves: list[tuple[list[float], list[float]]]
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+def seed_band(
+    curves: list[tuple[list[float], list[float]]],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """``(steps, mean, lowest, highest)`` over several (steps, values) curves: on their shared steps
     when they agree, else interpolated onto the union of steps inside the range all of them cover.
     ``None`` if empty."""
@@ -204,8 +220,16 @@ def plot_verdict(v: Any, out: Path, index: int) -> Path | None:
             lo, hi = ci_err(s)
             ax.errorbar([i], [s.mean], yerr=[[lo], [hi]], marker="o", capsize=4, color="C0")
             ax.plot([i] * s.n, s.values, "x", color="C1", alpha=0.7)
-        ax.annotate(label, (i, 0), xycoords=("data", "axes fraction"), xytext=(0, -14),
-                    textcoords="offset points", ha="center", va="top", fontsize="x-small")
+        ax.annotate(
+            label,
+            (i, 0),
+            xycoords=("data", "axes fraction"),
+            xytext=(0, -14),
+            textcoords="offset points",
+            ha="center",
+            va="top",
+            fontsize="x-small",
+        )
     ax.set_xticks(range(len(pts)), [""] * len(pts))
     ax.set_xlim(-0.5, len(pts) - 0.5)
     ax.set_ylabel(v.metric)
@@ -215,8 +239,10 @@ def plot_verdict(v: Any, out: Path, index: int) -> Path | None:
     if st is not None and st.points:
         xs = [p.step for p in st.points]
         ys = [p.delta for p in st.points]
-        err = [[p.delta - p.interval.lo if p.interval else 0.0 for p in st.points],
-               [p.interval.hi - p.delta if p.interval else 0.0 for p in st.points]]
+        err = [
+            [p.delta - p.interval.lo if p.interval else 0.0 for p in st.points],
+            [p.interval.hi - p.delta if p.interval else 0.0 for p in st.points],
+        ]
         ax2.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label="Δ (95 % Welch interval)")
         if st.trend is not None:
             grid = np.linspace(min(xs), max(xs), 50)
@@ -226,8 +252,10 @@ def plot_verdict(v: Any, out: Path, index: int) -> Path | None:
         ax2.set_xticks(xs, [f"{x:g}" for x in xs])
         ax2.minorticks_off()
         ax2.legend(fontsize="x-small")
-        ax2.set_title(f"{st.comparison.a} vs {st.comparison.b}: Δ {st.metric} (positive: {st.comparison.a} better)",
-                      fontsize="small")
+        ax2.set_title(
+            f"{st.comparison.a} vs {st.comparison.b}: Δ {st.metric} (positive: {st.comparison.a} better)",
+            fontsize="small",
+        )
     else:
         ax2.text(0.5, 0.5, "no second-half check for this verdict", ha="center", va="center", transform=ax2.transAxes)
     ax2.set_xlabel("step")
@@ -235,8 +263,9 @@ def plot_verdict(v: Any, out: Path, index: int) -> Path | None:
     return _save(fig, out / f"verdict_{slug(v.claim)}_{index}.png")
 
 
-def write_plots(sweep: Sweep, out: Path, metrics: list[str],
-                length: tuple[str, dict[float, str]] | None = None) -> list[Path]:
+def write_plots(
+    sweep: Sweep, out: Path, metrics: list[str], length: tuple[str, dict[float, str]] | None = None
+) -> list[Path]:
     """Every plot of the sweep for ``metrics`` into folder ``out``; returns the written files."""
     paths: list[Path | None] = []
     for m in metrics:

@@ -42,8 +42,7 @@ class Interval:
 
     def text(self, digits: int = 3) -> str:
         """``"+0.101 [95% CI +0.052, +0.150]"``."""
-        return (f"{self.delta:+.{digits}g} [{self.confidence:.0%} CI {self.lo:+.{digits}g}, "
-                f"{self.hi:+.{digits}g}]")
+        return f"{self.delta:+.{digits}g} [{self.confidence:.0%} CI {self.lo:+.{digits}g}, {self.hi:+.{digits}g}]"
 
 
 def welch(a: list[float], b: list[float], confidence: float = CONFIDENCE) -> Interval:
@@ -74,7 +73,7 @@ def welch(a: list[float], b: list[float], confidence: float = CONFIDENCE) -> Int
     if se2 == 0.0:
         return Interval(delta, delta, delta, 1.0 if delta == 0 else 0.0, math.inf, confidence)
     se = math.sqrt(se2)
-    df = se2 ** 2 / ((va / na) ** 2 / (na - 1) + (vb / nb) ** 2 / (nb - 1))
+    df = se2**2 / ((va / na) ** 2 / (na - 1) + (vb / nb) ** 2 / (nb - 1))
     t_crit = float(_st.t.ppf(0.5 + confidence / 2, df))
     p = float(2 * _st.t.sf(abs(delta) / se, df))
     return Interval(delta, delta - t_crit * se, delta + t_crit * se, p, df, confidence)

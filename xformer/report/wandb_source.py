@@ -39,10 +39,16 @@ def load_wandb_jobs(spec: str, curves: bool = True) -> list[Job]:
     for run in runs:
         summary = dict(run.summary._json_dict) if hasattr(run.summary, "_json_dict") else dict(run.summary)
         overrides = dict(kv for kv in (parse_override(t) for t in run.tags) if kv is not None)
-        metrics = {k[len("final/"):]: float(v) for k, v in summary.items()
-                   if k.startswith("final/") and isinstance(v, (int, float)) and not isinstance(v, bool)}
-        params = {k[len("model/params_"):]: int(v) for k, v in summary.items()
-                  if k.startswith("model/params_") and isinstance(v, (int, float))}
+        metrics = {
+            k[len("final/") :]: float(v)
+            for k, v in summary.items()
+            if k.startswith("final/") and isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
+        params = {
+            k[len("model/params_") :]: int(v)
+            for k, v in summary.items()
+            if k.startswith("model/params_") and isinstance(v, (int, float))
+        }
         history = None
         if curves:
             history = {}
@@ -51,7 +57,15 @@ def load_wandb_jobs(spec: str, curves: bool = True) -> list[Job]:
                 pts = [(r["_step"], r[k]) for r in rows if r.get(k) is not None]
                 if pts:
                     history[k] = ([float(s) for s, _ in pts], [float(v) for _, v in pts])
-        jobs.append(Job(path=Path(f"wandb:{path}/{run.id}"), status=STATES.get(run.state, run.state),
-                        overrides=overrides, config=dict(run.config), metrics=metrics, params=params,
-                        curves=history))
+        jobs.append(
+            Job(
+                path=Path(f"wandb:{path}/{run.id}"),
+                status=STATES.get(run.state, run.state),
+                overrides=overrides,
+                config=dict(run.config),
+                metrics=metrics,
+                params=params,
+                curves=history,
+            )
+        )
     return jobs

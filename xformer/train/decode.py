@@ -25,5 +25,9 @@ class DecodeSettings:
 
     def generate_kwargs(self) -> dict:
         """The settings :meth:`xformer.model.ModelBase.generate` takes."""
-        return {"beam_size": self.beam_size, "alpha": self.alpha, "max_len_a": self.max_len_a,
-                "max_len_b": self.max_len_b}
+        return {
+            "beam_size": self.beam_size,
+            "alpha": self.alpha,
+            "max_len_a": self.max_len_a,
+            "max_len_b": self.max_len_b,
+        }

@@ -24,12 +24,14 @@ class CrossEntropy:
             raise ValueError(f"loss.label_smoothing={label_smoothing}: must be in [0, 1)")
         self.label_smoothing = label_smoothing
 
-    def __call__(self, logits: Tensor, labels: Tensor, pad_id: int, label_smoothing: float | None = None,
-                 reduction: str = "mean") -> Tensor:
+    def __call__(
+        self, logits: Tensor, labels: Tensor, pad_id: int, label_smoothing: float | None = None, reduction: str = "mean"
+    ) -> Tensor:
         """The loss of ``logits`` ``(B, T, V)`` against ``labels`` ``(B, T)`` (``pad_id`` = no loss);
         ``label_smoothing`` replaces the configured ``ε_ls`` for this call; ``reduction`` ``"mean"``
         or ``"sum"`` over the non-padding tokens."""
         eps = self.label_smoothing if label_smoothing is None else label_smoothing
         logits = logits if logits.dtype == torch.float64 else logits.float()
-        return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=pad_id,
-                               label_smoothing=eps, reduction=reduction)
+        return F.cross_entropy(
+            logits.flatten(0, 1), labels.flatten(), ignore_index=pad_id, label_smoothing=eps, reduction=reduction
+        )

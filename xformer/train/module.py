@@ -60,9 +60,13 @@ def uncompiled_state_dict(state: dict) -> dict:
     return {k.replace("._orig_mod.", ".").removeprefix("_orig_mod."): v for k, v in state.items()}
 
 
-def corpus_metrics(rows: list[tuple[float, int, int]], texts: dict[int, tuple[str, str]],
-                   seq_metrics: list[str], prefix: str,
-                   suffix: str = "") -> tuple[dict[str, float], str | None]:
+def corpus_metrics(
+    rows: list[tuple[float, int, int]],
+    texts: dict[int, tuple[str, str]],
+    seq_metrics: list[str],
+    prefix: str,
+    suffix: str = "",
+) -> tuple[dict[str, float], str | None]:
     """The corpus values of one evaluated split, from each example once.
 
     Args:
@@ -121,11 +125,22 @@ class TransformerLitModule(L.LightningModule):
             default cross-entropy with ``label_smoothing``, whose value it otherwise replaces.
     """
 
-    def __init__(self, model: torch.nn.Module, optimizer: Callable, lr_lambda: Callable[[int], float],
-                 label_smoothing: float = 0.1, pad_id: int = 0, bos_id: int = 1, eos_id: int = 2,
-                 detokenize: Callable[[list[int]], str] | None = None, metrics: list[str] | None = None,
-                 decode: dict | DecodeSettings | None = None, test_split_names: list[str] | None = None,
-                 val_decode_limit: int | None = None, criterion: Callable | None = None) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: Callable,
+        lr_lambda: Callable[[int], float],
+        label_smoothing: float = 0.1,
+        pad_id: int = 0,
+        bos_id: int = 1,
+        eos_id: int = 2,
+        detokenize: Callable[[list[int]], str] | None = None,
+        metrics: list[str] | None = None,
+        decode: dict | DecodeSettings | None = None,
+        test_split_names: list[str] | None = None,
+        val_decode_limit: int | None = None,
+        criterion: Callable | None = None,
+    ) -> None:
         super().__init__()
         self.model = model
         self.optimizer_factory, self.lr_lambda = optimizer, lr_lambda
@@ -236,9 +251,14 @@ class TransformerLitModule(L.LightningModule):
             self._step_norm = norm
         if self._step_window is None:
             self._step_window = torch.zeros(4, dtype=torch.float64, device=loss_sum.device)
-        self._step_window += torch.stack((loss_sum.detach().double(), n_tgt.double(),
-                                          torch.ones((), dtype=torch.float64, device=loss_sum.device),
-                                          n_tok.double()))
+        self._step_window += torch.stack(
+            (
+                loss_sum.detach().double(),
+                n_tgt.double(),
+                torch.ones((), dtype=torch.float64, device=loss_sum.device),
+                n_tok.double(),
+            )
+        )
         return loss_sum / self._step_norm.to(loss_sum.dtype)
 
     @override
@@ -373,8 +393,9 @@ class TransformerLitModule(L.LightningModule):
         batch, cut = self.model.fit_to_positions(batch, self.pad_id, self.eos_id)
         logits, labels = self.logits_and_labels(batch)
         mask = labels != self.pad_id
-        tok_nll = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=self.pad_id,
-                                  reduction="none").view(labels.shape)
+        tok_nll = F.cross_entropy(
+            logits.flatten(0, 1).float(), labels.flatten(), ignore_index=self.pad_id, reduction="none"
+        ).view(labels.shape)
         acc = self._eval.setdefault(prefix, {"idx": [], "nll": [], "n": [], "correct": [], "text": {}})
         if "idx" in batch:
             idx = [int(i) for i in batch["idx"]]
@@ -415,8 +436,17 @@ class TransformerLitModule(L.LightningModule):
         predicts only ordinary labels (never PAD, BOS or EOS).
         """
         cfg = self.decode_cfg
-        ids = self.model.generate(batch, self.bos_id, self.eos_id, self.pad_id, cfg["max_len_a"],
-                                  cfg["max_len_b"], cfg["beam_size"], cfg["alpha"], logits=logits)
+        ids = self.model.generate(
+            batch,
+            self.bos_id,
+            self.eos_id,
+            self.pad_id,
+            cfg["max_len_a"],
+            cfg["max_len_b"],
+            cfg["beam_size"],
+            cfg["alpha"],
+            logits=logits,
+        )
         return [self.detokenize(x) for x in ids]
 
     def _eval_end(self, prefix: str, suffix: str = "") -> dict[str, float]:
@@ -425,10 +455,16 @@ class TransformerLitModule(L.LightningModule):
             return {}
         if acc.get("cut"):
             cut = sorted(set(acc["cut"]))
-            log.warning("%s%s: %d example(s) longer than the model's %s positions (model.max_len) were cut to "
-                        "fit; example ids (0-based): %s%s", prefix, suffix, len(cut),
-                        getattr(self.model, "position_limit", None), ", ".join(map(str, cut[:20])),
-                        " …" if len(cut) > 20 else "")
+            log.warning(
+                "%s%s: %d example(s) longer than the model's %s positions (model.max_len) were cut to "
+                "fit; example ids (0-based): %s%s",
+                prefix,
+                suffix,
+                len(cut),
+                getattr(self.model, "position_limit", None),
+                ", ".join(map(str, cut[:20])),
+                " …" if len(cut) > 20 else "",
+            )
         rows, texts = self._gather_examples(acc)
         out, signature = corpus_metrics(rows, texts, self.seq_metrics, prefix, suffix)
         self.bleu_signature = signature or self.bleu_signature
@@ -436,8 +472,7 @@ class TransformerLitModule(L.LightningModule):
             # as a float64 CPU tensor: Lightning keeps float64 as it is (a Python float would become
             # float32), so callback metrics, checkpoint scores, test results, the CSV/W&B logs and
             # metrics.json all carry the exact value; batch_size=1 so the epoch mean is the value itself
-            self.log(key, torch.tensor(val, dtype=torch.float64), sync_dist=False, rank_zero_only=False,
-                     batch_size=1)
+            self.log(key, torch.tensor(val, dtype=torch.float64), sync_dist=False, rank_zero_only=False, batch_size=1)
         return out
 
     def _all_reduce(self, values: list[float]) -> list[float]:
@@ -454,6 +489,7 @@ class TransformerLitModule(L.LightningModule):
         parts = [local]
         if lightning_compat.has_trainer(self) and self.trainer.world_size > 1:
             import torch.distributed as dist
+
             parts = [None] * self.trainer.world_size
             dist.all_gather_object(parts, local)
         rows: dict[int, tuple[float, int, int]] = {}

@@ -22,8 +22,9 @@ def is_embedding_table(module: nn.Module) -> bool:
     return isinstance(module, (nn.Embedding, PositionalEncoding))
 
 
-def decay_split(model: nn.Module, decay_min_ndim: int = 2,
-                decay_embeddings: bool = False) -> tuple[list[str], list[str]]:
+def decay_split(
+    model: nn.Module, decay_min_ndim: int = 2, decay_embeddings: bool = False
+) -> tuple[list[str], list[str]]:
     """Names of the parameters that get weight decay and of those that do not.
 
     Rule: a parameter decays when it has at least ``decay_min_ndim`` dimensions (with 2: the
@@ -65,8 +66,9 @@ class DecayGroups:
         ValueError: ``weight_decay < 0`` or ``decay_min_ndim < 0``.
     """
 
-    def __init__(self, optimizer: Callable, weight_decay: float = 0.1, decay_min_ndim: int = 2,
-                 decay_embeddings: bool = False) -> None:
+    def __init__(
+        self, optimizer: Callable, weight_decay: float = 0.1, decay_min_ndim: int = 2, decay_embeddings: bool = False
+    ) -> None:
         if weight_decay < 0:
             raise ValueError(f"optim.weight_decay={weight_decay}: must be >= 0")
         if decay_min_ndim < 0:
@@ -78,8 +80,10 @@ class DecayGroups:
         """The two parameter groups of ``model`` (each dict also holds the parameter ``names``)."""
         decay, no_decay = decay_split(model, self.decay_min_ndim, self.decay_embeddings)
         params = dict(model.named_parameters())
-        return [{"params": [params[n] for n in decay], "weight_decay": self.weight_decay, "names": decay},
-                {"params": [params[n] for n in no_decay], "weight_decay": 0.0, "names": no_decay}]
+        return [
+            {"params": [params[n] for n in decay], "weight_decay": self.weight_decay, "names": decay},
+            {"params": [params[n] for n in no_decay], "weight_decay": 0.0, "names": no_decay},
+        ]
 
     def __call__(self, model: nn.Module) -> torch.optim.Optimizer:
         groups = [{k: v for k, v in g.items() if k != "names"} for g in self.groups(model) if g["params"]]

@@ -38,7 +38,7 @@ def inverse_sqrt(warmup_steps: int = 4000, decay_from: int | None = None):
 
 def paper_lr(d_model: int, warmup_steps: int) -> float:
     """The peak rate of §5.3's schedule, ``d_model^-0.5 · warmup_steps^-0.5``."""
-    return d_model ** -0.5 * max(warmup_steps, 1) ** -0.5
+    return d_model**-0.5 * max(warmup_steps, 1) ** -0.5
 
 
 def _warmup(s: int, warmup_steps: int) -> float | None:
@@ -145,15 +145,19 @@ def check_scheduler_node(node) -> None:
     try:
         fn = get_method(target)
     except Exception:
-        raise ConfigError(f"optim.scheduler._target_={target}: not importable. Fix: pick a schedule with "
-                          "optim/scheduler=inverse_sqrt|cosine|linear|constant") from None
+        raise ConfigError(
+            f"optim.scheduler._target_={target}: not importable. Fix: pick a schedule with "
+            "optim/scheduler=inverse_sqrt|cosine|linear|constant"
+        ) from None
     params = inspect.signature(fn).parameters
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         unknown = [k for k in node if not str(k).startswith("_") and k not in params]
         if unknown:
-            raise ConfigError(f"optim.scheduler.{unknown[0]}: not a parameter of {target} (takes "
-                              f"{', '.join(params) or 'nothing'}). Fix: select the schedule with "
-                              f"optim/scheduler=<name> instead of setting optim.scheduler._target_, or drop the key")
+            raise ConfigError(
+                f"optim.scheduler.{unknown[0]}: not a parameter of {target} (takes "
+                f"{', '.join(params) or 'nothing'}). Fix: select the schedule with "
+                f"optim/scheduler=<name> instead of setting optim.scheduler._target_, or drop the key"
+            )
     try:
         instantiate(OmegaConf.create(OmegaConf.to_container(node, resolve=True)))
     except Exception as err:  # the schedule's own ValueError, wrapped by Hydra

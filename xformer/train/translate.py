@@ -37,8 +37,10 @@ def load_checkpoint(path: str | Path):
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=False)
     except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as err:
-        raise ValueError(f"--ckpt {path}: not a readable checkpoint (truncated or corrupt: "
-                         f"{str(err).splitlines()[0]}). Fix: use the job's checkpoints/last.ckpt or best-*.ckpt") from err
+        raise ValueError(
+            f"--ckpt {path}: not a readable checkpoint (truncated or corrupt: "
+            f"{str(err).splitlines()[0]}). Fix: use the job's checkpoints/last.ckpt or best-*.ckpt"
+        ) from err
     meta = ckpt.get("xformer") if isinstance(ckpt, dict) else None
     if not meta:
         raise ValueError(f"--ckpt {path}: not an xformer checkpoint (no 'xformer' section)")
@@ -52,15 +54,26 @@ def load_checkpoint(path: str | Path):
     model = build_model(cfg, meta["src_vocab_size"], meta["tgt_vocab_size"], meta.get("pad_id", PAD_ID))
     from .module import uncompiled_state_dict
 
-    state = {k.removeprefix("model."): v for k, v in uncompiled_state_dict(ckpt["state_dict"]).items()
-             if k.startswith("model.")}
+    state = {
+        k.removeprefix("model."): v
+        for k, v in uncompiled_state_dict(ckpt["state_dict"]).items()
+        if k.startswith("model.")
+    }
     model.load_state_dict(state)
     return model.eval(), tokenizer, cfg
 
 
-def translate(model, tokenizer, lines: list[str], beam_size: int = 1, alpha: float = 0.6,
-              max_len_a: float = 1.5, max_len_b: int = 10, batch_size: int = 64,
-              warn: Callable[[str], None] | None = None) -> list[str]:
+def translate(
+    model,
+    tokenizer,
+    lines: list[str],
+    beam_size: int = 1,
+    alpha: float = 0.6,
+    max_len_a: float = 1.5,
+    max_len_b: int = 10,
+    batch_size: int = 64,
+    warn: Callable[[str], None] | None = None,
+) -> list[str]:
     """Translate ``lines`` (raw source text) with an encoder–decoder ``model``; one output string per
     input line, in order.
 
@@ -76,16 +89,20 @@ def translate(model, tokenizer, lines: list[str], beam_size: int = 1, alpha: flo
     if not isinstance(model, EncoderDecoder):
         from xformer.jobs.validate import arch_name  # the model/arch naming run.py's ckpt_path errors use
 
-        raise ValueError(f"translate needs an encoder_decoder checkpoint (model/arch=encoder_decoder); this one "
-                         f"is {arch_name(type(model).__name__)} ({type(model).__name__})")
+        raise ValueError(
+            f"translate needs an encoder_decoder checkpoint (model/arch=encoder_decoder); this one "
+            f"is {arch_name(type(model).__name__)} ({type(model).__name__})"
+        )
     limit = getattr(model, "position_limit", None)
     encoded = []
     for n, line in enumerate(lines, start=1):
         ids = tokenizer.encode(line) + [EOS_ID]
         ids, clipped = decoding.clip_source(ids, limit, EOS_ID)
         if clipped and warn is not None:
-            warn(f"line {n}: {len(tokenizer.encode(line)) + 1} tokens, more than the model's {limit} positions "
-                 f"(model.max_len); translated its first {limit - 1} tokens")
+            warn(
+                f"line {n}: {len(tokenizer.encode(line)) + 1} tokens, more than the model's {limit} positions "
+                f"(model.max_len); translated its first {limit - 1} tokens"
+            )
         encoded.append(ids)
     # batches of lines with the same output cap, so a line's translation does not depend on its neighbours
     cap = getattr(model, "max_len", None)
@@ -95,11 +112,11 @@ def translate(model, tokenizer, lines: list[str], beam_size: int = 1, alpha: flo
     out: list[str] = [""] * len(encoded)
     for max_len, members in groups.items():
         for i in range(0, len(members), batch_size):
-            rows = members[i:i + batch_size]
+            rows = members[i : i + batch_size]
             width = max(len(encoded[r]) for r in rows)
             src = torch.full((len(rows), width), PAD_ID, dtype=torch.long)
             for j, r in enumerate(rows):
-                src[j, :len(encoded[r])] = torch.tensor(encoded[r])
+                src[j, : len(encoded[r])] = torch.tensor(encoded[r])
             if beam_size > 1:
                 hyps = decoding.beam_search(model, src, BOS_ID, EOS_ID, PAD_ID, max_len, beam_size, alpha)
             else:
@@ -130,14 +147,22 @@ def main(argv: list[str] | None = None) -> int:
     dec = cfg.decode
     lines = [line.rstrip("\n") for line in sys.stdin]
     if not lines:
-        print("note: the input was empty: nothing to translate (give one source sentence per line on stdin)",
-              file=sys.stderr)
+        print(
+            "note: the input was empty: nothing to translate (give one source sentence per line on stdin)",
+            file=sys.stderr,
+        )
         return 0
     try:  # translate() returns a list: nothing is printed before a refusal (e.g. a decoder-only model)
-        hyps = translate(model, tokenizer, lines, beam_size=args.beam or dec.beam_size,
-                         alpha=dec.alpha if args.alpha is None else args.alpha,
-                         max_len_a=dec.max_len_a, max_len_b=dec.max_len_b,
-                         warn=lambda msg: print(f"warning: {msg}", file=sys.stderr))
+        hyps = translate(
+            model,
+            tokenizer,
+            lines,
+            beam_size=args.beam or dec.beam_size,
+            alpha=dec.alpha if args.alpha is None else args.alpha,
+            max_len_a=dec.max_len_a,
+            max_len_b=dec.max_len_b,
+            warn=lambda msg: print(f"warning: {msg}", file=sys.stderr),
+        )
     except ValueError as err:
         print(f"error: --ckpt {args.ckpt}: {err}", file=sys.stderr)
         return 2

@@ -50,15 +50,31 @@ def c9_attn_scale(sweep: Sweep, opts: Options) -> list[Verdict]:
         if metric is None:
             out.append(_no_metric("C9", ctx))
             continue
-        comps = [compare_groups(by_dk[dk][True], by_dk[dk][False], metric,
-                                f"scaled@d_k={dk:g}", f"unscaled@d_k={dk:g}") for dk in both]
+        comps = [
+            compare_groups(by_dk[dk][True], by_dk[dk][False], metric, f"scaled@d_k={dk:g}", f"unscaled@d_k={dk:g}")
+            for dk in both
+        ]
         top = comps[-1]
         fails = ["unscaled is better than scaled at the largest d_k"] if top.outcome == WORSE else []
         items = [(f"{'scaled' if s else 'unscaled'}@d_k={dk:g}", by_dk[dk][s]) for dk in both for s in (True, False)]
-        decided = [(f"scaled@d_k={both[-1]:g}", by_dk[both[-1]][True]), (f"unscaled@d_k={both[-1]:g}",
-                                                                          by_dk[both[-1]][False])]
-        v = decide("C9", sweep, ctx, metric, decided, list(reversed(comps)), fails, top.outcome == BETTER,
-                   notes=[f"decided at d_k={both[-1]:g}"], measured=_measured(metric, items), decisive=[top], key=top)
+        decided = [
+            (f"scaled@d_k={both[-1]:g}", by_dk[both[-1]][True]),
+            (f"unscaled@d_k={both[-1]:g}", by_dk[both[-1]][False]),
+        ]
+        v = decide(
+            "C9",
+            sweep,
+            ctx,
+            metric,
+            decided,
+            list(reversed(comps)),
+            fails,
+            top.outcome == BETTER,
+            notes=[f"decided at d_k={both[-1]:g}"],
+            measured=_measured(metric, items),
+            decisive=[top],
+            key=top,
+        )
         out.append(v)
     return out or _missing("C9", "attn_scale true and false at one head size")
 

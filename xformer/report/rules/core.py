@@ -24,9 +24,9 @@ PREFERRED = ("test/loss", "val/loss", "test/bleu", "val/bleu", "test/ppl", "val/
 LOWER_IS_BETTER = ("loss", "ppl", "perplexity", "error", "wer", "cer")
 BOUNDS = {"exact_match": (0.0, 1.0), "acc": (0.0, 1.0), "accuracy": (0.0, 1.0), "bleu": (0.0, 100.0)}
 """Range of the bounded metrics, by the last part of their name (``test/exact_match@2x`` → exact_match)."""
-SATURATION = 0.02         # saturated: every mean within 2 % of the range from one bound
-EQUIV_REL = 0.01          # C6 equivalence margin, relative to the larger mean
-C2_TOL = 0.03             # C2: |share - 2/3| allowed
+SATURATION = 0.02  # saturated: every mean within 2 % of the range from one bound
+EQUIV_REL = 0.01  # C6 equivalence margin, relative to the larger mean
+C2_TOL = 0.03  # C2: |share - 2/3| allowed
 C7_OK, C7_BAD = 0.3, 0.5  # C7: |e - 2| <= OK consistent; |e - 2| > BAD contradicts
 ALPHA = 1 - CONFIDENCE
 
@@ -70,14 +70,20 @@ class Comparison:
 
     def text(self) -> str:
         head = f"{self.a} vs {self.b}: "
-        div = (f", diverged {self.div_a}/{self.n_a + self.div_a} vs {self.div_b}/{self.n_b + self.div_b}"
-               if self.div_a or self.div_b else "")
+        div = (
+            f", diverged {self.div_a}/{self.n_a + self.div_a} vs {self.div_b}/{self.n_b + self.div_b}"
+            if self.div_a or self.div_b
+            else ""
+        )
         if self.interval is not None:
             iv = self.interval
             out = f"{head}Δ {iv.text()}, Welch p={iv.p:.2g}, n={self.n_a}/{self.n_b}{div}"
         else:
-            delta = f"{self.delta:+.3g}" if math.isfinite(self.delta) else ("n/a" if math.isnan(self.delta)
-                                                                               else f"{self.delta:+}")
+            delta = (
+                f"{self.delta:+.3g}"
+                if math.isfinite(self.delta)
+                else ("n/a" if math.isnan(self.delta) else f"{self.delta:+}")
+            )
             out = f"{head}Δ {delta}, n={self.n_a}/{self.n_b}{div}"
         if self.p_adj is not None:
             out += f", Holm–Bonferroni over {self.family} comparisons: adjusted p={self.p_adj:.2g}"
@@ -155,8 +161,10 @@ class Verdict:
         """One line: ``C1 [ctx]: supported at <budget>: reason | measured ... | published ...``."""
         ctx = f" [{self.context}]" if self.context else ""
         at = f" at {self.budget}" if self.budget else ""
-        return (f"{self.claim}{ctx}: {self.status}{at}: {self.reason} | measured {self.measured} "
-                f"| published {self.published}")
+        return (
+            f"{self.claim}{ctx}: {self.status}{at}: {self.reason} | measured {self.measured} "
+            f"| published {self.published}"
+        )
 
     def block(self) -> str:
         """:meth:`line`, then one indented line per piece of evidence and the rule (what the CLI prints)."""
@@ -180,8 +188,9 @@ def higher_is_better(metric: str) -> bool:
     return not any(word in base for word in LOWER_IS_BETTER)
 
 
-def compare(a: Stat | None, b: Stat | None, higher: bool, a_name: str = "A", b_name: str = "B",
-            min_seeds: int = MIN_SEEDS) -> Comparison:
+def compare(
+    a: Stat | None, b: Stat | None, higher: bool, a_name: str = "A", b_name: str = "B", min_seeds: int = MIN_SEEDS
+) -> Comparison:
     """Compare two settings' per-seed values with Welch's t (rule in :data:`COMMON_RULE`).
 
     A diverged seed (non-finite value, ``Stat.n_nonfinite``) is its setting's worst outcome: when both
@@ -198,13 +207,27 @@ def compare(a: Stat | None, b: Stat | None, higher: bool, a_name: str = "A", b_n
     if (ka or kb) and runs_a >= min_seeds and runs_b >= min_seeds:
         share = ka / runs_a - kb / runs_b
         if share >= DIVERGE_SHARE:
-            return Comparison(a_name, b_name, -math.inf, None, WORSE, **common,
-                              note=f"{a_name} diverged in {ka} of {runs_a} seeds against {kb} of {runs_b}: "
-                                   f"a diverged seed is the worst outcome")
+            return Comparison(
+                a_name,
+                b_name,
+                -math.inf,
+                None,
+                WORSE,
+                **common,
+                note=f"{a_name} diverged in {ka} of {runs_a} seeds against {kb} of {runs_b}: "
+                f"a diverged seed is the worst outcome",
+            )
         if -share >= DIVERGE_SHARE:
-            return Comparison(a_name, b_name, math.inf, None, BETTER, **common,
-                              note=f"{b_name} diverged in {kb} of {runs_b} seeds against {ka} of {runs_a}: "
-                                   f"a diverged seed is the worst outcome")
+            return Comparison(
+                a_name,
+                b_name,
+                math.inf,
+                None,
+                BETTER,
+                **common,
+                note=f"{b_name} diverged in {kb} of {runs_b} seeds against {ka} of {runs_a}: "
+                f"a diverged seed is the worst outcome",
+            )
     delta = sign * (a.mean - b.mean) if a.n and b.n else math.nan
     if a.n < min_seeds or b.n < min_seeds:
         return Comparison(a_name, b_name, delta, None, FEW, **common)
@@ -212,7 +235,7 @@ def compare(a: Stat | None, b: Stat | None, higher: bool, a_name: str = "A", b_n
     if not higher:
         iv = Interval(-iv.delta, -iv.hi, -iv.lo, iv.p, iv.df, iv.confidence)
     sa, sb = a.std or 0.0, b.std or 0.0
-    noise = math.sqrt(((a.n - 1) * sa ** 2 + (b.n - 1) * sb ** 2) / (a.n + b.n - 2))
+    noise = math.sqrt(((a.n - 1) * sa**2 + (b.n - 1) * sb**2) / (a.n + b.n - 2))
     outcome = BETTER if iv.lo > 0 else WORSE if iv.hi < 0 else NOISE
     note = ""
     if outcome == BETTER and ka / runs_a > kb / runs_b:
@@ -222,8 +245,9 @@ def compare(a: Stat | None, b: Stat | None, higher: bool, a_name: str = "A", b_n
     return Comparison(a_name, b_name, iv.delta, iv, outcome, noise=noise, note=note, **common)
 
 
-def compare_groups(ga: Group, gb: Group, metric: str, a_name: str, b_name: str,
-                   higher: bool | None = None) -> Comparison:
+def compare_groups(
+    ga: Group, gb: Group, metric: str, a_name: str, b_name: str, higher: bool | None = None
+) -> Comparison:
     """:func:`compare` on ``metric`` of two groups, remembering the groups (for the stability check)."""
     hb = higher_is_better(metric) if higher is None else higher
     c = compare(ga.stat(metric), gb.stat(metric), hb, a_name, b_name)
@@ -231,8 +255,13 @@ def compare_groups(ga: Group, gb: Group, metric: str, a_name: str, b_name: str,
     return c
 
 
-def best_of(candidates: list[tuple[str, Group]], base: tuple[str, Group], metric: str,
-            higher: bool | None = None, rank_metric: str | None = None) -> tuple[Comparison, list[Comparison]]:
+def best_of(
+    candidates: list[tuple[str, Group]],
+    base: tuple[str, Group],
+    metric: str,
+    higher: bool | None = None,
+    rank_metric: str | None = None,
+) -> tuple[Comparison, list[Comparison]]:
     """Compare every candidate against ``base`` and correct the family (Holm–Bonferroni): the best
     candidate (best mean of ``rank_metric``, default ``metric``) is picked after seeing the data, so
     its comparison is *better*/*worse* only when its Holm-adjusted p-value is below α = 0.05 (a
@@ -279,8 +308,10 @@ def saturation(metric: str, groups: list[Group]) -> str | None:
     side = "ceiling" if all(m >= hi - tol for m in means) else "floor" if all(m <= lo + tol for m in means) else None
     if side is None:
         return None
-    return (f"{metric} is saturated at its {side} ({min(means):.4g}–{max(means):.4g} across settings): "
-            f"it cannot separate them")
+    return (
+        f"{metric} is saturated at its {side} ({min(means):.4g}–{max(means):.4g} across settings): "
+        f"it cannot separate them"
+    )
 
 
 def saturated_metrics(sweep: Sweep, groups: list[Group]) -> list[str]:
@@ -355,8 +386,12 @@ def stability(c: Comparison, equivalence_margin: float | None = None) -> Stabili
     sign = 1.0 if hb else -1.0
     out = Stability(c, cm)
     if not curves[0] or not curves[1]:
-        out.problems.append(("no validation curve", f"{c.a} vs {c.b}: no {cm} curve in csv/metrics.csv "
-                             f"(cannot tell whether the ranking was stable)"))
+        out.problems.append(
+            (
+                "no validation curve",
+                f"{c.a} vs {c.b}: no {cm} curve in csv/metrics.csv (cannot tell whether the ranking was stable)",
+            )
+        )
         return out
     last = max(max(cv) for side in curves for cv in side)
     shared = set.intersection(*(set(cv) for side in curves for cv in side))
@@ -369,13 +404,19 @@ def stability(c: Comparison, equivalence_margin: float | None = None) -> Stabili
             if len(xs) >= 2:
                 gains.append(sign * (cv[xs[-1]] - cv[xs[-2]]) / (xs[-1] - xs[-2]) * 1000)
         if gains and sum(gains) / len(gains) > 0:
-            out.caveats.append(f"{side_name}: {cm} still improving by {sum(gains) / len(gains):.3g} per 1 000 "
-                               f"steps over its last validation interval (a caveat, not a blocker)")
+            out.caveats.append(
+                f"{side_name}: {cm} still improving by {sum(gains) / len(gains):.3g} per 1 000 "
+                f"steps over its last validation interval (a caveat, not a blocker)"
+            )
     if len(chosen) < MIN_POINTS:
-        out.problems.append((f"fewer than {MIN_POINTS} validations in the second half",
-                             f"{c.a} vs {c.b}: {len(chosen)} validation(s) of {cm} shared by every seed in the "
-                             f"second half of training (steps {last / 2:g}–{last:g}); needs ≥ {MIN_POINTS}. Fix: "
-                             f"set trainer.val_check_interval to at most {max(1, int(last // 8))}"))
+        out.problems.append(
+            (
+                f"fewer than {MIN_POINTS} validations in the second half",
+                f"{c.a} vs {c.b}: {len(chosen)} validation(s) of {cm} shared by every seed in the "
+                f"second half of training (steps {last / 2:g}–{last:g}); needs ≥ {MIN_POINTS}. Fix: "
+                f"set trainer.val_check_interval to at most {max(1, int(last // 8))}",
+            )
+        )
         return out
     for s in chosen:
         a_vals = [cv[s] for cv in curves[0]]
@@ -391,28 +432,47 @@ def stability(c: Comparison, equivalence_margin: float | None = None) -> Stabili
     final = out.points[-1].delta
     if equivalence_margin is None and c.outcome in (BETTER, WORSE):
         want = 1.0 if c.outcome == BETTER else -1.0
-        crossed = [p for p in out.points if p.interval is not None
-                   and (p.interval.hi < 0 if want > 0 else p.interval.lo > 0)]
+        crossed = [
+            p for p in out.points if p.interval is not None and (p.interval.hi < 0 if want > 0 else p.interval.lo > 0)
+        ]
         if crossed:
             p = crossed[0]
-            out.problems.append(("late crossing", f"{c.a} vs {c.b}: late crossing: at step {p.step:g} the 95 % "
-                                 f"interval of Δ {cm} [{p.interval.lo:+.3g}, {p.interval.hi:+.3g}] lies on the "
-                                 f"other side of 0 from the final result ({c.outcome})"))
+            out.problems.append(
+                (
+                    "late crossing",
+                    f"{c.a} vs {c.b}: late crossing: at step {p.step:g} the 95 % "
+                    f"interval of Δ {cm} [{p.interval.lo:+.3g}, {p.interval.hi:+.3g}] lies on the "
+                    f"other side of 0 from the final result ({c.outcome})",
+                )
+            )
         closing = -b1 * want
         if want * final > 0 and closing > CLOSING_SHARE * abs(final):
             zero = 2 ** (-a0 / b1) if b1 else math.inf
-            out.problems.append(("the gap is closing", f"{c.a} vs {c.b}: the gap is closing: mean Δ {cm} changes "
-                                 f"by {b1:+.3g} per doubling of steps, more than {CLOSING_SHARE:g} of its final "
-                                 f"size {final:+.3g}; the trend reaches 0 at step ~{zero:.3g}"))
+            out.problems.append(
+                (
+                    "the gap is closing",
+                    f"{c.a} vs {c.b}: the gap is closing: mean Δ {cm} changes "
+                    f"by {b1:+.3g} per doubling of steps, more than {CLOSING_SHARE:g} of its final "
+                    f"size {final:+.3g}; the trend reaches 0 at step ~{zero:.3g}",
+                )
+            )
     if equivalence_margin is not None:
         at_end = a0 + b1 * math.log2(out.points[-1].step)
         if abs(at_end) >= equivalence_margin:
-            out.problems.append(("the gap trend leaves the margin", f"{c.a} vs {c.b}: the fitted trend of Δ {cm} "
-                                 f"reaches {at_end:+.3g} at step {out.points[-1].step:g}, outside the margin "
-                                 f"±{equivalence_margin:.3g}"))
-    out.caveats.insert(0, f"{c.a} vs {c.b} over the second half ({cm}, steps "
-                       f"{', '.join(f'{p.step:g}' for p in out.points)}): Δ "
-                       f"{', '.join(f'{p.delta:+.3g}' for p in out.points)}; trend {b1:+.3g} per doubling")
+            out.problems.append(
+                (
+                    "the gap trend leaves the margin",
+                    f"{c.a} vs {c.b}: the fitted trend of Δ {cm} "
+                    f"reaches {at_end:+.3g} at step {out.points[-1].step:g}, outside the margin "
+                    f"±{equivalence_margin:.3g}",
+                )
+            )
+    out.caveats.insert(
+        0,
+        f"{c.a} vs {c.b} over the second half ({cm}, steps "
+        f"{', '.join(f'{p.step:g}' for p in out.points)}): Δ "
+        f"{', '.join(f'{p.delta:+.3g}' for p in out.points)}; trend {b1:+.3g} per doubling",
+    )
     return out
 
 
@@ -438,18 +498,21 @@ def contexts(sweep: Sweep, axes: list[str]) -> list[tuple[str, dict[tuple, Group
     for g in sweep.groups:
         ctx = tuple(g.values.get(k) for k in others)
         out.setdefault(ctx, {})[tuple(g.values.get(a) for a in axes)] = g
-    return [(", ".join(f"{k}={fmt_value(v)}" for k, v in zip(others, ctx, strict=True)), cells) for ctx, cells in out.items()]
+    return [
+        (", ".join(f"{k}={fmt_value(v)}" for k, v in zip(others, ctx, strict=True)), cells)
+        for ctx, cells in out.items()
+    ]
 
 
 def _numeric(cells: dict[tuple, Group]) -> dict[float, Group]:
     """``{value: group}`` for a one-axis context, numeric values only (bools excluded)."""
-    return {k[0]: g for k, g in cells.items()
-            if isinstance(k[0], (int, float)) and not isinstance(k[0], bool)}
+    return {k[0]: g for k, g in cells.items() if isinstance(k[0], (int, float)) and not isinstance(k[0], bool)}
 
 
 def pick_metric(groups: list[Group], opts: Options) -> str | None:
     """The decision metric for ``groups``: ``--metric`` when every group has it, else the first of
     :data:`PREFERRED` that every group has; ``None`` when none is shared."""
+
     def present(m: str) -> bool:
         return all(g.stat(m) is not None for g in groups)
 
@@ -529,16 +592,18 @@ REGISTRY: dict[str, list[Recogniser]] = {}
 
 def claim(cid: str) -> Callable[[Recogniser], Recogniser]:
     """Register a verdict function under claim id ``cid`` (a claim may have several, e.g. C12)."""
+
     def deco(fn: Recogniser) -> Recogniser:
         REGISTRY.setdefault(cid, []).append(fn)
         return fn
+
     return deco
 
 
-def _verdict(cid: str, status: str, reason: str, measured: str, context: str = "",
-             evidence: list[str] | None = None) -> Verdict:
-    return Verdict(cid, status, reason, measured, PUBLISHED[cid], context, list(evidence or []),
-                   CLAIMS[cid].rule)
+def _verdict(
+    cid: str, status: str, reason: str, measured: str, context: str = "", evidence: list[str] | None = None
+) -> Verdict:
+    return Verdict(cid, status, reason, measured, PUBLISHED[cid], context, list(evidence or []), CLAIMS[cid].rule)
 
 
 def _job_name(j: Job) -> str:
@@ -550,22 +615,41 @@ def outcome_notes(items: list[tuple[str, Group]]) -> list[str]:
     """Evidence lines naming the diverged seeds (counted as their setting's worst outcome) and the
     crashed or unfinished jobs (not counted) of the compared settings."""
     out = []
-    div = [f"{name}: {len(g.diverged)} of {len(g.jobs) + len(g.diverged)} seeds (" +
-           ", ".join(f"{_job_name(j).strip()} at step {j.diverged_step}" for j in g.diverged) + ")"
-           for name, g in items if g.diverged]
+    div = [
+        f"{name}: {len(g.diverged)} of {len(g.jobs) + len(g.diverged)} seeds ("
+        + ", ".join(f"{_job_name(j).strip()} at step {j.diverged_step}" for j in g.diverged)
+        + ")"
+        for name, g in items
+        if g.diverged
+    ]
     if div:
         out.append("diverged (each counted as its setting's worst outcome): " + "; ".join(div))
-    crashed = [f"{name}: {_job_name(j).strip()}, status {j.status}" + (f": {j.error[:160]}" if j.error else "")
-               for name, g in items for j in g.failed]
+    crashed = [
+        f"{name}: {_job_name(j).strip()}, status {j.status}" + (f": {j.error[:160]}" if j.error else "")
+        for name, g in items
+        for j in g.failed
+    ]
     if crashed:
         out.append("crashed or unfinished, not counted: " + "; ".join(crashed))
     return out
 
 
-def decide(cid: str, sweep: Sweep, ctx: str, metric: str, items: list[tuple[str, Group]],
-           comps: list[Comparison], fails: list[str], holds: bool, coverage: list[str] | None = None,
-           notes: list[str] | None = None, measured: str | None = None, decisive: list[Comparison] | None = None,
-           margin: float | None = None, key: Comparison | None = None) -> Verdict:
+def decide(
+    cid: str,
+    sweep: Sweep,
+    ctx: str,
+    metric: str,
+    items: list[tuple[str, Group]],
+    comps: list[Comparison],
+    fails: list[str],
+    holds: bool,
+    coverage: list[str] | None = None,
+    notes: list[str] | None = None,
+    measured: str | None = None,
+    decisive: list[Comparison] | None = None,
+    margin: float | None = None,
+    key: Comparison | None = None,
+) -> Verdict:
     """The verdict from a claim rule's outcome and the common checks.
 
     Args:
@@ -603,8 +687,11 @@ def decide(cid: str, sweep: Sweep, ctx: str, metric: str, items: list[tuple[str,
     else:
         undecided = [c for c in comps if c.outcome in (NOISE, FEW)]
         rule_status = INCONCLUSIVE
-        rule_reason = ("differences within the noise: " + "; ".join(f"{c.a} vs {c.b}" for c in undecided)
-                       if undecided else "the rule's parts are not decided")
+        rule_reason = (
+            "differences within the noise: " + "; ".join(f"{c.a} vs {c.b}" for c in undecided)
+            if undecided
+            else "the rule's parts are not decided"
+        )
     sat_notes = [s for s in saturated_metrics(sweep, [g for _, g in items]) if not s.startswith(metric + " ")]
     evidence = [c.text() for c in comps] + list(notes or []) + outcome_notes(items)
     evidence += [f"{s} (not used)" for s in sat_notes]
@@ -617,8 +704,13 @@ def decide(cid: str, sweep: Sweep, ctx: str, metric: str, items: list[tuple[str,
         status, reason = rule_status, rule_reason
     evidence.insert(0, f"decision metric: {metric}")
     v = _verdict(cid, status, reason, measured or _measured(metric, items), ctx, evidence)
-    v.budget, v.key, v.metric, v.settings, v.stability = budget(items), key or (comps[0] if comps else None), \
-        metric, list(items), stab_key
+    v.budget, v.key, v.metric, v.settings, v.stability = (
+        budget(items),
+        key or (comps[0] if comps else None),
+        metric,
+        list(items),
+        stab_key,
+    )
     return v
 
 
@@ -642,13 +734,25 @@ def summarise(problems: list[tuple[str, str]]) -> str:
 
 
 def _missing(cid: str, need: str) -> list[Verdict]:
-    return [_verdict(cid, INCONCLUSIVE, f"the sweep does not cover the claim's axis: no context has {need}", "n/a",
-                     evidence=[f"check failed: the sweep lacks {need}"])]
+    return [
+        _verdict(
+            cid,
+            INCONCLUSIVE,
+            f"the sweep does not cover the claim's axis: no context has {need}",
+            "n/a",
+            evidence=[f"check failed: the sweep lacks {need}"],
+        )
+    ]
 
 
 def _no_metric(cid: str, ctx: str) -> Verdict:
-    return _verdict(cid, INCONCLUSIVE, "no continuous held-out metric shared by the compared settings "
-                    f"(one of {', '.join(PREFERRED)}; or --metric)", "n/a", ctx)
+    return _verdict(
+        cid,
+        INCONCLUSIVE,
+        f"no continuous held-out metric shared by the compared settings (one of {', '.join(PREFERRED)}; or --metric)",
+        "n/a",
+        ctx,
+    )
 
 
 def _simple_axis(cid: str, sweep: Sweep, opts: Options, key: str, good: Any, bad: Any) -> list[Verdict]:
@@ -688,7 +792,12 @@ def evaluate(sweep: Sweep, opts: Options | None = None) -> list[Verdict]:
         named = {id(j) for _, g in v.settings for j in g.failed}
         rest = [j for j in sweep.failed if id(j) not in named]
         if rest:
-            v.evidence.append("crashed or unfinished elsewhere in the sweep, not counted: " + "; ".join(
-                f"{j.override_text()} ({j.path.name}), status {j.status}" + (f": {j.error[:120]}" if j.error else "")
-                for j in rest))
+            v.evidence.append(
+                "crashed or unfinished elsewhere in the sweep, not counted: "
+                + "; ".join(
+                    f"{j.override_text()} ({j.path.name}), status {j.status}"
+                    + (f": {j.error[:120]}" if j.error else "")
+                    for j in rest
+                )
+            )
     return out

@@ -20,8 +20,13 @@ def c7_attention_cost(_sweep: Sweep, opts: Options) -> list[Verdict]:
     bad = [f"{label} = {e:.2f}" for label, _, e in exps if abs(e - 2) > C7_BAD]
     ok = all(abs(e - 2) <= C7_OK for _, _, e in exps)
     status = NOT_SUPPORTED if bad else SUPPORTED if ok else INCONCLUSIVE
-    reason = (f"exponent far from 2: {', '.join(bad)}" if bad else
-              f"all exponents within 2 ± {C7_OK}" if ok else f"exponents between ±{C7_OK} and ±{C7_BAD} of 2")
+    reason = (
+        f"exponent far from 2: {', '.join(bad)}"
+        if bad
+        else f"all exponents within 2 ± {C7_OK}"
+        if ok
+        else f"exponents between ±{C7_OK} and ±{C7_BAD} of 2"
+    )
     return [_verdict("C7", status, reason, measured)]
 
 

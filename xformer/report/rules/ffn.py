@@ -38,9 +38,14 @@ def c1_ffn_ratio(sweep: Sweep, opts: Options) -> list[Verdict]:
         if 4 not in r:
             continue
         below, above = sorted(v for v in r if v < 4), sorted(v for v in r if v > 4)
-        coverage = [] if below and above else [
-            "the sweep does not cover the claim's axis: C1 needs ratio 4 and ratios below and above 4 "
-            f"(swept: {', '.join(fmt_value(v) for v in sorted(r))})"]
+        coverage = (
+            []
+            if below and above
+            else [
+                "the sweep does not cover the claim's axis: C1 needs ratio 4 and ratios below and above 4 "
+                f"(swept: {', '.join(fmt_value(v) for v in sorted(r))})"
+            ]
+        )
         metric = pick_metric(list(r.values()), opts)
         if metric is None:
             out.append(_no_metric("C1", ctx))
@@ -58,14 +63,18 @@ def c1_ffn_ratio(sweep: Sweep, opts: Options) -> list[Verdict]:
                 d_low, d_up, unit = _gain_units(r[lo_v], r[4], r[hi_v], lo_v, hi_v)
                 g_low = (c_low.interval.lo / d_low, c_low.delta / d_low, c_low.interval.hi / d_low)
                 g_up = (c_up.interval.lo / d_up, c_up.delta / d_up, c_up.interval.hi / d_up)
-                notes.append(f"gain {unit}: {fmt_value(lo_v)}→4 {g_low[1]:+.3g} [{g_low[0]:+.3g}, {g_low[2]:+.3g}], "
-                             f"4→{fmt_value(hi_v)} {g_up[1]:+.3g} [{g_up[0]:+.3g}, {g_up[2]:+.3g}]")
+                notes.append(
+                    f"gain {unit}: {fmt_value(lo_v)}→4 {g_low[1]:+.3g} [{g_low[0]:+.3g}, {g_low[2]:+.3g}], "
+                    f"4→{fmt_value(hi_v)} {g_up[1]:+.3g} [{g_up[0]:+.3g}, {g_up[2]:+.3g}]"
+                )
                 if g_up[2] < g_low[0]:
                     diminishing = True
                 elif g_up[0] > g_low[2]:
                     diminishing = False
-                    fails.append(f"no diminishing return: {fmt_value(hi_v)} gains more over 4 {unit} than 4 "
-                                 f"over {fmt_value(lo_v)}")
+                    fails.append(
+                        f"no diminishing return: {fmt_value(hi_v)} gains more over 4 {unit} than 4 "
+                        f"over {fmt_value(lo_v)}"
+                    )
                 else:
                     notes.append("diminishing return not decided (the gain intervals overlap)")
         holds = bool(low) and all(c.outcome == BETTER for c in low) and diminishing is True
@@ -91,17 +100,28 @@ def c2_ffn_share(sweep: Sweep, _opts: Options) -> list[Verdict]:
     rows = [(g, block_share(g)) for g in sweep.groups if g.params.get("ffn") and g.params.get("attention")]
     if not rows:
         return [_verdict("C2", INCONCLUSIVE, "no parameter counts in metrics.json", "n/a")]
-    base = [(g, s) for g, s in rows if s is not None and is_base_shape(g.config(), (g.jobs or g.diverged or g.failed)[0].choices)]
+    base = [
+        (g, s)
+        for g, s in rows
+        if s is not None and is_base_shape(g.config(), (g.jobs or g.diverged or g.failed)[0].choices)
+    ]
     measured = "; ".join(f"{g.label()}: {s:.3f}" if s is not None else f"{g.label()}: n/a" for g, s in rows)
     measured = "FFN share of block: " + measured
     if not base:
-        return [_verdict("C2", INCONCLUSIVE, "no run of the base shape (d_ff = 4·d_model, n_heads·d_head = "
-                         "d_model, relu/gelu FFN)", measured)]
+        return [
+            _verdict(
+                "C2",
+                INCONCLUSIVE,
+                "no run of the base shape (d_ff = 4·d_model, n_heads·d_head = d_model, relu/gelu FFN)",
+                measured,
+            )
+        ]
     off = [(g, s) for g, s in base if abs(s - 2 / 3) > C2_TOL]
     status = NOT_SUPPORTED if off else SUPPORTED
     worst = max(base, key=lambda gs: abs(gs[1] - 2 / 3))
-    reason = (f"{len(base)} base-shape setting(s), largest deviation from 2/3: {worst[1] - 2 / 3:+.3f} "
-              f"(tolerance ±{C2_TOL})")
+    reason = (
+        f"{len(base)} base-shape setting(s), largest deviation from 2/3: {worst[1] - 2 / 3:+.3f} (tolerance ±{C2_TOL})"
+    )
     return [_verdict("C2", status, reason, measured)]
 
 
@@ -145,5 +165,4 @@ def is_base_shape(cfg: dict, choices: dict) -> bool:
         return False
     ffn_node = m.get("ffn")
     ffn = str(choices.get("model/ffn") or (ffn_node.get("_target_") if isinstance(ffn_node, dict) else ffn_node))
-    return (m.get("param_budget") is None and float(d_ff) == 4 * d and inner == d
-            and "swiglu" not in ffn.lower())
+    return m.get("param_budget") is None and float(d_ff) == 4 * d and inner == d and "swiglu" not in ffn.lower()

@@ -33,8 +33,11 @@ def c3_heads(sweep: Sweep, opts: Options) -> list[Verdict]:
         multi = sorted(v for v in h if v > 1)
         if 1 not in h or not multi:
             continue
-        coverage = [] if len(multi) >= 2 else [
-            "the sweep does not cover the claim's axis: C3 needs 1 head and at least two head counts above 1"]
+        coverage = (
+            []
+            if len(multi) >= 2
+            else ["the sweep does not cover the claim's axis: C3 needs 1 head and at least two head counts above 1"]
+        )
         metric = pick_metric(list(h.values()), opts)
         if metric is None:
             out.append(_no_metric("C3", ctx))
@@ -42,9 +45,15 @@ def c3_heads(sweep: Sweep, opts: Options) -> list[Verdict]:
         names = {v: f"h={fmt_value(v)}" for v in h}
         ci, family = best_of([(names[v], h[v]) for v in multi], (names[1], h[1]), metric)
         best = next(v for v in multi if names[v] == ci.a)
-        comps, fails, notes = [ci], [], [f"(i) the best multi-head count is picked after the fact: its comparison "
-                                         f"with 1 head is corrected over the {len(multi)} head counts "
-                                         f"(Holm–Bonferroni)"]
+        comps, fails, notes = (
+            [ci],
+            [],
+            [
+                f"(i) the best multi-head count is picked after the fact: its comparison "
+                f"with 1 head is corrected over the {len(multi)} head counts "
+                f"(Holm–Bonferroni)"
+            ],
+        )
         if ci.outcome == WORSE:
             fails.append("one head is better than the best multi-head setting")
         ii_holds = False
@@ -61,11 +70,22 @@ def c3_heads(sweep: Sweep, opts: Options) -> list[Verdict]:
             comps.append(cii)
         comps += [c for c in family if c is not ci]
         items = [(f"h={fmt_value(v)}", h[v]) for v in sorted(h)]
-        out.append(decide("C3", sweep, ctx, metric, items, comps, fails, ci.outcome == BETTER and ii_holds, coverage,
-                          notes, decisive=comps[:2]))
+        out.append(
+            decide(
+                "C3",
+                sweep,
+                ctx,
+                metric,
+                items,
+                comps,
+                fails,
+                ci.outcome == BETTER and ii_holds,
+                coverage,
+                notes,
+                decisive=comps[:2],
+            )
+        )
     return out or _missing("C3", "n_heads 1 and > 1")
-
-
 
 
 @claim("C11")
@@ -87,6 +107,17 @@ def c11_d_head(sweep: Sweep, opts: Options) -> list[Verdict]:
         c = compare_groups(d[hi], d[lo], metric, f"d_head={fmt_value(hi)}", f"d_head={fmt_value(lo)}")
         fails = [f"d_head={fmt_value(lo)} is better than d_head={fmt_value(hi)}"] if c.outcome == WORSE else []
         items = [(f"d_head={fmt_value(v)}", d[v]) for v in sorted(d)]
-        out.append(decide("C11", sweep, ctx, metric, [items[0], items[-1]], [c], fails, c.outcome == BETTER,
-                          measured=_measured(metric, items)))
+        out.append(
+            decide(
+                "C11",
+                sweep,
+                ctx,
+                metric,
+                [items[0], items[-1]],
+                [c],
+                fails,
+                c.outcome == BETTER,
+                measured=_measured(metric, items),
+            )
+        )
     return out or _missing("C11", "two d_head values")

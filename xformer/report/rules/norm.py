@@ -61,16 +61,23 @@ def c4_norm_warmup(sweep: Sweep, opts: Options) -> list[Verdict]:
         cb = compare_groups(grid["pre", 0], grid["pre", w], metric, "pre@0", f"pre@{w}")
         a_holds, a_fails = ca.outcome == BETTER, ca.outcome == WORSE
         b_fails = cb.outcome == WORSE
-        b_holds = (cb.outcome in (BETTER, NOISE) and not b_fails
-                   and div["pre", 0] / max(runs["pre", 0], 1) <= div["pre", w] / max(runs["pre", w], 1))
-        fails = (["Post-LN does better without warm-up"] if a_fails else []) + \
-                (["Pre-LN suffers without warm-up"] if b_fails else [])
-        notes = ["diverged runs per setting: " + ", ".join(f"{n}@{s}: {div[n, s]} of {runs[n, s]}" for n, s in grid)
-                 + f"; one-sided Fisher exact p that post@0 diverges more than post@{w}: "
-                 f"{fisher_more(div['post', 0], runs['post', 0], div['post', w], runs['post', w]):.2g}, "
-                 f"that pre@0 diverges more than pre@{w}: "
-                 f"{fisher_more(div['pre', 0], runs['pre', 0], div['pre', w], runs['pre', w]):.2g} "
-                 f"(printed; the decision is the share rule)"]
+        b_holds = (
+            cb.outcome in (BETTER, NOISE)
+            and not b_fails
+            and div["pre", 0] / max(runs["pre", 0], 1) <= div["pre", w] / max(runs["pre", w], 1)
+        )
+        fails = (["Post-LN does better without warm-up"] if a_fails else []) + (
+            ["Pre-LN suffers without warm-up"] if b_fails else []
+        )
+        notes = [
+            "diverged runs per setting: "
+            + ", ".join(f"{n}@{s}: {div[n, s]} of {runs[n, s]}" for n, s in grid)
+            + f"; one-sided Fisher exact p that post@0 diverges more than post@{w}: "
+            f"{fisher_more(div['post', 0], runs['post', 0], div['post', w], runs['post', w]):.2g}, "
+            f"that pre@0 diverges more than pre@{w}: "
+            f"{fisher_more(div['pre', 0], runs['pre', 0], div['pre', w], runs['pre', w]):.2g} "
+            f"(printed; the decision is the share rule)"
+        ]
         items = [(f"{n}@{s}", g) for (n, s), g in grid.items()]
         out.append(decide("C4", sweep, ctx, metric, items, [ca, cb], fails, a_holds and b_holds, notes=notes))
     return out or _missing("C4", "pre and post at warm-up 0 and > 0")

@@ -58,20 +58,43 @@ def c5_pe_length(sweep: Sweep, opts: Options) -> list[Verdict]:
         sin, lrn = cells.get(("sinusoidal",)), cells.get(("learned",))
         if sin is None or lrn is None:
             continue
-        comps = [compare_groups(sin, lrn, k, f"sinusoidal@{n:g}x", f"learned@{n:g}x", hb)
-                 for n, k in lengths.items() if n > 1]
+        comps = [
+            compare_groups(sin, lrn, k, f"sinusoidal@{n:g}x", f"learned@{n:g}x", hb)
+            for n, k in lengths.items()
+            if n > 1
+        ]
         fails = [f"learned is better than sinusoidal at {c.a.split('@')[1]}" for c in comps if c.outcome == WORSE]
         holds = any(c.outcome == BETTER for c in comps)
         others = sorted((pe for (pe,) in cells if pe not in ("sinusoidal", "learned")), key=value_sort_key)
-        notes = [compare(cells[(pe,)].stat(lengths[longest]), sin.stat(lengths[longest]), hb,
-                         f"{fmt_value(pe)}@{longest:g}x", f"sinusoidal@{longest:g}x").text() for pe in others]
+        notes = [
+            compare(
+                cells[(pe,)].stat(lengths[longest]),
+                sin.stat(lengths[longest]),
+                hb,
+                f"{fmt_value(pe)}@{longest:g}x",
+                f"sinusoidal@{longest:g}x",
+            ).text()
+            for pe in others
+        ]
         parts = []
         for (pe,), g in sorted(cells.items(), key=lambda kv: value_sort_key(kv[0][0])):
             vals = ", ".join(f"{n:g}x {g.stat(k).text() if g.stat(k) else 'n/a'}" for n, k in lengths.items())
             parts.append(f"{fmt_value(pe)}: {vals}")
         items = [("sinusoidal", sin), ("learned", lrn)]
-        out.append(decide("C5", sweep, ctx, lengths[longest], items, comps, fails, holds, notes=notes,
-                          measured=f"{base}: " + "; ".join(parts)))
+        out.append(
+            decide(
+                "C5",
+                sweep,
+                ctx,
+                lengths[longest],
+                items,
+                comps,
+                fails,
+                holds,
+                notes=notes,
+                measured=f"{base}: " + "; ".join(parts),
+            )
+        )
     return out or _missing("C5", "both sinusoidal and learned")
 
 
@@ -102,18 +125,34 @@ def c6_pe_in_distribution(sweep: Sweep, opts: Options) -> list[Verdict]:
                 lo90, hi90 = (iv90.lo, iv90.hi) if higher_is_better(metric) else (-iv90.hi, -iv90.lo)
                 iv95 = c.interval
                 outside = iv95.lo > margin or iv95.hi < -margin
-                notes.append(f"equivalence margin ±{margin:.3g} ({EQUIV_REL:.0%} of the larger mean); 90 % interval "
-                             f"of Δ [{lo90:+.3g}, {hi90:+.3g}] → "
-                             f"{'inside' if holds else 'not inside'} the margin (TOST); 95 % interval of Δ "
-                             f"[{iv95.lo:+.3g}, {iv95.hi:+.3g}] → "
-                             f"{'entirely outside' if outside else 'not entirely outside'} it")
+                notes.append(
+                    f"equivalence margin ±{margin:.3g} ({EQUIV_REL:.0%} of the larger mean); 90 % interval "
+                    f"of Δ [{lo90:+.3g}, {hi90:+.3g}] → "
+                    f"{'inside' if holds else 'not inside'} the margin (TOST); 95 % interval of Δ "
+                    f"[{iv95.lo:+.3g}, {iv95.hi:+.3g}] → "
+                    f"{'entirely outside' if outside else 'not entirely outside'} it"
+                )
                 if outside:
-                    fails.append(f"the 95 % interval of the difference [{iv95.lo:+.3g}, {iv95.hi:+.3g}] lies entirely "
-                                 f"outside the margin ±{margin:.3g}")
+                    fails.append(
+                        f"the 95 % interval of the difference [{iv95.lo:+.3g}, {iv95.hi:+.3g}] lies entirely "
+                        f"outside the margin ±{margin:.3g}"
+                    )
                 elif not holds:
                     notes.append("the intervals straddle the margin: neither equivalent nor different at this budget")
             else:
                 margin = None
-        out.append(decide("C6", sweep, ctx, metric, [("sinusoidal", sin), ("learned", lrn)], [c], fails, holds,
-                          notes=notes, margin=margin))
+        out.append(
+            decide(
+                "C6",
+                sweep,
+                ctx,
+                metric,
+                [("sinusoidal", sin), ("learned", lrn)],
+                [c],
+                fails,
+                holds,
+                notes=notes,
+                margin=margin,
+            )
+        )
     return out or _missing("C6", "both sinusoidal and learned")
