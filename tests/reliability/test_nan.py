@@ -26,7 +26,9 @@ def test_nan_loss_fails_its_job_only_and_keeps_the_last_good_checkpoint(tmp_path
         ],
         tmp_path,
     )
-    assert res.returncode != 0, "a sweep with a failed job exits non-zero"
+    # a diverged job is an outcome, not a crash: the sweep ends 0 and its summary counts it apart
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert "0 failed, 1 diverged" in res.stdout
     good, bad = metrics(sweep / "0"), metrics(sweep / "1")
     assert good["status"] == "finished" and good["global_step"] == 4, "the other job went on"
     assert bad["status"] == "diverged"  # an outcome of the setting, not a crash

@@ -7,7 +7,8 @@ sweep, and dry runs.
   ``<sweep dir>/sweep_summary.json`` and prints it as a table. A job that raised is logged with its
   traceback and handed back to the sweeper as a finished job without a value (``None``), so the
   remaining jobs and batches run and Optuna records a failed trial; after the summary is printed the
-  sweep exits with status 1 if any job failed, or if no job produced an objective value (e.g. every
+  sweep exits with status 1 if any job failed (crashed; a job whose loss diverged is an outcome, counted
+  as ``n_diverged``, not a failure), or if no job produced an objective value (e.g. every
   Optuna trial failed or was NaN; a dry run is exempt). The summary is written in every case
   (:func:`guard_optuna_sweep` keeps Optuna from ending the sweep early when no trial completed).
 * :func:`dry_run` (``sweep.dry_run=true``) validates one job's configuration and prints its overrides
