@@ -76,7 +76,7 @@ def test_every_experiment_preset_trains_two_steps_on_the_cpu(experiment, scale, 
             if not SHARED_DATA.is_dir():
                 pytest.skip(f"public data copies not found at {SHARED_DATA}")
             cfg.data.root = str(SHARED_DATA / "multi30k")
-        if "tinyshakespeare" in cfg.data._target_.lower():
+        if "shakespeare" in cfg.data._target_.lower():  # tinyshakespeare and nanoGPT's shakespeare_char
             if not SHARED_DATA.is_dir():
                 pytest.skip(f"public data copies not found at {SHARED_DATA}")
             cfg.data.root = str(SHARED_DATA / "tinyshakespeare")

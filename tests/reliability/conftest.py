@@ -30,6 +30,10 @@ RESUMABLE = [
     "trainer.deterministic=true",
 ]
 
+#: for runs stopped by a signal once their first ``last.ckpt`` exists: 0.3 s after each training batch,
+#: so that the signal lands during training on a fast idle machine too (numbers are unchanged)
+SLOW_STEPS = ["+callbacks.slow._target_=tests.reliability.first_contact_probe.SlowSteps", "+callbacks.slow.seconds=0.3"]
+
 
 def env_for(tmp: Path, **extra: str | None) -> dict:
     """A clean environment: offline W&B, private cache and HOME, one thread, no API key."""

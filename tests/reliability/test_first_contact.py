@@ -21,7 +21,7 @@ import torch
 from omegaconf import OmegaConf
 
 from tests.conftest import REPO
-from tests.reliability.conftest import RESUMABLE, TINY, env_for, metrics, run_py, start_py, wait_for
+from tests.reliability.conftest import RESUMABLE, SLOW_STEPS, TINY, env_for, metrics, run_py, start_py, wait_for
 from tests.reliability.test_resume import _assert_same_run
 from xformer.errors import ConfigError
 
@@ -127,7 +127,7 @@ def test_objective_typo_fails_without_the_data_and_a_metric_the_data_lacks_fails
 
 def test_ctrl_c_saves_last_ckpt_and_resume_matches_the_uninterrupted_run(tmp_path, reference_run):
     job = tmp_path / "job"
-    proc = start_py([*RESUMABLE, f"hydra.run.dir={job}"], tmp_path)
+    proc = start_py([*RESUMABLE, *SLOW_STEPS, f"hydra.run.dir={job}"], tmp_path)
     wait_for(job / "checkpoints" / "last.ckpt", proc)
     os.kill(proc.pid, signal.SIGINT)  # what the terminal sends on Ctrl-C
     assert proc.wait(timeout=120) == 130, proc.log_path.read_text()[-3000:]

@@ -9,7 +9,7 @@ import signal
 
 import torch
 
-from tests.reliability.conftest import RESUMABLE, metrics, quality, run_py, start_py, train_losses, wait_for
+from tests.reliability.conftest import RESUMABLE, SLOW_STEPS, metrics, quality, run_py, start_py, train_losses, wait_for
 
 
 def _assert_same_run(job, reference_run, stopped_at: int, may_lack_last_row: bool = False) -> None:
@@ -38,7 +38,7 @@ def _wandb_ids(job) -> set[str]:
 
 def test_sigkill_mid_epoch_then_ckpt_path_last_matches_uninterrupted_run(tmp_path, reference_run):
     job = tmp_path / "job"
-    proc = start_py([*RESUMABLE, f"hydra.run.dir={job}"], tmp_path)
+    proc = start_py([*RESUMABLE, *SLOW_STEPS, f"hydra.run.dir={job}"], tmp_path)
     wait_for(job / "checkpoints" / "last.ckpt", proc)  # first periodic save (step 4)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=60)
@@ -60,7 +60,7 @@ def test_sigkill_mid_epoch_then_ckpt_path_last_matches_uninterrupted_run(tmp_pat
 
 def test_sigterm_saves_last_ckpt_at_batch_boundary_and_resume_matches(tmp_path, reference_run):
     job = tmp_path / "job"
-    proc = start_py([*RESUMABLE, f"hydra.run.dir={job}"], tmp_path)
+    proc = start_py([*RESUMABLE, *SLOW_STEPS, f"hydra.run.dir={job}"], tmp_path)
     wait_for(job / "checkpoints" / "last.ckpt", proc)
     os.kill(proc.pid, signal.SIGTERM)
     assert proc.wait(timeout=120) == 143, proc.log_path.read_text()[-3000:]
