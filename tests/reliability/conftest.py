@@ -8,6 +8,7 @@ import functools
 import http.server
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -72,6 +73,10 @@ def run_py(args: list[str], tmp: Path, timeout: float = 300, **env: str | None) 
     )
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_py(args: list[str], tmp: Path, **env: str | None) -> subprocess.Popen:
     """Start ``python run.py *args`` in ``tmp`` without waiting; output goes to ``proc.log_path``."""
     log_path = tmp / f"run-{time.monotonic_ns()}.log"
@@ -82,6 +87,9 @@ def start_py(args: list[str], tmp: Path, **env: str | None) -> subprocess.Popen:
             env=env_for(tmp, **env),
             stdout=log,
             stderr=subprocess.STDOUT,
+            # the run gets Ctrl-C as from a terminal even when the test session itself was started in
+            # the background (nohup, `&`), whose SIGINT is ignored and would be inherited
+            preexec_fn=_default_sigint,
         )
     proc.log_path = log_path
     return proc
