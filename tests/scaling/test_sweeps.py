@@ -137,6 +137,7 @@ def test_submitit_local_launcher_runs_a_ddp_job(tmp_path):
     assert [j["status"] for j in summary(sweep)["jobs"]] == ["finished"]
 
 
+@pytest.mark.slow  # ~12 s; the Optuna resume into one sweep folder is also tested in test_sweep_resume.py
 def test_optuna_nan_trials_fail_and_study_resumes(tmp_path):
     """3 trials, then the same command again: 6 trials in one SQLite study. lr=1e30 makes the objective
     NaN (run.py returns None): those trials are FAILED and the study goes on."""
