@@ -94,7 +94,7 @@ def test_consistent_resume_leaves_other_checkpoints_alone():
     unchanged; a mid-epoch stop marked finished is rewound to its epoch."""
     import copy
 
-    from xformer.jobs.steps import ConsistentResume
+    from xformer.jobs.resume import ConsistentResume
 
     def ckpt(loader_state, processed):
         prog = {"ready": 2, "started": 2, "processed": processed, "completed": processed}

@@ -11,9 +11,10 @@ import torch
 from omegaconf import OmegaConf
 from typing_extensions import override
 
-from xformer.data.batching import RandomBatchSampler, ResumableDataLoader, TokenBudgetBatchSampler
+from xformer.data.batching import RandomBatchSampler, TokenBudgetBatchSampler
 from xformer.jobs.callbacks import AtomicCheckpoints
 from xformer.jobs.checkpoint_io import AtomicCheckpointIO
+from xformer.jobs.resume import ResumableDataLoader
 
 
 def _fail_midway(real_save):

@@ -21,7 +21,6 @@ from typing_extensions import override
 
 from xformer.data.batching import (
     RandomBatchSampler,
-    ResumableDataLoader,
     SequentialBatchSampler,
     TokenBudgetBatchSampler,
     collate_lm,
@@ -29,6 +28,7 @@ from xformer.data.batching import (
 )
 from xformer.data.errors import DataError
 from xformer.data.tokenizers import BOS, EOS, PAD, Tokenizer
+from xformer.jobs.resume import ResumableDataLoader, trainer_batches_done, trainer_epoch_batches
 
 
 class Seq2SeqDataset(Dataset):
@@ -292,7 +292,8 @@ class XformerDataModule(L.LightningDataModule):
         self, dataset: Dataset, batch_sampler, collate_fn, persistent: bool, train: bool = False
     ) -> DataLoader:
         """DataLoader over ``batch_sampler``; workers persist across epochs for train/val only. The
-        training loader is a :class:`ResumableDataLoader`: checkpoints record its position in the epoch."""
+        training loader is a :class:`~xformer.jobs.resume.ResumableDataLoader`: checkpoints record
+        its position in the epoch."""
         kwargs = dict(
             batch_sampler=batch_sampler,
             collate_fn=collate_fn,
@@ -308,19 +309,11 @@ class XformerDataModule(L.LightningDataModule):
 
     def _train_batches_done(self) -> int:
         """Training batches of the current epoch the attached trainer has consumed (0 without one)."""
-        trainer = getattr(self, "trainer", None)
-        if trainer is None:
-            return 0
-        return int(trainer.fit_loop.epoch_loop.batch_progress.current.processed)
+        return trainer_batches_done(getattr(self, "trainer", None))
 
     def _train_epoch_batches(self, n: int) -> int:
-        """Training batches the attached trainer takes from an epoch of ``n``: fewer under
-        ``trainer.limit_train_batches`` (Lightning's ``num_training_batches``), else ``n``."""
-        trainer = getattr(self, "trainer", None)
-        limit = getattr(trainer, "num_training_batches", None) if trainer is not None else None
-        if isinstance(limit, int) and 0 < limit < n:
-            return limit
-        return n
+        """Training batches the attached trainer takes from an epoch of ``n`` (``limit_train_batches``)."""
+        return trainer_epoch_batches(getattr(self, "trainer", None), n)
 
     def train_dataloader(self) -> DataLoader:
         """Shuffled (per ``(seed, epoch)``) training loader, sharded across DDP ranks."""

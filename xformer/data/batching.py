@@ -11,19 +11,20 @@ itself) at the start of every training epoch. Outside Lightning call ``set_epoch
 
 Resuming mid-epoch: :class:`TokenBudgetBatchSampler` and :class:`RandomBatchSampler` have
 ``resume(epoch, batches_done)``, after which their next iteration continues ``epoch`` after its first
-``batches_done`` batches. :class:`ResumableDataLoader` exposes that as the ``state_dict`` /
+``batches_done`` batches. :class:`xformer.jobs.resume.ResumableDataLoader` (where every piece of
+exact resume lives, with the guarantee) exposes that as the ``state_dict`` /
 ``load_state_dict`` pair Lightning stores in (and restores from) every checkpoint, so a run restarted
 from a mid-epoch ``last.ckpt`` sees exactly the batches an uninterrupted run would have seen.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Sampler
+from torch.utils.data import Sampler
 
 from xformer.data.tokenizers import PAD
 
@@ -318,70 +319,6 @@ class RandomBatchSampler(Sampler[list[int]]):
     def __len__(self) -> int:
         """Batches per epoch for this rank (``n_batches``)."""
         return self.n_batches
-
-
-class ResumableDataLoader(DataLoader):
-    """A ``DataLoader`` whose position inside an epoch is part of Lightning checkpoints.
-
-    Lightning calls ``state_dict()`` when it saves a checkpoint and ``load_state_dict()`` before it
-    iterates a restored run's loader (it does so for every loader that has both). The state is the
-    batch sampler's epoch and ``batches_done()`` -- how many batches of that epoch the trainer has
-    consumed (not how many were fetched: loaders prefetch); restoring calls the batch sampler's
-    ``resume`` so the next iteration yields exactly the batches the interrupted run had not reached.
-
-    Why not torchdata's ``StatefulDataLoader``: its state is its own count of the batches it has
-    yielded, which runs ahead of the trainer whenever Lightning's data fetcher has fetched the next
-    batch (it does, to know whether the epoch ends). The position here comes from the trainer's
-    progress counter (``batches_done``), exact however far the loader has fetched; the token-budget
-    sampler restarts an epoch at any batch (``resume``) with no worker state to restore; and it spares
-    a dependency.
-
-    Args:
-        *args, **kwargs: ``DataLoader`` arguments; ``batch_sampler`` must have ``resume(epoch, n)``.
-        batches_done: returns the batches of the current epoch already consumed (e.g. from the
-            trainer's batch progress); None counts 0 (the state then restarts the epoch).
-        epoch_batches: maps the sampler's epoch length to the number of batches the trainer takes
-            from an epoch (``min(n, trainer.num_training_batches)``); None = all of them.
-    """
-
-    def __init__(
-        self,
-        *args: Any,
-        batches_done: Callable[[], int] | None = None,
-        epoch_batches: Callable[[int], int] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(*args, **kwargs)
-        self._batches_done = batches_done
-        self._epoch_batches = epoch_batches
-
-    def epoch_batches(self) -> int:
-        """Batches the trainer takes from this epoch: the batch sampler's length, or fewer when the
-        trainer stops each epoch early (``trainer.limit_train_batches``; see ``epoch_batches`` of
-        the constructor)."""
-        n = len(self.batch_sampler)
-        return int(self._epoch_batches(n)) if self._epoch_batches is not None else n
-
-    def state_dict(self) -> dict[str, int]:
-        """``{"epoch", "batches_done", "epoch_batches"}`` of the batch sampler's current epoch
-        (``epoch_batches``: the epoch's length as the trainer runs it -- under
-        ``limit_train_batches`` the limit, not the sampler's length -- so a reader can tell a
-        finished epoch from a stop inside it)."""
-        return {
-            "epoch": int(self.batch_sampler.sampler.epoch),
-            "batches_done": int(self._batches_done()) if self._batches_done is not None else 0,
-            "epoch_batches": self.epoch_batches(),
-        }
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        """Make the next iteration continue where ``state`` was taken: inside its epoch, or at the
-        start of the next one when all of the epoch's ``epoch_batches`` were done (also when the
-        trainer's epoch was shorter than the sampler's)."""
-        epoch, done = int(state["epoch"]), int(state["batches_done"])
-        n = int(state.get("epoch_batches") or 0)
-        if n and done >= n:
-            epoch, done = epoch + 1, 0
-        self.batch_sampler.resume(epoch, done)
 
 
 def _pad(seqs: Sequence[Sequence[int] | torch.Tensor], pad_value: Any, dtype: torch.dtype) -> torch.Tensor:

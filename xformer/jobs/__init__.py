@@ -3,9 +3,10 @@ the LightningModule does not.
 
 * :mod:`.driver` -- one job of ``run.py``: build, fit and test, write ``metrics.json``.
 * :mod:`.validate` -- config and data checks before anything is built or read.
-* :mod:`.callbacks`, :mod:`.steps`, :mod:`.checkpoint_io`, :mod:`.resume` -- safe long runs: NaN
-  guard, SIGTERM and end-of-fit checkpoints, per-step seeds, atomic checkpoint files, intervals in
-  optimizer steps, exact resumption and its CSV history.
+* :mod:`.resume` -- exact resumption: the guarantee, the data position, the loop-progress
+  correction, the checkpoint a job resumes from and its CSV history.
+* :mod:`.callbacks`, :mod:`.steps`, :mod:`.checkpoint_io` -- safe long runs: NaN guard, SIGTERM and
+  end-of-fit checkpoints, per-step seeds, atomic checkpoint files, intervals in optimizer steps.
 * :mod:`.distributed`, :mod:`.sweep`, :mod:`.sweep_check` -- DDP/FSDP under Hydra sweeps, the sweep
   summary, dry runs and sweep checks.
 * :mod:`.wandb_run`, :mod:`.wandb_panels` -- W&B naming, limits, resume, offline fallback, dashboards.

@@ -19,9 +19,8 @@
 * :class:`AtomicCheckpoints` -- installs :class:`~xformer.jobs.checkpoint_io.AtomicCheckpointIO`, so
   checkpoints are written to a temporary file and renamed into place.
 
-The data side of exact resumption is :class:`xformer.data.batching.ResumableDataLoader` (the
-position inside the epoch is stored in every checkpoint); optimizer, LR-scheduler, step counters and
-``tokens_seen`` are restored by Lightning and the module.
+Exact resumption as a whole (its guarantee, and where each piece of state is stored) is described
+in :mod:`xformer.jobs.resume`, which holds the data position and the loop-progress correction.
 """
 
 from __future__ import annotations

@@ -39,8 +39,8 @@ from xformer.train.module import TransformerLitModule
 from .callbacks import NonFiniteLossError, NonFiniteLossGuard, interrupt_signal
 from .console import progress_bar, quiet_console, single_log_lines, test_table
 from .distributed import patch_lightning_for_job
-from .resume import ResumableCSVLogger, checkpoint_step, own_checkpoint
-from .steps import ConsistentResume, OptimizerStepIntervals
+from .resume import ConsistentResume, ResumableCSVLogger, checkpoint_step, own_checkpoint
+from .steps import OptimizerStepIntervals
 from .validate import build_model, check_checkpoint_vocab, check_config, check_with_data, checkpoint_file
 from .wandb_run import describe_runs, finish_runs, wandb_logger
 

@@ -1,30 +1,235 @@
-"""Resuming a job in its own folder: the checkpoint it resumes from and its CSV history.
+"""Exact resume: everything that lets a stopped run continue as if it had never stopped.
 
-A job resumes when it is started again with ``ckpt_path=last`` (or a checkpoint inside its folder)
-and the same ``hydra.run.dir``; Lightning restores weights, optimizer, LR scheduler, step counters
-and the data position from the checkpoint (see :mod:`xformer.jobs.callbacks` and
-:class:`xformer.data.batching.ResumableDataLoader`). This module handles the job folder's logs:
+**The guarantee.** A training job restarted in its own folder with ``ckpt_path=last`` (or any
+checkpoint inside that folder) trains, from the checkpoint's step on, the same batches in the same
+order, with the same epoch numbers, dropout masks, learning rate, loss normaliser and
+``tokens_seen`` as the uninterrupted run -- on CPU with ``trainer.deterministic=true`` its loss curve
+and final weights are identical -- whichever checkpoint it resumes from (the periodic ``last.ckpt``,
+a ``best-<step>.ckpt``, the SIGTERM/Ctrl-C save, the end of ``fit`` or of ``max_time``, the last save
+before a SIGKILL) and wherever that checkpoint fell (inside an epoch, on an epoch's last batch, at the
+end of an epoch shortened by ``trainer.limit_train_batches``, between the micro-batches of an
+accumulation window, with ``data.num_workers`` > 0). A SIGKILL loses at most the steps since the last
+periodic save. The job's CSV history and W&B run read like one run.
+(Tested by ``tests/reliability/test_resume_matrix.py`` and ``test_resume_positions.py``.)
 
-* :class:`ResumableCSVLogger` keeps ``csv/metrics.csv`` rows logged before the checkpoint's step
-  (Lightning's ``CSVLogger`` would delete the file) and drops the later ones, which the resumed run
-  logs again -- so the history reads like one uninterrupted run.
+Where each piece of state lives:
 
-The job's W&B run continues too (:func:`xformer.jobs.wandb_run.wandb_resume_kwargs`).
+=========================  ======================================================================
+state                      stored / restored by
+=========================  ======================================================================
+weights, optimizer,        Lightning's checkpoint (``state_dict``, ``optimizer_states``,
+LR schedule, global step   ``lr_schedulers``, ``loops``), written atomically
+                           (:mod:`xformer.jobs.checkpoint_io`)
+data position              :class:`ResumableDataLoader` (here): the epoch and the batches of it the
+                           trainer consumed (:func:`trainer_batches_done`), restored through the
+                           batch sampler's ``resume(epoch, batches_done)``
+                           (:mod:`xformer.data.batching`)
+loop progress              :class:`ConsistentResume` (here): makes Lightning's epoch/batch counters
+                           agree with the data position for the positions Lightning stores
+                           inconsistently (stop mid-epoch at ``max_steps``, stop on an epoch's last
+                           batch, a cut accumulation window)
+validation schedule        :class:`xformer.jobs.steps.OptimizerStepIntervals` takes no validation
+                           decision at a restart from a checkpoint written after its step was
+                           fully counted
+dropout RNG                :class:`xformer.jobs.callbacks.StepSeed`: reseeded per batch from
+                           ``(seed, epoch, batch, rank)``, so no RNG state needs storing
+tokens, loss normaliser    the module's ``on_save_checkpoint`` (``checkpoint["xformer"]``), minus
+                           the micro-batches of a cut accumulation window
+logs                       :class:`ResumableCSVLogger` (here) and the W&B run id
+                           (:func:`xformer.jobs.wandb_run.wandb_resume_kwargs`)
+which checkpoint           :func:`own_checkpoint` (here); a sweep's jobs: :mod:`xformer.jobs.sweep_resume`
+=========================  ======================================================================
 """
 
 from __future__ import annotations
 
 import csv
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import lightning as L
 from lightning.pytorch.loggers import CSVLogger
 from omegaconf import DictConfig
+from torch.utils.data import DataLoader
+from typing_extensions import override
 
 from xformer.jobs.lightning_compat import logger_started
 
+__all__ = [
+    "ConsistentResume",
+    "ResumableCSVLogger",
+    "ResumableDataLoader",
+    "checkpoint_step",
+    "own_checkpoint",
+    "trainer_batches_done",
+    "trainer_epoch_batches",
+]
 
+
+# -- data position --------------------------------------------------------------------------------
+def trainer_batches_done(trainer: L.Trainer | None) -> int:
+    """Training batches of the current epoch ``trainer`` has consumed (0 without a trainer): the
+    loop's processed count, not the loader's fetch count (the data fetcher runs one batch ahead)."""
+    if trainer is None:
+        return 0
+    return int(trainer.fit_loop.epoch_loop.batch_progress.current.processed)
+
+
+def trainer_epoch_batches(trainer: L.Trainer | None, n: int) -> int:
+    """Training batches ``trainer`` takes from an epoch of ``n``: fewer under
+    ``trainer.limit_train_batches`` (Lightning's ``num_training_batches``), else ``n``."""
+    limit = getattr(trainer, "num_training_batches", None) if trainer is not None else None
+    if isinstance(limit, int) and 0 < limit < n:
+        return limit
+    return n
+
+
+class ResumableDataLoader(DataLoader):
+    """A ``DataLoader`` whose position inside an epoch is part of Lightning checkpoints.
+
+    Lightning calls ``state_dict()`` when it saves a checkpoint and ``load_state_dict()`` before it
+    iterates a restored run's loader (it does so for every loader that has both). The state is the
+    batch sampler's epoch and ``batches_done()`` -- how many batches of that epoch the trainer has
+    consumed (not how many were fetched: loaders prefetch); restoring calls the batch sampler's
+    ``resume`` so the next iteration yields exactly the batches the interrupted run had not reached.
+
+    Why not torchdata's ``StatefulDataLoader``: its state is its own count of the batches it has
+    yielded, which runs ahead of the trainer whenever Lightning's data fetcher has fetched the next
+    batch (it does, to know whether the epoch ends). The position here comes from the trainer's
+    progress counter (``batches_done``), exact however far the loader has fetched; the token-budget
+    sampler restarts an epoch at any batch (``resume``) with no worker state to restore; and it spares
+    a dependency.
+
+    Args:
+        *args, **kwargs: ``DataLoader`` arguments; ``batch_sampler`` must have ``resume(epoch, n)``.
+        batches_done: returns the batches of the current epoch already consumed (e.g. from the
+            trainer's batch progress); None counts 0 (the state then restarts the epoch).
+        epoch_batches: maps the sampler's epoch length to the number of batches the trainer takes
+            from an epoch (``min(n, trainer.num_training_batches)``); None = all of them.
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        batches_done: Callable[[], int] | None = None,
+        epoch_batches: Callable[[int], int] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self._batches_done = batches_done
+        self._epoch_batches = epoch_batches
+
+    def epoch_batches(self) -> int:
+        """Batches the trainer takes from this epoch: the batch sampler's length, or fewer when the
+        trainer stops each epoch early (``trainer.limit_train_batches``; see ``epoch_batches`` of
+        the constructor)."""
+        n = len(self.batch_sampler)
+        return int(self._epoch_batches(n)) if self._epoch_batches is not None else n
+
+    def state_dict(self) -> dict[str, int]:
+        """``{"epoch", "batches_done", "epoch_batches"}`` of the batch sampler's current epoch
+        (``epoch_batches``: the epoch's length as the trainer runs it -- under
+        ``limit_train_batches`` the limit, not the sampler's length -- so a reader can tell a
+        finished epoch from a stop inside it)."""
+        return {
+            "epoch": int(self.batch_sampler.sampler.epoch),
+            "batches_done": int(self._batches_done()) if self._batches_done is not None else 0,
+            "epoch_batches": self.epoch_batches(),
+        }
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Make the next iteration continue where ``state`` was taken: inside its epoch, or at the
+        start of the next one when all of the epoch's ``epoch_batches`` were done (also when the
+        trainer's epoch was shorter than the sampler's)."""
+        epoch, done = int(state["epoch"]), int(state["batches_done"])
+        n = int(state.get("epoch_batches") or 0)
+        if n and done >= n:
+            epoch, done = epoch + 1, 0
+        self.batch_sampler.resume(epoch, done)
+
+
+# -- loop progress ------------------------------------------------------------------------------
+class ConsistentResume(L.Callback):
+    """Make a checkpoint written when ``fit`` stopped mid-epoch resume where it stopped.
+
+    Lightning marks the running epoch finished when ``max_steps`` (or ``max_time``) ends ``fit`` in its
+    middle, and the ``last.ckpt`` written then (``StopCheckpoint``, the final validation's save) stores
+    that. Resuming such a checkpoint with a larger ``max_steps`` started the *next* epoch but kept the
+    batch position -- step 5 of a 3-batch-epoch run became "epoch 2, batch 2" with other data, while the
+    uninterrupted run's step 5 is epoch 1, batch 2. The data loader's own state (epoch, batches done;
+    :class:`xformer.data.batching.ResumableDataLoader`) is right, so before Lightning restores its loops
+    this rewinds the epoch counters to that epoch when its batches are not all done: Lightning then
+    takes the checkpoint for what it is, a stop mid-epoch (the case it restores exactly). Lightning's
+    loop state has no hook for this and torchdata's ``StatefulDataLoader`` is not a dependency, so the
+    checkpoint's ``loops`` entry is corrected here; other checkpoints are left as they are.
+
+    A stop on an epoch's *last* batch is the other half: Lightning then either skipped the next
+    epoch or gave the finished one an extra batch. Such a checkpoint is rewritten as "epoch ``e``
+    done, nothing of ``e + 1`` started", and :class:`OptimizerStepIntervals` takes no validation
+    decision at a restart from a checkpoint written after its step was fully counted (Lightning
+    would otherwise shift the step axis by one when that step was a validation step). The loader's state carries
+    the epoch's length (``epoch_batches``) to tell the two cases apart; older checkpoints lack it and
+    are left alone. (Lightning's restored fetch counter is consistent with xformer's sampler skipping
+    the consumed batches: the counter starts at the consumed count and the sampler yields the rest.)
+
+    Two more positions: under ``trainer.limit_train_batches`` the epoch's length is the limit (the
+    loader stores that, not the sampler's length), so a stop on a shortened epoch's last batch is an
+    epoch's end; and a checkpoint written inside an accumulation window (SIGTERM between
+    micro-batches) is rewound to the window's start -- the last batch whose update is in the saved
+    weights -- so the resumed run accumulates the same micro-batches into the same step.
+    """
+
+    @override
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        """Make ``checkpoint["loops"]`` agree with the data loader's stored position (see the class docstring)."""
+        fit = (checkpoint.get("loops") or {}).get("fit_loop") or {}
+        states = (fit.get("state_dict") or {}).get("combined_loader") or []
+        progress = fit.get("epoch_progress")
+        if not states or not isinstance(states[0], dict) or "batches_done" not in states[0] or not progress:
+            return
+        epoch, done = int(states[0]["epoch"]), int(states[0]["batches_done"])
+        n_batches = int(states[0].get("epoch_batches", 0))
+        batch_progress = (fit.get("epoch_loop.batch_progress") or {}).get("current") or {}
+        accumulate = int(getattr(trainer, "accumulate_grad_batches", 1) or 1)
+        inside = done % accumulate
+        if n_batches and 0 < done < n_batches and inside and int(batch_progress.get("completed", -1)) == done:
+            # saved inside an accumulation window (SIGTERM between micro-batches): the weights hold
+            # no update from the window's first `inside` micro-batches, so the data position is the
+            # last batch whose update they do hold -- the resumed run trains the whole window again
+            done -= inside
+            states[0]["batches_done"] = done
+            totals = (fit.get("epoch_loop.batch_progress") or {}).get("total") or {}
+            for counters in (batch_progress, totals):
+                for key in ("ready", "started", "processed", "completed"):
+                    if key in counters:
+                        counters[key] = int(counters[key]) - inside
+        if n_batches and done >= n_batches:  # stopped on an epoch's last batch: the next epoch starts
+            if int(batch_progress.get("completed", -1)) != done:
+                return  # saved inside the last batch (periodic save): Lightning restores that itself
+            for counters in (progress["current"], progress["total"]):
+                for key in ("ready", "started", "processed", "completed"):
+                    counters[key] = epoch + 1
+            for key in ("ready", "started", "processed", "completed"):
+                batch_progress[key] = 0
+            fit["epoch_loop.batch_progress"]["is_last_batch"] = False
+            return
+        if not n_batches:
+            return  # an older checkpoint without the epoch length
+        if done <= 0 or int(batch_progress.get("completed", done)) != done:
+            return  # at an epoch start, or a position this callback cannot vouch for
+        current, total = progress["current"], progress["total"]
+        finished = int(current["processed"])
+        if finished <= epoch or int(current["started"]) != epoch + 1:
+            return  # the epoch is not marked finished: Lightning restores it as it is
+        shift = finished - epoch
+        for counters in (current, total):
+            counters["processed"] = int(counters["processed"]) - shift
+            counters["completed"] = int(counters["completed"]) - shift
+
+
+# -- which checkpoint, and the job's logs --------------------------------------------------------
 def own_checkpoint(cfg: DictConfig, out_dir: Path) -> Path | None:
     """The checkpoint this job resumes from when it is one of its own (``ckpt_path=last`` with an
     existing ``checkpoints/last.ckpt``, or a path inside ``out_dir``), else None."""
