@@ -395,3 +395,25 @@ def test_preset_trains_through_run_py_and_refuses_a_stale_key(tmp_path):
     val = [float(r["val/loss"]) for r in rows if r.get("val/loss")]
     assert len(val) == 2 and val[1] < val[0] < math.log(65)  # learning, below the uniform guess
     assert "test/loss@val" in metrics and not any(k.startswith("test/loss") and "@" not in k for k in metrics)
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (["optim=adamw", "optim.optimizer.weight_decay=-0.1"], r"^optim.optimizer.weight_decay=-0.1: must be in \[0.0, inf\)$"),
+        (["optim=adamw", "optim.optimizer.optimizer.betas=[0.9,1.5]"], r"^optim.optimizer.optimizer.betas=\[0.9,1.5\]"),
+        (["optim=adamw", "optim.optimizer.optimizer.eps=0"], r"^optim.optimizer.optimizer.eps=0: must be in \(0.0"),
+        (["optim.optimizer.betas=[0.9]"], r"^optim.optimizer.betas=\[0.9\]: must be two numbers in \[0, 1\)"),
+        (["optim.optimizer.lr=-1"], r"^optim.optimizer.lr=-1: must be in \(0.0"),
+    ],
+)
+def test_a_bad_optimizer_argument_is_caught_before_anything_is_built(overrides, message):
+    """torch checks betas, eps and weight decay only when the optimizer is built (after the model and
+    the data); the config check names the full key first."""
+    with pytest.raises(ConfigError, match=message):
+        check_rules(_compose(overrides))
+
+
+@pytest.mark.parametrize("overrides", [["optim=adamw"], ["optim=adam"], ["experiment=shakespeare_char_cpu"]])
+def test_shipped_optimizer_settings_pass_the_check(overrides):
+    check_rules(_compose(overrides))

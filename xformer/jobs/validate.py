@@ -26,9 +26,9 @@ import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from typing_extensions import override
 
 from xformer.errors import ConfigError
@@ -196,6 +196,46 @@ def check_rules(cfg: DictConfig) -> None:
     from xformer.train.schedules import check_scheduler_node
 
     check_scheduler_node(OmegaConf.select(cfg, "optim.scheduler", default=None))  # no stale or unknown key
+    check_optimizer_node(OmegaConf.select(cfg, "optim.optimizer", default=None))
+
+
+#: Arguments of the optimizer node (and of an optimizer it wraps, ``DecayGroups``' ``optimizer``)
+#: checked by name, whatever the optimizer class: torch's optimizers only check them when built.
+_OPTIMIZER_ARGS: dict[str, Rule] = {
+    "lr": _float(0.0, lo_open=True),
+    "eps": _float(0.0, lo_open=True),
+    "weight_decay": _float(0.0),
+    "momentum": _float(0.0),
+}
+
+
+def check_optimizer_node(node: Any, key: str = "optim.optimizer") -> None:
+    """Check the optimizer's own arguments under ``key`` (``lr`` > 0, ``eps`` > 0, ``weight_decay`` >= 0,
+    ``betas`` two numbers in [0, 1)), and those of the optimizer it wraps (``key.optimizer``), so that
+    ``optim.optimizer.optimizer.betas=[0.9,1.5]`` fails in stage 1 instead of when the optimizer is
+    built after the model and the data. Interpolations (``${optim.lr}``) are checked where they point.
+
+    Raises:
+        ConfigError: naming the full key and its value.
+    """
+    if not isinstance(node, DictConfig):
+        return
+    for name, rule in _OPTIMIZER_ARGS.items():
+        if name in node and not OmegaConf.is_interpolation(node, name):
+            rule.check(f"{key}.{name}", node[name])
+    if "betas" in node and not OmegaConf.is_interpolation(node, "betas"):
+        betas = node["betas"]
+        values = list(betas) if isinstance(betas, ListConfig | list | tuple) else None
+        if (
+            values is None
+            or len(values) != 2
+            or any(isinstance(b, bool) or not isinstance(b, int | float) or not 0.0 <= b < 1.0 for b in values)
+        ):
+            shown = f"[{','.join(str(b) for b in values)}]" if values is not None else betas
+            raise ConfigError(f"{key}.betas={shown}: must be two numbers in [0, 1), e.g. [0.9,0.95]")
+    inner = node.get("optimizer")
+    if isinstance(inner, DictConfig):
+        check_optimizer_node(inner, f"{key}.optimizer")
 
 
 def _check_data_root(cfg: DictConfig) -> None:
