@@ -123,7 +123,9 @@ def start_nanogpt(nanogpt: Path, n: int, every: int, out_dir: Path, core: int | 
     return Proc("nanoGPT", cmd, nanogpt, env, log)
 
 
-def start_xformer(text: Path, n: int, every: int, out_dir: Path, core: int | None, log: Path) -> Proc:
+def start_xformer(
+    text: Path, n: int, every: int, out_dir: Path, core: int | None, log: Path, extra: list[str] = ()
+) -> Proc:
     env, pin = _env(core)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "benchmarks"), env.get("PYTHONPATH", "")])
     cmd = [
@@ -138,6 +140,7 @@ def start_xformer(text: Path, n: int, every: int, out_dir: Path, core: int | Non
         "trainer.enable_progress_bar=false",
         f"hydra.run.dir={out_dir}",
         "+callbacks.side_by_side._target_=_side_by_side_marks.Marks",
+        *extra,
     ]
     return Proc("xformer", cmd, REPO, env, log)
 
@@ -264,6 +267,21 @@ def table(rounds: list[dict], n: int) -> str:
     return "\n".join(out)
 
 
+def write_section(path: Path, label: str, body: str) -> None:
+    """Put ``body`` between ``<!-- side-by-side:label -->`` and ``<!-- /side-by-side:label -->`` in the
+    Markdown file ``path``: replaced where the markers are, appended (with the markers) otherwise; the
+    rest of the file is left as it is."""
+    start, end = f"<!-- side-by-side:{label} -->", f"<!-- /side-by-side:{label} -->"
+    old = path.read_text() if path.is_file() else ""
+    block = f"{start}\n{body.rstrip()}\n{end}"
+    if start in old and end in old:
+        new = old[: old.index(start)] + block + old[old.index(end) + len(end) :]
+    else:
+        new = (old.rstrip() + "\n\n" if old else "") + block + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(new)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("nanogpt", type=Path, help="a karpathy/nanoGPT checkout")
@@ -283,7 +301,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--rounds", type=int, default=2, help="rounds, the start order swapped each round")
     ap.add_argument("--work", type=Path, default=Path("/tmp/nanogpt-side-by-side"), help="logs and run folders")
-    ap.add_argument("--out", type=Path, default=None, help="write the table here (e.g. docs/results/nanogpt-cpu.md)")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="write the table into this Markdown file (e.g. docs/results/nanogpt-cpu.md): between the markers "
+        "of --label when the file has them (the rest of the file is kept), else appended as a new section",
+    )
+    ap.add_argument("--label", default="fp32", help="names the table's section in --out (one section per label)")
+    ap.add_argument(
+        "--xformer-override",
+        action="append",
+        default=[],
+        help="extra run.py override for xformer, e.g. trainer.precision=bf16-mixed (repeatable)",
+    )
     args = ap.parse_args(argv)
     nanogpt, n, every = args.nanogpt.resolve(), args.max_iters, args.eval_interval
     if n % every:
@@ -297,7 +328,12 @@ def main(argv: list[str] | None = None) -> int:
         text = args.text.resolve()
         return [
             ("nanogpt", lambda c: start_nanogpt(nanogpt, n, every, work / "nanogpt", c, work / "nanogpt.log")),
-            ("xformer", lambda c: start_xformer(text, n, every, work / "xformer", c, work / "xformer.log")),
+            (
+                "xformer",
+                lambda c: start_xformer(
+                    text, n, every, work / "xformer", c, work / "xformer.log", args.xformer_override
+                ),
+            ),
         ]
 
     for k in range(args.rounds):
@@ -324,15 +360,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         cmd = (
             f"python benchmarks/nanogpt_side_by_side.py <nanoGPT checkout> --text {args.text} "
-            f"--max-iters {n} --rounds {args.rounds} --out {args.out}"
+            f"--max-iters {n} --rounds {args.rounds} --out {args.out} --label {args.label}"
             + (f" --eval-interval {every}" if every != 250 else "")
+            + "".join(f" --xformer-override {o}" for o in args.xformer_override)
         )
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(
-            f"# nanoGPT's CPU recipe vs `experiment=shakespeare_char_cpu`, side by side\n\n"
-            f"Command: `{cmd}` (one core and one thread each, both at once; "
-            f"{time.strftime('%Y-%m-%d')}).\n\n{text}"
+        section = (
+            f"Command: `{cmd}` (one core and one thread each, both at once; {time.strftime('%Y-%m-%d')}).\n\n{text}"
         )
+        write_section(args.out, args.label, section)
     return 0
 
 

@@ -87,3 +87,17 @@ def test_script_runs_side_by_side_with_a_few_steps(tmp_path, shared_data):
     )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert "wall time to the step-20 evaluation" in out.read_text()
+
+
+def test_out_file_keeps_its_other_sections(tmp_path):
+    """``--out`` rewrites only its own labelled section: the preset's description and the other
+    precision's table stay."""
+    out = tmp_path / "nanogpt-cpu.md"
+    out.write_text("# intro\n\nkept text\n")
+    sbs.write_section(out, "fp32", "table one")
+    sbs.write_section(out, "bf16", "table two")
+    sbs.write_section(out, "fp32", "table one, rerun")
+    text = out.read_text()
+    assert text.startswith("# intro\n\nkept text\n")
+    assert "table one, rerun" in text and "table one\n" not in text and "table two" in text
+    assert text.index("table one, rerun") < text.index("table two")

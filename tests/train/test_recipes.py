@@ -400,7 +400,10 @@ def test_preset_trains_through_run_py_and_refuses_a_stale_key(tmp_path):
 @pytest.mark.parametrize(
     "overrides,message",
     [
-        (["optim=adamw", "optim.optimizer.weight_decay=-0.1"], r"^optim.optimizer.weight_decay=-0.1: must be in \[0.0, inf\)$"),
+        (
+            ["optim=adamw", "optim.optimizer.weight_decay=-0.1"],
+            r"^optim.optimizer.weight_decay=-0.1: must be in \[0.0, inf\)$",
+        ),
         (["optim=adamw", "optim.optimizer.optimizer.betas=[0.9,1.5]"], r"^optim.optimizer.optimizer.betas=\[0.9,1.5\]"),
         (["optim=adamw", "optim.optimizer.optimizer.eps=0"], r"^optim.optimizer.optimizer.eps=0: must be in \(0.0"),
         (["optim.optimizer.betas=[0.9]"], r"^optim.optimizer.betas=\[0.9\]: must be two numbers in \[0, 1\)"),
