@@ -144,6 +144,10 @@ RULES: dict[str, Rule] = {
     "model.tie_embeddings": _BOOL,
     "model.attn_scale": _BOOL,
     "model.bias": _BOOL,
+    "model.init.std": _float(0.0, lo_open=True),
+    "model.init.scale_embeddings": _BOOL,
+    "optim.optimizer.decay_embeddings": _BOOL,
+    "optim.optimizer.decay_min_ndim": _int(0),
     "loss.label_smoothing": _float(0.0, 1.0),
     "optim.lr": _float(0.0, lo_open=True),
     "optim.warmup_steps": _int(0),
@@ -183,12 +187,99 @@ RULES: dict[str, Rule] = {
 _ABSENT = object()
 
 
+#: Config nodes chosen by a config group: ``key -> how to choose it``. Written with a dot
+#: (``model.pe=rope``) the override replaces the node by a string, which fails deep inside Hydra's
+#: instantiate or Lightning; written with a slash (``model/pe=rope``) it selects the group's file.
+GROUP_NODES: dict[str, str] = {
+    "model.pe": "model/pe",
+    "model.norm": "model/norm",
+    "model.ffn": "model/ffn",
+    "model.attention": "model/attention",
+    "model.mixer": "model/mixer",
+    "model.init": "model/init",
+    "optim.scheduler": "optim/scheduler",
+    "optim.optimizer": "optim",
+    "loss": "loss",
+    "decode": "decode",
+    "data": "data",
+    "trainer": "trainer",
+}
+
+
+def check_group_choices(cfg: DictConfig) -> None:
+    """Refuse a group's node replaced by a plain string: ``model.pe=rope`` (a dot) where
+    ``model/pe=rope`` (a slash) was meant, ``optim.optimizer=adamw`` for ``optim=adamw``.
+
+    Raises:
+        ConfigError: naming the key and the override that selects the group's option.
+    """
+    for key, group in GROUP_NODES.items():
+        value = OmegaConf.select(cfg, key, default=None)
+        if isinstance(value, str):
+            raise ConfigError(
+                f"{key}={value}: replaces the node with a string; it is chosen with the config group {group}. "
+                f"Fix: {group}={value}"
+            )
+
+
+def _check_schedule_length(cfg: DictConfig) -> None:
+    """A schedule whose ``total_steps`` follows ``trainer.max_steps`` needs a step budget: training
+    by epochs (``max_steps=-1``) must give the schedule its length. A warm-up as long as the
+    schedule (or the run) is legal but rarely meant: it gets a warning."""
+    node = OmegaConf.select(cfg, "optim.scheduler", default=None)
+    _warn_on_warmup_length(cfg, node)
+    if (
+        not isinstance(node, DictConfig)
+        or "total_steps" not in node
+        or not OmegaConf.is_interpolation(node, "total_steps")
+    ):
+        return
+    max_steps = OmegaConf.select(cfg, "trainer.max_steps", default=None)
+    if (
+        isinstance(max_steps, int)
+        and max_steps < 1
+        and node._get_node("total_steps")._value() == "${trainer.max_steps}"
+    ):
+        raise ConfigError(
+            f"optim.scheduler.total_steps: follows trainer.max_steps={max_steps}, which gives the schedule no "
+            f"length. Fix: set optim.scheduler.total_steps=<steps> (training by epochs), or trainer.max_steps"
+        )
+
+
+def _warn_on_warmup_length(cfg: DictConfig, node: Any) -> None:
+    """Log a warning when ``optim.warmup_steps`` reaches the decay's end or the run's last step."""
+    try:
+        warmup = OmegaConf.select(cfg, "optim.warmup_steps", default=None)
+        total = node.get("total_steps") if isinstance(node, DictConfig) else None
+        max_steps = OmegaConf.select(cfg, "trainer.max_steps", default=None)
+    except Exception:  # an unresolvable interpolation: the rules below name it
+        return
+    if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup <= 0:
+        return
+    if isinstance(total, int) and 0 < total <= warmup:
+        log.warning(
+            "optim.warmup_steps=%d >= optim.scheduler.total_steps=%d: the learning rate climbs for the whole "
+            "schedule, then drops to its floor at once",
+            warmup,
+            total,
+        )
+    elif isinstance(max_steps, int) and 0 < max_steps < warmup:
+        log.warning(
+            "optim.warmup_steps=%d > trainer.max_steps=%d: the run ends before the learning rate reaches "
+            "its peak optim.lr",
+            warmup,
+            max_steps,
+        )
+
+
 def check_rules(cfg: DictConfig) -> None:
     """Apply every rule of :data:`RULES` to its key in ``cfg`` (absent keys are skipped).
 
     Raises:
         ConfigError: for the first key that breaks its rule.
     """
+    check_group_choices(cfg)
+    _check_schedule_length(cfg)
     for key, rule in RULES.items():
         value = OmegaConf.select(cfg, key, default=_ABSENT)
         if value is not _ABSENT:
@@ -236,6 +327,34 @@ def check_optimizer_node(node: Any, key: str = "optim.optimizer") -> None:
     inner = node.get("optimizer")
     if isinstance(inner, DictConfig):
         check_optimizer_node(inner, f"{key}.optimizer")
+
+
+#: Loggers whose backing package is an optional install: ``_target_`` suffix -> (modules, any of
+#: which serves, and the install line). Checked with ``find_spec``: nothing is imported.
+_LOGGER_PACKAGES = {
+    "TensorBoardLogger": (("tensorboard", "tensorboardX"), "pip install tensorboard"),
+    "MLFlowLogger": (("mlflow",), "pip install mlflow"),
+    "CometLogger": (("comet_ml",), "pip install comet-ml"),
+    "NeptuneLogger": (("neptune",), "pip install neptune"),
+}
+
+
+def _check_loggers(cfg: DictConfig) -> None:
+    """Every configured logger's package is installed (``logger=tensorboard`` needs tensorboard, which
+    xformer does not depend on), so the run does not fail after the data and model are built."""
+    from importlib.util import find_spec
+
+    loggers = OmegaConf.select(cfg, "logger", default=None)
+    if not isinstance(loggers, DictConfig):
+        return
+    for name, node in loggers.items():
+        target = str(node.get("_target_", "")) if isinstance(node, DictConfig) else ""
+        for suffix, (modules, install) in _LOGGER_PACKAGES.items():
+            if target.endswith(suffix) and not any(find_spec(m) for m in modules):
+                raise ConfigError(
+                    f"logger.{name}: {suffix} needs {' or '.join(modules)}, which is not installed. "
+                    f"Fix: {install}, or logger=csv"
+                )
 
 
 def _check_data_root(cfg: DictConfig) -> None:
@@ -380,6 +499,7 @@ def check_static(cfg: DictConfig) -> None:
     if cfg.ckpt_path and cfg.ckpt_path != "last":
         _check_ckpt_file(str(cfg.ckpt_path))
     _check_trainer(cfg)
+    _check_loggers(cfg)
     _check_data_root(cfg)
     if cfg.mode == "train":
         check_objective(cfg, None)

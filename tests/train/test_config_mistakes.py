@@ -1,0 +1,108 @@
+"""Plausible first-contact mistakes found by a newcomer pass: each is one ``ConfigError`` line from
+the stage-1 check (before anything is built), naming the key and the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from xformer.errors import ConfigError
+from xformer.jobs.validate import GROUP_NODES, check_config_first, check_rules
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _compose(overrides):
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return compose("config", overrides=overrides)
+
+
+@pytest.mark.parametrize(
+    "override,fix",
+    [
+        ("model.pe=rope", "model/pe=rope"),
+        ("model.norm=pre", "model/norm=pre"),
+        ("model.ffn=gelu", "model/ffn=gelu"),
+        ("model.attention=causal", "model/attention=causal"),
+        ("model.mixer=gqa", "model/mixer=gqa"),
+        ("model.init=gpt2", "model/init=gpt2"),
+        ("optim.scheduler=cosine", "optim/scheduler=cosine"),
+        ("optim.optimizer=adamw", "optim=adamw"),
+    ],
+)
+def test_a_dot_where_a_group_slash_is_meant_names_the_group(override, fix):
+    """Before: Hydra's instantiate or the validator itself crashed with a traceback
+    (``'str' object has no attribute '_target_'``, ``'str' object is not callable``)."""
+    with pytest.raises(ConfigError) as err:
+        check_rules(_compose([override]))
+    msg = str(err.value)
+    assert msg.startswith(f"{override}: ") and msg.endswith(f"Fix: {fix}") and "\n" not in msg
+
+
+def test_every_group_node_of_the_default_config_is_a_node():
+    cfg = _compose([])
+    for key in GROUP_NODES:
+        assert key.split(".")[0] in cfg  # the table names real nodes
+    check_rules(cfg)
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (["model/init=gpt2", "model.init.std=abc"], r"^model.init.std=abc: expected a number$"),
+        (["model/init=gpt2", "model.init.std=0"], r"^model.init.std=0: must be in \(0.0"),
+        (["model/init=gpt2", "model.init.scale_embeddings=maybe"], r"^model.init.scale_embeddings=maybe: expected"),
+        (
+            ["optim=adamw", "optim.optimizer.decay_min_ndim=x"],
+            r"^optim.optimizer.decay_min_ndim=x: expected an integer",
+        ),
+        (["optim=adamw", "optim.optimizer.decay_embeddings=maybe"], r"^optim.optimizer.decay_embeddings=maybe"),
+    ],
+)
+def test_recipe_options_are_type_checked(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        check_rules(_compose(overrides))
+
+
+def test_training_by_epochs_asks_for_the_schedule_length():
+    """``total_steps`` follows ``trainer.max_steps``; with ``-1`` the message used to name a value the
+    user never set (``total_steps=-1``) and no fix."""
+    cfg = _compose(["optim=adamw", "trainer.max_steps=-1", "trainer.max_epochs=1"])
+    with pytest.raises(ConfigError, match=r"^optim.scheduler.total_steps: follows trainer.max_steps=-1.*Fix: set "):
+        check_rules(cfg)
+    check_rules(
+        _compose(["optim=adamw", "trainer.max_steps=-1", "trainer.max_epochs=1", "optim.scheduler.total_steps=50"])
+    )
+
+
+def test_a_logger_whose_package_is_missing_fails_first(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name.startswith("tensorboard") else real(name, *a)
+    )
+    cfg = _compose(["logger=tensorboard"])
+    with pytest.raises(
+        ConfigError, match=r"^logger.tensorboard: TensorBoardLogger needs tensorboard.*Fix: pip install"
+    ):
+        check_config_first(cfg)
+
+
+@pytest.mark.parametrize(
+    "overrides,words",
+    [
+        (["optim=adamw", "optim.warmup_steps=8", "trainer.max_steps=5"], "drops to its floor at once"),
+        (["optim.warmup_steps=100", "trainer.max_steps=10"], "before the learning rate reaches its peak"),
+    ],
+)
+def test_a_warmup_as_long_as_the_run_is_a_warning(overrides, words, caplog):
+    with caplog.at_level("WARNING", logger="xformer"):
+        check_rules(_compose(overrides))
+    assert any(words in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="xformer"):
+        check_rules(_compose(["optim=adamw", "trainer.max_steps=500"]))
+    assert not caplog.records
