@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.conftest import REPO
 from xformer.report.aggregate import Stat, aggregate
 from xformer.report.claims import (
     BETTER,
@@ -389,3 +390,38 @@ def test_c7_c8_from_bench_json():
     }
     got = {v.claim: v.status for v in evaluate(empty, Options(bench=rows))}
     assert got == {"C7": NOT_SUPPORTED, "C8": NOT_SUPPORTED}
+
+
+def test_c7_c8_from_what_xformer_bench_writes():
+    """The C7/C8 rules read the file ``xformer bench`` writes (rows under ``sections.attention`` and
+    ``sections.recurrence``): before, they looked only for top-level keys it never wrote, and
+    ``xformer report --bench bench.json`` gave no C7 or C8 verdict at all."""
+    import json
+
+    from xformer.bench import DEFAULT_SECTIONS
+    from xformer.report.aggregate import Sweep
+
+    assert {"attention", "recurrence"} <= set(DEFAULT_SECTIONS)
+    bench = json.loads((REPO / "docs" / "results" / "bench-cpu.json").read_text())  # a real `xformer bench` output
+    empty = Sweep([], [], [], {}, [], [], [])
+    got = {v.claim: v for v in evaluate(empty, Options(bench=bench))}
+    assert set(got) == {"C7", "C8"}
+    attention = bench["sections"]["attention"]
+    assert f"explicit.time_exponent (time) exponent {attention['explicit']['time_exponent']:.2f}" in got["C7"].measured
+    assert "sdpa:" in got["C7"].measured and "not the claim's algorithm" in got["C7"].measured
+    recurrence = bench["sections"]["recurrence"]
+    assert f"crossover_n={recurrence['crossover_n']:g}" in got["C8"].measured
+    assert got["C8"].status == (
+        SUPPORTED if recurrence["crossover_n"] >= recurrence["config"]["d"] / 2 else NOT_SUPPORTED
+    )
+    # the claim's path alone decides: a fused kernel's O(n) memory does not refute O(n^2) scores
+    square = {
+        "sections": {
+            "attention": {
+                "explicit": {"time_exponent": 2.05, "memory_exponent": 1.97},
+                "sdpa": {"time_exponent": 1.9, "memory_exponent": 1.0},
+                "linear": {"time_exponent": 1.0, "memory_exponent": 1.0},
+            }
+        }
+    }
+    assert [v.status for v in evaluate(empty, Options(bench=square))] == [SUPPORTED]

@@ -236,3 +236,19 @@ def test_a_report_with_the_superseded_banner_is_a_superseded_row_whatever_its_ve
     (row,) = _rows(tmp_path, "c6_pe_in_distribution")
     assert row.claim == "C6" and row.verdict.startswith("**superseded**") and "not supported" not in row.verdict
     assert "xformer claims run c6_pe_in_distribution" in row.verdict
+
+
+def test_the_c7_sweep_is_reported_with_the_committed_bench_file():
+    """C7 and C8 are decided from ``xformer bench``: the report of ``c7_mixer`` reads
+    ``docs/results/bench-<scale>.json`` (without it the C7 row could never get a verdict); quality
+    claims are reported without it."""
+    from xformer.report import claims_run
+
+    c7 = claims_run.ClaimSweep("c7_mixer", "cpu", Path("/nowhere"), [])
+    args = claims_run.bench_args(c7)
+    assert args == ["--bench", str(claims_run.RESULTS / "bench-cpu.json")] and Path(args[1]).is_file()
+    assert claims_run.bench_args(claims_run.ClaimSweep("c7_mixer", "gpu", Path("/nowhere"), [])) in (
+        [],
+        ["--bench", str(claims_run.RESULTS / "bench-gpu.json")],
+    )
+    assert claims_run.bench_args(claims_run.ClaimSweep("c11_d_head", "cpu", Path("/nowhere"), [])) == []

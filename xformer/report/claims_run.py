@@ -266,7 +266,7 @@ def write_run_md(s: ClaimSweep, out: Path, extra: list[str]) -> Path:
         "which runs (resumably: a finished job is skipped, an interrupted one continues from its last.ckpt)",
         "",
         f"    {shlex.join(s.command(extra))}      # sweep folder {s.sweep_dir}",
-        f"    xformer report {s.sweep_dir} --out {out}",
+        f"    xformer report {s.sweep_dir} --out {out}{''.join(' ' + a for a in bench_args(s))}",
         "",
         f"Jobs: {len(jobs)} ({finished} finished), {launcher}.",
         (
@@ -294,6 +294,20 @@ def write_run_md(s: ClaimSweep, out: Path, extra: list[str]) -> Path:
     return path
 
 
+#: Claims decided from ``xformer bench`` (cost, not quality): their sweeps' reports read the committed
+#: bench file of their scale, ``docs/results/bench-<scale>.json``.
+BENCH_CLAIMS = ("C7", "C8")
+
+
+def bench_args(s: ClaimSweep) -> list[str]:
+    """``["--bench", <file>]`` for a C7/C8 claim config when the committed ``bench-<scale>.json``
+    exists, else ``[]``."""
+    if s.name.split("_", 1)[0].upper() not in BENCH_CLAIMS:
+        return []
+    bench = RESULTS / f"bench-{s.scale}.json"
+    return ["--bench", str(bench)] if bench.is_file() else []
+
+
 def publish(s: ClaimSweep, results: Path, extra: list[str]) -> int:
     """Write report.md (``xformer report``), run.md and jobs.csv for the sweep; return the report's
     exit status."""
@@ -306,7 +320,7 @@ def publish(s: ClaimSweep, results: Path, extra: list[str]) -> int:
             file=sys.stderr,
         )
         return 2
-    rc = report_cli.main([str(s.sweep_dir), "--out", str(out)])
+    rc = report_cli.main([str(s.sweep_dir), "--out", str(out), *bench_args(s)])
     if rc == 0:
         write_jobs_csv(s.sweep_dir, out / "jobs.csv")
         write_run_md(s, out, extra)
