@@ -85,12 +85,16 @@ class Proc:
             t = time.perf_counter() - self.t0
             self.lines.append((t, line.rstrip("\n")))
             self.log.write(f"{t:9.3f} {line}")
+        self.p.wait()
+        self.end = time.perf_counter() - self.t0  # the exit, whenever wait() is called
         self.log.flush()
 
     def wait(self) -> float:
+        """Wait for the exit; ``wall`` is the time from launch to the exit (not to this call: the
+        trainers are waited for one after the other)."""
         rc = self.p.wait()
         self.thread.join()
-        self.wall = time.perf_counter() - self.t0
+        self.wall = self.end
         if rc != 0:
             tail = "\n".join(line for _, line in self.lines[-20:])
             raise SystemExit(f"{self.name} failed (exit {rc}); last lines:\n{tail}")

@@ -101,3 +101,15 @@ def test_out_file_keeps_its_other_sections(tmp_path):
     assert text.startswith("# intro\n\nkept text\n")
     assert "table one, rerun" in text and "table one\n" not in text and "table two" in text
     assert text.index("table one, rerun") < text.index("table two")
+
+
+def test_wall_time_is_the_exit_not_when_it_is_waited_for(tmp_path):
+    """The trainers are waited for one after the other: a process that exits first must not be
+    given the other's exit time (a bug that made xformer's wall time equal nanoGPT's)."""
+    quick = sbs.Proc("quick", [sys.executable, "-c", "pass"], tmp_path, dict(os.environ), tmp_path / "q.log")
+    slow = sbs.Proc(
+        "slow", [sys.executable, "-c", "import time; time.sleep(1.5)"], tmp_path, dict(os.environ), tmp_path / "s.log"
+    )
+    slow.wait()
+    quick.wait()
+    assert quick.wall < slow.wall - 0.5
