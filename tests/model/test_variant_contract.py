@@ -319,3 +319,24 @@ def test_variants_from_a_module_outside_the_repo_through_the_config(tmp_path, mo
     b.load_state_dict(a.state_dict())
     assert a.decoder.pe.rotates
     torch.testing.assert_close(a(IDS), b(IDS))
+
+
+class MyBiasFFN(MyFFN):
+    def __init__(self, d_model, d_ff, dropout=0.0, bias=True):  # noqa: ARG002 - the FFN constructor contract
+        super().__init__(d_model, d_ff, dropout)
+        self.w1, self.w2 = nn.Linear(d_model, d_ff, bias=bias), nn.Linear(d_ff, d_model, bias=bias)
+
+
+@pytest.mark.parametrize("arg,cls,group", [("ffn", MyFFN, "model/ffn"), ("norm", MyPreNorm, "model/norm")])
+def test_a_variant_without_a_bias_argument_under_bias_false_is_one_clear_error(arg, cls, group):
+    """``model.bias=false`` passes ``bias=False`` to the FFN and norm factories; a user's variant that
+    takes no ``bias`` used to crash with ``TypeError: unexpected keyword argument 'bias'``."""
+    EncoderDecoder(V, V, **SIZES, **{arg: cls})  # model.bias=true: the variant needs no bias argument
+    with pytest.raises(ValueError, match=rf"^model.bias=false: {group} {cls.__name__} takes no bias argument\. Fix: "):
+        EncoderDecoder(V, V, **SIZES, bias=False, **{arg: cls})
+
+
+def test_a_variant_with_a_bias_argument_honours_bias_false():
+    model = DecoderOnly(V, V, **SIZES, bias=False, ffn=MyBiasFFN)
+    ffn = [n for n, _ in model.named_parameters() if ".ffn." in n]
+    assert ffn and not [n for n in ffn if n.endswith(".bias")]

@@ -293,7 +293,10 @@ class ModelBase(nn.Module):
         if cls is DecoderLayer:
             parts["cross_attn"] = mixer.cross_attention(**sizes)
         parts["ffn"] = self.ffn_factory(
-            d_model=self.d_model, d_ff=self.d_ff, dropout=self.dropout_p, **no_bias(self.bias)
+            d_model=self.d_model,
+            d_ff=self.d_ff,
+            dropout=self.dropout_p,
+            **no_bias(self.bias, self.ffn_factory, "model/ffn"),
         )
         return cls(**parts, residual=self.residual, d_model=self.d_model, dropout=self.dropout_p, bias=self.bias)
 
@@ -307,7 +310,7 @@ class ModelBase(nn.Module):
         except ValueError as err:
             raise ConfigError(str(err)) from None
         check_positional(pe)
-        residual = self.residual(d_model=self.d_model, dropout=0.0, **({} if self.bias else {"bias": False}))
+        residual = self.residual(d_model=self.d_model, dropout=0.0, **no_bias(self.bias, self.residual))
         check_residual(residual)
         mixer, n_kv = (self.mixer, self.n_kv_heads) if self.mixer.applies_to(name) else (MultiHeadMixer(), None)
         why = mixer.refusal(pattern, type(pe))

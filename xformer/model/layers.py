@@ -10,6 +10,7 @@ adds ``memory``, ``memory_key_padding_mask`` and ``memory_cache``.
 
 from __future__ import annotations
 
+import inspect
 from typing import Callable
 
 from torch import Tensor, nn
@@ -19,9 +20,29 @@ from .norm import Residual
 from .positional import PositionalEncoding
 
 
-def no_bias(bias: bool) -> dict:
-    """Keyword arguments for a norm or FFN factory: ``{"bias": False}`` when biases are off, else none."""
-    return {} if bias else {"bias": False}
+def no_bias(bias: bool, factory: Callable | None = None, group: str = "model/norm") -> dict:
+    """Keyword arguments for a norm or FFN factory: ``{"bias": False}`` when biases are off, else none
+    (so a user's variant without a ``bias`` argument works as long as ``model.bias=true``).
+
+    Raises:
+        ValueError: ``bias`` is off and ``factory`` (a class, function or ``functools.partial``) takes
+            no ``bias`` argument -- naming the group, the class and the fix.
+    """
+    if bias:
+        return {}
+    if factory is not None:
+        try:
+            params = inspect.signature(factory).parameters
+        except (TypeError, ValueError):  # no signature to read (a builtin): let the call decide
+            params = None
+        if params is not None and "bias" not in params and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            target = getattr(factory, "func", factory)
+            name = getattr(target, "__qualname__", repr(target))
+            raise ValueError(
+                f"model.bias=false: {group} {name} takes no bias argument. Fix: give its __init__ a "
+                f"`bias: bool = True` parameter (False: no bias parameters), or model.bias=true"
+            )
+    return {"bias": False}
 
 
 class EncoderLayer(nn.Module):
@@ -54,7 +75,7 @@ class EncoderLayer(nn.Module):
         bias: bool = True,
     ) -> None:
         super().__init__()
-        nb = no_bias(bias)
+        nb = no_bias(bias, residual)
         self.self_attn = self_attn
         self.ffn = ffn
         self.res_attn = residual(d_model=d_model, dropout=dropout, **nb)
@@ -88,7 +109,7 @@ class DecoderLayer(nn.Module):
         bias: bool = True,
     ) -> None:
         super().__init__()
-        nb = no_bias(bias)
+        nb = no_bias(bias, residual)
         self.self_attn = self_attn
         self.cross_attn = cross_attn
         self.ffn = ffn

@@ -123,7 +123,8 @@ class GroupedQueryMixer(Mixer):
     def kv_heads(self, n_heads: int, n_kv_heads: int | None) -> int | None:
         if n_kv_heads is not None and (n_kv_heads < 1 or n_heads % n_kv_heads):
             raise ValueError(
-                f"model.n_kv_heads={n_kv_heads}: must divide model.n_heads={n_heads}. Fix: pick a divisor of n_heads"
+                f"model.n_kv_heads={n_kv_heads}: must divide model.n_heads={n_heads} (model/mixer=gqa sets "
+                f"n_kv_heads=2 unless given). Fix: pick a divisor of n_heads, or model.n_kv_heads=null (= n_heads)"
             )
         return n_kv_heads
 

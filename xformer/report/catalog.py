@@ -86,7 +86,7 @@ CLAIMS: dict[str, ClaimInfo] = {
             "Vaswani et al. 2017, §3.3 and Table 3 row C",
             '§3.3: "the inner-layer has dimensionality d_ff = 2048" (4 × d_model = 512). Table 3 row C varies '
             'd_ff 1024 / 2048 / 4096 → BLEU 25.4 / 25.8 / 26.2; §6.2 reads it as "bigger models are better". '
-            "The sweet-spot reading is this project's (CLAIMS.md), not the paper's.",
+            "The sweet-spot reading is this project's claim list, not the paper's.",
             "`model.ffn_ratio=1,2,4,8` (and at equal parameter count: `c1_ffn_ratio_budget`)",
             "Needs ratio 4 and at least one ratio below and one above 4. (i) 4 is better than every swept ratio "
             "below 4; (ii) diminishing return: the gain from the largest ratio above 4 over 4, per million added "
@@ -276,9 +276,13 @@ def claims_markdown() -> str:
         "# The design claims",
         "",
         "Generated from `xformer/report/catalog.py` by `python -m xformer.report.catalog > docs/claims.md` "
-        "(a test fails when this file drifts from the code). Each claim has one name for its config "
+        "(a test fails when this file drifts from the code). A swept claim has one name for its config "
         "(`conf/experiment/claims/<name>.yaml`), its W&B sweep (`sweeps/<name>.yaml`), its verdict function "
-        "(`xformer.report.claims.<name>`) and its results (`docs/results/<name>/`).",
+        "(`xformer.report.claims.<name>`) and its results (`docs/results/<name>/`). Names without a config "
+        "are verdict functions only: C2 (`c2_ffn_share`) is counted in every report, C7 "
+        "(`c7_attention_cost`) and C8 (`c8_attention_vs_lstm`) are read from `xformer bench`'s `bench.json` "
+        "(`xformer report <dir> --bench bench.json`; `xformer claims run c7_mixer` passes the committed "
+        "`docs/results/bench-<scale>.json`, and its sweep compares the mechanisms' quality and tokens/s).",
         "",
         "Run a claim's CPU form with `XFORMER_DATA=/path/to/data python run.py experiment=claims/<name> -m`, "
         "its GPU form with `... scale=gpu -m`, and read the verdict with "
