@@ -106,3 +106,40 @@ def test_a_warmup_as_long_as_the_run_is_a_warning(overrides, words, caplog):
     with caplog.at_level("WARNING", logger="xformer"):
         check_rules(_compose(["optim=adamw", "trainer.max_steps=500"]))
     assert not caplog.records
+
+
+@pytest.mark.parametrize(
+    "override,fix",
+    [
+        ("+model.ffn_ratoi=4", "model.ffn_ratio"),
+        ("+model.n_encoder_layer=2", "model.n_encoder_layers"),
+    ],
+)
+def test_a_misspelled_model_key_added_with_plus_names_the_closest_argument(override, fix):
+    """Hydra's "not in struct" hint says to add the key with ``+``; the model then failed with
+    ``TypeError: unexpected keyword argument`` after the data was built."""
+    from xformer.jobs.validate import check_model
+
+    with pytest.raises(
+        ConfigError, match=rf"^{override[1:].split('=')[0]}: not a parameter of .* did you mean {fix}\?$"
+    ):
+        check_model(_compose([override]))
+
+
+def _every_shipped_config() -> list[list[str]]:
+    conf = REPO / "conf"
+    out = [
+        [f"experiment={p.relative_to(conf / 'experiment').with_suffix('')}"]
+        for p in (conf / "experiment").rglob("*.yaml")
+    ]
+    for group in ("arch", "pe", "norm", "ffn", "attention", "mixer", "init"):
+        out += [[f"model/{group}={p.stem}"] for p in (conf / "model" / group).glob("*.yaml")]
+    return out
+
+
+def test_every_shipped_config_has_only_model_keys_its_class_takes(monkeypatch):
+    from xformer.jobs import validate
+
+    monkeypatch.setenv("XFORMER_DATA", "/tmp")
+    for overrides in _every_shipped_config():
+        validate._check_model_keys(_compose(overrides))
