@@ -390,6 +390,12 @@ class ModelBase(nn.Module):
             if n > budget:
                 break
             d += step
+        smallest = count(d_model=step)
+        if budget < smallest and abs(smallest - budget) > 0.5 * budget:
+            raise ConfigError(
+                f"model.param_budget={budget}: the smallest model of this shape (d_model={step}) already has "
+                f"{smallest} parameters. Fix: raise the budget, or use fewer layers/heads or a smaller vocabulary"
+            )
         return best, None
 
     @property
