@@ -143,3 +143,24 @@ def test_every_shipped_config_has_only_model_keys_its_class_takes(monkeypatch):
     monkeypatch.setenv("XFORMER_DATA", "/tmp")
     for overrides in _every_shipped_config():
         validate._check_model_keys(_compose(overrides))
+
+
+def test_the_driver_does_not_check_stages_one_and_two_again(monkeypatch):
+    """``run.py`` checks stages 1-2 before it imports Lightning; the driver's ``check_config`` used
+    to build the model on the meta device a second time (about a second of every run's start-up).
+    A changed config, or another one, is checked again."""
+    from xformer.jobs import validate
+
+    cfg = _compose(["trainer.max_steps=5"])
+    calls = []
+    real = validate.check_model
+    monkeypatch.setattr(validate, "check_model", lambda c, ckpt=None: (calls.append(1), real(c, ckpt)))
+    monkeypatch.setattr(validate, "check_data_options", lambda _cfg: None)
+    validate.check_config_first(cfg)
+    validate.check_config(cfg)
+    assert len(calls) == 1
+    cfg.model.n_heads = 3  # changed after the first check: d_model 512 is not divisible by 3
+    with pytest.raises(ConfigError, match="n_heads"):
+        validate.check_config(cfg)
+    validate.check_config(_compose(["trainer.max_steps=6"]))
+    assert len(calls) == 3

@@ -537,16 +537,28 @@ def check_config_first(cfg: DictConfig, ckpt: str | None = None) -> None:
     imports Lightning or W&B or builds any data."""
     check_static(cfg)
     check_model(cfg, ckpt)
+    _FIRST_PASSED[id(cfg)] = _fingerprint(cfg, ckpt)
+
+
+#: Configs that passed :func:`check_config_first` in this process (``id`` -> fingerprint), so that the
+#: driver does not build the model on the meta device a second time for the config ``run.py`` checked.
+_FIRST_PASSED: dict[int, str] = {}
+
+
+def _fingerprint(cfg: DictConfig, ckpt: str | None) -> str:
+    return f"{ckpt}\n{OmegaConf.to_yaml(cfg)}"
 
 
 def check_config(cfg: DictConfig, ckpt: str | None = None) -> None:
     """Validate everything that does not need the data: stages 1-3 (:func:`check_static`,
-    :func:`check_model`, :func:`check_data_options`).
+    :func:`check_model`, :func:`check_data_options`). Stages 1-2 are skipped for the very config
+    object that passed them unchanged in this process (``run.py`` checks before it imports Lightning).
 
     Raises:
         ConfigError: one line naming the key and the fix.
     """
-    check_config_first(cfg, ckpt)
+    if _FIRST_PASSED.get(id(cfg)) != _fingerprint(cfg, ckpt):
+        check_config_first(cfg, ckpt)
     check_data_options(cfg)
 
 
