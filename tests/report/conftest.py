@@ -60,7 +60,8 @@ def write_job(
 ) -> Path:
     """Write job folder ``root/num`` with ``.hydra/overrides.yaml``, ``metrics.json`` (unless ``status`` is
     ``None``: a job that crashed before writing one; ``summary_extra`` is merged into it, e.g. ``error``
-    or ``diverged``) and, given ``curve`` rows (step, train loss, val loss), ``csv/metrics.csv``."""
+    or ``diverged``) and, given ``curve`` rows (step, train loss, val loss), ``csv/metrics.csv`` as
+    Lightning's CSVLogger writes it (the row of the k-th update labelled ``k - 1``)."""
     job = root / str(num)
     (job / ".hydra").mkdir(parents=True)
     (job / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
@@ -100,9 +101,9 @@ def write_job(
     if curve:
         (job / "csv").mkdir()
         lines = ["epoch,step,train/loss,val/loss"]
-        for step, train, val in curve:
-            lines.append(f"0,{step},{train},")
-            lines.append(f"0,{step},,{val}")
+        for step, train, val in curve:  # `step` = updates done; Lightning labels the row step - 1
+            lines.append(f"0,{step - 1},{train},")
+            lines.append(f"0,{step - 1},,{val}")
         (job / "csv" / "metrics.csv").write_text("\n".join(lines) + "\n")
     return job
 

@@ -148,3 +148,23 @@ def test_top_level_group_choice_uses_choice_not_config(tmp_path):
     sweep = aggregate([tmp_path])
     assert sweep.swept_keys == ["data"]
     assert [g.values["data"] for g in sweep.groups] == ["multi30k", "numbers"]
+
+
+def test_curve_steps_are_updates_done_as_in_the_budget_and_checkpoint_names(tmp_path):
+    """Lightning's CSV labels the validation after the k-th update ``step = k - 1``; the report counts
+    updates, as ``trainer.max_steps`` (the verdict's budget), ``global_step`` and ``best-<k>.ckpt`` do.
+    Before, a 1 500-step run's second half was "steps 749.5–1499", which dropped the validation at
+    750 and left C10's CPU form (validation every 250) one validation short of the stability rule."""
+    from tests.reliability.conftest import TINY, run_py
+
+    job = tmp_path / "job"
+    res = run_py(
+        [*TINY, "trainer.max_steps=10", "trainer.val_check_interval=5", "logger=csv", f"hydra.run.dir={job}"], tmp_path
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    sweep = aggregate([job])
+    steps, _ = read_curves(sweep.jobs[0])["val/loss"]
+    assert steps == [5.0, 10.0]
+    assert sweep.jobs[0].global_step == 10
+    best = {p.name for p in (job / "checkpoints").glob("best-*.ckpt")}
+    assert best and best <= {"best-5.ckpt", "best-10.ckpt"}

@@ -450,11 +450,20 @@ def aggregate(dirs: list[Path | str]) -> Sweep:
 
 
 # -- logged history -----------------------------------------------------------------------------
+#: Added to the ``step`` of Lightning's CSV rows to count optimizer steps done (see :func:`read_curves`).
+LIGHTNING_STEP_OFFSET = 1
+
+
 def read_curves(
     job: Job, keys: Iterable[str] = ("train/loss", "val/loss")
 ) -> dict[str, tuple[list[float], list[float]]]:
     """``{metric: (steps, values)}`` for ``keys`` from the job's ``csv/metrics.csv`` (Lightning's
-    CSVLogger: sparse rows, empty cells skipped; non-finite values kept). Missing file → ``{}``."""
+    CSVLogger: sparse rows, empty cells skipped; non-finite values kept). Missing file → ``{}``.
+
+    Steps are optimizer steps done: Lightning labels the rows logged after the k-th update with
+    ``step = k - 1`` (0-based), so the label is shifted by one here; the validation after 250 updates
+    is at step 250, the same axis as the budget (``trainer.max_steps``), ``global_step`` and the
+    ``best-<step>.ckpt`` names."""
     if job.curves is not None:
         return {k: v for k, v in job.curves.items() if k in set(keys)}
     out: dict[str, tuple[list[float], list[float]]] = {}
@@ -473,7 +482,7 @@ def read_curves(
                     if cell in (None, ""):
                         continue
                     try:
-                        s, v = float(step), float(cell)
+                        s, v = float(step) + LIGHTNING_STEP_OFFSET, float(cell)
                     except ValueError:
                         continue
                     xs, ys = out.setdefault(k, ([], []))

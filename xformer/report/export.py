@@ -6,8 +6,9 @@ sweep's job folders:
 - ``seeds.csv``: one row per job: ``setting`` (the group label), one column per swept key, ``seed``,
   ``status`` (finished | diverged | failed | ...), ``diverged_step``, ``global_step``, ``tokens_seen``,
   ``params_total``, ``job`` (folder relative to the sweep) and every final metric of the sweep.
-- ``curves.csv``: the per-seed validation curves, long format: ``job, setting, seed, metric, step, value``
-  (every ``val/*`` key logged in ``csv/metrics.csv``).
+- ``curves.csv``: the per-seed validation curves, long format: ``job, setting, seed, metric,
+  optimizer_step, value`` (every ``val/*`` key logged in ``csv/metrics.csv``; ``optimizer_step``: updates
+  done. Files written before this column had ``step``, Lightning's 0-based row label, read back + 1).
 - ``jobs.json``: what :func:`xformer.report.aggregate.load_job` read from each job (overrides,
   resolved config, Hydra choices, metrics, parameter counts, status), so that
   ``xformer report <report folder>`` rebuilds the same sweep: :func:`read_report_folder`.
@@ -21,7 +22,7 @@ import math
 import os
 from pathlib import Path
 
-from .aggregate import Job, Sweep, fmt_value, read_curves
+from .aggregate import LIGHTNING_STEP_OFFSET, Job, Sweep, fmt_value, read_curves
 
 SEEDS_CSV, CURVES_CSV, JOBS_JSON = "seeds.csv", "curves.csv", "jobs.json"
 FORMAT = 1
@@ -91,7 +92,7 @@ def write_seed_files(sweep: Sweep, out: Path) -> list[Path]:
     records = []
     with (out / CURVES_CSV).open("w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["job", "setting", "seed", "metric", "step", "value"])
+        w.writerow(["job", "setting", "seed", "metric", "optimizer_step", "value"])
         for j in sweep.jobs:
             for key, (xs, ys) in sorted(read_curves(j, _val_keys(j)).items()):
                 for x, y in zip(xs, ys, strict=False):
@@ -141,7 +142,10 @@ def read_report_folder(d: Path) -> list[Job]:
     with (d / CURVES_CSV).open(newline="") as fh:
         for row in csv.DictReader(fh):
             xs, ys = curves.setdefault(row["job"], {}).setdefault(row["metric"], ([], []))
-            xs.append(float(row["step"]))
+            if "optimizer_step" in row:
+                xs.append(float(row["optimizer_step"]))
+            else:  # an older file: Lightning's 0-based row label
+                xs.append(float(row["step"]) + LIGHTNING_STEP_OFFSET)
             ys.append(float(row["value"]))
     jobs = []
     for r in data["jobs"]:

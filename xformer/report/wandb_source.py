@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .aggregate import Job, parse_override
+from .aggregate import LIGHTNING_STEP_OFFSET, Job, parse_override
 
 STATES = {"finished": "finished", "running": "running", "crashed": "failed", "failed": "failed", "killed": "failed"}
 CURVE_KEYS = ("train/loss", "val/loss")
@@ -53,8 +53,14 @@ def load_wandb_jobs(spec: str, curves: bool = True) -> list[Job]:
         if curves:
             history = {}
             for k in CURVE_KEYS:
-                rows = run.history(keys=[k], pandas=False)
-                pts = [(r["_step"], r[k]) for r in rows if r.get(k) is not None]
+                # Lightning's WandbLogger stores the trainer's row label (0-based, as in its CSV) in
+                # `trainer/global_step`; W&B's own `_step` counts log calls. Both become updates done.
+                rows = run.history(keys=[k, "trainer/global_step"], pandas=False)
+                pts = [
+                    (r.get("trainer/global_step", r.get("_step")) + LIGHTNING_STEP_OFFSET, r[k])
+                    for r in rows
+                    if r.get(k) is not None
+                ]
                 if pts:
                     history[k] = ([float(s) for s, _ in pts], [float(v) for _, v in pts])
         jobs.append(
