@@ -252,3 +252,38 @@ def test_the_c7_sweep_is_reported_with_the_committed_bench_file():
         ["--bench", str(claims_run.RESULTS / "bench-gpu.json")],
     )
     assert claims_run.bench_args(claims_run.ClaimSweep("c11_d_head", "cpu", Path("/nowhere"), [])) == []
+
+
+def test_an_invocation_stopped_by_sigterm_keeps_its_wall_time(tmp_path):
+    """``xformer claims run`` stopped by SIGTERM (a killed shell, a preempted allocation) used to record
+    nothing, so run.md's wall time left out every interrupted invocation of a resumed sweep."""
+    import signal
+    import time
+
+    sweep_dir = tmp_path / "sweep"
+    code = (
+        "import sys, time, subprocess\n"
+        "from pathlib import Path\n"
+        "from xformer.report import claims_run as cr\n"
+        "subprocess.call = lambda *a, **k: time.sleep(60)\n"
+        f"s = cr.ClaimSweep('c11_d_head', 'cpu', Path({str(sweep_dir)!r}), [], states=['new'])\n"
+        "print('started', flush=True)\n"
+        "cr.run_sweep(s, [])\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "started"
+    log = sweep_dir / claims_run.RUNS_LOG
+    for _ in range(100):  # the "running" record is written before the sweep starts
+        if log.is_file():
+            break
+        time.sleep(0.05)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == -signal.SIGTERM
+    (run,) = json.loads(log.read_text())
+    assert run["exit"] == "SIGTERM" and run["wall_s"] >= 1.0
+    md = claims_run.write_run_md(claims_run.ClaimSweep("c11_d_head", "cpu", sweep_dir, []), tmp_path / "out", [])
+    import re
+
+    assert re.search(r"Wall time of the sweep: [1-9]\d* s \(.*\) over 1 invocation", md.read_text())
+    assert "| SIGTERM |" in md.read_text()

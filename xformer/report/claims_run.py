@@ -34,6 +34,7 @@ import json
 import os
 import platform
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -172,22 +173,42 @@ def run_sweep(s: ClaimSweep, extra: list[str]) -> int:
         flush=True,
     )
     t0, started = time.time(), time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    rc = subprocess.call(
-        cmd, env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    )
-    wall = time.time() - t0
     runs = _load_runs(s.sweep_dir)
-    runs.append(
-        {
-            "started": started,
-            "wall_s": round(wall, 1),
-            "exit": rc,
-            "command": shlex.join(s.command(extra)),
-            "jobs_before": {"finished": s.count("finished"), "resumable": s.count("resumable"), "total": len(s.states)},
-        }
-    )
-    (s.sweep_dir / RUNS_LOG).parent.mkdir(parents=True, exist_ok=True)
-    (s.sweep_dir / RUNS_LOG).write_text(json.dumps(runs, indent=2))
+    record = {
+        "started": started,
+        "wall_s": None,  # filled in when the sweep ends, or when this process is stopped by SIGTERM
+        "exit": "running",
+        "command": shlex.join(s.command(extra)),
+        "jobs_before": {"finished": s.count("finished"), "resumable": s.count("resumable"), "total": len(s.states)},
+    }
+    runs.append(record)
+
+    def save(exit_status) -> float:
+        wall = time.time() - t0
+        if exit_status != "running":
+            record.update(wall_s=round(wall, 1), exit=exit_status)
+        (s.sweep_dir / RUNS_LOG).parent.mkdir(parents=True, exist_ok=True)
+        (s.sweep_dir / RUNS_LOG).write_text(json.dumps(runs, indent=2))
+        return wall
+
+    def on_sigterm(signum, _frame) -> None:  # a preempted or killed shell: keep this invocation's time
+        save("SIGTERM")
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    save("running")
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        rc = subprocess.call(
+            cmd,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))},
+        )
+    except KeyboardInterrupt:
+        save("SIGINT")
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    wall = save(rc)
     print(f"== {s.name}: sweep exited {rc} after {wall:.0f} s", flush=True)
     return rc
 
@@ -235,11 +256,17 @@ def _commit() -> str:
         return "unknown"
 
 
+def _wall(run: dict, unit: str = " s") -> str:
+    """An invocation's wall time, ``?`` when it was killed before it could record it."""
+    return "?" if run.get("wall_s") is None else f"{run['wall_s']:.0f}{unit}"
+
+
 def write_run_md(s: ClaimSweep, out: Path, extra: list[str]) -> Path:
     """``run.md``: how the report was made (commands, wall time per invocation and in total, jobs,
     launcher, machine, commit)."""
     runs = _load_runs(s.sweep_dir)
-    total = sum(r["wall_s"] for r in runs)
+    total = sum(r["wall_s"] for r in runs if r.get("wall_s") is not None)
+    unknown = sum(1 for r in runs if r.get("wall_s") is None)  # killed (SIGKILL) before it could record
     try:
         summary = json.loads((s.sweep_dir / "sweep_summary.json").read_text())
     except (OSError, ValueError):
@@ -271,7 +298,8 @@ def write_run_md(s: ClaimSweep, out: Path, extra: list[str]) -> Path:
         f"Jobs: {len(jobs)} ({finished} finished), {launcher}.",
         (
             f"Wall time of the sweep: {total:.0f} s ({total / 60:.1f} min) over {len(runs)} invocation(s)"
-            + (": " + ", ".join(f"{r['wall_s']:.0f} s" for r in runs) if len(runs) > 1 else "")
+            + (": " + ", ".join(_wall(r) for r in runs) if len(runs) > 1 else "")
+            + (f" ({unknown} killed without recording its time: not counted)" if unknown else "")
             if runs
             else "Wall time of the sweep: not recorded (it was not run by `xformer claims run`)"
         )
@@ -282,7 +310,7 @@ def write_run_md(s: ClaimSweep, out: Path, extra: list[str]) -> Path:
         "| invocation started | wall time (s) | exit | jobs finished before / total |",
         "|---|---|---|---|",
         *(
-            f"| {r['started']} | {r['wall_s']:.0f} | {r['exit']} | {r['jobs_before']['finished']} / "
+            f"| {r['started']} | {_wall(r, unit='')} | {r['exit']} | {r['jobs_before']['finished']} / "
             f"{r['jobs_before']['total']} |"
             for r in runs
         ),
