@@ -137,12 +137,14 @@ def _every_shipped_config() -> list[list[str]]:
     return out
 
 
-def test_every_shipped_config_has_only_model_keys_its_class_takes(monkeypatch):
+def test_every_shipped_config_passes_the_stage_one_rules_and_model_keys(monkeypatch):
     from xformer.jobs import validate
 
     monkeypatch.setenv("XFORMER_DATA", "/tmp")
     for overrides in _every_shipped_config():
-        validate._check_model_keys(_compose(overrides))
+        cfg = _compose(overrides)
+        validate._check_model_keys(cfg)
+        validate.check_rules(cfg)
 
 
 def test_the_driver_does_not_check_stages_one_and_two_again(monkeypatch):
@@ -164,3 +166,12 @@ def test_the_driver_does_not_check_stages_one_and_two_again(monkeypatch):
         validate.check_config(cfg)
     validate.check_config(_compose(["trainer.max_steps=6"]))
     assert len(calls) == 3
+
+
+def test_weight_decay_set_where_no_optimizer_reads_it_is_refused():
+    """``optim=adam +optim.weight_decay=0.1`` trained without any decay (Adam's is
+    ``optim.optimizer.weight_decay``; only ``optim=adamw`` reads ``optim.weight_decay``)."""
+    with pytest.raises(ConfigError, match=r"^optim.weight_decay=0.1: the chosen optimizer does not read it. Fix: "):
+        check_rules(_compose(["optim=adam", "+optim.weight_decay=0.1"]))
+    check_rules(_compose(["optim=adamw", "optim.weight_decay=0.05"]))
+    check_rules(_compose(["optim=adam", "+optim.weight_decay=0"]))

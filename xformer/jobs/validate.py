@@ -288,6 +288,27 @@ def check_rules(cfg: DictConfig) -> None:
 
     check_scheduler_node(OmegaConf.select(cfg, "optim.scheduler", default=None))  # no stale or unknown key
     check_optimizer_node(OmegaConf.select(cfg, "optim.optimizer", default=None))
+    _check_weight_decay_is_read(cfg)
+
+
+def _check_weight_decay_is_read(cfg: DictConfig) -> None:
+    """``optim.weight_decay`` is read only where the optimizer node points at it (``optim=adamw``'s
+    ``${optim.weight_decay}``); set on ``optim=adam`` (``+optim.weight_decay=0.1``) it did nothing.
+
+    Raises:
+        ConfigError: naming the key, and where the chosen optimizer takes its decay.
+    """
+    optim = OmegaConf.select(cfg, "optim", default=None)
+    if not isinstance(optim, DictConfig) or "weight_decay" not in optim:
+        return
+    node = optim.get("optimizer")
+    text = OmegaConf.to_yaml(node) if isinstance(node, DictConfig) else ""
+    if "${optim.weight_decay}" in text or not optim.weight_decay:
+        return
+    raise ConfigError(
+        f"optim.weight_decay={optim.weight_decay}: the chosen optimizer does not read it. Fix: optim=adamw "
+        f"(decoupled decay on >= 2-D weights), or set the optimizer's own optim.optimizer.weight_decay"
+    )
 
 
 #: Arguments of the optimizer node (and of an optimizer it wraps, ``DecayGroups``' ``optimizer``)
