@@ -357,6 +357,7 @@ def _unexpected(stderr: str) -> list[str]:
     ]
 
 
+@pytest.mark.slow  # ~10 s: the suite stays under 10 min (make test-slow runs it)
 def test_default_run_console_is_quiet_and_true_and_the_bar_is_sane_after_resume(tmp_path):
     job = tmp_path / "job"
     args = [*TINY, "data.tokens_per_batch=256", "trainer.enable_progress_bar=true", f"hydra.run.dir={job}"]

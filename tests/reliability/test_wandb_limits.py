@@ -54,6 +54,7 @@ def _offline_config(job) -> dict:
     return out
 
 
+@pytest.mark.slow  # ~10 s: the suite stays under 10 min (make test-slow runs it)
 def test_eval_with_a_long_checkpoint_path_runs_with_the_default_wandb_logger(tmp_path):
     train = tmp_path / "train"
     res = run_py([*T, "trainer.max_steps=1", "logger=csv", f"hydra.run.dir={train}"], tmp_path)

@@ -18,7 +18,7 @@ def _summary(sweep: Path) -> dict:
     return json.loads((sweep / "sweep_summary.json").read_text())
 
 
-@pytest.mark.parametrize("storage", [None, "db"])
+@pytest.mark.parametrize("storage", [pytest.param(None, marks=pytest.mark.slow), "db"])  # in-memory: slow set
 def test_optuna_dry_run_exits_0_with_summary_and_leaves_the_study_alone(tmp_path, storage):
     sweep = tmp_path / "sweep"
     db = tmp_path / "study.db"
