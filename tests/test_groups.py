@@ -38,7 +38,7 @@ def test_groups_hold_the_documented_options():
     assert GROUPS["norm"] == ["post", "pre", "pre_rms", "sandwich"]
     assert GROUPS["ffn"] == ["gelu", "relu", "swiglu"]
     assert GROUPS["arch"] == ["decoder_only", "encoder_decoder", "encoder_only"]
-    assert GROUPS["mixer"] == ["gqa", "linear", "mha", "mqa"]
+    assert GROUPS["mixer"] == ["conv", "gqa", "linear", "lstm", "mha", "mqa"]
 
 
 def _cfg(overrides, tmp_path):

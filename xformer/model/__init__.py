@@ -16,9 +16,10 @@ from .attention import (
 from .base import ConfigError, ModelBase
 from .ffn import GELUFFN, ReLUFFN, SwiGLUFFN
 from .linear_attention import LinearCrossAttention, LinearSelfAttention
-from .mixer import GroupedQueryMixer, LinearMixer, Mixer, MultiHeadMixer, MultiQueryMixer
+from .mixer import ConvMixer, GroupedQueryMixer, LinearMixer, LSTMMixer, Mixer, MultiHeadMixer, MultiQueryMixer
 from .norm import PostNorm, PreNorm, PreRMSNorm, Residual, SandwichNorm
 from .positional import ALiBi, Learned, NoPE, PositionalEncoding, RoPE, Sinusoidal, T5RelativeBias
+from .recurrent import ConvMixing, RecurrentMixing
 from .transformer import DecoderOnly, EncoderDecoder, EncoderOnly, Transformer
 
 __all__ = [
@@ -37,6 +38,10 @@ __all__ = [
     "GroupedQueryMixer",
     "MultiQueryMixer",
     "LinearMixer",
+    "LSTMMixer",
+    "ConvMixer",
+    "RecurrentMixing",
+    "ConvMixing",
     "GELUFFN",
     "ReLUFFN",
     "SwiGLUFFN",

@@ -67,6 +67,17 @@ def _factory(obj, default):
     return default if obj is None else obj
 
 
+def _accepts(fn: Callable, name: str) -> bool:
+    """Whether ``fn`` takes a keyword ``name`` (or ``**kwargs``); ``False`` when it has no signature."""
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
 def _name(obj) -> str:
     cls = type(obj)
     return f"{cls.__module__}.{cls.__qualname__}"
@@ -275,11 +286,17 @@ class ModelBase(nn.Module):
 
     # -- construction helpers ---------------------------------------------------------------
     def _block(
-        self, cls: type, pattern: AttentionPattern, pe: PositionalEncoding, mixer: Mixer, n_kv_heads: int | None
+        self,
+        cls: type,
+        pattern: AttentionPattern,
+        pe: PositionalEncoding,
+        mixer: Mixer,
+        n_kv_heads: int | None,
+        layer: int = 0,
     ) -> nn.Module:
-        """One block: its attention modules come from ``mixer`` and are passed to ``cls`` by keyword
-        (built in the order self-attention, cross-attention, FFN, so a seed gives the same weights
-        as ever)."""
+        """One block (``layer``: its index in the stack): its attention modules come from ``mixer``
+        and are passed to ``cls`` by keyword (built in the order self-attention, cross-attention, FFN,
+        so a seed gives the same weights as ever)."""
         sizes = dict(
             d_model=self.d_model,
             n_heads=self.n_heads,
@@ -289,7 +306,8 @@ class ModelBase(nn.Module):
             bias=self.bias,
             n_kv_heads=n_kv_heads,
         )
-        parts = {"self_attn": mixer.self_attention(**sizes, pattern=pattern, pos_embeddings=pe)}
+        depth = {"layer": layer} if _accepts(mixer.self_attention, "layer") else {}
+        parts = {"self_attn": mixer.self_attention(**sizes, pattern=pattern, pos_embeddings=pe, **depth)}
         if cls is DecoderLayer:
             parts["cross_attn"] = mixer.cross_attention(**sizes)
         parts["ffn"] = self.ffn_factory(
@@ -317,7 +335,7 @@ class ModelBase(nn.Module):
         if why:
             raise ConfigError(f"model/mixer ({type(mixer).__name__}, {name}): {why}")
         try:
-            blocks = [self._block(cls, pattern, pe, mixer, n_kv) for _ in range(n)]
+            blocks = [self._block(cls, pattern, pe, mixer, n_kv, layer=i) for i in range(n)]
         except ValueError as err:
             raise ConfigError(str(err)) from None
         for block in blocks[:1]:  # every block is built by the same factories

@@ -7,6 +7,10 @@ the self- and cross-attention modules that the blocks receive by keyword (as tor
   query heads (Ainslie et al. 2023); the decoding cache holds only the kv heads.
 * :class:`MultiQueryMixer` (``mqa``): one key/value head (Shazeer 2019).
 * :class:`LinearMixer` (``linear``): kernelised linear attention, ``ϕ = elu + 1`` (Katharopoulos et al. 2020).
+* :class:`LSTMMixer` (``lstm``): a recurrent layer in place of self-attention (the RNN the paper
+  compares against, §4 and Table 1); cross-attention stays attention (the RNN-with-attention design).
+* :class:`ConvMixer` (``conv``): a gated depthwise-separable convolution (Wu et al. 2019), dilation
+  optionally growing per layer (ByteNet, WaveNet); cross-attention stays attention.
 
 ``stacks`` (``model.mixer.stacks``) says which stacks use the mechanism: ``encoder``, ``decoder`` or
 ``both``; the others keep :class:`MultiHeadMixer`. In a decoder both its self- and its cross-attention
@@ -17,7 +21,9 @@ override :meth:`Mixer.self_attention` (and :meth:`Mixer.cross_attention` for enc
 models). The modules they return take ``forward(x, key_padding_mask, cache)`` (self) or
 ``forward(x, memory, key_padding_mask, cache)`` (cross), return ``(B, T, D)`` and make their own
 decoding state with ``new_cache(capacity)`` (an object with ``size`` and ``reorder(index)``). Their
-parameters are counted as attention by the parameter breakdown, whatever their class.
+parameters are counted as the mixing sub-layer (``attention`` in the parameter breakdown), whatever
+their class. ``self_attention`` may take ``layer`` (the block's index in its stack, from 0) when a
+mechanism varies with depth (the convolution's dilation); it is passed only to methods that accept it.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from typing_extensions import override
 from .attention import AttentionPattern, CrossAttention, SelfAttention
 from .linear_attention import LinearCrossAttention, LinearSelfAttention
 from .positional import PositionalEncoding
+from .recurrent import ConvMixing, RecurrentMixing, refuse_score_hooks
 
 STACKS = ("encoder", "decoder", "both")
 
@@ -80,9 +87,10 @@ class Mixer:
         pos_embeddings: PositionalEncoding | None,
         n_kv_heads: int | None = None,
         bias: bool = True,
+        layer: int = 0,  # noqa: ARG002 - softmax attention is the same at every depth
     ) -> nn.Module:
         """One block's self-attention (sizes as :class:`~xformer.model.attention.MultiHeadAttention`;
-        ``bias``: biases in its projections, ``model.bias``)."""
+        ``bias``: biases in its projections, ``model.bias``; ``layer``: the block's index in its stack)."""
         return SelfAttention(
             d_model,
             n_heads,
@@ -178,3 +186,85 @@ class LinearMixer(Mixer):
         bias: bool = True,
     ) -> nn.Module:
         return LinearCrossAttention(d_model, n_heads, d_head, dropout, scale, bias=bias)
+
+
+class LSTMMixer(Mixer):
+    """An LSTM in place of each block's self-attention (:class:`~xformer.model.recurrent.RecurrentMixing`):
+    left to right in a causal stack (the decoder, ``model/attention=causal``), bidirectional in a
+    full-attention encoder (``d_model / 2`` per direction). The block's residual, norm and FFN and a
+    decoder's cross-attention are unchanged. ``n_heads``, ``d_head``, ``scale`` and attention dropout
+    do not apply to it; refuses schemes acting on scores or queries (ALiBi, T5, RoPE) and local windows.
+    """
+
+    def refusal(self, pattern: AttentionPattern | None, pe_cls: type | None) -> str | None:
+        return refuse_score_hooks("recurrent", pattern, pe_cls)
+
+    @override
+    def self_attention(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_head: int,
+        dropout: float,
+        scale: bool,
+        pattern: AttentionPattern | None,
+        pos_embeddings: PositionalEncoding | None,
+        n_kv_heads: int | None = None,
+        bias: bool = True,
+        layer: int = 0,
+    ) -> nn.Module:
+        del n_heads, d_head, dropout, scale, pos_embeddings, n_kv_heads, layer  # no heads, scores or depth
+        causal = pattern is not None and pattern.is_causal
+        return RecurrentMixing(d_model, bidirectional=not causal, bias=bias)
+
+
+class ConvMixer(Mixer):
+    """A gated depthwise-separable convolution in place of each block's self-attention
+    (:class:`~xformer.model.recurrent.ConvMixing`): causal in a causal stack, centred in a
+    full-attention encoder.
+
+    Args:
+        stacks: as :class:`Mixer`.
+        kernel: kernel size ``k`` (``model.mixer.kernel``).
+        dilation_growth: the block at depth ``l`` (from 0) uses dilation ``dilation_growth**l``:
+            1 = contiguous kernels (path length ``O(n/k)``), 2 = doubling as ByteNet and WaveNet
+            (receptive field ``(k - 1)·(2^L - 1) + 1``, path length ``O(log_k n)``).
+
+    Raises:
+        ValueError: ``kernel`` or ``dilation_growth`` below 1.
+    """
+
+    def __init__(self, stacks: str = "both", kernel: int = 3, dilation_growth: int = 1) -> None:
+        super().__init__(stacks)
+        if kernel < 1 or dilation_growth < 1:
+            raise ValueError(
+                f"model.mixer.kernel={kernel}, model.mixer.dilation_growth={dilation_growth}: both must be >= 1"
+            )
+        self.kernel, self.dilation_growth = kernel, dilation_growth
+
+    def refusal(self, pattern: AttentionPattern | None, pe_cls: type | None) -> str | None:
+        return refuse_score_hooks("convolutional", pattern, pe_cls)
+
+    @override
+    def self_attention(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_head: int,
+        dropout: float,
+        scale: bool,
+        pattern: AttentionPattern | None,
+        pos_embeddings: PositionalEncoding | None,
+        n_kv_heads: int | None = None,
+        bias: bool = True,
+        layer: int = 0,
+    ) -> nn.Module:
+        del n_heads, d_head, dropout, scale, pos_embeddings, n_kv_heads  # no heads or scores
+        causal = pattern is not None and pattern.is_causal
+        return ConvMixing(d_model, self.kernel, self.dilation_growth**layer, causal=causal, bias=bias)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(stacks={self.stacks!r}, kernel={self.kernel}, "
+            f"dilation_growth={self.dilation_growth})"
+        )

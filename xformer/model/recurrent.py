@@ -1,0 +1,260 @@
+"""The layer types self-attention replaced (Vaswani et al. 2017 §4, Table 1), as sequence-mixing
+sub-layers that drop into a Transformer block in place of its self-attention.
+
+* :class:`RecurrentMixing`: an LSTM (Hochreiter & Schmidhuber 1997) of the block's width. Causal
+  stacks run it left to right; a bidirectional (full-attention) encoder runs two directions of
+  ``d_model / 2`` each and concatenates them (Schuster & Paliwal 1997), so the output stays
+  ``(B, T, D)``. Its path between two positions ``n`` apart is ``O(n)`` sequential steps.
+* :class:`ConvMixing`: a gated depthwise-separable 1-D convolution in the form of Wu et al. 2019
+  ("Pay less attention", §3: GLU input projection, depthwise convolution, output projection), with
+  kernel ``k`` and dilation ``growth**layer`` (ByteNet, Kalchbrenner et al. 2016; WaveNet, van den
+  Oord et al. 2016). Its path between two positions ``n`` apart is ``O(n/k)`` layers, ``O(log_k n)``
+  with growing dilation.
+
+Both take the mixer contract of :mod:`.mixer` (``forward(x, key_padding_mask, cache)``,
+``new_cache(capacity)``) and keep a fixed-size decoding state: the LSTM's ``(h, c)``, the
+convolution's last ``(k - 1)·dilation`` inputs. Neither forms a score matrix, so positional schemes
+that act on scores or on queries and keys (ALiBi, T5 bias, RoPE) have nothing to act on; they are
+refused at build time. An absolute scheme (sinusoidal, learned) is added to the embeddings as usual;
+a recurrent layer needs none (it knows order from its recurrence), a convolution neither within its
+receptive field.
+
+Padding (``key_padding_mask``, ``True`` = pad) sits at the right end of each row, as everywhere in
+xformer. Outputs at pad positions are zero and outputs at real positions do not depend on the pads:
+the bidirectional LSTM packs the rows by length (:func:`torch.nn.utils.rnn.pack_padded_sequence`),
+the convolution zeroes the pad inputs, which is what its own zero border holds.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from .attention import AttentionPattern
+from .hooks import overrides
+from .positional import PositionalEncoding
+
+
+def refuse_score_hooks(name: str, pattern: AttentionPattern | None, pe_cls: type | None) -> str | None:
+    """Why a mixing layer without a score matrix (``name``) cannot serve ``pattern`` / ``pe_cls``.
+
+    Refused: a scheme that overrides ``attn_bias`` (a bias on the ``(Tq, Tk)`` scores: ALiBi, T5) or
+    ``rotate`` (RoPE rotates queries and keys), and a pattern other than full or causal (a local
+    window masks scores). ``None`` when it can serve them.
+    """
+    if pe_cls is not None:
+        for hook, what in (
+            ("attn_bias", "adds a bias to the attention scores"),
+            ("rotate", "rotates queries and keys"),
+        ):
+            if overrides(pe_cls, PositionalEncoding, hook):
+                return (
+                    f"positional scheme {pe_cls.__name__} {what}, which a {name} layer does not have. "
+                    "Fix: model/pe=sinusoidal, learned or none (a recurrent layer needs none)"
+                )
+    if pattern is not None and overrides(type(pattern), AttentionPattern, "blocked") and not pattern.is_causal:
+        return (
+            f"pattern {type(pattern).__name__} masks attention scores, which a {name} layer does not have. "
+            "Fix: model/attention=full (bidirectional) or causal"
+        )
+    return None
+
+
+def _real(key_padding_mask: Tensor | None, t: int) -> Tensor | None:
+    """``(B, t, 1)`` float-ready mask of the real (non-pad) positions of the last ``t`` columns."""
+    return None if key_padding_mask is None else (~key_padding_mask[:, -t:])[..., None]
+
+
+class RecurrentState:
+    """Decoding state of one recurrent layer: the LSTM's ``(h, c)``, each ``(1, B, H)``, and
+    :attr:`size`, the positions consumed. Fixed size whatever the length decoded.
+
+    Args:
+        capacity: not used (the state has a fixed size); accepted so every cache is made alike.
+    """
+
+    def __init__(self, capacity: int | None = None) -> None:  # noqa: ARG002 - uniform cache constructor
+        self.size = 0
+        self.state: tuple[Tensor, ...] | None = None
+
+    def update(self, state: tuple[Tensor, ...], n_new: int) -> None:
+        """Replace the state by ``state`` after ``n_new`` more positions."""
+        self.state, self.size = state, self.size + n_new
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows ``index`` ``(B',)`` (beam search); ``state`` tensors hold the batch at dim
+        ``batch_dim``."""
+        if self.state is not None:
+            self.state = tuple(t.index_select(self.batch_dim, index) for t in self.state)
+
+    batch_dim = 1
+
+
+class RecurrentMixing(nn.Module):
+    """An LSTM as a block's sequence-mixing sub-layer: ``(B, T, D)`` in and out.
+
+    Args:
+        d_model: width ``D``; the hidden size is ``D`` (one direction) or ``D / 2`` per direction.
+        bidirectional: both directions (a full-attention encoder); otherwise left to right (causal).
+        bias: LSTM biases (``model.bias``).
+
+    Raises:
+        ValueError: ``bidirectional`` with an odd ``d_model``.
+
+    Parameters: ``4·(D·H + H·H + 2·H)`` per direction (``H`` the hidden size), i.e. ``8·D² + 8·D``
+    unidirectional against multi-head attention's ``4·D² + 4·D``.
+    """
+
+    def __init__(self, d_model: int, bidirectional: bool = False, bias: bool = True) -> None:
+        super().__init__()
+        if bidirectional and d_model % 2:
+            raise ValueError(
+                f"model/mixer=lstm: a bidirectional encoder splits d_model={d_model} between two directions. "
+                "Fix: an even model.d_model"
+            )
+        self.bidirectional = bidirectional
+        hidden = d_model // 2 if bidirectional else d_model
+        self.rnn = nn.LSTM(d_model, hidden, batch_first=True, bidirectional=bidirectional, bias=bias)
+
+    def new_cache(self, capacity: int | None = None) -> RecurrentState:
+        """An empty recurrent state for incremental decoding (``capacity`` is not needed)."""
+        return RecurrentState(capacity)
+
+    def forward(self, x: Tensor, key_padding_mask: Tensor | None = None, cache: RecurrentState | None = None) -> Tensor:
+        """Mix ``x`` ``(B, T, D)`` over time.
+
+        Args:
+            x: inputs at positions ``past .. past+T-1``, ``past`` = ``cache.size`` (0 without cache).
+            key_padding_mask: ``(B, T)`` or, with a cache, ``(B, past+T)`` bool, ``True`` = pad (at
+                the right end of a row).
+            cache: the unidirectional LSTM's state, continued and updated.
+
+        Returns:
+            ``(B, T, D)``, zero at pad positions.
+
+        Raises:
+            ValueError: a cache for the bidirectional form (its backward direction needs the whole
+                sequence; encoders are run once, not decoded).
+        """
+        dtype = x.dtype
+        weight = self.rnn.weight_ih_l0
+        h = x.to(weight.dtype)  # autocast does not cover the LSTM on every device: run it in its weights' dtype
+        t = x.shape[1]
+        real = _real(key_padding_mask, t)
+        if self.bidirectional:
+            if cache is not None:
+                raise ValueError("model/mixer=lstm: the bidirectional (encoder) layer has no decoding state")
+            if real is None:
+                out, _ = self.rnn(h)
+            else:
+                lengths = real[..., 0].sum(1).clamp(min=1).cpu()
+                packed = pack_padded_sequence(h, lengths, batch_first=True, enforce_sorted=False)
+                out, _ = pad_packed_sequence(self.rnn(packed)[0], batch_first=True, total_length=t)
+        else:
+            state = None if cache is None else cache.state
+            out, new_state = self.rnn(h, state)  # right pads come after every real position: nothing leaks
+            if cache is not None:
+                cache.update(new_state, t)
+        if real is not None:
+            out = out * real.to(out.dtype)
+        return out.to(dtype)
+
+
+class ConvState:
+    """Decoding state of one causal convolution: its last ``context`` inputs ``(B, D, context)``
+    (zeros before the first position) and :attr:`size`, the positions consumed.
+
+    Args:
+        capacity: not used (the state has a fixed size); accepted so every cache is made alike.
+    """
+
+    batch_dim = 0
+
+    def __init__(self, capacity: int | None = None) -> None:  # noqa: ARG002 - uniform cache constructor
+        self.size = 0
+        self.state: Tensor | None = None
+
+    def update(self, state: Tensor, n_new: int) -> None:
+        """Keep ``state`` as the last inputs after ``n_new`` more positions."""
+        self.state, self.size = state, self.size + n_new
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows ``index`` ``(B',)`` (beam search)."""
+        if self.state is not None:
+            self.state = self.state.index_select(0, index)
+
+
+class ConvMixing(nn.Module):
+    """Gated depthwise-separable 1-D convolution as a block's sequence-mixing sub-layer (Wu et al. 2019
+    §3 without the softmax-normalised weight sharing): ``GLU(x W_in)`` ``(B, T, D)`` → depthwise
+    convolution over time (kernel ``k``, dilation ``d``) → ``W_out``. ``(B, T, D)`` in and out.
+
+    Args:
+        d_model: width ``D``.
+        kernel: kernel size ``k`` (positions each layer sees: ``(k - 1)·d + 1``).
+        dilation: spacing ``d`` of the kernel's taps.
+        causal: only the current and earlier positions (left padding of ``(k - 1)·d``); otherwise
+            centred (``⌊(k - 1)·d / 2⌋`` left, the rest right).
+        bias: biases in the projections and the convolution (``model.bias``).
+
+    Raises:
+        ValueError: ``kernel`` or ``dilation`` below 1.
+
+    Parameters: ``3·D² + (k + 4)·D`` with biases, against multi-head attention's ``4·D² + 4·D``.
+    """
+
+    def __init__(self, d_model: int, kernel: int = 3, dilation: int = 1, causal: bool = True, bias: bool = True):
+        super().__init__()
+        if kernel < 1 or dilation < 1:
+            raise ValueError(
+                f"model/mixer=conv: kernel={kernel}, dilation={dilation}. Fix: model.mixer.kernel >= 1 and "
+                "model.mixer.dilation_growth >= 1"
+            )
+        self.kernel, self.dilation, self.causal = kernel, dilation, causal
+        self.context = (kernel - 1) * dilation
+        self.in_proj = nn.Linear(d_model, 2 * d_model, bias=bias)
+        self.conv = nn.Conv1d(d_model, d_model, kernel, dilation=dilation, groups=d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    def new_cache(self, capacity: int | None = None) -> ConvState:
+        """An empty state for incremental decoding (``capacity`` is not needed)."""
+        if not self.causal:
+            raise ValueError("model/mixer=conv: the centred (encoder) convolution has no decoding state")
+        return ConvState(capacity)
+
+    def forward(self, x: Tensor, key_padding_mask: Tensor | None = None, cache: ConvState | None = None) -> Tensor:
+        """Mix ``x`` ``(B, T, D)`` over time.
+
+        Args:
+            x: inputs at positions ``past .. past+T-1``, ``past`` = ``cache.size`` (0 without cache).
+            key_padding_mask: ``(B, T)`` or, with a cache, ``(B, past+T)`` bool, ``True`` = pad.
+            cache: the last ``(k - 1)·d`` inputs of the causal form, continued and updated.
+
+        Returns:
+            ``(B, T, D)``, zero at pad positions.
+        """
+        t = x.shape[1]
+        real = _real(key_padding_mask, t)
+        h = F.glu(self.in_proj(x), dim=-1)
+        if real is not None:
+            h = h * real.to(h.dtype)
+        h = h.transpose(1, 2)  # (B, D, T)
+        ctx = self.context
+        if self.causal:
+            if cache is not None and ctx:
+                past = cache.state if cache.state is not None else h.new_zeros(h.shape[0], h.shape[1], ctx)
+                h = torch.cat((past.to(h.dtype), h), dim=2)
+                cache.update(h[:, :, -ctx:], t)
+            elif cache is not None:
+                cache.update(h[:, :, :0], t)
+            else:
+                h = F.pad(h, (ctx, 0))
+        else:
+            h = F.pad(h, (ctx // 2, ctx - ctx // 2))
+        y = F.conv1d(h, self.conv.weight, self.conv.bias, dilation=self.dilation, groups=self.conv.groups)
+        out = self.out_proj(y.transpose(1, 2))
+        if real is not None:
+            out = out * real.to(out.dtype)
+        return out
