@@ -234,7 +234,7 @@ class ConvMixer(Mixer):
         ValueError: ``kernel`` or ``dilation_growth`` below 1.
     """
 
-    def __init__(self, stacks: str = "both", kernel: int = 3, dilation_growth: int = 1) -> None:
+    def __init__(self, stacks: str = "both", kernel: int = 5, dilation_growth: int = 1) -> None:
         super().__init__(stacks)
         if kernel < 1 or dilation_growth < 1:
             raise ValueError(

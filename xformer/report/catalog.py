@@ -1,4 +1,4 @@
-"""The design claims C1–C12: statement, source passage, sweep axis, configs, verdict rule and published
+"""The design claims C1–C13: statement, source passage, sweep axis, configs, verdict rule and published
 figures. One table used by the verdicts (:mod:`xformer.report.claims`), by ``docs/claims.md``
 (``python -m xformer.report.catalog > docs/claims.md``; ``tests/report/test_catalog.py`` fails when
 the file drifts) and by the sweep files (:mod:`xformer.report.sweeps`).
@@ -249,6 +249,29 @@ CLAIMS: dict[str, ClaimInfo] = {
             "P_drop 0 → 24.6 BLEU (base 0.1: 25.8, PPL 4.92); ε_ls 0 → better perplexity, worse BLEU, "
             "Vaswani et al. 2017 Table 3 row D",
         ),
+        ClaimInfo(
+            "C13",
+            ("c13_path_length",),
+            "Self-attention learns a dependency across distances at which a recurrent layer of the same size "
+            "fails, because its path between the two positions is O(1) steps rather than O(n).",
+            "Vaswani et al. 2017, §4 and Table 1",
+            '§4: "Learning long-range dependencies is a key challenge in many sequence transduction tasks. One '
+            "key factor affecting the ability to learn such dependencies is the length of the paths forward and "
+            "backward signals have to traverse in the network. The shorter these paths between any combination "
+            'of positions in the input and output sequences, the easier it is to learn long-range dependencies." '
+            "Table 1: maximum path length O(1) self-attention, O(n) recurrent, O(log_k n) convolutional.",
+            "`model/mixer=mha,lstm,conv` × `data.distance` (recall the token k positions back, `data=recall`) "
+            "at equal parameter count",
+            f"Decision metric `test/exact_match` (else `val/exact_match`). Needs mha and lstm at two or more "
+            f"distances; k_lo is the shortest, k_hi the longest. Positive control: mha and lstm each reach a "
+            f"mean accuracy ≥ {0.9:g} at k_lo, else inconclusive (this setting cannot show it). **supported**: "
+            f"mha@k_hi is not worse than mha@k_lo and its mean is ≥ {0.9:g}, while lstm@k_hi is worse than "
+            f"lstm@k_lo; **not supported**: lstm@k_hi still reaches {0.9:g} and is not worse than lstm@k_lo, or "
+            f"both fall and mha loses at least as much accuracy as lstm; else inconclusive. The distance at "
+            f"which each mixer (conv too) first falls below {0.9:g} is printed.",
+            "maximum path length O(1) self-attention, O(n) recurrent, O(n/k) convolutional (O(log_k n) dilated), "
+            "Vaswani et al. 2017 Table 1 (no learning experiment in the paper)",
+        ),
     )
 }
 
@@ -266,6 +289,7 @@ HEADLINES: dict[str, str] = {
     "C10": "no ablation figure (§3.2.3)",
     "C11": "BLEU 25.1 / 25.4 / 25.8 at d_k 16 / 32 / 64 (Table 3 B)",
     "C12": "P_drop 0: 24.6 vs 25.8 BLEU; ε_ls 0: better PPL, worse BLEU (Table 3 D)",
+    "C13": "path length O(1) attention vs O(n) recurrent (Table 1, §4)",
 }
 """The published figure of each claim in a few words, for the summary table at the top of ``report.md``."""
 

@@ -1,11 +1,11 @@
-"""Claim verdicts: which design claims (C1–C12, :mod:`xformer.report.catalog`) a sweep addresses, and
+"""Claim verdicts: which design claims (C1–C13, :mod:`xformer.report.catalog`) a sweep addresses, and
 whether its runs support them.
 
 This module is the stable entry point; the code lives in :mod:`xformer.report.rules`: a small core
 (:mod:`~xformer.report.rules.core`: the result types, the comparisons, the common checks, the training
 budget, the registry :data:`REGISTRY` and :func:`decide`) and one module per claim family
 (``ffn``: C1, C2; ``heads``: C3, C11; ``norm``: C4; ``positions``: C5, C6; ``attention``: C9, C10;
-``regularisation``: C12; ``cost``: C7, C8).
+``regularisation``: C12; ``cost``: C7, C8; ``paths``: C13).
 
 Each verdict function is registered under its claim id in :data:`REGISTRY`, is named like the claim's
 config (``c1_ffn_ratio`` ↔ ``conf/experiment/claims/c1_ffn_ratio.yaml``) and maps a
@@ -89,6 +89,7 @@ from .rules.norm import (  # noqa: F401 (re-exported)
     c4_norm_warmup,
     diverged,
 )
+from .rules.paths import c13_path_length  # noqa: F401 (re-exported)
 from .rules.positions import (  # noqa: F401 (re-exported)
     LENGTH_RE,
     c5_pe_length,

@@ -3,4 +3,4 @@ checks, the budget, the registry and :func:`~xformer.report.rules.core.decide`) 
 claim family, each registering its verdict functions with ``@claim``. Importing this package
 registers them all; :mod:`xformer.report.claims` re-exports the public names."""
 
-from . import attention, core, cost, ffn, heads, norm, positions, regularisation  # noqa: F401 (registers)
+from . import attention, core, cost, ffn, heads, norm, paths, positions, regularisation  # noqa: F401 (registers)
