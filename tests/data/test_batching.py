@@ -181,3 +181,45 @@ def test_collate_lm_masks_and_prompt_len():
     assert b["prompt_len"].tolist() == [3, 4] and b["idx"].dtype == torch.long
     plain = collate_lm([{"tgt": torch.arange(5), "idx": 3}])
     assert set(plain) == {"tgt", "idx"} and plain["tgt"].shape == (1, 5)
+
+
+def test_training_shards_mark_their_padding_copies_weightless():
+    """Issue 30 item 1: 9 batches over 2 ranks. Evaluation repeats batch 0 for rank 1 (same idx, dropped
+    later); training gives rank 1 a copy that :class:`WeightlessCopies` marks ``zero_weight``, and the
+    training step gives it no loss and no tokens."""
+    import torch
+
+    from xformer.data.base import Seq2SeqDataset
+    from xformer.data.batching import WeightlessCopies, collate_seq2seq, shard_batches
+
+    batches = [[2 * i, 2 * i + 1] for i in range(9)]
+    assert shard_batches(batches, 2, 1)[-1] == [0, 1]  # evaluation: a plain repeat
+    n = 18
+    r0, r1 = shard_batches(batches, 2, 0, copy_offset=n), shard_batches(batches, 2, 1, copy_offset=n)
+    assert len(r0) == len(r1) == 5 and r1[-1] == [n + 0, n + 1]
+    real = sorted(i for b in r0 + r1 for i in b if i < n)
+    assert real == list(range(n))  # every example once
+    ds = Seq2SeqDataset([[5, 6, 2]] * n, [[1, 7, 2]] * n, ["a"] * n, ["b"] * n)
+    wrapped = WeightlessCopies(ds)
+    batch = collate_seq2seq([wrapped[i] for i in r1[-1]])
+    assert batch["zero_weight"].tolist() == [True, True] and batch["idx"].tolist() == [0, 1]
+    batch_real = collate_seq2seq([wrapped[i] for i in r1[0]])
+    assert batch_real["zero_weight"].tolist() == [False, False]
+    assert wrapped.lengths() == ds.lengths()
+
+    from xformer.model import EncoderDecoder
+    from xformer.train.module import TransformerLitModule
+
+    module = TransformerLitModule(
+        EncoderDecoder(10, 10, d_model=8, n_heads=2, n_encoder_layers=1, n_decoder_layers=1),
+        optimizer=None,
+        lr_lambda=None,
+        pad_id=0,
+        eos_id=2,
+    )
+    loss = module.training_step(batch, 0)
+    assert float(loss) == 0.0 and module.tokens_seen == 0  # the copy: nothing trained, nothing counted
+    module.training_step(batch_real, 1)
+    want = int((batch_real["src"] != 0).sum() + (batch_real["tgt"][:, 1:] != 0).sum())
+    assert want > 0 and module.tokens_seen == want  # a real batch: its source and target tokens
+    assert torch.isfinite(loss)

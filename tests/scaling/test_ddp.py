@@ -129,3 +129,36 @@ def test_fsdp_and_ddp_spawn_run_on_cpu(trainer, tmp_path):
         assert m["global_step"] == 4 and m["tokens_seen"] > 0
     assert "test/loss" in m["metrics"] and "val/loss" in m["metrics"]
     assert (tmp_path / "job" / "checkpoints" / "last.ckpt").is_file()
+
+
+def _train_losses(job) -> dict[int, float]:
+    """``{update: train/loss}`` from the job's CSV log (the k-th update's row is labelled k - 1)."""
+    import csv
+
+    rows = csv.DictReader((job / "csv" / "metrics.csv").open())
+    return {int(r["step"]) + 1: float(r["train/loss"]) for r in rows if r.get("train/loss")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n_train", [66, 78], ids=["9-batches", "11-batches"])  # at 72 tokens a batch
+def test_ddp_uneven_epoch_tail_trains_each_batch_once(n_train, tmp_path):
+    """Issue 30 item 1 (pytorch#25162): an epoch of an odd number of batches over 2 ranks. Rank 1's
+    missing last batch used to be a repeat of batch 0, trained twice; now it is a weightless copy, so
+    2 ranks equal one process x ``accumulate_grad_batches=2`` in tokens seen and in the loss of every
+    update, through the epoch end (7 updates: the epoch has ceil(batches / 2) of them)."""
+    common = [*TINY, f"data.n_train={n_train}", "trainer.max_steps=7", "logger=csv"]
+    ddp = run_py([*common, *DDP_CPU, f"hydra.run.dir={tmp_path / 'ddp'}"], cwd=tmp_path, tmp_path=tmp_path)
+    one = run_py(
+        [*common, "trainer.accumulate_grad_batches=2", f"hydra.run.dir={tmp_path / 'one'}"],
+        cwd=tmp_path,
+        tmp_path=tmp_path,
+    )
+    assert ddp.returncode == 0, fail_msg(ddp)
+    assert one.returncode == 0, fail_msg(one)
+    m_ddp, m_one = metrics(tmp_path / "ddp"), metrics(tmp_path / "one")
+    assert m_ddp["global_step"] == m_one["global_step"] == 7
+    assert m_ddp["tokens_seen"] == m_one["tokens_seen"], (m_ddp["tokens_seen"], m_one["tokens_seen"])
+    l_ddp, l_one = _train_losses(tmp_path / "ddp"), _train_losses(tmp_path / "one")
+    assert sorted(l_ddp) == sorted(l_one) == list(range(1, 8))
+    for step in l_one:
+        assert l_ddp[step] == pytest.approx(l_one[step], rel=1e-5), (step, l_ddp[step], l_one[step])

@@ -23,6 +23,7 @@ from xformer.data.batching import (
     RandomBatchSampler,
     SequentialBatchSampler,
     TokenBudgetBatchSampler,
+    WeightlessCopies,
     collate_lm,
     collate_seq2seq,
 )
@@ -274,6 +275,7 @@ class XformerDataModule(L.LightningDataModule):
     def _loader(self, dataset: Dataset, train: bool, persistent: bool = True) -> DataLoader:
         """Token-budget loader (default for seq2seq and prompt-LM data sets)."""
         num_replicas, rank = self._replicas()
+        weightless = train and num_replicas > 1  # an uneven epoch tail: copies train nothing
         sampler = TokenBudgetBatchSampler(
             dataset.lengths(),
             self.tokens_per_batch,
@@ -282,7 +284,10 @@ class XformerDataModule(L.LightningDataModule):
             num_replicas=num_replicas,
             rank=rank,
             sort_keys=dataset.sort_keys() if hasattr(dataset, "sort_keys") else (),
+            weightless_copies=weightless,
         )
+        if weightless:
+            dataset = WeightlessCopies(dataset)
         collate = collate_seq2seq if self.task == "seq2seq" else collate_lm
         return self._make_loader(
             dataset, sampler, functools.partial(collate, pad_id=self.pad_id), persistent, train=train

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Sampler
+from torch.utils.data import Dataset, Sampler
 
 from xformer.data.tokenizers import PAD
 
@@ -57,13 +57,18 @@ def _resume(sampler, epoch: int, batches_done: int) -> None:
     sampler.sampler.skip = (epoch, batches_done) if batches_done else None
 
 
-def shard_batches(batches: list[list[int]], num_replicas: int, rank: int, drop_last: bool = False) -> list[list[int]]:
+def shard_batches(
+    batches: list[list[int]], num_replicas: int, rank: int, drop_last: bool = False, copy_offset: int | None = None
+) -> list[list[int]]:
     """Give rank ``rank`` its share of ``batches`` so every rank gets the same number of batches.
 
     The list is first made a multiple of ``num_replicas`` long -- by repeating batches from its start
     (``drop_last=False``; repeated examples carry the same ``idx``, so eval duplicates can be
     removed) or by dropping the last batches (``drop_last=True``) -- then rank ``r`` takes
     ``batches[r::num_replicas]`` (interleaved, so ranks see batches of similar size at each step).
+    With ``copy_offset`` (training: the data set's size ``n``) the repeated batches' indices are
+    shifted by ``n``, which :class:`WeightlessCopies` reads as "this example is a copy: no loss, no
+    tokens", so an epoch's uneven tail trains every example once (pytorch#25162).
 
     Raises:
         ValueError: ``rank`` not in ``[0, num_replicas)``.
@@ -77,8 +82,37 @@ def shard_batches(batches: list[list[int]], num_replicas: int, rank: int, drop_l
         batches = batches[: n - n % num_replicas]
     elif n % num_replicas:
         n_pad = num_replicas - n % num_replicas
-        batches = list(batches) + [batches[i % n] for i in range(n_pad)]
+        shift = copy_offset or 0
+        batches = list(batches) + [[j + shift for j in batches[i % n]] for i in range(n_pad)]
     return batches[rank::num_replicas]
+
+
+class WeightlessCopies(Dataset):
+    """A training data set as the DDP loader sees it: index ``i < n`` is example ``i``; index
+    ``i >= n`` is example ``i - n`` as a *copy* that a rank trains on only so that every rank takes
+    the same number of steps (see :func:`shard_batches`). Every example gets ``zero_weight``
+    (``False``; ``True`` for a copy), which the collate functions batch and the training step reads:
+    a copy's labels are ignored and its tokens are not counted.
+
+    Args:
+        base: the data set (``len(base) = n``); its other attributes are reached through this one.
+    """
+
+    def __init__(self, base: Dataset) -> None:
+        self.base = base
+        self.n = len(base)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        copy = i >= self.n
+        return {**self.base[i - self.n if copy else i], "zero_weight": copy}
+
+    def __getattr__(self, name: str):  # lengths(), sort_keys(), ... of the wrapped data set
+        if name == "base":
+            raise AttributeError(name)
+        return getattr(self.base, name)
 
 
 class TokenBudgetBatchSampler(Sampler[list[int]]):
@@ -130,6 +164,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         drop_last: bool = False,
         pool_factor: int | None = None,
         sort_keys: Sequence[Sequence[int]] = (),
+        weightless_copies: bool = False,
     ) -> None:
         if tokens_per_batch < 1:
             raise ValueError(f"tokens_per_batch must be >= 1, got {tokens_per_batch}")
@@ -148,6 +183,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         self.sort_keys = [np.asarray(k, dtype=np.int64) for k in sort_keys]
         if any(len(k) != len(self.lengths) for k in self.sort_keys):
             raise ValueError("every sort key must have one entry per example")
+        self.weightless_copies = bool(weightless_copies)
         self.sampler = _EpochClock()
         self._cache: tuple[int, list[list[int]]] | None = None
 
@@ -192,7 +228,8 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
 
     def __iter__(self) -> Iterator[list[int]]:
         skip = self.sampler.take_skip()
-        yield from shard_batches(self.all_batches(), self.num_replicas, self.rank, self.drop_last)[skip:]
+        offset = len(self.lengths) if self.weightless_copies else None
+        yield from shard_batches(self.all_batches(), self.num_replicas, self.rank, self.drop_last, offset)[skip:]
 
     def __len__(self) -> int:
         """Number of batches this rank yields in the current epoch."""
@@ -350,7 +387,15 @@ def collate_seq2seq(examples: Sequence[dict[str, Any]], pad_id: int = PAD) -> di
         "src_text": [e["src_text"] for e in examples],
         "tgt_text": [e["tgt_text"] for e in examples],
         "idx": torch.tensor([e["idx"] for e in examples], dtype=torch.long),
+        **_zero_weight(examples),
     }
+
+
+def _zero_weight(examples: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """``{"zero_weight": BoolTensor (B,)}`` when the examples carry it (:class:`WeightlessCopies`), else ``{}``."""
+    if examples and "zero_weight" in examples[0]:
+        return {"zero_weight": torch.tensor([bool(e["zero_weight"]) for e in examples], dtype=torch.bool)}
+    return {}
 
 
 def collate_lm(examples: Sequence[dict[str, Any]], pad_id: int = PAD) -> dict[str, Any]:
@@ -380,4 +425,5 @@ def collate_lm(examples: Sequence[dict[str, Any]], pad_id: int = PAD) -> dict[st
     for key in ("src_text", "tgt_text"):
         if key in first:
             out[key] = [e[key] for e in examples]
+    out.update(_zero_weight(examples))
     return out

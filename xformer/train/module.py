@@ -235,12 +235,18 @@ class TransformerLitModule(L.LightningModule):
         :attr:`progress_metrics` instead, read at logging steps.
         """
         logits, labels = self.logits_and_labels(batch)
+        copies = batch.get("zero_weight")  # rows a DDP rank trains only to keep step with the others
+        if copies is not None:
+            labels = labels.masked_fill(copies[:, None], self.pad_id)
         logits = logits if logits.dtype == torch.float64 else logits.float()  # at least float32
         loss_sum = self.criterion(logits, labels, self.pad_id, reduction="sum")  # the loss group's class
         n_tgt = (labels != self.pad_id).sum()
         n_tok = n_tgt
         if "src" in batch:
-            n_tok = n_tok + (batch["src"] != self.pad_id).sum()
+            src_real = batch["src"] != self.pad_id
+            if copies is not None:
+                src_real = src_real & ~copies[:, None]
+            n_tok = n_tok + src_real.sum()
         if self._tokens.device != n_tok.device:
             self._tokens = self._tokens.to(n_tok.device)
         self._tokens += n_tok
