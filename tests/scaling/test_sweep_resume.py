@@ -206,3 +206,67 @@ def test_job_start_applies_omp_num_threads_to_torch(monkeypatch):
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.slow
+def test_a_resumed_optuna_study_proposes_new_points_reproducibly(tmp_path):
+    """Issue 30 item 2 (optuna#3255): the same command twice on one storage gave trials 2 and 3 equal
+    to trials 0 and 1 (the seeded sampler replayed its start-up draws). Now two invocations of 2
+    trials give 4 distinct points, and a third with ``n_trials=0`` changes nothing. ~60 s."""
+    import optuna
+
+    db = tmp_path / "study.db"
+
+    def args(n: int, k: int) -> list[str]:
+        return [
+            *TINY,
+            "trainer.max_steps=1",
+            "trainer.val_check_interval=1",
+            "logger=none",
+            "hparams_search=optuna",
+            "hydra.sweeper.params=null",
+            f"hydra.sweeper.n_trials={n}",
+            "hydra.sweeper.study_name=t",
+            f"hydra.sweeper.storage=sqlite:///{db}",
+            "optim.lr=tag(log,interval(1e-4,3e-3))",
+            "model.dropout=interval(0.0,0.3)",
+            f"hydra.sweep.dir={tmp_path / f'sweep{k}'}",
+            "-m",
+        ]
+
+    for k in (1, 2):
+        res = run_py(args(2, k), tmp_path)
+        assert res.returncode == 0, res.stderr[-3000:]
+    trials = optuna.load_study(study_name="t", storage=f"sqlite:///{db}").trials
+    points = [tuple(sorted(t.params.items())) for t in trials]
+    assert len(points) == 4 and len(set(points)) == 4, points
+    res = run_py(args(0, 3), tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    again = optuna.load_study(study_name="t", storage=f"sqlite:///{db}").trials
+    assert [tuple(sorted(t.params.items())) for t in again] == points
+
+
+def test_the_continued_sampler_is_reseeded_from_the_seed_and_the_stored_trials():
+    """The unit of item 2: a fresh study keeps the sampler; a study with n trials gets the seed
+    SeedSequence([seed, n]) (the same command twice gives the same seed), an unseeded one is kept."""
+    import functools
+
+    import optuna
+
+    from xformer.jobs.sweep import continued_sampler
+
+    cfg = OmegaConf.create({"_target_": "optuna.samplers.TPESampler", "seed": 3, "n_startup_trials": 10})
+    base = optuna.samplers.TPESampler(seed=3)
+    assert continued_sampler(base, cfg, 0) is base
+    a, b, c = (continued_sampler(base, cfg, n) for n in (2, 2, 4))
+    assert isinstance(a, optuna.samplers.TPESampler) and a is not base
+
+    def draw(sampler) -> float:  # the first start-up draw of an empty study
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        return optuna.create_study(sampler=sampler).ask().suggest_float("x", 0.0, 1.0)
+
+    draw = [draw(s) for s in (a, b, c, optuna.samplers.TPESampler(seed=3))]
+    assert draw[0] == draw[1] and len({draw[0], draw[2], draw[3]}) == 3
+    assert continued_sampler(base, OmegaConf.create({"_target_": "x", "seed": None}), 2) is base
+    grid = functools.partial(optuna.samplers.GridSampler)
+    assert continued_sampler(grid, cfg, 2) is grid

@@ -136,6 +136,7 @@ class SweepSummary(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         if "optuna" in str(OmegaConf.select(config, "hydra.sweeper._target_", default="")):
             guard_optuna_sweep(bool(OmegaConf.select(config, "sweep.dry_run", default=False)))
+            _OPTUNA_GUARD["sampler"] = OmegaConf.select(config, "hydra.sweeper.sampler", default=None)
         storage = OmegaConf.select(config, "hydra.sweeper.storage", default=None)
         if isinstance(storage, str) and storage.startswith("sqlite:///"):  # SQLite does not create folders
             Path(storage[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
@@ -219,7 +220,7 @@ class SweepSummary(Callback):
             sys.exit(1)
 
 
-_OPTUNA_GUARD: dict[str, bool] = {}
+_OPTUNA_GUARD: dict[str, Any] = {}
 
 
 def guard_optuna_sweep(dry_run: bool) -> None:
@@ -250,6 +251,7 @@ def guard_optuna_sweep(dry_run: bool) -> None:
             self.storage = None
         elif self.storage:
             self.job_idx = _stored_trials(self.study_name, self.storage)
+            self.sampler = continued_sampler(self.sampler, _OPTUNA_GUARD.get("sampler"), self.job_idx)
         try:
             return plugin_sweep(self, arguments)
         except ValueError as err:
@@ -263,6 +265,32 @@ def guard_optuna_sweep(dry_run: bool) -> None:
 
     sweep._xformer_guarded = True  # type: ignore[attr-defined]
     OptunaSweeperImpl.sweep = sweep
+
+
+def continued_sampler(sampler: Any, sampler_cfg: Any, n_stored: int) -> Any:
+    """The sampler for an invocation that continues a stored study of ``n_stored`` trials.
+
+    A seeded sampler rebuilt with the same seed replays its random draws, so a resumed study's
+    start-up trials repeated the first invocation's bit for bit (optuna#3255). With trials already
+    stored, the sampler is instantiated again from ``sampler_cfg`` (``hydra.sweeper.sampler``) with the
+    seed ``SeedSequence([seed, n_stored])``: reproducible for the same command on the same study, and
+    different for every invocation. A fresh study (``n_stored == 0``), an unseeded sampler or one made
+    later from the search space (``_partial_``: the grid sampler, which skips visited points itself)
+    is returned as it is.
+    """
+    import functools
+
+    if not n_stored or sampler_cfg is None or isinstance(sampler, functools.partial):
+        return sampler
+    seed = OmegaConf.select(sampler_cfg, "seed", default=None)
+    if seed is None:
+        return sampler
+    import numpy as np
+    from hydra.utils import instantiate
+
+    new_seed = int(np.random.SeedSequence([int(seed), int(n_stored)]).generate_state(1)[0])
+    log.info("optuna: the study has %d trials; sampler seed %d -> %d for this invocation", n_stored, seed, new_seed)
+    return instantiate(sampler_cfg, seed=new_seed)
 
 
 def _stored_trials(study_name: str | None, storage: Any) -> int:
