@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -111,9 +112,10 @@ def test_group_choice_is_swept_and_filled_from_choices_when_not_overridden(tmp_p
 
 def test_nested_job_folders_are_found_recursively(tmp_path):
     write_sweep(tmp_path / "multirun" / "d" / "t1", "model.n_heads", {1: [1.0], 4: [0.5]})
-    write_sweep(tmp_path / "multirun" / "d" / "t2", "model.n_heads", {1: [1.2], 4: [0.7]})
+    for num, (heads, v) in enumerate(((1, 1.2), (4, 0.7))):  # a second sweep, seed 2
+        write_job(tmp_path / "multirun" / "d" / "t2", num, [f"model.n_heads={heads}", "seed=2"], {"val/loss": v})
     sweep = aggregate([tmp_path / "multirun"])
-    assert len(sweep.jobs) == 4 and [g.n for g in sweep.groups] == [2, 2]
+    assert len(sweep.jobs) == 4 and [g.n for g in sweep.groups] == [2, 2] and not sweep.dropped
 
 
 def test_missing_or_empty_dir_raises(tmp_path):
@@ -168,3 +170,41 @@ def test_curve_steps_are_updates_done_as_in_the_budget_and_checkpoint_names(tmp_
     assert sweep.jobs[0].global_step == 10
     best = {p.name for p in (job / "checkpoints").glob("best-*.ckpt")}
     assert best and best <= {"best-5.ckpt", "best-10.ckpt"}
+
+
+def test_a_job_reached_through_two_paths_counts_once(sweep_dir):
+    """Issue 30 item 3 (wandb#6614): ``xformer report sweep sweep/3`` counted job 3 twice (n=4 from 3
+    seeds); the folder is resolved and read once, through a symlink too."""
+    one = aggregate([sweep_dir])
+    both = aggregate([sweep_dir, sweep_dir / "3", sweep_dir / ".." / sweep_dir.name / "3"])
+    assert len(both.jobs) == len(one.jobs) and not both.dropped
+    for g1, g2 in zip(one.groups, both.groups, strict=True):
+        assert g2.stat("val/loss").n == g1.stat("val/loss").n == len(g1.jobs)
+    link = sweep_dir.parent / "alias"
+    link.symlink_to(sweep_dir / "3")
+    assert len(aggregate([sweep_dir, link]).jobs) == len(one.jobs)
+
+
+def test_two_folders_with_the_same_job_are_counted_once_and_named(sweep_dir, tmp_path, caplog):
+    """A copy of job 3 in another folder (same setting, same seed) is dropped with a warning naming
+    both folders and the choice made; a different seed of the same setting still counts."""
+    import shutil
+
+    other = tmp_path / "rerun"
+    shutil.copytree(sweep_dir / "3", other / "0")
+    shutil.copytree(sweep_dir / "4", other / "1")
+    (other / "1" / ".hydra" / "overrides.yaml").write_text(
+        (other / "1" / ".hydra" / "overrides.yaml").read_text().replace("seed=2", "seed=7")
+    )
+    meta = json.loads((other / "1" / "metrics.json").read_text())
+    meta["config"]["seed"] = 7
+    (other / "1" / "metrics.json").write_text(json.dumps(meta))
+    with caplog.at_level("WARNING"):
+        sweep = aggregate([sweep_dir, other])
+    assert len(sweep.dropped) == 1 and "counted once" in sweep.dropped[0]
+    assert str(other / "0") in sweep.dropped[0] and str(sweep_dir / "3") in sweep.dropped[0]
+    assert "counted once" in caplog.text
+    n = {g.values["model.ffn_ratio"]: g.stat("val/loss").n for g in sweep.groups}
+    ref = {g.values["model.ffn_ratio"]: g.stat("val/loss").n for g in aggregate([sweep_dir]).groups}
+    assert n[2] == ref[2] + 1  # the seed-7 run of ratio 2 counts
+    assert sum(n.values()) == sum(ref.values()) + 1  # the copy of job 3 does not

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import math
 import os
 import re
@@ -31,6 +32,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from omegaconf import OmegaConf
+
+log = logging.getLogger(__name__)
 
 SEED_KEY = "seed"
 DIVERGED = "diverged"
@@ -338,7 +341,8 @@ class Sweep:
         dirs: the folders searched; ``jobs``: every job found; ``swept_keys``: sorted swept keys;
         ``fixed``: overrides shared by all jobs; ``groups``: groups with at least one finished or
         diverged job, ordered by swept values; ``failed``: all crashed/unfinished jobs (not diverged
-        ones); ``diverged``: all diverged jobs; ``metric_keys``: every metric seen in a finished job, sorted.
+        ones); ``diverged``: all diverged jobs; ``metric_keys``: every metric seen in a finished job, sorted;
+        ``dropped``: a warning per job folder not counted because another folder ran the same job.
     """
 
     dirs: list[Path]
@@ -349,6 +353,7 @@ class Sweep:
     failed: list[Job]
     metric_keys: list[str]
     diverged: list[Job] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
 
     @property
     def finished(self) -> list[Job]:
@@ -415,6 +420,7 @@ def aggregate_jobs(jobs: list[Job], dirs: list[Path] | None = None) -> Sweep:
     if not jobs:
         raise NoJobsError("no jobs")
     keys = swept_keys(jobs)
+    jobs, dropped = drop_duplicate_runs(jobs, keys)
     shared = [k for k in sorted({k for j in jobs for k in j.overrides}) if k not in keys and k != SEED_KEY]
     fixed = {k: jobs[0].value(k) for k in shared}
     groups, failed = group_jobs(jobs, keys)
@@ -428,7 +434,36 @@ def aggregate_jobs(jobs: list[Job], dirs: list[Path] | None = None) -> Sweep:
         failed=failed,
         metric_keys=metric_keys,
         diverged=[j for j in jobs if j.diverged],
+        dropped=dropped,
     )
+
+
+def drop_duplicate_runs(jobs: list[Job], keys: list[str]) -> tuple[list[Job], list[str]]:
+    """Count each run of a setting once: of two job folders with the same swept values and the same
+    seed (a sweep given twice under different names, a rerun copied beside the original), the first
+    finished one is kept (else the first) and the other is dropped with a warning naming both
+    (wandb#6614: pooled runs counted twice narrow every interval). Returns ``(kept, warnings)``."""
+    kept: dict[tuple, Job] = {}
+    order: list[tuple] = []
+    warnings: list[str] = []
+    for j in jobs:
+        ident = (tuple(fmt_value(j.value(k)) for k in keys), fmt_value(j.seed))
+        if j.seed is None:  # a job that crashed before writing its config: nothing to match it on
+            ident = ("path", str(j.path))
+        first = kept.get(ident)
+        if first is None:
+            kept[ident] = j
+            order.append(ident)
+            continue
+        keep, drop = (j, first) if (j.finished and not first.finished) else (first, j)
+        kept[ident] = keep
+        setting = ", ".join(f"{k}={fmt_value(j.value(k))}" for k in keys) or "the setting"
+        warnings.append(
+            f"{drop.path} and {keep.path} ran the same job ({setting}, seed {fmt_value(j.seed)}): counted "
+            f"once, from {keep.path}. Fix: report one of the folders, or give the rerun another seed"
+        )
+        log.warning("%s", warnings[-1])
+    return [kept[i] for i in order], warnings
 
 
 def aggregate(dirs: list[Path | str]) -> Sweep:
@@ -439,13 +474,18 @@ def aggregate(dirs: list[Path | str]) -> Sweep:
     """
     paths = [Path(d) for d in dirs]
     jobs: list[Job] = []
+    seen: set[Path] = set()  # a job folder reached through two given paths (sweep and sweep/3) is read once
     for d in paths:
         if not d.is_dir():
             raise NoJobsError(f"{d}: no such directory")
         found = find_job_dirs(d)
         if not found:
             raise NoJobsError(f"{d}: no jobs found (no metrics.json or .hydra/overrides.yaml below it)")
-        jobs.extend(load_job(p) for p in found)
+        for p in found:
+            real = p.resolve()
+            if real not in seen:
+                seen.add(real)
+                jobs.append(load_job(p))
     return aggregate_jobs(jobs, paths)
 
 

@@ -186,6 +186,7 @@ def render(
         f"- fixed overrides: {', '.join(f'`{k}={fmt_value(v)}`' for k, v in sweep.fixed.items()) or 'none'}",
         f"- seeds: {', '.join(seeds) or 'none'}",
         f"- decision metric: `{decision_metric or 'n/a'}` (mean ± sample std over seeds, n = finished seeds)",
+        *(f"- not counted twice: {w}" for w in sweep.dropped),
         "",
     ]
     parts += [
