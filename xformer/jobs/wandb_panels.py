@@ -13,6 +13,11 @@
   ``model_ffn_ratio``): W&B's parallel-coordinates and parameter-importance panels take top-level
   keys without any editing.
 
+The best value of each summarised metric is part of the callback's checkpoint state: a resumed
+job's new W&B process would otherwise start every ``min``/``max`` afresh from the values it logs
+itself (wandb#9684: a resumed run's dashboard best was worse than ``metrics.json``'s). After every
+validation and at the end of ``fit`` the run's summary is set to the best over the whole job.
+
 After every validation it logs ``val/samples``, a ``wandb.Table`` of ``n_samples`` examples (source,
 reference, hypothesis, step), decoded on the global-zero rank from the first validation batches with
 the module's own ``generate`` (the same decoding as ``val/bleu``).
@@ -115,6 +120,38 @@ class WandbPanels(L.Callback):
         self.n_samples = int(n_samples)
         self.claim = claim
         self._rows: list[list] = []
+        self._best: dict[str, float] = {}  # best value of each SUMMARIES key over the whole job
+
+    def state_dict(self) -> dict[str, Any]:
+        """Saved in every checkpoint: the best value so far of each summarised metric."""
+        return {"best": dict(self._best)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._best = {k: float(v) for k, v in (state_dict.get("best") or {}).items()}
+
+    def _track(self, trainer: L.Trainer) -> None:
+        """Fold this validation's values of the summarised metrics into the job's best."""
+        import math
+
+        for key, kind in SUMMARIES.items():
+            value = trainer.callback_metrics.get(key)
+            if value is None:
+                continue
+            v = float(value)
+            if not math.isfinite(v):
+                continue
+            old = self._best.get(key)
+            if old is None or (v < old if kind == "min" else v > old):
+                self._best[key] = v
+
+    def _write_summary(self, trainer: L.Trainer) -> None:
+        logger = self._wandb(trainer)
+        if logger is not None and self._best:
+            logger.experiment.summary.update({k: {SUMMARIES[k]: v} for k, v in self._best.items()})
+
+    @override
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._write_summary(trainer)
 
     @staticmethod
     def _wandb(trainer: L.Trainer) -> WandbLogger | None:
@@ -136,7 +173,7 @@ class WandbPanels(L.Callback):
         from hydra.core.hydra_config import HydraConfig
 
         out: dict[str, Any] = {}
-        breakdown = getattr(pl_module.model, "param_breakdown", None)
+        breakdown = getattr(getattr(pl_module, "model", None), "param_breakdown", None)
         if callable(breakdown):
             out.update({f"params/{k}": int(v) for k, v in breakdown().items()})
         overrides, sweep_dir, choice = [], None, None
@@ -190,6 +227,9 @@ class WandbPanels(L.Callback):
 
     @override
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self._track(trainer)
+            self._write_summary(trainer)
         logger = self._wandb(trainer)
         if logger is None or not self._rows or trainer.sanity_checking:
             return
