@@ -36,7 +36,7 @@ POSITIONS = {  # name -> (data/trainer overrides, optimizer step of the checkpoi
     "limited_epoch_end": (["data.tokens_per_batch=1024", "+trainer.limit_train_batches=0.67"], {1: 4, 2: 2}),
     "workers": (["data.tokens_per_batch=2048", "data.num_workers=2"], {1: 5, 2: 3}),
 }
-TRIGGERS = ["periodic", "sigkill", "best", "sigterm", "fit_end", "max_time"]
+TRIGGERS = ["periodic", "sigkill", "best", "sigterm", "fit_end", "max_time", "final_validation"]
 _REFERENCES: dict[tuple, tuple] = {}
 
 
@@ -53,7 +53,11 @@ def _run(tmp, job, args, name, status=0):
         tmp,
     )
     assert res.returncode == status, res.stderr[-3000:]
-    return [(e["step"], e["epoch"], e["batch_idx"], e["tokens_seen"]) for e in events(probe) if e["kind"] == "batch"]
+    return [
+        (e["step"], e["epoch"], e["batch_idx"], e["tokens_seen"], e["logged_step"])
+        for e in events(probe)
+        if e["kind"] == "batch"
+    ]
 
 
 def _reference(tmp_path_factory, data: list[str]) -> tuple:
@@ -111,6 +115,13 @@ def _check(
         resume = [*data, *only_best, f"trainer.max_steps={TOTAL}", f"ckpt_path={job}/checkpoints/best-{step}.ckpt"]
     elif trigger == "fit_end":
         before = _run(tmp_path, job, [*data, f"trainer.max_steps={step}"], "first")
+    elif trigger == "final_validation":  # last.ckpt written by the extra validation after the last step
+        final = [
+            f"callbacks.last_checkpoint.every_n_train_steps={step - 1}",
+            "callbacks.stop_checkpoint.save_on_train_end=false",
+        ]
+        before = _run(tmp_path, job, [*data, f"trainer.max_steps={step}", *final], "first")
+        resume = [*resume, *final]
     elif trigger == "sigterm":
         stop = [
             "+callbacks.stop._target_=tests.reliability.stoppers.SigtermAt",
@@ -129,7 +140,8 @@ def _check(
         raise AssertionError(trigger)
     assert before[:kept] == ref_batches[:kept]
     after = _run(tmp_path, job, resume, "resumed")
-    assert after == ref_batches[kept:]  # (step, epoch, batch index, tokens seen) of every later micro-batch
+    # (step, epoch, batch index, tokens seen, logged step label) of every later micro-batch
+    assert after == ref_batches[kept:]
     assert train_losses(job) == ref_losses
     assert metrics(job)["tokens_seen"] == ref_tokens
 
@@ -152,6 +164,15 @@ def test_sigterm_inside_an_accumulation_window_resumes_the_whole_window(tmp_path
     """6 batches per epoch, accumulation 2: SIGTERM after micro-batch 5 (the first of step 3's window):
     the checkpoint holds step 2, and the resumed run accumulates micro-batches 5 and 6 into step 3."""
     _check(tmp_path, tmp_path_factory, "sigterm", ["data.tokens_per_batch=1024"], 2, micro_batches=5)
+
+
+def test_resume_from_the_final_validations_checkpoint_logs_the_next_step_under_its_own_label(
+    tmp_path, tmp_path_factory
+):
+    """Issue 30 item 5: a run to step 5 whose ``last.ckpt`` is the one written at its final validation
+    (Lightning saves ``_batches_that_stepped`` one behind there), resumed to 7: training was exact,
+    but step 6 was logged under step 5's label (CSV and W&B drop or merge such rows)."""
+    _check(tmp_path, tmp_path_factory, "final_validation", ["data.tokens_per_batch=2048"], 1, step=5)
 
 
 # -- the whole matrix --------------------------------------------------------------------------------

@@ -28,7 +28,13 @@ class Probe(L.Callback):
 
     @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:  # noqa: D102
-        self._add("batch", trainer, batch_idx=batch_idx, tokens_seen=int(getattr(pl_module, "tokens_seen", 0)))
+        self._add(
+            "batch",
+            trainer,
+            batch_idx=batch_idx,
+            tokens_seen=int(getattr(pl_module, "tokens_seen", 0)),
+            logged_step=trainer.fit_loop.epoch_loop._batches_that_stepped,  # the step label of its log rows
+        )
 
     @override
     def on_validation_end(self, trainer, pl_module) -> None:  # noqa: D102

@@ -62,15 +62,14 @@ class OptimizerStepIntervals(L.Callback):
         lightning_decision = compat.val_check_decision(trainer)
 
         def should_check_val(data_fetcher: Any) -> bool:
-            if (
-                epoch_loop.restarting
-                and epoch_loop.restarted_on_last
-                and compat.batches_that_stepped(trainer) == trainer.global_step
-            ):
-                # the checkpoint was written after its step was fully counted -- after the step's
-                # validation, e.g. when fit ended: nothing to skip (Lightning's skip path assumes a save
-                # from inside the validation and would count the step a second time on the step axis)
-                return False
+            if epoch_loop.restarting and epoch_loop.restarted_on_last:
+                # a checkpoint written after its batch completed. Inside that step's validation (an
+                # interval's or the extra one after the last step) Lightning has not yet counted the
+                # step on the log axis (`_batches_that_stepped` is one behind): answering "validation
+                # due" makes it skip the validation it already ran and count the step, so the next
+                # step is logged under its own label. Written after the step was fully counted (when
+                # fit ended): nothing to skip, or the step would be counted twice.
+                return compat.batches_that_stepped(trainer) < trainer.global_step
             due = interval_decision(data_fetcher)
             if not due and not compat.should_accumulate(trainer) and _is_final_step(trainer):
                 return True  # training ends off a validation step: validate once more

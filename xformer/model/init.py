@@ -67,7 +67,11 @@ class GPT2(InitScheme):
     ``N(0, std²)``, biases 0, norms at gain 1 and bias 0; then the residual projections
     (:func:`residual_projections`) ``N(0, (std / √(2L))²)`` with ``L`` the blocks of their stack
     (GPT-2 counts two residual additions per block). Embeddings are not scaled by ``√D``
-    (``scale_embeddings=False``, as GPT-2), so tokens and positions enter at the same small scale.
+    (``scale_embeddings=False``, as GPT-2), so tokens and learned positions enter at the same small
+    scale. A fixed table (``model/pe=sinusoidal``, RMS ``1/√2`` as the paper defines it) would enter
+    35× larger than tokens of ``std`` 0.02 (OpenNMT-py#1722), so it is scaled to the token
+    embeddings' RMS (``std``, times ``√D`` with ``scale_embeddings``) through
+    :meth:`~xformer.model.positional.PositionalEncoding.match_scale`.
 
     Args:
         std: standard deviation of the plain weights (0.02).
@@ -102,3 +106,8 @@ class GPT2(InitScheme):
                     nn.init.zeros_(m.bias)
         for lin, depth in residual_projections(model):
             nn.init.normal_(lin.weight, mean=0.0, std=self.std / math.sqrt(2 * depth))
+        d_model = getattr(model, "d_model", None)
+        if d_model:
+            token_rms = self.std * self.embed_scale(int(d_model))
+            for pe in (m for m in model.modules() if isinstance(m, PositionalEncoding)):
+                pe.match_scale(token_rms)

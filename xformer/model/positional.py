@@ -113,6 +113,11 @@ class PositionalEncoding(nn.Module):
         """Additive score bias ``(H, Tq, Tk)`` for query/key positions, or ``None`` for no bias."""
         return None
 
+    def match_scale(self, rms: float) -> None:  # noqa: ARG002 - interface default: fixed tables override it
+        """Let a *fixed* table added to the embeddings enter at root-mean-square ``rms``, the token
+        embeddings' scale under the model's init scheme (``model/init``). Learned tables are drawn by
+        the init scheme itself and relative schemes do not touch the embeddings: nothing to do."""
+
 
 class NoPE(PositionalEncoding):
     """No positional information at all (NoPE; Kazemnejad et al. 2023).
@@ -161,16 +166,25 @@ class Sinusoidal(PositionalEncoding):
     ) -> None:
         super().__init__(d_model, n_heads, d_head, max_len, causal)
         self.register_buffer("table", sinusoid_table(max_len or 1024, d_model), persistent=False)
+        self.amplitude = 1.0  # the paper's table: RMS 1/√2 (each sin/cos pair has sin² + cos² = 1)
+
+    def match_scale(self, rms: float) -> None:
+        """Scale the table to root-mean-square ``rms`` (its own RMS is exactly ``1/√2``)."""
+        self.amplitude = float(rms) * math.sqrt(2.0)
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
         if self.training and not torch.compiler.is_compiling():
             # training inputs fit max_len (validated before training): index the table without
             # reading ``pos.max()`` on the host, which would be a device sync in every step
-            return x + self.table[pos].to(x.dtype)
-        # evaluation and decoding may go past the table (longer test inputs): the same float64
-        # formula evaluated at ``pos`` (equal to the table's rows), with no data-dependent read of
-        # ``pos.max()`` (a device sync per decoding step, a graph break under torch.compile)
-        return x + sinusoid_rows(pos, self.d_model).to(x.device, x.dtype)
+            rows = self.table[pos]
+        else:
+            # evaluation and decoding may go past the table (longer test inputs): the same float64
+            # formula evaluated at ``pos`` (equal to the table's rows), with no data-dependent read of
+            # ``pos.max()`` (a device sync per decoding step, a graph break under torch.compile)
+            rows = sinusoid_rows(pos, self.d_model).to(x.device)
+        if self.amplitude != 1.0:
+            rows = rows * self.amplitude
+        return x + rows.to(x.dtype)
 
 
 class Learned(PositionalEncoding):
