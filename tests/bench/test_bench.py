@@ -189,8 +189,9 @@ def test_attention_sections(quick):
     assert [r["fp16_nxn_bytes"] for r in a["claim_table"]] == [2e6, 2e8, 2e10]
     r = quick[0]["sections"]["recurrence"]
     assert r["status"] == "ok"
-    assert len(r["attention_ms"]) == len(r["lstm_ms"]) == len(r["n"])
-    assert all(x > 0 for x in r["attention_over_lstm"])
+    assert len(r["attention_ms"]) == len(r["lstm_ms"]) == len(r["conv_ms"]) == len(r["n"])
+    assert all(x > 0 for x in r["attention_over_lstm"]) and all(x > 0 for x in r["attention_over_conv"])
+    assert "model/mixer=lstm" in r["config"]["recurrent"] and "model/mixer=conv" in r["config"]["convolutional"]
     assert r["claim_crossover_n"] == r["config"]["d"]
     assert r["crossover_n"] is None or r["crossover_n"] > 0
 

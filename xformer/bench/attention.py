@@ -22,8 +22,11 @@ scratch and allocator slack, but not memory the C allocator recycles from earlie
 values are under-counted. Exponents are least-squares slopes of ``log(time)``/``log(memory)`` against
 ``log n`` over the points at or above a floor (1 ms, 1 MiB) where the measurement is meaningful.
 
-Row 6 (C8). The same attention layer (fused path) against one ``nn.LSTM`` layer with input and hidden
-size ``D``, batch ``B``, forward under ``no_grad``, over ``n``; the crossover is the ``n`` (log-linear
+Row 6 (C8). The same attention layer (fused path) against the recurrent layer of ``model/mixer=lstm``
+(:class:`~xformer.model.recurrent.RecurrentMixing`, one left-to-right ``nn.LSTM`` of input and hidden
+size ``D``, as a decoder block builds it) and, for reference, the convolution of ``model/mixer=conv``
+(kernel 5), batch ``B``, forward under ``no_grad``, over ``n``: the layers whose learning C13 compares.
+The crossover is the ``n`` (log-linear
 interpolation) where attention becomes the slower of the two, printed beside ``n = D`` (the claim's
 criterion, from per-layer costs ``n²·d`` vs ``n·d²``) and beside the multiply-add crossover of these
 two exact layers (``4nD² + 2n²D`` for attention with its projections vs ``8nD²`` for the LSTM:
@@ -40,10 +43,10 @@ import sys
 from pathlib import Path
 
 import torch
-from torch import nn
 
 from xformer.model.attention import CausalAttention, SelfAttention
 from xformer.model.linear_attention import LinearSelfAttention
+from xformer.model.mixer import ConvMixer, LSTMMixer
 
 from .config import BenchConfig
 from .timing import RSSPeak, fit_exponent, interleaved, median, time_once
@@ -268,8 +271,10 @@ def run_recurrence(cfg: BenchConfig) -> dict:
     d, h, b = cfg.rec_d, cfg.rec_heads, cfg.rec_batch
     torch.manual_seed(cfg.seed)
     mha = SelfAttention(d, h, d // h, dropout=0.0).to(dev).eval()
-    lstm = nn.LSTM(d, d, num_layers=1, batch_first=True).to(dev).eval()
-    att_ms, lstm_ms = [], []
+    causal = dict(d_model=d, n_heads=h, d_head=d // h, dropout=0.0, scale=True, pattern=CausalAttention())
+    lstm = LSTMMixer().self_attention(**causal, pos_embeddings=None).to(dev).eval()  # the model's own layers
+    conv = ConvMixer().self_attention(**causal, pos_embeddings=None).to(dev).eval()
+    att_ms, lstm_ms, conv_ms = [], [], []
     for n in cfg.rec_ns:
         x = torch.randn(b, n, d, device=dev)
 
@@ -282,9 +287,14 @@ def run_recurrence(cfg: BenchConfig) -> dict:
             with torch.no_grad():
                 return lstm(x)  # noqa: B023
 
-        times = _adaptive_repeats({"attention": attn, "lstm": rec}, cfg.rec_repeats, dev)
+        def cnv():
+            with torch.no_grad():
+                return conv(x)  # noqa: B023
+
+        times = _adaptive_repeats({"attention": attn, "lstm": rec, "conv": cnv}, cfg.rec_repeats, dev)
         att_ms.append(median(times["attention"]) * 1e3)
         lstm_ms.append(median(times["lstm"]) * 1e3)
+        conv_ms.append(median(times["conv"]) * 1e3)
     ratio = [a / r for a, r in zip(att_ms, lstm_ms, strict=True)]
     cross = _crossover(cfg.rec_ns, ratio)
     note = None
@@ -303,13 +313,16 @@ def run_recurrence(cfg: BenchConfig) -> dict:
             "pass": "forward, no_grad",
             "precision": "fp32",
             "attention": "xformer MultiHeadAttention (projections + fused SDPA)",
-            "recurrent": "torch.nn.LSTM(d, d), 1 layer",
+            "recurrent": "model/mixer=lstm: RecurrentMixing(d) (torch.nn.LSTM(d, d), 1 layer, left to right)",
+            "convolutional": f"model/mixer=conv: ConvMixing(d, kernel={conv.kernel}), causal",
             "repeats": cfg.rec_repeats,
         },
         "n": list(cfg.rec_ns),
         "attention_ms": att_ms,
         "lstm_ms": lstm_ms,
         "attention_over_lstm": ratio,
+        "conv_ms": conv_ms,
+        "attention_over_conv": [a / c for a, c in zip(att_ms, conv_ms, strict=True)],
         "crossover_n": cross,
         "claim_crossover_n": d,
         "macs_crossover_n": 2 * d,

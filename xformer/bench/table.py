@@ -357,7 +357,8 @@ def render(result: dict, console: Console | None = None) -> None:
             f"(claim: attention cheaper while n < d = {r['claim_crossover_n']}; "
             f"equal multiply-adds at n = {r['macs_crossover_n']})"
         )
-        for col in ("n", "attention ms", "LSTM ms", "attention / LSTM"):
+        conv = r.get("conv_ms")  # bench.json files before model/mixer=conv have no such column
+        for col in ("n", "attention ms", "LSTM ms", "attention / LSTM", *(("conv ms",) if conv else ())):
             c.add_column(col, justify="right")
         for i, n in enumerate(r["n"]):
             c.add_row(
@@ -365,6 +366,7 @@ def render(result: dict, console: Console | None = None) -> None:
                 _f(r["attention_ms"][i], "{:.2f}"),
                 _f(r["lstm_ms"][i], "{:.2f}"),
                 _f(r["attention_over_lstm"][i], "{:.3f}"),
+                *((_f(conv[i], "{:.2f}"),) if conv else ()),
             )
         console.print(c)
         console.print(f"C8 measured crossover: {_f(r['crossover_n'], 'n ≈ {:,.0f}', 'none in the measured range')}")
