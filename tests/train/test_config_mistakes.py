@@ -137,13 +137,16 @@ def _every_shipped_config() -> list[list[str]]:
     return out
 
 
-def test_every_shipped_config_passes_the_stage_one_rules_and_model_keys(monkeypatch):
+def test_every_shipped_config_passes_the_stage_one_rules_and_every_target_signature(monkeypatch):
+    """Every node with a ``_target_`` of every shipped config (model, data, trainer, callbacks, logger,
+    optimizer, ...) fits the signature of what it names (issue 29: the schema read from the code)."""
     from xformer.jobs import validate
+    from xformer.jobs.schema import check_targets
 
     monkeypatch.setenv("XFORMER_DATA", "/tmp")
     for overrides in _every_shipped_config():
         cfg = _compose(overrides)
-        validate._check_model_keys(cfg)
+        check_targets(cfg)
         validate.check_rules(cfg)
 
 

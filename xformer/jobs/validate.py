@@ -508,6 +508,9 @@ def check_static(cfg: DictConfig) -> None:
     Raises:
         ConfigError: one line naming the key and the fix.
     """
+    from .schema import check_additions
+
+    check_additions(cfg)
     check_rules(cfg)
     max_steps = OmegaConf.select(cfg, "trainer.max_steps", default=None)
     if cfg.mode == "train" and max_steps == 0:
@@ -534,8 +537,10 @@ def check_model(cfg: DictConfig, ckpt: str | None = None) -> None:
     Raises:
         ConfigError: one line naming the key and the fix.
     """
+    from .schema import check_targets
+
+    check_targets(cfg, early=True)
     _check_mixer(cfg)
-    _check_model_keys(cfg)
     build_model(cfg, 32, 32, 0, device="meta")
     if ckpt is not None and cfg.mode == "train":
         check_checkpoint_model(cfg, ckpt)
@@ -548,6 +553,9 @@ def check_data_options(cfg: DictConfig) -> None:
     Raises:
         ConfigError: one line naming the key and the fix.
     """
+    from .schema import check_targets
+
+    check_targets(cfg, early=False)
     dm = _check_data(cfg)
     if cfg.mode == "train":
         check_objective(cfg, list(getattr(dm, "metrics", []) or []), type(dm).__name__)
@@ -630,45 +638,6 @@ def check_objective(cfg: DictConfig, metrics: list[str] | None, data_name: str =
             f"decode.val_batches=0: validation decodes nothing, so objective.metric={metric} "
             f"is never logged; set decode.val_batches >= 1 (or null = all) or objective.metric=val/loss"
         )
-
-
-def _check_model_keys(cfg: DictConfig) -> None:
-    """Every key of ``cfg.model`` is a constructor argument of its ``_target_`` (a key added with ``+``
-    after Hydra's "not in struct" hint, ``+model.ffn_ratoi=4``, used to end in a ``TypeError``).
-
-    Raises:
-        ConfigError: naming the key and the closest argument.
-    """
-    import difflib
-    import inspect
-
-    from hydra.utils import get_class
-
-    model = cfg.get("model")
-    if not isinstance(model, DictConfig) or "_target_" not in model:
-        return
-    try:
-        cls = get_class(str(model._target_))
-    except Exception:  # not importable: the build below names it
-        return
-    params: dict[str, inspect.Parameter] = {}
-    for klass in cls.__mro__:  # an __init__ taking **kwargs passes them on to its base class's
-        init = klass.__dict__.get("__init__")
-        if init is None:
-            continue
-        sig = inspect.signature(init).parameters
-        params.update({k: v for k, v in sig.items() if v.kind not in (v.VAR_KEYWORD, v.VAR_POSITIONAL)})
-        if not any(v.kind is v.VAR_KEYWORD for v in sig.values()):
-            break
-    else:
-        return  # **kwargs all the way up: nothing to check against
-    params.pop("self", None)
-    for key in model:
-        if str(key).startswith("_") or key in params:
-            continue
-        close = difflib.get_close_matches(str(key), list(params), n=1)
-        hint = f"model.{close[0]}" if close else f"one of {', '.join(params)}"
-        raise ConfigError(f"model.{key}: not a parameter of {model._target_}. Fix: drop it, or did you mean {hint}?")
 
 
 def build_model(

@@ -28,8 +28,12 @@ mechanism varies with depth (the convolution's dilation); it is passed only to m
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from torch import nn
 from typing_extensions import override
+
+from xformer.config_types import Range
 
 from .attention import AttentionPattern, CrossAttention, SelfAttention
 from .linear_attention import LinearCrossAttention, LinearSelfAttention
@@ -234,7 +238,12 @@ class ConvMixer(Mixer):
         ValueError: ``kernel`` or ``dilation_growth`` below 1.
     """
 
-    def __init__(self, stacks: str = "both", kernel: int = 5, dilation_growth: int = 1) -> None:
+    def __init__(
+        self,
+        stacks: str = "both",
+        kernel: Annotated[int, Range(ge=1)] = 5,
+        dilation_growth: Annotated[int, Range(ge=1)] = 1,
+    ) -> None:
         super().__init__(stacks)
         if kernel < 1 or dilation_growth < 1:
             raise ValueError(
