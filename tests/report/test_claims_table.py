@@ -147,13 +147,33 @@ def test_list_reads_each_job_folder_of_the_stable_sweep_dir(tmp_path, monkeypatc
     assert claims_run.main(["list", "c6_pe_in_distribution"]) == 0
     out = capsys.readouterr().out
     assert "c6_pe_in_distribution    cpu      6    1      1      4" in out
-    assert "would run: python run.py experiment=claims/c6_pe_in_distribution scale=cpu -m" in out
+    # c6's report is committed: `run` leaves it, and says how to run it again
+    assert "published: " in out and "with --rerun it runs python run.py experiment=claims/c6_pe_in_distribution" in out
+    empty = tmp_path / "results"
+    assert claims_run.main(["list", "c6_pe_in_distribution", "--results", str(empty)]) == 0
+    assert "would run: python run.py experiment=claims/c6_pe_in_distribution scale=cpu -m" in capsys.readouterr().out
     # the same folder with another learning rate is refused (listed, and `run` exits 2)
     s2 = claims_run.inspect("c6_pe_in_distribution", "cpu", ["optim.lr=0.01"])
     assert s2.refused and "optim.lr" in s2.refused
     monkeypatch.setenv("XFORMER_DATA", str(tmp_path))
     assert claims_run.main(["run", "c6_pe_in_distribution", "--", "optim.lr=0.01"]) == 2
     assert "holds another config" in capsys.readouterr().err
+
+
+def test_a_published_claim_is_not_run_again_unless_asked(tmp_path, monkeypatch, capsys):
+    """Issue 28 item 5: in a fresh clone (no sweep folders) every committed report counts as done:
+    `claims run` starts nothing for it; `--rerun` runs it; an unpublished claim runs."""
+    monkeypatch.setenv("XFORMER_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("XFORMER_DATA", str(tmp_path))
+    ran = []
+    monkeypatch.setattr(claims_run, "run_sweep", lambda s, *_: ran.append(s.name) or 0)
+    monkeypatch.setattr(claims_run, "publish", lambda *_: 0)
+    assert claims_run.main(["run", "c6_pe_in_distribution"]) == 0
+    assert ran == [] and "published" in capsys.readouterr().out
+    assert claims_run.main(["run", "c6_pe_in_distribution", "--rerun"]) == 0
+    assert ran == ["c6_pe_in_distribution"]
+    assert claims_run.main(["run", "c6_pe_in_distribution", "--results", str(tmp_path / "none")]) == 0
+    assert ran == ["c6_pe_in_distribution"] * 2
 
 
 def test_run_without_data_is_one_error_line(monkeypatch, capsys):

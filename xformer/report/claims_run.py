@@ -2,7 +2,7 @@
 the README's claims table -- one command per step, each resumable.
 
     xformer claims list  [--scale cpu|gpu] [NAMES ...]              # what exists, what would run
-    xformer claims run   [--scale cpu|gpu] [--dry-run] [--no-report] [NAMES ...] [-- OVERRIDES ...]
+    xformer claims run   [--scale cpu|gpu] [--dry-run] [--no-report] [--rerun] [NAMES ...] [-- OVERRIDES ...]
     xformer claims report [--scale cpu|gpu] [NAMES ...]             # reports of the sweeps as they are
     xformer claims table [--check]                                  # README table from docs/results
 
@@ -15,7 +15,9 @@ into the claim's stable sweep folder ``$XFORMER_RUNS/claims/<name>/<scale>`` (``
 defaults to ``multirun``, relative to the current folder; set in the claim config's
 ``hydra.sweep.dir``). Sweeps are resumable (:mod:`xformer.jobs.sweep_resume`): finished jobs are
 skipped, an interrupted job continues from its last checkpoint, so the same command after an
-interruption continues where it stopped; a claim whose jobs have all finished is not started again.
+interruption continues where it stopped; a claim whose jobs have all finished is not started again, and
+neither is one whose report is already published in ``--results`` (a fresh clone lists those as
+``published``; ``--rerun`` runs them again).
 The CPU forms run two jobs side by side with one thread each (``hydra/launcher=joblib_cpu``, chosen
 by ``conf/scale/cpu.yaml``). After each sweep it writes, into ``docs/results/<name>/`` (``--results``):
 ``report.md`` and plots (:func:`xformer.report.cli.main`, the ``xformer report`` command),
@@ -72,6 +74,11 @@ class ClaimSweep:
     @property
     def complete(self) -> bool:
         return bool(self.states) and all(s == "finished" for s in self.states)
+
+    def published(self, results: Path) -> Path | None:
+        """The committed report of this claim config (``<results>/<name>/report.md``), if there is one."""
+        report = results / self.name / "report.md"
+        return report if report.is_file() else None
 
     def command(self, extra: list[str] = ()) -> list[str]:
         return ["python", "run.py", f"experiment=claims/{self.name}", f"scale={self.scale}", *extra, "-m"]
@@ -151,6 +158,11 @@ def format_listing(sweeps: list[ClaimSweep], results: Path) -> str:
         )
         if s.refused:
             lines.append(f"  refused: the folder holds another config, {s.refused}")
+        elif not s.complete and s.published(results):
+            lines.append(
+                f"  published: {s.published(results)}; `xformer claims run` leaves it (with --rerun it runs "
+                f"{shlex.join(s.command())})"
+            )
         elif not s.complete:
             lines.append(f"  would run: {shlex.join(s.command())}")
     return "\n".join(lines)
@@ -376,6 +388,9 @@ def build_parser() -> argparse.ArgumentParser:
         if cmd == "run":
             q.add_argument("--dry-run", action="store_true", help="list what would run (same as `list`)")
             q.add_argument("--no-report", action="store_true", help="run the sweeps only")
+            q.add_argument(
+                "--rerun", action="store_true", help="also run claims whose report is already published in --results"
+            )
     t = sub.add_parser("table", help="rebuild the README claims table from docs/results/*/")
     t.add_argument("--check", action="store_true", help="exit 1 when the README table differs (nothing written)")
     return p
@@ -417,6 +432,13 @@ def main(argv: list[str] | None = None) -> int:
                         file=sys.stderr,
                     )
                     status = max(status, 2)
+                    continue
+                if not s.complete and s.published(args.results) and not args.rerun:
+                    print(
+                        f"== {s.name}: published ({s.published(args.results)}); not run again "
+                        f"(--rerun runs it, into {s.sweep_dir})",
+                        flush=True,
+                    )
                     continue
                 if not s.complete:
                     rc = run_sweep(s, extra)
