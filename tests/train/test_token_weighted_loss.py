@@ -257,3 +257,32 @@ def test_ranks_under_the_ddp_contract_give_the_gradient_of_the_union():
         err = float((got - want).norm() / want.norm())
         assert err < 1e-9, f"rank {rank}: gradient off by {err:.2e} of its norm"
         assert logged[(rank, "train/loss")] == pytest.approx(float(ref_loss), rel=1e-12)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_train_nll_is_the_unsmoothed_token_mean_beside_the_objective(eps):
+    """Issue 28 item 3: ``train/nll`` is the step's negative log-likelihood without label smoothing
+    (comparable with ``val/loss``), recomputed here with torch's own cross-entropy; ``train/loss`` stays
+    the smoothed objective."""
+    import torch.nn.functional as F
+
+    from xformer.model import EncoderDecoder
+    from xformer.train.losses import CrossEntropy
+    from xformer.train.module import TransformerLitModule
+
+    torch.manual_seed(0)
+    model = EncoderDecoder(12, 12, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, dropout=0.0)
+    module = TransformerLitModule(
+        model, optimizer=None, lr_lambda=None, pad_id=0, eos_id=2, criterion=CrossEntropy(eps)
+    ).eval()
+    batch = {"src": torch.randint(3, 12, (4, 6)), "tgt": torch.randint(3, 12, (4, 5))}
+    batch["tgt"][1, 3:] = 0
+    module.training_step(batch, 0)
+    window = module._step_window
+    logits, labels = module.logits_and_labels(batch)
+    nll = F.cross_entropy(logits.flatten(0, 1).double(), labels.flatten(), ignore_index=0)
+    smoothed = F.cross_entropy(logits.flatten(0, 1).double(), labels.flatten(), ignore_index=0, label_smoothing=eps)
+    assert float(window[4] / window[1]) == pytest.approx(float(nll), rel=1e-6)
+    assert float(window[0] / window[1]) == pytest.approx(float(smoothed), rel=1e-6)
+    if eps:
+        assert abs(float(smoothed) - float(nll)) > 1e-3  # the two differ, so the check can fail

@@ -229,7 +229,9 @@ class TransformerLitModule(L.LightningModule):
         Label smoothing keeps its meaning (each token's smoothed loss, summed); padding is ignored.
 
         The token counter is a device tensor; ``train/loss`` is the step's token mean over all its
-        micro-batches and ranks, logged by :meth:`on_before_optimizer_step` as a device tensor
+        micro-batches and ranks (the training objective, label-smoothed when ``loss.label_smoothing`` > 0;
+        ``train/nll`` beside it is the unsmoothed negative log-likelihood, on the footing of ``val/loss``),
+        logged by :meth:`on_before_optimizer_step` as a device tensor
         (Lightning reads it on the host only when it writes its logs). It is not a Lightning
         ``prog_bar`` value (the bar converts those to numbers at every batch); the bar shows
         :attr:`progress_metrics` instead, read at logging steps.
@@ -240,6 +242,10 @@ class TransformerLitModule(L.LightningModule):
             labels = labels.masked_fill(copies[:, None], self.pad_id)
         logits = logits if logits.dtype == torch.float64 else logits.float()  # at least float32
         loss_sum = self.criterion(logits, labels, self.pad_id, reduction="sum")  # the loss group's class
+        if getattr(self.criterion, "label_smoothing", 0.0):  # the unsmoothed NLL, comparable with val/loss
+            nll_sum = self.criterion(logits.detach(), labels, self.pad_id, 0.0, reduction="sum")
+        else:
+            nll_sum = loss_sum.detach()
         n_tgt = (labels != self.pad_id).sum()
         n_tok = n_tgt
         if "src" in batch:
@@ -256,13 +262,14 @@ class TransformerLitModule(L.LightningModule):
                 norm = self.trainer.strategy.reduce(norm, reduce_op="mean")
             self._step_norm = norm
         if self._step_window is None:
-            self._step_window = torch.zeros(4, dtype=torch.float64, device=loss_sum.device)
+            self._step_window = torch.zeros(5, dtype=torch.float64, device=loss_sum.device)
         self._step_window += torch.stack(
             (
                 loss_sum.detach().double(),
                 n_tgt.double(),
                 torch.ones((), dtype=torch.float64, device=loss_sum.device),
                 n_tok.double(),
+                nll_sum.double(),
             )
         )
         return loss_sum / self._step_norm.to(loss_sum.dtype)
@@ -292,6 +299,9 @@ class TransformerLitModule(L.LightningModule):
                     g.mul_(factor.to(g.device))
         self._step_loss = loss_sum / n_tgt  # float64
         self.log("train/loss", self._step_loss)
+        # the same tokens' negative log-likelihood without label smoothing: the number to compare with
+        # val/loss (train/loss is the training objective, smoothed when loss.label_smoothing > 0)
+        self.log("train/nll", window[4] / n_tgt)
         # next step's normaliser, the same on all ranks; a float32 value, so that dividing by it in
         # float32 or float64 and the factor above use the very same number
         self._step_norm = (n_tgt / micro).float().double()
