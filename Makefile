@@ -18,8 +18,10 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# one thread unless OMP_NUM_THREADS is set: torch's one-per-core default is many times slower on a
+# busy machine for models this size (README)
 run: $(STAMP)
-	$(BIN)/python run.py $(ARGS)
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python run.py $(ARGS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

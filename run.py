@@ -27,7 +27,11 @@ def _fail(err: BaseException, code: int) -> None:
 
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         raise err
-    logging.getLogger("xformer").error("%s", err)
+    # the job's log file keeps the error; the console shows it once, as the `error:` line below
+    record = logging.LogRecord("xformer", logging.ERROR, __file__, 0, "%s", (err,), None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
     if str(HydraConfig.get().mode) == "RunMode.MULTIRUN":
         raise err
     print(f"error: {err}", file=sys.stderr)
