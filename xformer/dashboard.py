@@ -240,8 +240,11 @@ def main(argv: list[str] | None = None) -> int:
         else "--publish not given"
     )
     print(
-        f"not published ({why}); after `wandb sync {source}/*/wandb/offline-run-*`, publish with:\n"
-        f"  xformer dashboard {args.source} --entity {entity or '<entity>'} --publish"
+        f"not published ({why}). The file is the workspace's specification (its sections and panels), for "
+        f"W&B only: nothing in it is readable offline.\n"
+        f"Next: 1. upload the runs: wandb sync {source}/*/wandb/offline-run-*\n"
+        f"      2. publish the workspace: xformer dashboard {args.source} --entity {entity or '<entity>'} --publish\n"
+        f"Offline, read the sweep with: xformer report {args.source}   (tables, curves.png, verdicts)"
     )
     return 0
 

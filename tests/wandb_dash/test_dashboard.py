@@ -104,6 +104,9 @@ def test_dashboard_specification_names_the_swept_key_and_the_objective(sweep):
     )
     assert res.returncode == 0, res.stderr
     assert "--publish" in res.stdout and "not published" in res.stdout
+    # issue 31 item 6: what the file is for, the next steps, and what to read offline
+    assert "nothing in it is readable offline" in res.stdout
+    assert f"wandb sync {root}/*/wandb/offline-run-*" in res.stdout and f"xformer report {root}" in res.stdout
     spec = json.loads((root / "wandb_dashboard.json").read_text())
     assert spec["facts"]["swept"] == ["model.ffn_ratio"] and spec["facts"]["objective"] == "val/loss"
     sections = {s["name"]: s["panels"] for s in spec["workspace"]["sections"]}
