@@ -28,7 +28,9 @@ from xformer.errors import ConfigError
 #: modules that mean the training stack (or the data) was loaded (plain `import torch` brings
 #: torch._dynamo along in torch 2.13, so torch itself is judged separately)
 HEAVY = ("lightning", "wandb", "xformer.data", "xformer.jobs.driver", "xformer.train.", "sacrebleu", "torchmetrics")
-LIGHT = ("xformer.train.schedules",)  # pure-Python LR schedules: the scheduler node is checked in stage 1
+# pure-Python LR schedules (the scheduler node is checked in stage 1); the loss, decode and optimizer
+# settings import torch at most: stage 2 checks their nodes against their signatures (issue 29)
+LIGHT = ("xformer.train.schedules", "xformer.train.losses", "xformer.train.decode", "xformer.train.optim")
 
 
 def _imported(importtime_stderr: str) -> set[str]:

@@ -9,10 +9,13 @@ import logging
 import math
 import warnings
 
+import lightning as L
 from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
 
 from xformer.jobs.lightning_compat import RICH_AVAILABLE, RichBarWithDescription
+
+log = logging.getLogger("xformer")
 
 
 def epoch_label(current_epoch: int, max_epochs: int | None) -> str:
@@ -53,7 +56,9 @@ class RichBar(RichBarWithDescription):
         self.progress.update(self.train_progress_bar_id, total=min(n, batch_idx + 1 + batches_left))
 
     def get_metrics(self, trainer, pl_module) -> dict:
-        return {**super().get_metrics(trainer, pl_module), **getattr(pl_module, "progress_metrics", {})}
+        metrics = {**super().get_metrics(trainer, pl_module), **getattr(pl_module, "progress_metrics", {})}
+        metrics.pop("v_num", None)  # the logger's version string: nothing a user reads
+        return metrics
 
     def train_description(self, current_epoch: int) -> str:
         label = epoch_label(current_epoch, self.trainer.max_epochs)
@@ -104,6 +109,18 @@ class _DropRecords(logging.Filter):
 
 
 _TIP_FILTER = _DropRecords(_LIGHTNING_TIP)
+#: Lightning's lines that say nothing to a user of an xformer run: the accelerator report (the run's
+#: device is in its config), the checkpoint restore it does for the test of the best checkpoint (the
+#: test table names it) and the ``weights_only`` default of its own checkpoint files.
+_LIGHTNING_NOISE = _DropRecords(
+    "GPU available:",
+    "TPU available:",
+    "HPU available:",
+    "`weights_only` was not set",
+    "Restoring states from the checkpoint path",
+    "Loaded model weights from the checkpoint",
+    "Seed set to",
+)
 
 
 def quiet_console(resuming: bool = False) -> None:
@@ -115,10 +132,21 @@ def quiet_console(resuming: bool = False) -> None:
     W&B's "anonymous setting" warning is avoided where the W&B run is created
     (:func:`xformer.jobs.wandb_run.start_wandb`), and the CSV logger's "Previous log files ... will be
     deleted" on resume where the log is kept (:class:`xformer.jobs.resume.ResumableCSVLogger`)."""
-    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+    for name in (
+        "lightning.pytorch.utilities.rank_zero",
+        "lightning.fabric.utilities.rank_zero",
+        "lightning.pytorch.trainer.connectors.checkpoint_connector",
+        "lightning.fabric.utilities.seed",
+    ):
         logger = logging.getLogger(name)
-        if _TIP_FILTER not in logger.filters:
-            logger.addFilter(_TIP_FILTER)
+        for flt in (_TIP_FILTER, _LIGHTNING_NOISE):
+            if flt not in logger.filters:
+                logger.addFilter(flt)
+    # the number of batches per epoch is below trainer.log_every_n_steps: logging still happens
+    # every N optimizer steps across epochs (xformer counts steps), so the hint is wrong here
+    warnings.filterwarnings(
+        "ignore", message=r"The number of training batches \(\d+\) is smaller than the logging interval"
+    )
     warnings.filterwarnings(
         "ignore", message=_LEAFSPEC_MESSAGE, category=FutureWarning, module=r"lightning\.pytorch\.utilities\._pytree"
     )
@@ -169,3 +197,47 @@ def test_table(results: dict[str, float], split_names: list[str]) -> str:
     with console.capture() as capture:
         console.print(table)
     return capture.get()
+
+
+class ValidationLine(L.Callback):
+    """One console line after each validation (rank 0): the step, the objective and the task's own
+    metric, and the best objective so far, e.g.
+    ``validation at step 500/1500: val/loss 1.234 (best 1.234 at step 500) · val/exact_match 0.981``.
+
+    Args:
+        metric: the objective (``objective.metric``); ``mode``: ``min`` or ``max`` (``objective.mode``).
+    """
+
+    TASK_METRICS = ("val/bleu", "val/exact_match", "val/acc")
+
+    def __init__(self, metric: str = "val/loss", mode: str = "min") -> None:
+        self.metric, self.mode = metric, mode
+        self.best: tuple[float, int] | None = None
+
+    def state_dict(self) -> dict:
+        return {"best": self.best}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        best = state_dict.get("best")
+        self.best = None if best is None else (float(best[0]), int(best[1]))
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:  # noqa: ARG002 - hook signature
+        if trainer.sanity_checking or not trainer.is_global_zero:
+            return
+        metrics = trainer.callback_metrics
+        step, total = trainer.global_step, trainer.max_steps
+        parts = []
+        value = metrics.get(self.metric)
+        if value is not None:
+            v = float(value)
+            better = self.best is None or (v < self.best[0] if self.mode == "min" else v > self.best[0])
+            if better and math.isfinite(v):
+                self.best = (v, step)
+            best = f" (best {self.best[0]:.4g} at step {self.best[1]})" if self.best else ""
+            parts.append(f"{self.metric} {v:.4g}{best}")
+        task = next((k for k in self.TASK_METRICS if k in metrics and k != self.metric), None)
+        if task:
+            parts.append(f"{task} {float(metrics[task]):.4g}")
+        if parts:
+            of = f"/{total}" if total and total > 0 else ""
+            log.info("validation at step %d%s: %s", step, of, " · ".join(parts))

@@ -325,5 +325,6 @@ def run(cfg: DictConfig) -> float | None:
         if job.trainer.is_global_zero:
             summary = write_summary(cfg, job, out_dir, final, tokens_seen, time.time() - t_start)
             finish_runs(job.loggers, summary["metrics"], exit_code)
+            log.info("%s: the run's folder is %s (its summary: %s)", status, out_dir, out_dir / "metrics.json")
     value = job.summary.get("objective", {}).get("value")
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)

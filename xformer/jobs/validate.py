@@ -246,6 +246,20 @@ def _check_schedule_length(cfg: DictConfig) -> None:
         )
 
 
+def warn_once(message: str) -> None:
+    """Log a config warning once per sweep: a message already given in this process, or by the sweep's
+    check before its jobs started (the environment variable ``XFORMER_WARNED`` carries it into the
+    launcher's job processes), is not repeated."""
+    import hashlib
+
+    key = hashlib.sha1(message.encode()).hexdigest()[:12]
+    seen = [k for k in os.environ.get("XFORMER_WARNED", "").split(",") if k]
+    if key in seen:
+        return
+    os.environ["XFORMER_WARNED"] = ",".join([*seen, key])
+    log.warning("%s", message)
+
+
 def _warn_on_warmup_length(cfg: DictConfig, node: Any) -> None:
     """Log a warning when ``optim.warmup_steps`` reaches the decay's end or the run's last step."""
     try:
@@ -257,18 +271,14 @@ def _warn_on_warmup_length(cfg: DictConfig, node: Any) -> None:
     if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup <= 0:
         return
     if isinstance(total, int) and 0 < total <= warmup:
-        log.warning(
-            "optim.warmup_steps=%d >= optim.scheduler.total_steps=%d: the learning rate climbs for the whole "
-            "schedule, then drops to its floor at once",
-            warmup,
-            total,
+        warn_once(
+            f"optim.warmup_steps={warmup} >= optim.scheduler.total_steps={total}: the learning rate climbs for "
+            "the whole schedule, then drops to its floor at once"
         )
     elif isinstance(max_steps, int) and 0 < max_steps < warmup:
-        log.warning(
-            "optim.warmup_steps=%d > trainer.max_steps=%d: the run ends before the learning rate reaches "
-            "its peak optim.lr",
-            warmup,
-            max_steps,
+        warn_once(
+            f"optim.warmup_steps={warmup} > trainer.max_steps={max_steps}: the run ends before the learning "
+            "rate reaches its peak optim.lr"
         )
 
 

@@ -97,6 +97,13 @@ def wandb_logger(node: DictConfig, cfg: DictConfig, info: dict, out_dir: Path) -
         os.environ["WANDB_MODE"] = "offline"
     kwargs, full = run_fields(node, info)
     kwargs.update(wandb_resume_kwargs(cfg, out_dir))
+    if "settings" not in node:
+        # no history sparklines or summary dump at the end (finish_runs says where an offline run is
+        # and how to upload it, once); offline, none of W&B's start-up lines either
+        import wandb
+
+        offline = os.environ.get("WANDB_MODE") in ("offline", "dryrun")
+        kwargs["settings"] = wandb.Settings(quiet=True, silent=offline)
     logger = start_wandb(lambda **kw: instantiate(node, **kwargs, **kw), out_dir)
     if full and logger_started(logger):  # rank 0: the shortened fields' full text
         logger.experiment.config.update({"wandb_full": full}, allow_val_change=True)
