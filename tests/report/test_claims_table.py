@@ -307,3 +307,14 @@ def test_an_invocation_stopped_by_sigterm_keeps_its_wall_time(tmp_path):
 
     assert re.search(r"Wall time of the sweep: [1-9]\d* s \(.*\) over 1 invocation", md.read_text())
     assert "| SIGTERM |" in md.read_text()
+
+
+def test_readme_is_the_front_door_and_small():
+    """Issue 31 item 7: the README keeps what a newcomer needs on day one (<= 14 KB); the claims table
+    has one home, docs/results/README.md, which the README links to and does not copy."""
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.encode()) <= 14 * 1024, len(readme.encode())
+    assert BEGIN not in readme and "docs/results/README.md" in readme
+    for needed in ("make run", "make test", "source .venv/bin/activate", "## Config groups", "## Adding a variant"):
+        assert needed in readme, needed
+    assert README == REPO / "docs" / "results" / "README.md" and BEGIN in README.read_text()

@@ -1,10 +1,10 @@
 """``xformer claims``: run every claim's sweep that is not finished, publish its report, and rebuild
-the README's claims table -- one command per step, each resumable.
+the claims table of docs/results/README.md -- one command per step, each resumable.
 
     xformer claims list  [--scale cpu|gpu] [NAMES ...]              # what exists, what would run
     xformer claims run   [--scale cpu|gpu] [--dry-run] [--no-report] [--rerun] [NAMES ...] [-- OVERRIDES ...]
     xformer claims report [--scale cpu|gpu] [NAMES ...]             # reports of the sweeps as they are
-    xformer claims table [--check]                                  # README table from docs/results
+    xformer claims table [--check]                                  # docs/results/README.md table from docs/results/*/
 
 NAMES are claim configs (``c1_ffn_ratio``; ``conf/experiment/claims/``) or claim ids (``C1``: all of
 its configs); none means every claim config. ``run`` starts, for each name in turn,
@@ -391,7 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
             q.add_argument(
                 "--rerun", action="store_true", help="also run claims whose report is already published in --results"
             )
-    t = sub.add_parser("table", help="rebuild the README claims table from docs/results/*/")
+    t = sub.add_parser("table", help="rebuild the claims table of docs/results/README.md from docs/results/*/")
     t.add_argument("--check", action="store_true", help="exit 1 when the README table differs (nothing written)")
     return p
 
