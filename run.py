@@ -89,7 +89,21 @@ def main(cfg: DictConfig) -> float | None:
             1,
         )
     except SIGTERMException:  # preempted or Ctrl-C: last.ckpt was saved (xformer.jobs.callbacks.StopCheckpoint)
-        sys.exit(130 if interrupt_signal() == "SIGINT" else 143)
+        code = 130 if interrupt_signal() == "SIGINT" else 143
+        from hydra.core.hydra_config import HydraConfig
+
+        if str(HydraConfig.get().mode) == "RunMode.MULTIRUN":  # the sweep ends here: record it, say how to go on
+            from omegaconf import open_dict
+
+            from xformer.jobs.sweep import SweepSummary
+
+            try:
+                with open_dict(cfg):
+                    cfg.hydra = HydraConfig.get()  # the job's config with its Hydra node, as callbacks see it
+                SweepSummary.record_interrupted(cfg, code)
+            except Exception as err:  # never let the record keep the sweep from stopping
+                logging.getLogger("xformer").warning("could not write the sweep summary: %s", err)
+        sys.exit(code)
 
 
 if __name__ == "__main__":

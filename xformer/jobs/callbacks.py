@@ -61,7 +61,9 @@ def interrupt_signal() -> str | None:
 
 def resume_command(job_dir: Path) -> str:
     """The shell command that continues the current Hydra job from its ``last.ckpt``: this job's
-    overrides (without ``ckpt_path``/``hydra.run.dir``) plus ``ckpt_path=last hydra.run.dir=<job_dir>``."""
+    overrides (without ``ckpt_path``/``hydra.run.dir``) plus ``ckpt_path=last hydra.run.dir=<job_dir>``;
+    for a job of a ``-m`` sweep, the sweep's own command (:func:`xformer.jobs.sweep.sweep_resume_command`),
+    which skips the finished jobs and resumes this one."""
     overrides: list[str] = []
     try:
         from hydra.core.hydra_config import HydraConfig
@@ -73,6 +75,15 @@ def resume_command(job_dir: Path) -> str:
                 if not o.lstrip("+~").startswith(("ckpt_path=", "hydra.run.dir="))
             ]
     except Exception:  # outside Hydra: the bare command
+        pass
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if HydraConfig.initialized() and str(HydraConfig.get().mode) == "RunMode.MULTIRUN":
+            from .sweep import sweep_resume_command  # a sweep's job: the sweep's own command resumes it
+
+            return sweep_resume_command(HydraConfig.instance().cfg)
+    except Exception:  # no sweep folder to read: the job's own command below
         pass
     script = sys.argv[0] if sys.argv and sys.argv[0].endswith(".py") else "run.py"
     return " ".join(

@@ -318,7 +318,11 @@ def run(cfg: DictConfig) -> float | None:
         if isinstance(err, NonFiniteLossError):  # an outcome of the setting, not a crash
             status = "diverged"
             job.summary["diverged"] = {"step": err.step, "reason": "non-finite train/loss"}
-        job.summary["error"] = f"{type(err).__name__}: {err}".splitlines()[0][:1000]
+        if status in ("interrupted", "preempted"):  # Lightning's SIGTERMException carries no message
+            how = "Ctrl-C" if status == "interrupted" else "SIGTERM"
+            job.summary["error"] = f"{status}: stopped by {how} at step {job.trainer.global_step}; last.ckpt was saved"
+        else:
+            job.summary["error"] = f"{type(err).__name__}: {err}".splitlines()[0][:1000]
         raise
     finally:
         job.summary["status"] = status

@@ -177,47 +177,85 @@ class SweepSummary(Callback):
 
     @override
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        sweep_dir = Path(str(config.hydra.sweep.dir))
-        jobs = []
-        for f in sorted(self._jobs_dir(config).glob("*.json"), key=lambda p: int(p.stem)):
-            try:
-                jobs.append(json.loads(f.read_text()))
-            except (OSError, ValueError):
-                continue
-        failed = [j for j in jobs if j["status"] == "failed"]
-        diverged = [j for j in jobs if j["status"] == "diverged"]  # an outcome (NaN loss), not a crash
-        dry = bool(OmegaConf.select(config, "sweep.dry_run", default=False))
-        valued = [j for j in jobs if _float_or_none(j["objective"]["value"]) is not None]
-        no_value = bool(jobs) and not dry and not valued  # nothing for a sweeper to pick from
-        summary: dict[str, Any] = {
-            "sweep_dir": str(sweep_dir),
-            "n_jobs": len(jobs),
-            "n_failed": len(failed),
-            "n_diverged": len(diverged),
-            "n_with_objective": len(valued),
-            "objective": {
-                "metric": OmegaConf.select(config, "objective.metric"),
-                "mode": OmegaConf.select(config, "objective.mode"),
-            },
-            "jobs": jobs,
+        write_sweep_summary(config, self.exit_on_failure)
+
+    @staticmethod
+    def record_interrupted(config: DictConfig, code: int) -> None:
+        """A job stopped by Ctrl-C or SIGTERM ends the sweep without ``on_multirun_end``: record the job
+        (status and error from its ``metrics.json``) and write ``sweep_summary.json`` for what ran."""
+        from types import SimpleNamespace
+
+        ret = SimpleNamespace(overrides=list(config.hydra.overrides.task), status=None, _return_value=None)
+        rec = job_record(config, ret)
+        jobs = SweepSummary._jobs_dir(config)
+        jobs.mkdir(parents=True, exist_ok=True)
+        (jobs / f"{rec['num']}.json").write_text(json.dumps(rec, default=str))
+        write_sweep_summary(config, exit_on_failure=False)
+        log.warning("sweep stopped (exit %d); resume the whole sweep with: %s", code, sweep_resume_command(config))
+
+
+def sweep_resume_command(config: DictConfig) -> str:
+    """The command that continues the sweep this job belongs to: the sweep's own overrides (from its
+    ``multirun.yaml``, as typed) into the same ``hydra.sweep.dir``, with ``-m``: finished jobs are
+    skipped and an interrupted one continues from its ``last.ckpt`` (:mod:`xformer.jobs.sweep_resume`)."""
+    import shlex
+
+    sweep_dir = Path(str(config.hydra.sweep.dir))
+    overrides: list[str] = []
+    try:
+        recorded = OmegaConf.load(sweep_dir / "multirun.yaml")
+        overrides = [str(o) for o in OmegaConf.select(recorded, "hydra.overrides.task", default=[]) or []]
+    except Exception:  # no multirun.yaml (yet): this job's own overrides
+        overrides = list(config.hydra.overrides.task)
+    overrides = [o for o in overrides if not o.lstrip("+~").startswith("hydra.sweep.dir=")]
+    script = sys.argv[0] if sys.argv and sys.argv[0].endswith(".py") else "run.py"
+    sweep = shlex.quote(f"hydra.sweep.dir={sweep_dir}")
+    return " ".join(["python", shlex.quote(script), *map(shlex.quote, overrides), sweep, "-m"])
+
+
+def write_sweep_summary(config: DictConfig, exit_on_failure: bool = True) -> None:
+    """Write ``<sweep dir>/sweep_summary.json`` from the job records and print it (see :class:`SweepSummary`)."""
+    sweep_dir = Path(str(config.hydra.sweep.dir))
+    jobs = []
+    for f in sorted(SweepSummary._jobs_dir(config).glob("*.json"), key=lambda p: int(p.stem)):
+        try:
+            jobs.append(json.loads(f.read_text()))
+        except (OSError, ValueError):
+            continue
+    failed = [j for j in jobs if j["status"] == "failed"]
+    diverged = [j for j in jobs if j["status"] == "diverged"]  # an outcome (NaN loss), not a crash
+    dry = bool(OmegaConf.select(config, "sweep.dry_run", default=False))
+    valued = [j for j in jobs if _float_or_none(j["objective"]["value"]) is not None]
+    no_value = bool(jobs) and not dry and not valued  # nothing for a sweeper to pick from
+    summary: dict[str, Any] = {
+        "sweep_dir": str(sweep_dir),
+        "n_jobs": len(jobs),
+        "n_failed": len(failed),
+        "n_diverged": len(diverged),
+        "n_with_objective": len(valued),
+        "objective": {
+            "metric": OmegaConf.select(config, "objective.metric"),
+            "mode": OmegaConf.select(config, "objective.mode"),
+        },
+        "jobs": jobs,
+    }
+    sweeper = OmegaConf.select(config, "hydra.sweeper")
+    if sweeper is not None and "storage" in sweeper:
+        summary["optuna"] = {
+            "study_name": sweeper.get("study_name"),
+            "storage": None if dry else sweeper.get("storage"),
         }
-        sweeper = OmegaConf.select(config, "hydra.sweeper")
-        if sweeper is not None and "storage" in sweeper:
-            summary["optuna"] = {
-                "study_name": sweeper.get("study_name"),
-                "storage": None if dry else sweeper.get("storage"),
-            }
-        if no_value:
-            summary["error"] = (
-                f"no job produced a value of {summary['objective']['metric']}: every job failed "
-                f"or its objective was NaN/missing (see the jobs' status and error)"
-            )
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        (sweep_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=str))
-        print(format_summary(summary), flush=True)
-        if (failed or no_value) and self.exit_on_failure:
-            sys.stdout.flush()
-            sys.exit(1)
+    if no_value:
+        summary["error"] = (
+            f"no job produced a value of {summary['objective']['metric']}: every job failed "
+            f"or its objective was NaN/missing (see the jobs' status and error)"
+        )
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    (sweep_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=str))
+    print(format_summary(summary), flush=True)
+    if (failed or no_value) and exit_on_failure:
+        sys.stdout.flush()
+        sys.exit(1)
 
 
 _OPTUNA_GUARD: dict[str, Any] = {}
