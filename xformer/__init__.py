@@ -24,6 +24,15 @@ def _register_resolvers() -> None:
     if not OmegaConf.has_resolver("xformer.run_id"):
         run_id = secrets.token_hex(3)
         OmegaConf.register_new_resolver("xformer.run_id", lambda: run_id)
+    if not OmegaConf.has_resolver("xformer.help"):  # ``python run.py --help`` (xformer/help.py)
+
+        def _help(*, _root_) -> str:
+            from xformer.help import help_text
+
+            extra = _root_.hydra.get("searchpath") if "hydra" in _root_ else None
+            return help_text([str(p) for p in extra or []])
+
+        OmegaConf.register_new_resolver("xformer.help", _help)
 
 
 _register_resolvers()

@@ -132,7 +132,10 @@ def test_issue_case_2_ratio_30_step_sweep_is_inconclusive(tmp_path):
     assert "below and above 4" in v.reason  # two ratios cannot show a sweet spot
     assert "too few seeds: ratio 2, ratio 4" in v.reason and "fewer than 4 validations in the second half" in v.reason
     assert v.budget.startswith("30 steps")
-    assert "check failed: ratio 2: 2 seed(s) (needs ≥ 3)" in v.evidence
+    assert (
+        "check failed: ratio 2: 2 seed(s) (needs ≥ 3). Fix: run it with more seeds, e.g. add seed=1,2,3 to "
+        "the sweep's command (-m)" in v.evidence
+    )
     assert "test/loss" in v.evidence[0]  # decided on the continuous metric
 
 
@@ -186,7 +189,9 @@ def test_still_improving_runs_are_a_caveat_not_a_blocker(tmp_path):
     v = only(tmp_path, "C1")
     assert v.status == SUPPORTED, v.block()
     assert any(
-        "stability: 4: val/loss still improving by 3.33 per 1 000 steps" in e and "not a blocker" in e
+        "stability: 4: val/loss still improving: it changed by 0.0333 over its last validation interval (steps 90–100"
+        in e
+        and "not a blocker" in e
         for e in v.evidence
     ), v.block()
 

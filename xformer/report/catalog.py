@@ -48,8 +48,9 @@ COMMON_RULE = (
     "side of 0 from the final result; (d2) **gap closing**: the least-squares slope of mean Δ against "
     "log2(step) may not shrink the gap by more than a quarter of its final size per doubling of steps "
     "(the slope and the step where the trend reaches 0 are printed). The improvement over each setting's "
-    'last validation interval is printed as a caveat ("still improving by X per 1 000 steps"), never a '
-    "blocker. Metrics measured only at the end (`test/loss@4x`) have no curve to check."
+    'last validation interval is printed as a caveat ("still improving: it changed by X over its last '
+    'validation interval (steps a–b)", never extrapolated beyond the run), never a blocker. Metrics '
+    "measured only at the end (`test/loss@4x`) have no curve to check."
 )
 
 

@@ -187,7 +187,8 @@ def plot_curves(sweep: Sweep, out: Path, keys: tuple[str, ...] = CURVE_KEYS) -> 
         for g, bands in per_group:
             if k in bands:
                 x, mean, lo, hi = bands[k]
-                (line,) = ax.plot(x, mean, label=f"{g.label()} (n={g.n})")
+                # a marker on every point of a short curve: a single validation is otherwise invisible
+                (line,) = ax.plot(x, mean, label=f"{g.label()} (n={g.n})", marker="o" if len(x) <= 3 else None)
                 if g.n > 1:
                     ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
         if not ax.get_lines():  # e.g. fewer steps than trainer.log_every_n_steps

@@ -398,15 +398,17 @@ def stability(c: Comparison, equivalence_margin: float | None = None) -> Stabili
     second = sorted(s for s in shared if s >= last / 2 and s > 0)
     chosen = spaced(second)
     for side_name, side in ((c.a, curves[0]), (c.b, curves[1])):
-        gains = []
+        gains, spans = [], set()
         for cv in side:
             xs = sorted(cv)
             if len(xs) >= 2:
-                gains.append(sign * (cv[xs[-1]] - cv[xs[-2]]) / (xs[-1] - xs[-2]) * 1000)
+                gains.append(sign * (cv[xs[-1]] - cv[xs[-2]]))
+                spans.add((xs[-2], xs[-1]))
         if gains and sum(gains) / len(gains) > 0:
+            span = f"steps {min(a for a, _ in spans):g}–{max(b for _, b in spans):g}" if spans else "its last interval"
             out.caveats.append(
-                f"{side_name}: {cm} still improving by {sum(gains) / len(gains):.3g} per 1 000 "
-                f"steps over its last validation interval (a caveat, not a blocker)"
+                f"{side_name}: {cm} still improving: it changed by {sum(gains) / len(gains):.3g} over its last "
+                f"validation interval ({span}; the seeds' mean; a caveat, not a blocker)"
             )
     if len(chosen) < MIN_POINTS:
         out.problems.append(
@@ -484,7 +486,10 @@ def seed_check(items: list[tuple[str, Group]], metric: str) -> list[str]:
         s = g.stat(metric)
         n = (s.n + s.n_nonfinite) if s else 0
         if n < MIN_SEEDS:
-            out.append(f"{name}: {n} seed(s) (needs ≥ {MIN_SEEDS})")
+            out.append(
+                f"{name}: {n} seed(s) (needs ≥ {MIN_SEEDS}). Fix: run it with more seeds, e.g. add "
+                f"seed={','.join(str(i) for i in range(1, MIN_SEEDS + 1))} to the sweep's command (-m)"
+            )
     return out
 
 
