@@ -22,6 +22,7 @@ from xformer.model import (
     ALiBi,
     CausalAttention,
     ConfigError,
+    ConvMixer,
     CrossAttention,
     DecoderOnly,
     EncoderDecoder,
@@ -31,11 +32,13 @@ from xformer.model import (
     LinearMixer,
     LinearSelfAttention,
     LocalAttention,
+    LSTMMixer,
     Mixer,
     MultiHeadMixer,
     MultiQueryMixer,
     RoPE,
     SelfAttention,
+    Sinusoidal,
     T5RelativeBias,
 )
 from xformer.model.decoding import greedy, greedy_recompute
@@ -280,13 +283,17 @@ MIXERS = {
 }
 
 
-@pytest.mark.parametrize("name", list(MIXERS))
+#: the layers attention replaced (issue 32): no RoPE for them (refused), sinusoidal positions instead
+LAYERS = {"lstm": (LSTMMixer(), None), "conv": (ConvMixer(kernel=3), None)}
+
+
+@pytest.mark.parametrize("name", [*MIXERS, *LAYERS])
 @pytest.mark.parametrize("cls", [EncoderDecoder, DecoderOnly])
 def test_every_mixer_trains(name, cls):
     """40 Adam steps on one fixed batch (memorising it): the loss must fall below half its start and
     below the unigram level log(V - 3) that ignoring the context would leave."""
     torch.manual_seed(0)
-    mixer, n_kv = MIXERS[name]
+    mixer, n_kv = {**MIXERS, **LAYERS}[name]
     model = cls(
         12,
         12,
@@ -297,7 +304,7 @@ def test_every_mixer_trains(name, cls):
         dropout=0.0,
         mixer=mixer,
         n_kv_heads=n_kv,
-        pe=RoPE,
+        pe=Sinusoidal if name in LAYERS else RoPE,
     )
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     seq = torch.randint(3, 12, (8, 6), generator=torch.Generator().manual_seed(0))

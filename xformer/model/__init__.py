@@ -16,7 +16,16 @@ from .attention import (
 from .base import ConfigError, ModelBase
 from .ffn import GELUFFN, ReLUFFN, SwiGLUFFN
 from .linear_attention import LinearCrossAttention, LinearSelfAttention
-from .mixer import ConvMixer, GroupedQueryMixer, LinearMixer, LSTMMixer, Mixer, MultiHeadMixer, MultiQueryMixer
+from .mixer import (
+    ConvMixer,
+    GroupedQueryMixer,
+    LayerMixer,
+    LinearMixer,
+    LSTMMixer,
+    Mixer,
+    MultiHeadMixer,
+    MultiQueryMixer,
+)
 from .norm import PostNorm, PreNorm, PreRMSNorm, Residual, SandwichNorm
 from .positional import ALiBi, Learned, NoPE, PositionalEncoding, RoPE, Sinusoidal, T5RelativeBias
 from .recurrent import ConvMixing, RecurrentMixing
@@ -38,6 +47,7 @@ __all__ = [
     "GroupedQueryMixer",
     "MultiQueryMixer",
     "LinearMixer",
+    "LayerMixer",
     "LSTMMixer",
     "ConvMixer",
     "RecurrentMixing",

@@ -192,67 +192,22 @@ class LinearMixer(Mixer):
         return LinearCrossAttention(d_model, n_heads, d_head, dropout, scale, bias=bias)
 
 
-class LSTMMixer(Mixer):
-    """An LSTM in place of each block's self-attention (:class:`~xformer.model.recurrent.RecurrentMixing`):
-    left to right in a causal stack (the decoder, ``model/attention=causal``), bidirectional in a
-    full-attention encoder (``d_model / 2`` per direction). The block's residual, norm and FFN and a
-    decoder's cross-attention are unchanged. ``n_heads``, ``d_head``, ``scale`` and attention dropout
-    do not apply to it; refuses schemes acting on scores or queries (ALiBi, T5, RoPE) and local windows.
+class LayerMixer(Mixer):
+    """Base of the mixers that are not attention (the layers self-attention replaced): one module per
+    block from :meth:`layer`, causal in a causal stack (the decoder, ``model/attention=causal``) and
+    bidirectional in a full-attention encoder. Heads, score scale and attention dropout do not apply;
+    positional schemes that act inside attention (ALiBi, T5, RoPE) and local windows are refused
+    (:func:`~xformer.model.recurrent.refuse_score_hooks`). Cross-attention stays attention.
     """
 
-    def refusal(self, pattern: AttentionPattern | None, pe_cls: type | None) -> str | None:
-        return refuse_score_hooks("recurrent", pattern, pe_cls)
-
-    @override
-    def self_attention(
-        self,
-        d_model: int,
-        n_heads: int,
-        d_head: int,
-        dropout: float,
-        scale: bool,
-        pattern: AttentionPattern | None,
-        pos_embeddings: PositionalEncoding | None,
-        n_kv_heads: int | None = None,
-        bias: bool = True,
-        layer: int = 0,
-    ) -> nn.Module:
-        del n_heads, d_head, dropout, scale, pos_embeddings, n_kv_heads, layer  # no heads, scores or depth
-        causal = pattern is not None and pattern.is_causal
-        return RecurrentMixing(d_model, bidirectional=not causal, bias=bias)
-
-
-class ConvMixer(Mixer):
-    """A gated depthwise-separable convolution in place of each block's self-attention
-    (:class:`~xformer.model.recurrent.ConvMixing`): causal in a causal stack, centred in a
-    full-attention encoder.
-
-    Args:
-        stacks: as :class:`Mixer`.
-        kernel: kernel size ``k`` (``model.mixer.kernel``).
-        dilation_growth: the block at depth ``l`` (from 0) uses dilation ``dilation_growth**l``:
-            1 = contiguous kernels (path length ``O(n/k)``), 2 = doubling as ByteNet and WaveNet
-            (receptive field ``(k - 1)·(2^L - 1) + 1``, path length ``O(log_k n)``).
-
-    Raises:
-        ValueError: ``kernel`` or ``dilation_growth`` below 1.
-    """
-
-    def __init__(
-        self,
-        stacks: str = "both",
-        kernel: Annotated[int, Range(ge=1)] = 5,
-        dilation_growth: Annotated[int, Range(ge=1)] = 1,
-    ) -> None:
-        super().__init__(stacks)
-        if kernel < 1 or dilation_growth < 1:
-            raise ValueError(
-                f"model.mixer.kernel={kernel}, model.mixer.dilation_growth={dilation_growth}: both must be >= 1"
-            )
-        self.kernel, self.dilation_growth = kernel, dilation_growth
+    kind = "sequence-mixing"  # the layer's name in refusals
 
     def refusal(self, pattern: AttentionPattern | None, pe_cls: type | None) -> str | None:
-        return refuse_score_hooks("convolutional", pattern, pe_cls)
+        return refuse_score_hooks(self.kind, pattern, pe_cls)
+
+    def layer(self, d_model: int, causal: bool, bias: bool, layer: int) -> nn.Module:  # noqa: ARG002 - the hook's signature
+        """The mixing module of block ``layer`` (from 0) of a stack of width ``d_model``."""
+        raise NotImplementedError
 
     @override
     def self_attention(
@@ -269,7 +224,52 @@ class ConvMixer(Mixer):
         layer: int = 0,
     ) -> nn.Module:
         del n_heads, d_head, dropout, scale, pos_embeddings, n_kv_heads  # no heads or scores
-        causal = pattern is not None and pattern.is_causal
+        return self.layer(d_model, pattern is not None and pattern.is_causal, bias, layer)
+
+
+class LSTMMixer(LayerMixer):
+    """An LSTM in place of each block's self-attention (:class:`~xformer.model.recurrent.RecurrentMixing`):
+    left to right in a causal stack, bidirectional (``d_model / 2`` per direction) in a full-attention
+    encoder. The block's residual, norm and FFN and a decoder's cross-attention are unchanged."""
+
+    kind = "recurrent"
+
+    def layer(self, d_model: int, causal: bool, bias: bool, layer: int) -> nn.Module:  # noqa: ARG002 - the same at every depth
+        return RecurrentMixing(d_model, bidirectional=not causal, bias=bias)
+
+
+class ConvMixer(LayerMixer):
+    """A gated depthwise-separable convolution in place of each block's self-attention
+    (:class:`~xformer.model.recurrent.ConvMixing`): causal in a causal stack, centred in a
+    full-attention encoder.
+
+    Args:
+        stacks: as :class:`Mixer`.
+        kernel: kernel size ``k`` (``model.mixer.kernel``).
+        dilation_growth: the block at depth ``l`` (from 0) uses dilation ``dilation_growth**l``:
+            1 = contiguous kernels (path length ``O(n/k)``), 2 = doubling as ByteNet and WaveNet
+            (receptive field ``(k - 1)·(2^L - 1) + 1``, path length ``O(log_k n)``).
+
+    Raises:
+        ValueError: ``kernel`` or ``dilation_growth`` below 1.
+    """
+
+    kind = "convolutional"
+
+    def __init__(
+        self,
+        stacks: str = "both",
+        kernel: Annotated[int, Range(ge=1)] = 5,
+        dilation_growth: Annotated[int, Range(ge=1)] = 1,
+    ) -> None:
+        super().__init__(stacks)
+        if kernel < 1 or dilation_growth < 1:
+            raise ValueError(
+                f"model.mixer.kernel={kernel}, model.mixer.dilation_growth={dilation_growth}: both must be >= 1"
+            )
+        self.kernel, self.dilation_growth = kernel, dilation_growth
+
+    def layer(self, d_model: int, causal: bool, bias: bool, layer: int) -> nn.Module:
         return ConvMixing(d_model, self.kernel, self.dilation_growth**layer, causal=causal, bias=bias)
 
     def __repr__(self) -> str:
