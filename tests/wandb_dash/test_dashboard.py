@@ -167,3 +167,22 @@ def test_swept_keys_come_from_comma_lists_sweep_functions_and_sweeper_params(tmp
     assert top_level_key("model/norm") == "model_norm" and top_level_key("+model.d_head") == "model_d_head"
     values = swept_values(keys, ["model.ffn_ratio=4", "model/norm=pre", "seed=2"], {"model": {"dropout": 0.1}})
     assert values == {"model_ffn_ratio": 4, "model_norm": "pre", "seed": 2, "model_dropout": 0.1}
+
+
+def test_swept_keys_are_read_with_hydras_parser(tmp_path):
+    """Issue 29 item 4: a list value (``tags=[a,b]``, ``x=[1,2]``) is one value, not a sweep; comma
+    lists, sweep functions (range, interval, Optuna's tag(...)) and ``hydra.sweeper.params`` are."""
+    from omegaconf import OmegaConf
+
+    from xformer.jobs.wandb_panels import swept_keys
+
+    OmegaConf.save(
+        {
+            "hydra": {
+                "overrides": {"task": ["model.ffn_ratio=2,4", "tags=[a,b]", "x=[1,2]", "y=range(1,3)", "z=3"]},
+                "sweeper": {"params": {"model/pe": "rope,alibi", "optim.lr": "tag(log,interval(1e-4,3e-3))"}},
+            }
+        },
+        tmp_path / "multirun.yaml",
+    )
+    assert swept_keys(tmp_path) == ["model.ffn_ratio", "y", "model/pe", "optim.lr"]

@@ -70,18 +70,33 @@ def swept_keys(sweep_dir: str | Path | None) -> list[str]:
     from omegaconf import OmegaConf
 
     cfg = OmegaConf.load(path)
-    keys: list[str] = []
-    for item in OmegaConf.select(cfg, "hydra.overrides.task", default=[]) or []:
-        key, _, value = str(item).partition("=")
+    keys = sweep_override_keys(OmegaConf.select(cfg, "hydra.overrides.task", default=[]) or [])
+    params = OmegaConf.select(cfg, "hydra.sweeper.params", default=None) or {}
+    keys += sweep_override_keys([f"{key}={value}" for key, value in params.items()])
+    return list(dict.fromkeys(keys))
+
+
+def sweep_override_keys(overrides) -> list[str]:
+    """The keys of ``overrides`` that sweep, as Hydra's own parser reads them: a comma list or a
+    ``range``/``choice``/``interval``/``glob`` sweep -- not a list value such as ``key=[1,2]``, which
+    is one value. ``hydra.*`` keys are left out; an override that does not parse counts as no sweep."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    out = []
+    for item in overrides:
+        try:
+            (o,) = parser.parse_overrides([str(item)])
+        except Exception:  # an extension's syntax Hydra's grammar does not know (e.g. Optuna's tag(...))
+            o = None
+        key = str(item).partition("=")[0].lstrip("+~")
         if key.startswith("hydra."):
             continue
-        if "," in value or value.startswith(_SWEEP_FUNCS):
-            keys.append(key.lstrip("+~"))
-    params = OmegaConf.select(cfg, "hydra.sweeper.params", default=None) or {}
-    for key, value in params.items():
-        if "," in str(value) or str(value).startswith(_SWEEP_FUNCS):
-            keys.append(str(key))
-    return list(dict.fromkeys(keys))
+        if o is not None and o.is_sweep_override():
+            out.append(key)
+        elif o is None and str(item).partition("=")[2].startswith(_SWEEP_FUNCS):
+            out.append(key)
+    return out
 
 
 def swept_values(keys: list[str], overrides: list[str], config: dict) -> dict[str, Any]:
