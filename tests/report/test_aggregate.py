@@ -208,3 +208,14 @@ def test_two_folders_with_the_same_job_are_counted_once_and_named(sweep_dir, tmp
     ref = {g.values["model.ffn_ratio"]: g.stat("val/loss").n for g in aggregate([sweep_dir]).groups}
     assert n[2] == ref[2] + 1  # the seed-7 run of ratio 2 counts
     assert sum(n.values()) == sum(ref.values()) + 1  # the copy of job 3 does not
+
+
+def test_the_report_command_reads_a_job_given_twice_once(sweep_dir, tmp_path):
+    """``xformer report sweep sweep/3`` (the CLI's own loader) reads job 3 once, with no warning."""
+    from xformer.report.cli import main
+
+    out = tmp_path / "out"
+    assert main([str(sweep_dir), str(sweep_dir / "3"), "--out", str(out)]) == 0
+    text = (out / "report.md").read_text()
+    assert "counted once" not in text
+    assert f"- jobs: {len(aggregate([sweep_dir]).jobs)} " in text

@@ -170,7 +170,7 @@ def import_target(target: str) -> tuple[Any, str | None]:
     try:
         return getattr(module, attr), None
     except AttributeError:
-        names = [n for n in dir(module) if not n.startswith("_")]
+        names = [n for n in dir(module) if not n.startswith("_") and not inspect.ismodule(getattr(module, n, None))]
         return None, f"module {module_name} has no {attr}. Fix: {_hint(attr, names, module_name + '.')}"
 
 
@@ -234,9 +234,8 @@ def value_problem(value: Any, hint: Any) -> str | None:
 def _node_problems(node: DictConfig, path: str) -> list[str]:
     target = str(node._target_)
     obj, why = import_target(target)
-    src = _source(path)
     if obj is None:
-        return [f"{path}._target_={target}{src}: {why}"]
+        return [f"{path}._target_={target}{_source(path, '_target_')}: {why}"]
     params, hints, open_ = parameters(obj)
     out = []
     consumed = CONSUMED.get(target, ())

@@ -246,13 +246,23 @@ def _check_schedule_length(cfg: DictConfig) -> None:
         )
 
 
-def warn_once(message: str) -> None:
-    """Log a config warning once per sweep: a message already given in this process, or by the sweep's
-    check before its jobs started (the environment variable ``XFORMER_WARNED`` carries it into the
-    launcher's job processes), is not repeated."""
+def warn_once(message: str, cfg: DictConfig | None = None) -> None:
+    """Log a config warning once per sweep: within a ``-m`` sweep, a message the sweep's check gave
+    before its jobs started (the environment variable ``XFORMER_WARNED`` carries it, keyed by the sweep
+    folder, into the launcher's job processes) is not repeated; a single run always warns."""
     import hashlib
 
-    key = hashlib.sha1(message.encode()).hexdigest()[:12]
+    from hydra.core.hydra_config import HydraConfig
+
+    scope = ""
+    if cfg is not None and "hydra" in cfg:  # a job's config checked by the sweep before it starts
+        scope = str(OmegaConf.select(cfg, "hydra.sweep.dir", default="") or "")
+    elif HydraConfig.initialized() and str(HydraConfig.get().mode) == "RunMode.MULTIRUN":
+        scope = str(HydraConfig.get().sweep.dir)
+    if not scope:
+        log.warning("%s", message)
+        return
+    key = hashlib.sha1(f"{scope}\0{message}".encode()).hexdigest()[:12]
     seen = [k for k in os.environ.get("XFORMER_WARNED", "").split(",") if k]
     if key in seen:
         return
@@ -273,12 +283,14 @@ def _warn_on_warmup_length(cfg: DictConfig, node: Any) -> None:
     if isinstance(total, int) and 0 < total <= warmup:
         warn_once(
             f"optim.warmup_steps={warmup} >= optim.scheduler.total_steps={total}: the learning rate climbs for "
-            "the whole schedule, then drops to its floor at once"
+            "the whole schedule, then drops to its floor at once",
+            cfg,
         )
     elif isinstance(max_steps, int) and 0 < max_steps < warmup:
         warn_once(
             f"optim.warmup_steps={warmup} > trainer.max_steps={max_steps}: the run ends before the learning "
-            "rate reaches its peak optim.lr"
+            "rate reaches its peak optim.lr",
+            cfg,
         )
 
 
@@ -500,13 +512,24 @@ def _check_mixer(cfg: DictConfig) -> None:
             f"stack (it has {' and '.join(patterns)}). Fix: model.mixer.stacks=both"
         )
     pe_cls = get_class(cfg.model.pe._target_) if "pe" in cfg.model else None
+    option = _choice("model/mixer") or type(mixer).__name__
     for name in served:
         why = mixer.refusal(patterns[name], pe_cls)
         if why:
-            raise ConfigError(
-                f"model/mixer={type(mixer).__name__} on the {name}: {why}. Fix: another model/pe "
-                f"or model/attention, model/mixer=mha, or model.mixer.stacks= the other stack"
-            )
+            fix = "" if "Fix:" in why else ". Fix: another model/pe or model/attention, or model/mixer=mha"
+            # the positional scheme serves every stack; only a pattern is the encoder's alone
+            if len(patterns) > 1 and pe_cls is not None and "positional scheme" not in why:
+                fix += f" (or model.mixer.stacks={next(n for n in patterns if n != name)})"
+            raise ConfigError(f"model/mixer={option} on the {name}: {why}{fix}")
+
+
+def _choice(group: str) -> str | None:
+    """The option of config group ``group`` this run chose (``None`` outside a Hydra app)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    return HydraConfig.get().runtime.choices.get(group)
 
 
 def check_static(cfg: DictConfig) -> None:
@@ -573,7 +596,17 @@ def check_data_options(cfg: DictConfig) -> None:
 
 def check_config_first(cfg: DictConfig, ckpt: str | None = None) -> None:
     """Stages 1 and 2 (:func:`check_static`, :func:`check_model`): what ``run.py`` checks before it
-    imports Lightning or W&B or builds any data."""
+    imports Lightning or W&B or builds any data. The schema's findings of both stages (keys added with
+    ``+``, every early ``_target_`` node: :mod:`xformer.jobs.schema`) are reported together."""
+    from .schema import check_additions, check_targets, raise_all
+
+    problems = []
+    for check in (check_additions, lambda c: check_targets(c, early=True)):
+        try:
+            check(cfg)
+        except ConfigError as err:
+            problems.append(str(err))
+    raise_all(problems)
     check_static(cfg)
     check_model(cfg, ckpt)
     _FIRST_PASSED[id(cfg)] = _fingerprint(cfg, ckpt)

@@ -52,7 +52,7 @@ def refuse_score_hooks(name: str, pattern: AttentionPattern | None, pe_cls: type
             if overrides(pe_cls, PositionalEncoding, hook):
                 return (
                     f"positional scheme {pe_cls.__name__} {what}, which a {name} layer does not have. "
-                    "Fix: model/pe=sinusoidal, learned or none (a recurrent layer needs none)"
+                    "Fix: model/pe=sinusoidal, learned or none"
                 )
     if pattern is not None and overrides(type(pattern), AttentionPattern, "blocked") and not pattern.is_causal:
         return (

@@ -457,10 +457,11 @@ def drop_duplicate_runs(jobs: list[Job], keys: list[str]) -> tuple[list[Job], li
             continue
         keep, drop = (j, first) if (j.finished and not first.finished) else (first, j)
         kept[ident] = keep
-        setting = ", ".join(f"{k}={fmt_value(j.value(k))}" for k in keys) or "the setting"
+        setting = ", ".join(f"{k}={fmt_value(j.value(k))}" for k in keys) or "the same setting"
         warnings.append(
-            f"{drop.path} and {keep.path} ran the same job ({setting}, seed {fmt_value(j.seed)}): counted "
-            f"once, from {keep.path}. Fix: report one of the folders, or give the rerun another seed"
+            f"{drop.path} and {keep.path} are two folders of the same job ({setting}, seed {fmt_value(j.seed)}): "
+            f"counted once, from {keep.path}. Fix: report only one of them (a copy or a rerun with the same "
+            f"seed adds no information; a rerun needs another seed to count)"
         )
         log.warning("%s", warnings[-1])
     return [kept[i] for i in order], warnings
@@ -474,19 +475,27 @@ def aggregate(dirs: list[Path | str]) -> Sweep:
     """
     paths = [Path(d) for d in dirs]
     jobs: list[Job] = []
-    seen: set[Path] = set()  # a job folder reached through two given paths (sweep and sweep/3) is read once
+    seen: set[Path] = set()
     for d in paths:
         if not d.is_dir():
             raise NoJobsError(f"{d}: no such directory")
         found = find_job_dirs(d)
         if not found:
             raise NoJobsError(f"{d}: no jobs found (no metrics.json or .hydra/overrides.yaml below it)")
-        for p in found:
-            real = p.resolve()
-            if real not in seen:
-                seen.add(real)
-                jobs.append(load_job(p))
+        jobs += load_jobs_once(found, seen)
     return aggregate_jobs(jobs, paths)
+
+
+def load_jobs_once(found: list[Path], seen: set[Path]) -> list[Job]:
+    """:func:`load_job` of each folder in ``found`` not yet in ``seen`` (resolved paths, updated): a job
+    folder reached through two given paths (``sweep`` and ``sweep/3``, a symlink) is read once."""
+    out = []
+    for p in found:
+        real = p.resolve()
+        if real not in seen:
+            seen.add(real)
+            out.append(load_job(p))
+    return out
 
 
 # -- logged history -----------------------------------------------------------------------------

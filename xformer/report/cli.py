@@ -24,7 +24,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from .aggregate import Job, NoJobsError, Sweep, aggregate_jobs, find_job_dirs, load_job, main_metrics
+from .aggregate import Job, NoJobsError, Sweep, aggregate_jobs, find_job_dirs, load_jobs_once, main_metrics
 from .benchjson import load_bench
 from .claims import Options, evaluate, length_metrics, pick_metric
 from .export import is_report_folder, read_report_folder, write_seed_files
@@ -82,6 +82,7 @@ def collect_jobs(dirs: list[Path], wandb_spec: str | None, has_bench: set[Path])
         UsageError: a DIR does not exist, or holds neither a job nor a bench.json.
     """
     jobs: list[Job] = []
+    seen: set[Path] = set()  # each job folder once, whatever given paths reach it
     for d in dirs:
         if not d.is_dir():
             raise UsageError(f"{d}: no such directory")
@@ -97,7 +98,7 @@ def collect_jobs(dirs: list[Path], wandb_spec: str | None, has_bench: set[Path])
                 f"{d}: no jobs found (no metrics.json or .hydra/overrides.yaml below it, "
                 f"and not a report folder with jobs.json)"
             )
-        jobs += [load_job(p) for p in found]
+        jobs += load_jobs_once(found, seen)
     if wandb_spec:
         from .wandb_source import has_api_key, load_wandb_jobs
 
