@@ -9,6 +9,8 @@ import json
 import lightning as L
 from typing_extensions import override
 
+from xformer.jobs.lightning_compat import batches_that_stepped
+
 
 class Probe(L.Callback):
     """Append ``{"kind", "step", "epoch", ...}`` events to ``path`` as they happen.
@@ -33,7 +35,7 @@ class Probe(L.Callback):
             trainer,
             batch_idx=batch_idx,
             tokens_seen=int(getattr(pl_module, "tokens_seen", 0)),
-            logged_step=trainer.fit_loop.epoch_loop._batches_that_stepped,  # the step label of its log rows
+            logged_step=batches_that_stepped(trainer),  # the step label of its log rows
         )
 
     @override

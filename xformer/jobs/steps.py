@@ -65,7 +65,7 @@ class OptimizerStepIntervals(L.Callback):
             if epoch_loop.restarting and epoch_loop.restarted_on_last:
                 # a checkpoint written after its batch completed. Inside that step's validation (an
                 # interval's or the extra one after the last step) Lightning has not yet counted the
-                # step on the log axis (`_batches_that_stepped` is one behind): answering "validation
+                # step on the log axis (its logger-step counter is one behind): answering "validation
                 # due" makes it skip the validation it already ran and count the step, so the next
                 # step is logged under its own label. Written after the step was fully counted (when
                 # fit ended): nothing to skip, or the step would be counted twice.

@@ -596,12 +596,14 @@ def check_data_options(cfg: DictConfig) -> None:
 
 def check_config_first(cfg: DictConfig, ckpt: str | None = None) -> None:
     """Stages 1 and 2 (:func:`check_static`, :func:`check_model`): what ``run.py`` checks before it
-    imports Lightning or W&B or builds any data. The schema's findings of both stages (keys added with
-    ``+``, every early ``_target_`` node: :mod:`xformer.jobs.schema`) are reported together."""
-    from .schema import check_additions, check_targets, raise_all
+    imports Lightning or W&B or builds any data. Keys added with ``+`` (:mod:`xformer.jobs.schema`) and
+    the key rules are reported together; then the ``_target_`` nodes, all of them at once."""
+    from .schema import check_additions, raise_all
 
+    # stage 1's two readings of the config alone (keys added with +, each key's rule) together, before
+    # torch is imported; the target nodes' own signatures follow in stage 2
     problems = []
-    for check in (check_additions, lambda c: check_targets(c, early=True)):
+    for check in (check_additions, check_rules):
         try:
             check(cfg)
         except ConfigError as err:
