@@ -532,7 +532,7 @@ def _choice(group: str) -> str | None:
     return HydraConfig.get().runtime.choices.get(group)
 
 
-def check_static(cfg: DictConfig) -> None:
+def check_static(cfg: DictConfig, keys_checked: bool = False) -> None:
     """Stage 1: everything the composed config shows by itself -- each key's type and value
     (:data:`RULES`), steps, mode with checkpoint, precision with strategy and optimizer kernel, the
     data folder, the objective's name (:func:`check_objective` without the data's metrics). Imports
@@ -541,10 +541,8 @@ def check_static(cfg: DictConfig) -> None:
     Raises:
         ConfigError: one line naming the key and the fix.
     """
-    from .schema import check_additions
-
-    check_additions(cfg)
-    check_rules(cfg)
+    if not keys_checked:
+        check_keys(cfg)
     max_steps = OmegaConf.select(cfg, "trainer.max_steps", default=None)
     if cfg.mode == "train" and max_steps == 0:
         raise ConfigError(
@@ -594,14 +592,16 @@ def check_data_options(cfg: DictConfig) -> None:
         check_objective(cfg, list(getattr(dm, "metrics", []) or []), type(dm).__name__)
 
 
-def check_config_first(cfg: DictConfig, ckpt: str | None = None) -> None:
-    """Stages 1 and 2 (:func:`check_static`, :func:`check_model`): what ``run.py`` checks before it
-    imports Lightning or W&B or builds any data. Keys added with ``+`` (:mod:`xformer.jobs.schema`) and
-    the key rules are reported together; then the ``_target_`` nodes, all of them at once."""
+def check_keys(cfg: DictConfig) -> None:
+    """Stage 1's two readings of the config alone, reported together before torch is imported: the
+    keys added with ``+`` (:func:`xformer.jobs.schema.check_additions`) and each key's rule
+    (:func:`check_rules`); the ``_target_`` nodes' own signatures follow in stage 2.
+
+    Raises:
+        ConfigError: every problem found, one line each.
+    """
     from .schema import check_additions, raise_all
 
-    # stage 1's two readings of the config alone (keys added with +, each key's rule) together, before
-    # torch is imported; the target nodes' own signatures follow in stage 2
     problems = []
     for check in (check_additions, check_rules):
         try:
@@ -609,7 +609,14 @@ def check_config_first(cfg: DictConfig, ckpt: str | None = None) -> None:
         except ConfigError as err:
             problems.append(str(err))
     raise_all(problems)
-    check_static(cfg)
+
+
+def check_config_first(cfg: DictConfig, ckpt: str | None = None) -> None:
+    """Stages 1 and 2 (:func:`check_static`, :func:`check_model`): what ``run.py`` checks before it
+    imports Lightning or W&B or builds any data. Keys added with ``+`` (:mod:`xformer.jobs.schema`) and
+    the key rules are reported together; then the ``_target_`` nodes, all of them at once."""
+    check_keys(cfg)
+    check_static(cfg, keys_checked=True)
     check_model(cfg, ckpt)
     _FIRST_PASSED[id(cfg)] = _fingerprint(cfg, ckpt)
 
