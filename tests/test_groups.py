@@ -109,6 +109,7 @@ def batches(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow  # suite time: ~26 s; each option alone trains through the driver in the fast set
 def test_the_whole_product_of_model_groups_trains(batches):
     """3 arch × 3 attention × 4 norm × 6 pe × 3 ffn = 648 models, each takes 3 Adam steps; loss must fall.
 

@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from tests.reliability.conftest import TINY, env_for, run_py
@@ -35,6 +36,7 @@ def _evaluate(ckpt, tmp_path, name):
     return json.loads((tmp_path / name / "metrics.json").read_text())
 
 
+@pytest.mark.slow  # suite time: ~28 s, torch.compile
 def test_a_compiled_run_reloads_for_eval_and_translate_and_old_wrapped_checkpoints_too(tmp_path):
     job = tmp_path / "job"
     res = run_py(

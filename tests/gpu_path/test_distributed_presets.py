@@ -63,7 +63,9 @@ def _train(preset, precision, kernel, clip, tmp_path):
     assert all(v == v for v in m["metrics"].values())
 
 
-@pytest.mark.parametrize("preset", ["ddp", "fsdp", "ddp_spawn"])
+@pytest.mark.parametrize(  # suite time: fsdp and ddp_spawn (~12-14 s each) in the slow set
+    "preset", ["ddp", pytest.param("fsdp", marks=pytest.mark.slow), pytest.param("ddp_spawn", marks=pytest.mark.slow)]
+)
 def test_multi_process_presets_train_with_fused_adam_clipping_and_bf16_autocast(preset, tmp_path):
     _train(preset, "bf16-mixed", "fused", 1.0, tmp_path)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 
+import pytest
 import torch
 
 from tests.reliability.conftest import RESUMABLE, SLOW_STEPS, metrics, quality, run_py, start_py, train_losses, wait_for
@@ -36,6 +37,7 @@ def _wandb_ids(job) -> set[str]:
     return {p.name.rsplit("-", 1)[-1] for p in (job / "wandb").glob("offline-run-*")}
 
 
+@pytest.mark.slow  # suite time: ~14 s; the matrix's sigkill trigger covers it
 def test_sigkill_mid_epoch_then_ckpt_path_last_matches_uninterrupted_run(tmp_path, reference_run):
     job = tmp_path / "job"
     proc = start_py([*RESUMABLE, *SLOW_STEPS, f"hydra.run.dir={job}"], tmp_path)

@@ -154,12 +154,14 @@ def test_periodic_mid_epoch_checkpoint_resumes_without_skipping_a_batch(tmp_path
     _check(tmp_path, tmp_path_factory, "sigkill", ["data.tokens_per_batch=2048"], 1, step=4)
 
 
+@pytest.mark.slow  # suite time: ~17 s; the matrix covers it
 def test_resume_at_the_end_of_an_epoch_shortened_by_limit_train_batches(tmp_path, tmp_path_factory):
     """``limit_train_batches=0.67`` (4 of 6 batches), stop at step 4 (the shortened epoch's end),
     resume: step 5 is epoch 1's first batch (was: epoch 0's fifth batch, other tokens and loss)."""
     _check(tmp_path, tmp_path_factory, "fit_end", POSITIONS["limited_epoch_end"][0], 1, step=4)
 
 
+@pytest.mark.slow  # suite time: ~17 s; the matrix covers it
 def test_sigterm_inside_an_accumulation_window_resumes_the_whole_window(tmp_path, tmp_path_factory):
     """6 batches per epoch, accumulation 2: SIGTERM after micro-batch 5 (the first of step 3's window):
     the checkpoint holds step 2, and the resumed run accumulates micro-batches 5 and 6 into step 3."""

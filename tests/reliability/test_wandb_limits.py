@@ -74,6 +74,7 @@ def test_eval_with_a_long_checkpoint_path_runs_with_the_default_wandb_logger(tmp
     assert f"ckpt_path={ckpt}" in cfg["wandb_full"]["tags"]
 
 
+@pytest.mark.slow  # suite time: ~10 s
 def test_long_sweep_folder_and_long_overrides_give_a_short_group_and_name(tmp_path):
     sweep = tmp_path / ("s" * 70) / ("t" * 70)
     long_tag = "tags=[" + "x" * 80 + "]"

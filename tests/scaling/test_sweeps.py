@@ -25,6 +25,7 @@ def job_dirs(sweep: Path) -> list[Path]:
     return sorted((p for p in sweep.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
 
 
+@pytest.mark.slow  # suite time: ~21 s; DDP runs are in tests/scaling/test_ddp.py
 def test_ddp_multirun_two_jobs_each_once_one_wandb_run_each(tmp_path):
     """The relaunch trap: with -m, rank 1 must run its job, not a new sweep. Seeds share the W&B group."""
     sweep = tmp_path / "sweep"
@@ -56,6 +57,7 @@ def test_ddp_multirun_two_jobs_each_once_one_wandb_run_each(tmp_path):
     assert "sweep summary: 2 jobs, 0 failed" in res.stdout
 
 
+@pytest.mark.slow  # suite time: ~11 s; failing sweeps: tests/scaling/test_sweep_outcomes.py
 def test_failing_job_does_not_stop_the_sweep(tmp_path):
     """Job 1 fails inside training: torch refuses a fused, differentiable Adam when fit builds the
     optimizer (a combination the config check leaves to torch; an out-of-range value such as
@@ -84,6 +86,7 @@ def test_failing_job_does_not_stop_the_sweep(tmp_path):
         assert m["job"]["wandb"]["id"] == s["jobs"][int(job.name)]["wandb"]["id"]
 
 
+@pytest.mark.slow  # suite time: ~13 s
 def test_joblib_launcher_runs_seeds_reproducibly(tmp_path):
     """seed=1,1 on 2 parallel joblib workers: the same seed gives the same run (that different seeds
     differ is checked by the DDP sweep above)."""

@@ -13,6 +13,7 @@ from tests.train.test_run import TINY, run
 from xformer.train.translate import load_checkpoint, translate
 
 
+@pytest.mark.slow  # suite time: ~20 s
 def test_eval_mode_and_translate_reproduce_the_test_metrics(tmp_path):
     job = tmp_path / "job"
     res = run(

@@ -29,9 +29,11 @@ PROBE = "+callbacks.probe._target_=tests.train.step_probe.Probe"
     "extra, val_steps, final",
     [
         (["trainer.max_steps=5"], [5], 5),  # the report: below the default val_check_interval=500
-        (["trainer.max_steps=6", "trainer.val_check_interval=4"], [4, 6], 6),
+        pytest.param(["trainer.max_steps=6", "trainer.val_check_interval=4"], [4, 6], 6, marks=pytest.mark.slow),
         (["trainer.max_steps=5", "trainer.val_check_interval=4", "trainer.accumulate_grad_batches=2"], [4, 5], 5),
-        (["trainer.max_steps=-1", "trainer.max_epochs=2"], [6], 6),  # 3 batches per epoch
+        pytest.param(
+            ["trainer.max_steps=-1", "trainer.max_epochs=2"], [6], 6, marks=pytest.mark.slow
+        ),  # 3 batches an epoch
     ],
 )
 def test_training_ending_off_a_validation_step_validates_once_more(tmp_path, extra, val_steps, final):

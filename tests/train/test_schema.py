@@ -31,26 +31,32 @@ def _errors(res) -> list[str]:
             "Fix: did you mean model/norm? (then model/norm=pre, without +)",
         ),
         ("+sed=3", "+sed=3: the root config has no key 'sed', and 'sed' is read by nothing. Fix: did you mean seed?"),
-        ("+optim.weight_decya=0.1", "+optim.weight_decya=0.1: the optim node has no key 'weight_decya'"),
+        pytest.param(
+            "+optim.weight_decya=0.1",
+            "+optim.weight_decya=0.1: the optim node has no key 'weight_decya'",
+            marks=pytest.mark.slow,
+        ),
         (
             "+model.ffn_ratoi=4",
             "model.ffn_ratoi (from the command line): not a parameter of xformer.model.EncoderDecoder. "
             "Fix: drop it, or did you mean model.ffn_ratio?",
         ),
-        (
+        pytest.param(
             "+model.pe.max_lne=9",
             "model.pe.max_lne (from the command line): not a parameter of xformer.model.Sinusoidal",
+            marks=pytest.mark.slow,
         ),
         (
             "+trainer.max_stpes=3",
             "trainer.max_stpes (from the command line): not a parameter of lightning.Trainer. "
             "Fix: drop it, or did you mean trainer.max_steps?",
         ),
-        (
+        pytest.param(
             "+data.n_trian=5",
             "data.n_trian (from the command line): not a parameter of xformer.data.numbers.NumbersDataModule",
+            marks=pytest.mark.slow,
         ),
-        ("model.mixer.stacks=bth", "model.mixer.stacks=bth"),
+        pytest.param("model.mixer.stacks=bth", "model.mixer.stacks=bth", marks=pytest.mark.slow),
     ],
 )
 def test_a_typo_is_one_error_line_before_training(override, needle, tmp_path):

@@ -34,7 +34,9 @@ def _csv_rows(job, key):
         return [(int(r["step"]), float(r[key])) for r in csv.DictReader(f) if r.get(key)]
 
 
-@pytest.mark.parametrize("accumulate", [1, 2, 3])
+@pytest.mark.parametrize(
+    "accumulate", [pytest.param(1, marks=pytest.mark.slow), 2, pytest.param(3, marks=pytest.mark.slow)]
+)
 def test_every_n_steps_settings_count_optimizer_steps(tmp_path, accumulate):
     job = tmp_path / "job"
     probe = tmp_path / "probe.json"
