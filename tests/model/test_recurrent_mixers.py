@@ -32,20 +32,13 @@ from xformer.model import (
 )
 from xformer.model.decoding import beam_search, greedy, greedy_recompute
 
-D, H = 16, 4
-SIZES = dict(d_model=D, n_heads=H, n_encoder_layers=2, n_decoder_layers=2, dropout=0.0)
+from .test_mixer import SIZES, D, H, randomise  # the mixers' shared sizes and weight randomiser
+
 MIXERS = {
     "lstm": LSTMMixer,
     "conv": lambda: ConvMixer(kernel=3),
     "conv_dilated": lambda: ConvMixer(kernel=2, dilation_growth=2),
 }
-
-
-def randomise(module, std=0.3):
-    with torch.no_grad():
-        for p in module.parameters():
-            p.normal_(0, std)
-    return module
 
 
 # -- the layers against independent references ----------------------------------------------------
