@@ -160,3 +160,17 @@ def test_a_throwaway_option_has_its_annotated_range_enforced(tmp_path):
     )
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert (tmp_path / "ok" / "metrics.json").is_file()
+
+
+def test_a_callback_choice_is_read_from_its_literal_annotation():
+    """``ValidationLine(mode: Literal["min", "max"])``: a wrong mode is refused from the annotation alone."""
+    from hydra import compose, initialize_config_dir
+
+    from tests.conftest import REPO
+    from xformer.errors import ConfigError
+    from xformer.jobs.schema import check_targets
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=["callbacks.validation_line.mode=maximum"])
+    with pytest.raises(ConfigError, match=r"callbacks.validation_line.mode=maximum: must be one of min, max"):
+        check_targets(cfg, early=False)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import math
 import warnings
+from typing import Literal
 
 import lightning as L
 from lightning.pytorch.callbacks import TQDMProgressBar
@@ -210,7 +211,7 @@ class ValidationLine(L.Callback):
 
     TASK_METRICS = ("val/bleu", "val/exact_match", "val/acc")
 
-    def __init__(self, metric: str = "val/loss", mode: str = "min") -> None:
+    def __init__(self, metric: str = "val/loss", mode: Literal["min", "max"] = "min") -> None:
         self.metric, self.mode = metric, mode
         self.best: tuple[float, int] | None = None
 
