@@ -147,6 +147,7 @@ def _check(
 
 
 # -- the issue's table, as reported ----------------------------------------------------------------
+@pytest.mark.slow  # suite time: ~15 s; the matrix's sigkill trigger covers it
 def test_periodic_mid_epoch_checkpoint_resumes_without_skipping_a_batch(tmp_path, tmp_path_factory):
     """3 batches per epoch, ``every_n_train_steps=4`` (the save falls on epoch 1's first batch), a real
     SIGKILL as step 5 starts, resume with ``ckpt_path=last``: steps 5..7 must be the uninterrupted

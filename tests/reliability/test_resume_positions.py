@@ -73,7 +73,7 @@ def _check(tmp_path, tmp_path_factory, tpb: int, stop: int, periodic: bool) -> N
 
 
 @pytest.mark.parametrize(  # the rest: the slow matrix below (suite time: the epoch-end case runs there too)
-    "tpb, stop", [(2048, 5), pytest.param(4096, 2, marks=pytest.mark.slow)]
+    "tpb, stop", [pytest.param(2048, 5, marks=pytest.mark.slow), pytest.param(4096, 2, marks=pytest.mark.slow)]
 )
 def test_resume_after_max_steps_continues_the_same_curve(tmp_path, tmp_path_factory, tpb, stop):
     """(2048, 5) is the report: the resumed step 5 was epoch 2 batch 0 instead of epoch 1 batch 2;
