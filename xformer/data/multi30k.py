@@ -139,7 +139,7 @@ class Multi30kDataModule(XformerDataModule):
         if self.train_limit is not None:
             src, tgt = sets["train"]
             if self.train_limit > len(src):
-                log.warning("multi30k: data.train_limit=%d exceeds the %d train pairs; all are used", self.train_limit, len(src))
+                log.warning("multi30k: data.train_limit=%d exceeds the %d train pairs", self.train_limit, len(src))
             sets["train"] = (src[: self.train_limit], tgt[: self.train_limit])
         ds = {k: Seq2SeqDataset(enc(s), enc(t), s, t) for k, (s, t) in sets.items()}
         self.train_set, self.val_set = ds["train"], ds["val"]

@@ -240,18 +240,18 @@ class KVCache:
         and values so far, ``(B, H, size, d_head)`` views of the buffers."""
         end = self.size + k.shape[2]
         if self.k is None or end > self.k.shape[2]:
-            self._grow(k, end)
+            self._grow(k, v, end)
         self.k[:, :, self.size : end] = k
         self.v[:, :, self.size : end] = v
         self.size = end
         return self.k[:, :, :end], self.v[:, :, :end]
 
-    def _grow(self, k: Tensor, end: int) -> None:
+    def _grow(self, k: Tensor, v: Tensor, end: int) -> None:
         old = 0 if self.k is None else self.k.shape[2]
         room = max(end, self.capacity or 0, 2 * old)
-        bsz, heads, _, d_head = k.shape
-        new_k = k.new_empty(bsz, heads, room, d_head)
-        new_v = k.new_empty(bsz, heads, room, d_head)
+        bsz, heads, _, d_k = k.shape
+        new_k = k.new_empty(bsz, heads, room, d_k)
+        new_v = v.new_empty(bsz, heads, room, v.shape[-1])  # d_v may differ from d_k (model.d_qk)
         if self.size:
             new_k[:, :, : self.size] = self.k[:, :, : self.size]
             new_v[:, :, : self.size] = self.v[:, :, : self.size]
@@ -282,7 +282,7 @@ class MultiHeadAttention(nn.Module):
     """What self- and cross-attention share: the projections and eq. 1 of Vaswani et al. 2017
     (§3.2.2) over the heads.
 
-    ``softmax(Q Kᵀ · s + bias) V`` per head with ``s = 1/√d_head`` (or 1 when ``scale=False``, for
+    ``softmax(Q Kᵀ · s + bias) V`` per head with ``s = 1/√d_k`` (or 1 when ``scale=False``, for
     claim C9), computed by :func:`torch.nn.functional.scaled_dot_product_attention` so fused kernels
     run where the mask allows. Projections: one ``(3·H·d_head, D)`` input projection laid out
     ``[W_q; W_k; W_v]`` like ``torch.nn.MultiheadAttention.in_proj_weight`` (cross-attention uses its
@@ -294,14 +294,21 @@ class MultiHeadAttention(nn.Module):
     ``((H + 2·H_kv)·d_head, D)`` laid out ``[W_q; W_k; W_v]``. With ``n_kv_heads = n_heads`` (the
     default) the layer is exactly multi-head attention (same weights, same operations).
 
+    Query/key width: ``d_qk`` sets the per-head size ``d_k`` of queries and keys apart from the
+    value size ``d_v = d_head`` (Vaswani et al. 2017 §3.2.2 name both; Table 3 row B varies ``d_k``
+    alone). The input projection is then ``((H + H_kv)·d_k + H_kv·d_v, D)``, still ``[W_q; W_k; W_v]``,
+    and the output projection keeps reading ``H·d_v`` features.
+
     Args:
         d_model: model width ``D``.
         n_heads: number of heads ``H``.
-        d_head: per-head size; ``H·d_head`` need not equal ``D``.
+        d_head: per-head value size ``d_v`` (and query/key size unless ``d_qk`` is given); ``H·d_head``
+            need not equal ``D``.
         dropout: dropout on the attention weights (training only).
-        scale: divide scores by √d_head.
+        scale: divide scores by √d_k.
         bias: use biases in the projections.
         n_kv_heads: key/value heads ``H_kv`` (``None`` = ``H``); must divide ``H``.
+        d_qk: per-head query/key size ``d_k`` (``None`` = ``d_head``).
 
     Raises:
         ValueError: if ``n_kv_heads`` does not divide ``n_heads``.
@@ -316,6 +323,7 @@ class MultiHeadAttention(nn.Module):
         scale: bool = True,
         bias: bool = True,
         n_kv_heads: int | None = None,
+        d_qk: int | None = None,
     ) -> None:
         super().__init__()
         n_kv = n_heads if n_kv_heads is None else n_kv_heads
@@ -325,36 +333,41 @@ class MultiHeadAttention(nn.Module):
                 "(each kv head serves an equal group of query heads)"
             )
         self.n_heads, self.n_kv_heads, self.d_head, self.dropout = n_heads, n_kv, d_head, dropout
+        self.d_qk = d_head if d_qk is None else d_qk
+        if self.d_qk < 1:
+            raise ValueError(f"model.d_qk={d_qk}: must be >= 1 (or null for d_head)")
         self.scale = None if scale else 1.0
-        inner = n_heads * d_head
-        self.in_proj = nn.Linear(d_model, inner + 2 * n_kv * d_head, bias=bias)
-        self.out_proj = nn.Linear(inner, d_model, bias=bias)
+        #: rows of W_q, W_k and W_v in the input projection
+        self._rows = [n_heads * self.d_qk, n_kv * self.d_qk, n_kv * d_head]
+        self.in_proj = nn.Linear(d_model, sum(self._rows), bias=bias)
+        self.out_proj = nn.Linear(n_heads * d_head, d_model, bias=bias)
 
-    def heads(self, t: Tensor) -> Tensor:
-        """``(B, T, h·d_head)`` → ``(B, h, T, d_head)`` (``h`` = ``H`` for queries, ``H_kv`` for keys/values)."""
+    def heads(self, t: Tensor, width: int | None = None) -> Tensor:
+        """``(B, T, h·w)`` → ``(B, h, T, w)`` (``h`` = ``H`` for queries, ``H_kv`` for keys/values;
+        ``w`` = ``width``, default ``d_head``)."""
         b, n, _ = t.shape
-        return t.view(b, n, -1, self.d_head).transpose(1, 2)
+        return t.view(b, n, -1, self.d_head if width is None else width).transpose(1, 2)
 
     def project_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Queries ``(B, H, T, d_head)``, keys and values ``(B, H_kv, T, d_head)`` of ``x`` ``(B, T, D)``."""
-        if self.n_kv_heads == self.n_heads:
+        """Queries ``(B, H, T, d_k)``, keys ``(B, H_kv, T, d_k)`` and values ``(B, H_kv, T, d_v)``
+        of ``x`` ``(B, T, D)``."""
+        if self._rows[0] == self._rows[1] == self._rows[2]:
             return tuple(self.heads(t) for t in self.in_proj(x).chunk(3, dim=-1))
-        kv = self.n_kv_heads * self.d_head
-        q, k, v = self.in_proj(x).split([self.n_heads * self.d_head, kv, kv], dim=-1)
-        return self.heads(q), self.heads(k), self.heads(v)
+        q, k, v = self.in_proj(x).split(self._rows, dim=-1)
+        return self.heads(q, self.d_qk), self.heads(k, self.d_qk), self.heads(v)
 
     def project_q(self, x: Tensor) -> Tensor:
-        """Queries ``(B, H, T, d_head)`` of ``x`` ``(B, T, D)`` (the first rows of the input projection)."""
-        inner = self.n_heads * self.d_head
+        """Queries ``(B, H, T, d_k)`` of ``x`` ``(B, T, D)`` (the first rows of the input projection)."""
+        inner = self._rows[0]
         w, b = self.in_proj.weight[:inner], None if self.in_proj.bias is None else self.in_proj.bias[:inner]
-        return self.heads(F.linear(x, w, b))
+        return self.heads(F.linear(x, w, b), self.d_qk)
 
     def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
-        """Keys and values ``(B, H_kv, S, d_head)`` of ``memory`` ``(B, S, D)``."""
-        inner = self.n_heads * self.d_head
+        """Keys ``(B, H_kv, S, d_k)`` and values ``(B, H_kv, S, d_v)`` of ``memory`` ``(B, S, D)``."""
+        inner = self._rows[0]
         w, b = self.in_proj.weight[inner:], None if self.in_proj.bias is None else self.in_proj.bias[inner:]
-        k, v = F.linear(memory, w, b).chunk(2, dim=-1)
-        return self.heads(k), self.heads(v)
+        k, v = F.linear(memory, w, b).split(self._rows[1:], dim=-1)
+        return self.heads(k, self.d_qk), self.heads(v)
 
     def merge_heads(self, out: Tensor) -> Tensor:
         """Per-head outputs ``(B, H, T, d_head)`` → the output projection of their concatenation ``(B, T, D)``."""
@@ -392,7 +405,7 @@ class SelfAttention(MultiHeadAttention):
     parameters, e.g. T5's bias table, appear once in the state dict).
 
     Args:
-        d_model, n_heads, d_head, dropout, scale, bias, n_kv_heads: as :class:`MultiHeadAttention`.
+        d_model, n_heads, d_head, dropout, scale, bias, n_kv_heads, d_qk: as :class:`MultiHeadAttention`.
         pattern: which keys each query may see; default :class:`FullAttention`.
         pos_embeddings: the stack's positional scheme; default none.
     """
@@ -408,8 +421,9 @@ class SelfAttention(MultiHeadAttention):
         pattern: AttentionPattern | None = None,
         pos_embeddings: PositionalEncoding | None = None,
         n_kv_heads: int | None = None,
+        d_qk: int | None = None,
     ) -> None:
-        super().__init__(d_model, n_heads, d_head, dropout, scale, bias, n_kv_heads)
+        super().__init__(d_model, n_heads, d_head, dropout, scale, bias, n_kv_heads, d_qk)
         self.pattern = FullAttention() if pattern is None else pattern
         object.__setattr__(self, "pos_embeddings", pos_embeddings)  # a reference, not a sub-module
         pe_cls = type(pos_embeddings)

@@ -10,11 +10,12 @@ receive by keyword.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Annotated, Callable
 
 import torch
 from torch import Tensor, nn
 
+from xformer.config_types import Range
 from xformer.errors import ConfigError  # defined outside the model package: importable without torch
 
 from .attention import AttentionPattern, FullAttention
@@ -148,7 +149,10 @@ class ModelBase(nn.Module):
         src_vocab_size, tgt_vocab_size: vocabulary sizes (the data module supplies them).
         d_model: model width ``D``.
         n_heads: attention heads ``H``.
-        d_head: per-head size (default ``D / H``; set it to decouple head size from ``D``, claim C11).
+        d_head: per-head size (default ``D / H``; set it to decouple head size from ``D``); the value
+            size ``d_v`` and, unless ``d_qk`` is set, the query/key size ``d_k`` too.
+        d_qk: per-head query/key size ``d_k`` apart from the value size (``None`` = ``d_head``), as
+            Vaswani et al. 2017 Table 3 row B varies it (claim C11); softmax-attention mixers only.
         ffn_ratio: ``d_ff = ffn_ratio · D`` (float allowed); ignored when ``d_ff`` is given.
         d_ff: explicit FFN inner width.
         n_encoder_layers, n_decoder_layers: stack depths.
@@ -213,6 +217,7 @@ class ModelBase(nn.Module):
         init: InitScheme | None = None,
         mixer: Mixer | None = None,
         n_kv_heads: int | None = None,
+        d_qk: Annotated[int, Range(ge=1)] | None = None,
     ) -> None:
         super().__init__()
         kwargs = dict(
@@ -238,6 +243,7 @@ class ModelBase(nn.Module):
             init=init,
             mixer=mixer,
             n_kv_heads=n_kv_heads,
+            d_qk=d_qk,
         )
         if param_budget:
             d_model, d_ff = self._solve_budget(kwargs, int(param_budget), budget_solves)
@@ -249,6 +255,10 @@ class ModelBase(nn.Module):
         if max_len is not None and max_len < 1:
             raise ConfigError(f"model.max_len={max_len}: must be >= 1")
         self.d_head, self.d_ff = resolve_sizes(d_model, n_heads, d_head, ffn_ratio, d_ff)
+        if d_qk is not None and d_qk < 1:
+            raise ConfigError(f"model.d_qk={d_qk}: must be >= 1 (or null for d_head)")
+        #: query/key head width d_k (``model.d_qk``, else ``d_head``); ``_qk_set``: it was given
+        self.d_qk, self._qk_set = (self.d_head if d_qk is None else int(d_qk)), d_qk is not None
         self.d_model, self.n_heads, self.max_len, self.pad_id = d_model, n_heads, max_len, pad_id
         self.dropout_p, self.attn_scale, self.bias = dropout, attn_scale, bool(bias)
         self.init_scheme: InitScheme = Xavier() if init is None else init
@@ -307,9 +317,17 @@ class ModelBase(nn.Module):
             n_kv_heads=n_kv_heads,
         )
         depth = {"layer": layer} if _accepts(mixer.self_attention, "layer") else {}
-        parts = {"self_attn": mixer.self_attention(**sizes, pattern=pattern, pos_embeddings=pe, **depth)}
+        qk = {}
+        if self._qk_set:
+            if not _accepts(mixer.self_attention, "d_qk"):
+                raise ConfigError(
+                    f"model.d_qk={self.d_qk}: {type(mixer).__name__} has no separate query/key width. "
+                    "Fix: model.d_qk=null, or a softmax-attention mixer (model/mixer=mha or gqa)"
+                )
+            qk = {"d_qk": self.d_qk}
+        parts = {"self_attn": mixer.self_attention(**sizes, pattern=pattern, pos_embeddings=pe, **depth, **qk)}
         if cls is DecoderLayer:
-            parts["cross_attn"] = mixer.cross_attention(**sizes)
+            parts["cross_attn"] = mixer.cross_attention(**sizes, **qk)
         parts["ffn"] = self.ffn_factory(
             d_model=self.d_model,
             d_ff=self.d_ff,
@@ -322,8 +340,8 @@ class ModelBase(nn.Module):
         """A stack of ``n`` blocks of ``cls``; ``name`` (``"encoder"`` or ``"decoder"``) decides
         whether it uses the configured mixer (``model.mixer.stacks``) or multi-head attention."""
         try:
-            pe = self.pe_factory(
-                d_model=self.d_model, n_heads=self.n_heads, d_head=self.d_head, max_len=self.max_len, causal=causal
+            pe = self.pe_factory(  # a relative scheme acts on queries and keys: their width d_k
+                d_model=self.d_model, n_heads=self.n_heads, d_head=self.d_qk, max_len=self.max_len, causal=causal
             )
         except ValueError as err:
             raise ConfigError(str(err)) from None

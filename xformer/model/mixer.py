@@ -92,9 +92,11 @@ class Mixer:
         n_kv_heads: int | None = None,
         bias: bool = True,
         layer: int = 0,  # noqa: ARG002 - softmax attention is the same at every depth
+        d_qk: int | None = None,
     ) -> nn.Module:
         """One block's self-attention (sizes as :class:`~xformer.model.attention.MultiHeadAttention`;
-        ``bias``: biases in its projections, ``model.bias``; ``layer``: the block's index in its stack)."""
+        ``bias``: biases in its projections, ``model.bias``; ``layer``: the block's index in its stack;
+        ``d_qk``: the query/key head width, ``model.d_qk``, where it differs from ``d_head``)."""
         return SelfAttention(
             d_model,
             n_heads,
@@ -105,6 +107,7 @@ class Mixer:
             pattern=pattern,
             pos_embeddings=pos_embeddings,
             n_kv_heads=n_kv_heads,
+            d_qk=d_qk,
         )
 
     def cross_attention(
@@ -116,9 +119,10 @@ class Mixer:
         scale: bool,
         n_kv_heads: int | None = None,
         bias: bool = True,
+        d_qk: int | None = None,
     ) -> nn.Module:
         """One decoder block's attention over the encoder output."""
-        return CrossAttention(d_model, n_heads, d_head, dropout, scale, bias=bias, n_kv_heads=n_kv_heads)
+        return CrossAttention(d_model, n_heads, d_head, dropout, scale, bias=bias, n_kv_heads=n_kv_heads, d_qk=d_qk)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(stacks={self.stacks!r})"

@@ -228,8 +228,9 @@ CLAIMS: dict[str, ClaimInfo] = {
             "A smaller attention key size d_k hurts quality.",
             "Vaswani et al. 2017, §6.2 and Table 3 row B",
             '"In Table 3 rows (B), we observe that reducing the attention key size d_k hurts model quality."',
-            "`model.d_head=8,16,32` (here the value size shrinks with the key size)",
-            "Needs two d_head values. **supported** when the largest d_head is better than the smallest, **not "
+            "`model.d_qk=6,12,24` with `model.d_head` (the value size) fixed, as row B varies d_k alone; "
+            "a `model.d_head` sweep (values shrink too) is read the same way and says so",
+            "Needs two d_qk (else d_head) values. **supported** when the largest is better than the smallest, **not "
             "supported** when worse, else inconclusive.",
             "BLEU 25.1 / 25.4 at d_k 16 / 32 (base d_k 64: 25.8), Vaswani et al. 2017 Table 3 rows B and base",
         ),

@@ -90,10 +90,12 @@ def c3_heads(sweep: Sweep, opts: Options) -> list[Verdict]:
 
 @claim("C11")
 def c11_d_head(sweep: Sweep, opts: Options) -> list[Verdict]:
-    """C11: a larger key size beats a smaller one (largest against smallest d_head)."""
-    key = "model.d_head"
-    if key not in sweep.swept_keys:
+    """C11: a larger key size beats a smaller one (largest against smallest ``model.d_qk``, as Table 3
+    row B; else ``model.d_head``, where the value size shrinks with the key size)."""
+    key = next((k for k in ("model.d_qk", "model.d_head") if k in sweep.swept_keys), None)
+    if key is None:
         return []
+    name = key.split(".")[1]
     out = []
     for ctx, cells in contexts(sweep, [key]):
         d = _numeric(cells)
@@ -104,9 +106,9 @@ def c11_d_head(sweep: Sweep, opts: Options) -> list[Verdict]:
         if metric is None:
             out.append(_no_metric("C11", ctx))
             continue
-        c = compare_groups(d[hi], d[lo], metric, f"d_head={fmt_value(hi)}", f"d_head={fmt_value(lo)}")
-        fails = [f"d_head={fmt_value(lo)} is better than d_head={fmt_value(hi)}"] if c.outcome == WORSE else []
-        items = [(f"d_head={fmt_value(v)}", d[v]) for v in sorted(d)]
+        c = compare_groups(d[hi], d[lo], metric, f"{name}={fmt_value(hi)}", f"{name}={fmt_value(lo)}")
+        fails = [f"{name}={fmt_value(lo)} is better than {name}={fmt_value(hi)}"] if c.outcome == WORSE else []
+        items = [(f"{name}={fmt_value(v)}", d[v]) for v in sorted(d)]
         out.append(
             decide(
                 "C11",
@@ -120,4 +122,4 @@ def c11_d_head(sweep: Sweep, opts: Options) -> list[Verdict]:
                 measured=_measured(metric, items),
             )
         )
-    return out or _missing("C11", "two d_head values")
+    return out or _missing("C11", "two d_qk (or d_head) values")
