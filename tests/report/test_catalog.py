@@ -49,3 +49,16 @@ def test_one_name_per_claim_in_configs_verdict_functions_and_catalog():
             assert name in configs, f"{cid}: no conf/experiment/claims/{name}.yaml"
             assert name in functions or name == "c1_ffn_ratio_budget", f"{cid}: no verdict function {name}"
     assert not list(sweeps.CLAIMS_DIR.glob("*_gpu.yaml")), "GPU forms are scale=gpu, not twin configs"
+
+def test_a_claims_own_seed_axis_wins_over_the_scales(tmp_path):
+    """C12 label smoothing names six seeds for its power; the W&B grid must run all six, once each."""
+    (tmp_path / "claims").mkdir()
+    cfg = {"hydra": {"sweeper": {"params": {"loss.label_smoothing": "0,0.1", "seed": "1,2,3,4,5,6"}}}}
+    (tmp_path / "claims" / "c12_x.yaml").write_text(yaml.safe_dump(cfg))
+    doc = yaml.safe_load(sweeps.sweep_text("c12_x", tmp_path / "claims"))
+    assert doc["parameters"]["seed"] == {"values": [1, 2, 3, 4, 5, 6]}
+    assert list(doc["parameters"]).count("seed") == 1
+    del cfg["hydra"]["sweeper"]["params"]["seed"]
+    (tmp_path / "claims" / "c12_x.yaml").write_text(yaml.safe_dump(cfg))
+    doc = yaml.safe_load(sweeps.sweep_text("c12_x", tmp_path / "claims"))
+    assert doc["parameters"]["seed"] == {"values": [1, 2, 3]}

@@ -51,8 +51,9 @@ def sweep_text(name: str, claims_dir: Path = CLAIMS_DIR, scale_file: Path = SCAL
         raise ValueError(f"{claims_dir / name}.yaml: no hydra.sweeper.params (the claim's axes)")
     scale = yaml.safe_load(scale_file.read_text()) or {}
     seeds = ((scale.get("hydra") or {}).get("sweeper") or {}).get("params", {}).get("seed", "1,2,3")
+    seeds = axes.get("seed", seeds)  # a claim that needs more seeds for its power names them itself
     objective = cfg.get("objective") or {"metric": "val/loss", "mode": "min"}
-    params = {k: {"values": _values(v)} for k, v in axes.items()}
+    params = {k: {"values": _values(v)} for k, v in axes.items() if k != "seed"}
     params["seed"] = {"values": _values(seeds)}
     params["scale"] = {"value": "cpu"}
     params["hydra.run.dir"] = {
