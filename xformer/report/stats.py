@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 from scipy import stats as _st
+from scipy.optimize import brentq as _brentq
 
 CONFIDENCE = 0.95
 """Two-sided confidence of the intervals printed in verdicts (α = 0.05)."""
@@ -147,3 +148,44 @@ def log2_trend(steps: list[float], values: list[float]) -> tuple[float, float]:
         raise ValueError("log2_trend: needs >= 2 points with positive steps")
     fit = _st.linregress([math.log2(s) for s in steps], values)
     return float(fit.intercept), float(fit.slope)
+
+
+POWER = 0.8
+"""The power the detectable difference is stated at (the usual 80 %; Cohen 1988 §2.4)."""
+
+
+def detectable_difference(
+    sd: float, n_a: int, n_b: int, alpha: float = 1 - CONFIDENCE, power: float = POWER
+) -> float | None:
+    """The smallest true difference a two-sided two-sample t-test at level ``alpha`` detects with
+    probability ``power``, for a common per-seed standard deviation ``sd`` and ``n_a``/``n_b`` seeds.
+
+    Solved exactly on the noncentral t distribution (ν = n_a + n_b − 2, noncentrality
+    ``δ / (sd·√(1/n_a + 1/n_b))``; Cohen 1988 §2.4 gives the same in tables); for large n it tends to
+    ``(z_{1-α/2} + z_{power}) · sd · √(1/n_a + 1/n_b)``. Same units as ``sd``. ``None`` with fewer than
+    2 seeds a side or no finite spread."""
+    if n_a < 2 or n_b < 2 or sd is None or not math.isfinite(sd):
+        return None
+    nu, se = n_a + n_b - 2, math.sqrt(1 / n_a + 1 / n_b)
+    crit = float(_st.t.ppf(1 - alpha / 2, nu))
+
+    def short(nc: float) -> float:  # power at noncentrality nc (both tails) minus the target
+        lower = float(_st.nct.cdf(-crit, nu, nc))  # ~0 and NaN in scipy far from the centre
+        return float(_st.nct.sf(crit, nu, nc)) + (lower if math.isfinite(lower) else 0.0) - power
+
+    nc = float(_brentq(short, 0.0, 30.0))  # power(30) > 0.99 for every ν >= 2
+    return nc * sd * se
+
+
+def seeds_needed(
+    sd: float, effect: float, alpha: float = 1 - CONFIDENCE, power: float = POWER, most: int = 1000
+) -> int:
+    """Seeds per side for :func:`detectable_difference` with equal sides to reach ``|effect|``
+    (``most + 1`` when even ``most`` seeds a side do not; 2 when ``sd`` is 0)."""
+    if sd == 0:
+        return 2
+    for n in range(2, most + 1):
+        mde = detectable_difference(sd, n, n, alpha, power)
+        if mde is not None and mde <= abs(effect):
+            return n
+    return most + 1
