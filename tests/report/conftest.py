@@ -114,6 +114,13 @@ def flat_curve(val: float) -> list[tuple[int, float, float]]:
     return [(s, val + 0.1, val) for s in range(10, 101, 10)]
 
 
+def overfit_curve(val: float) -> list[tuple[int, float, float]]:
+    """A run that over-fits early: validation at ``val − 0.2`` by step 20, back at ``val`` from step 40
+    to 100 (so the second half is flat at ``val``), training loss far below it."""
+    dip = {10: val - 0.15, 20: val - 0.2, 30: val - 0.1}
+    return [(s, val - 0.5, dip.get(s, val)) for s in range(10, 101, 10)]
+
+
 def write_sweep(
     root: Path,
     key: str,

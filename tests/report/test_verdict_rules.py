@@ -25,7 +25,7 @@ from xformer.report.claims import (
 )
 from xformer.report.stats import fisher_more, holm, log2_trend
 
-from .conftest import flat_curve, write_job
+from .conftest import flat_curve, overfit_curve, write_job
 
 
 def only(root, cid, **opts):
@@ -337,7 +337,7 @@ def test_c12_dropout_states_the_correction(tmp_path):
                 num,
                 [f"model.dropout={p}", f"seed={seed}"],
                 {"test/loss": v, "val/loss": v},
-                curve=flat_curve(v),
+                curve=overfit_curve(v) if p == 0 else flat_curve(v),
             )
             num += 1
     v = only(tmp_path, "C12")

@@ -32,6 +32,7 @@ class Interval:
             0.0 when zero spread and different means).
         df: Welch–Satterthwaite degrees of freedom (``inf`` without spread).
         confidence: the interval's confidence level.
+        se: the standard error of ``delta`` (0 without spread; NaN where not computed).
     """
 
     delta: float
@@ -40,6 +41,11 @@ class Interval:
     p: float
     df: float
     confidence: float
+    se: float = math.nan
+
+    def flipped(self) -> Interval:
+        """The same interval for ``mean(B) - mean(A)`` (a loss read as "lower is better")."""
+        return Interval(-self.delta, -self.hi, -self.lo, self.p, self.df, self.confidence, self.se)
 
     def text(self, digits: int = 3) -> str:
         """``"+0.101 [95% CI +0.052, +0.150]"``."""
@@ -72,12 +78,12 @@ def welch(a: list[float], b: list[float], confidence: float = CONFIDENCE) -> Int
     delta = ma - mb
     se2 = va / na + vb / nb
     if se2 == 0.0:
-        return Interval(delta, delta, delta, 1.0 if delta == 0 else 0.0, math.inf, confidence)
+        return Interval(delta, delta, delta, 1.0 if delta == 0 else 0.0, math.inf, confidence, 0.0)
     se = math.sqrt(se2)
     df = se2**2 / ((va / na) ** 2 / (na - 1) + (vb / nb) ** 2 / (nb - 1))
     t_crit = float(_st.t.ppf(0.5 + confidence / 2, df))
     p = float(2 * _st.t.sf(abs(delta) / se, df))
-    return Interval(delta, delta - t_crit * se, delta + t_crit * se, p, df, confidence)
+    return Interval(delta, delta - t_crit * se, delta + t_crit * se, p, df, confidence, se)
 
 
 def equivalent(a: list[float], b: list[float], margin: float, alpha: float = 1 - CONFIDENCE) -> tuple[bool, Interval]:
@@ -166,15 +172,7 @@ def detectable_difference(
     2 seeds a side or no finite spread."""
     if n_a < 2 or n_b < 2 or sd is None or not math.isfinite(sd):
         return None
-    nu, se = n_a + n_b - 2, math.sqrt(1 / n_a + 1 / n_b)
-    crit = float(_st.t.ppf(1 - alpha / 2, nu))
-
-    def short(nc: float) -> float:  # power at noncentrality nc (both tails) minus the target
-        lower = float(_st.nct.cdf(-crit, nu, nc))  # ~0 and NaN in scipy far from the centre
-        return float(_st.nct.sf(crit, nu, nc)) + (lower if math.isfinite(lower) else 0.0) - power
-
-    nc = float(_brentq(short, 0.0, 30.0))  # power(30) > 0.99 for every ν >= 2
-    return nc * sd * se
+    return detectable_for(sd * math.sqrt(1 / n_a + 1 / n_b), n_a + n_b - 2, alpha, power)
 
 
 def seeds_needed(
@@ -189,3 +187,50 @@ def seeds_needed(
         if mde is not None and mde <= abs(effect):
             return n
     return most + 1
+
+
+def contrast(samples: list[list[float]], weights: list[float], confidence: float = CONFIDENCE) -> Interval:
+    """Welch's interval for a linear contrast ``Σ wᵢ·mean(samplesᵢ)`` of independent settings, e.g. an
+    interaction ``(A₁ − B₁) − (A₂ − B₂)`` (weights 1, −1, −1, 1): variance ``Σ wᵢ² sᵢ²/nᵢ``,
+    Welch–Satterthwaite degrees of freedom (Satterthwaite 1946). With two settings and weights
+    (1, −1) it is :func:`welch`.
+
+    Raises:
+        ValueError: fewer than 2 values in a sample, a non-finite value, or unequal lengths of
+            ``samples`` and ``weights``.
+    """
+    if len(samples) != len(weights):
+        raise ValueError(f"contrast: {len(samples)} samples for {len(weights)} weights")
+    if any(len(s) < 2 for s in samples):
+        raise ValueError("contrast: needs at least 2 values per sample")
+    if not all(math.isfinite(v) for s in samples for v in s):
+        raise ValueError("contrast: values must be finite")
+    means = [sum(s) / len(s) for s in samples]
+    parts = [
+        w * w * sum((x - m) ** 2 for x in s) / (len(s) - 1) / len(s)
+        for s, w, m in zip(samples, weights, means, strict=True)
+    ]
+    delta = sum(w * m for w, m in zip(weights, means, strict=True))
+    se2 = sum(parts)
+    if se2 == 0.0:
+        return Interval(delta, delta, delta, 1.0 if delta == 0 else 0.0, math.inf, confidence, 0.0)
+    df = se2**2 / sum(p * p / (len(s) - 1) for p, s in zip(parts, samples, strict=True) if p)
+    se = math.sqrt(se2)
+    t_crit = float(_st.t.ppf(0.5 + confidence / 2, df))
+    p = float(2 * _st.t.sf(abs(delta) / se, df))
+    return Interval(delta, delta - t_crit * se, delta + t_crit * se, p, df, confidence, se)
+
+
+def detectable_for(se: float, df: float, alpha: float = 1 - CONFIDENCE, power: float = POWER) -> float | None:
+    """The detectable |difference| (``power``, two-sided ``alpha``) of an estimate with standard
+    error ``se`` and ``df`` degrees of freedom (as :func:`detectable_difference`, for a contrast)."""
+    if not math.isfinite(se) or not df or df < 1:
+        return None
+    nu = min(df, 1e6)
+    crit = float(_st.t.ppf(1 - alpha / 2, nu))
+
+    def short(nc: float) -> float:
+        lower = float(_st.nct.cdf(-crit, nu, nc))
+        return float(_st.nct.sf(crit, nu, nc)) + (lower if math.isfinite(lower) else 0.0) - power
+
+    return float(_brentq(short, 0.0, 30.0)) * se

@@ -9,35 +9,37 @@ from .core import (
     Options,
     Verdict,
     _measured,
-    _missing,
-    _no_metric,
     _simple_axis,
     claim,
+    compare_contrast,
     compare_groups,
-    contexts,
     decide,
-    pick_metric,
+    each_context,
 )
 
 
 def head_size(cfg: dict) -> float | None:
-    """d_k of a config: ``model.d_head``, else ``d_model / n_heads``."""
+    """d_k of a config: ``model.d_qk``, else ``model.d_head``, else ``d_model / n_heads``."""
     m = cfg.get("model") or {}
     try:
-        return float(m.get("d_head") or int(m["d_model"]) / int(m["n_heads"]))
+        return float(m.get("d_qk") or m.get("d_head") or int(m["d_model"]) / int(m["n_heads"]))
     except (KeyError, TypeError, ValueError, ZeroDivisionError):
         return None
 
 
 @claim("C9")
 def c9_attn_scale(sweep: Sweep, opts: Options) -> list[Verdict]:
-    """C9: 1/√d_k scaling helps, decided at the largest head size."""
+    """C9 (Vaswani et al. §3.2.1): the 1/√d_k scaling counters dot products that grow with d_k.
+
+    Decided on what the claim names: (i) scaling helps at the largest d_k, and (ii) its benefit grows
+    with d_k: the interaction ``(scaled − unscaled)@largest − (scaled − unscaled)@smallest`` (Welch–
+    Satterthwaite), whose second-half stability is checked. **supported**: both; **not supported**:
+    unscaled is better at the largest d_k, or the benefit shrinks with d_k; else inconclusive.
+    """
     key = "model.attn_scale"
-    if key not in sweep.swept_keys:
-        return []
-    out = []
-    size_keys = [k for k in ("model.d_head", "model.n_heads", "model.d_model") if k in sweep.swept_keys]
-    for ctx, cells in contexts(sweep, [key] + size_keys):
+    size_keys = [k for k in ("model.d_head", "model.d_qk", "model.n_heads", "model.d_model") if k in sweep.swept_keys]
+
+    def judge(ctx: str, cells: dict, metric_for) -> Verdict | None:
         by_dk: dict[float, dict[bool, Group]] = {}
         for vals, g in cells.items():
             dk = head_size(g.config())
@@ -45,38 +47,44 @@ def c9_attn_scale(sweep: Sweep, opts: Options) -> list[Verdict]:
                 by_dk.setdefault(dk, {}).setdefault(vals[0], g)
         both = sorted(dk for dk, s in by_dk.items() if len(s) == 2)
         if not both:
-            continue
-        metric = pick_metric([g for dk in both for g in by_dk[dk].values()], opts)
-        if metric is None:
-            out.append(_no_metric("C9", ctx))
-            continue
+            return None
+        metric = metric_for([g for dk in both for g in by_dk[dk].values()])
         comps = [
             compare_groups(by_dk[dk][True], by_dk[dk][False], metric, f"scaled@d_k={dk:g}", f"unscaled@d_k={dk:g}")
             for dk in both
         ]
         top = comps[-1]
-        fails = ["unscaled is better than scaled at the largest d_k"] if top.outcome == WORSE else []
         items = [(f"{'scaled' if s else 'unscaled'}@d_k={dk:g}", by_dk[dk][s]) for dk in both for s in (True, False)]
-        decided = [
-            (f"scaled@d_k={both[-1]:g}", by_dk[both[-1]][True]),
-            (f"unscaled@d_k={both[-1]:g}", by_dk[both[-1]][False]),
-        ]
-        v = decide(
+        lo, hi = both[0], both[-1]
+        coverage = [] if len(both) > 1 else [f"C9 needs scaled and unscaled at two d_k (swept: d_k={lo:g} only)"]
+        inter = None
+        if len(both) > 1:
+            inter = compare_contrast(
+                [(1, by_dk[hi][True]), (-1, by_dk[hi][False]), (-1, by_dk[lo][True]), (1, by_dk[lo][False])],
+                metric,
+                f"scaling benefit@d_k={hi:g} − @d_k={lo:g}",
+            )
+        fails = ["unscaled is better than scaled at the largest d_k"] if top.outcome == WORSE else []
+        if inter is not None and inter.outcome == WORSE:
+            fails.append(f"the scaling benefit shrinks from d_k={lo:g} to d_k={hi:g}")
+        holds = top.outcome == BETTER and inter is not None and inter.outcome == BETTER
+        decisive = [inter] if inter is not None else [top]
+        return decide(
             "C9",
             sweep,
             ctx,
             metric,
-            decided,
-            list(reversed(comps)),
+            items,
+            ([inter] if inter is not None else []) + list(reversed(comps)),
             fails,
-            top.outcome == BETTER,
-            notes=[f"decided at d_k={both[-1]:g}"],
+            holds,
+            coverage=coverage,
             measured=_measured(metric, items),
-            decisive=[top],
-            key=top,
+            decisive=decisive,
+            key=decisive[0],
         )
-        out.append(v)
-    return out or _missing("C9", "attn_scale true and false at one head size")
+
+    return each_context("C9", sweep, opts, [key] + size_keys, "attn_scale true and false at one head size", judge)
 
 
 @claim("C10")

@@ -7,7 +7,7 @@ import math
 
 from ..aggregate import Group, Stat
 from ..catalog import DIVERGE_SHARE, MIN_SEEDS
-from ..stats import CONFIDENCE, Interval, detectable_difference, holm, welch
+from ..stats import CONFIDENCE, contrast, detectable_difference, detectable_for, holm, welch
 from .results import BETTER, FEW, NOISE, WORSE, Comparison
 
 LOWER_IS_BETTER = ("loss", "ppl", "perplexity", "error", "wer", "cer")
@@ -65,7 +65,7 @@ def compare(
         return Comparison(a_name, b_name, delta, None, FEW, **common)
     iv = welch(a.values, b.values)
     if not higher:
-        iv = Interval(-iv.delta, -iv.hi, -iv.lo, iv.p, iv.df, iv.confidence)
+        iv = iv.flipped()
     sa, sb = a.std or 0.0, b.std or 0.0
     noise = math.sqrt(((a.n - 1) * sa**2 + (b.n - 1) * sb**2) / (a.n + b.n - 2))
     outcome = BETTER if iv.lo > 0 else WORSE if iv.hi < 0 else NOISE
@@ -120,3 +120,35 @@ def best_of(
             c.outcome = NOISE
             c.note = (c.note + "; " if c.note else "") + f"not significant after Holm–Bonferroni over {k}"
     return comps[best_i], comps
+
+
+def compare_contrast(
+    terms: list[tuple[float, Group]], metric: str, name: str, higher: bool | None = None
+) -> Comparison:
+    """A linear contrast ``Σ wᵢ·mean(groupᵢ)`` of ``metric`` over independent settings (an interaction:
+    weights ``+1, −1, −1, +1``), oriented so that positive is better as in :func:`compare`, as a
+    :class:`Comparison` named ``name`` against 0 (Welch–Satterthwaite interval,
+    :func:`~xformer.report.stats.contrast`). Only finite per-seed values enter (diverged seeds are
+    named by the verdict); fewer than :data:`MIN_SEEDS` in a group decides nothing."""
+    hb = higher_is_better(metric) if higher is None else higher
+    stats = [g.stat(metric) for _, g in terms]
+    ns = [s.n if s else 0 for s in stats]
+    if min(ns) < MIN_SEEDS:
+        c = Comparison(name, "0", math.nan, None, FEW, n_a=min(ns), n_b=0, metric=metric)
+        return c
+    iv = contrast([s.values for s in stats], [w for w, _ in terms])
+    if not hb:
+        iv = iv.flipped()
+    outcome = BETTER if iv.lo > 0 else WORSE if iv.hi < 0 else NOISE
+    return Comparison(
+        name,
+        "0",
+        iv.delta,
+        iv,
+        outcome,
+        n_a=min(ns),
+        n_b=min(ns),
+        metric=metric,
+        detectable=detectable_for(iv.se, iv.df) if iv.se > 0 else 0.0,
+        terms=list(terms),
+    )

@@ -16,7 +16,15 @@ from typing import Any, Callable
 from ..aggregate import Group, Job, Sweep, fmt_value
 from ..catalog import CLAIMS, MIN_SEEDS
 from ..stats import seeds_needed
-from .compare import ALPHA, LOWER_IS_BETTER, best_of, compare, compare_groups, higher_is_better  # noqa: F401
+from .compare import (  # noqa: F401 (re-exported)
+    ALPHA,
+    LOWER_IS_BETTER,
+    best_of,
+    compare,
+    compare_contrast,
+    compare_groups,
+    higher_is_better,
+)
 from .registry import BENCH_CLAIMS, REGISTRY, Recogniser, claim, evaluate  # noqa: F401
 from .results import (  # noqa: F401 (re-exported)
     BETTER,

@@ -62,7 +62,8 @@ class Comparison:
     ``mean_b`` B's mean (for the relative effect), ``note`` why the outcome differs from the interval
     (divergence, multiple comparisons), ``p_adj``/``family``: the Holm-adjusted p-value and the family
     size when the pair was picked as the best of ``family``; ``groups``: the two groups compared;
-    ``detectable``: the smallest true |Δ| this many seeds with this spread detect with 80 % power."""
+    ``detectable``: the smallest true |Δ| this many seeds with this spread detect with 80 % power;
+    ``terms``: the weighted groups of a contrast (:func:`~.compare.compare_contrast`) instead of two groups."""
 
     a: str
     b: str
@@ -81,6 +82,7 @@ class Comparison:
     groups: tuple[Group, Group] | None = field(default=None, repr=False)
     metric: str = ""
     detectable: float | None = None
+    terms: list[tuple[float, Group]] | None = field(default=None, repr=False)
 
     @property
     def by_divergence(self) -> bool:

@@ -7,7 +7,7 @@ import math
 
 from ..aggregate import Job, read_curves
 from ..catalog import CLOSING_SHARE, MAX_POINTS, MIN_POINTS
-from ..stats import Interval, log2_trend, welch
+from ..stats import contrast, log2_trend, welch
 from .compare import higher_is_better
 from .results import BETTER, WORSE, Check, Comparison, Stability, StabilityPoint
 
@@ -87,7 +87,7 @@ def _point(step: float, a_vals: list[float], b_vals: list[float], hb: bool) -> S
     iv = None
     if len(a_vals) >= 2 and len(b_vals) >= 2:
         w = welch(a_vals, b_vals)
-        iv = w if hb else Interval(-w.delta, -w.hi, -w.lo, w.p, w.df, w.confidence)
+        iv = w if hb else w.flipped()
     return StabilityPoint(step, mean + 0.0, iv)
 
 
@@ -142,6 +142,8 @@ def stability(c: Comparison, equivalence_margin: float | None = None) -> Stabili
     final size), and for an equivalence (``equivalence_margin`` m) the fitted Δ at the last step
     outside ±m. The improvement over each setting's last validation interval is a caveat only.
     """
+    if c.terms is not None and not c.by_divergence and "@" not in c.metric:
+        return contrast_stability(c)
     if c.groups is None or c.by_divergence or "@" in c.metric:
         return None
     found = _curves(c)
@@ -182,6 +184,51 @@ def stability(c: Comparison, equivalence_margin: float | None = None) -> Stabili
         0,
         f"{c.a} vs {c.b} over the second half ({cm}, steps "
         f"{', '.join(f'{p.step:g}' for p in out.points)}): Δ "
+        f"{', '.join(f'{p.delta:+.3g}' for p in out.points)}; trend {out.trend[1]:+.3g} per doubling",
+    )
+    return out
+
+
+def contrast_stability(c: Comparison) -> Stability | None:
+    """The second-half check of a contrast (``c.terms``: weighted groups, e.g. an interaction): its
+    Welch–Satterthwaite interval at each shared second-half validation of the decision metric's
+    curve, then late crossing and gap closing as for two settings (:func:`stability`)."""
+    keys = {m for _, g in c.terms for m in g.stats}
+    cm = curve_metric(c.metric, keys)
+    if _family(cm) != _family(c.metric):
+        return None
+    hb = higher_is_better(cm)
+    out = Stability(c, cm)
+    curves = [[cv for j in g.jobs if (cv := _finite_curve(j, cm))] for _, g in c.terms]
+    if not all(curves):
+        out.problems.append((Check.NO_CURVE, f"{c.a}: no {cm} curve for every setting of the contrast"))
+        return out
+    last = max(max(cv) for side in curves for cv in side)
+    shared = set.intersection(*(set(cv) for side in curves for cv in side))
+    chosen = spaced(sorted(s for s in shared if s >= last / 2 and s > 0))
+    if len(chosen) < MIN_POINTS:
+        why = f"{c.a}: {len(chosen)} shared validation(s) of {cm} in the second half; needs ≥ {MIN_POINTS}"
+        out.problems.append((Check.FEW_POINTS, why))
+        return out
+    weights = [w for w, _ in c.terms]
+    for s in chosen:
+        samples = [[cv[s] for cv in side] for side in curves]
+        if all(len(x) >= 2 for x in samples):
+            iv = contrast(samples, weights)
+            iv = iv if hb else iv.flipped()
+            out.points.append(StabilityPoint(s, iv.delta + 0.0, iv))
+        else:
+            sign = 1.0 if hb else -1.0
+            mean = sign * sum(w * sum(x) / len(x) for w, x in zip(weights, samples, strict=True))
+            out.points.append(StabilityPoint(s, mean + 0.0, None))
+    out.trend = log2_trend([p.step for p in out.points], [p.delta for p in out.points])
+    if c.outcome in (BETTER, WORSE):
+        for kind, text in ((Check.LATE_CROSSING, _late_crossing(c, out)), (Check.CLOSING, _closing(c, out))):
+            if text:
+                out.problems.append((kind, text))
+    out.caveats.insert(
+        0,
+        f"{c.a} over the second half ({cm}, steps {', '.join(f'{p.step:g}' for p in out.points)}): "
         f"{', '.join(f'{p.delta:+.3g}' for p in out.points)}; trend {out.trend[1]:+.3g} per doubling",
     )
     return out
