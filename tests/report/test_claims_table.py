@@ -41,41 +41,21 @@ def _publish(results: Path, name: str, report: str, summary: dict | None = None,
     if run_md:
         (d / "run.md").write_text("# How this report was made\n")
     if summary is not None:
-        (d / "summary.json").write_text(json.dumps(summary))
+        (d / "verdicts.json").write_text(json.dumps(summary))
 
 
 def _rows(results: Path, name: str) -> list:
     return claims_table.report_rows(name, results)
 
 
-def test_rows_prefer_summary_json_then_the_report_table_then_its_verdict_lines(tmp_path):
-    bullets = (
-        "# report\n\n- **C3: supported**. 4 heads beat 1.\n  - evidence: decision metric: test/loss\n"
-        "  - evidence: 4 vs 1: Δ +0.05 [95% CI +0.01, +0.09], Welch p=0.01, n=3/3 → better\n"
-        "  - published: BLEU 24.9 at h=1\n"
-    )
-    _publish(tmp_path, "c3_heads", bullets)
-    (row,) = _rows(tmp_path, "c3_heads")
-    assert (row.claim, row.verdict) == ("C3", "**supported**: 4 heads beat 1.")
-    assert row.key.startswith("4 vs 1: Δ +0.05 [95% CI +0.01, +0.09]") and row.published == "BLEU 24.9 at h=1"
-
+def test_rows_come_from_verdicts_json_never_from_the_markdown(tmp_path):
     top = (
         "# report\n\n| claim | verdict | budget | key Δ (95 % CI) | relative % | published |\n"
-        "|---|---|---|---|---|---|\n"
-        "| **C4** Pre-LN vs Post-LN | not supported | 3000 steps, 3 seeds "
-        "| Δ -0.2 [-0.3, -0.1] | -12 % | 8.45 BLEU |\n\n" + bullets
+        "|---|---|---|---|---|---|\n| **C4** Pre-LN vs Post-LN | not supported | 3000 steps | Δ -0.2 | -12 % | 8 |\n"
     )
     _publish(tmp_path, "c4_norm_warmup", top)
     (row,) = _rows(tmp_path, "c4_norm_warmup")
-    assert (row.claim, row.verdict, row.budget, row.key, row.relative, row.published) == (
-        "C4",
-        "**not supported**",
-        "3000 steps, 3 seeds",
-        "Δ -0.2 [-0.3, -0.1]",
-        "-12 %",
-        "8.45 BLEU",
-    )
-
+    assert row.verdict.startswith("not run (the report there has no verdicts.json: re-render it"), row.verdict
     summary = {
         "claims": [
             {
@@ -102,8 +82,29 @@ def test_rows_prefer_summary_json_then_the_report_table_then_its_verdict_lines(t
     assert "| C9 | `c9_attn_scale` | **inconclusive**: within noise | b | k | r | p |" in render(tmp_path)
 
 
+def test_a_report_writes_verdicts_json_with_portable_paths(tmp_path, monkeypatch):
+    """``xformer report`` writes verdicts.json (read by the table) and names folders under
+    $XFORMER_RUNS / $XFORMER_DATA by the variable, never by this machine's absolute path."""
+    from xformer.report.cli import main
+
+    from .conftest import write_sweep
+
+    runs = tmp_path / "runs"
+    sweep = runs / "claims" / "c11_d_head" / "cpu"
+    write_sweep(sweep, "model.d_qk", {6: [1.80, 1.81, 1.82], 24: [1.74, 1.75, 1.76]})
+    monkeypatch.setenv("XFORMER_RUNS", str(runs))
+    out = tmp_path / "docs" / "c11_d_head"
+    assert main([str(sweep), "--out", str(out)]) == 0
+    data = json.loads((out / "verdicts.json").read_text())
+    (c11,) = [r for r in data["claims"] if r["claim"] == "C11"]
+    assert c11["verdict"] == "supported" and c11["key"].startswith("d_qk=24 vs d_qk=6") and c11["detectable"] > 0
+    text = (out / "report.md").read_text()
+    assert "${XFORMER_RUNS}/claims/c11_d_head/cpu" in text and str(runs) not in text
+    assert str(runs) not in (out / "jobs.json").read_text()
+
+
 def test_unpublished_claims_are_not_run_rows_with_their_command(tmp_path):
-    _publish(tmp_path, "c5_pe_length", "- **C5: supported**. old form\n", run_md=False)
+    _publish(tmp_path, "c5_pe_length", "- **C5: supported**. old form\n", {"claims": []}, run_md=False)
     (row,) = _rows(tmp_path, "c5_pe_length")
     assert row.verdict.startswith("not run") and "no run.md" in row.verdict
     assert row.where == "`xformer claims run c5_pe_length`"

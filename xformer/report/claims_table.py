@@ -4,16 +4,14 @@ One row per verdict of every published claim report, ``docs/results/<name>/``, i
 a claim config without a published report gets a ``not run`` row with the command that runs it. A
 report counts as published when ``run.md`` (written by ``xformer claims run``) lies beside it.
 
-Each row is read from ``docs/results/<name>/summary.json`` when the report wrote one::
+Each row is read from ``docs/results/<name>/verdicts.json``, which ``xformer report`` writes beside
+``report.md`` (:func:`xformer.report.export.write_verdicts`; never from the Markdown)::
 
-    {"claims": [{"claim": "C1", "verdict": "inconclusive", "reason": "under-trained ...",
-                 "budget": "3000 steps x 2048 chars, 3 seeds", "key": "4 vs 2: Δ +0.047 [+0.036, +0.059]",
-                 "relative": "+2.7 %", "published": "BLEU 25.4 / 25.8 / 26.2 ..."}]}
+    {"format": 1, "claims": [{"claim": "C1", "verdict": "inconclusive", "reason": "...",
+                 "budget": "3 000 steps, ...", "key": "ratio 4 vs ratio 2: +0.047 [+0.036, +0.059] test/loss",
+                 "relative": "+2.7 % [...]", "published": "...", ...}]}
 
-(every field a string; only ``claim`` and ``verdict`` are required), else from ``report.md``: the
-first Markdown table whose header names a claim and a verdict (columns matched by name: claim,
-verdict, budget, Δ/key, relative/%, published), else the verdict bullets
-(``- **C1: inconclusive**. reason``, with its first ``Δ`` evidence line and ``published:`` line).
+(only ``claim`` and ``verdict`` are required).
 
 The table sits in ``docs/results/README.md`` (its one home; the project README links to it) between
 :data:`BEGIN` and :data:`END`; ``--check`` (and ``tests/report/test_claims_table.py``) fails when it
@@ -27,6 +25,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .export import VERDICTS_JSON
 from .sweeps import REPO, claim_names
 
 RESULTS = REPO / "docs" / "results"
@@ -79,71 +78,11 @@ def _published(cid: str) -> str:
         return "—"
 
 
-def _from_summary(path: Path) -> list[dict]:
+def _from_verdicts(path: Path) -> list[dict]:
+    """The records of a report's ``verdicts.json`` (:func:`xformer.report.export.write_verdicts`)."""
     data = json.loads(path.read_text())
     items = data.get("claims", data) if isinstance(data, dict) else data
     return [dict(i) for i in items if isinstance(i, dict) and i.get("claim") and i.get("verdict")]
-
-
-_COLUMNS = {
-    "claim": ("claim",),
-    "verdict": ("verdict",),
-    "budget": ("budget",),
-    "key": ("δ", "delta", "key"),
-    "relative": ("relative", "%"),
-    "published": ("published", "paper"),
-}
-
-
-def _split_row(line: str) -> list[str]:
-    cells = re.split(r"(?<!\\)\|", line.strip().strip("|"))
-    return [c.strip() for c in cells]
-
-
-def _from_table(text: str) -> list[dict]:
-    lines = text.splitlines()
-    for i, line in enumerate(lines[:-1]):
-        if not line.lstrip().startswith("|") or not re.match(r"^\s*\|?\s*:?-{3,}", lines[i + 1]):
-            continue
-        head = [h.lower() for h in _split_row(line)]
-        cols: dict[str, int] = {}
-        for field_name, words in _COLUMNS.items():
-            for j, h in enumerate(head):
-                if j not in cols.values() and any(w in h for w in words):
-                    cols[field_name] = j
-                    break
-        if "claim" not in cols or "verdict" not in cols:
-            continue
-        out = []
-        for row in lines[i + 2 :]:
-            if not row.lstrip().startswith("|"):
-                break
-            cells = _split_row(row)
-            out.append({k: cells[j] for k, j in cols.items() if j < len(cells)})
-        return out
-    return []
-
-
-_BULLET = re.compile(r"^- \*\*(C\d+)[^*:]*:\s*([^*]+)\*\*\.?\s*(.*)$")
-
-
-def _from_bullets(text: str) -> list[dict]:
-    out: list[dict] = []
-    for line in text.splitlines():
-        m = _BULLET.match(line.strip())
-        if m:
-            reason = m.group(3).strip()
-            verdict = m.group(2).strip()
-            out.append({"claim": m.group(1), "verdict": f"**{verdict}**" + (f": {reason}" if reason else "")})
-            continue
-        if not out:
-            continue
-        item = line.strip().removeprefix("- ")
-        if item.startswith("evidence:") and "Δ" in item and "key" not in out[-1]:
-            out[-1]["key"] = item.removeprefix("evidence:").strip()
-        elif item.startswith("published:") and "published" not in out[-1]:
-            out[-1]["published"] = item.removeprefix("published:").strip()
-    return out
 
 
 SUPERSEDED = "**Superseded"
@@ -153,7 +92,7 @@ SUPERSEDED = "**Superseded"
 def report_rows(name: str, results: Path = RESULTS) -> list[Row]:
     """The rows of one claim config: from its published report, or one ``not run`` row."""
     folder = results / name
-    report, summary = folder / "report.md", folder / "summary.json"
+    report, summary = folder / "report.md", folder / VERDICTS_JSON
     rel = f"`docs/results/{name}/`"
     if report.is_file() and SUPERSEDED in report.read_text()[:600]:
         return [
@@ -165,11 +104,8 @@ def report_rows(name: str, results: Path = RESULTS) -> list[Row]:
                 where=rel,
             )
         ]
-    if (report.is_file() or summary.is_file()) and (folder / "run.md").is_file():
-        items = _from_summary(summary) if summary.is_file() else []
-        if not items:
-            text = report.read_text()
-            items = _from_table(text) or _from_bullets(text)
+    if summary.is_file() and (folder / "run.md").is_file():
+        items = _from_verdicts(summary)
         rows = []
         for it in items:
             found = re.search(r"\bC\d+\b", str(it["claim"]))  # "C1", "**C1**", "C1: FFN ratio" -> C1
@@ -194,7 +130,14 @@ def report_rows(name: str, results: Path = RESULTS) -> list[Row]:
             )
         if rows:
             return rows
-    note = " (the report there has no run.md: not counted)" if report.is_file() else ""
+    note = ""
+    if report.is_file():
+        note = (
+            " (the report there has no run.md: not counted)"
+            if summary.is_file()
+            else f" (the report there has no {VERDICTS_JSON}: re-render it, `xformer report {rel.strip('`')} --out "
+            f"{rel.strip('`')}`)"
+        )
     return [
         Row(_cid(name), name, "not run" + note, published=_published(_cid(name)), where=f"`xformer claims run {name}`")
     ]

@@ -27,7 +27,7 @@ from pathlib import Path
 from .aggregate import Job, NoJobsError, Sweep, aggregate_jobs, find_job_dirs, load_jobs_once, main_metrics
 from .benchjson import load_bench
 from .claims import Options, evaluate, length_metrics, pick_metric
-from .export import is_report_folder, read_report_folder, write_seed_files
+from .export import is_report_folder, portable, read_report_folder, write_seed_files, write_verdicts
 from .markdown import render
 from .plots import plot_verdict, write_plots
 
@@ -151,8 +151,9 @@ def run(args: argparse.Namespace, command: str) -> Path:
     notes = [f"bench: `{bench_files[0]}`"] if bench is not None else []
     vplots = [plot_verdict(v, out, i) if v.settings else None for i, v in enumerate(verdicts, start=1)]
     files = write_seed_files(sweep, out) if sweep.jobs else []
+    files.append(write_verdicts(verdicts, out))
     path = out / "report.md"
-    path.write_text(render(command, sweep, metrics, verdicts, plots, out, decision, notes, vplots, files))
+    path.write_text(portable(render(command, sweep, metrics, verdicts, plots, out, decision, notes, vplots, files)))
     for v in verdicts:
         print(v.block())
     return path

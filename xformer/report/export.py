@@ -12,6 +12,12 @@ sweep's job folders:
 - ``jobs.json``: what :func:`xformer.report.aggregate.load_job` read from each job (overrides,
   resolved config, Hydra choices, metrics, parameter counts, status), so that
   ``xformer report <report folder>`` rebuilds the same sweep: :func:`read_report_folder`.
+- ``verdicts.json``: one record per verdict (:func:`write_verdicts`), what ``xformer claims table``
+  reads.
+
+Paths in these files and in ``report.md`` are portable (:func:`portable`): under ``$XFORMER_DATA``,
+``$XFORMER_RUNS``, this checkout or the home folder they are written ``${XFORMER_DATA}/…``,
+``${XFORMER_RUNS}/…``, ``./…``, ``~/…``, never as the absolute paths of the machine that ran the sweep.
 """
 
 from __future__ import annotations
@@ -24,9 +30,73 @@ from pathlib import Path
 
 from .aggregate import LIGHTNING_STEP_OFFSET, Job, Sweep, fmt_value, read_curves
 
-SEEDS_CSV, CURVES_CSV, JOBS_JSON = "seeds.csv", "curves.csv", "jobs.json"
+SEEDS_CSV, CURVES_CSV, JOBS_JSON, VERDICTS_JSON = "seeds.csv", "curves.csv", "jobs.json", "verdicts.json"
 FORMAT = 1
 """Version of ``jobs.json``."""
+
+
+def _prefixes() -> list[tuple[str, str]]:
+    """``(absolute folder, portable spelling)``, longest first: the data and runs roots, then home."""
+    found = []
+    for var in ("XFORMER_DATA", "XFORMER_RUNS"):
+        if os.environ.get(var):
+            found.append((str(Path(os.environ[var]).expanduser().resolve()), "${" + var + "}"))
+            found.append((os.environ[var].rstrip("/"), "${" + var + "}"))
+    found.append((str(Path(__file__).resolve().parents[2]), "."))  # this checkout (a job's hydra root_dir)
+    found.append((str(Path.home()), "~"))
+    return sorted({a: b for a, b in found if a and a != "/"}.items(), key=lambda ab: -len(ab[0]))
+
+
+def portable(obj, prefixes: list[tuple[str, str]] | None = None):
+    """``obj`` (a string, or lists/dicts of them) with every absolute path under ``$XFORMER_DATA``,
+    ``$XFORMER_RUNS`` or the home folder rewritten as ``${XFORMER_DATA}/…``, ``${XFORMER_RUNS}/…`` or
+    ``~/…``; other values unchanged."""
+    prefixes = _prefixes() if prefixes is None else prefixes
+    if isinstance(obj, str):
+        for absolute, short in prefixes:
+            if obj == absolute:
+                return short
+            obj = obj.replace(absolute + "/", short + "/")
+        return obj
+    if isinstance(obj, dict):
+        return {k: portable(v, prefixes) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [portable(v, prefixes) for v in obj]
+    return obj
+
+
+def write_verdicts(verdicts: list, out: Path) -> Path:
+    """Write ``verdicts.json``: per verdict its claim, context, verdict, reason, budget, key comparison
+    (text, Δ, interval, p, detectable difference), relative effect, the checks that made it
+    inconclusive (:class:`~xformer.report.rules.results.Check` names) and the published figure."""
+    from .markdown import HEADLINES, key_text  # the summary row's own wording
+
+    records = []
+    for v in verdicts:
+        key, rel = key_text(v)
+        k = v.key
+        iv = k.interval if k is not None else None
+        records.append(
+            {
+                "claim": v.claim,
+                "context": v.context,
+                "verdict": str(v.status),
+                "reason": v.reason,
+                "budget": v.budget,
+                "metric": v.metric,
+                "key": key if key != "–" else "",
+                "relative": rel if rel != "–" else "",
+                "delta": None if iv is None else iv.delta,
+                "interval": None if iv is None else [iv.lo, iv.hi],
+                "p": None if iv is None else iv.p,
+                "detectable": None if k is None else k.detectable,
+                "problems": [c.name for c in v.problems],
+                "published": HEADLINES.get(v.claim, v.published),
+            }
+        )
+    path = out / VERDICTS_JSON
+    path.write_text(json.dumps({"format": FORMAT, "claims": portable(records)}, indent=1, default=str))
+    return path
 
 
 def _rel(path: Path, roots: list[Path]) -> str:
@@ -102,7 +172,7 @@ def write_seed_files(sweep: Sweep, out: Path) -> list[Path]:
                     "job": names[id(j)],
                     "status": j.status,
                     "overrides": {k: v for k, v in j.overrides.items()},
-                    "config": j.config,
+                    "config": portable(j.config),
                     "choices": j.choices,
                     "metrics": {k: _json_float(v) for k, v in j.metrics.items()},
                     "params": j.params,
@@ -110,7 +180,7 @@ def write_seed_files(sweep: Sweep, out: Path) -> list[Path]:
                     "global_step": j.global_step,
                     "tokens_seen": j.tokens_seen,
                     "diverged_step": j.diverged_step,
-                    "error": j.error,
+                    "error": portable(j.error),
                 }
             )
     (out / JOBS_JSON).write_text(json.dumps({"format": FORMAT, "jobs": records}, indent=1, default=str))

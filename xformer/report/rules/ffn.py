@@ -154,7 +154,9 @@ def block_share(g: Group) -> float | None:
 
 
 def is_base_shape(cfg: dict, choices: dict) -> bool:
-    """d_ff = 4·d_model, n_heads·d_head = d_model, a relu/gelu FFN (not SwiGLU) and no parameter budget."""
+    """d_ff = 4·d_model, n_heads·d_head = d_model, a relu/gelu FFN (not SwiGLU), no parameter budget, and
+    multi-head softmax attention with as many key/value heads as query heads and d_k = d_v (the
+    4·d_model² attention the paper's 2/3 counts)."""
     m = cfg.get("model") or {}
     try:
         d = int(m["d_model"])
@@ -165,4 +167,14 @@ def is_base_shape(cfg: dict, choices: dict) -> bool:
         return False
     ffn_node = m.get("ffn")
     ffn = str(choices.get("model/ffn") or (ffn_node.get("_target_") if isinstance(ffn_node, dict) else ffn_node))
-    return m.get("param_budget") is None and float(d_ff) == 4 * d and inner == d and "swiglu" not in ffn.lower()
+    mixer = m.get("mixer")
+    softmax = not isinstance(mixer, dict) or str(mixer.get("_target_", "")).endswith(".MultiHeadMixer")
+    full_heads = m.get("n_kv_heads") in (None, m.get("n_heads")) and m.get("d_qk") in (None, d_head)
+    return (
+        m.get("param_budget") is None
+        and float(d_ff) == 4 * d
+        and inner == d
+        and "swiglu" not in ffn.lower()
+        and softmax  # attention 4·d² (not GQA, LSTM, conv or another mixer)
+        and full_heads
+    )
