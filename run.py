@@ -4,7 +4,7 @@ Returns the configured objective (``objective.metric``) so Hydra sweepers (Optun
 Invalid configurations and inputs print one line naming the key/file and the fix, and exit with
 status 2 (set ``HYDRA_FULL_ERROR=1`` for the stack trace). The config is checked before torch's
 training stack, Lightning and W&B are imported and before any data is built
-(:func:`xformer.jobs.validate.check_config_first`), so such a line comes within seconds. A NaN/Inf
+(:func:`xformer.jobs.config_check.stages.check_config_first`), so such a line comes within seconds. A NaN/Inf
 training loss prints one line naming the step and exits 1; SIGTERM saves ``last.ckpt`` and exits
 143, Ctrl-C (SIGINT) saves it too and exits 130, printing the command that resumes the run (a
 second Ctrl-C quits at once); README: "When things go wrong".
@@ -49,11 +49,14 @@ def _out_dir(cfg: DictConfig):
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
     from xformer.errors import ConfigError
-    from xformer.jobs.validate import check_config_first, checkpoint_file
+    from xformer.jobs.checkpoints import resolve_ckpt_path
+    from xformer.jobs.config_check.stages import check_config_first
 
+    checked = False  # stages 1-2 passed for this config: the driver runs stage 3 only
     try:  # the config alone and the model on the meta device: no Lightning, W&B or data yet
         if not (cfg.get("sweep") and cfg.sweep.get("dry_run")):
-            check_config_first(cfg, checkpoint_file(cfg, _out_dir(cfg)))
+            check_config_first(cfg, resolve_ckpt_path(cfg, _out_dir(cfg)))
+            checked = True
     except ConfigError as err:
         _fail(err, 2)
 
@@ -73,7 +76,7 @@ def main(cfg: DictConfig) -> float | None:
         plan = prepare_job(cfg)  # -m into an existing sweep dir: skip finished jobs, resume killed ones
         if plan is not None and plan.action == "skip":
             return plan.value
-        return run(cfg)
+        return run(cfg, checked=checked and (plan is None or plan.action != "resume"))  # resume: ckpt_path changed
     except (ConfigError, DataError, NonFiniteLossError) as err:
         _fail(err, 1 if isinstance(err, NonFiniteLossError) else 2)
     except OSError as err:  # a full disk, a folder made read-only during the run, ...
@@ -95,12 +98,12 @@ def main(cfg: DictConfig) -> float | None:
         if str(HydraConfig.get().mode) == "RunMode.MULTIRUN":  # the sweep ends here: record it, say how to go on
             from omegaconf import open_dict
 
-            from xformer.jobs.sweep import SweepSummary
+            from xformer.jobs.sweep import record_interrupted
 
             try:
                 with open_dict(cfg):
                     cfg.hydra = HydraConfig.get()  # the job's config with its Hydra node, as callbacks see it
-                SweepSummary.record_interrupted(cfg, code)
+                record_interrupted(cfg, code)
             except Exception as err:  # never let the record keep the sweep from stopping
                 logging.getLogger("xformer").warning("could not write the sweep summary: %s", err)
         sys.exit(code)

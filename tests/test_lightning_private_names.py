@@ -149,7 +149,14 @@ def test_wandb_init_kwargs_are_the_loggers_own(tmp_path):
     assert compat.wandb_init_kwargs(CSVLogger(str(tmp_path))) is None
 
 
-def test_validate_keeps_lightnings_precision_list():
-    from xformer.jobs.validate import PRECISIONS
+def test_the_config_check_reads_lightnings_precision_list():
+    """No copy of the list: ``trainer.precision`` is checked against the ``Trainer``'s own annotation."""
+    from omegaconf import OmegaConf
 
-    assert set(PRECISIONS) == set(compat.PRECISION_INPUTS) | {"64", "32", "16", "bf16"}
+    from xformer.jobs.config_check.schema import check_targets
+    from xformer.model import ConfigError
+
+    for precision in compat.PRECISION_INPUTS:
+        check_targets(OmegaConf.create({"trainer": {"_target_": "lightning.Trainer", "precision": precision}}))
+    with pytest.raises(ConfigError, match=r"^trainer.precision=bf17: must be one of .*32-true"):
+        check_targets(OmegaConf.create({"trainer": {"_target_": "lightning.Trainer", "precision": "bf17"}}))

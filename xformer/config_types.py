@@ -1,4 +1,5 @@
-"""Annotations that the config check reads from a component's signature (:mod:`xformer.jobs.schema`).
+"""Annotations that the config check reads from a component's signature (:mod:`xformer.jobs.config_check`),
+and the small library that reads them: :func:`import_target`, :func:`parameters`, :func:`value_problem`.
 
 A parameter annotated ``Annotated[float, Range(ge=0, lt=1)]`` has its range checked before training,
 with one ``error:`` line naming the key; ``Literal["a", "b"]`` gives its choices. The range lives in
@@ -7,7 +8,12 @@ the signature of the class that takes the value, so a new option needs no other 
 
 from __future__ import annotations
 
+import difflib
+import importlib
+import inspect
+import typing
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -38,3 +44,112 @@ class Range:
             if bound is not None and not ok(bound):
                 return f"must be {word} {bound:g}"
         return None
+
+
+def value_problem(value: Any, hint: Any) -> str | None:
+    """Why ``value`` does not fit annotation ``hint`` (``None``: it fits, or the hint is not one checked)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Annotated:
+        why = value_problem(value, args[0])
+        if why:
+            return why
+        for meta in args[1:]:
+            if isinstance(meta, Range) and isinstance(value, (int, float)) and not isinstance(value, bool):
+                why = meta.problem(value)
+                if why:
+                    return why
+        return None
+    if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
+        if value is None and type(None) in args:
+            return None
+        whys = [value_problem(value, a) for a in args if a is not type(None)]
+        if any(w is None for w in whys):
+            return None
+        choices = [w.removeprefix("must be one of ") for w in whys if w.startswith("must be one of ")]
+        return f"must be one of {', '.join(choices)}" if len(choices) == len(whys) else whys[0]
+    if origin is tuple and isinstance(value, (list, tuple)) and args and args[-1] is not Ellipsis:
+        if len(value) != len(args):
+            return f"must be {len(args)} values"
+        return next((why for v, a in zip(value, args, strict=True) if (why := value_problem(v, a))), None)
+    if origin is typing.Literal:
+        return None if value in args else f"must be one of {', '.join(map(str, args))}"
+    if value is None:
+        return None if hint in (Any, type(None)) else "must not be null"
+    if hint is bool:
+        return None if isinstance(value, bool) else "must be true or false"
+    if hint is int:
+        return None if isinstance(value, int) and not isinstance(value, bool) else "must be an integer"
+    if hint is float:
+        return None if isinstance(value, (int, float)) and not isinstance(value, bool) else "must be a number"
+    if hint is str:
+        return None if isinstance(value, str) else "must be a string"
+    return None
+
+
+def describe(hint: Any) -> str:
+    """An annotation as the error lines show it: ``int``, ``float Range(ge=0, lt=1)``, ``Literal[...]``."""
+    if isinstance(hint, type):
+        return hint.__name__
+    if typing.get_origin(hint) is typing.Annotated:
+        base, *meta = typing.get_args(hint)
+        return " ".join([describe(base), *map(repr, meta)])
+    text = str(hint).replace("typing.", "")
+    return text.replace("xformer.config_types.", "")
+
+
+def parameters(fn: Any) -> tuple[dict[str, inspect.Parameter], dict[str, Any], bool]:
+    """``(parameters, type hints, open)`` of a class's constructor (following ``**kwargs`` up its bases)
+    or a function; ``open`` when every level passes ``**kwargs`` on (nothing can be refused)."""
+    params: dict[str, inspect.Parameter] = {}
+    hints: dict[str, Any] = {}
+    levels = [k.__dict__["__init__"] for k in fn.__mro__ if "__init__" in k.__dict__] if inspect.isclass(fn) else [fn]
+    for level in levels:
+        try:
+            sig = inspect.signature(level).parameters
+        except (TypeError, ValueError):
+            return params, hints, True
+        try:
+            hints = {**typing.get_type_hints(level, include_extras=True), **hints}
+        except Exception:  # annotations that do not resolve here: check names only
+            pass
+        params.update(
+            {k: v for k, v in sig.items() if v.kind not in (v.VAR_KEYWORD, v.VAR_POSITIONAL) and k not in params}
+        )
+        if not any(v.kind is v.VAR_KEYWORD for v in sig.values()):
+            params.pop("self", None)
+            return params, hints, False
+    return params, hints, True
+
+
+def closest(word: str, options) -> str | None:
+    """The option closest to ``word`` (difflib), or ``None``."""
+    found = difflib.get_close_matches(str(word), [str(o) for o in options], n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def hint(word: str, options, prefix: str = "") -> str:
+    """``did you mean <prefix><closest>?``, or the known options."""
+    close = closest(word, options)
+    return f"did you mean {prefix}{close}?" if close else f"known: {', '.join(sorted(map(str, options)))}"
+
+
+def import_target(target: str) -> tuple[Any, str | None]:
+    """``(object, None)`` for an importable ``_target_``, else ``(None, why)`` with the likely cause."""
+    module_name, _, attr = str(target).rpartition(".")
+    if not module_name:
+        return None, f"{target!r} is not a dotted path (package.module.Name)"
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        missing = err.name or module_name
+        return None, (
+            f"cannot import module {missing} ({err}). Fix: is the package on PYTHONPATH (e.g. run from its "
+            "parent folder, or PYTHONPATH=. python run.py ...), or installed?"
+        )
+    except Exception as err:  # the module itself fails to import: say so, briefly
+        return None, f"importing {module_name} failed: {type(err).__name__}: {str(err).splitlines()[0]}"
+    try:
+        return getattr(module, attr), None
+    except AttributeError:
+        names = [n for n in dir(module) if not n.startswith("_") and not inspect.ismodule(getattr(module, n, None))]
+        return None, f"module {module_name} has no {attr}. Fix: {hint(attr, names, module_name + '.')}"

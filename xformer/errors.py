@@ -1,6 +1,42 @@
 """Errors xformer raises for bad input, importable without torch or Lightning (``run.py`` checks the
-config before it imports either)."""
+config before it imports either), and the one-per-sweep config warning."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 
 class ConfigError(ValueError):
     """An invalid configuration; the message is one line naming the config key and the fix."""
+
+
+def warn_once(message: str, cfg: DictConfig | None = None) -> None:
+    """Log a config warning once per sweep: within a ``-m`` sweep, a message the sweep's check gave
+    before its jobs started (the environment variable ``XFORMER_WARNED`` carries it, keyed by the sweep
+    folder, into the launcher's job processes) is not repeated; a single run always warns."""
+    import hashlib
+    import logging
+    import os
+
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    log = logging.getLogger("xformer")
+
+    scope = ""
+    if cfg is not None and "hydra" in cfg:  # a job's config checked by the sweep before it starts
+        scope = str(OmegaConf.select(cfg, "hydra.sweep.dir", default="") or "")
+    elif HydraConfig.initialized() and str(HydraConfig.get().mode) == "RunMode.MULTIRUN":
+        scope = str(HydraConfig.get().sweep.dir)
+    if not scope:
+        log.warning("%s", message)
+        return
+    key = hashlib.sha1(f"{scope}\0{message}".encode()).hexdigest()[:12]
+    seen = [k for k in os.environ.get("XFORMER_WARNED", "").split(",") if k]
+    if key in seen:
+        return
+    os.environ["XFORMER_WARNED"] = ",".join([*seen, key])
+    log.warning("%s", message)

@@ -20,8 +20,9 @@ from hydra.utils import instantiate
 from typing_extensions import override
 
 from tests.conftest import REPO
+from xformer.jobs.build import build_model
+from xformer.jobs.config_check.stages import check_config
 from xformer.jobs.driver import run as run_job
-from xformer.jobs.validate import build_model, check_config
 from xformer.model import ConfigError
 from xformer.train.module import TransformerLitModule
 

@@ -48,16 +48,21 @@ def _error_lines(stderr: str) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    "bad,key,torch_ok",
+    "bad,key,stage",
     [
-        ("model.n_heads=four", "model.n_heads=four", False),
-        ("model.dropout=1.5", "model.dropout=1.5", False),
-        ("objective.metric=val/blue", "objective.metric=val/blue", False),
-        ("trainer.precision=bf17", "trainer.precision=bf17", False),
-        ("model.d_model=30", "d_model=30", True),  # built on the meta device: torch, nothing else
+        ("objective.metric=val/blue", "objective.metric=val/blue", 1),  # keys without a class: no torch
+        ("seed=-1", "seed=-1", 1),
+        ("+sed=3", "+sed=3", 1),
+        ("model.n_heads=four", "model.n_heads=four", 2),  # read from the model class's signature: torch
+        ("model.dropout=1.5", "model.dropout=1.5", 2),
+        ("model.d_model=30", "d_model=30", 2),  # built on the meta device: torch, nothing else
+        ("trainer.precision=bf17", "trainer.precision=bf17", 3),  # Lightning's own Literal: Lightning, no data
     ],
 )
-def test_config_error_comes_before_lightning_wandb_and_data(tmp_path, bad, key, torch_ok):
+def test_config_error_comes_before_lightning_wandb_and_data(tmp_path, bad, key, stage):
+    """Stage 1 (keys without a class) imports no torch; stage 2 (the model, optimizer, loss and decode
+    nodes against their classes) imports torch, not Lightning; stage 3 (trainer, data, callbacks and
+    loggers against their classes) imports Lightning, and still reads no data."""
     env = env_for(tmp_path)
     res = subprocess.run(
         [sys.executable, "-X", "importtime", str(REPO / "run.py"), bad, f"hydra.run.dir={tmp_path / 'job'}"],
@@ -78,8 +83,8 @@ def test_config_error_comes_before_lightning_wandb_and_data(tmp_path, bad, key, 
         if m.split(".")[0] in ("lightning", "wandb", "sacrebleu", "torchmetrics")
         or (m.startswith(HEAVY) and m not in LIGHT)
     )
-    assert not heavy, f"imported before the error: {heavy[:10]}"
-    assert torch_ok or "torch" not in mods
+    assert stage == 3 or not heavy, f"imported before the error: {heavy[:10]}"
+    assert stage > 1 or "torch" not in mods
     assert not (tmp_path / "cache").exists(), "no data or tokenizer was built"
 
 
@@ -87,7 +92,7 @@ def test_check_config_first_on_a_valid_config_loads_no_training_stack(tmp_path):
     code = f"""
 import json, sys
 from hydra import compose, initialize_config_dir
-from xformer.jobs.validate import check_config_first
+from xformer.jobs.config_check.stages import check_config_first
 with initialize_config_dir(config_dir={str(REPO / "conf")!r}, version_base="1.3"):
     cfg = compose("config", overrides={TINY!r})
 check_config_first(cfg)
@@ -105,7 +110,7 @@ print(json.dumps(sorted(sys.modules)))
 
 
 def test_sequence_metric_names_are_those_the_module_computes():
-    from xformer.jobs.validate import SEQUENCE_METRICS
+    from xformer.jobs.config_check.rules import SEQUENCE_METRICS
     from xformer.train.module import corpus_metrics
 
     out, _ = corpus_metrics([(1.0, 2, 1)], {0: ("a b", "a b")}, list(SEQUENCE_METRICS), "val")
@@ -113,7 +118,7 @@ def test_sequence_metric_names_are_those_the_module_computes():
 
 
 def test_objective_typo_fails_without_the_data_and_a_metric_the_data_lacks_fails_with_it():
-    from xformer.jobs.validate import check_objective
+    from xformer.jobs.config_check.rules import check_objective
 
     cfg = OmegaConf.create({"objective": {"metric": "val/blue"}, "decode": {"val_batches": None}})
     with pytest.raises(ConfigError, match="objective.metric=val/blue.*no such metric"):
@@ -183,7 +188,7 @@ def _compose(overrides: list[str]):
 def _fake_checkpoint(path: Path, cfg, src_vocab: int = 40, tgt_vocab: int = 40, xformer: bool = True) -> Path:
     """A checkpoint with the layout ``run.py`` writes (Lightning's ``state_dict`` with ``model.``
     names, and the ``xformer`` section) for ``cfg.model``, without training."""
-    from xformer.jobs.validate import build_model
+    from xformer.jobs.build import build_model
 
     model = build_model(cfg, src_vocab, tgt_vocab, 0)
     ckpt = {
@@ -232,7 +237,7 @@ def test_decoder_only_checkpoint_into_an_encoder_decoder_run_is_one_error_line(t
     ],
 )
 def test_checkpoint_of_another_model_shape_names_both_and_the_fix(tmp_path, other, fix):
-    from xformer.jobs.validate import check_checkpoint_model
+    from xformer.jobs.checkpoints import check_checkpoint_model
 
     ckpt = _fake_checkpoint(tmp_path / "other.ckpt", _compose([*TINY, *other]))
     with pytest.raises(ConfigError) as info:
@@ -244,7 +249,7 @@ def test_checkpoint_of_another_model_shape_names_both_and_the_fix(tmp_path, othe
 
 
 def test_a_non_xformer_lightning_checkpoint_is_refused_in_one_line(tmp_path):
-    from xformer.jobs.validate import check_checkpoint_model
+    from xformer.jobs.checkpoints import check_checkpoint_model
 
     cfg = _compose(TINY)
     foreign = _fake_checkpoint(tmp_path / "foreign.ckpt", cfg, xformer=False)
@@ -260,7 +265,7 @@ def test_a_non_xformer_lightning_checkpoint_is_refused_in_one_line(tmp_path):
 
 
 def test_checkpoint_with_another_vocabulary_is_refused_with_both_sizes(tmp_path):
-    from xformer.jobs.validate import check_checkpoint_vocab
+    from xformer.jobs.checkpoints import check_checkpoint_vocab
 
     cfg = _compose(TINY)
     ckpt = _fake_checkpoint(tmp_path / "v50.ckpt", cfg, src_vocab=50, tgt_vocab=50)
@@ -322,7 +327,7 @@ def test_a_disk_that_fills_up_during_the_run_is_one_error_line(tmp_path):
     ],
 )
 def test_output_folder_os_errors_name_the_folder(tmp_path, monkeypatch, call, err, reason):
-    from xformer.jobs import validate
+    from xformer.jobs import hydra_callbacks
 
     def fail(*_args, **_kwargs):
         raise OSError(err, os.strerror(err))
@@ -330,7 +335,7 @@ def test_output_folder_os_errors_name_the_folder(tmp_path, monkeypatch, call, er
     target = {"mkdir": (Path, "mkdir"), "write": (os, "write"), "open": (os, "open")}[call]
     monkeypatch.setattr(*target, fail)
     with pytest.raises(ConfigError) as info:
-        validate.check_output_dir(tmp_path / "out")
+        hydra_callbacks.check_output_dir(tmp_path / "out")
     assert str(info.value).startswith(f"hydra.run.dir={tmp_path / 'out'}: cannot ") and reason in str(info.value)
 
 

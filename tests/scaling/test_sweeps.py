@@ -220,7 +220,7 @@ def test_wandb_sweep_commands_are_accepted_by_run_py(tmp_path):
     """Parameters arrive as key=value Hydra overrides; run.py parses and validates them (dry run)."""
     from hydra import compose, initialize_config_dir
 
-    from xformer.jobs.validate import check_config
+    from xformer.jobs.config_check.stages import check_config
 
     command = agent_command("wandb_ffn_ratio")
     args = command[2:]

@@ -9,7 +9,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from xformer.errors import ConfigError
-from xformer.jobs.validate import GROUP_NODES, check_config_first, check_rules
+from xformer.jobs.config_check.stages import check_config_first, check_static
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -36,34 +36,32 @@ def test_a_dot_where_a_group_slash_is_meant_names_the_group(override, fix):
     """Before: Hydra's instantiate or the validator itself crashed with a traceback
     (``'str' object has no attribute '_target_'``, ``'str' object is not callable``)."""
     with pytest.raises(ConfigError) as err:
-        check_rules(_compose([override]))
+        check_static(_compose([override]))
     msg = str(err.value)
     assert msg.startswith(f"{override}: ") and msg.endswith(f"Fix: {fix}") and "\n" not in msg
 
 
-def test_every_group_node_of_the_default_config_is_a_node():
-    cfg = _compose([])
-    for key in GROUP_NODES:
-        assert key.split(".")[0] in cfg  # the table names real nodes
-    check_rules(cfg)
+def test_the_default_config_passes_stage_one():
+    """The group nodes are found from the folders of conf/ (no table): the defaults pass."""
+    check_static(_compose([]))
 
 
 @pytest.mark.parametrize(
     "overrides,message",
     [
-        (["model/init=gpt2", "model.init.std=abc"], r"^model.init.std=abc: expected a number$"),
-        (["model/init=gpt2", "model.init.std=0"], r"^model.init.std=0: must be in \(0.0"),
-        (["model/init=gpt2", "model.init.scale_embeddings=maybe"], r"^model.init.scale_embeddings=maybe: expected"),
+        (["model/init=gpt2", "model.init.std=abc"], r"^model.init.std=abc: must be a number"),
+        (["model/init=gpt2", "model.init.std=0"], r"^model.init.std=0: must be > 0"),
+        (["model/init=gpt2", "model.init.scale_embeddings=maybe"], r"^model.init.scale_embeddings=maybe: must be"),
         (
             ["optim=adamw", "optim.optimizer.decay_min_ndim=x"],
-            r"^optim.optimizer.decay_min_ndim=x: expected an integer",
+            r"^optim.optimizer.decay_min_ndim=x: must be an integer",
         ),
         (["optim=adamw", "optim.optimizer.decay_embeddings=maybe"], r"^optim.optimizer.decay_embeddings=maybe"),
     ],
 )
 def test_recipe_options_are_type_checked(overrides, message):
     with pytest.raises(ConfigError, match=message):
-        check_rules(_compose(overrides))
+        check_config_first(_compose(overrides))
 
 
 def test_training_by_epochs_asks_for_the_schedule_length():
@@ -71,8 +69,8 @@ def test_training_by_epochs_asks_for_the_schedule_length():
     user never set (``total_steps=-1``) and no fix."""
     cfg = _compose(["optim=adamw", "trainer.max_steps=-1", "trainer.max_epochs=1"])
     with pytest.raises(ConfigError, match=r"^optim.scheduler.total_steps: follows trainer.max_steps=-1.*Fix: set "):
-        check_rules(cfg)
-    check_rules(
+        check_static(cfg)
+    check_static(
         _compose(["optim=adamw", "trainer.max_steps=-1", "trainer.max_epochs=1", "optim.scheduler.total_steps=50"])
     )
 
@@ -100,11 +98,11 @@ def test_a_logger_whose_package_is_missing_fails_first(monkeypatch):
 )
 def test_a_warmup_as_long_as_the_run_is_a_warning(overrides, words, caplog):
     with caplog.at_level("WARNING", logger="xformer"):
-        check_rules(_compose(overrides))
+        check_static(_compose(overrides))
     assert any(words in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
     caplog.clear()
     with caplog.at_level("WARNING", logger="xformer"):
-        check_rules(_compose(["optim=adamw", "trainer.max_steps=500"]))
+        check_static(_compose(["optim=adamw", "trainer.max_steps=500"]))
     assert not caplog.records
 
 
@@ -118,7 +116,7 @@ def test_a_warmup_as_long_as_the_run_is_a_warning(overrides, words, caplog):
 def test_a_misspelled_model_key_added_with_plus_names_the_closest_argument(override, fix):
     """Hydra's "not in struct" hint says to add the key with ``+``; the model then failed with
     ``TypeError: unexpected keyword argument`` after the data was built."""
-    from xformer.jobs.validate import check_model
+    from xformer.jobs.config_check.stages import check_model
 
     with pytest.raises(
         ConfigError, match=rf"^{override[1:].split('=')[0]}: not a parameter of .* did you mean {fix}\?$"
@@ -140,41 +138,41 @@ def _every_shipped_config() -> list[list[str]]:
 def test_every_shipped_config_passes_the_stage_one_rules_and_every_target_signature(monkeypatch):
     """Every node with a ``_target_`` of every shipped config (model, data, trainer, callbacks, logger,
     optimizer, ...) fits the signature of what it names (issue 29: the schema read from the code)."""
-    from xformer.jobs import validate
-    from xformer.jobs.schema import check_targets
+    from xformer.jobs.config_check.schema import check_targets
 
     monkeypatch.setenv("XFORMER_DATA", "/tmp")
     for overrides in _every_shipped_config():
         cfg = _compose(overrides)
         check_targets(cfg)
-        validate.check_rules(cfg)
+        try:
+            check_static(cfg)
+        except ConfigError as err:  # only the data folders, which this machine need not hold
+            assert all(line.startswith("data.root=") for line in str(err).split("\nerror: ")), err
 
 
 def test_the_driver_does_not_check_stages_one_and_two_again(monkeypatch):
-    """``run.py`` checks stages 1-2 before it imports Lightning; the driver's ``check_config`` used
-    to build the model on the meta device a second time (about a second of every run's start-up).
-    A changed config, or another one, is checked again."""
-    from xformer.jobs import validate
+    """``run.py`` checks stages 1-2 before it imports Lightning and tells the driver so
+    (``check_config(first_done=True)``): no process-wide cache of checked configs."""
+    from xformer.jobs.config_check import stages
 
     cfg = _compose(["trainer.max_steps=5"])
     calls = []
-    real = validate.check_model
-    monkeypatch.setattr(validate, "check_model", lambda c, ckpt=None: (calls.append(1), real(c, ckpt)))
-    monkeypatch.setattr(validate, "check_data_options", lambda _cfg: None)
-    validate.check_config_first(cfg)
-    validate.check_config(cfg)
+    real = stages.check_model
+    monkeypatch.setattr(stages, "check_model", lambda c, ckpt=None: (calls.append(1), real(c, ckpt)))
+    monkeypatch.setattr(stages, "check_data_options", lambda _cfg: None)
+    stages.check_config_first(cfg)
+    stages.check_config(cfg, first_done=True)
     assert len(calls) == 1
-    cfg.model.n_heads = 3  # changed after the first check: d_model 512 is not divisible by 3
+    cfg.model.n_heads = 3  # d_model 512 is not divisible by 3
     with pytest.raises(ConfigError, match="n_heads"):
-        validate.check_config(cfg)
-    validate.check_config(_compose(["trainer.max_steps=6"]))
-    assert len(calls) == 3
+        stages.check_config(cfg)
+    assert len(calls) == 2
 
 
 def test_weight_decay_set_where_no_optimizer_reads_it_is_refused():
     """``optim=adam +optim.weight_decay=0.1`` trained without any decay (Adam's is
     ``optim.optimizer.weight_decay``; only ``optim=adamw`` reads ``optim.weight_decay``)."""
     with pytest.raises(ConfigError, match=r"^optim.weight_decay=0.1: the chosen optimizer does not read it. Fix: "):
-        check_rules(_compose(["optim=adam", "+optim.weight_decay=0.1"]))
-    check_rules(_compose(["optim=adamw", "optim.weight_decay=0.05"]))
-    check_rules(_compose(["optim=adam", "+optim.weight_decay=0"]))
+        check_static(_compose(["optim=adam", "+optim.weight_decay=0.1"]))
+    check_static(_compose(["optim=adamw", "optim.weight_decay=0.05"]))
+    check_static(_compose(["optim=adam", "+optim.weight_decay=0"]))

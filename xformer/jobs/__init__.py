@@ -2,10 +2,15 @@
 the LightningModule does not.
 
 * :mod:`.driver` -- one job of ``run.py``: build, fit and test, write ``metrics.json``.
-* :mod:`.validate` -- config and data checks before anything is built or read.
+* :mod:`.config_check` -- config and data checks before anything is built or read (schema, rules,
+  stages); :mod:`.build` builds config nodes with a constructor's refusal as one error line.
+* :mod:`.checkpoints` -- the one reader of checkpoint files, the one resolver of ``ckpt_path=last``, and
+  whether a checkpoint fits this run; :mod:`.checkpoint_io` writes them atomically.
+* :mod:`.hydra_callbacks` -- every Hydra callback; :mod:`.overrides` -- override strings, read with
+  Hydra's own parser.
 * :mod:`.resume` -- exact resumption: the guarantee, the data position, the loop-progress
   correction, the checkpoint a job resumes from and its CSV history.
-* :mod:`.callbacks`, :mod:`.steps`, :mod:`.checkpoint_io` -- safe long runs: NaN guard, SIGTERM and
+* :mod:`.callbacks`, :mod:`.steps` -- safe long runs: NaN guard, SIGTERM and
   end-of-fit checkpoints, per-step seeds, atomic checkpoint files, intervals in optimizer steps.
 * :mod:`.distributed`, :mod:`.sweep`, :mod:`.sweep_check` -- DDP/FSDP under Hydra sweeps, the sweep
   summary, dry runs and sweep checks.

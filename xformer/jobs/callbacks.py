@@ -34,7 +34,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import lightning as L
 import numpy as np
@@ -42,6 +42,8 @@ import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
+
+from xformer.config_types import Range
 
 from .checkpoint_io import AtomicCheckpointIO
 from .lightning_compat import request_stop
@@ -140,13 +142,10 @@ class NonFiniteLossGuard(L.Callback):
         check_every_n_steps: read the flag every N optimizer steps; ``None`` = the trainer's
             ``log_every_n_steps`` (when Lightning reads the logged loss anyway).
 
-    Raises:
-        ValueError: ``check_every_n_steps`` < 1.
+    The range of ``check_every_n_steps`` (>= 1 or null) is in its annotation, checked with the config.
     """
 
-    def __init__(self, check_every_n_steps: int | None = None) -> None:
-        if check_every_n_steps is not None and check_every_n_steps < 1:
-            raise ValueError(f"check_every_n_steps must be >= 1 or null, got {check_every_n_steps}")
+    def __init__(self, check_every_n_steps: Annotated[int, Range(ge=1)] | None = None) -> None:
         self.check_every_n_steps = check_every_n_steps
         self._last_saved_step: int | None = None
         self._first: dict[str, torch.Tensor] | None = None  # first bad step, epoch, batch, loss (device)

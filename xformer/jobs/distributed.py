@@ -6,7 +6,7 @@ Who creates the processes:
 * **Lightning** (``trainer=ddp`` / ``fsdp`` on one node, no external launcher): the job's process is
   rank 0 and Lightning starts ranks 1..N-1 by re-running the script. Lightning's own re-run
   command repeats ``sys.argv``, which under ``-m`` would start a whole new sweep per rank (and put
-  each in a fresh timestamped folder). :class:`HydraJobGuard` (a Hydra callback, registered in
+  each in a fresh timestamped folder). :class:`~.hydra_callbacks.HydraJobGuard` (a Hydra callback, registered in
   ``conf/hydra/default.yaml``) replaces that command while a Hydra job runs: child ranks run
   ``python run.py <this job's overrides> hydra.run.dir=<this job's folder> hydra.output_subdir=null``
   in single-run mode, from the job's working directory, whatever launcher started the job
@@ -37,10 +37,6 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
-
-from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
-from typing_extensions import override
 
 log = logging.getLogger("xformer")
 
@@ -293,36 +289,6 @@ def _main_script() -> str | None:
 
     path = getattr(__main__, "__file__", None)
     return os.path.abspath(path) if path and path.endswith(".py") and Path(path).is_file() else None
-
-
-class HydraJobGuard(Callback):
-    """Hydra callback: makes Lightning's DDP/FSDP child ranks run exactly the current job.
-
-    ``on_run_start`` / ``on_multirun_start`` (in the process started by the user) remember the
-    script; the callback object travels with the job to launcher workers (joblib, submitit), where
-    the script is no longer ``__main__``. ``on_job_start`` installs the relaunch command and the
-    tolerant child observer; ``on_job_end`` stops leftover ranks, destroys the process group and
-    restores the launch environment variables.
-    """
-
-    def __init__(self) -> None:
-        self.script: str | None = None
-
-    @override
-    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        self.script = self.script or _main_script()
-
-    @override
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        self.script = self.script or _main_script()
-
-    @override
-    def on_job_start(self, config: DictConfig, *, task_function: Any = None, **kwargs: Any) -> None:
-        begin_job(self.script or _script_of(task_function))
-
-    @override
-    def on_job_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
-        end_job()
 
 
 _FSDP_CLASS: type | None = None

@@ -34,14 +34,17 @@ from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
+from xformer.errors import ConfigError
 from xformer.train.module import TransformerLitModule
 
+from .build import build_model
 from .callbacks import NonFiniteLossError, NonFiniteLossGuard, interrupt_signal
+from .checkpoints import check_checkpoint_vocab, read_checkpoint, resolve_ckpt_path
+from .config_check.stages import check_config, check_with_data
 from .console import progress_bar, quiet_console, single_log_lines, test_table
 from .distributed import patch_lightning_for_job
 from .resume import ConsistentResume, ResumableCSVLogger, checkpoint_step, own_checkpoint
 from .steps import OptimizerStepIntervals
-from .validate import build_model, check_checkpoint_vocab, check_config, check_with_data, checkpoint_file
 from .wandb_run import describe_runs, finish_runs, wandb_logger
 
 log = logging.getLogger("xformer")
@@ -93,11 +96,11 @@ def tokenizer_blob(dm) -> str | None:
         return path.read_text(encoding="utf-8")
 
 
-def config_from_checkpoint(cfg: DictConfig, overrides: list[str]) -> DictConfig:
-    """For ``mode=eval``: take ``model`` and ``data`` from the config stored in the checkpoint (the
-    weights only fit that model), keeping ``data.*`` keys given on the command line (e.g. ``data.root``)."""
-    ckpt = cfg.ckpt_path
-    meta = torch.load(ckpt, map_location="cpu", weights_only=False).get("xformer") if ckpt != "last" else None
+def config_from_checkpoint(cfg: DictConfig, overrides: list[str], ckpt: str | None) -> DictConfig:
+    """For ``mode=eval``: take ``model`` and ``data`` from the config stored in checkpoint ``ckpt`` (the
+    resolved ``ckpt_path``; the weights only fit that model), keeping ``data.*`` keys given on the command
+    line (e.g. ``data.root``)."""
+    meta = read_checkpoint(ckpt).get("xformer") if ckpt else None
     if not meta:
         return cfg
     stored = OmegaConf.create(meta["config"])
@@ -157,7 +160,13 @@ def build_trainer(cfg: DictConfig, loggers: list) -> L.Trainer:
     trainer_cfg.setdefault("use_distributed_sampler", False)  # the data modules shard batches across ranks
     if trainer_cfg.get("enable_progress_bar", True) and not any(isinstance(c, ProgressBar) for c in callbacks):
         callbacks.append(progress_bar())  # Lightning's default bar, reading "Epoch N" when max_epochs=-1
-    return instantiate(trainer_cfg, logger=loggers, callbacks=callbacks)
+    try:
+        return instantiate(trainer_cfg, logger=loggers, callbacks=callbacks)
+    except Exception as err:  # Lightning refuses a value its signature's type allows (a range, a choice)
+        cause = err.__cause__ or err
+        if not isinstance(cause, ValueError):  # MisconfigurationException is a ValueError
+            raise
+        raise ConfigError(f"trainer: {str(cause).splitlines()[0]} Fix: correct that trainer.* key") from None
 
 
 def build(cfg: DictConfig, info: dict, out_dir: Path) -> Job:
@@ -172,7 +181,7 @@ def build(cfg: DictConfig, info: dict, out_dir: Path) -> Job:
     dm.prepare_data()
     dm.setup("fit")
     # the checks that need the data, on the model built on the meta device (nothing allocated yet)
-    ckpt = checkpoint_file(cfg, out_dir)
+    ckpt = resolve_ckpt_path(cfg, out_dir)
     if ckpt is not None:
         check_checkpoint_vocab(cfg, ckpt, dm)
     check_with_data(cfg, dm, build_model(cfg, dm.src_vocab_size, dm.tgt_vocab_size, dm.pad_id, device="meta"))
@@ -195,21 +204,6 @@ def build(cfg: DictConfig, info: dict, out_dir: Path) -> Job:
     if trainer.is_global_zero and (wandb_run := describe_runs(loggers)) is not None:
         summary["job"]["wandb"] = wandb_run
     return Job(dm, module, trainer, loggers, params, summary)
-
-
-def checkpoint_to_load(cfg: DictConfig, out_dir: Path) -> str | None:
-    """``cfg.ckpt_path``, with ``last`` meaning this job's ``checkpoints/last.ckpt`` (``None`` with a
-    warning when there is none yet: the job starts from scratch)."""
-    if cfg.ckpt_path != "last":
-        return cfg.ckpt_path
-    last = out_dir / "checkpoints" / "last.ckpt"
-    if last.exists():
-        return str(last)
-    log.warning(
-        "ckpt_path=last: no %s yet, starting from scratch (to resume a job, pass its folder: hydra.run.dir=<job dir>)",
-        last,
-    )
-    return None
 
 
 def fit_and_test(cfg: DictConfig, job: Job, ckpt: str | None) -> tuple[dict, dict, int | None]:
@@ -281,10 +275,12 @@ def divergence_of(trainer: L.Trainer) -> dict | None:
     return None
 
 
-def run(cfg: DictConfig) -> float | None:
+def run(cfg: DictConfig, checked: bool = False) -> float | None:
     """Train (``mode=train``) or evaluate (``mode=eval``) as configured: :func:`build`,
     :func:`fit_and_test`, :func:`write_summary` (also when fit fails or is preempted), and close the
-    W&B run. Returns the objective value (``None`` when it was not logged or is NaN).
+    W&B run. Returns the objective value (``None`` when it was not logged or is NaN). ``checked``: the
+    caller ran stages 1-2 of the config check (:func:`~xformer.jobs.config_check.stages.check_config_first`)
+    on this config and checkpoint, so only stage 3 runs here.
 
     Raises:
         ConfigError / DataError: invalid configuration or input, before training starts.
@@ -295,13 +291,13 @@ def run(cfg: DictConfig) -> float | None:
     out_dir = Path(info.get("output_dir") or cfg.paths.output_dir)
     quiet_console(resuming=own_checkpoint(cfg, out_dir) is not None)  # no false or noise library messages
     out_dir.mkdir(parents=True, exist_ok=True)
-    check_config(cfg, checkpoint_file(cfg, out_dir))
+    check_config(cfg, resolve_ckpt_path(cfg, out_dir), first_done=checked)
     if cfg.mode == "eval":
-        cfg = config_from_checkpoint(cfg, info["overrides"])
+        cfg = config_from_checkpoint(cfg, info["overrides"], resolve_ckpt_path(cfg, out_dir))
     job = build(cfg, info, out_dir)
     status, exit_code, final, tokens_seen = "failed", 1, {}, None
     try:
-        fit_metrics, test_metrics, tokens_seen = fit_and_test(cfg, job, checkpoint_to_load(cfg, out_dir))
+        fit_metrics, test_metrics, tokens_seen = fit_and_test(cfg, job, resolve_ckpt_path(cfg, out_dir, warn=True))
         final = {**fit_metrics, **test_metrics}
         status, exit_code = "finished", 0
         if cfg.mode == "train" and (rose := divergence_of(job.trainer)) is not None:

@@ -19,8 +19,8 @@ Groups (who calls them):
   :class:`xformer.jobs.resume.ResumableCSVLogger`;
 * the CSV logger's writer columns -- :func:`xformer.jobs.distributed.refresh_csv_headers`;
 * whether Rich is installed and the Rich bar's training description -- :mod:`xformer.jobs.console`;
-* the accepted precision strings -- :mod:`xformer.jobs.validate` (which keeps its own copy so that a
-  config is checked before Lightning is imported; a test keeps the two equal);
+* the accepted precision strings -- tests (the config check reads them from the ``Trainer``'s own
+  ``precision`` annotation, :mod:`xformer.jobs.config_check.schema`);
 * the trainer's stop flag -- :class:`xformer.jobs.callbacks.StopCheckpoint` (Ctrl-C stops training as
   SIGTERM does);
 * a ``WandbLogger``'s pending ``wandb.init`` arguments -- :mod:`xformer.jobs.wandb_run`.
@@ -180,7 +180,7 @@ class RichBarWithDescription(RichProgressBar):
         return super()._get_train_description(current_epoch)
 
 
-# -- precision (xformer.jobs.validate) ------------------------------------------------------------------
+# -- precision (tests) ---------------------------------------------------------------------------------
 PRECISION_INPUTS: tuple[str, ...] = tuple(str(p) for p in typing.get_args(_PRECISION_INPUT_STR))
 """The precision strings Lightning's ``Trainer(precision=...)`` accepts in full form (``"32-true"``, ...)."""
 

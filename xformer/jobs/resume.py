@@ -233,14 +233,13 @@ class ConsistentResume(L.Callback):
 def own_checkpoint(cfg: DictConfig, out_dir: Path) -> Path | None:
     """The checkpoint this job resumes from when it is one of its own (``ckpt_path=last`` with an
     existing ``checkpoints/last.ckpt``, or a path inside ``out_dir``), else None."""
-    ckpt = cfg.get("ckpt_path")
-    if cfg.get("mode", "train") != "train" or not ckpt:
+    from .checkpoints import resolve_ckpt_path
+
+    ckpt = resolve_ckpt_path(cfg, out_dir)
+    if cfg.get("mode", "train") != "train" or ckpt is None:
         return None
-    if ckpt == "last":
-        last = out_dir / "checkpoints" / "last.ckpt"
-        return last if last.is_file() else None
     try:
-        path = Path(str(ckpt)).resolve()
+        path = Path(ckpt).resolve()
         return path if path.is_file() and path.is_relative_to(out_dir.resolve()) else None
     except OSError:
         return None
@@ -248,11 +247,11 @@ def own_checkpoint(cfg: DictConfig, out_dir: Path) -> Path | None:
 
 def checkpoint_step(path: Path) -> int | None:
     """``global_step`` stored in a Lightning checkpoint (memory-mapped: tensors are not read)."""
-    import torch
+    from .checkpoints import UnreadableCheckpoint, read_checkpoint
 
     try:
-        ckpt = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
-    except Exception:  # unreadable: Lightning reports it when it loads the checkpoint
+        ckpt = read_checkpoint(path)
+    except UnreadableCheckpoint:  # Lightning reports it when it loads the checkpoint
         return None
     step = ckpt.get("global_step") if isinstance(ckpt, dict) else None
     return int(step) if step is not None else None

@@ -1,7 +1,7 @@
 """Sweep-level behaviour of ``run.py -m``: a summary of every job, failures that do not stop the
 sweep, and dry runs.
 
-* :class:`SweepSummary` (a Hydra callback, registered in ``conf/hydra/default.yaml``) records each
+* :class:`~.hydra_callbacks.SweepSummary` (a Hydra callback, registered in ``conf/hydra/default.yaml``) records each
   job when it ends -- job number, overrides, status, objective, output folder, W&B run, error -- in
   ``<sweep dir>/.xformer/jobs/<num>.json``, and at the end of the sweep writes
   ``<sweep dir>/sweep_summary.json`` and prints it as a table. A job that raised is logged with its
@@ -20,15 +20,12 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from hydra.core.utils import JobStatus
-from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
-from typing_extensions import override
 
 log = logging.getLogger("xformer")
 
@@ -54,13 +51,13 @@ def _hydra_info() -> dict:
 def dry_run(cfg: DictConfig) -> None:
     """Validate ``cfg`` without reading data or training, and print the job's overrides.
 
-    Runs :func:`xformer.jobs.validate.check_config` (model built on the meta device, optimiser, loss,
+    Runs :func:`xformer.jobs.config_check.stages.check_config` (model built on the meta device, optimiser, loss,
     decoding, objective, checkpoint) and resolves the whole config.
 
     Raises:
         ConfigError: as ``check_config``; under ``-m`` the job is listed as failed in the summary.
     """
-    from xformer.jobs.validate import check_config
+    from xformer.jobs.config_check.stages import check_config
 
     OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
     check_config(cfg)
@@ -78,8 +75,27 @@ def _float_or_none(value: Any) -> float | None:
     return None if math.isnan(value) else value
 
 
+def jobs_dir(config: DictConfig) -> Path:
+    """The folder of the per-job records of the sweep ``config`` describes."""
+    return Path(str(config.hydra.sweep.dir)) / JOBS_DIR
+
+
+def record_interrupted(config: DictConfig, code: int) -> None:
+    """A job stopped by Ctrl-C or SIGTERM ends the sweep without ``on_multirun_end``: record the job
+    (status and error from its ``metrics.json``) and write ``sweep_summary.json`` for what ran."""
+    from types import SimpleNamespace
+
+    ret = SimpleNamespace(overrides=list(config.hydra.overrides.task), status=None, _return_value=None)
+    rec = job_record(config, ret)
+    jobs = jobs_dir(config)
+    jobs.mkdir(parents=True, exist_ok=True)
+    (jobs / f"{rec['num']}.json").write_text(json.dumps(rec, default=str))
+    write_sweep_summary(config, exit_on_failure=False)
+    log.warning("sweep stopped (exit %d); resume the whole sweep with: %s", code, sweep_resume_command(config))
+
+
 def job_record(config: DictConfig, job_return: Any) -> dict:
-    """The summary entry of one finished job (see :class:`SweepSummary`)."""
+    """The summary entry of one finished job (see :class:`~.hydra_callbacks.SweepSummary`)."""
     hc = config.hydra
     out_dir = Path(str(hc.runtime.output_dir))
     metric = OmegaConf.select(config, "objective.metric")
@@ -117,83 +133,6 @@ def job_record(config: DictConfig, job_return: Any) -> dict:
     return rec
 
 
-class SweepSummary(Callback):
-    """Hydra callback writing ``<sweep dir>/sweep_summary.json`` (see module docstring).
-
-    Args:
-        exit_on_failure: exit the sweep with status 1 after the summary when a job failed or no job
-            produced an objective value.
-    """
-
-    def __init__(self, exit_on_failure: bool = True) -> None:
-        self.exit_on_failure = exit_on_failure
-
-    @staticmethod
-    def _jobs_dir(config: DictConfig) -> Path:
-        return Path(str(config.hydra.sweep.dir)) / JOBS_DIR
-
-    @override
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if "optuna" in str(OmegaConf.select(config, "hydra.sweeper._target_", default="")):
-            guard_optuna_sweep(bool(OmegaConf.select(config, "sweep.dry_run", default=False)))
-            _OPTUNA_GUARD["sampler"] = OmegaConf.select(config, "hydra.sweeper.sampler", default=None)
-        storage = OmegaConf.select(config, "hydra.sweeper.storage", default=None)
-        if isinstance(storage, str) and storage.startswith("sqlite:///"):  # SQLite does not create folders
-            Path(storage[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
-        jobs = self._jobs_dir(config)
-        optuna = "optuna" in str(OmegaConf.select(config, "hydra.sweeper._target_", default=""))
-        if jobs.is_dir() and not optuna:  # a previous invocation into the same sweep dir: every job of
-            for f in jobs.glob("*.json"):  # this one records itself again (finished ones as skipped)
-                f.unlink()
-        # Optuna: a resumed study numbers its new trials after the earlier ones (guard_optuna_sweep),
-        # so the earlier trials' records stay and the summary covers the whole study in this folder
-
-    @override
-    def on_job_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
-        if job_return is None or str(config.hydra.mode) != "RunMode.MULTIRUN":
-            return
-        from xformer.jobs.distributed import env_rank
-
-        if env_rank() != 0:  # submitit/srun with several tasks per job: rank 0 reports
-            return
-        rec = job_record(config, job_return)
-        jobs = self._jobs_dir(config)
-        jobs.mkdir(parents=True, exist_ok=True)
-        tmp = jobs / f".{rec['num']}.json.{os.getpid()}"
-        tmp.write_text(json.dumps(rec, indent=2, default=str))
-        tmp.replace(jobs / f"{rec['num']}.json")
-        if job_return.status == JobStatus.FAILED:
-            err = job_return._return_value
-            log.error(
-                "job %s (%s) failed; the sweep goes on",
-                rec["num"],
-                " ".join(rec["overrides"]),
-                exc_info=(type(err), err, err.__traceback__),
-            )
-            # hand the sweeper a finished job without a value: basic/joblib/submitit sweeps run the
-            # remaining batches and reach on_multirun_end; Optuna records the trial as failed
-            job_return.status = JobStatus.COMPLETED
-            job_return.return_value = None
-
-    @override
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        write_sweep_summary(config, self.exit_on_failure)
-
-    @staticmethod
-    def record_interrupted(config: DictConfig, code: int) -> None:
-        """A job stopped by Ctrl-C or SIGTERM ends the sweep without ``on_multirun_end``: record the job
-        (status and error from its ``metrics.json``) and write ``sweep_summary.json`` for what ran."""
-        from types import SimpleNamespace
-
-        ret = SimpleNamespace(overrides=list(config.hydra.overrides.task), status=None, _return_value=None)
-        rec = job_record(config, ret)
-        jobs = SweepSummary._jobs_dir(config)
-        jobs.mkdir(parents=True, exist_ok=True)
-        (jobs / f"{rec['num']}.json").write_text(json.dumps(rec, default=str))
-        write_sweep_summary(config, exit_on_failure=False)
-        log.warning("sweep stopped (exit %d); resume the whole sweep with: %s", code, sweep_resume_command(config))
-
-
 def sweep_resume_command(config: DictConfig) -> str:
     """The command that continues the sweep this job belongs to: the sweep's own overrides (from its
     ``multirun.yaml``, as typed) into the same ``hydra.sweep.dir``, with ``-m``: finished jobs are
@@ -214,10 +153,11 @@ def sweep_resume_command(config: DictConfig) -> str:
 
 
 def write_sweep_summary(config: DictConfig, exit_on_failure: bool = True) -> None:
-    """Write ``<sweep dir>/sweep_summary.json`` from the job records and print it (see :class:`SweepSummary`)."""
+    """Write ``<sweep dir>/sweep_summary.json`` from the job records and print it (see
+    :class:`~.hydra_callbacks.SweepSummary`)."""
     sweep_dir = Path(str(config.hydra.sweep.dir))
     jobs = []
-    for f in sorted(SweepSummary._jobs_dir(config).glob("*.json"), key=lambda p: int(p.stem)):
+    for f in sorted(jobs_dir(config).glob("*.json"), key=lambda p: int(p.stem)):
         try:
             jobs.append(json.loads(f.read_text()))
         except (OSError, ValueError):
@@ -269,7 +209,7 @@ def guard_optuna_sweep(dry_run: bool) -> None:
     are completed yet.") when every trial failed or returned no value -- always the case for a dry run,
     whose jobs only validate. Hydra then skips ``on_multirun_end``: no ``sweep_summary.json``, exit 1
     with Optuna's message. The plugin has no option for this, so its ``sweep`` is wrapped (once per
-    process): that one error is logged as a warning and the sweep returns, so :class:`SweepSummary`
+    process): that one error is logged as a warning and the sweep returns, so :class:`~.hydra_callbacks.SweepSummary`
     writes the summary and sets the exit status. With ``dry_run`` the study is kept in memory
     (``storage=None``), so validating a search never adds FAILED trials to a stored study. With a
     stored study the job numbers start at its trial count (:func:`_stored_trials`): job folder ``n``

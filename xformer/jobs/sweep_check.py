@@ -1,10 +1,10 @@
 """``run.py ... -m`` checks every job's configuration before the first job starts.
 
-:class:`ValidateSweep` is a Hydra callback (registered in ``conf/hydra/default.yaml``). In
+:class:`~xformer.jobs.hydra_callbacks.ValidateSweep` is a Hydra callback (registered in ``conf/hydra/default.yaml``). In
 ``on_multirun_start`` -- after Hydra composed the sweep's base config, before the sweeper launches
 anything -- it expands the sweep into its jobs (:func:`sweep_jobs`), composes each job's config
 the way the launchers do (``ConfigLoader.load_sweep_config``) and runs
-:func:`xformer.jobs.validate.check_config` on it. If any job is invalid, it prints one line per
+:func:`xformer.jobs.config_check.stages.check_config` on it. If any job is invalid, it prints one line per
 invalid job (``error: sweep job 3 (model.n_heads=3 optim.lr=0.1): model.n_heads=3: ...``) and exits
 with status 2: nothing has been trained and no job folder exists. ``HYDRA_FULL_ERROR=1`` raises the
 first error with its stack trace instead.
@@ -19,14 +19,9 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
-import sys
-import time
 from typing import Any
 
-from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
-from typing_extensions import override
 
 log = logging.getLogger("xformer")
 
@@ -75,7 +70,7 @@ def check_sweep(config: DictConfig) -> tuple[int, list[tuple[int, list[str], Bas
     from hydra.core.global_hydra import GlobalHydra
 
     from xformer.data.errors import DataError
-    from xformer.jobs.validate import check_config
+    from xformer.jobs.config_check.stages import check_config
     from xformer.model import ConfigError
 
     loader = GlobalHydra.instance().config_loader()
@@ -93,44 +88,3 @@ def check_sweep(config: DictConfig) -> tuple[int, list[tuple[int, list[str], Bas
             else:
                 raise
     return len(jobs), bad
-
-
-class ValidateSweep(Callback):
-    """Hydra callback: fail a ``-m`` sweep before its first job when any job's config is invalid.
-
-    Args:
-        enabled: set ``hydra.callbacks.validate_sweep.enabled=false`` to skip the check.
-        max_listed: at most this many invalid jobs are printed (all are counted).
-    """
-
-    def __init__(self, enabled: bool = True, max_listed: int = 20) -> None:
-        self.enabled = enabled
-        self.max_listed = max_listed
-
-    @override
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if not self.enabled:
-            return
-        t0 = time.perf_counter()
-        n_jobs, bad = check_sweep(config)
-        if not bad:
-            log.info(
-                "sweep: the configs of all %d jobs are valid (checked in %.1f s)", n_jobs, time.perf_counter() - t0
-            )
-            return
-        if os.environ.get("HYDRA_FULL_ERROR") == "1":
-            raise bad[0][2]
-        lines = []
-        for num, overrides, err in bad[: self.max_listed]:
-            msg = " ".join(str(err).split())  # one line, even for Hydra's multi-line messages
-            lines.append(f"error: sweep job {num} ({' '.join(overrides) or 'defaults'}): {msg}")
-        if len(bad) > self.max_listed:
-            lines.append(f"error: ... and {len(bad) - self.max_listed} more invalid jobs")
-        lines.append(
-            f"error: {len(bad)} of {n_jobs} sweep jobs have an invalid config; nothing was run. "
-            "Fix the overrides above (HYDRA_FULL_ERROR=1 shows a stack trace)"
-        )
-        for line in lines:
-            log.error("%s", line.removeprefix("error: "))
-        print("\n".join(lines), file=sys.stderr, flush=True)
-        sys.exit(2)

@@ -10,7 +10,7 @@ Per job (its folder ``<sweep dir>/<hydra.job.num>``), decided by :func:`plan_job
   (:mod:`xformer.jobs.resume`: weights, optimizer, data position, CSV history, the same W&B run id).
 * ``run``: the grid point never started (or stopped before its first checkpoint): trained from scratch.
 
-Mixing configurations is refused. :class:`ResumeSweep` (a Hydra callback, registered in
+Mixing configurations is refused. :class:`~xformer.jobs.hydra_callbacks.ResumeSweep` (a Hydra callback, registered in
 ``conf/hydra/default.yaml``) runs in ``on_multirun_start``, before any job starts and before Hydra
 rewrites a job's ``.hydra/config.yaml``: it reads the config recorded in every existing job folder
 (:data:`RECORDED_FILE` keeps a copy for the jobs), composes the config each job of this command gets
@@ -29,14 +29,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
-from typing_extensions import override
+
+from .checkpoints import last_checkpoint
 
 log = logging.getLogger("xformer")
 
@@ -164,7 +163,7 @@ def plan_job(cfg: DictConfig, out_dir: Path, recorded: dict | None) -> Plan:
             except (TypeError, ValueError):
                 value = None
             return Plan("skip", value=value)
-    last = out_dir / "checkpoints" / "last.ckpt"
+    last = last_checkpoint(out_dir)
     if cfg.get("mode", "train") == "train" and last.is_file():
         return Plan("resume", checkpoint=last)
     return Plan("run")
@@ -228,97 +227,48 @@ def prepare_job(cfg: DictConfig) -> Plan | None:
     return plan
 
 
-class ResumeSweep(Callback):
-    """Hydra callback: record the configs of the existing job folders and refuse a sweep whose jobs
-    would mix configs (module docstring).
+def sweep_mismatches(config: DictConfig, recorded: dict) -> tuple[int, list] | None:
+    """``(number of jobs, [(num, overrides, diff)])`` for the jobs whose folder records another
+    config, or None when the sweeper's jobs cannot be listed in advance."""
+    from hydra.core.global_hydra import GlobalHydra
 
-    Args:
-        enabled: ``hydra.callbacks.resume_sweep.enabled=false`` skips the check and the record.
-    """
+    from .sweep_check import _swept, sweep_jobs
 
-    def __init__(self, enabled: bool = True) -> None:
-        self.enabled = enabled
+    sweeper = str(OmegaConf.select(config, "hydra.sweeper._target_", default=""))
+    if "BasicSweeper" not in sweeper:
+        return None
+    loader = GlobalHydra.instance().config_loader()
+    bad, jobs = [], sweep_jobs(config)
+    shown = _swept(jobs)
+    for num, overrides in enumerate(jobs):
+        rec = recorded.get(str(num))
+        if rec is None:
+            continue
+        job_cfg = loader.load_sweep_config(config, list(overrides))
+        diff = config_diff(rec, job_cfg, runtime_keys(job_cfg))
+        if diff:
+            bad.append((num, shown[num], diff))
+    return len(jobs), bad
 
-    @override
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        sweep_dir = Path(str(config.hydra.sweep.dir))
-        record = sweep_dir / RECORDED_FILE
-        if not self.enabled or not OmegaConf.select(config, "sweep.resume", default=True):
-            record.unlink(missing_ok=True)
-            return
-        recorded = {}
-        if sweep_dir.is_dir():
-            for job_dir in sweep_dir.iterdir():
-                if job_dir.is_dir() and job_dir.name.isdigit():
-                    rec = recorded_config(job_dir)
-                    if rec is not None:
-                        recorded[job_dir.name] = rec
-        record.parent.mkdir(parents=True, exist_ok=True)
-        tmp = record.with_name(f".{record.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(recorded, default=str))
-        tmp.replace(record)
-        if not recorded:
-            return
-        checked = self._mismatches(config, recorded)
-        if checked is None:  # a sweeper that cannot be enumerated: every job checks itself
-            return
-        n_jobs, bad = checked
-        counts = self._counts(sweep_dir, recorded, n_jobs)
-        if not bad:
-            log.info(
-                "sweep resume: %s: %d finished jobs skipped, %d resumed from last.ckpt, %d to run", sweep_dir, *counts
-            )
-            print(
-                f"[resume] {sweep_dir}: {counts[0]} finished (skipped), {counts[1]} resumed, {counts[2]} new",
-                flush=True,
-            )
-            return
-        num, overrides, diff = bad[0]
-        more = f" (and {len(bad) - 1} more jobs)" if len(bad) > 1 else ""
-        line = (
-            f"error: hydra.sweep.dir={sweep_dir}: job {num} ({' '.join(overrides) or 'defaults'}) was run "
-            f"there with another config: {describe_diff(diff)}{more}; nothing was run. Give this sweep a "
-            f"new hydra.sweep.dir, or restore the recorded values (sweep.resume=false reruns every job "
-            f"from scratch)"
-        )
-        log.error("%s", line.removeprefix("error: "))
-        print(line, file=sys.stderr, flush=True)
-        sys.exit(2)
 
-    @staticmethod
-    def _mismatches(config: DictConfig, recorded: dict) -> tuple[int, list] | None:
-        """``(number of jobs, [(num, overrides, diff)])`` for the jobs whose folder records another
-        config, or None when the sweeper's jobs cannot be listed in advance."""
-        from hydra.core.global_hydra import GlobalHydra
+def sweep_counts(sweep_dir: Path, recorded: dict, n_jobs: int) -> tuple[int, int, int]:
+    """``(finished, resumable, new)`` among the ``n_jobs`` jobs of this command."""
+    finished = resumable = 0
+    for num in (n for n in recorded if int(n) < n_jobs):
+        job = sweep_dir / num
+        try:
+            done = json.loads((job / "metrics.json").read_text()).get("status") == "finished"
+        except (OSError, ValueError):
+            done = False
+        finished += done
+        resumable += (not done) and last_checkpoint(job).is_file()
+    return finished, resumable, n_jobs - finished - resumable
 
-        from .sweep_check import _swept, sweep_jobs
 
-        sweeper = str(OmegaConf.select(config, "hydra.sweeper._target_", default=""))
-        if "BasicSweeper" not in sweeper:
-            return None
-        loader = GlobalHydra.instance().config_loader()
-        bad, jobs = [], sweep_jobs(config)
-        shown = _swept(jobs)
-        for num, overrides in enumerate(jobs):
-            rec = recorded.get(str(num))
-            if rec is None:
-                continue
-            job_cfg = loader.load_sweep_config(config, list(overrides))
-            diff = config_diff(rec, job_cfg, runtime_keys(job_cfg))
-            if diff:
-                bad.append((num, shown[num], diff))
-        return len(jobs), bad
+def __getattr__(name: str):
+    """``ResumeSweep`` lives in :mod:`xformer.jobs.hydra_callbacks`; older imports from here still find it."""
+    if name == "ResumeSweep":
+        from .hydra_callbacks import ResumeSweep
 
-    @staticmethod
-    def _counts(sweep_dir: Path, recorded: dict, n_jobs: int) -> tuple[int, int, int]:
-        """``(finished, resumable, new)`` among the ``n_jobs`` jobs of this command."""
-        finished = resumable = 0
-        for num in (n for n in recorded if int(n) < n_jobs):
-            job = sweep_dir / num
-            try:
-                done = json.loads((job / "metrics.json").read_text()).get("status") == "finished"
-            except (OSError, ValueError):
-                done = False
-            finished += done
-            resumable += (not done) and (job / "checkpoints" / "last.ckpt").is_file()
-        return finished, resumable, n_jobs - finished - resumable
+        return ResumeSweep
+    raise AttributeError(name)

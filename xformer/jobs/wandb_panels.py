@@ -31,17 +31,20 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import lightning as L
 from lightning.pytorch.loggers import WandbLogger
 from typing_extensions import override
 
+from xformer.config_types import Range
+
+from .overrides import override_values, sweep_override_keys
+
 log = logging.getLogger("xformer")
 
 #: summary kind per validation metric (W&B keeps this aggregate in the run's summary)
 SUMMARIES = {"val/loss": "min", "val/ppl": "min", "val/acc": "max", "val/bleu": "max", "val/exact_match": "max"}
-_SWEEP_FUNCS = ("range(", "choice(", "interval(", "glob(")
 
 
 def top_level_key(override_key: str) -> str:
@@ -76,43 +79,13 @@ def swept_keys(sweep_dir: str | Path | None) -> list[str]:
     return list(dict.fromkeys(keys))
 
 
-def sweep_override_keys(overrides) -> list[str]:
-    """The keys of ``overrides`` that sweep, as Hydra's own parser reads them: a comma list or a
-    ``range``/``choice``/``interval``/``glob`` sweep -- not a list value such as ``key=[1,2]``, which
-    is one value. ``hydra.*`` keys are left out; an override that does not parse counts as no sweep."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    parser = OverridesParser.create()
-    out = []
-    for item in overrides:
-        try:
-            (o,) = parser.parse_overrides([str(item)])
-        except Exception:  # an extension's syntax Hydra's grammar does not know (e.g. Optuna's tag(...))
-            o = None
-        key = str(item).partition("=")[0].lstrip("+~")
-        if key.startswith("hydra."):
-            continue
-        if o is not None and o.is_sweep_override():
-            out.append(key)
-        elif o is None and str(item).partition("=")[2].startswith(_SWEEP_FUNCS):
-            out.append(key)
-    return out
-
-
 def swept_values(keys: list[str], overrides: list[str], config: dict) -> dict[str, Any]:
     """This job's value of each swept key: from its overrides (``key=value``), else from the config."""
-    given = {}
-    for item in overrides:
-        key, _, value = item.partition("=")
-        given[key.lstrip("+~")] = value
+    given = {k.lstrip("+~"): v for k, v in override_values(overrides).items()}
     out: dict[str, Any] = {}
     for key in keys:
         if key in given:
-            value: Any = given[key]
-            try:  # numbers as numbers, so W&B's panels treat the axis as numeric
-                value = int(value) if value.lstrip("-").isdigit() else float(value)
-            except ValueError:
-                pass
+            value: Any = given[key]  # numbers as numbers, so W&B treats the axis as numeric
         else:
             value = config
             for part in key.replace("/", ".").split("."):
@@ -129,9 +102,7 @@ class WandbPanels(L.Callback):
         claim: claim id for the run config; ``None`` = taken from ``experiment=claims/<name>``.
     """
 
-    def __init__(self, n_samples: int = 16, claim: str | None = None) -> None:
-        if n_samples < 0:
-            raise ValueError(f"n_samples must be >= 0, got {n_samples}")
+    def __init__(self, n_samples: Annotated[int, Range(ge=0)] = 16, claim: str | None = None) -> None:
         self.n_samples = int(n_samples)
         self.claim = claim
         self._rows: list[list] = []

@@ -4,6 +4,9 @@ class chosen by ``_target_``; ``beam_size = 1`` is greedy decoding (:mod:`xforme
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
+
+from xformer.config_types import Range
 
 
 @dataclass(frozen=True)
@@ -17,11 +20,11 @@ class DecodeSettings:
         val_batches: decode only this many validation batches (``None`` = all).
     """
 
-    beam_size: int = 1
-    alpha: float = 0.6
-    max_len_a: float = 1.5
-    max_len_b: float = 10
-    val_batches: int | None = None
+    beam_size: Annotated[int, Range(ge=1)] = 1
+    alpha: Annotated[float, Range(ge=0)] = 0.6
+    max_len_a: Annotated[float, Range(ge=0)] = 1.5
+    max_len_b: Annotated[float, Range(ge=0)] = 10
+    val_batches: Annotated[int, Range(ge=0)] | None = None
 
     def generate_kwargs(self) -> dict:
         """The settings :meth:`xformer.model.ModelBase.generate` takes."""

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from xformer.config_types import Range
 
 
 class CrossEntropy:
@@ -15,13 +19,10 @@ class CrossEntropy:
     Args:
         label_smoothing: ``ε_ls`` in ``[0, 1)``.
 
-    Raises:
-        ValueError: for ``label_smoothing`` outside ``[0, 1)``.
+    The range of ``label_smoothing`` is in its annotation, checked with the config.
     """
 
-    def __init__(self, label_smoothing: float = 0.1) -> None:
-        if not 0.0 <= label_smoothing < 1.0:
-            raise ValueError(f"loss.label_smoothing={label_smoothing}: must be in [0, 1)")
+    def __init__(self, label_smoothing: Annotated[float, Range(ge=0, lt=1)] = 0.1) -> None:
         self.label_smoothing = label_smoothing
 
     def __call__(

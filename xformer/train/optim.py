@@ -8,10 +8,12 @@ undecayed group before building the optimizer.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Annotated, Callable
 
 import torch
 from torch import nn
+
+from xformer.config_types import Range
 
 
 def is_embedding_table(module: nn.Module) -> bool:
@@ -62,17 +64,17 @@ class DecayGroups:
         weight_decay: decay of the decayed group (AdamW's decoupled λ).
         decay_min_ndim, decay_embeddings: the rule (see :func:`decay_split`).
 
-    Raises:
-        ValueError: ``weight_decay < 0`` or ``decay_min_ndim < 0``.
+    The ranges of ``weight_decay`` and ``decay_min_ndim`` (>= 0) are in their annotations, checked with
+    the config.
     """
 
     def __init__(
-        self, optimizer: Callable, weight_decay: float = 0.1, decay_min_ndim: int = 2, decay_embeddings: bool = False
+        self,
+        optimizer: Callable,
+        weight_decay: Annotated[float, Range(ge=0)] = 0.1,
+        decay_min_ndim: Annotated[int, Range(ge=0)] = 2,
+        decay_embeddings: bool = False,
     ) -> None:
-        if weight_decay < 0:
-            raise ValueError(f"optim.weight_decay={weight_decay}: must be >= 0")
-        if decay_min_ndim < 0:
-            raise ValueError(f"optim.optimizer.decay_min_ndim={decay_min_ndim}: must be >= 0")
         self.optimizer, self.weight_decay = optimizer, float(weight_decay)
         self.decay_min_ndim, self.decay_embeddings = int(decay_min_ndim), bool(decay_embeddings)
 

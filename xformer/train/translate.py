@@ -7,7 +7,6 @@ tokenizer under ``checkpoint["xformer"]``), so no data or cache is read.
 from __future__ import annotations
 
 import argparse
-import pickle
 import sys
 import tempfile
 from pathlib import Path
@@ -34,12 +33,14 @@ def load_checkpoint(path: str | Path):
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"--ckpt {path}: no such file")
+    from xformer.jobs.checkpoints import UnreadableCheckpoint, read_checkpoint
+
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as err:
+        ckpt = read_checkpoint(path)
+    except UnreadableCheckpoint as err:
         raise ValueError(
-            f"--ckpt {path}: not a readable checkpoint (truncated or corrupt: "
-            f"{str(err).splitlines()[0]}). Fix: use the job's checkpoints/last.ckpt or best-*.ckpt"
+            f"--ckpt {path}: not a readable checkpoint (truncated or corrupt: {err}). "
+            f"Fix: use the job's checkpoints/last.ckpt or best-*.ckpt"
         ) from err
     meta = ckpt.get("xformer") if isinstance(ckpt, dict) else None
     if not meta:
@@ -49,7 +50,7 @@ def load_checkpoint(path: str | Path):
         tok_file = Path(tmp) / "tokenizer.json"
         tok_file.write_text(meta["tokenizer"], encoding="utf-8")
         tokenizer = load_tokenizer(tok_file)
-    from xformer.jobs.validate import build_model
+    from xformer.jobs.build import build_model
 
     model = build_model(cfg, meta["src_vocab_size"], meta["tgt_vocab_size"], meta.get("pad_id", PAD_ID))
     from .module import uncompiled_state_dict
@@ -87,7 +88,7 @@ def translate(
         ValueError: if ``model`` is not an encoder–decoder.
     """
     if not isinstance(model, EncoderDecoder):
-        from xformer.jobs.validate import arch_name  # the model/arch naming run.py's ckpt_path errors use
+        from xformer.jobs.checkpoints import arch_name  # the model/arch naming run.py's ckpt_path errors use
 
         raise ValueError(
             f"translate needs an encoder_decoder checkpoint (model/arch=encoder_decoder); this one "

@@ -1,0 +1,229 @@
+"""Reading checkpoint files, and whether one fits this run (the atomic writer is :mod:`.checkpoint_io`).
+
+* :func:`last_checkpoint`, :func:`resolve_ckpt_path` -- the one reading of ``ckpt_path`` (``last``
+  means the job's own ``checkpoints/last.ckpt``).
+* :func:`read_checkpoint` -- the one reader of checkpoint files: memory-mapped on the CPU, so only the
+  tensors a caller touches are read.
+* :func:`check_checkpoint_model`, :func:`check_checkpoint_vocab` -- the checkpoint's model and
+  vocabulary against this run's, as one :class:`~xformer.errors.ConfigError` line with the overrides
+  that make them agree.
+
+Importing this module imports neither torch nor Lightning (``run.py`` resolves ``ckpt_path`` first).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from xformer.errors import ConfigError
+
+log = logging.getLogger("xformer")
+
+
+class UnreadableCheckpoint(ValueError):
+    """The file is not a readable torch checkpoint (truncated, corrupt, not a torch file); the message
+    is the first line of the loader's own error."""
+
+
+def last_checkpoint(out_dir: str | Path) -> Path:
+    """Where a job in ``out_dir`` keeps the checkpoint it resumes from."""
+    return Path(out_dir) / "checkpoints" / "last.ckpt"
+
+
+def resolve_ckpt_path(cfg: DictConfig, out_dir: str | Path | None, warn: bool = False) -> str | None:
+    """The checkpoint file a run loads: ``ckpt_path`` as given, or for ``ckpt_path=last`` the job's
+    :func:`last_checkpoint` when it exists (else ``None``: the run starts from scratch, with a
+    warning when ``warn``)."""
+    ckpt = cfg.get("ckpt_path")
+    if not ckpt:
+        return None
+    if ckpt != "last":
+        return str(ckpt)
+    last = last_checkpoint(out_dir or ".")
+    if out_dir is not None and last.is_file():
+        return str(last)
+    if warn:
+        log.warning(
+            "ckpt_path=last: no %s yet, starting from scratch (to resume a job, pass its folder: "
+            "hydra.run.dir=<job dir>)",
+            last,
+        )
+    return None
+
+
+def read_checkpoint(path: str | Path) -> Any:
+    """The object stored in checkpoint file ``path``, loaded on the CPU and memory-mapped.
+
+    Raises:
+        UnreadableCheckpoint: the file cannot be loaded (the first line of the cause, at most 200 characters).
+    """
+    import torch
+
+    try:
+        return torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+    except Exception as err:  # truncated, corrupt, not a torch file, missing
+        raise UnreadableCheckpoint(str(err).splitlines()[0][:200] if str(err) else type(err).__name__) from err
+
+
+def check_ckpt_file(path: str) -> None:
+    """``ckpt_path`` names an existing zip-format (torch) file; nothing is loaded.
+
+    Raises:
+        ConfigError: no such file, or not a readable checkpoint, naming ``ckpt_path`` and the fix.
+    """
+    import os
+    import zipfile
+
+    if not os.path.isfile(path):
+        raise ConfigError(f"ckpt_path={path}: no such file; give an existing .ckpt or ckpt_path=last")
+    if not zipfile.is_zipfile(path):
+        raise ConfigError(
+            f"ckpt_path={path}: not a readable checkpoint (truncated or corrupt). Fix: use "
+            f"another checkpoint, e.g. the job's checkpoints/last.ckpt or best-*.ckpt"
+        )
+
+
+def load_checkpoint_parts(path: str) -> tuple[dict | None, dict | None]:
+    """``(state_dict, xformer section)`` of a checkpoint file; ``(None, None)`` when it is not a
+    Lightning checkpoint.
+
+    Raises:
+        ConfigError: the file cannot be read, naming ``ckpt_path`` and the fix.
+    """
+    try:
+        ckpt = read_checkpoint(path)
+    except UnreadableCheckpoint as err:
+        raise ConfigError(
+            f"ckpt_path={path}: not a readable checkpoint ({err}). "
+            f"Fix: use another checkpoint, e.g. the job's checkpoints/last.ckpt or best-*.ckpt"
+        ) from None
+    if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict):
+        return None, None
+    return ckpt["state_dict"], ckpt.get("xformer") or None
+
+
+def arch_name(target: str) -> str:
+    """The ``model/arch`` option of a model class path (``xformer.model.DecoderOnly`` ->
+    ``decoder_only``): the class name in snake case, as ``conf/model/arch/`` names them."""
+    name = str(target).rsplit(".", 1)[-1]
+    return "".join(f"_{c.lower()}" if c.isupper() and i else c.lower() for i, c in enumerate(name))
+
+
+def model_shape(model_cfg, src_vocab_size: int | None = None, tgt_vocab_size: int | None = None) -> str:
+    """One phrase for a model config: arch, width, heads, layers, vocabulary, e.g. ``decoder_only
+    (d_model=64, n_heads=4, 0+2 layers, vocab 600)``; used in the errors of ``run.py ckpt_path=``
+    and ``xformer translate``."""
+    get = (lambda k: model_cfg.get(k)) if hasattr(model_cfg, "get") else (lambda k: getattr(model_cfg, k, None))
+    parts = [f"d_model={get('d_model')}", f"n_heads={get('n_heads')}"]
+    if get("n_encoder_layers") is not None or get("n_decoder_layers") is not None:
+        parts.append(f"{get('n_encoder_layers')}+{get('n_decoder_layers')} layers")
+    if src_vocab_size is not None:
+        parts.append(
+            f"vocab {tgt_vocab_size}"
+            if src_vocab_size == tgt_vocab_size
+            else f"vocab {src_vocab_size}/{tgt_vocab_size}"
+        )
+    target = get("_target_") or type(model_cfg).__name__
+    return f"{arch_name(target)} ({', '.join(parts)})"
+
+
+def _flat(node, prefix: str) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value in (node or {}).items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}.{key}"))
+        else:
+            out[f"{prefix}.{key}"] = value
+    return out
+
+
+def _overrides_to(stored: dict, current: dict, prefix: str) -> list[str]:
+    """``key=value`` overrides that turn ``current`` into ``stored`` (the checkpoint's settings);
+    a different model class is named as its ``model/arch`` option."""
+    want, have = _flat(stored, prefix), _flat(current, prefix)
+    out = []
+    for key in sorted(set(want) | set(have)):
+        if want.get(key) == have.get(key) or key.endswith("._partial_"):
+            continue
+        if key == "model._target_":
+            out.insert(0, f"model/arch={arch_name(str(want.get(key)))}")
+        elif key in want:
+            out.append(f"{key}={'null' if want[key] is None else want[key]}")
+    return out
+
+
+def check_checkpoint_model(cfg: DictConfig, path: str) -> None:
+    """The checkpoint ``path`` that ``ckpt_path`` names was written by xformer (``run.py``) and holds
+    a model of this run's shape: the parameter names and sizes of this run's model (built on the meta
+    device with the checkpoint's vocabulary sizes; the data's vocabulary is checked by
+    :func:`check_checkpoint_vocab`) equal the checkpoint's. In ``mode=eval`` the model comes from the
+    checkpoint, so only its origin is checked.
+
+    Raises:
+        ConfigError: one line naming the checkpoint's model, this run's, and the overrides that
+            make them agree (or that the file is not an xformer checkpoint).
+    """
+    from xformer.jobs.build import build_model
+
+    state, meta = load_checkpoint_parts(path)
+    if state is None or meta is None:
+        what = "a Lightning checkpoint from another program" if state is not None else "not a Lightning checkpoint"
+        raise ConfigError(
+            f"ckpt_path={path}: {what} (no 'xformer' section, so its model and tokenizer are "
+            f"unknown). Fix: give a checkpoint written by run.py (<job dir>/checkpoints/last.ckpt "
+            f"or best-*.ckpt), or drop ckpt_path to start from scratch"
+        )
+    if cfg.mode != "train":
+        return
+    src_v, tgt_v = int(meta["src_vocab_size"]), int(meta["tgt_vocab_size"])
+    model = build_model(cfg, src_v, tgt_v, int(meta.get("pad_id", 0)), device="meta")
+    want = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    have = {
+        k.replace("._orig_mod.", ".").removeprefix("model.").removeprefix("_orig_mod."): tuple(v.shape)
+        for k, v in state.items()
+        if k.startswith("model.")
+    }
+    if want == have:
+        return
+    stored = (meta.get("config") or {}).get("model") or {}
+    current = OmegaConf.to_container(cfg.model, resolve=True)
+    fix = _overrides_to(stored, current, "model")
+    fix_text = " ".join(fix[:8]) + (" …" if len(fix) > 8 else "")
+    raise ConfigError(
+        f"ckpt_path={path}: the checkpoint holds {model_shape(stored, src_v, tgt_v)}, this run "
+        f"builds {model_shape(current, src_v, tgt_v)}; its weights do not fit. Fix: "
+        + (f"{fix_text} (the checkpoint's model), " if fix else "use the checkpoint's model settings, ")
+        + "or drop ckpt_path to train this model from scratch"
+    )
+
+
+def check_checkpoint_vocab(cfg: DictConfig, path: str, dm) -> None:
+    """The data's vocabulary sizes equal those the checkpoint ``path`` was trained with (its
+    embeddings and output layer have one row per token).
+
+    Raises:
+        ConfigError: one line naming both sizes and the data keys that make them agree.
+    """
+    _, meta = load_checkpoint_parts(path)
+    if not meta:
+        return
+    ck = (int(meta["src_vocab_size"]), int(meta["tgt_vocab_size"]))
+    run = (int(dm.src_vocab_size), int(dm.tgt_vocab_size))
+    if ck == run:
+        return
+    stored = (meta.get("config") or {}).get("data") or {}
+    fix = [
+        o
+        for o in _overrides_to(stored, OmegaConf.to_container(cfg.data, resolve=True), "data")
+        if o.split("=", 1)[0] in ("data.vocab_size", "data.tokenizer", "data._target_", "data.n_symbols")
+    ]
+    raise ConfigError(
+        f"ckpt_path={path}: the checkpoint's vocabulary has {ck[0]}/{ck[1]} (source/target) "
+        f"tokens, this run's data {run[0]}/{run[1]}; its embeddings do not fit. Fix: "
+        + (f"{' '.join(fix)} (the checkpoint's data), " if fix else "use the checkpoint's data settings, ")
+        + "or drop ckpt_path to train from scratch"
+    )

@@ -1,0 +1,280 @@
+"""Every Hydra callback of xformer (``hydra.callbacks`` in ``conf/hydra/default.yaml``), each a thin shell
+over the module that does the work:
+
+* :class:`OutputDirCheck` -- the job's output folder can be written (:func:`check_output_dir`).
+* :class:`ValidateSweep` -- every job of a ``-m`` sweep has a valid config (:mod:`.sweep_check`).
+* :class:`ResumeSweep` -- a sweep rerun into its folder does not mix configs (:mod:`.sweep_resume`).
+* :class:`SweepSummary` -- ``sweep_summary.json`` (:mod:`.sweep`).
+* :class:`HydraJobGuard` -- DDP/FSDP child ranks run exactly the current job (:mod:`.distributed`).
+
+Importing this module imports neither torch nor Lightning.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from hydra.core.utils import JobStatus
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+from typing_extensions import override
+
+from xformer.errors import ConfigError
+
+from . import distributed, sweep, sweep_check, sweep_resume
+
+log = logging.getLogger("xformer")
+
+
+def check_output_dir(path: str | os.PathLike, key: str = "hydra.run.dir") -> None:
+    """The job's output folder can be created and written: make it (with its parents) and write,
+    flush and remove a one-byte probe file, so a folder under ``/proc`` or under a file, on a
+    read-only mount, without permission or on a full disk fails here with its name, not as a
+    traceback from the first file Hydra or Lightning writes.
+
+    Raises:
+        ConfigError: ``<key>=<path>: cannot create/write the folder (<reason>). Fix: ...``.
+    """
+    folder = Path(str(path)).expanduser()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(
+            f"{key}={path}: cannot create the folder ({err.strerror or err}). Fix: set {key} "
+            f"to a writable folder, e.g. {key}=outputs/my_run"
+        ) from None
+    probe = folder / f".xformer-write-probe-{os.getpid()}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, b"x")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as err:
+        raise ConfigError(
+            f"{key}={path}: cannot write into the folder ({err.strerror or err}). Fix: free space "
+            f"there or set {key} to a writable folder, e.g. {key}=outputs/my_run"
+        ) from None
+    finally:
+        try:
+            probe.unlink()
+        except OSError:
+            pass
+
+
+class OutputDirCheck(Callback):
+    """Hydra callback (``conf/hydra/default.yaml``): :func:`check_output_dir` on ``hydra.run.dir``
+    (single run) or ``hydra.sweep.dir`` (``-m``) before Hydra creates it; on failure it prints the one
+    ``error:`` line and exits with status 2."""
+
+    def _check(self, config: DictConfig, key: str) -> None:
+        try:
+            check_output_dir(OmegaConf.select(config, key), key)
+        except ConfigError as err:
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(2)
+
+    @override
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        self._check(config, "hydra.run.dir")
+
+    @override
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        self._check(config, "hydra.sweep.dir")
+
+
+class ValidateSweep(Callback):
+    """Hydra callback: fail a ``-m`` sweep before its first job when any job's config is invalid.
+
+    Args:
+        enabled: set ``hydra.callbacks.validate_sweep.enabled=false`` to skip the check.
+        max_listed: at most this many invalid jobs are printed (all are counted).
+    """
+
+    def __init__(self, enabled: bool = True, max_listed: int = 20) -> None:
+        self.enabled = enabled
+        self.max_listed = max_listed
+
+    @override
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if not self.enabled:
+            return
+        t0 = time.perf_counter()
+        n_jobs, bad = sweep_check.check_sweep(config)
+        if not bad:
+            log.info(
+                "sweep: the configs of all %d jobs are valid (checked in %.1f s)", n_jobs, time.perf_counter() - t0
+            )
+            return
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise bad[0][2]
+        lines = []
+        for num, overrides, err in bad[: self.max_listed]:
+            msg = " ".join(str(err).split())  # one line, even for Hydra's multi-line messages
+            lines.append(f"error: sweep job {num} ({' '.join(overrides) or 'defaults'}): {msg}")
+        if len(bad) > self.max_listed:
+            lines.append(f"error: ... and {len(bad) - self.max_listed} more invalid jobs")
+        lines.append(
+            f"error: {len(bad)} of {n_jobs} sweep jobs have an invalid config; nothing was run. "
+            "Fix the overrides above (HYDRA_FULL_ERROR=1 shows a stack trace)"
+        )
+        for line in lines:
+            log.error("%s", line.removeprefix("error: "))
+        print("\n".join(lines), file=sys.stderr, flush=True)
+        sys.exit(2)
+
+
+class ResumeSweep(Callback):
+    """Hydra callback: record the configs of the existing job folders and refuse a sweep whose jobs
+    would mix configs (module docstring).
+
+    Args:
+        enabled: ``hydra.callbacks.resume_sweep.enabled=false`` skips the check and the record.
+    """
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+
+    @override
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        record = sweep_dir / sweep_resume.RECORDED_FILE
+        if not self.enabled or not OmegaConf.select(config, "sweep.resume", default=True):
+            record.unlink(missing_ok=True)
+            return
+        recorded = {}
+        if sweep_dir.is_dir():
+            for job_dir in sweep_dir.iterdir():
+                if job_dir.is_dir() and job_dir.name.isdigit():
+                    rec = sweep_resume.recorded_config(job_dir)
+                    if rec is not None:
+                        recorded[job_dir.name] = rec
+        record.parent.mkdir(parents=True, exist_ok=True)
+        tmp = record.with_name(f".{record.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(recorded, default=str))
+        tmp.replace(record)
+        if not recorded:
+            return
+        checked = sweep_resume.sweep_mismatches(config, recorded)
+        if checked is None:  # a sweeper that cannot be enumerated: every job checks itself
+            return
+        n_jobs, bad = checked
+        counts = sweep_resume.sweep_counts(sweep_dir, recorded, n_jobs)
+        if not bad:
+            log.info(
+                "sweep resume: %s: %d finished jobs skipped, %d resumed from last.ckpt, %d to run", sweep_dir, *counts
+            )
+            print(
+                f"[resume] {sweep_dir}: {counts[0]} finished (skipped), {counts[1]} resumed, {counts[2]} new",
+                flush=True,
+            )
+            return
+        num, overrides, diff = bad[0]
+        more = f" (and {len(bad) - 1} more jobs)" if len(bad) > 1 else ""
+        line = (
+            f"error: hydra.sweep.dir={sweep_dir}: job {num} ({' '.join(overrides) or 'defaults'}) was run "
+            f"there with another config: {sweep_resume.describe_diff(diff)}{more}; nothing was run. Give this sweep a "
+            f"new hydra.sweep.dir, or restore the recorded values (sweep.resume=false reruns every job "
+            f"from scratch)"
+        )
+        log.error("%s", line.removeprefix("error: "))
+        print(line, file=sys.stderr, flush=True)
+        sys.exit(2)
+
+    _mismatches = staticmethod(sweep_resume.sweep_mismatches)  # read by xformer.report.claims_run
+
+
+class SweepSummary(Callback):
+    """Hydra callback writing ``<sweep dir>/sweep_summary.json`` (see module docstring).
+
+    Args:
+        exit_on_failure: exit the sweep with status 1 after the summary when a job failed or no job
+            produced an objective value.
+    """
+
+    def __init__(self, exit_on_failure: bool = True) -> None:
+        self.exit_on_failure = exit_on_failure
+
+    @override
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if "optuna" in str(OmegaConf.select(config, "hydra.sweeper._target_", default="")):
+            sweep.guard_optuna_sweep(bool(OmegaConf.select(config, "sweep.dry_run", default=False)))
+            sweep._OPTUNA_GUARD["sampler"] = OmegaConf.select(config, "hydra.sweeper.sampler", default=None)
+        storage = OmegaConf.select(config, "hydra.sweeper.storage", default=None)
+        if isinstance(storage, str) and storage.startswith("sqlite:///"):  # SQLite does not create folders
+            Path(storage[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+        jobs = sweep.jobs_dir(config)
+        optuna = "optuna" in str(OmegaConf.select(config, "hydra.sweeper._target_", default=""))
+        if jobs.is_dir() and not optuna:  # a previous invocation into the same sweep dir: every job of
+            for f in jobs.glob("*.json"):  # this one records itself again (finished ones as skipped)
+                f.unlink()
+        # Optuna: a resumed study numbers its new trials after the earlier ones (guard_optuna_sweep),
+        # so the earlier trials' records stay and the summary covers the whole study in this folder
+
+    @override
+    def on_job_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
+        if job_return is None or str(config.hydra.mode) != "RunMode.MULTIRUN":
+            return
+        if distributed.env_rank() != 0:  # submitit/srun with several tasks per job: rank 0 reports
+            return
+        rec = sweep.job_record(config, job_return)
+        jobs = sweep.jobs_dir(config)
+        jobs.mkdir(parents=True, exist_ok=True)
+        tmp = jobs / f".{rec['num']}.json.{os.getpid()}"
+        tmp.write_text(json.dumps(rec, indent=2, default=str))
+        tmp.replace(jobs / f"{rec['num']}.json")
+        if job_return.status == JobStatus.FAILED:
+            err = job_return._return_value
+            log.error(
+                "job %s (%s) failed; the sweep goes on",
+                rec["num"],
+                " ".join(rec["overrides"]),
+                exc_info=(type(err), err, err.__traceback__),
+            )
+            # hand the sweeper a finished job without a value: basic/joblib/submitit sweeps run the
+            # remaining batches and reach on_multirun_end; Optuna records the trial as failed
+            job_return.status = JobStatus.COMPLETED
+            job_return.return_value = None
+
+    @override
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep.write_sweep_summary(config, self.exit_on_failure)
+
+    record_interrupted = staticmethod(sweep.record_interrupted)  # run.py: a sweep stopped by a signal
+
+
+class HydraJobGuard(Callback):
+    """Hydra callback: makes Lightning's DDP/FSDP child ranks run exactly the current job.
+
+    ``on_run_start`` / ``on_multirun_start`` (in the process started by the user) remember the
+    script; the callback object travels with the job to launcher workers (joblib, submitit), where
+    the script is no longer ``__main__``. ``on_job_start`` installs the relaunch command and the
+    tolerant child observer; ``on_job_end`` stops leftover ranks, destroys the process group and
+    restores the launch environment variables.
+    """
+
+    def __init__(self) -> None:
+        self.script: str | None = None
+
+    @override
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self.script = self.script or distributed._main_script()
+
+    @override
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self.script = self.script or distributed._main_script()
+
+    @override
+    def on_job_start(self, config: DictConfig, *, task_function: Any = None, **kwargs: Any) -> None:
+        distributed.begin_job(self.script or distributed._script_of(task_function))
+
+    @override
+    def on_job_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
+        distributed.end_job()
