@@ -223,3 +223,18 @@ def test_training_shards_mark_their_padding_copies_weightless():
     want = int((batch_real["src"] != 0).sum() + (batch_real["tgt"][:, 1:] != 0).sum())
     assert want > 0 and module.tokens_seen == want  # a real batch: its source and target tokens
     assert torch.isfinite(loss)
+
+
+def test_train_limit_keeps_the_first_pairs_and_leaves_vocabulary_and_eval_splits(multi30k_dm):
+    """data.train_limit (C12 dropout's over-fitting form): the first N train pairs, the same BPE (trained
+    on the whole train split), the same val and test sets."""
+    from xformer.data.multi30k import Multi30kDataModule
+
+    limited = Multi30kDataModule(root=multi30k_dm.root, cache_dir=multi30k_dm.cache_dir, train_limit=5000)
+    limited.setup()
+    assert len(limited.train_set) == 5000 and len(multi30k_dm.train_set) == 29000
+    assert limited.tokenizer.vocab_size == multi30k_dm.tokenizer.vocab_size
+    for i in (0, 1234, 4999):
+        assert limited.train_set[i] == multi30k_dm.train_set[i]
+    assert len(limited.val_set) == len(multi30k_dm.val_set) and limited.val_set[7] == multi30k_dm.val_set[7]
+    assert len(limited.test_sets["test"]) == len(multi30k_dm.test_sets["test"])
