@@ -70,12 +70,10 @@ def resume_command(job_dir: Path) -> str:
     try:
         from hydra.core.hydra_config import HydraConfig
 
+        from .overrides import key_of
+
         if HydraConfig.initialized():
-            overrides = [
-                o
-                for o in HydraConfig.get().overrides.task
-                if not o.lstrip("+~").startswith(("ckpt_path=", "hydra.run.dir="))
-            ]
+            overrides = [o for o in HydraConfig.get().overrides.task if key_of(o) not in ("ckpt_path", "hydra.run.dir")]
     except Exception:  # outside Hydra: the bare command
         pass
     try:

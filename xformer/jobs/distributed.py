@@ -38,6 +38,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .overrides import key_of
+
 log = logging.getLogger("xformer")
 
 # Variables Lightning's subprocess launcher writes into os.environ (and seed_everything); restored after
@@ -94,7 +96,7 @@ def external_rank_argv(argv: list[str]) -> list[str]:
     if rank == 0 or any(a in ("-m", "--multirun") for a in argv[1:]):
         return list(argv)
     out = list(argv)
-    keys = {a.split("=", 1)[0].lstrip("+~") for a in argv[1:] if "=" in a}
+    keys = {key_of(a) for a in argv[1:] if "=" in a}
     if "hydra.run.dir" not in keys:
         out.append("hydra.run.dir=" + _quote(tempfile.mkdtemp(prefix=f"xformer-rank{rank}-")))
     if "hydra.output_subdir" not in keys:
@@ -124,7 +126,7 @@ def child_rank_command(local_rank: int, script: str | None = None) -> tuple[list
     if hc.job.config_name:
         cmd += ["--config-name", hc.job.config_name]
     cmd += list(hc.overrides.task)
-    cmd += [o for o in hc.overrides.hydra if not o.lstrip("+~").startswith(_SWEEP_ONLY)]
+    cmd += [o for o in hc.overrides.hydra if not key_of(o).startswith(_SWEEP_ONLY)]
     cmd += [
         "hydra.run.dir=" + _quote(str(hc.runtime.output_dir)),
         "hydra.output_subdir=null",

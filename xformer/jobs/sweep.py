@@ -27,6 +27,8 @@ from typing import Any
 from hydra.core.utils import JobStatus
 from omegaconf import DictConfig, OmegaConf
 
+from .overrides import key_of
+
 log = logging.getLogger("xformer")
 
 JOBS_DIR = ".xformer/jobs"
@@ -146,7 +148,7 @@ def sweep_resume_command(config: DictConfig) -> str:
         overrides = [str(o) for o in OmegaConf.select(recorded, "hydra.overrides.task", default=[]) or []]
     except Exception:  # no multirun.yaml (yet): this job's own overrides
         overrides = list(config.hydra.overrides.task)
-    overrides = [o for o in overrides if not o.lstrip("+~").startswith("hydra.sweep.dir=")]
+    overrides = [o for o in overrides if key_of(o) != "hydra.sweep.dir"]
     script = sys.argv[0] if sys.argv and sys.argv[0].endswith(".py") else "run.py"
     sweep = shlex.quote(f"hydra.sweep.dir={sweep_dir}")
     return " ".join(["python", shlex.quote(script), *map(shlex.quote, overrides), sweep, "-m"])

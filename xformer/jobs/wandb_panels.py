@@ -81,7 +81,7 @@ def swept_keys(sweep_dir: str | Path | None) -> list[str]:
 
 def swept_values(keys: list[str], overrides: list[str], config: dict) -> dict[str, Any]:
     """This job's value of each swept key: from its overrides (``key=value``), else from the config."""
-    given = {k.lstrip("+~"): v for k, v in override_values(overrides).items()}
+    given = override_values(overrides)
     out: dict[str, Any] = {}
     for key in keys:
         if key in given:

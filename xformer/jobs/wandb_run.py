@@ -75,11 +75,12 @@ def run_fields(node: DictConfig, info: dict) -> tuple[dict[str, Any], dict[str, 
     Returns:
         ``(kwargs, full)`` as :func:`fit_wandb_fields`.
     """
+    from .overrides import key_of
     from .wandb_panels import swept_keys
 
     swept = [o for o in info["overrides"] if not o.startswith(("hydra.", "trainer.max_steps"))]
     varying = set(swept_keys(info.get("sweep_dir")))
-    differ = [o for o in swept if o.partition("=")[0].lstrip("+~") in varying] if varying else swept
+    differ = [o for o in swept if key_of(o) in varying] if varying else swept
     name = node.get("name") if node.get("name") is not None else (",".join(differ) or None)
     group = node.get("group")
     if group is None and info.get("sweep_dir"):
