@@ -46,6 +46,16 @@ def test_the_default_config_passes_stage_one():
     check_static(_compose([]))
 
 
+def test_a_string_that_some_option_of_the_group_also_sets_passes():
+    """``trainer.strategy=fsdp`` is Lightning's own strategy string (``trainer/default.yaml`` sets a string
+    there too), so only a key that every option of its group sets to a node is refused."""
+    from xformer.jobs.config_check.schema import check_group_nodes
+
+    check_group_nodes(_compose(["trainer.strategy=fsdp"]))
+    with pytest.raises(ConfigError, match=r"^optim.optimizer=adamw: .*Fix: optim=adamw$"):
+        check_group_nodes(_compose(["optim.optimizer=adamw"]))
+
+
 @pytest.mark.parametrize(
     "overrides,message",
     [

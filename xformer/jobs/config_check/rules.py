@@ -23,11 +23,8 @@ _LOGGER_PACKAGES = {
 }
 
 
-def _get(cfg: DictConfig, key: str, default=None):
-    try:
-        return OmegaConf.select(cfg, key, default=default)
-    except Exception:  # an interpolation that does not resolve: Hydra names it itself
-        return default
+def _get(cfg: DictConfig, key: str, default=None):  # an interpolation that does not resolve: Hydra names it
+    return OmegaConf.select(cfg, key, default=default, throw_on_resolution_failure=False)
 
 
 def schedule_length(cfg: DictConfig) -> None:

@@ -70,10 +70,16 @@ def check_additions(cfg: DictConfig) -> None:
     raise_all(problems)
 
 
+def _always_node(folder: Path, leaf: str) -> bool:
+    """Every option of the group in ``folder`` that sets ``leaf`` sets it to a node (and one does)."""
+    nodes = [OmegaConf.load(p)._get_node(leaf) for p in folder.glob("*.yaml")]  # unresolved: no interpolation runs
+    return {isinstance(v, DictConfig) for v in nodes if v is not None} == {True}
+
+
 def check_group_nodes(cfg: DictConfig) -> None:
     """Refuse a string where a config group puts a node: ``model.pe=x`` for the group ``model/pe``, or
-    ``optim.optimizer=x`` where option ``x`` of group ``optim`` holds a node ``optimizer``; the groups are the
-    folders of the config search path (``conf/`` outside a Hydra app). Raises: ConfigError, one line per key."""
+    ``optim.optimizer=x`` where ``x`` is an option of group ``optim``, whose options all hold a node ``optimizer``;
+    the groups are the folders of the config search path (``conf/`` outside a Hydra app). Raises: ConfigError."""
     _, loader = _hydra()
     entries = loader.get_search_path().get_path() if loader is not None else []
     roots = [Path(e.path.removeprefix("file://")) for e in entries if e.path.startswith("file://")]
@@ -82,19 +88,17 @@ def check_group_nodes(cfg: DictConfig) -> None:
         for folder in sorted(p for p in root.rglob("*") if p.is_dir() and p.name not in SKIP):
             group = folder.relative_to(root).as_posix()
             try:
-                node = OmegaConf.select(cfg, group.replace("/", "."), default=None)
+                node = OmegaConf.select(cfg, key := group.replace("/", "."), default=None)
                 items = list(node.items()) if isinstance(node, DictConfig) else [("", node)]
             except Exception:  # an interpolation that does not resolve: named elsewhere
                 continue
             for leaf, value in items:
-                option = folder / f"{value}.yaml"
                 if isinstance(value, str) and (
-                    not leaf or (option.is_file() and isinstance(OmegaConf.load(option).get(leaf), DictConfig))
+                    not leaf or ((folder / f"{value}.yaml").is_file() and _always_node(folder, str(leaf)))
                 ):
-                    key = ".".join(filter(None, [group.replace("/", "."), str(leaf)]))
                     problems.append(
-                        f"{key}={value}: replaces the node with a string; it is chosen with the config group "
-                        f"{group}. Fix: {group}={value}"
+                        f"{key + '.' + str(leaf) if leaf else key}={value}: replaces the node with a string; it is "
+                        f"chosen with the config group {group}. Fix: {group}={value}"
                     )
     raise_all(problems)
 

@@ -1,9 +1,8 @@
-"""The config check's entry points, in the order of what they need (a typo costs seconds): 1. :func:`check_static`,
-the config alone (``+`` additions, group nodes given a string, :data:`DECLARED` keys, :data:`.rules.STATIC`),
-no torch; 2. :func:`check_model`, the :data:`.schema.EARLY` nodes against their classes, the mixer and optimizer
-rules, the model on the meta device, a checkpoint's model (torch, no Lightning); 3. :func:`check_data_options`,
-the other nodes and the data module's constructor; 4. :func:`check_with_data`, the built data against the model.
-"""
+"""The config check's entry points, in the order of what they need: 1. :func:`check_static`, the config alone
+(``+`` additions, group nodes given a string, :data:`DECLARED` keys, :data:`.rules.STATIC`; no torch); 2.
+:func:`check_model`, the :data:`.schema.EARLY` nodes against their classes, the mixer and optimizer rules, the
+model on the meta device, a checkpoint's model (torch, no Lightning); 3. :func:`check_data_options`, the other
+nodes and the data module's constructor; 4. :func:`check_with_data`, the built data against the model."""
 
 from __future__ import annotations
 
