@@ -19,6 +19,8 @@ Mask polarity, everywhere in xformer: a boolean mask is ``True`` where attention
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -314,6 +316,13 @@ class MultiHeadAttention(nn.Module):
         ValueError: if ``n_kv_heads`` does not divide ``n_heads``.
     """
 
+    #: Under CPU ``bf16-mixed`` autocast, eq. 1 (SDPA) runs on float32 copies of q, k, v and its output
+    #: is cast back to bfloat16; the projections stay in bfloat16. Measured on an AMD EPYC with
+    #: avx512_bf16 and no AMX (docs/results/nanogpt-cpu.md): PyTorch's CPU flash-attention backward in
+    #: bfloat16 took ~3× its float32 time and 40 % of a bf16 step. Set to ``False`` (on the class or an
+    #: instance) to keep autocast's bfloat16 attention, e.g. on a CPU where that is faster.
+    cpu_bf16_in_float32: bool = True
+
     def __init__(
         self,
         d_model: int,
@@ -386,13 +395,18 @@ class MultiHeadAttention(nn.Module):
             group = self.n_heads // self.n_kv_heads
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         p = self.dropout if self.training else 0.0
-        if p > 0.0 and uses_fast_mask(q):
-            out = attention_with_dropout(q, k, v, mask, is_causal, self.scale, p)
-        else:
-            out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=p, is_causal=is_causal, scale=self.scale
-            )
-        return self.merge_heads(out)
+        low = q.dtype if (self.cpu_bf16_in_float32 and q.dtype == torch.bfloat16 and q.device.type == "cpu") else None
+        with torch.autocast("cpu", enabled=False) if low is not None else contextlib.nullcontext():
+            if low is not None:  # see cpu_bf16_in_float32
+                q, k, v = q.float(), k.float(), v.float()
+                mask = mask if mask is None or mask.dtype == torch.bool else mask.float()
+            if p > 0.0 and uses_fast_mask(q):
+                out = attention_with_dropout(q, k, v, mask, is_causal, self.scale, p)
+            else:
+                out = F.scaled_dot_product_attention(
+                    q, k, v, attn_mask=mask, dropout_p=p, is_causal=is_causal, scale=self.scale
+                )
+        return self.merge_heads(out if low is None else out.to(low))
 
 
 class SelfAttention(MultiHeadAttention):
