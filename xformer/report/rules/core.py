@@ -428,17 +428,15 @@ def each_context(cid: str, sweep: Sweep, opts: Options, axes: list[str], need: s
 
 def _simple_axis(cid: str, sweep: Sweep, opts: Options, key: str, good: Any, bad: Any) -> list[Verdict]:
     """Verdicts for claims "``good`` is better than ``bad`` on ``key``" (C10)."""
-    out = []
-    for ctx, cells in contexts(sweep, [key]):
+    gn, bn = fmt_value(good), fmt_value(bad)
+
+    def judge(ctx: str, cells: dict, metric_for) -> Verdict | None:
         g, b = cells.get((good,)), cells.get((bad,))
         if g is None or b is None:
-            continue
-        metric = pick_metric([g, b], opts)
-        if metric is None:
-            out.append(_no_metric(cid, ctx))
-            continue
-        gn, bn = fmt_value(good), fmt_value(bad)
+            return None
+        metric = metric_for([g, b])
         c = compare_groups(g, b, metric, gn, bn)
         fails = [f"{bn} is better than {gn}"] if c.outcome == WORSE else []
-        out.append(decide(cid, sweep, ctx, metric, [(gn, g), (bn, b)], [c], fails, c.outcome == BETTER))
-    return out or _missing(cid, f"both {key}={fmt_value(good)} and {fmt_value(bad)}")
+        return decide(cid, sweep, ctx, metric, [(gn, g), (bn, b)], [c], fails, c.outcome == BETTER)
+
+    return each_context(cid, sweep, opts, [key], f"both {key}={gn} and {bn}", judge)

@@ -14,15 +14,12 @@ from .core import (
     WORSE,
     Options,
     Verdict,
-    _missing,
-    _no_metric,
     _numeric,
     _verdict,
     claim,
     compare_groups,
-    contexts,
     decide,
-    pick_metric,
+    each_context,
 )
 
 
@@ -30,13 +27,11 @@ from .core import (
 def c1_ffn_ratio(sweep: Sweep, opts: Options) -> list[Verdict]:
     """C1: FFN ratio 4 beats every ratio below it; the gain above 4 is smaller per added parameter."""
     key = "model.ffn_ratio"
-    if key not in sweep.swept_keys:
-        return []
-    out = []
-    for ctx, cells in contexts(sweep, [key]):
+
+    def judge(ctx: str, cells: dict, metric_for) -> Verdict | None:
         r = _numeric(cells)
         if 4 not in r:
-            continue
+            return None
         below, above = sorted(v for v in r if v < 4), sorted(v for v in r if v > 4)
         coverage = (
             []
@@ -46,10 +41,7 @@ def c1_ffn_ratio(sweep: Sweep, opts: Options) -> list[Verdict]:
                 f"(swept: {', '.join(fmt_value(v) for v in sorted(r))})"
             ]
         )
-        metric = pick_metric(list(r.values()), opts)
-        if metric is None:
-            out.append(_no_metric("C1", ctx))
-            continue
+        metric = metric_for(list(r.values()))
         items = [(f"ratio {fmt_value(v)}", r[v]) for v in sorted(r)]
         low = [compare_groups(r[4], r[v], metric, "4", fmt_value(v)) for v in below]
         comps, fails, notes = list(low), [f"ratio {c.b} is better than 4" for c in low if c.outcome == WORSE], []
@@ -79,8 +71,9 @@ def c1_ffn_ratio(sweep: Sweep, opts: Options) -> list[Verdict]:
                     notes.append("diminishing return not decided (the gain intervals overlap)")
         holds = bool(low) and all(c.outcome == BETTER for c in low) and diminishing is True
         key_c = next((c for c in low if below and c.b == fmt_value(below[-1])), None)  # 4 against the next ratio below
-        out.append(decide("C1", sweep, ctx, metric, items, comps, fails, holds, coverage, notes, key=key_c))
-    return out or _missing("C1", "ratio 4")
+        return decide("C1", sweep, ctx, metric, items, comps, fails, holds, coverage, notes, key=key_c)
+
+    return each_context("C1", sweep, opts, [key], "ratio 4", judge)
 
 
 def _gain_units(g_lo: Group, g4: Group, g_hi: Group, lo: float, hi: float) -> tuple[float, float, str]:

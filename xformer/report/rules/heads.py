@@ -9,15 +9,12 @@ from .core import (
     Options,
     Verdict,
     _measured,
-    _missing,
-    _no_metric,
     _numeric,
     best_of,
     claim,
     compare_groups,
-    contexts,
     decide,
-    pick_metric,
+    each_context,
 )
 
 
@@ -25,23 +22,18 @@ from .core import (
 def c3_heads(sweep: Sweep, opts: Options) -> list[Verdict]:
     """C3: several heads beat one; too many heads hurt again."""
     key = "model.n_heads"
-    if key not in sweep.swept_keys:
-        return []
-    out = []
-    for ctx, cells in contexts(sweep, [key]):
+
+    def judge(ctx: str, cells: dict, metric_for) -> Verdict | None:
         h = _numeric(cells)
         multi = sorted(v for v in h if v > 1)
         if 1 not in h or not multi:
-            continue
+            return None
         coverage = (
             []
             if len(multi) >= 2
             else ["the sweep does not cover the claim's axis: C3 needs 1 head and at least two head counts above 1"]
         )
-        metric = pick_metric(list(h.values()), opts)
-        if metric is None:
-            out.append(_no_metric("C3", ctx))
-            continue
+        metric = metric_for(list(h.values()))
         names = {v: f"h={fmt_value(v)}" for v in h}
         ci, family = best_of([(names[v], h[v]) for v in multi], (names[1], h[1]), metric)
         best = next(v for v in multi if names[v] == ci.a)
@@ -70,22 +62,21 @@ def c3_heads(sweep: Sweep, opts: Options) -> list[Verdict]:
             comps.append(cii)
         comps += [c for c in family if c is not ci]
         items = [(f"h={fmt_value(v)}", h[v]) for v in sorted(h)]
-        out.append(
-            decide(
-                "C3",
-                sweep,
-                ctx,
-                metric,
-                items,
-                comps,
-                fails,
-                ci.outcome == BETTER and ii_holds,
-                coverage,
-                notes,
-                decisive=comps[:2],
-            )
+        return decide(
+            "C3",
+            sweep,
+            ctx,
+            metric,
+            items,
+            comps,
+            fails,
+            ci.outcome == BETTER and ii_holds,
+            coverage,
+            notes,
+            decisive=comps[:2],
         )
-    return out or _missing("C3", "n_heads 1 and > 1")
+
+    return each_context("C3", sweep, opts, [key], "n_heads 1 and > 1", judge)
 
 
 @claim("C11")
@@ -96,30 +87,26 @@ def c11_d_head(sweep: Sweep, opts: Options) -> list[Verdict]:
     if key is None:
         return []
     name = key.split(".")[1]
-    out = []
-    for ctx, cells in contexts(sweep, [key]):
+
+    def judge(ctx: str, cells: dict, metric_for) -> Verdict | None:
         d = _numeric(cells)
         if len(d) < 2:
-            continue
+            return None
         lo, hi = min(d), max(d)
-        metric = pick_metric(list(d.values()), opts)
-        if metric is None:
-            out.append(_no_metric("C11", ctx))
-            continue
+        metric = metric_for(list(d.values()))
         c = compare_groups(d[hi], d[lo], metric, f"{name}={fmt_value(hi)}", f"{name}={fmt_value(lo)}")
         fails = [f"{name}={fmt_value(lo)} is better than {name}={fmt_value(hi)}"] if c.outcome == WORSE else []
         items = [(f"{name}={fmt_value(v)}", d[v]) for v in sorted(d)]
-        out.append(
-            decide(
-                "C11",
-                sweep,
-                ctx,
-                metric,
-                [items[0], items[-1]],
-                [c],
-                fails,
-                c.outcome == BETTER,
-                measured=_measured(metric, items),
-            )
+        return decide(
+            "C11",
+            sweep,
+            ctx,
+            metric,
+            [items[0], items[-1]],
+            [c],
+            fails,
+            c.outcome == BETTER,
+            measured=_measured(metric, items),
         )
-    return out or _missing("C11", "two d_qk (or d_head) values")
+
+    return each_context("C11", sweep, opts, [key], "two d_qk (or d_head) values", judge)

@@ -12,11 +12,10 @@ from .core import (
     WORSE,
     Options,
     Verdict,
-    _missing,
     claim,
     compare_groups,
-    contexts,
     decide,
+    each_context,
 )
 
 MIXER, DISTANCE = "model/mixer", "data.distance"
@@ -49,10 +48,8 @@ def learnt_up_to(by_k: dict[float, Group], metric: str) -> tuple[float | None, f
 @claim("C13")
 def c13_path_length(sweep: Sweep, opts: Options) -> list[Verdict]:
     """C13: attention holds its short-distance accuracy at the longest distance, the recurrent layer does not."""
-    if MIXER not in sweep.swept_keys or DISTANCE not in sweep.swept_keys:
-        return []
-    out = []
-    for ctx, cells in contexts(sweep, [MIXER, DISTANCE]):
+
+    def judge(ctx: str, cells: dict, metric_for) -> Verdict | None:  # noqa: ARG001 - C13 picks exact match
         by_mixer: dict[str, dict[float, Group]] = {}
         for (mixer, k), g in cells.items():
             if isinstance(k, (int, float)) and not isinstance(k, bool):
@@ -60,12 +57,12 @@ def c13_path_length(sweep: Sweep, opts: Options) -> list[Verdict]:
         att, rec = by_mixer.get(ATTENTION, {}), by_mixer.get(RECURRENT, {})
         shared = sorted(set(att) & set(rec))
         if len(shared) < 2:
-            continue
+            return None
         k_lo, k_hi = shared[0], shared[-1]
         groups = [g for by_k in by_mixer.values() for g in by_k.values()]
         metric = _metric(groups, opts)
         if metric is None:
-            continue
+            return None
         lo_hi = f"{fmt_value(k_lo)}→{fmt_value(k_hi)}"
         c_att = compare_groups(att[k_hi], att[k_lo], metric, f"mha@{fmt_value(k_hi)}", f"mha@{fmt_value(k_lo)}")
         c_rec = compare_groups(rec[k_hi], rec[k_lo], metric, f"lstm@{fmt_value(k_hi)}", f"lstm@{fmt_value(k_lo)}")
@@ -125,21 +122,22 @@ def c13_path_length(sweep: Sweep, opts: Options) -> list[Verdict]:
             )
             for m, by_k in sorted(by_mixer.items())
         )
-        out.append(
-            decide(
-                "C13",
-                sweep,
-                ctx,
-                metric,
-                [(c_att.a, att[k_hi]), (c_att.b, att[k_lo]), (c_rec.a, rec[k_hi]), (c_rec.b, rec[k_lo])],
-                comps,
-                fails,
-                att_holds and rec_falls and not weak,
-                coverage=coverage,
-                notes=notes,
-                measured=measured,
-                key=c_rec,
-            )
+        v = decide(
+            "C13",
+            sweep,
+            ctx,
+            metric,
+            [(c_att.a, att[k_hi]), (c_att.b, att[k_lo]), (c_rec.a, rec[k_hi]), (c_rec.b, rec[k_lo])],
+            comps,
+            fails,
+            att_holds and rec_falls and not weak,
+            coverage=coverage,
+            notes=notes,
+            measured=measured,
+            key=c_rec,
         )
-        out[-1].settings = items
-    return out or _missing("C13", f"{MIXER}=mha and lstm at two or more {DISTANCE} values")
+        v.settings = items
+        return v
+
+    need = f"{MIXER}=mha and lstm at two or more {DISTANCE} values"
+    return each_context("C13", sweep, opts, [MIXER, DISTANCE], need, judge)

@@ -15,15 +15,12 @@ from .core import (
     Options,
     Verdict,
     _missing,
-    _no_metric,
     _verdict,
     claim,
     compare_groups,
-    contexts,
     decide,
     each_context,
     higher_is_better,
-    pick_metric,
 )
 
 LENGTH_RE = re.compile(r"^(?P<base>.+)@(?P<n>\d+(?:\.\d+)?)x$")
@@ -184,17 +181,12 @@ def c5_pe_length(sweep: Sweep, opts: Options) -> list[Verdict]:
 def c6_pe_in_distribution(sweep: Sweep, opts: Options) -> list[Verdict]:
     """C6: learned and sinusoidal positions give nearly the same in-distribution quality (equivalence)."""
     key = "model/pe"
-    if key not in sweep.swept_keys:
-        return []
-    out = []
-    for ctx, cells in contexts(sweep, [key]):
+
+    def judge(ctx: str, cells: dict, metric_for) -> Verdict | None:
         sin, lrn = cells.get(("sinusoidal",)), cells.get(("learned",))
         if sin is None or lrn is None:
-            continue
-        metric = pick_metric([sin, lrn], opts)
-        if metric is None:
-            out.append(_no_metric("C6", ctx))
-            continue
+            return None
+        metric = metric_for([sin, lrn])
         s_sin, s_lrn = sin.stat(metric), lrn.stat(metric)
         c = compare_groups(sin, lrn, metric, "sinusoidal", "learned")
         fails, holds, notes, margin = [], False, [], None
@@ -223,18 +215,7 @@ def c6_pe_in_distribution(sweep: Sweep, opts: Options) -> list[Verdict]:
                     notes.append("the intervals straddle the margin: neither equivalent nor different at this budget")
             else:
                 margin = None
-        out.append(
-            decide(
-                "C6",
-                sweep,
-                ctx,
-                metric,
-                [("sinusoidal", sin), ("learned", lrn)],
-                [c],
-                fails,
-                holds,
-                notes=notes,
-                margin=margin,
-            )
-        )
-    return out or _missing("C6", "both sinusoidal and learned")
+        items = [("sinusoidal", sin), ("learned", lrn)]
+        return decide("C6", sweep, ctx, metric, items, [c], fails, holds, notes=notes, margin=margin)
+
+    return each_context("C6", sweep, opts, [key], "both sinusoidal and learned", judge)
