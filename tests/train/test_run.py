@@ -42,6 +42,11 @@ def test_single_run_writes_metrics_checkpoints_history_and_offline_wandb(tmp_pat
     assert metrics["config"]["model"]["d_model"] == 32
     assert metrics["params"]["total"] == sum(v for k, v in metrics["params"].items() if k != "total")
     assert metrics["tokens_seen"] > 0
+    import torch
+
+    numerics = metrics["numerics"]  # what a bit-identical re-run needs to match (#28 item 4)
+    assert numerics["torch"] == torch.__version__ and numerics["threads"] >= 1
+    assert numerics["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and numerics["cpu"]
     assert (out / "checkpoints" / "last.ckpt").is_file()
     history = (out / "csv" / "metrics.csv").read_text()
     assert "train/loss" in history and "perf/tokens_per_s" in history

@@ -261,9 +261,35 @@ def write_summary(
         tokens_seen=tokens_seen if tokens_seen is not None else module.tokens_seen,
         params=job.params,
         bleu_signature=module.bleu_signature,
+        numerics=numerics(),
     )
     (out_dir / "metrics.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary
+
+
+def numerics() -> dict:
+    """What decides a run's floating-point results beyond its config: torch's version, the CPU model,
+    ATen's CPU kernel set (``torch.backends.cpu.get_cpu_capability()``; ``ATEN_CPU_CAPABILITY`` picks
+    another) and the intra-op threads. A job re-run by its own command reproduces its metrics bit for
+    bit where these match; on another CPU the kernels round differently and training amplifies the
+    difference to about a seed's spread (docs/results/README.md, "Reproducing one job")."""
+    import platform
+
+    cpu = platform.processor() or "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "torch": torch.__version__,
+        "cpu": cpu,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "threads": torch.get_num_threads(),
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }
 
 
 def divergence_of(trainer: L.Trainer) -> dict | None:
