@@ -186,3 +186,14 @@ def test_weight_decay_set_where_no_optimizer_reads_it_is_refused():
         check_static(_compose(["optim=adam", "+optim.weight_decay=0.1"]))
     check_static(_compose(["optim=adamw", "optim.weight_decay=0.05"]))
     check_static(_compose(["optim=adam", "+optim.weight_decay=0"]))
+
+
+def test_a_trainer_value_lightning_refuses_is_one_error_line(tmp_path):
+    """``trainer.*`` keys are typed by Lightning's signature; a value of the right type that Lightning's
+    constructor refuses (a choice, a range) is one ``ConfigError`` line, not a traceback."""
+    from xformer.jobs.driver import build_trainer
+
+    cfg = _compose(["trainer.gradient_clip_algorithm=max", f"paths.output_dir={tmp_path}", "logger=none"])
+    with pytest.raises(ConfigError, match=r"^trainer: `gradient_clip_algorithm` max is invalid.*Fix: ") as err:
+        build_trainer(cfg, [])
+    assert "\n" not in str(err.value)

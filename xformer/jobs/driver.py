@@ -37,7 +37,7 @@ from omegaconf import DictConfig, OmegaConf
 from xformer.errors import ConfigError
 from xformer.train.module import TransformerLitModule
 
-from .build import build_model
+from .build import build_model, refusal
 from .callbacks import NonFiniteLossError, NonFiniteLossGuard, interrupt_signal
 from .checkpoints import check_checkpoint_vocab, read_checkpoint, resolve_ckpt_path
 from .config_check.stages import check_config, check_with_data
@@ -163,10 +163,11 @@ def build_trainer(cfg: DictConfig, loggers: list) -> L.Trainer:
     try:
         return instantiate(trainer_cfg, logger=loggers, callbacks=callbacks)
     except Exception as err:  # Lightning refuses a value its signature's type allows (a range, a choice)
-        cause = err.__cause__ or err
-        if not isinstance(cause, ValueError):  # MisconfigurationException is a ValueError
+        from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+        if (why := refusal(err, (ValueError, MisconfigurationException))) is None:
             raise
-        raise ConfigError(f"trainer: {str(cause).splitlines()[0]} Fix: correct that trainer.* key") from None
+        raise ConfigError(f"trainer: {why} Fix: correct that trainer.* key") from None
 
 
 def build(cfg: DictConfig, info: dict, out_dir: Path) -> Job:
