@@ -94,6 +94,18 @@ def test_runtime_keys_may_change_but_nothing_else():
     assert [d[0] for d in config_diff(old, same, [])][:1] == ["ckpt_path"]
 
 
+def test_an_option_added_since_with_a_null_default_leaves_a_recorded_job_as_it_ran():
+    """A sweep recorded before model.d_qk existed resumes: absent (recorded) vs null (now) is no
+    difference; absent vs a value is one, both ways."""
+    recorded = {"model": {"d_model": 32}, "seed": 1}
+    assert config_diff(recorded, {"model": {"d_model": 32, "d_qk": None}, "seed": 1}, []) == []
+    now = {"model": {"d_model": 32, "d_qk": 4}, "seed": 1}
+    assert config_diff(recorded, now, []) == [("model.d_qk", "<absent>", 4)]
+    assert config_diff({"model": {"d_model": 32, "d_qk": 8}}, {"model": {"d_model": 32}}, []) == [
+        ("model.d_qk", 8, "<absent>")
+    ]
+
+
 # --- whole sweeps (subprocesses) ------------------------------------------------------------------
 
 

@@ -96,12 +96,17 @@ def comparable(cfg: DictConfig | dict, ignore: list[str]) -> dict:
 
 def config_diff(recorded: dict, current: DictConfig | dict, ignore: list[str]) -> list[tuple[str, Any, Any]]:
     """``[(key, recorded value, current value)]`` for every non-run-time key that differs (a key
-    missing on one side reads ``<absent>``), sorted by key."""
+    missing on one side reads ``<absent>``), sorted by key. A key missing on one side and ``null`` on
+    the other is no difference: an option added since with a ``null`` default ("not set", e.g.
+    ``model.d_qk``) leaves the job as it ran."""
     a, b = comparable(recorded, ignore), comparable(current, ignore)
     absent = "<absent>"
-    return [
-        (k, a.get(k, absent), b.get(k, absent)) for k in sorted(set(a) | set(b)) if a.get(k, absent) != b.get(k, absent)
-    ]
+    out = []
+    for k in sorted(set(a) | set(b)):
+        old, new = a.get(k, absent), b.get(k, absent)
+        if old != new and not (old is None and new == absent) and not (old == absent and new is None):
+            out.append((k, old, new))
+    return out
 
 
 def describe_diff(diff: list[tuple[str, Any, Any]], limit: int = 3) -> str:
