@@ -33,6 +33,8 @@ from typing import Any, Iterable
 
 from omegaconf import OmegaConf
 
+from xformer.jobs.overrides import parse
+
 log = logging.getLogger(__name__)
 
 SEED_KEY = "seed"
@@ -139,7 +141,10 @@ def parse_override(text: str) -> tuple[str, Any] | None:
     a deletion without value (``~key``) or a string without ``=`` gives ``None``."""
     if "=" not in text:
         return None
-    key, _, val = text.partition("=")
+    override = parse(text)  # Hydra's own grammar (xformer.jobs.overrides)
+    if override is not None and not override.is_sweep_override() and not override.is_delete():
+        return (override.key_or_group, override.value())
+    key, _, val = text.partition("=")  # a value Hydra's grammar refuses (an extension's syntax)
     key = key.lstrip("+~").strip()
     return (key, parse_value(val)) if key else None
 

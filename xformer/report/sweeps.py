@@ -17,15 +17,18 @@ from pathlib import Path
 
 import yaml
 
+from xformer.jobs.overrides import sweep_values
+
 REPO = Path(__file__).resolve().parents[2]
 CLAIMS_DIR = REPO / "conf" / "experiment" / "claims"
 SCALE_FILE = REPO / "conf" / "scale" / "cpu.yaml"
 SWEEPS_DIR = REPO / "sweeps"
 
 
-def _values(text: str) -> list:
-    """A Hydra sweep value list (``"1,2,4"``, ``"pre,post"``, ``"true,false"``) as YAML scalars."""
-    return [yaml.safe_load(v.strip()) for v in str(text).split(",")]
+def _values(text) -> list:
+    """A Hydra sweep value list (``"1,2,4"``, ``"pre,post"``, ``"true,false"``) as Python values, read
+    by Hydra's own override grammar (:func:`xformer.jobs.overrides.sweep_values`)."""
+    return sweep_values(str(text))
 
 
 def claim_names(claims_dir: Path = CLAIMS_DIR) -> list[str]:
