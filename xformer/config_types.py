@@ -46,6 +46,12 @@ class Range:
         return None
 
 
+Positive = typing.Annotated[int, Range(ge=1)]
+"""An integer >= 1 (sizes, counts, batch budgets)."""
+NonNegative = typing.Annotated[int, Range(ge=0)]
+"""An integer >= 0 (worker processes, optional counts)."""
+
+
 def value_problem(value: Any, hint: Any) -> str | None:
     """Why ``value`` does not fit annotation ``hint`` (``None``: it fits, or the hint is not one checked)."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)

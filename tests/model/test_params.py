@@ -89,7 +89,6 @@ def test_a_budget_below_the_smallest_model_is_refused_when_solving_d_model():
         (dict(d_model=30, n_heads=4), "model.n_heads"),
         (dict(ffn_ratio=0), "model.ffn_ratio"),
         (dict(ffn_ratio=-1), "model.ffn_ratio"),
-        (dict(dropout=1.0), "model.dropout"),
         (dict(d_head=0), "model.d_head"),
     ],
 )
@@ -98,6 +97,22 @@ def test_invalid_sizes_name_the_key(kwargs, key):
     args.update(kwargs)
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         EncoderDecoder(10, 10, **args)
+
+
+def test_single_key_ranges_live_in_the_signature():
+    """model.dropout, layer counts, max_len, d_qk: one home each, the annotation the config check reads."""
+    import typing
+
+    from xformer.config_types import value_problem
+
+    hints = typing.get_type_hints(EncoderDecoder.__mro__[1].__init__, include_extras=True)
+    assert value_problem(1.0, hints["dropout"]) and value_problem(0.1, hints["dropout"]) is None
+    assert value_problem(-1, hints["n_encoder_layers"]) and value_problem(0, hints["n_decoder_layers"]) is None
+    assert (
+        value_problem(0, hints["max_len"])
+        and value_problem(0, hints["d_qk"])
+        and value_problem(None, hints["d_qk"]) is None
+    )
 
 
 def test_d_head_can_be_set_independently():

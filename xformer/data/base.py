@@ -19,6 +19,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from typing_extensions import override
 
+from xformer.config_types import NonNegative, Positive
 from xformer.data.batching import (
     RandomBatchSampler,
     SequentialBatchSampler,
@@ -202,8 +203,8 @@ class XformerDataModule(L.LightningDataModule):
     def __init__(
         self,
         root: str | None = None,
-        tokens_per_batch: int = 4096,
-        num_workers: int = 0,
+        tokens_per_batch: Positive = 4096,
+        num_workers: NonNegative = 0,
         pin_memory: bool = False,
         seed: int = 0,
     ) -> None:
@@ -392,11 +393,11 @@ class WindowLMDataModule(XformerDataModule):
     def __init__(
         self,
         root: str | None = None,
-        tokens_per_batch: int | None = None,
-        block_size: int = 64,
-        batch_size: int = 64,
+        tokens_per_batch: Positive | None = None,
+        block_size: Positive = 64,
+        batch_size: Positive = 64,
         train_windows_per_epoch: int | None = None,
-        num_workers: int = 0,
+        num_workers: NonNegative = 0,
         pin_memory: bool = False,
         seed: int = 0,
         val_estimate_batches: int | None = None,

@@ -10,7 +10,7 @@ import logging
 from pathlib import Path
 from typing import Annotated
 
-from xformer.config_types import Range
+from xformer.config_types import NonNegative, Positive, Range
 from xformer.data.base import Seq2SeqDataset, XformerDataModule
 from xformer.data.download import fetch, resolve_cache_dir
 from xformer.data.errors import DataError
@@ -74,13 +74,13 @@ class Multi30kDataModule(XformerDataModule):
     def __init__(
         self,
         root: str | None = None,
-        tokens_per_batch: int = 4096,
-        num_workers: int = 0,
+        tokens_per_batch: Positive = 4096,
+        num_workers: NonNegative = 0,
         pin_memory: bool = False,
         seed: int = 0,
         src_lang: str = "de",
         tgt_lang: str = "en",
-        vocab_size: int = 8000,
+        vocab_size: Positive = 8000,
         cache_dir: str | None = None,
         base_url: str = BASE_URL,
         train_limit: Annotated[int, Range(ge=1)] | None = None,

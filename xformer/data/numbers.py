@@ -14,6 +14,7 @@ from importlib.metadata import version
 import numpy as np
 from num2words import num2words
 
+from xformer.config_types import NonNegative, Positive
 from xformer.data.base import Seq2SeqDataset, XformerDataModule
 from xformer.data.download import resolve_cache_dir
 from xformer.data.tokenizers import CharTokenizer, _atomic_write_text, train_or_load_bpe
@@ -104,16 +105,16 @@ class NumbersDataModule(XformerDataModule):
     def __init__(
         self,
         root: str | None = None,
-        tokens_per_batch: int = 2048,
-        num_workers: int = 0,
+        tokens_per_batch: Positive = 2048,
+        num_workers: NonNegative = 0,
         pin_memory: bool = False,
         seed: int = 0,
-        n_train: int = 20000,
-        n_val: int = 1000,
-        n_test: int = 1000,
-        n_long: int = 500,
+        n_train: Positive = 20000,
+        n_val: NonNegative = 1000,
+        n_test: NonNegative = 1000,
+        n_long: NonNegative = 500,
         tokenizer: str = "bpe",
-        vocab_size: int = 600,
+        vocab_size: Positive = 600,
         cache_dir: str | None = None,
         src_lang: str = "en",
         tgt_lang: str = "de",

@@ -24,6 +24,7 @@ from collections.abc import Iterable
 import numpy as np
 import torch
 
+from xformer.config_types import NonNegative, Positive
 from xformer.data.base import PromptLMDataset, XformerDataModule, _until_eos
 from xformer.data.synthetic import SEP, SYMBOLS
 from xformer.data.tokenizers import CharTokenizer
@@ -59,12 +60,12 @@ class DistanceRecallDataModule(XformerDataModule):
         self,
         distance: int = 32,
         n_symbols: int = 10,
-        n_train: int = 20000,
-        n_val: int = 500,
-        n_test: int = 1000,
-        batch_size: int = 32,
+        n_train: Positive = 20000,
+        n_val: NonNegative = 500,
+        n_test: NonNegative = 1000,
+        batch_size: Positive = 32,
         root: str | None = None,
-        num_workers: int = 0,
+        num_workers: NonNegative = 0,
         pin_memory: bool = False,
         seed: int = 0,
     ) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from xformer.config_types import NonNegative, Positive
 from xformer.data.base import WindowLMDataModule
 from xformer.data.errors import DataError
 from xformer.data.textfiles import read_text
@@ -51,11 +52,11 @@ class ShakespeareCharDataModule(WindowLMDataModule):
     def __init__(
         self,
         root: str | None = None,
-        tokens_per_batch: int | None = None,
-        block_size: int = 64,
-        batch_size: int = 12,
+        tokens_per_batch: Positive | None = None,
+        block_size: Positive = 64,
+        batch_size: Positive = 12,
         train_windows_per_epoch: int | None = None,
-        num_workers: int = 0,
+        num_workers: NonNegative = 0,
         pin_memory: bool = False,
         seed: int = 0,
         val_estimate_batches: int | None = None,

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 import numpy as np
 import torch
 
+from xformer.config_types import NonNegative, Positive
 from xformer.data.base import PromptLMDataset, Seq2SeqDataset, XformerDataModule, _until_eos
 from xformer.data.tokenizers import CharTokenizer
 
@@ -123,15 +124,15 @@ class SyntheticDataModule(XformerDataModule):
         task_name: str = "copy",
         form: str = "seq2seq",
         root: str | None = None,
-        tokens_per_batch: int = 2048,
-        num_workers: int = 0,
+        tokens_per_batch: Positive = 2048,
+        num_workers: NonNegative = 0,
         pin_memory: bool = False,
         seed: int = 0,
         train_max_len: int = 16,
         train_min_len: int = 1,
-        n_train: int = 20000,
-        n_val: int = 1000,
-        n_test: int = 1000,
+        n_train: Positive = 20000,
+        n_val: NonNegative = 1000,
+        n_test: NonNegative = 1000,
         n_symbols: int = 10,
     ) -> None:
         super().__init__(

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from xformer.config_types import NonNegative, Positive
 from xformer.data.base import Seq2SeqDataset, WindowLMDataModule, XformerDataModule
 from xformer.data.download import resolve_cache_dir
 from xformer.data.errors import DataError
@@ -79,14 +80,14 @@ class TextDataModule(WindowLMDataModule):
         val: str | None = None,
         test: str | None = None,
         root: str | None = None,
-        tokens_per_batch: int = 4096,
-        block_size: int = 64,
+        tokens_per_batch: Positive = 4096,
+        block_size: Positive = 64,
         train_windows_per_epoch: int | None = None,
-        num_workers: int = 0,
+        num_workers: NonNegative = 0,
         pin_memory: bool = False,
         seed: int = 0,
         tokenizer: str = "bpe",
-        vocab_size: int = 8000,
+        vocab_size: Positive = 8000,
         cache_dir: str | None = None,
         metrics: list[str] | None = None,
     ) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from xformer.config_types import NonNegative, Positive
 from xformer.data.base import WindowLMDataModule
 from xformer.data.download import fetch, resolve_cache_dir
 from xformer.data.errors import DataError
@@ -80,11 +81,11 @@ class TinyShakespeareDataModule(WindowLMDataModule):
     def __init__(
         self,
         root: str | None = None,
-        tokens_per_batch: int | None = None,
-        block_size: int = 64,
-        batch_size: int = 64,
+        tokens_per_batch: Positive | None = None,
+        block_size: Positive = 64,
+        batch_size: Positive = 64,
         train_windows_per_epoch: int | None = None,
-        num_workers: int = 0,
+        num_workers: NonNegative = 0,
         pin_memory: bool = False,
         seed: int = 0,
         cache_dir: str | None = None,

@@ -26,6 +26,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from typing_extensions import override
 
+from xformer.config_types import Positive
+
 from .dropout import keep_mask, uses_fast_mask
 from .hooks import check_derived_flag, overrides
 from .positional import PositionalEncoding
@@ -116,12 +118,10 @@ class LocalAttention(AttentionPattern):
     when ``causal``), as in Longformer's local band (Beltagy et al. 2020).
 
     Raises:
-        ValueError: if ``window < 1``.
+        (``window >= 1`` is its annotation, checked with the config.)
     """
 
-    def __init__(self, window: int = 16, causal: bool = False) -> None:
-        if window < 1:
-            raise ValueError(f"model.attention.window={window}: must be >= 1")
+    def __init__(self, window: Positive = 16, causal: bool = False) -> None:
         self.window, self.is_causal_band = window, causal
 
     def blocked(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:

@@ -10,7 +10,7 @@ receive by keyword.
 
 from __future__ import annotations
 
-from typing import Annotated, Callable
+from typing import Annotated, Callable, Literal
 
 import torch
 from torch import Tensor, nn
@@ -195,28 +195,28 @@ class ModelBase(nn.Module):
         self,
         src_vocab_size: int,
         tgt_vocab_size: int,
-        d_model: int = 512,
-        n_heads: int = 8,
-        d_head: int | None = None,
-        ffn_ratio: float = 4.0,
-        d_ff: int | None = None,
-        n_encoder_layers: int = 6,
-        n_decoder_layers: int = 6,
-        dropout: float = 0.1,
+        d_model: Annotated[int, Range(ge=1)] = 512,
+        n_heads: Annotated[int, Range(ge=1)] = 8,
+        d_head: Annotated[int, Range(ge=1)] | None = None,
+        ffn_ratio: Annotated[float, Range(gt=0)] = 4.0,
+        d_ff: Annotated[int, Range(ge=1)] | None = None,
+        n_encoder_layers: Annotated[int, Range(ge=0)] = 6,
+        n_decoder_layers: Annotated[int, Range(ge=0)] = 6,
+        dropout: Annotated[float, Range(ge=0, lt=1)] = 0.1,
         tie_embeddings: bool = True,
-        max_len: int = 512,
+        max_len: Annotated[int, Range(ge=1)] | None = 512,
         attn_scale: bool = True,
         pad_id: int = 0,
         attention: AttentionPattern | Callable | None = None,
         norm: Callable[..., Residual] | None = None,
         pe: Callable[..., PositionalEncoding] | None = None,
         ffn: Callable[..., nn.Module] | None = None,
-        param_budget: int | None = None,
-        budget_solves: str = "d_model",
+        param_budget: Annotated[int, Range(ge=1)] | None = None,
+        budget_solves: Literal["d_model", "d_ff"] = "d_model",
         bias: bool = True,
         init: InitScheme | None = None,
         mixer: Mixer | None = None,
-        n_kv_heads: int | None = None,
+        n_kv_heads: Annotated[int, Range(ge=1)] | None = None,
         d_qk: Annotated[int, Range(ge=1)] | None = None,
     ) -> None:
         super().__init__()
@@ -247,16 +247,7 @@ class ModelBase(nn.Module):
         )
         if param_budget:
             d_model, d_ff = self._solve_budget(kwargs, int(param_budget), budget_solves)
-        if not 0.0 <= dropout < 1.0:
-            raise ConfigError(f"model.dropout={dropout}: must be in [0, 1)")
-        for key, val in (("n_encoder_layers", n_encoder_layers), ("n_decoder_layers", n_decoder_layers)):
-            if val < 0:
-                raise ConfigError(f"model.{key}={val}: must be >= 0")
-        if max_len is not None and max_len < 1:
-            raise ConfigError(f"model.max_len={max_len}: must be >= 1")
         self.d_head, self.d_ff = resolve_sizes(d_model, n_heads, d_head, ffn_ratio, d_ff)
-        if d_qk is not None and d_qk < 1:
-            raise ConfigError(f"model.d_qk={d_qk}: must be >= 1 (or null for d_head)")
         #: query/key head width d_k (``model.d_qk``, else ``d_head``); ``_qk_set``: it was given
         self.d_qk, self._qk_set = (self.d_head if d_qk is None else int(d_qk)), d_qk is not None
         self.d_model, self.n_heads, self.max_len, self.pad_id = d_model, n_heads, max_len, pad_id
