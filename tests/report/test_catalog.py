@@ -50,6 +50,7 @@ def test_one_name_per_claim_in_configs_verdict_functions_and_catalog():
             assert name in functions or name == "c1_ffn_ratio_budget", f"{cid}: no verdict function {name}"
     assert not list(sweeps.CLAIMS_DIR.glob("*_gpu.yaml")), "GPU forms are scale=gpu, not twin configs"
 
+
 def test_a_claims_own_seed_axis_wins_over_the_scales(tmp_path):
     """C12 label smoothing names six seeds for its power; the W&B grid must run all six, once each."""
     (tmp_path / "claims").mkdir()
