@@ -113,4 +113,13 @@ if __name__ == "__main__":
     from xformer.jobs.distributed import external_rank_argv
 
     sys.argv = external_rank_argv(sys.argv)  # torchrun/srun ranks > 0: no Hydra output of their own
+    if os.environ.get("HYDRA_FULL_ERROR") != "1":  # an unknown option or key: one line, not Hydra's dump
+        from pathlib import Path
+
+        from xformer.jobs.compose_check import first_error
+
+        line = first_error(sys.argv[1:], Path(__file__).resolve().parent / "conf")
+        if line:
+            print(f"error: {line}", file=sys.stderr)
+            sys.exit(2)
     main()
