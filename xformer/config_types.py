@@ -72,7 +72,8 @@ def value_problem(value: Any, hint: Any) -> str | None:
         if any(w is None for w in whys):
             return None
         choices = [w.removeprefix("must be one of ") for w in whys if w.startswith("must be one of ")]
-        return f"must be one of {', '.join(choices)}" if len(choices) == len(whys) else whys[0]
+        unique = dict.fromkeys(c for group in choices for c in group.split(", "))
+        return f"must be one of {', '.join(unique)}" if len(choices) == len(whys) else whys[0]
     if origin is tuple and isinstance(value, (list, tuple)) and args and args[-1] is not Ellipsis:
         if len(value) != len(args):
             return f"must be {len(args)} values"

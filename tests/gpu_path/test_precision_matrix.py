@@ -161,7 +161,7 @@ def test_a_fused_optimizer_clips_the_unscaled_gradients_like_the_foreach_one(pre
 @pytest.mark.parametrize(
     "overrides,key",
     [
-        (["optim.optimizer.fused=true", "optim.optimizer.foreach=true"], "optim.optimizer.fused"),
+        (["optim.optimizer.fused=true", "optim.optimizer.foreach=true"], "optim.optimizer (torch.optim.Adam): `fused`"),
         (["trainer.precision=16-mixed", "trainer=fsdp"], "trainer.precision"),
         (["trainer.precision=fp8"], "trainer.precision"),
         (["trainer.gradient_clip_algorithm=max"], "trainer.gradient_clip_algorithm"),

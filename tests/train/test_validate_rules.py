@@ -19,15 +19,22 @@ def _compose(overrides):
 @pytest.mark.parametrize(
     "overrides,message",
     [
-        (["model.n_heads=four"], r"^model.n_heads=four: must be an integer \(xformer.model.\w+ n_heads: int\)$"),
+        (
+            ["model.n_heads=four"],
+            r"^model.n_heads=four: must be an integer\. Fix: a value of int Range\(ge=1\) "
+            r"\(xformer.model.\w+ n_heads\)$",
+        ),
         (["model.attn_scale=1"], r"^model.attn_scale=1: must be true or false"),
         (["loss.label_smoothing=x"], r"^loss.label_smoothing=x: must be a number"),
-        (["loss.label_smoothing=1.0"], r"^loss.label_smoothing=1.0: must be < 1 \(.*Range\(ge=0, lt=1\)\)$"),
+        (
+            ["loss.label_smoothing=1.0"],
+            r"^loss.label_smoothing=1.0: must be < 1\. Fix: a value of float Range\(ge=0, lt=1\) \(.*\)$",
+        ),
         (["optim.lr=0"], r"^optim.lr=0: must be > 0"),
         (["objective.mode=best"], r"^objective.mode=best: must be one of min, max"),
         (["seed=-1"], r"^seed=-1: must be >= 0"),
         (["mode=evaluate"], r"^mode=evaluate: must be one of train, eval"),
-        (["decode.beam_size=0"], r"^decode.beam_size=0: must be >= 1 \(xformer.train.decode.DecodeSettings"),
+        (["decode.beam_size=0"], r"^decode.beam_size=0: must be >= 1\. Fix: .* \(xformer.train.decode.DecodeSettings"),
         (
             ["optim.warmup_steps=-1"],
             r"^optim.scheduler.warmup_steps=-1 \(from \$\{optim.warmup_steps\}\): must be >= 0",

@@ -11,6 +11,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from xformer.config_types import closest, describe, hint, import_target, parameters, value_problem
 from xformer.errors import ConfigError
+from xformer.jobs.overrides import added_overrides, key_of
 
 #: Keys of a node that xformer reads itself before it instantiates the node's target.
 CONSUMED = {"lightning.Trainer": ("compile",), "lightning.pytorch.Trainer": ("compile",)}
@@ -38,8 +39,6 @@ def _hydra():
 def check_additions(cfg: DictConfig) -> None:
     """Refuse ``+group=option`` without such a group, and ``+key`` on a node without ``_target_`` (``+sed=3``;
     a node with one is left to :func:`check_targets`). Raises: ConfigError, one line per override."""
-    from xformer.jobs.overrides import added_overrides
-
     hc, loader = _hydra()
     problems = []
     for key, value in added_overrides(hc.overrides.task) if hc is not None else []:
@@ -105,8 +104,6 @@ def check_group_nodes(cfg: DictConfig) -> None:
 
 def _source(path: str, key: str) -> str:
     """Where ``path.key`` came from: the command line, or the YAML file of the group that chose the node."""
-    from xformer.jobs.overrides import key_of
-
     hc, _ = _hydra()
     if hc is None:
         return ""
@@ -140,7 +137,10 @@ def fit_problems(node: DictConfig, path: str, obj: Any, name: str, skip=(), stri
             src = f" (from {node._get_node(key)._value()})"
         if not isinstance(value, DictConfig) and (why := value_problem(value, hints[key])):
             shown = f"[{','.join(map(str, value))}]" if isinstance(value, list) else value
-            out.append(f"{path}.{key}={shown}{src}: {why} ({name} {key}: {describe(hints[key])})")
+            fix = f"a value of {describe(hints[key])}"
+            if why.startswith("must be one of "):
+                fix = (f"{path}.{key}=" + close) if (close := closest(value, why[15:].split(", "))) else "one of those"
+            out.append(f"{path}.{key}={shown}{src}: {why}. Fix: {fix} ({name} {key})")
     return out
 
 
