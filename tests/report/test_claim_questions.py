@@ -258,3 +258,20 @@ def test_label_smoothing_with_a_spread_wider_than_the_published_effect_is_underp
     text = next(e for e in v.evidence if "larger than the published effect 0.5" in e)
     n = int(text.split("~")[1].split()[0])
     assert 4 <= n <= 40  # from the seeds' own spread (~0.3 BLEU)
+
+
+# -- a schedule describes itself for the budget line ------------------------------------------------
+def test_the_same_schedule_reads_the_same_under_either_name():
+    """C4/C5's jobs name the linear schedule by its former alias, the others by ``linear``: one text."""
+    from xformer.report.rules.core import _schedule
+
+    node = {"warmup_steps": 100, "total_steps": 3000, "floor": 0.0}
+    texts = {
+        _schedule({"optim": {"lr": 0.003, "warmup_steps": 100, "scheduler": {"_target_": t, **node}}})
+        for t in ("xformer.train.schedules.linear", "xformer.train.schedules.warmup_linear")
+    }
+    assert texts == {"warm-up 100 + linear decay to 0× peak, peak lr 0.003"}
+    cos = {"_target_": "xformer.train.schedules.cosine", "warmup_steps": 100, "total_steps": 2000, "floor": 0.1}
+    assert _schedule({"optim": {"lr": 1e-3, "warmup_steps": 100, "scheduler": cos}}).endswith(
+        "cosine decay to 0.1× peak, peak lr 0.001"
+    )

@@ -19,12 +19,30 @@ Steps = Annotated[int, Range(ge=1)]
 Floor = Annotated[float, Range(ge=0, le=1)]
 
 
+def describes(text: str):
+    """Attach ``fn.describe(**node) -> str``: the schedule in words for a report's budget line, from
+    the keys of its config node (``text`` formatted with them; the warm-up is the report's own)."""
+
+    def deco(fn):
+        def describe(**node) -> str:
+            values = {k: v for k, v in node.items() if not str(k).startswith("_")}
+            floor = values.get("floor")
+            values["floor"] = f"{floor:g}" if isinstance(floor, (int, float)) else floor
+            return text.format(**values)
+
+        fn.describe = describe
+        return fn
+
+    return deco
+
+
 def _inverse_sqrt(step: int, warmup_steps: int, decay_from: int) -> float:
     s = step + 1
     up = s / warmup_steps if warmup_steps > 0 else 1.0
     return min(up, math.sqrt(decay_from / s)) if s > decay_from else min(up, 1.0)
 
 
+@describes("inverse-sqrt decay")
 def inverse_sqrt(warmup_steps: Warmup = 4000, decay_from: Steps | None = None):
     """Linear warm-up then inverse-square-root decay (Vaswani et al. 2017 §5.3, eq. 3).
 
@@ -62,6 +80,7 @@ def _linear(step: int, warmup_steps: int, total_steps: int, floor: float) -> flo
     return up if up is not None else 1.0 - (1.0 - floor) * _progress(s, warmup_steps, total_steps)
 
 
+@describes("linear decay to {floor}× peak")
 def linear(warmup_steps: Warmup = 0, total_steps: Steps = 1000, floor: Floor = 0.1):
     """Linear warm-up to the peak, then linear decay to ``floor`` × peak at ``total_steps``, flat after.
 
@@ -87,6 +106,7 @@ def _cosine(step: int, warmup_steps: int, total_steps: int, floor: float) -> flo
     return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * _progress(s, warmup_steps, total_steps)))
 
 
+@describes("cosine decay to {floor}× peak")
 def cosine(warmup_steps: Warmup = 0, total_steps: Steps = 1000, floor: Floor = 0.1):
     """Linear warm-up, then half a cosine from the peak down to ``floor`` × peak at ``total_steps``,
     flat after (Loshchilov & Hutter 2017, SGDR eq. 5 without restarts; nanoGPT's ``get_lr``).
@@ -106,6 +126,7 @@ def _constant(step: int, warmup_steps: int) -> float:
     return 1.0 if up is None else up
 
 
+@describes("constant")
 def constant(warmup_steps: Warmup = 0):
     """Linear warm-up (``s / warmup_steps`` at 1-based step ``s``), then the peak rate for good.
 

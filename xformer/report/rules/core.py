@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from xformer.config_types import import_target
+
 from ..aggregate import Group, Job, Sweep, fmt_value
 from ..catalog import CLAIMS, MIN_SEEDS
 from ..stats import seeds_needed
@@ -149,20 +151,20 @@ def _count(n: float) -> str:
 
 
 def _schedule(cfg: dict) -> str:
+    """``warm-up W + <the schedule's own words>, peak lr X``: a schedule function describes itself
+    (``describe`` of :func:`xformer.train.schedules.describes`); an unknown one is named by its target."""
     optim = cfg.get("optim") or {}
     sched = optim.get("scheduler") or {}
     target = str(sched.get("_target_") or "") if isinstance(sched, dict) else ""
-    warm = optim.get("warmup_steps")
-    lr = optim.get("lr")
-    parts = [f"warm-up {warm}" if warm is not None else ""]
-    if target.endswith("warmup_linear"):
-        floor = sched.get("floor")
-        parts.append("linear decay" + (f" to {floor:g}× peak" if isinstance(floor, (int, float)) else ""))
-    elif target.endswith("inverse_sqrt"):
-        parts.append("inverse-sqrt decay")
-    elif target:
-        parts.append(target.rsplit(".", 1)[-1])
-    text = " + ".join(p for p in parts if p)
+    warm, lr = optim.get("warmup_steps"), optim.get("lr")
+    words = target.rsplit(".", 1)[-1]
+    fn, _ = import_target(target) if target else (None, None)
+    if fn is not None and hasattr(fn, "describe"):
+        try:
+            words = fn.describe(**sched)
+        except (KeyError, ValueError, TypeError):  # a node from before a key was added: its name only
+            pass
+    text = " + ".join(p for p in (f"warm-up {warm}" if warm is not None else "", words) if p)
     return text + (f", peak lr {lr:g}" if isinstance(lr, (int, float)) else "")
 
 
