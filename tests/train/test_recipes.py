@@ -190,7 +190,8 @@ def test_a_stale_schedule_key_is_one_error_line():
     assert msg.startswith("optim.scheduler.decay_from: not a parameter of xformer.train.schedules.linear")
     assert "Fix: drop it" in msg and "\n" not in msg
     bad = _compose(["optim/scheduler=cosine", "optim.scheduler.floor=1.5"])
-    with pytest.raises(ConfigError, match=r"^optim.scheduler.floor=1.5: must be <= 1 \(.*Range\(ge=0, le=1\)\)$"):
+    floor = r"^optim.scheduler.floor=1.5: must be <= 1\. Fix: .*Range\(ge=0, le=1\) \(.*\)$"
+    with pytest.raises(ConfigError, match=floor):
         check_rules(bad)
 
 
@@ -405,7 +406,7 @@ def test_preset_trains_through_run_py_and_refuses_a_stale_key(tmp_path):
         (["optim.optimizer.weight_decay=-0.1"], r"^optim.optimizer \(torch.optim.Adam\): Invalid weight_decay value"),
         (["optim=adamw", "optim.optimizer.optimizer.betas=[0.9,1.5]"], r"^optim.optimizer \(.*\): Invalid beta param"),
         (["optim=adamw", "optim.optimizer.optimizer.eps=-1"], r"^optim.optimizer \(.*\): Invalid epsilon value"),
-        (["optim.optimizer.betas=[0.9]"], r"^optim.optimizer.betas=\[0.9\]: must be 2 values \(torch.optim.Adam betas"),
+        (["optim.optimizer.betas=[0.9]"], r"^optim.optimizer.betas=\[0.9\]: must be 2 values\. .*\(torch.optim.Adam"),
         (["optim.optimizer.lr=-1"], r"^optim.optimizer \(torch.optim.Adam\): Invalid learning rate: -1"),
     ],
 )
