@@ -275,3 +275,17 @@ def test_the_same_schedule_reads_the_same_under_either_name():
     assert _schedule({"optim": {"lr": 1e-3, "warmup_steps": 100, "scheduler": cos}}).endswith(
         "cosine decay to 0.1× peak, peak lr 0.001"
     )
+
+
+def test_a_well_powered_null_says_the_interval_excludes_the_published_effect(tmp_path):
+    num = 0
+    bleu = {0: [26.6, 26.7, 26.65, 26.62, 26.68, 26.64], 0.1: [26.58, 26.66, 26.6, 26.63, 26.61, 26.67]}
+    for eps, vals in bleu.items():
+        for seed, b in enumerate(vals, start=1):
+            ppl = 9.1 if eps == 0 else 9.6
+            metrics = {"val/ppl": ppl + 0.01 * seed, "test/bleu": b}
+            write_job(tmp_path, num, [f"loss.label_smoothing={eps}", f"seed={seed}"], metrics, curve=flat_curve(1.5))
+            num += 1
+    v = only(tmp_path, "C12")
+    assert v.status == INCONCLUSIVE and Check.UNDERPOWERED not in v.problems, v.block()
+    assert any("excludes an effect that large at this budget" in e for e in v.evidence), v.block()

@@ -304,7 +304,7 @@ def decide(
             else "the rule's parts are not decided"
         )
     sat_notes = [s for s in saturated_metrics(sweep, [g for _, g in items]) if not s.startswith(metric + " ")]
-    evidence = [c.text() for c in comps] + list(notes or []) + outcome_notes(items)
+    evidence = [c.text() for c in comps] + list(notes or []) + outcome_notes(items) + powered(checked, effect)
     evidence += [f"{s} (not used)" for s in sat_notes]
     evidence += [f"stability: {c}" for c in dict.fromkeys(caveats)]
     if problems:
@@ -324,6 +324,22 @@ def decide(
     )
     v.problems = [kind for kind, _ in problems]
     return v
+
+
+def powered(comps: list[Comparison], effect: float | None) -> list[str]:
+    """Evidence for each comparison within noise that could have detected the published ``effect``:
+    whether its interval excludes an effect that large (an informative null at this budget)."""
+    out = []
+    for c in comps:
+        if effect is None or c.outcome != NOISE or c.detectable is None or c.detectable > abs(effect):
+            continue
+        excluded = c.interval is not None and c.interval.hi < abs(effect)
+        out.append(
+            f"power: {c.a} vs {c.b} could detect |Δ| ≥ {c.detectable:.3g} (80 %), below the published effect "
+            f"{abs(effect):.3g}; its interval [{c.interval.lo:+.3g}, {c.interval.hi:+.3g}] "
+            + ("excludes an effect that large at this budget" if excluded else "does not exclude it")
+        )
+    return out
 
 
 def underpowered(comps: list[Comparison], effect: float | None) -> list[tuple[Check, str]]:
