@@ -151,8 +151,7 @@ def test_a_throwaway_option_has_its_annotated_range_enforced(tmp_path):
     assert bad.returncode == 2 and len(errors) == 1, bad.stderr[-2000:]
     assert (
         "model.ffn.gate=1.5 (from the command line): must be < 1. Fix: a value of float Range(ge=0, lt=1) "
-        "(my_pkg.my_ffn.Gated gate)"
-        in errors[0]
+        "(my_pkg.my_ffn.Gated gate)" in errors[0]
     )
     ok = run_py(
         [*TINY, "logger=none", *args, "model.ffn.gate=0.25", "trainer.max_steps=1", f"hydra.run.dir={tmp_path / 'ok'}"],
