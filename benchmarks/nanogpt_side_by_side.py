@@ -14,14 +14,19 @@ What it does:
    nanoGPT's ``train.py`` with its README's CPU command (``config/train_shakespeare_char.py
    --device=cpu --compile=False --eval_iters=20 --log_interval=1 --block_size=64 --batch_size=12
    --n_layer=4 --n_head=4 --n_embd=128 --max_iters=N --lr_decay_iters=N --dropout=0.0``), and
-   ``python run.py experiment=shakespeare_char_cpu`` (``trainer.max_steps=N``).
+   ``python run.py experiment=shakespeare_char_cpu`` (``trainer.max_steps=N``, and
+   ``data.full_val_at_end=false``: nanoGPT's recipe has no pass over the whole val split, so neither
+   timed run makes one; ``--full-val-in-run`` keeps xformer's in its run, as the preset does by default).
 3. Reads both outputs line by line, stamping each line with the time it arrived: start-up (launch to
    the end of the first training step), evaluation time, training steps/s outside evaluation, wall time
    to the step-N evaluation and to the process's exit, and the val losses: each trainer's own estimate
    at step N (nanoGPT: 20 fresh random batches; xformer: 20 fixed random batches) and the same full
    estimator for both (every contiguous 64-character window of the val split, token mean), computed
-   for nanoGPT from its checkpoint with its own ``model.py``, and logged by xformer as
-   ``test/loss@val``. nanoGPT's checkpoint is its best by its own val estimate (the step is listed).
+   after both runs, from each one's checkpoint: for nanoGPT with its own ``model.py``, for xformer by
+   ``run.py mode=eval`` on its best checkpoint (``test/loss@val``). nanoGPT's checkpoint is its best by
+   its own val estimate (the step is listed).
+4. Names the CPU (model name, family/model, the flags that decide the kernels: AVX-512, AVX-512 BF16,
+   AMX) and torch's ATen CPU capability above the table: a ratio holds for the CPU it was measured on.
 
 Nothing is timed inside a test: this is a benchmark script (``tests/bench`` only checks it runs with
 ``--max-iters`` tiny).
@@ -128,7 +133,14 @@ def start_nanogpt(nanogpt: Path, n: int, every: int, out_dir: Path, core: int | 
 
 
 def start_xformer(
-    text: Path, n: int, every: int, out_dir: Path, core: int | None, log: Path, extra: list[str] = ()
+    text: Path,
+    n: int,
+    every: int,
+    out_dir: Path,
+    core: int | None,
+    log: Path,
+    extra: list[str] = (),
+    full_val_in_run: bool = False,
 ) -> Proc:
     env, pin = _env(core)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "benchmarks"), env.get("PYTHONPATH", "")])
@@ -144,9 +156,62 @@ def start_xformer(
         "trainer.enable_progress_bar=false",
         f"hydra.run.dir={out_dir}",
         "+callbacks.side_by_side._target_=_side_by_side_marks.Marks",
+        f"data.full_val_at_end={str(full_val_in_run).lower()}",
         *extra,
     ]
     return Proc("xformer", cmd, REPO, env, log)
+
+
+def xformer_full_val(text: Path, run_dir: Path, extra: list[str] = ()) -> float:
+    """``test/loss@val`` of the run's best checkpoint (every contiguous 64-character val window, token
+    mean), from ``run.py mode=eval`` in a process of its own after the timed run."""
+    best = sorted((run_dir / "checkpoints").glob("best-*.ckpt"))
+    if not best:
+        raise SystemExit(f"xformer wrote no best checkpoint under {run_dir / 'checkpoints'}")
+    env, _ = _env(None)
+    cmd = [
+        sys.executable,
+        str(REPO / "run.py"),
+        "experiment=shakespeare_char_cpu",
+        "mode=eval",
+        f"ckpt_path={best[-1]}",
+        f"data.root={text.parent}",
+        "data.full_val_at_end=true",
+        "trainer.enable_progress_bar=false",
+        f"hydra.run.dir={run_dir / 'full_val'}",
+        *[o for o in extra if o.startswith("trainer.precision=")],
+    ]
+    res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise SystemExit(f"xformer's evaluation failed (exit {res.returncode}): {res.stderr[-1500:]}")
+    import json
+
+    return float(json.loads((run_dir / "full_val" / "metrics.json").read_text())["metrics"]["test/loss@val"])
+
+
+def cpu_description() -> str:
+    """The CPU in one line: model name, family/model, the kernel-deciding flags it has, torch's ATen
+    CPU capability and version (Linux ``/proc/cpuinfo``; "unknown CPU" elsewhere)."""
+    import torch
+
+    info: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            info.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    flags = set(info.get("flags", "").split())
+    wanted = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16")
+    have = [f for f in wanted if f in flags]
+    lacks = [f for f in ("avx512_bf16", "amx_bf16") if f not in flags]
+    name = info.get("model name", "unknown CPU")
+    family = f"family {info['cpu family']} model {info['model']}" if "cpu family" in info else ""
+    return (
+        f"CPU: {name} ({family}; {os.cpu_count()} cores), flags {', '.join(have) or 'none of the listed'}"
+        + (f", no {' or '.join(lacks)}" if lacks else "")
+        + f"; torch {torch.__version__}, ATen CPU capability {torch.backends.cpu.get_cpu_capability()}."
+    )
 
 
 def nanogpt_numbers(proc: Proc, n: int, every: int) -> dict:
@@ -231,7 +296,7 @@ def nanogpt_full_val(nanogpt: Path, out_dir: Path, data: Path) -> tuple[float, i
     return total / count, int(ckpt["iter_num"])
 
 
-def table(rounds: list[dict], n: int) -> str:
+def table(rounds: list[dict], n: int, full_val_in_run: bool = False) -> str:
     """The Markdown table: one column per trainer (values of all rounds, "/"-separated) and the ratio."""
 
     def cell(key, who, fmt):
@@ -265,7 +330,14 @@ def table(rounds: list[dict], n: int) -> str:
     ck = ", ".join(str(r["nanogpt"]["ckpt_step"]) for r in rounds)
     out += [
         "",
-        f"nanoGPT's full-split loss is that of its saved checkpoint (its best by its own estimate; step {ck}).",
+        f"nanoGPT's full-split loss is that of its saved checkpoint (its best by its own estimate; step {ck}), "
+        "computed after its run. "
+        + (
+            "xformer's is its run's own `test/loss@val`: its wall times include that pass."
+            if full_val_in_run
+            else "xformer's is that of its best checkpoint, by `run.py mode=eval` after its run "
+            "(timed with `data.full_val_at_end=false`: neither run scores the whole split)."
+        ),
         "",
     ]
     return "\n".join(out)
@@ -312,6 +384,11 @@ def main(argv: list[str] | None = None) -> int:
         help="write the table into this Markdown file (e.g. docs/results/nanogpt-cpu.md): between the markers "
         "of --label when the file has them (the rest of the file is kept), else appended as a new section",
     )
+    ap.add_argument(
+        "--full-val-in-run",
+        action="store_true",
+        help="xformer scores the whole val split inside its timed run (the preset's default); nanoGPT never does",
+    )
     ap.add_argument("--label", default="fp32", help="names the table's section in --out (one section per label)")
     ap.add_argument(
         "--xformer-override",
@@ -335,7 +412,14 @@ def main(argv: list[str] | None = None) -> int:
             (
                 "xformer",
                 lambda c: start_xformer(
-                    text, n, every, work / "xformer", c, work / "xformer.log", args.xformer_override
+                    text,
+                    n,
+                    every,
+                    work / "xformer",
+                    c,
+                    work / "xformer.log",
+                    args.xformer_override,
+                    args.full_val_in_run,
                 ),
             ),
         ]
@@ -357,9 +441,11 @@ def main(argv: list[str] | None = None) -> int:
             "xformer": xformer_numbers(procs["xformer"], work / "xformer", n),
         }
         res["nanogpt"]["val_full"], res["nanogpt"]["ckpt_step"] = nanogpt_full_val(nanogpt, work / "nanogpt", data)
+        if not args.full_val_in_run:
+            res["xformer"]["val_full"] = xformer_full_val(args.text.resolve(), work / "xformer", args.xformer_override)
         rounds.append(res)
         print(f"round {k}: {res}", flush=True)
-    text = table(rounds, n)
+    text = cpu_description() + "\n\n" + table(rounds, n, args.full_val_in_run)
     print(text)
     if args.out:
         cmd = (
@@ -367,6 +453,7 @@ def main(argv: list[str] | None = None) -> int:
             f"--max-iters {n} --rounds {args.rounds} --out {args.out} --label {args.label}"
             + (f" --eval-interval {every}" if every != 250 else "")
             + "".join(f" --xformer-override {o}" for o in args.xformer_override)
+            + (" --full-val-in-run" if args.full_val_in_run else "")
         )
         section = (
             f"Command: `{cmd}` (one core and one thread each, both at once; {time.strftime('%Y-%m-%d')}).\n\n{text}"

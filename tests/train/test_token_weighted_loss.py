@@ -87,6 +87,8 @@ def reference_update(model: torch.nn.Module, steps: list[list[dict]]) -> tuple[d
 
 
 class LossLog(L.Callback):
+    """Every step's ``train/loss`` from the callback metrics (the trainer logs every step: see ``fit``)."""
+
     def __init__(self):
         self.losses = []
 
@@ -125,6 +127,7 @@ def fit(model, loader, accumulate: int, max_steps: int, **trainer_kwargs) -> tup
         num_sanity_val_steps=0,
         use_distributed_sampler=False,
         callbacks=[log],
+        log_every_n_steps=1,  # train/loss reaches the callback metrics at logged steps (test_step_logging.py)
         **trainer_kwargs,
     )
     trainer.fit(module, train_dataloaders=loader)
@@ -212,6 +215,7 @@ class _Trainer:
     def __init__(self, ranks: _Ranks, rank: int, world: int, accumulate: int) -> None:
         self.world_size, self.global_rank, self.accumulate_grad_batches = world, rank, accumulate
         self.strategy = _Strategy(ranks, rank)
+        self.callbacks, self.max_steps, self.global_step = [], 1, 0  # one optimizer step, the last: logged
 
 
 def test_ranks_under_the_ddp_contract_give_the_gradient_of_the_union():

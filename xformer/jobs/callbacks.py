@@ -388,7 +388,13 @@ class StepSeed(L.Callback):
     ) -> None:
         state = np.random.SeedSequence([self.seed, trainer.current_epoch, batch_idx, trainer.global_rank])
         s = int(state.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
-        torch.manual_seed(s)
+        if pl_module.device.type == "cpu":
+            # the CPU generator alone: torch.manual_seed also queues a seed for CUDA when CUDA is not
+            # initialised, and records the Python stack with it (traceback.format_stack), ~1 ms of a
+            # training step on a CPU (docs/results/nanogpt-cpu.md); the CPU state is the same
+            torch.default_generator.manual_seed(s)
+        else:
+            torch.manual_seed(s)
         np.random.seed(s % 2**32)
         random.seed(s)
 

@@ -21,6 +21,8 @@ Groups (who calls them):
 * whether Rich is installed and the Rich bar's training description -- :mod:`xformer.jobs.console`;
 * the accepted precision strings -- tests (the config check reads them from the ``Trainer``'s own
   ``precision`` annotation, :mod:`xformer.jobs.config_check.schema`);
+* whether the loggers write this step's values -- :mod:`xformer.train.module` (train-time values are
+  logged only where something reads them);
 * the trainer's stop flag -- :class:`xformer.jobs.callbacks.StopCheckpoint` (Ctrl-C stops training as
   SIGTERM does);
 * a ``WandbLogger``'s pending ``wandb.init`` arguments -- :mod:`xformer.jobs.wandb_run`.
@@ -53,6 +55,7 @@ PRIVATE_NAMES: tuple[tuple[str, str], ...] = (
     ("lightning.pytorch.utilities.imports", "_RICH_AVAILABLE"),
     ("lightning.fabric.plugins.precision.precision", "_PRECISION_INPUT_STR"),
     ("trainer", "_signal_connector"),
+    ("trainer", "_logger_connector"),
     ("lightning.pytorch.loggers.WandbLogger", "_wandb_init"),
 )
 
@@ -96,6 +99,13 @@ def can_stop_early(trainer: Any) -> bool:
 def val_check_time_interval(trainer: Any) -> Any:
     """The time-based ``val_check_interval`` (``None`` unless the interval is a duration)."""
     return trainer._val_check_time_interval
+
+
+def logger_writes_this_step(trainer: Any) -> bool:
+    """True when the training loop will hand this batch's step-level logged values to the loggers
+    (Lightning's own ``should_update_logs``: every ``log_every_n_steps`` optimizer steps, and when
+    the trainer stops). Read it in ``on_train_batch_end``, the last hook before the loop decides."""
+    return bool(trainer._logger_connector.should_update_logs)
 
 
 def has_trainer(module: Any) -> bool:

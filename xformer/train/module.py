@@ -162,6 +162,10 @@ class TransformerLitModule(L.LightningModule):
         self._step_window: Tensor | None = None
         self._step_norm: Tensor | None = None
         self._step_loss: Tensor | None = None
+        self._step_nll: Tensor | None = None
+        #: False after an optimizer step whose train/loss is not logged yet, True once logged, None before
+        self._step_logged: bool | None = None
+        self._watched: bool | None = None  # a callback reads a train-time key (see _logs_this_step)
         #: shown by the progress bar (:class:`xformer.jobs.console.RichBar`): the training loss of the
         #: last logging step, a host float read once per logging window
         self.progress_metrics: dict[str, float] = {}
@@ -277,7 +281,8 @@ class TransformerLitModule(L.LightningModule):
     @override
     def on_before_optimizer_step(self, optimizer) -> None:
         """Turn the accumulated gradient into that of the step's token mean over all micro-batches and
-        ranks (see :meth:`training_step`), and log that mean as ``train/loss``.
+        ranks (see :meth:`training_step`), and keep that mean for :meth:`on_train_batch_end` to log
+        as ``train/loss``.
 
         Runs after the step's last backward pass and before gradient clipping (which then clips the
         true gradient); under ``16-mixed`` the gradients may still carry the loss scale, which a
@@ -292,24 +297,69 @@ class TransformerLitModule(L.LightningModule):
         loss_sum, n_tgt, micro = window[0], window[1].clamp(min=1), window[2]
         accumulate = self.trainer.accumulate_grad_batches if lightning_compat.has_trainer(self) else 1
         factor = self._step_norm.double() * accumulate * world / n_tgt
+        by_device: dict[torch.device, list[Tensor]] = {}
+        for p in self.parameters():
+            if p.grad is not None:
+                g = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad  # FSDP2 DTensor
+                by_device.setdefault(g.device, []).append(g)
         with torch.no_grad():
-            for p in self.parameters():
-                if p.grad is not None:
-                    g = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad  # FSDP2 DTensor
-                    g.mul_(factor.to(g.device))
+            for device, grads in by_device.items():  # one kernel launch per device, not one per tensor
+                torch._foreach_mul_(grads, factor.to(device))
         self._step_loss = loss_sum / n_tgt  # float64
-        self.log("train/loss", self._step_loss)
         # the same tokens' negative log-likelihood without label smoothing: the number to compare with
         # val/loss (train/loss is the training objective, smoothed when loss.label_smoothing > 0)
-        self.log("train/nll", window[4] / n_tgt)
+        self._step_nll = window[4] / n_tgt
+        self._step_logged = False
+        if self._logs_this_step():  # else on_train_batch_end logs them if the trainer stops after all
+            self._log_step_loss()
         # next step's normaliser, the same on all ranks; a float32 value, so that dividing by it in
         # float32 or float64 and the factor above use the very same number
         self._step_norm = (n_tgt / micro).float().double()
         self._step_window = None
 
+    #: the values logged during training (see :meth:`_logs_this_step`)
+    TRAIN_KEYS = frozenset({"train/loss", "train/nll", "perf/tokens_per_s", "perf/tokens_seen"})
+
+    def _logs_this_step(self, stepped: bool = False) -> bool:
+        """Whether this optimizer step's train-time values (:attr:`TRAIN_KEYS`) are logged: at the steps
+        the loggers write them (every ``trainer.log_every_n_steps`` steps, and when the trainer stops),
+        at the last step (``fit`` ends; its callback metrics go to ``metrics.json``), and at every step
+        while a callback watches one of them (a ``ModelCheckpoint`` or ``EarlyStopping`` ``monitor``, the
+        validation line's ``metric``, e.g. ``objective.metric=train/loss``). ``stepped``: asked after the
+        optimizer step (``trainer.global_step`` counts it already).
+
+        Lightning's ``self.log`` costs ~0.3 ms a call on a CPU, four calls a step: ~2 % of a step of
+        nanoGPT's CPU recipe (``trainer.profiler=simple``, docs/results/nanogpt-cpu.md). A value
+        logged on the other steps is overwritten before a logger writes it, so the logs are unchanged;
+        ``trainer.callback_metrics`` holds the last logged step's values in between (a callback of your
+        own that reads ``train/loss`` after every step wants ``trainer.log_every_n_steps=1``)."""
+        if not lightning_compat.has_trainer(self):
+            return True
+        trainer = self.trainer
+        if self._watched is None:
+            watched = {getattr(cb, a, None) for cb in trainer.callbacks for a in ("monitor", "metric")}
+            self._watched = bool(watched & self.TRAIN_KEYS)
+        if self._watched:
+            return True
+        if trainer.max_steps is not None and 0 < trainer.max_steps <= trainer.global_step + (not stepped):
+            return True  # the last step
+        epochs = trainer.max_epochs is not None and trainer.max_epochs > 0
+        if epochs and trainer.current_epoch + 1 >= trainer.max_epochs:
+            if lightning_compat.num_ready_batches_reached(trainer):
+                return True  # the last step of the last epoch
+        return lightning_compat.logger_writes_this_step(trainer)
+
+    def _log_step_loss(self) -> None:
+        self.log("train/loss", self._step_loss)
+        self.log("train/nll", self._step_nll)
+        self._step_logged = True
+
     @override
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
-        """Log ``perf/tokens_seen`` and ``perf/tokens_per_s`` as device tensors (no sync).
+        """Log ``perf/tokens_seen`` and ``perf/tokens_per_s`` as device tensors (no sync) after the
+        optimizer steps that :meth:`_logs_this_step` selects, and the step's ``train/loss`` and
+        ``train/nll`` if the trainer stopped after :meth:`on_before_optimizer_step` passed them over
+        (a callback's stop: the loggers write this step after all).
 
         Throughput is measured over windows of ``trainer.log_every_n_steps`` optimizer steps: tokens
         counted on the device in the window / host wall time of the window. Per-step host timing
@@ -327,12 +377,17 @@ class TransformerLitModule(L.LightningModule):
             self._window = (step, now, self._tokens.clone())
             if self._step_loss is not None:
                 self.progress_metrics = {"loss": float(self._step_loss)}  # one read per logging window
+        if lightning_compat.should_accumulate(self.trainer) or not self._logs_this_step(stepped=True):
+            return
+        if self._step_logged is False:
+            self._log_step_loss()
         if self._rate is not None:
             self.log("perf/tokens_per_s", self._rate)
         self.log("perf/tokens_seen", self._tokens.double())
 
     def on_train_start(self) -> None:
         self._window, self._rate = None, None
+        self._watched, self._step_logged = None, None
         self._step_window = None
         if self._step_norm is not None:
             self._step_norm = self._step_norm.to(self.device)

@@ -7,9 +7,8 @@ optimizer's peak rate ``optim.lr``; ``step`` is the 0-based count of optimizer s
 
 from __future__ import annotations
 
-import functools
 import math
-from typing import Annotated
+from typing import Annotated, Callable
 
 from xformer.config_types import Range
 
@@ -36,6 +35,45 @@ def describes(text: str):
     return deco
 
 
+class Schedule:
+    """A schedule bound to its settings: ``Schedule(fn, **settings)(step) == fn(step, **settings)``.
+
+    What each option of ``optim/scheduler`` returns, in place of a ``functools.partial``, for two
+    reasons:
+
+    * Hydra 1.3.8 turns a ``functools.partial`` returned by a ``_target_`` into a
+      ``_DeferredTarget`` whose every call re-runs its instantiation policy. ``LambdaLR`` calls the
+      schedule once per optimizer step, and on nanoGPT's CPU recipe that policy check was ~0.5 ms of
+      a ~60 ms step (``trainer.profiler=simple``: ``lr_scheduler_step``; docs/results/nanogpt-cpu.md).
+      Hydra authorises this object once, when it is instantiated.
+    * ``LambdaLR.state_dict`` stores ``lr_lambda.__dict__`` in every checkpoint. The settings live
+      in slots, so that dict stays empty, as a partial's is: a checkpoint holds no function object
+      (``torch.load(weights_only=True)`` reads it) and a resumed run keeps the schedule of its config.
+
+    Args:
+        fn: ``(step, **settings) -> multiplier``, ``step`` the 0-based count of optimizer steps taken.
+        settings: the schedule's keyword arguments.
+    """
+
+    __slots__ = ("fn", "settings", "__dict__")
+
+    def __init__(self, fn: Callable[..., float], **settings) -> None:
+        self.fn, self.settings = fn, settings
+
+    def __call__(self, step: int) -> float:
+        return self.fn(step, **self.settings)
+
+    def __getstate__(self):  # pickling (ddp_spawn copies the module): the slots, no __dict__
+        return None, {"fn": self.fn, "settings": self.settings}
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Schedule) and (self.fn, self.settings) == (other.fn, other.settings)
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.settings.items())
+        return f"Schedule({self.fn.__name__}, {args})"
+
+
 def _inverse_sqrt(step: int, warmup_steps: int, decay_from: int) -> float:
     s = step + 1
     up = s / warmup_steps if warmup_steps > 0 else 1.0
@@ -56,7 +94,7 @@ def inverse_sqrt(warmup_steps: Warmup = 4000, decay_from: Steps | None = None):
     """
     decay_from = warmup_steps if decay_from is None else decay_from
     decay_from = max(decay_from, 1)
-    return functools.partial(_inverse_sqrt, warmup_steps=warmup_steps, decay_from=decay_from)
+    return Schedule(_inverse_sqrt, warmup_steps=warmup_steps, decay_from=decay_from)
 
 
 def paper_lr(d_model: int, warmup_steps: int) -> float:
@@ -91,7 +129,7 @@ def linear(warmup_steps: Warmup = 0, total_steps: Steps = 1000, floor: Floor = 0
 
     The ranges of the arguments are in their annotations (checked with the config).
     """
-    return functools.partial(_linear, warmup_steps=warmup_steps, total_steps=total_steps, floor=floor)
+    return Schedule(_linear, warmup_steps=warmup_steps, total_steps=total_steps, floor=floor)
 
 
 warmup_linear = linear
@@ -118,7 +156,7 @@ def cosine(warmup_steps: Warmup = 0, total_steps: Steps = 1000, floor: Floor = 0
 
     The ranges of the arguments are in their annotations (checked with the config).
     """
-    return functools.partial(_cosine, warmup_steps=warmup_steps, total_steps=total_steps, floor=floor)
+    return Schedule(_cosine, warmup_steps=warmup_steps, total_steps=total_steps, floor=floor)
 
 
 def _constant(step: int, warmup_steps: int) -> float:
@@ -132,4 +170,4 @@ def constant(warmup_steps: Warmup = 0):
 
     The range of ``warmup_steps`` is in its annotation (checked with the config).
     """
-    return functools.partial(_constant, warmup_steps=warmup_steps)
+    return Schedule(_constant, warmup_steps=warmup_steps)
