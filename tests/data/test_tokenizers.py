@@ -101,3 +101,23 @@ def test_bpe_trained_once_then_loaded_from_cache(tmp_path, monkeypatch):
 def test_bpe_rejects_too_small_vocab():
     with pytest.raises(ValueError, match="260"):
         BPETokenizer.train(EN, vocab_size=100)
+
+
+@pytest.mark.parametrize("specials", [True, False])
+def test_char_encode_array_equals_the_per_character_encode(specials):
+    """The table lookup over code points (start-up of a character LM) gives :meth:`encode`'s ids, UNK
+    for an unseen character with specials, and KeyError for one without (as ``encode``)."""
+    import numpy as np
+
+    text = "Wörter, ñ and 日本 — \n\tend" * 3
+    tok = CharTokenizer.from_texts([text], specials=specials)
+    got = tok.encode_array(text)
+    assert got.dtype == np.int64 and got.tolist() == tok.encode(text)
+    assert tok.encode_array("").tolist() == []
+    if specials:
+        assert tok.encode_array("W€").tolist() == tok.encode("W€") == [tok.encode("W")[0], UNK]
+    else:
+        with pytest.raises(KeyError):
+            tok.encode_array("W€")
+        with pytest.raises(KeyError):
+            tok.encode("W€")

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from xformer.config_types import NonNegative, Positive
 from xformer.data.base import WindowLMDataModule
 from xformer.data.errors import DataError
@@ -94,7 +92,7 @@ class ShakespeareCharDataModule(WindowLMDataModule):
         text = read_text(self.file_path())
         n = int((1.0 - self.val_fraction) * len(text))  # nanoGPT: int(n * 0.9)
         self.tokenizer = CharTokenizer.from_texts([text], specials=False)
-        ids = np.asarray(self.tokenizer.encode(text), dtype=np.int64)
+        ids = self.tokenizer.encode_array(text)
         self.train_ids, self.val_ids = ids[:n], ids[n:]
         super()._build()
         self.test_sets = {"val": self.val_full_set} if self.full_val_at_end else {}

@@ -192,7 +192,7 @@ class TextDataModule(WindowLMDataModule):
         if isinstance(self.tokenizer, BPETokenizer):
             parts = self.tokenizer.encode_batch(text.splitlines(keepends=True))
             return np.fromiter((i for p in parts for i in p), dtype=np.int64)
-        return np.asarray(self.tokenizer.encode(text), dtype=np.int64)
+        return self.tokenizer.encode_array(text)
 
     def setup(self, stage: str | None = None) -> None:
         """Build once (idempotent)."""

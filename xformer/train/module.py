@@ -302,9 +302,12 @@ class TransformerLitModule(L.LightningModule):
             if p.grad is not None:
                 g = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad  # FSDP2 DTensor
                 by_device.setdefault(g.device, []).append(g)
-        with torch.no_grad():
-            for device, grads in by_device.items():  # one kernel launch per device, not one per tensor
-                torch._foreach_mul_(grads, factor.to(device))
+        # a CPU factor of exactly 1 (every step of a fixed-size batch, e.g. a window LM without accumulation)
+        # leaves the gradients as they are: skip the pass over them (reading a CPU tensor costs no sync)
+        if factor.device.type != "cpu" or float(factor) != 1.0:
+            with torch.no_grad():
+                for device, grads in by_device.items():  # one kernel launch per device, not one per tensor
+                    torch._foreach_mul_(grads, factor.to(device))
         self._step_loss = loss_sum / n_tgt  # float64
         # the same tokens' negative log-likelihood without label smoothing: the number to compare with
         # val/loss (train/loss is the training objective, smoothed when loss.label_smoothing > 0)
