@@ -31,7 +31,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -q -m slow
+	$(BIN)/python -m pytest -q -m slow -n 0  # one process: the slow set was validated serially
 
 bench: $(STAMP)
 	$(BIN)/xformer bench $(ARGS)

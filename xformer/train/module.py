@@ -281,8 +281,9 @@ class TransformerLitModule(L.LightningModule):
     @override
     def on_before_optimizer_step(self, optimizer) -> None:
         """Turn the accumulated gradient into that of the step's token mean over all micro-batches and
-        ranks (see :meth:`training_step`), and keep that mean for :meth:`on_train_batch_end` to log
-        as ``train/loss``.
+        ranks (see :meth:`training_step`), and log that mean as ``train/loss`` at the steps
+        :meth:`_logs_this_step` selects (:meth:`on_train_batch_end` logs it should the trainer stop
+        after this hook).
 
         Runs after the step's last backward pass and before gradient clipping (which then clips the
         true gradient); under ``16-mixed`` the gradients may still carry the loss scale, which a
@@ -302,12 +303,9 @@ class TransformerLitModule(L.LightningModule):
             if p.grad is not None:
                 g = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad  # FSDP2 DTensor
                 by_device.setdefault(g.device, []).append(g)
-        # a CPU factor of exactly 1 (every step of a fixed-size batch, e.g. a window LM without accumulation)
-        # leaves the gradients as they are: skip the pass over them (reading a CPU tensor costs no sync)
-        if factor.device.type != "cpu" or float(factor) != 1.0:
-            with torch.no_grad():
-                for device, grads in by_device.items():  # one kernel launch per device, not one per tensor
-                    torch._foreach_mul_(grads, factor.to(device))
+        with torch.no_grad():  # never read on the host (no sync per step; tests/gpu_path/test_no_host_sync.py)
+            for device, grads in by_device.items():  # one kernel launch per device, not one per tensor
+                torch._foreach_mul_(grads, factor.to(device))
         self._step_loss = loss_sum / n_tgt  # float64
         # the same tokens' negative log-likelihood without label smoothing: the number to compare with
         # val/loss (train/loss is the training objective, smoothed when loss.label_smoothing > 0)
