@@ -62,8 +62,8 @@ class StopAt(L.Callback):
             trainer.should_stop = True
 
 
-def fit(tmp_path, every: int, max_steps: int, callbacks=()) -> tuple[dict[int, float], dict, list]:
-    """Train 4-example batches with SGD; returns ``({step: logged train/loss}, callback metrics, callbacks)``."""
+def fit(tmp_path, every: int, max_steps: int, callbacks=(), **trainer_kwargs) -> tuple[dict[int, float], dict, list]:
+    """Train 4-example batches with SGD; returns ``({step: logged train/loss}, callback metrics, the module)``."""
     torch.manual_seed(0)
     model = EncoderDecoder(V, V, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, dropout=0.0)
     module = TransformerLitModule(
@@ -89,12 +89,13 @@ def fit(tmp_path, every: int, max_steps: int, callbacks=()) -> tuple[dict[int, f
         num_sanity_val_steps=0,
         callbacks=list(callbacks),
         default_root_dir=tmp_path,
+        **trainer_kwargs,
     )
     trainer.fit(module, train_dataloaders=DataLoader(batches(12), batch_size=None))
     path = Path(logger.log_dir) / "metrics.csv"  # written once a row is
     rows = list(csv.DictReader(path.open())) if path.is_file() else []
     logged = {int(r["step"]): float(r["train/loss"]) for r in rows if r.get("train/loss")}
-    return logged, {k: float(v) for k, v in trainer.callback_metrics.items()}, list(callbacks)
+    return logged, {k: float(v) for k, v in trainer.callback_metrics.items()}, module
 
 
 @pytest.mark.parametrize("every", [3, 4])
@@ -135,3 +136,46 @@ def test_between_logged_steps_callbacks_see_the_last_logged_value(tmp_path):
     probe = EveryStep()
     fit(tmp_path / "sel", 3, 6, callbacks=[probe])
     assert probe.seen[2] == truth[2] and probe.seen[3] == truth[2] and probe.seen[5] == truth[5]
+
+
+def test_training_that_outlives_a_stop_logs_each_later_step_with_its_own_loss(tmp_path):
+    """A callback stops at step 7 but ``min_steps=10`` keeps training to step 12: the rows written after
+    the stop carry their own steps' losses (not the stop step's, which a second logging hook's entry
+    would pin for the rest of the epoch), and fit ends on the last step's."""
+    truth, _, _ = fit(tmp_path / "ref", 1, 12)
+    logged, end, _ = fit(tmp_path / "stop", 5, 12, callbacks=[StopAt(7)], min_steps=10)
+    assert logged, "no rows"
+    assert {s: logged[s] for s in logged} == {s: truth[s] for s in logged}
+    assert max(logged) >= 7  # rows after the stop were written
+    assert end["train/loss"] == truth[max(truth)]
+
+
+@pytest.mark.parametrize("every", [0, 5])
+def test_the_last_steps_values_reach_metrics_json_whether_or_not_that_step_was_logged(tmp_path, every):
+    """``trainer.log_every_n_steps=0`` logs nothing; a validation-time stop ends fit between logged
+    steps: the module still answers the last step's values, which the driver writes to metrics.json."""
+    truth, truth_end, _ = fit(tmp_path / "ref", 1, 7)
+    _, _, module = fit(tmp_path / "sel", every, 7)
+    last = module.last_step_metrics()
+    assert last["train/loss"] == truth[6] == truth_end["train/loss"]
+    assert last["train/nll"] == truth_end["train/nll"]
+    assert last["perf/tokens_seen"] == truth_end["perf/tokens_seen"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_the_foreach_rescale_is_bit_for_bit_the_per_tensor_multiply(dtype):
+    """The token-weighted gradient's rescale, now one for-each call per device and dtype, gives exactly
+    what ``g.mul_(factor)`` with the float64 0-dim factor gave, for float32, bfloat16 and float64 grads."""
+    torch.manual_seed(0)
+    model = EncoderDecoder(V, V, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, dropout=0.0)
+    module = TransformerLitModule(model.to(dtype), optimizer=None, lr_lambda=None, pad_id=PAD, eos_id=EOS)
+    module.log = lambda *_a, **_k: None
+    for b in batches(2):
+        module.training_step(b, 0).backward()  # two micro-batches: the factor is not 1
+    norm = module._step_norm.double()
+    factor = norm * 1 * 1 / module._step_window[1].clamp(min=1)
+    assert float(factor) != 1.0
+    want = [p.grad.clone().mul_(factor) for p in module.parameters()]
+    module.on_before_optimizer_step(None)
+    got = [p.grad for p in module.parameters()]
+    assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))

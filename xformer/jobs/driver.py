@@ -220,6 +220,8 @@ def fit_and_test(cfg: DictConfig, job: Job, ckpt: str | None) -> tuple[dict, dic
         return {}, _test(trainer, module, dm, ckpt), None
     trainer.fit(module, datamodule=dm, ckpt_path=ckpt)
     fit_metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    # the last step's train-time values, also where that step was not logged (TransformerLitModule._logs_this_step)
+    fit_metrics.update(getattr(module, "last_step_metrics", dict)())
     tokens_seen = module.tokens_seen  # testing the best checkpoint reloads its (older) count
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     return fit_metrics, _test(trainer, module, dm, best or None), tokens_seen

@@ -166,6 +166,7 @@ class TransformerLitModule(L.LightningModule):
         #: False after an optimizer step whose train/loss is not logged yet, True once logged, None before
         self._step_logged: bool | None = None
         self._watched: bool | None = None  # a callback reads a train-time key (see _logs_this_step)
+        self._late_logs = False  # this epoch, on_train_batch_end logs train/loss (on_before_optimizer_step)
         #: shown by the progress bar (:class:`xformer.jobs.console.RichBar`): the training loss of the
         #: last logging step, a host float read once per logging window
         self.progress_metrics: dict[str, float] = {}
@@ -298,20 +299,28 @@ class TransformerLitModule(L.LightningModule):
         loss_sum, n_tgt, micro = window[0], window[1].clamp(min=1), window[2]
         accumulate = self.trainer.accumulate_grad_batches if lightning_compat.has_trainer(self) else 1
         factor = self._step_norm.double() * accumulate * world / n_tgt
-        by_device: dict[torch.device, list[Tensor]] = {}
+        groups: dict[tuple[torch.device, torch.dtype], list[Tensor]] = {}
         for p in self.parameters():
             if p.grad is not None:
                 g = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad  # FSDP2 DTensor
-                by_device.setdefault(g.device, []).append(g)
+                groups.setdefault((g.device, g.dtype), []).append(g)
         with torch.no_grad():  # never read on the host (no sync per step; tests/gpu_path/test_no_host_sync.py)
-            for device, grads in by_device.items():  # one kernel launch per device, not one per tensor
-                torch._foreach_mul_(grads, factor.to(device))
+            for (device, dtype), grads in groups.items():
+                # one for-each call per device and dtype. The factor in the grads' dtype when that is float32
+                # or float64 (CUDA fuses only a scalar of the grads' dtype): the very value `g.mul_(factor)`
+                # used, since a 0-dim operand takes the other operand's dtype. For 16-bit grads it stays
+                # float64, as before (a CPU scalar is read as float; a bfloat16 copy would round it further).
+                same = dtype in (torch.float32, torch.float64)
+                torch._foreach_mul_(grads, factor.to(device=device, dtype=dtype if same else factor.dtype))
         self._step_loss = loss_sum / n_tgt  # float64
         # the same tokens' negative log-likelihood without label smoothing: the number to compare with
         # val/loss (train/loss is the training objective, smoothed when loss.label_smoothing > 0)
         self._step_nll = window[4] / n_tgt
         self._step_logged = False
-        if self._logs_this_step():  # else on_train_batch_end logs them if the trainer stops after all
+        # else on_train_batch_end logs them, should the trainer stop after all; once it has (training may go
+        # on to min_steps), it logs them for the rest of the epoch: Lightning keeps one entry per hook and
+        # name, and the later hook's entry would hide this hook's values until the epoch ends
+        if not self._late_logs and self._logs_this_step():
             self._log_step_loss()
         # next step's normaliser, the same on all ranks; a float32 value, so that dividing by it in
         # float32 or float64 and the factor above use the very same number
@@ -381,14 +390,32 @@ class TransformerLitModule(L.LightningModule):
         if lightning_compat.should_accumulate(self.trainer) or not self._logs_this_step(stepped=True):
             return
         if self._step_logged is False:
+            self._late_logs = True
             self._log_step_loss()
         if self._rate is not None:
             self.log("perf/tokens_per_s", self._rate)
         self.log("perf/tokens_seen", self._tokens.double())
 
+    def on_train_epoch_start(self) -> None:
+        self._late_logs = False  # Lightning's per-hook entries of the last epoch are gone
+
+    def last_step_metrics(self) -> dict[str, float]:
+        """The last optimizer step's ``train/loss``, ``train/nll`` and ``perf/tokens_seen`` (and
+        ``perf/tokens_per_s`` of the last complete window), read on the host: what ``fit`` ended on,
+        whether or not that step was logged (a stop at a validation, ``trainer.log_every_n_steps=0``).
+        The driver writes them to ``metrics.json``. Empty before the first step."""
+        if self._step_loss is None:
+            return {}
+        out = {"train/loss": float(self._step_loss), "perf/tokens_seen": float(self._tokens)}
+        if self._step_nll is not None:
+            out["train/nll"] = float(self._step_nll)
+        if self._rate is not None:
+            out["perf/tokens_per_s"] = float(self._rate)
+        return out
+
     def on_train_start(self) -> None:
         self._window, self._rate = None, None
-        self._watched, self._step_logged = None, None
+        self._watched, self._step_logged, self._late_logs = None, None, False
         self._step_window = None
         if self._step_norm is not None:
             self._step_norm = self._step_norm.to(self.device)

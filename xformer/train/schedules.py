@@ -55,7 +55,7 @@ class Schedule:
         settings: the schedule's keyword arguments.
     """
 
-    __slots__ = ("fn", "settings", "__dict__")
+    __slots__ = ("fn", "settings", "__dict__", "__weakref__")
 
     def __init__(self, fn: Callable[..., float], **settings) -> None:
         self.fn, self.settings = fn, settings
@@ -68,6 +68,9 @@ class Schedule:
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Schedule) and (self.fn, self.settings) == (other.fn, other.settings)
+
+    def __hash__(self) -> int:
+        return hash((self.fn, tuple(sorted(self.settings.items()))))
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.settings.items())
