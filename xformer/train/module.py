@@ -246,11 +246,14 @@ class TransformerLitModule(L.LightningModule):
         if copies is not None:
             labels = labels.masked_fill(copies[:, None], self.pad_id)
         logits = logits if logits.dtype == torch.float64 else logits.float()  # at least float32
-        loss_sum = self.criterion(logits, labels, self.pad_id, reduction="sum")  # the loss group's class
-        if getattr(self.criterion, "label_smoothing", 0.0):  # the unsmoothed NLL, comparable with val/loss
-            nll_sum = self.criterion(logits.detach(), labels, self.pad_id, 0.0, reduction="sum")
+        if hasattr(self.criterion, "sum_and_nll"):  # the objective and the unsmoothed NLL from one log-softmax
+            loss_sum, nll_sum = self.criterion.sum_and_nll(logits, labels, self.pad_id)
         else:
-            nll_sum = loss_sum.detach()
+            loss_sum = self.criterion(logits, labels, self.pad_id, reduction="sum")  # the loss group's class
+            if getattr(self.criterion, "label_smoothing", 0.0):  # the unsmoothed NLL, comparable with val/loss
+                nll_sum = self.criterion(logits.detach(), labels, self.pad_id, 0.0, reduction="sum")
+            else:
+                nll_sum = loss_sum.detach()
         n_tgt = (labels != self.pad_id).sum()
         n_tok = n_tgt
         if "src" in batch:
