@@ -165,6 +165,7 @@ def test_a_fused_optimizer_clips_the_unscaled_gradients_like_the_foreach_one(pre
         (["trainer.precision=16-mixed", "trainer=fsdp"], "trainer.precision"),
         (["trainer.precision=fp8"], "trainer.precision"),
         (["trainer.gradient_clip_algorithm=max"], "trainer.gradient_clip_algorithm"),
+        (["trainer.log_every_n_steps=-1"], "trainer.log_every_n_steps"),  # Lightning accepts it silently
     ],
 )
 def test_combinations_that_cannot_train_are_refused_before_training_with_one_line(overrides, key, tmp_path):

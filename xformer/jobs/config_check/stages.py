@@ -23,11 +23,14 @@ from .schema import check_additions, check_group_nodes, check_targets, fit_probl
 def _root(seed: Annotated[int, Range(ge=0)], mode: Literal["train", "eval"], ckpt_path: str | None): ...
 def _objective(metric: str, mode: Literal["min", "max"]): ...
 def _optim(lr: Annotated[float, Range(gt=0)]): ...  # warm-up and decay: the schedule's and optimizer's own
-def _clipping(gradient_clip_algorithm: Literal["norm", "value"] | None): ...  # Lightning reads it only when clipping
+def _unchecked_by_lightning(  # keys Lightning reads late (clipping) or accepts out of range (a negative interval)
+    gradient_clip_algorithm: Literal["norm", "value"] | None,
+    log_every_n_steps: Annotated[int, Range(ge=0)] | None,
+): ...
 
 
 #: Nodes without a ``_target_`` that run.py and the driver read (and a key Lightning checks late), as signatures.
-DECLARED = {"": _root, "objective": _objective, "optim": _optim, "trainer": _clipping}
+DECLARED = {"": _root, "objective": _objective, "optim": _optim, "trainer": _unchecked_by_lightning}
 
 
 def check_static(cfg: DictConfig) -> None:
