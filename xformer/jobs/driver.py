@@ -39,7 +39,13 @@ from xformer.train.module import TransformerLitModule
 
 from .build import build_model, refusal
 from .callbacks import NonFiniteLossError, NonFiniteLossGuard, interrupt_signal
-from .checkpoints import check_checkpoint_vocab, read_checkpoint, resolve_ckpt_path
+from .checkpoints import (
+    check_checkpoint_vocab,
+    check_resume_settings,
+    describe_resume_changes,
+    read_checkpoint,
+    resolve_ckpt_path,
+)
 from .config_check.stages import check_config, check_with_data
 from .console import progress_bar, quiet_console, single_log_lines, test_table
 from .distributed import patch_lightning_for_job
@@ -185,6 +191,9 @@ def build(cfg: DictConfig, info: dict, out_dir: Path) -> Job:
     ckpt = resolve_ckpt_path(cfg, out_dir)
     if ckpt is not None:
         check_checkpoint_vocab(cfg, ckpt, dm)
+        if changes := check_resume_settings(cfg, ckpt):  # model and data keys refused; the rest take effect
+            log.info("%s", describe_resume_changes(ckpt, checkpoint_step(Path(ckpt)), changes))
+            summary["changed_on_resume"] = {k: {"checkpoint": old, "now": new} for k, old, new in changes}
     check_with_data(cfg, dm, build_model(cfg, dm.src_vocab_size, dm.tgt_vocab_size, dm.pad_id, device="meta"))
     model = build_model(cfg, dm.src_vocab_size, dm.tgt_vocab_size, dm.pad_id)
     params = model.param_breakdown()
