@@ -49,7 +49,7 @@ from .checkpoints import (
 from .config_check.stages import check_config, check_with_data
 from .console import progress_bar, quiet_console, single_log_lines, test_table
 from .distributed import patch_lightning_for_job
-from .resume import ConsistentResume, ResumableCSVLogger, checkpoint_step, own_checkpoint
+from .resume import ConsistentResume, RerootCheckpoints, ResumableCSVLogger, checkpoint_step, own_checkpoint
 from .steps import OptimizerStepIntervals
 from .wandb_run import describe_runs, finish_runs, wandb_logger
 
@@ -161,6 +161,7 @@ def build_trainer(cfg: DictConfig, loggers: list) -> L.Trainer:
     ]
     callbacks.append(OptimizerStepIntervals())  # "every N steps" = optimizer steps under accumulation
     callbacks.append(ConsistentResume())  # a checkpoint written when fit stopped mid-epoch resumes there
+    callbacks.append(RerootCheckpoints())  # a moved job folder keeps its best checkpoint and score
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     trainer_cfg.pop("compile", None)
     trainer_cfg.setdefault("use_distributed_sampler", False)  # the data modules shard batches across ranks
