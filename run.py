@@ -111,6 +111,13 @@ def main(cfg: DictConfig) -> float | None:
 
 if __name__ == "__main__":
     from xformer.jobs.distributed import external_rank_argv
+    from xformer.jobs.overrides import expand_json_args
+
+    try:  # a W&B sweep agent's ${args_json}: the sweep's values as Hydra overrides (docs/scaling.md)
+        sys.argv = [sys.argv[0], *expand_json_args(sys.argv[1:])]
+    except ValueError as err:
+        print(f"error: W&B sweep parameter {err}. Fix: give it a value Hydra can read", file=sys.stderr)
+        sys.exit(2)
 
     sys.argv = external_rank_argv(sys.argv)  # torchrun/srun ranks > 0: no Hydra output of their own
     if os.environ.get("HYDRA_FULL_ERROR") != "1":  # an unknown option or key: one line, not Hydra's dump

@@ -350,3 +350,83 @@ def test_new_mixers_train_under_ddp_and_fsdp(option, trainer, tmp_path):
     m = metrics(tmp_path / "job")
     assert m["status"] == "finished" and m["global_step"] == 4 and m["tokens_seen"] > 0
     assert m["params"]["attention"] > 0 and "test/loss" in m["metrics"]
+
+
+# -- precision: each mixer computes where its docstring says, its state included --------------------
+AUTOCAST = [torch.bfloat16, torch.float16]  # bf16-mixed and 16-mixed on the CPU
+
+
+def _lstm_pair(bidirectional):
+    torch.manual_seed(7)
+    layer = RecurrentMixing(32, bidirectional=bidirectional)
+    ref = RecurrentMixing(32, bidirectional=bidirectional).double()
+    ref.load_state_dict(layer.state_dict())
+    return layer, ref
+
+
+@pytest.mark.parametrize("dtype", AUTOCAST)
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_lstm_under_autocast_runs_in_float32_against_float64(dtype, bidirectional):
+    """Under CPU autocast the LSTM runs in its float32 weights: over 512 positions it stays within
+    float32 rounding of a float64 recomputation, and its ``(h, c)`` state is float32."""
+    layer, ref = _lstm_pair(bidirectional)
+    x = torch.randn(2, 512, 32)
+    mask = torch.zeros(2, 512, dtype=torch.bool)
+    mask[1, 400:] = True
+    expected = ref(x.double(), mask)
+    cache = None if bidirectional else layer.new_cache()
+    with torch.autocast("cpu", dtype=dtype):
+        out = layer(x, mask, cache=cache)
+    assert out.dtype == torch.float32
+    assert (out.double() - expected).abs().max() < 1e-5
+    if cache is not None:
+        assert [s.dtype for s in cache.state] == [torch.float32, torch.float32]
+        with torch.autocast("cpu", dtype=dtype):  # the state continues in float32
+            nxt = layer(x[:, :1], torch.zeros(2, 513, dtype=torch.bool), cache=cache)
+        ref_cache = ref.new_cache()
+        ref(x.double(), cache=ref_cache)
+        assert (nxt.double() - ref(x[:, :1].double(), cache=ref_cache)).abs().max() < 1e-5
+
+
+def test_lstm_in_bf16_weights_keeps_a_bf16_state():
+    """``bf16-true``: the weights are bf16, so the LSTM and its state are bf16 (its weights' dtype)."""
+    layer, _ = _lstm_pair(False)
+    layer = layer.bfloat16()
+    cache = layer.new_cache()
+    out = layer(torch.randn(2, 16, 32, dtype=torch.bfloat16), cache=cache)
+    assert out.dtype == torch.bfloat16 and [s.dtype for s in cache.state] == [torch.bfloat16] * 2
+
+
+def _causal_layers():
+    from xformer.model.linear_attention import LinearSelfAttention
+
+    torch.manual_seed(8)
+    return {
+        "lstm": (RecurrentMixing(32), lambda _: [torch.float32, torch.float32]),
+        "conv": (ConvMixing(32, kernel=3, dilation=2), lambda dt: [dt]),
+        "linear": (LinearSelfAttention(32, 4, 8, pattern=CausalAttention()), lambda _: [torch.float32] * 2),
+    }
+
+
+def _states(cache):
+    s = cache.state
+    return list(s) if isinstance(s, tuple) else [s]
+
+
+@pytest.mark.parametrize("dtype", AUTOCAST)
+@pytest.mark.parametrize("name", ["lstm", "conv", "linear"])
+def test_mixer_state_under_autocast_is_documented_dtype_and_decodes_as_the_full_forward(name, dtype):
+    """Each causal mixer's decoding state under bf16/fp16 autocast has its documented dtype (LSTM
+    and linear-attention sums float32, the convolution's inputs in the autocast dtype it reads
+    them in), and token-by-token decoding through it equals the full forward in the same autocast."""
+    layer, state_dtypes = _causal_layers()[name]
+    x = torch.randn(2, 40, 32)
+    with torch.autocast("cpu", dtype=dtype):
+        full = layer(x)
+        cache = layer.new_cache()
+        steps = [layer(x[:, :5], cache=cache)] + [layer(x[:, i : i + 1], cache=cache) for i in range(5, 40)]
+    assert [s.dtype for s in _states(cache)] == state_dtypes(dtype)
+    # float32 mixers agree to float32 rounding; the convolution to a few roundings of its own dtype
+    # (its kernel blocks a 1-position input differently from a 40-position one)
+    tol = 1e-5 if name != "conv" else 4 * torch.finfo(dtype).eps * full.float().abs().max().item()
+    torch.testing.assert_close(torch.cat(steps, 1).float(), full.float(), rtol=0, atol=tol)

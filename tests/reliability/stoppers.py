@@ -57,3 +57,21 @@ class SigkillAt(L.Callback):
         self.seen += 1
         if self.seen == self.batches:
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+class SigintAt(L.Callback):
+    """Press Ctrl-C (SIGINT to this process) at the end of its ``batches``-th training micro-batch.
+
+    SIGINT gets Python's default handler when this callback is built (before ``fit``), as in a
+    terminal, also when the test session runs in the background (which would leave it ignored):
+    ``StopCheckpoint`` then installs its own from ``on_train_start``."""
+
+    def __init__(self, batches: int) -> None:
+        self.batches, self.seen = int(batches), 0
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    @override
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:  # noqa: D102
+        self.seen += 1
+        if self.seen == self.batches:
+            os.kill(os.getpid(), signal.SIGINT)

@@ -6,21 +6,24 @@ and ends without saving, as a SIGKILL during that step leaves it), the same peri
 by a real SIGKILL at the start of the next micro-batch (``sigkill``: the loader and Lightning's
 prefetching fetcher have already fetched past the saved position, nothing runs after the kill),
 the best checkpoint
-(``best-<step>.ckpt`` of a validation), SIGTERM (``StopCheckpoint``), the end of ``fit``
+(``best-<step>.ckpt`` of a validation), SIGTERM and Ctrl-C (``StopCheckpoint``), the end of ``fit``
 (``max_steps``) and ``max_time`` (Lightning's timer). Positions: inside an epoch, an epoch's last
 batch, the last batch of an epoch shortened by ``trainer.limit_train_batches``, inside an
 accumulation window (SIGTERM or ``max_time`` between micro-batches), and with ``data.num_workers=2``;
 with ``trainer.accumulate_grad_batches`` 1 and 2. The resumed run must train the same batches in
 the same order with the same epoch numbers as the uninterrupted run: per micro-batch
 ``(step, epoch, batch index, tokens seen)``, every step's ``train/loss`` and the final
-``tokens_seen`` are compared exactly. The data position stored is that of the last batch whose
-update is in the saved weights.
+``tokens_seen`` are compared exactly, and so are the steps validated after the checkpoint's and the
+step labels of their CSV rows. The data position stored is that of the last batch whose update is in
+the saved weights.
 
 Fast set: the two cases of the issue's table, as reported, and a SIGTERM inside an accumulation
 window; the rest of the matrix is ``slow``.
 """
 
 from __future__ import annotations
+
+import csv
 
 import pytest
 
@@ -36,7 +39,7 @@ POSITIONS = {  # name -> (data/trainer overrides, optimizer step of the checkpoi
     "limited_epoch_end": (["data.tokens_per_batch=1024", "+trainer.limit_train_batches=0.67"], {1: 4, 2: 2}),
     "workers": (["data.tokens_per_batch=2048", "data.num_workers=2"], {1: 5, 2: 3}),
 }
-TRIGGERS = ["periodic", "sigkill", "best", "sigterm", "fit_end", "max_time", "final_validation"]
+TRIGGERS = ["periodic", "sigkill", "best", "sigterm", "sigint", "fit_end", "max_time", "final_validation"]
 _REFERENCES: dict[tuple, tuple] = {}
 
 
@@ -60,13 +63,30 @@ def _run(tmp, job, args, name, status=0):
     ]
 
 
+def _validations(tmp, name) -> list[int]:
+    """The optimizer steps the run ``name`` validated after (from its probe)."""
+    return [e["step"] for e in events(tmp / f"{name}.json") if e["kind"] == "val"]
+
+
+def _val_rows(job) -> list[int]:
+    """Step labels of the ``val/loss`` rows of the job's CSV history."""
+    with open(job / "csv" / "metrics.csv") as f:
+        return [int(r["step"]) for r in csv.DictReader(f) if r.get("val/loss")]
+
+
 def _reference(tmp_path_factory, data: list[str]) -> tuple:
     key = tuple(a for a in data if not a.startswith("data.num_workers"))  # workers change no batch
     if key not in _REFERENCES:
         tmp = tmp_path_factory.mktemp("ref")
         job = tmp / "job"
         batches = _run(tmp, job, [*key, f"trainer.max_steps={TOTAL}"], "ref")
-        _REFERENCES[key] = (batches, train_losses(job), metrics(job)["tokens_seen"])
+        _REFERENCES[key] = (
+            batches,
+            train_losses(job),
+            metrics(job)["tokens_seen"],
+            _validations(tmp, "ref"),
+            _val_rows(job),
+        )
     return _REFERENCES[key]
 
 
@@ -82,7 +102,7 @@ def _check(
     """Stop by ``trigger`` with the checkpoint at optimizer ``step`` (or, for SIGTERM/max_time, after
     ``micro_batches`` micro-batches), resume with ``max_steps=TOTAL``, compare with the reference."""
     data = [*data, f"trainer.accumulate_grad_batches={accumulate}"]
-    ref_batches, ref_losses, ref_tokens = _reference(tmp_path_factory, data)
+    ref_batches, ref_losses, ref_tokens, ref_vals, ref_val_rows = _reference(tmp_path_factory, data)
     if micro_batches is None:  # the micro-batch that completes optimizer step `step`
         micro_batches = next(i for i, b in enumerate(ref_batches) if b[0] == step) + 1
     step = ref_batches[micro_batches - 1][0]
@@ -122,12 +142,14 @@ def _check(
         ]
         before = _run(tmp_path, job, [*data, f"trainer.max_steps={step}", *final], "first")
         resume = [*resume, *final]
-    elif trigger == "sigterm":
+    elif trigger in ("sigterm", "sigint"):
+        stopper = "SigtermAt" if trigger == "sigterm" else "SigintAt"
         stop = [
-            "+callbacks.stop._target_=tests.reliability.stoppers.SigtermAt",
+            f"+callbacks.stop._target_=tests.reliability.stoppers.{stopper}",
             f"+callbacks.stop.batches={micro_batches}",
         ]
-        before = _run(tmp_path, job, [*data, f"trainer.max_steps={TOTAL}", *stop], "first", status=143)
+        status = 143 if trigger == "sigterm" else 130
+        before = _run(tmp_path, job, [*data, f"trainer.max_steps={TOTAL}", *stop], "first", status=status)
     elif trigger == "max_time":
         timed = ["trainer.max_time=00:01:00:00"]
         stop = [
@@ -144,6 +166,15 @@ def _check(
     assert after == ref_batches[kept:]
     assert train_losses(job) == ref_losses
     assert metrics(job)["tokens_seen"] == ref_tokens
+    # validation: after the checkpoint's step, at the uninterrupted run's steps (the schedule is a
+    # function of the optimizer step), and logged under the same step labels; the "best" trigger
+    # resumes with its own interval (the checkpoint's step), so its reference is the schedule's
+    # formula: every interval, and after the last step
+    if trigger == "best":
+        ref_vals = [s for s in range(1, TOTAL + 1) if s % step == 0 or s == TOTAL]
+        ref_val_rows = [s - 1 for s in ref_vals]
+    assert _validations(tmp_path, "resumed") == [s for s in ref_vals if s > step]
+    assert [r for r in _val_rows(job) if r >= step] == [r for r in ref_val_rows if r >= step]
 
 
 # -- the issue's table, as reported ----------------------------------------------------------------
@@ -176,6 +207,14 @@ def test_resume_from_the_final_validations_checkpoint_logs_the_next_step_under_i
     (Lightning saves ``_batches_that_stepped`` one behind there), resumed to 7: training was exact,
     but step 6 was logged under step 5's label (CSV and W&B drop or merge such rows)."""
     _check(tmp_path, tmp_path_factory, "final_validation", ["data.tokens_per_batch=2048"], 1, step=5)
+
+
+@pytest.mark.parametrize("trigger", ["fit_end", "sigint"])
+def test_a_resume_from_a_validation_step_validates_at_the_uninterrupted_runs_steps(tmp_path, tmp_path_factory, trigger):
+    """6 batches per epoch, validation every 3 steps: stopped at step 3 (its validation ran) by the
+    end of ``fit`` or by Ctrl-C, resumed to 7: validations after 6 and 7 only, as the uninterrupted
+    run (was: also after 4, the first resumed step, with its best checkpoint and CSV row)."""
+    _check(tmp_path, tmp_path_factory, trigger, ["data.tokens_per_batch=1024"], 1, step=3)
 
 
 # -- the whole matrix --------------------------------------------------------------------------------

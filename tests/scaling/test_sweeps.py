@@ -203,7 +203,7 @@ def agent_command(name: str) -> list[str]:
     from wandb.sdk.launch.sweeps import utils as sweep_utils
 
     spec = yaml.safe_load((REPO / "sweeps" / f"{name}.yaml").read_text())
-    assert spec["command"][-1] == "${args_no_hyphens}" and spec["program"] == "run.py"
+    assert spec["command"][-1] == "${args_json}" and spec["program"] == "run.py"
     params = {k: {"value": v["values"][0] if "values" in v else v["value"]} for k, v in spec["parameters"].items()}
     sweep_vars = sweep_utils.create_sweep_command_args({"args": params})
     sweep_vars.update(env=[], program=[str(REPO / spec["program"])])
@@ -217,14 +217,16 @@ def agent_command(name: str) -> list[str]:
 
 
 def test_wandb_sweep_commands_are_accepted_by_run_py(tmp_path):
-    """Parameters arrive as key=value Hydra overrides; run.py parses and validates them (dry run)."""
+    """Parameters arrive as one JSON argument (``${args_json}``) that run.py turns into key=value Hydra
+    overrides; run.py parses and validates them (dry run)."""
     from hydra import compose, initialize_config_dir
 
     from xformer.jobs.config_check.stages import check_config
+    from xformer.jobs.overrides import expand_json_args
 
     command = agent_command("wandb_ffn_ratio")
     args = command[2:]
-    assert command[1].endswith("run.py") and all("=" in a and not a.startswith("-") for a in args)
+    assert command[1].endswith("run.py") and args[-1].startswith("{")
     res = run_py(
         [*args, "sweep.dry_run=true"],
         cwd=tmp_path,
@@ -237,7 +239,7 @@ def test_wandb_sweep_commands_are_accepted_by_run_py(tmp_path):
     assert "model.ffn_ratio=1 seed=0" in res.stdout and "config ok" in res.stdout
     assert (tmp_path / "outputs" / "wandb" / "swp" / "run1" / ".hydra" / "config.yaml").is_file()
     # the second sweep's command composes and validates the same way (in-process: no second start-up)
-    args = agent_command("wandb_seeds_heads")[2:]
+    args = expand_json_args(agent_command("wandb_seeds_heads")[2:])
     assert "model.n_heads=1" in args and "seed=1" in args
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=[a for a in args if not a.startswith("hydra.")])

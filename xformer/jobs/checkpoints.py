@@ -6,7 +6,8 @@
   tensors a caller touches are read.
 * :func:`check_checkpoint_model`, :func:`check_checkpoint_vocab` -- the checkpoint's model and
   vocabulary against this run's, as one :class:`~xformer.errors.ConfigError` line with the overrides
-  that make them agree.
+  that make them agree; :func:`check_resume_settings` -- the rest of the checkpoint's config against
+  this run's (model and data keys refused, the others take effect and are listed).
 
 Importing this module imports neither torch nor Lightning (``run.py`` resolves ``ckpt_path`` first).
 """
@@ -227,3 +228,68 @@ def check_checkpoint_vocab(cfg: DictConfig, path: str, dm) -> None:
         + (f"{' '.join(fix)} (the checkpoint's data), " if fix else "use the checkpoint's data settings, ")
         + "or drop ckpt_path to train from scratch"
     )
+
+
+#: Config keys (and everything below them) that shape what a resumed run continues: its model, its
+#: data and their order, its loss, and the optimizer's class (its state is restored into it).
+SHAPING_KEYS = ("model", "data", "loss", "seed", "optim.optimizer._target_")
+#: Keys that may differ from the checkpoint's without a word: where the job runs and what it shows
+#: (besides ``sweep.runtime_keys``), and nodes that only repeat other keys (``module``).
+QUIET_KEYS = ("mode", "task_name", "callbacks", "module", "trainer.default_root_dir")
+
+
+def _under(key: str, prefixes) -> bool:
+    return any(key == p or key.startswith(p + ".") for p in prefixes)
+
+
+def check_resume_settings(cfg: DictConfig, path: str) -> list[tuple[str, Any, Any]]:
+    """Compare this training run's config with the one stored in the checkpoint ``path`` it resumes
+    (as a sweep compares a job folder's record, :mod:`xformer.jobs.sweep_resume`).
+
+    A key that shapes the model or the data (:data:`SHAPING_KEYS`; the run-time keys of
+    ``sweep.runtime_keys``, e.g. ``data.root``, excepted) is refused: the checkpoint's weights and
+    data position belong to its values. Every other difference takes effect from the resumed step
+    on -- the optimizer's settings and the LR schedule included (the training module applies them over
+    the state Lightning restores, :meth:`~xformer.train.module.TransformerLitModule.on_train_start`)
+    -- and is returned, for the console. Keys missing from the checkpoint's config (older
+    checkpoints, an option added since) are not compared.
+
+    Returns:
+        ``[(key, checkpoint's value, this run's value)]`` of the differences that take effect.
+
+    Raises:
+        ConfigError: one line naming the shaping keys that differ, with both values and the fix.
+    """
+    from .sweep_resume import runtime_keys
+
+    if cfg.get("mode", "train") != "train":
+        return []
+    _, meta = load_checkpoint_parts(path)
+    stored = (meta or {}).get("config")
+    if not isinstance(stored, dict):
+        return []
+    ignore = [*runtime_keys(cfg), "hydra"]
+    want, have = _flat(stored, ""), _flat(OmegaConf.to_container(cfg, resolve=True), "")
+    diff = [
+        (k.lstrip("."), want[k], have[k])
+        for k in sorted(set(want) & set(have))
+        if want[k] != have[k] and not _under(k.lstrip("."), ignore)
+    ]
+    shaping = [d for d in diff if _under(d[0], SHAPING_KEYS)]
+    if shaping:
+        what = ", ".join(f"{k}: {old!r} (checkpoint) -> {new!r} (now)" for k, old, new in shaping[:4])
+        more = f" and {len(shaping) - 4} more" if len(shaping) > 4 else ""
+        fix = " ".join(f"{k}={'null' if old is None else old}" for k, old, _ in shaping[:4])
+        raise ConfigError(
+            f"ckpt_path={path}: this run changes what the checkpoint's model and data are ({what}{more}); "
+            f"a resumed run continues them. Fix: {fix} (the checkpoint's values), or drop ckpt_path "
+            f"to train these settings from scratch in a new folder"
+        )
+    return [d for d in diff if not _under(d[0], QUIET_KEYS)]
+
+
+def describe_resume_changes(path: str, step: int | None, changes: list[tuple[str, Any, Any]]) -> str:
+    """The console line for settings a resumed run changes (:func:`check_resume_settings`)."""
+    items = ", ".join(f"{k}: {old!r} -> {new!r}" for k, old, new in changes)
+    at = f" from step {step}" if step is not None else ""
+    return f"resuming {path} with settings changed from the checkpoint's (they take effect{at}): {items}"

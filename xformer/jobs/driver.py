@@ -39,11 +39,17 @@ from xformer.train.module import TransformerLitModule
 
 from .build import build_model, refusal
 from .callbacks import NonFiniteLossError, NonFiniteLossGuard, interrupt_signal
-from .checkpoints import check_checkpoint_vocab, read_checkpoint, resolve_ckpt_path
+from .checkpoints import (
+    check_checkpoint_vocab,
+    check_resume_settings,
+    describe_resume_changes,
+    read_checkpoint,
+    resolve_ckpt_path,
+)
 from .config_check.stages import check_config, check_with_data
 from .console import progress_bar, quiet_console, single_log_lines, test_table
 from .distributed import patch_lightning_for_job
-from .resume import ConsistentResume, ResumableCSVLogger, checkpoint_step, own_checkpoint
+from .resume import ConsistentResume, RerootCheckpoints, ResumableCSVLogger, checkpoint_step, own_checkpoint
 from .steps import OptimizerStepIntervals
 from .wandb_run import describe_runs, finish_runs, wandb_logger
 
@@ -155,6 +161,7 @@ def build_trainer(cfg: DictConfig, loggers: list) -> L.Trainer:
     ]
     callbacks.append(OptimizerStepIntervals())  # "every N steps" = optimizer steps under accumulation
     callbacks.append(ConsistentResume())  # a checkpoint written when fit stopped mid-epoch resumes there
+    callbacks.append(RerootCheckpoints())  # a moved job folder keeps its best checkpoint and score
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     trainer_cfg.pop("compile", None)
     trainer_cfg.setdefault("use_distributed_sampler", False)  # the data modules shard batches across ranks
@@ -185,6 +192,9 @@ def build(cfg: DictConfig, info: dict, out_dir: Path) -> Job:
     ckpt = resolve_ckpt_path(cfg, out_dir)
     if ckpt is not None:
         check_checkpoint_vocab(cfg, ckpt, dm)
+        if changes := check_resume_settings(cfg, ckpt):  # model and data keys refused; the rest take effect
+            log.info("%s", describe_resume_changes(ckpt, checkpoint_step(Path(ckpt)), changes))
+            summary["changed_on_resume"] = {k: {"checkpoint": old, "now": new} for k, old, new in changes}
     check_with_data(cfg, dm, build_model(cfg, dm.src_vocab_size, dm.tgt_vocab_size, dm.pad_id, device="meta"))
     model = build_model(cfg, dm.src_vocab_size, dm.tgt_vocab_size, dm.pad_id)
     params = model.param_breakdown()

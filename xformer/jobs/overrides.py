@@ -1,9 +1,17 @@
 """Override strings (``key=value``, ``+key=value``, ``key=1,2,4``, ``key=range(1,5)``) read with Hydra's own
 :class:`~hydra.core.override_parser.overrides_parser.OverridesParser`: the one reading of the command line and
-of a sweep's parameters in xformer, so a list value ``key=[1,2]`` is one value, not a sweep of two."""
+of a sweep's parameters in xformer, so a list value ``key=[1,2]`` is one value, not a sweep of two.
+
+Also the other direction: :func:`hydra_literal` writes a value as the override text Hydra reads back as
+that value, and :func:`expand_json_args` turns the JSON object a W&B sweep agent passes for
+``${args_json}`` into ``key=value`` overrides (the agent's ``${args_no_hyphens}`` writes values with
+Python's ``str()``: ``None``, ``True``, ``a b, c`` -- not what the sweep file said).
+"""
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Any
 
 #: Sweep functions of sweeper plugins that Hydra's grammar does not know (Optuna's ``tag(...)``, ...).
@@ -77,4 +85,96 @@ def added_overrides(overrides) -> list[tuple[str, str]]:
         override = parse(item)
         if override is not None and override.is_add():
             out.append((override.key_or_group, str(item).split("=", 1)[-1]))
+    return out
+
+
+def _quoted(text: str) -> str:
+    """``text`` as a single-quoted Hydra string: a quote is escaped, and so is each backslash of a
+    run that comes before a quote or the closing quote (the only places Hydra reads escapes)."""
+    out, i = [], 0
+    while i < len(text):
+        j = i
+        while j < len(text) and text[j] == "\\":
+            j += 1
+        if j > i:  # a run of backslashes
+            before_quote = j == len(text) or text[j] == "'"
+            out.append(text[i:j] * (2 if before_quote else 1))
+            i = j
+            continue
+        out.append("\\'" if text[i] == "'" else text[i])
+        i += 1
+    return "'" + "".join(out) + "'"
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return type(a) is type(b) and a == b
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)  # shortest round-trip form: 0.001, 1e-05, -2.5, inf, nan
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_text(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_text(str(k))}: {_text(v)}" for k, v in value.items()) + "}"
+    text = str(value)
+    plain = parse(f"k={text}")  # a plain word, path or interpolation stays as written
+    if plain is not None and not plain.is_sweep_override() and _same(plain.value(), text):
+        return text
+    return _quoted(text)
+
+
+def hydra_literal(value: Any) -> str:
+    """The override text for ``value`` (``None``, a bool, number, string, list or dict, as from JSON or
+    YAML) that Hydra's grammar reads back as the same value: ``null``, ``true``, ``1e-05``, ``[1, 2]``,
+    a string as written when Hydra reads it unchanged (``mha``, ``outputs/${oc.env:X,local}``), else
+    quoted (``'a b, c=d'``, ``'null'``, ``'4'``).
+
+    Raises:
+        ValueError: Hydra's grammar does not read the text back as ``value``.
+    """
+    text = _text(value)
+    back = parse(f"k={text}")
+    if back is None or back.is_sweep_override() or not _same(_plain(back.value()), _plain(value)):
+        raise ValueError(f"{value!r}: no Hydra override text reads back as this value")
+    return text
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with tuples as lists and dict keys as strings (how Hydra reads them back)."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+def expand_json_args(argv: list[str]) -> list[str]:
+    """``argv`` with each argument that is a JSON object (a W&B sweep agent's ``${args_json}``:
+    ``{"model.d_qk": null, "seed": 1}``) replaced by one ``key=value`` override per entry, the
+    values written by :func:`hydra_literal`. Other arguments are kept as they are (an override
+    never starts with ``{``).
+
+    Raises:
+        ValueError: a value Hydra's grammar cannot read back (see :func:`hydra_literal`).
+    """
+    out = []
+    for arg in argv:
+        if isinstance(arg, str) and arg.lstrip().startswith("{"):
+            try:
+                params = json.loads(arg)
+            except ValueError:
+                params = None
+            if isinstance(params, dict):
+                out += [f"{key}={hydra_literal(value)}" for key, value in params.items()]
+                continue
+        out.append(arg)
     return out

@@ -38,6 +38,8 @@ tokens, loss normaliser    the module's ``on_save_checkpoint`` (``checkpoint["xf
 logs                       :class:`ResumableCSVLogger` (here) and the W&B run id
                            (:func:`xformer.jobs.wandb_run.wandb_resume_kwargs`)
 which checkpoint           :func:`own_checkpoint` (here); a sweep's jobs: :mod:`xformer.jobs.sweep_resume`
+best checkpoint and score  Lightning's ``ModelCheckpoint`` state; :class:`RerootCheckpoints` (here)
+of a moved job folder      re-roots its stored paths when the job folder moved or was copied
 =========================  ======================================================================
 """
 
@@ -59,6 +61,7 @@ from xformer.jobs.lightning_compat import logger_started
 
 __all__ = [
     "ConsistentResume",
+    "RerootCheckpoints",
     "ResumableCSVLogger",
     "ResumableDataLoader",
     "checkpoint_step",
@@ -227,6 +230,56 @@ class ConsistentResume(L.Callback):
         for counters in (current, total):
             counters["processed"] = int(counters["processed"]) - shift
             counters["completed"] = int(counters["completed"]) - shift
+
+
+# -- a moved job folder ---------------------------------------------------------------------------
+def _rerooted(path: Any, old: str, new: str) -> Any:
+    """``path`` with its leading folder ``old`` replaced by ``new`` (other values unchanged)."""
+    if not isinstance(path, str) or not path:
+        return path
+    if path == old:
+        return new
+    prefix = old.rstrip("/\\") + "/"
+    return new.rstrip("/") + "/" + path[len(prefix) :] if path.startswith(prefix) else path
+
+
+class RerootCheckpoints(L.Callback):
+    """Keep a moved job's best checkpoint, best score and top-k record when it resumes.
+
+    ``ModelCheckpoint`` stores absolute paths in each checkpoint (its folder, the best and the
+    last checkpoint, the top-k files) and on loading drops the best score, the top-k record and
+    the last path when its folder differs from the stored one ("The dirpath has changed",
+    Lightning#15705). A job folder moved or copied (another path, another machine, a renamed sweep
+    folder) and resumed from its own checkpoint then took its next validation as the best, whatever
+    its score, and tested that checkpoint. When the checkpoint being loaded lies in a
+    ``ModelCheckpoint``'s own folder, this rewrites the stored paths under the stored folder to the
+    same places under the current folder before the callback loads them, so it loads everything as
+    for a job resumed in place. A checkpoint of another folder (``ckpt_path`` pointing elsewhere)
+    is left as it is.
+    """
+
+    @override
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        """Re-root the stored paths of each ``ModelCheckpoint`` whose folder holds the loaded checkpoint."""
+        loaded = trainer.ckpt_path
+        states = checkpoint.get("callbacks") or {}
+        if not loaded or not isinstance(states, dict):
+            return
+        here = Path(loaded).resolve().parent
+        for cb in trainer.checkpoint_callbacks:
+            state = states.get(getattr(cb, "state_key", None))
+            dirpath = getattr(cb, "dirpath", None)
+            if not isinstance(state, dict) or not dirpath or Path(dirpath).resolve() != here:
+                continue
+            old = state.get("dirpath")
+            if not isinstance(old, str) or not old or old == dirpath:
+                continue
+            for key in ("best_model_path", "kth_best_model_path", "last_model_path"):
+                if key in state:
+                    state[key] = _rerooted(state[key], old, dirpath)
+            if isinstance(state.get("best_k_models"), dict):
+                state["best_k_models"] = {_rerooted(k, old, dirpath): v for k, v in state["best_k_models"].items()}
+            state["dirpath"] = dirpath
 
 
 # -- which checkpoint, and the job's logs --------------------------------------------------------

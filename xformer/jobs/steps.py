@@ -50,7 +50,15 @@ class OptimizerStepIntervals(L.Callback):
     With ``check_val_every_n_epoch=None`` (xformer's default) the interval counts the run's optimizer
     steps (``global_step``); with ``check_val_every_n_epoch`` set it counts the steps inside the
     epoch, as Lightning's batch count does. Nothing changes without gradient accumulation.
+
+    The decision is a function of the optimizer step (and the budget, for the step after the last
+    one): a resumed run validates after the same steps as an uninterrupted one, whichever
+    checkpoint it resumed from. The one other answer is given at a restart, before the first
+    resumed batch, about the checkpoint's own step (see ``should_check_val``).
     """
+
+    def __init__(self) -> None:
+        self._trained = False  # this fit has trained a batch
 
     @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -60,15 +68,19 @@ class OptimizerStepIntervals(L.Callback):
         trainer._xformer_step_intervals = True
         epoch_loop = trainer.fit_loop.epoch_loop
         lightning_decision = compat.val_check_decision(trainer)
+        self._trained = False
 
         def should_check_val(data_fetcher: Any) -> bool:
-            if epoch_loop.restarting and epoch_loop.restarted_on_last:
-                # a checkpoint written after its batch completed. Inside that step's validation (an
-                # interval's or the extra one after the last step) Lightning has not yet counted the
-                # step on the log axis (its logger-step counter is one behind): answering "validation
-                # due" makes it skip the validation it already ran and count the step, so the next
-                # step is logged under its own label. Written after the step was fully counted (when
-                # fit ended): nothing to skip, or the step would be counted twice.
+            if not self._trained and epoch_loop.restarting and epoch_loop.restarted_on_last:
+                # asked at a restart, before any batch of this fit: a checkpoint written after its
+                # batch completed. Inside that step's validation (an interval's or the extra one after
+                # the last step) Lightning has not yet counted the step on the log axis (its
+                # logger-step counter is one behind): answering "validation due" makes it skip the
+                # validation it already ran and count the step, so the next step is logged under its
+                # own label. Written after the step was fully counted (a SIGTERM or Ctrl-C stop, the
+                # end of fit): nothing to skip, or the step would be counted twice. After the first
+                # resumed batch the loop still reads "restarting" until that iteration ends: the
+                # decision there is the schedule's, like every other step's.
                 return compat.batches_that_stepped(trainer) < trainer.global_step
             due = interval_decision(data_fetcher)
             if not due and not compat.should_accumulate(trainer) and _is_final_step(trainer):
@@ -98,6 +110,13 @@ class OptimizerStepIntervals(L.Callback):
             return steps > 0 and steps % interval == 0
 
         compat.set_val_check_decision(trainer, should_check_val)
+
+    @override
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        """Note that this fit has trained a batch (the restart question is behind it)."""
+        self._trained = True
 
 
 def _is_final_step(trainer: L.Trainer) -> bool:

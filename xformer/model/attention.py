@@ -147,7 +147,8 @@ def combine_masks(
         key_padding_mask: ``(B, Tk)`` bool, ``True`` = padding key.
         blocked: ``(Tq, Tk)`` bool, ``True`` = blocked by the pattern.
         bias: ``(H, Tq, Tk)`` or ``(B, H, Tq, Tk)`` float score bias.
-        dtype: dtype of the scores (the float mask is built in it).
+        dtype: the dtype the attention computes its scores in (the float mask is built in it:
+            float32 for a float32 attention on bf16 projections, never pre-rounded to bf16).
 
     Returns:
         ``None`` (nothing to mask), a bool mask broadcastable to ``(B, H, Tq, Tk)`` with ``True`` =
@@ -387,6 +388,16 @@ class MultiHeadAttention(nn.Module):
         """An empty cache for incremental decoding through this layer (``capacity`` positions of room)."""
         return KVCache(capacity)
 
+    def score_dtype(self, q: Tensor) -> torch.dtype:
+        """The dtype eq. 1 computes its scores in for queries ``q``: float32 for bf16 queries on the
+        CPU (see :attr:`cpu_bf16_in_float32`), else ``q``'s dtype. Score biases and float masks are
+        built in it (:func:`combine_masks`), so a float32 attention never adds a bias already
+        rounded to bfloat16."""
+        return torch.float32 if self._cpu_float32(q) else q.dtype
+
+    def _cpu_float32(self, q: Tensor) -> bool:
+        return self.cpu_bf16_in_float32 and q.dtype == torch.bfloat16 and q.device.type == "cpu"
+
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool = False) -> Tensor:
         """Eq. 1 on ``q`` ``(B, H, Tq, d_head)`` and ``k``/``v`` ``(B, H_kv, Tk, d_head)`` with ``mask``
         from :func:`combine_masks` (or SDPA's causal fast path), then the output projection:
@@ -395,11 +406,11 @@ class MultiHeadAttention(nn.Module):
             group = self.n_heads // self.n_kv_heads
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         p = self.dropout if self.training else 0.0
-        low = q.dtype if (self.cpu_bf16_in_float32 and q.dtype == torch.bfloat16 and q.device.type == "cpu") else None
+        low = q.dtype if self._cpu_float32(q) else None
         with torch.autocast("cpu", enabled=False) if low is not None else contextlib.nullcontext():
             if low is not None:  # see cpu_bf16_in_float32
                 q, k, v = q.float(), k.float(), v.float()
-                mask = mask if mask is None or mask.dtype == torch.bool else mask.float()
+                mask = mask if mask is None or mask.dtype == torch.bool else mask.float()  # built in score_dtype
             if p > 0.0 and uses_fast_mask(q):
                 out = attention_with_dropout(q, k, v, mask, is_causal, self.scale, p)
             else:
@@ -477,7 +488,7 @@ class SelfAttention(MultiHeadAttention):
         is_causal = causal and key_padding_mask is None and bias is None and tq == tk and tq > 1
         if is_causal:
             blocked = None  # SDPA's fused causal path
-        mask = combine_masks(key_padding_mask, blocked, bias, q.dtype)
+        mask = combine_masks(key_padding_mask, blocked, bias, self.score_dtype(q))
         return self.attend(q, k, v, mask, is_causal)
 
 
@@ -513,5 +524,5 @@ class CrossAttention(MultiHeadAttention):
             k, v = self.project_kv(memory)
             if cache is not None:
                 k, v = cache.append(k, v)
-        mask = combine_masks(key_padding_mask, None, None, q.dtype)
+        mask = combine_masks(key_padding_mask, None, None, self.score_dtype(q))
         return self.attend(q, k, v, mask)

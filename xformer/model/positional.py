@@ -283,7 +283,7 @@ class ALiBi(PositionalEncoding):
         self.register_buffer("slopes", alibi_slopes(n_heads).float(), persistent=False)
 
     def attn_bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        # float32 however the model is converted (the attention casts the bias to the scores' dtype)
+        # float32 however the model is converted (the attention casts it to the dtype it computes in)
         dist = (q_pos[:, None] - k_pos[None, :]).abs().to(torch.float32)  # (Tq, Tk)
         return -self.slopes.to(torch.float32)[:, None, None] * dist
 

@@ -103,6 +103,10 @@ class RecurrentMixing(nn.Module):
     Raises:
         ValueError: ``bidirectional`` with an odd ``d_model``.
 
+    Precision: the LSTM runs in its weights' dtype with autocast off (float32 under ``bf16-mixed``
+    and ``16-mixed``, bf16 under ``bf16-true``), and its ``(h, c)`` state stays in that dtype; the
+    output is returned in the input's dtype.
+
     Parameters: ``4·(D·H + H·H + 2·H)`` per direction (``H`` the hidden size), i.e. ``8·D² + 8·D``
     unidirectional against multi-head attention's ``4·D² + 4·D``.
     """
@@ -139,9 +143,16 @@ class RecurrentMixing(nn.Module):
                 sequence; encoders are run once, not decoded).
         """
         dtype = x.dtype
+        with torch.autocast(x.device.type, enabled=False):
+            out = self._run(x.to(self.rnn.weight_ih_l0.dtype), key_padding_mask, cache)
+        return out.to(dtype)
+
+    def _run(self, h: Tensor, key_padding_mask: Tensor | None, cache: RecurrentState | None) -> Tensor:
+        """The LSTM over ``h`` ``(B, T, D)``, already in its weights' dtype, with autocast off: an
+        autocast region would run it in bf16/fp16 (CPU bf16 autocast covers ``nn.LSTM``, CPU fp16 has
+        no kernel for it) and round its ``(h, c)`` state on every step."""
         weight = self.rnn.weight_ih_l0
-        h = x.to(weight.dtype)  # autocast does not cover the LSTM on every device: run it in its weights' dtype
-        t = x.shape[1]
+        t = h.shape[1]
         real = _real(key_padding_mask, t)
         if self.bidirectional:
             if cache is not None:
@@ -153,13 +164,13 @@ class RecurrentMixing(nn.Module):
                 packed = pack_padded_sequence(h, lengths, batch_first=True, enforce_sorted=False)
                 out, _ = pad_packed_sequence(self.rnn(packed)[0], batch_first=True, total_length=t)
         else:
-            state = None if cache is None else cache.state
+            state = None if cache is None or cache.state is None else tuple(s.to(weight.dtype) for s in cache.state)
             out, new_state = self.rnn(h, state)  # right pads come after every real position: nothing leaks
             if cache is not None:
                 cache.update(new_state, t)
         if real is not None:
             out = out * real.to(out.dtype)
-        return out.to(dtype)
+        return out
 
 
 class ConvState:
@@ -201,6 +212,10 @@ class ConvMixing(nn.Module):
 
     Raises:
         ValueError: ``kernel`` or ``dilation`` below 1.
+
+    Precision: the projections and the convolution run where autocast puts them (bf16 under
+    ``bf16-mixed``); the decoding state holds the convolution's inputs in the dtype the convolution
+    reads them in, so cached decoding equals the full forward under every precision.
 
     Parameters: ``3·D² + (k + 4)·D`` with biases, against multi-head attention's ``4·D² + 4·D``.
     """

@@ -78,7 +78,7 @@ def sweep_text(name: str, claims_dir: Path = CLAIMS_DIR, scale_file: Path = SCAL
             "${program}",
             f"experiment=claims/{name}",
             "logger=wandb",
-            "${args_no_hyphens}",
+            "${args_json}",
         ],
     }
     head = (

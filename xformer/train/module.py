@@ -32,6 +32,7 @@ Why the counters and metrics here are not torchmetrics objects (checked with tor
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import time
@@ -417,6 +418,8 @@ class TransformerLitModule(L.LightningModule):
         return out
 
     def on_train_start(self) -> None:
+        if self.trainer.ckpt_path:  # resumed: the configured optimizer settings over the restored ones
+            self._apply_configured_optimizer()
         self._window, self._rate = None, None
         self._watched, self._step_logged, self._late_logs = None, None, False
         self._step_window = None
@@ -482,7 +485,40 @@ class TransformerLitModule(L.LightningModule):
 
         opt = build_optimizer(self.optimizer_factory, self.model)  # optim=adamw: weight decay by parameter group
         sched = torch.optim.lr_scheduler.LambdaLR(opt, self.lr_lambda)
+        # this run's settings, before Lightning restores a checkpoint's over them (see on_train_start)
+        self._configured = (
+            [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups],
+            [copy.deepcopy(vars(f)) if hasattr(f, "__dict__") else None for f in sched.lr_lambdas],
+        )
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def _apply_configured_optimizer(self) -> None:
+        """Make this run's optimizer settings and LR schedule the ones a resumed run trains with.
+
+        Lightning restores the checkpoint's optimizer (its moments, and its hyperparameters: ``lr``,
+        betas, weight decay ...) and ``LambdaLR``'s state (``base_lrs``, and the attributes of a
+        schedule object such as :class:`~xformer.train.schedules.Schedule`'s warm-up and total
+        steps). A run resumed with ``optim.lr=0.001`` from a checkpoint trained at 0.01 would record
+        0.001 and train at 0.01. This puts the configured values back over the restored ones,
+        keeps the moments and the step count, and sets each group's ``lr`` to what the configured
+        schedule gives at the restored step; with unchanged settings every value is the restored one.
+        """
+        groups, lambdas = getattr(self, "_configured", (None, None))
+        if groups is None:
+            return
+        for opt in self.trainer.optimizers:
+            for group, conf in zip(opt.param_groups, groups, strict=False):
+                group.update({k: v for k, v in conf.items() if k != "lr"})
+        for config in self.trainer.lr_scheduler_configs:
+            sched = config.scheduler
+            if not isinstance(sched, torch.optim.lr_scheduler.LambdaLR):
+                continue
+            for fn, state in zip(sched.lr_lambdas, lambdas, strict=False):
+                if state is not None:
+                    fn.__dict__.update(copy.deepcopy(state))
+            sched.base_lrs = [g["initial_lr"] for g in sched.optimizer.param_groups]
+            for group, base, fn in zip(sched.optimizer.param_groups, sched.base_lrs, sched.lr_lambdas, strict=True):
+                group["lr"] = base * fn(sched.last_epoch)
 
     # -- evaluation ---------------------------------------------------------------------------
     def _eval_step(self, batch: dict, prefix: str, decode: bool) -> None:
