@@ -43,6 +43,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from xformer.help import PlainHelpFormatter
+
 from .sweeps import REPO, claim_names
 
 RESULTS = REPO / "docs" / "results"
@@ -372,7 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="xformer claims",
         description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=PlainHelpFormatter,
         epilog=__doc__.split("\n\n", 1)[1],
     )
     sub = p.add_subparsers(dest="command", required=True)
