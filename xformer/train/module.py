@@ -34,12 +34,15 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import time
+import warnings
 from typing import Callable
 
 import lightning as L
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from torch import Tensor
 from typing_extensions import override
 
@@ -580,6 +583,13 @@ class TransformerLitModule(L.LightningModule):
         out, signature = corpus_metrics(rows, texts, self.seq_metrics, prefix, suffix)
         self.bleu_signature = signature or self.bleu_signature
         for key, val in out.items():
+            # every rank holds the value reduced over all ranks (corpus_metrics over _gather_examples): Lightning's
+            # advice to log it with sync_dist=True (an average of equal values) does not apply to these keys
+            warnings.filterwarnings(
+                "ignore",
+                message=rf"It is recommended to use `self\.log\({re.escape(repr(key))}, \.\.\., sync_dist=True\)`",
+                category=PossibleUserWarning,
+            )
             # as a float64 CPU tensor: Lightning keeps float64 as it is (a Python float would become
             # float32), so callback metrics, checkpoint scores, test results, the CSV/W&B logs and
             # metrics.json all carry the exact value; batch_size=1 so the epoch mean is the value itself
