@@ -140,7 +140,7 @@ def test_ddp_spawn_console_and_wandb_files_are_the_jobs(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("trainer", ["fsdp"])
-def test_fsdp_and_ddp_spawn_run_on_cpu(trainer, tmp_path):
+def test_fsdp_runs_on_cpu(trainer, tmp_path):
     res = run_py(
         [
             *TINY,
