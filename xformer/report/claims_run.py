@@ -18,7 +18,7 @@ skipped, an interrupted job continues from its last checkpoint, so the same comm
 interruption continues where it stopped; a claim whose jobs have all finished is not started again, and
 neither is one whose report is already published in ``--results`` (a fresh clone lists those as
 ``published``; ``--rerun`` runs them again).
-``--scale cpu_small`` is a claim's small form (``conf/scale/cpu_small.yaml``: 2 seeds, a fifth of the
+``--scale cpu_small`` is a claim's small form (``conf/scale/cpu_small.yaml``: 2 seeds, a tenth to a fifth of the
 steps; minutes on one core), in its own folder ``$XFORMER_RUNS/claims/<name>/cpu_small``; its reports go
 to ``$XFORMER_RUNS/claims/cpu_small_reports/<name>/``, never over the published ones.
 The CPU forms run two jobs side by side with one thread each (``hydra/launcher=joblib_cpu``, chosen
@@ -173,7 +173,7 @@ def format_listing(sweeps: list[ClaimSweep], results: Path) -> str:
             lines.append(f"  would run: {shlex.join(s.command())}")
     if sweeps and sweeps[0].scale != SMALL:
         lines.append(
-            f"small form of each (2 seeds, a fifth of the steps: an effect's sign in minutes on one core; its own "
+            f"small form of each (2 seeds, fewer steps: an effect's sign in minutes on one core; its own "
             f"folder .../claims/<name>/{SMALL}): xformer claims run --scale {SMALL} <name>, or python run.py "
             f"experiment=claims/<name> scale={SMALL} hydra.launcher.n_jobs=1 -m"
         )
