@@ -10,6 +10,7 @@ from hydra import compose, initialize_config_dir
 from tests.conftest import REPO
 from xformer.jobs.sweep_check import sweep_jobs
 from xformer.report import claims_run
+from xformer.report.catalog import MIN_POINTS
 from xformer.report.sweeps import claim_names
 
 
@@ -31,6 +32,10 @@ def test_the_small_form_sweeps_the_same_settings_with_fewer_seeds_and_steps_in_i
     assert small_seeds <= big_seeds and small.trainer.max_steps <= big.trainer.max_steps
     assert str(small.hydra.sweep.dir).endswith(f"claims/{name}/cpu_small")
     assert small.hydra.sweep.dir != big.hydra.sweep.dir
+    assert small.optim.scheduler.total_steps == small.trainer.max_steps  # the decay ends at the last step
+    if name != "c5_pe_length":  # decided at the end (test/loss@Nx): no curve to read
+        every, total = small.trainer.val_check_interval, small.trainer.max_steps
+        assert len([s for s in range(every, total + 1, every) if s >= total / 2]) >= MIN_POINTS
     # what the task's settings are apart from the budget: the published form's
     for key in ("model", "data", "loss", "objective"):
         assert small[key] == big[key], key
