@@ -129,9 +129,23 @@ def parameters(fn: Any) -> tuple[dict[str, inspect.Parameter], dict[str, Any], b
 
 
 def closest(word: str, options) -> str | None:
-    """The option closest to ``word`` (difflib), or ``None``."""
-    found = difflib.get_close_matches(str(word), [str(o) for o in options], n=1, cutoff=0.6)
-    return found[0] if found else None
+    """The option closest to ``word``, or ``None``.
+
+    Each option scores :class:`difflib.SequenceMatcher`'s similarity ratio (0..1), plus 0.3 when one
+    of the two contains the other and the shorter has at least 3 characters (an option typed with a
+    suffix, ``prenorm`` for ``pre``, or cut short, ``multi30`` for ``multi30k``); the best score of at
+    least 0.6 wins, so a contained option beats one a letter away (``pre`` over ``pre_rms``), while a
+    near-exact spelling still beats a short prefix (``ffn_ratio`` over ``ffn`` for ``ffn_ratoi``).
+    """
+    word, best, best_score = str(word), None, 0.6
+    for option in dict.fromkeys(str(o) for o in options):
+        a, b = word.lower(), option.lower()
+        score = difflib.SequenceMatcher(None, a, b).ratio()
+        if min(len(a), len(b)) >= 3 and (a in b or b in a):
+            score += 0.3
+        if score > best_score or (best is None and score >= best_score):
+            best, best_score = option, score
+    return best
 
 
 def hint(word: str, options, prefix: str = "") -> str:

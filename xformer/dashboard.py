@@ -37,6 +37,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from xformer.help import PlainHelpFormatter
 from xformer.jobs.wandb_panels import swept_keys, top_level_key
 
 TASK_METRICS = ("val/bleu", "val/exact_match")
@@ -205,7 +206,9 @@ def _can_publish() -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``xformer dashboard``; returns the exit status (0 ok, 2 bad arguments)."""
-    p = argparse.ArgumentParser(prog="xformer dashboard", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="xformer dashboard", description=__doc__.split("\n\n")[0], formatter_class=PlainHelpFormatter
+    )
     p.add_argument("source", help="a -m sweep folder, or ENTITY/PROJECT/GROUP of W&B runs")
     p.add_argument("--entity", default=os.environ.get("WANDB_ENTITY"), help="W&B entity (default $WANDB_ENTITY)")
     p.add_argument("--project", default=None, help="W&B project (default: the runs' project)")

@@ -10,6 +10,8 @@ words. The full config stays behind ``--cfg job``; Hydra's own flags behind ``--
 
 from __future__ import annotations
 
+import argparse
+import re
 from pathlib import Path
 
 INTRO = """xformer: the design claims of the Transformer (Vaswani et al. 2017) as sweepable, reproducible ablations.
@@ -100,3 +102,25 @@ def help_text(searchpath: list[str] = ()) -> str:
     head = "Config groups (group=option), each option with the first line of its YAML:"
     text = f"{INTRO}\n{head}\n{groups_text(searchpath)}\n\n{OUTRO}"
     return text.replace("$", "$$")
+
+
+_ROLE = re.compile(r":[a-z]+:`~?([^`<]*?)(?:\s*<[^>]*>)?`")
+_LITERAL = re.compile(r"``(.+?)``", re.S)
+
+
+def plain(text: str) -> str:
+    """``text`` (a docstring, reStructuredText) as a terminal shows it: ``:mod:`a.b``` and ``:func:`~a.b```
+    become ``a.b``, double-backquoted literals lose their quotes."""
+    return _LITERAL.sub(r"\1", _ROLE.sub(r"\1", text))
+
+
+class PlainHelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's formatter for the ``xformer`` sub-commands: description and epilog keep their line breaks
+    (as :class:`argparse.RawDescriptionHelpFormatter`) and are shown as plain text (:func:`plain`), as are
+    the arguments' help lines."""
+
+    def _fill_text(self, text, width, indent):
+        return super()._fill_text(plain(text), width, indent)
+
+    def _split_lines(self, text, width):
+        return super()._split_lines(plain(text), width)

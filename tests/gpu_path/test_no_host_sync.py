@@ -98,6 +98,7 @@ def _module(arch_overrides, tmp_path):
         pad_id=dm.pad_id,
         bos_id=dm.bos_id,
         eos_id=dm.eos_id,
+        criterion=instantiate(cfg.loss),
     )
     return module, next(iter(dm.train_dataloader()))
 
@@ -235,12 +236,17 @@ def test_the_whole_fit_loop_reads_the_device_per_logging_interval_not_per_step(t
     assert long - short <= 15, (short, long)
 
 
-def test_the_progress_bar_shows_the_loss_read_at_the_last_logging_step(tmp_path):
+@pytest.mark.parametrize(
+    ("smoothing", "names"), [(0.1, ["train/loss (label-smoothed)", "train/nll"]), (0.0, ["train/loss"])]
+)
+def test_the_progress_bar_names_the_loss_read_at_the_last_logging_step(tmp_path, smoothing, names):
+    """The bar's values are the last logging step's, under their logged names; a label-smoothed
+    objective says so and has the unsmoothed NLL beside it (the number val/loss compares with)."""
     import lightning as L
 
     from xformer.jobs.console import RichBar
 
-    module, batch = _module(["data.n_long=2"], tmp_path)
+    module, batch = _module(["data.n_long=2", f"loss.label_smoothing={smoothing}"], tmp_path)
     bar = RichBar()
     trainer = L.Trainer(
         accelerator="cpu",
@@ -255,4 +261,9 @@ def test_the_progress_bar_shows_the_loss_read_at_the_last_logging_step(tmp_path)
     )
     trainer.fit(module, train_dataloaders=torch.utils.data.DataLoader([batch] * 6, batch_size=None))
     shown = bar.get_metrics(trainer, module)
-    assert isinstance(shown["loss"], float) and shown["loss"] == module.progress_metrics["loss"] > 0
+    last = module.last_step_metrics()  # step 6, a logging step
+    assert [k for k in shown if k.startswith("train/")] == names
+    assert shown[names[0]] == pytest.approx(last["train/loss"], rel=1e-6)
+    if smoothing:
+        assert shown["train/nll"] == pytest.approx(last["train/nll"], rel=1e-6)
+        assert shown["train/nll"] < shown[names[0]]  # smoothing adds the cross-entropy to the uniform

@@ -46,6 +46,16 @@ def test_ddp_single_run_one_metrics_json_one_wandb_run(ddp_job):
     assert not (root / "outputs").exists() and not (root / "multirun").exists()  # no stray folders
 
 
+def test_ddp_console_shows_each_validation_and_no_sync_dist_advice(ddp_job):
+    """xformer reduces its validation and test metrics over the ranks itself (every rank holds the
+    total), so Lightning's advice to log them with sync_dist=True does not apply and is not shown."""
+    root, res = ddp_job
+    assert res.returncode == 0, fail_msg(res)
+    out = res.stdout + res.stderr
+    assert out.count("sync_dist=True") == 0, out[-3000:]
+    assert out.count("validation at step") == 2  # steps 2 and 4, from rank 0 only
+
+
 def test_ddp_eval_equals_single_process_on_same_checkpoint(ddp_job):
     """Validation/test under DDP count every example once: the sampler's padded duplicates (odd batch
     counts) are dropped by idx, so losses, accuracy and exact match equal one process exactly. The DDP
@@ -106,8 +116,31 @@ def test_torchrun_two_ranks_same_config_no_stray_folders(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("trainer", ["fsdp", "ddp_spawn"])
-def test_fsdp_and_ddp_spawn_run_on_cpu(trainer, tmp_path):
+def test_ddp_spawn_console_and_wandb_files_are_the_jobs(tmp_path):
+    """Ranks started by torch.multiprocessing log the validation lines to the console and the job's
+    run.log, show no sync_dist advice, and write W&B's files (the sample tables) into the job folder,
+    not into ./wandb of the folder the job was launched from."""
+    job = tmp_path / "job"
+    res = run_py(
+        [*TINY, "trainer=ddp_spawn", "trainer.accelerator=cpu", "trainer.devices=2", f"hydra.run.dir={job}"],
+        cwd=tmp_path,
+        tmp_path=tmp_path,
+        timeout=400,
+    )
+    assert res.returncode == 0, fail_msg(res)
+    out = res.stdout + res.stderr
+    assert out.count("sync_dist=True") == 0, out[-3000:]
+    assert out.count("validation at step") == 2 and (job / "run.log").read_text().count("validation at step") == 2
+    assert not (tmp_path / "wandb").exists()
+    assert len(wandb_run_files(job)) == 1
+    assert list(job.glob("wandb/offline-run-*/files/media/table/val/samples_*.table.json"))
+    m = metrics(job)
+    assert m["status"] == "finished" and "test/loss" in m["metrics"] and "val/loss" in m["metrics"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trainer", ["fsdp"])
+def test_fsdp_runs_on_cpu(trainer, tmp_path):
     res = run_py(
         [
             *TINY,

@@ -1,5 +1,7 @@
-"""Hydra's composition errors (an unknown option of a group, a key the chosen option lacks) are one
-``error:`` line with the fix, from ``run.py`` before ``@hydra.main`` (xformer/jobs/compose_check.py)."""
+"""Hydra's composition errors (an unknown option of any group, top-level, nested or ``experiment``; an
+unknown group; a key the chosen option lacks) and interpolations that cannot resolve (an environment
+variable not set) are one ``error:`` line with the fix, from ``run.py`` before ``@hydra.main`` and before
+any folder is made (xformer/jobs/compose_check.py)."""
 
 from __future__ import annotations
 
@@ -55,3 +57,101 @@ def test_run_py_prints_the_line_and_exits_2_without_hydras_dump(tmp_path):
     assert res.returncode == 2
     lines = [ln for ln in (res.stdout + res.stderr).splitlines() if ln.strip()]
     assert lines == ["error: " + first_error(["model/pe=rpoe"], CONF)], lines
+
+
+#: A newcomer's mistakes: the override, the start of its one line. The suggestion prefers an option the
+#: typed word contains (``prenorm`` -> ``pre``) and looks for a group among the parent's groups.
+MISTAKES = [
+    ("trainer=dpp", "trainer=dpp: config group trainer has no option 'dpp'. Fix: did you mean trainer=ddp?"),
+    ("data=numbrs", "data=numbrs: config group data has no option 'numbrs'. Fix: did you mean data=numbers?"),
+    ("logger=wandbb", "logger=wandbb: config group logger has no option 'wandbb'. Fix: did you mean logger=wandb?"),
+    (
+        "experiment=multi30k_gpu",
+        "experiment=multi30k_gpu: config group experiment has no option 'multi30k_gpu'. "
+        "Fix: did you mean experiment=multi30k?",
+    ),
+    (
+        "experiment=claims/c2_params",
+        "experiment=claims/c2_params: config group experiment has no option 'claims/c2_params'. Fix: did you mean",
+    ),
+    (
+        "model/nrm=pre",
+        "model/nrm=pre: there is no config group model/nrm. Fix: did you mean model/norm=pre?",
+    ),
+    (
+        "model/norm=prenorm",
+        "model/norm=prenorm: config group model/norm has no option 'prenorm'. Fix: did you mean model/norm=pre?",
+    ),
+    (
+        "hydra/launcher=slurmm",
+        "hydra/launcher=slurmm: config group hydra/launcher has no option 'slurmm'. "
+        "Fix: did you mean hydra/launcher=slurm?",
+    ),
+]
+
+
+@pytest.mark.parametrize(("arg", "expected"), MISTAKES, ids=[m[0] for m in MISTAKES])
+def test_every_group_mistake_is_one_line_with_the_closest_name(arg, expected):
+    line = first_error([arg], CONF)
+    assert line is not None and line.startswith(expected), line
+    assert "\n" not in line
+
+
+def test_the_options_listed_are_the_groups_files_with_the_claims_among_the_experiments():
+    line = first_error(["experiment=claims/c2_params"], CONF)
+    claims = sorted(p.stem for p in (CONF / "experiment" / "claims").glob("*.yaml"))
+    tops = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+    assert line.endswith(f"(options: {', '.join(tops)}, claims/{{{', '.join(claims)}}})"), line
+    groups = sorted(p.name for p in (CONF / "model").iterdir() if p.is_dir())
+    assert first_error(["model/nrm=pre"], CONF).endswith(f"(groups in model: {', '.join(groups)})")
+
+
+def test_a_sweep_of_options_is_checked_by_its_first_value():
+    assert first_error(["trainer=dpp,ddp", "-m"], CONF).startswith("trainer=dpp: config group trainer has no option")
+
+
+def test_an_environment_variable_not_set_is_one_line_saying_what_to_export(monkeypatch):
+    monkeypatch.delenv("XFORMER_DATA", raising=False)
+    line = first_error(["experiment=claims/c1_ffn_ratio", "-m"], CONF)
+    assert line == (
+        "data.root=${oc.env:XFORMER_DATA}/tinyshakespeare: the environment variable XFORMER_DATA is not set. "
+        "Fix: export XFORMER_DATA=/path/to/data (the folder that holds tinyshakespeare/), or set data.root"
+    )
+    monkeypatch.setenv("XFORMER_DATA", "/somewhere")
+    assert first_error(["experiment=claims/c1_ffn_ratio", "-m"], CONF) is None
+
+
+def test_a_reference_to_a_missing_key_names_it_once():
+    # optim.optimizer.lr refers to optim.lr, which refers to the missing key: only optim.lr is named
+    line = first_error(["optim.lr=${optim.lrr}"], CONF)
+    assert line == "optim.lr=${optim.lrr}: there is no key optim.lrr. Fix: correct the reference, or set +optim.lrr=..."
+
+
+def _run(args, cwd, env_drop=("HYDRA_FULL_ERROR",)):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for k in env_drop:
+        env.pop(k, None)
+    return subprocess.run(
+        [sys.executable, str(REPO / "run.py"), *args], cwd=cwd, env=env, capture_output=True, text=True
+    )
+
+
+@pytest.mark.parametrize("arg", [m[0] for m in MISTAKES[:7]])
+def test_run_py_exits_2_with_the_one_line_for_each_mistake(arg, tmp_path):
+    res = _run([arg], tmp_path)
+    lines = [ln for ln in (res.stdout + res.stderr).splitlines() if ln.strip()]
+    assert (res.returncode, lines) == (2, ["error: " + first_error([arg], CONF)])
+    assert list(tmp_path.iterdir()) == []  # no outputs/ folder
+
+
+def test_a_claim_sweep_without_its_data_variable_writes_nothing(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    res = _run(
+        ["experiment=claims/c1_ffn_ratio", f"hydra.sweep.dir={sweep_dir}", "-m"],
+        tmp_path,
+        env_drop=("HYDRA_FULL_ERROR", "XFORMER_DATA"),
+    )
+    lines = [ln for ln in (res.stdout + res.stderr).splitlines() if ln.strip()]
+    assert res.returncode == 2 and len(lines) == 1, lines
+    assert lines[0].startswith("error: data.root=${oc.env:XFORMER_DATA}") and "export XFORMER_DATA=" in lines[0]
+    assert list(tmp_path.iterdir()) == []  # neither the sweep folder, a job folder nor a summary

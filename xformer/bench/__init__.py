@@ -30,6 +30,8 @@ from pathlib import Path
 
 import torch
 
+from xformer.help import PlainHelpFormatter
+
 from .config import BenchConfig, preset
 
 DEFAULT_SECTIONS = [
@@ -63,7 +65,7 @@ TARGETS = {
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="xformer bench", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="xformer bench", description=__doc__.split("\n\n")[0], formatter_class=PlainHelpFormatter
     )
     p.add_argument("--quick", action="store_true", help="tiny sizes and few repeats (a smoke run, < 1 min)")
     p.add_argument("--preset", choices=["cpu", "gpu"], help="sizes (default: gpu on cuda, cpu otherwise)")

@@ -14,6 +14,7 @@ import lightning as L
 from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
 
+from xformer.jobs.distributed import logging_spec, replay_logging
 from xformer.jobs.lightning_compat import RICH_AVAILABLE, RichBarWithDescription
 
 log = logging.getLogger("xformer")
@@ -214,6 +215,10 @@ class ValidationLine(L.Callback):
     def __init__(self, metric: str = "val/loss", mode: Literal["min", "max"] = "min") -> None:
         self.metric, self.mode = metric, mode
         self.best: tuple[float, int] | None = None
+        self._logging = logging_spec()  # the job's console and log file, for ranks ddp_spawn starts
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:  # noqa: ARG002 - hook signature
+        replay_logging(self._logging)  # a ddp_spawn rank: this callback is a pickled copy; else nothing to do
 
     def state_dict(self) -> dict:
         return {"best": self.best}

@@ -349,3 +349,36 @@ def refresh_csv_headers(trainer: Any) -> None:
             with open(path, newline="") as f:
                 header = next(csv.reader(f), [])
             lightning_compat.add_csv_columns(exp, header)
+
+
+def logging_spec() -> dict:
+    """The root logger's level and its stream and file handlers (target, level, format), in a form
+    that pickles: what :func:`replay_logging` rebuilds in a rank that ``trainer=ddp_spawn`` started."""
+    root = logging.getLogger()
+    handlers = []
+    for h in root.handlers:
+        fmt = h.formatter
+        form = (getattr(fmt, "_fmt", None), getattr(fmt, "datefmt", None)) if fmt is not None else (None, None)
+        if isinstance(h, logging.FileHandler):
+            handlers.append(("file", h.baseFilename, h.level, *form))
+        elif isinstance(h, logging.StreamHandler) and h.stream in (sys.stdout, sys.stderr):
+            handlers.append(("stream", "stdout" if h.stream is sys.stdout else "stderr", h.level, *form))
+    return {"level": root.level, "handlers": handlers}
+
+
+def replay_logging(spec: dict | None) -> None:
+    """Give this process the logging of the job's process (``spec`` from :func:`logging_spec`) when its
+    root logger has no handler: a rank that ``trainer=ddp_spawn`` started imports xformer afresh, without
+    Hydra's job logging, so its ``log.info`` lines (the validation lines) would go nowhere. The file
+    handlers append to the job's log file. A process with handlers (Hydra's) is left as it is."""
+    root = logging.getLogger()
+    if not spec or root.handlers:
+        return
+    for kind, target, level, fmt, datefmt in spec["handlers"]:
+        handler = (
+            logging.FileHandler(target, mode="a") if kind == "file" else logging.StreamHandler(getattr(sys, target))
+        )
+        handler.setLevel(level)
+        handler.setFormatter(logging.Formatter(fmt, datefmt))
+        root.addHandler(handler)
+    root.setLevel(spec["level"])

@@ -26,22 +26,25 @@ from omegaconf import DictConfig, OmegaConf
 from typing_extensions import override
 
 from xformer.errors import ConfigError
+from xformer.jobs.config_check.schema import check_resolves
 
 from . import distributed, sweep, sweep_check, sweep_resume
 
 log = logging.getLogger("xformer")
 
 
-def check_output_dir(path: str | os.PathLike, key: str = "hydra.run.dir") -> None:
+def check_output_dir(path: str | os.PathLike, key: str = "hydra.run.dir", keep: bool = True) -> None:
     """The job's output folder can be created and written: make it (with its parents) and write,
     flush and remove a one-byte probe file, so a folder under ``/proc`` or under a file, on a
     read-only mount, without permission or on a full disk fails here with its name, not as a
-    traceback from the first file Hydra or Lightning writes.
+    traceback from the first file Hydra or Lightning writes. ``keep=False`` removes again the
+    folders it created (a sweep's folder appears only once its configs are valid).
 
     Raises:
         ConfigError: ``<key>=<path>: cannot create/write the folder (<reason>). Fix: ...``.
     """
     folder = Path(str(path)).expanduser()
+    created = [p for p in (folder, *folder.parents) if not p.exists()]
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -67,6 +70,11 @@ def check_output_dir(path: str | os.PathLike, key: str = "hydra.run.dir") -> Non
             probe.unlink()
         except OSError:
             pass
+        for made in created if not keep else []:  # deepest first
+            try:
+                made.rmdir()
+            except OSError:
+                break
 
 
 class OutputDirCheck(Callback):
@@ -74,9 +82,9 @@ class OutputDirCheck(Callback):
     (single run) or ``hydra.sweep.dir`` (``-m``) before Hydra creates it; on failure it prints the one
     ``error:`` line and exits with status 2."""
 
-    def _check(self, config: DictConfig, key: str) -> None:
+    def _check(self, config: DictConfig, key: str, keep: bool = True) -> None:
         try:
-            check_output_dir(OmegaConf.select(config, key), key)
+            check_output_dir(OmegaConf.select(config, key), key, keep)
         except ConfigError as err:
             print(f"error: {err}", file=sys.stderr)
             sys.exit(2)
@@ -87,7 +95,7 @@ class OutputDirCheck(Callback):
 
     @override
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
-        self._check(config, "hydra.sweep.dir")
+        self._check(config, "hydra.sweep.dir", keep=False)  # the launcher makes it when the first job starts
 
 
 class ValidateSweep(Callback):
@@ -107,6 +115,13 @@ class ValidateSweep(Callback):
         if not self.enabled:
             return
         t0 = time.perf_counter()
+        try:  # what every job shares (an environment variable not set): one line, before composing each job
+            check_resolves(config)
+        except ConfigError as err:
+            if os.environ.get("HYDRA_FULL_ERROR") == "1":
+                raise
+            print(f"error: {err} (every job of the sweep; nothing was run)", file=sys.stderr, flush=True)
+            sys.exit(2)
         n_jobs, bad = sweep_check.check_sweep(config)
         if not bad:
             log.info(
@@ -115,19 +130,7 @@ class ValidateSweep(Callback):
             return
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise bad[0][2]
-        lines = []
-        for num, overrides, err in bad[: self.max_listed]:
-            msg = " ".join(str(err).split())  # one line, even for Hydra's multi-line messages
-            lines.append(f"error: sweep job {num} ({' '.join(overrides) or 'defaults'}): {msg}")
-        if len(bad) > self.max_listed:
-            lines.append(f"error: ... and {len(bad) - self.max_listed} more invalid jobs")
-        lines.append(
-            f"error: {len(bad)} of {n_jobs} sweep jobs have an invalid config; nothing was run. "
-            "Fix the overrides above (HYDRA_FULL_ERROR=1 shows a stack trace)"
-        )
-        for line in lines:
-            log.error("%s", line.removeprefix("error: "))
-        print("\n".join(lines), file=sys.stderr, flush=True)
+        print("\n".join(sweep_check.error_lines(n_jobs, bad, self.max_listed)), file=sys.stderr, flush=True)
         sys.exit(2)
 
 

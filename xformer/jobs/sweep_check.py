@@ -5,7 +5,8 @@
 anything -- it expands the sweep into its jobs (:func:`sweep_jobs`), composes each job's config
 the way the launchers do (``ConfigLoader.load_sweep_config``) and runs
 :func:`xformer.jobs.config_check.stages.check_config` on it. If any job is invalid, it prints one line per
-invalid job (``error: sweep job 3 (model.n_heads=3 optim.lr=0.1): model.n_heads=3: ...``) and exits
+distinct problem (``error: sweep job 3 (model.n_heads=3 optim.lr=0.1): model.n_heads=3: ...``; one line for a
+problem every job shares, e.g. an environment variable not set) and exits
 with status 2: nothing has been trained and no job folder exists. ``HYDRA_FULL_ERROR=1`` raises the
 first error with its stack trace instead.
 
@@ -88,3 +89,26 @@ def check_sweep(config: DictConfig) -> tuple[int, list[tuple[int, list[str], Bas
             else:
                 raise
     return len(jobs), bad
+
+
+def error_lines(n_jobs: int, bad: list[tuple[int, list[str], BaseException]], max_listed: int = 20) -> list[str]:
+    """The ``error:`` lines for the invalid jobs ``bad`` of a sweep of ``n_jobs``: one per distinct
+    problem, so a problem every job shares (an environment variable not set) is one line, and a
+    problem of some jobs names them (at most ``max_listed`` lines; the rest are counted)."""
+    by_problem: dict[str, list[tuple[int, list[str]]]] = {}
+    for num, overrides, err in bad:
+        by_problem.setdefault(" ".join(str(err).replace("\nerror: ", "; ").split()), []).append((num, overrides))
+    if len(by_problem) == 1 and len(bad) == n_jobs:
+        return [f"error: {next(iter(by_problem))} (all {n_jobs} sweep jobs; nothing was run)"]
+    lines = []
+    for msg, jobs in list(by_problem.items())[:max_listed]:
+        num, overrides = jobs[0]
+        more = f" and {len(jobs) - 1} more job{'s' if len(jobs) > 2 else ''}" if len(jobs) > 1 else ""
+        lines.append(f"error: sweep job {num} ({' '.join(overrides) or 'defaults'}){more}: {msg}")
+    if len(by_problem) > max_listed:
+        lines.append(f"error: ... and {len(by_problem) - max_listed} more problems")
+    lines.append(
+        f"error: {len(bad)} of {n_jobs} sweep jobs have an invalid config; nothing was run. "
+        "Fix the overrides above (HYDRA_FULL_ERROR=1 shows a stack trace)"
+    )
+    return lines

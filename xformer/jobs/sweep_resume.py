@@ -10,7 +10,8 @@ Per job (its folder ``<sweep dir>/<hydra.job.num>``), decided by :func:`plan_job
   (:mod:`xformer.jobs.resume`: weights, optimizer, data position, CSV history, the same W&B run id).
 * ``run``: the grid point never started (or stopped before its first checkpoint): trained from scratch.
 
-Mixing configurations is refused. :class:`~xformer.jobs.hydra_callbacks.ResumeSweep` (a Hydra callback, registered in
+Mixing configurations is refused where a job ran (:func:`ran`; a folder left by a job stopped before
+training is reused). :class:`~xformer.jobs.hydra_callbacks.ResumeSweep` (a Hydra callback, registered in
 ``conf/hydra/default.yaml``) runs in ``on_multirun_start``, before any job starts and before Hydra
 rewrites a job's ``.hydra/config.yaml``: it reads the config recorded in every existing job folder
 (:data:`RECORDED_FILE` keeps a copy for the jobs), composes the config each job of this command gets
@@ -128,10 +129,18 @@ def read_metrics(job_dir: Path) -> dict | None:
         return {}
 
 
+def ran(job_dir: Path) -> bool:
+    """A job trained in ``job_dir``: it holds ``metrics.json`` (written when training starts) or a
+    checkpoint. A folder of a job that stopped earlier (its config refused, an environment variable not
+    set) holds only Hydra's ``.hydra/`` and ``run.log``."""
+    return (Path(job_dir) / "metrics.json").is_file() or any((Path(job_dir) / "checkpoints").glob("*.ckpt"))
+
+
 def recorded_config(job_dir: Path) -> dict | None:
-    """The task config Hydra saved in ``<job_dir>/.hydra/config.yaml`` (unresolved), or None."""
+    """The task config Hydra saved in ``<job_dir>/.hydra/config.yaml`` (unresolved), or None when
+    there is none or no job :func:`ran` there (such a folder is reused by any config)."""
     path = job_dir / ".hydra" / "config.yaml"
-    if not path.is_file():
+    if not path.is_file() or not ran(job_dir):
         return None
     try:
         return OmegaConf.to_container(OmegaConf.load(path), resolve=False)

@@ -106,6 +106,9 @@ def wandb_logger(node: DictConfig, cfg: DictConfig, info: dict, out_dir: Path) -
         offline = os.environ.get("WANDB_MODE") in ("offline", "dryrun")
         kwargs["settings"] = wandb.Settings(quiet=True, silent=offline)
     logger = start_wandb(lambda **kw: instantiate(node, **kwargs, **kw), out_dir)
+    # ranks that trainer=ddp_spawn starts re-attach to this run with W&B's settings from the environment:
+    # without this their files (sample tables) would land in ./wandb of the folder the job was launched from
+    os.environ["WANDB_DIR"] = str(logger.save_dir or out_dir)
     if full and logger_started(logger):  # rank 0: the shortened fields' full text
         logger.experiment.config.update({"wandb_full": full}, allow_val_change=True)
     return logger

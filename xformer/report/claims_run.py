@@ -1,9 +1,9 @@
 """``xformer claims``: run every claim's sweep that is not finished, publish its report, and rebuild
 the claims table of docs/results/README.md -- one command per step, each resumable.
 
-    xformer claims list  [--scale cpu|gpu] [NAMES ...]              # what exists, what would run
-    xformer claims run   [--scale cpu|gpu] [--dry-run] [--no-report] [--rerun] [NAMES ...] [-- OVERRIDES ...]
-    xformer claims report [--scale cpu|gpu] [NAMES ...]             # reports of the sweeps as they are
+    xformer claims list  [--scale cpu|gpu|cpu_small] [NAMES ...]    # what exists, what would run
+    xformer claims run   [--scale cpu|gpu|cpu_small] [--dry-run] [--no-report] [--rerun] [NAMES ...] [-- OVERRIDES ...]
+    xformer claims report [--scale cpu|gpu|cpu_small] [NAMES ...]   # reports of the sweeps as they are
     xformer claims table [--check]                                  # docs/results/README.md table from docs/results/*/
 
 NAMES are claim configs (``c1_ffn_ratio``; ``conf/experiment/claims/``) or claim ids (``C1``: all of
@@ -18,6 +18,9 @@ skipped, an interrupted job continues from its last checkpoint, so the same comm
 interruption continues where it stopped; a claim whose jobs have all finished is not started again, and
 neither is one whose report is already published in ``--results`` (a fresh clone lists those as
 ``published``; ``--rerun`` runs them again).
+``--scale cpu_small`` is a claim's small form (``conf/scale/cpu_small.yaml``: 2 seeds, a tenth to a fifth of the
+steps; minutes on one core), in its own folder ``$XFORMER_RUNS/claims/<name>/cpu_small``; its reports go
+to ``$XFORMER_RUNS/claims/cpu_small_reports/<name>/``, never over the published ones.
 The CPU forms run two jobs side by side with one thread each (``hydra/launcher=joblib_cpu``, chosen
 by ``conf/scale/cpu.yaml``). After each sweep it writes, into ``docs/results/<name>/`` (``--results``):
 ``report.md`` and plots (:func:`xformer.report.cli.main`, the ``xformer report`` command),
@@ -43,9 +46,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from xformer.help import PlainHelpFormatter
+
 from .sweeps import REPO, claim_names
 
 RESULTS = REPO / "docs" / "results"
+SMALL = "cpu_small"  # the small form of a claim sweep: never published into RESULTS
 RUNS_LOG = ".xformer/claims_runs.json"  # in the sweep folder: one entry per `claims run` invocation
 
 
@@ -165,6 +171,12 @@ def format_listing(sweeps: list[ClaimSweep], results: Path) -> str:
             )
         elif not s.complete:
             lines.append(f"  would run: {shlex.join(s.command())}")
+    if sweeps and sweeps[0].scale != SMALL:
+        lines.append(
+            f"small form of each (2 seeds, fewer steps: an effect's sign in minutes on one core; its own "
+            f"folder .../claims/<name>/{SMALL}): xformer claims run --scale {SMALL} <name>, or python run.py "
+            f"experiment=claims/<name> scale={SMALL} hydra.launcher.n_jobs=1 -m"
+        )
     return "\n".join(lines)
 
 
@@ -293,7 +305,7 @@ def write_run_md(s: ClaimSweep, out: Path, extra: list[str]) -> Path:
             continue
     launcher = (
         "two jobs side by side, one thread each (hydra/launcher=joblib_cpu)"
-        if s.scale == "cpu"
+        if s.scale in ("cpu", SMALL)
         else "one job at a time (basic launcher)"
     )
     lines = [
@@ -372,7 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="xformer claims",
         description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=PlainHelpFormatter,
         epilog=__doc__.split("\n\n", 1)[1],
     )
     sub = p.add_subparsers(dest="command", required=True)
@@ -383,8 +395,12 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         q = sub.add_parser(cmd, help=text)
         q.add_argument("names", nargs="*", metavar="NAME", help="claim config (c1_ffn_ratio) or claim id (C1)")
-        q.add_argument("--scale", choices=("cpu", "gpu"), default="cpu", help="CPU form (default) or GPU form")
-        q.add_argument("--results", type=Path, default=RESULTS, help=f"where reports go (default {RESULTS})")
+        q.add_argument(
+            "--scale", choices=("cpu", "gpu", SMALL), default="cpu", help="CPU form (default), GPU form or small form"
+        )
+        q.add_argument(
+            "--results", type=Path, default=None, help=f"where reports go (default {RESULTS}; small form: see above)"
+        )
         if cmd == "run":
             q.add_argument("--dry-run", action="store_true", help="list what would run (same as `list`)")
             q.add_argument("--no-report", action="store_true", help="run the sweeps only")
@@ -412,6 +428,9 @@ def main(argv: list[str] | None = None) -> int:
             from .claims_table import main as table_main
 
             return table_main(check=args.check)
+        if args.results is None:
+            small = Path(os.environ.get("XFORMER_RUNS", "multirun")) / "claims" / f"{SMALL}_reports"
+            args.results = small if args.scale == SMALL else RESULTS
         names = resolve_names(args.names)
         sweeps = [inspect(n, args.scale, extra) for n in names]
         if args.command == "list" or getattr(args, "dry_run", False):

@@ -24,6 +24,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from xformer.help import PlainHelpFormatter
+
 from .aggregate import Job, NoJobsError, Sweep, aggregate_jobs, find_job_dirs, load_jobs_once, main_metrics
 from .benchjson import load_bench
 from .claims import Options, evaluate, length_metrics, pick_metric
@@ -37,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="xformer report",
         description=__doc__.split("\n\n")[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=PlainHelpFormatter,
     )
     p.add_argument(
         "dirs",

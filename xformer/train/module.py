@@ -35,12 +35,15 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import re
 import time
+import warnings
 from typing import Callable
 
 import lightning as L
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from torch import Tensor
 from typing_extensions import override
 
@@ -390,7 +393,7 @@ class TransformerLitModule(L.LightningModule):
             self._rate = (self._tokens - tok0).double() / max(now - t0, 1e-9)
             self._window = (step, now, self._tokens.clone())
             if self._step_loss is not None:
-                self.progress_metrics = {"loss": float(self._step_loss)}  # one read per logging window
+                self.progress_metrics = self._bar_metrics()  # one read per logging window
         if lightning_compat.should_accumulate(self.trainer) or not self._logs_this_step(stepped=True):
             return
         if self._step_logged is False:
@@ -399,6 +402,15 @@ class TransformerLitModule(L.LightningModule):
         if self._rate is not None:
             self.log("perf/tokens_per_s", self._rate)
         self.log("perf/tokens_seen", self._tokens.double())
+
+    def _bar_metrics(self) -> dict[str, float]:
+        """What the progress bar shows of the last step, named: ``train/loss``, or with label smoothing
+        the smoothed objective as ``train/loss (label-smoothed)`` and the unsmoothed ``train/nll`` beside
+        it (the number on the footing of ``val/loss``)."""
+        if not getattr(self.criterion, "label_smoothing", 0.0) or self._step_nll is None:
+            return {"train/loss": float(self._step_loss)}
+        pair = torch.stack((self._step_loss.detach(), self._step_nll.detach())).tolist()  # one host read
+        return {"train/loss (label-smoothed)": pair[0], "train/nll": pair[1]}
 
     def on_train_epoch_start(self) -> None:
         self._late_logs = False  # Lightning's per-hook entries of the last epoch are gone
@@ -607,6 +619,13 @@ class TransformerLitModule(L.LightningModule):
         out, signature = corpus_metrics(rows, texts, self.seq_metrics, prefix, suffix)
         self.bleu_signature = signature or self.bleu_signature
         for key, val in out.items():
+            # every rank holds the value reduced over all ranks (corpus_metrics over _gather_examples): Lightning's
+            # advice to log it with sync_dist=True (an average of equal values) does not apply to these keys
+            warnings.filterwarnings(
+                "ignore",
+                message=rf"It is recommended to use `self\.log\({re.escape(repr(key))}, \.\.\., sync_dist=True\)`",
+                category=PossibleUserWarning,
+            )
             # as a float64 CPU tensor: Lightning keeps float64 as it is (a Python float would become
             # float32), so callback metrics, checkpoint scores, test results, the CSV/W&B logs and
             # metrics.json all carry the exact value; batch_size=1 so the epoch mean is the value itself

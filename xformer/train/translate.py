@@ -19,6 +19,7 @@ from xformer.data.tokenizers import BOS as BOS_ID
 from xformer.data.tokenizers import EOS as EOS_ID
 from xformer.data.tokenizers import PAD as PAD_ID
 from xformer.data.tokenizers import load_tokenizer
+from xformer.help import PlainHelpFormatter
 from xformer.model import EncoderDecoder, decoding
 
 
@@ -129,7 +130,9 @@ def translate(
 
 def main(argv: list[str] | None = None) -> int:
     """CLI: ``xformer translate --ckpt PATH [--beam K] [--alpha A] < input.txt > output.txt``."""
-    ap = argparse.ArgumentParser(prog="xformer translate", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="xformer translate", description=__doc__.split("\n\n")[0], formatter_class=PlainHelpFormatter
+    )
     ap.add_argument("--ckpt", required=True, help="checkpoint (.ckpt) written by run.py")
     ap.add_argument("--beam", type=int, default=None, help="beam size (default: the run's decode.beam_size)")
     ap.add_argument("--alpha", type=float, default=None, help="length penalty alpha")

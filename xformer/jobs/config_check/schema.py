@@ -1,9 +1,11 @@
-"""Each config node against the code it configures: :func:`check_additions` and :func:`check_group_nodes`
-(stage 1), :func:`check_targets` (each ``_target_`` against its signature; stages 2 and 3). Every mistake is one
-``error:`` line naming the key, its YAML file where known, and the fix; a new option needs no other file."""
+"""Each config node against the code it configures: :func:`check_resolves`, :func:`check_additions` and
+:func:`check_group_nodes` (stage 1), :func:`check_targets` (each ``_target_`` against its signature; stages 2
+and 3). Every mistake is one ``error:`` line naming the key, its YAML file where known, and the fix; a new
+option needs no other file."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +165,57 @@ def check_targets(cfg: DictConfig, early: bool | None = None) -> None:
         elif isinstance(node, ListConfig):
             for i, item in enumerate(node._iter_ex(resolve=False)):
                 walk(item, f"{path}[{i}]")
+
+    walk(cfg, "")
+    raise_all(problems)
+
+
+_ENV_MISSING = re.compile(r"Environment variable '([^']+)' not found")
+_KEY_MISSING = re.compile(r"Interpolation key '([^']+)' not found")
+
+
+def check_resolves(cfg: DictConfig) -> None:
+    """Every value outside ``hydra`` whose interpolation names an environment variable that is not set
+    (``${oc.env:XFORMER_DATA}``) or a key that does not exist (``${optim.lrr}``): one line each, with the
+    ``export`` or the key to set. Interpolations that Hydra fills per job (``${hydra:...}``) and other
+    resolver failures are left to the later checks. Raises: ConfigError."""
+    from omegaconf.errors import InterpolationKeyError, InterpolationResolutionError
+
+    problems: list[str] = []
+
+    def walk(node: Any, path: str) -> None:
+        keys = node.keys() if isinstance(node, DictConfig) else range(len(node))
+        for key in keys:
+            if not path and str(key) in SKIP:
+                continue
+            where = f"{path}[{key}]" if isinstance(node, ListConfig) else f"{path}.{key}" if path else str(key)
+            child = node._get_node(key)
+            if isinstance(child, (DictConfig, ListConfig)) and not child._is_interpolation():
+                walk(child, where)
+                continue
+            raw = str(child._value())
+            try:
+                node[key]
+            except InterpolationKeyError as err:
+                missing = _KEY_MISSING.search(str(err))
+                if missing and "${" + missing.group(1) in raw:  # not a value that refers to the broken one
+                    problems.append(
+                        f"{where}={raw}: there is no key {missing.group(1)}. Fix: correct the reference, or set "
+                        f"+{missing.group(1)}=..."
+                    )
+            except InterpolationResolutionError as err:
+                env = _ENV_MISSING.search(str(err))
+                if env and f"oc.env:{env.group(1)}" in raw:
+                    name = env.group(1)
+                    rest = raw.split("}", 1)[1].strip("/") if raw.startswith("${oc.env:") and "}" in raw else ""
+                    folder = "/path/to/data" if "DATA" in name.upper() else "<value>"
+                    holds = f" (the folder that holds {rest}/)" if rest else ""
+                    problems.append(
+                        f"{where}={raw}: the environment variable {name} is not set. "
+                        f"Fix: export {name}={folder}{holds}, or set {where}"
+                    )
+            except Exception:  # a missing value (???) or Hydra's own resolvers: the later checks name them
+                continue
 
     walk(cfg, "")
     raise_all(problems)

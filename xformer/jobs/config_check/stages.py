@@ -1,8 +1,9 @@
-"""The config check's entry points, in the order of what they need: 1. :func:`check_static`, the config alone
-(``+`` additions, group nodes given a string, :data:`DECLARED` keys, :data:`.rules.STATIC`; no torch); 2.
-:func:`check_model`, the :data:`.schema.EARLY` nodes against their classes, the mixer and optimizer rules, the
-model on the meta device, a checkpoint's model (torch, no Lightning); 3. :func:`check_data_options`, the other
-nodes and the data module's constructor; 4. :func:`check_with_data`, the built data against the model."""
+"""The config check's entry points, in the order of what they need: 1. :func:`check_static`, the config
+alone (interpolations that do not resolve, ``+`` additions, group nodes given a string, :data:`DECLARED` keys,
+:data:`.rules.STATIC`; no torch); 2. :func:`check_model`, the :data:`.schema.EARLY` nodes against their
+classes, the mixer and optimizer rules, the model on the meta device, a checkpoint's model (torch, no
+Lightning); 3. :func:`check_data_options`, the other nodes and the data module's constructor; 4.
+:func:`check_with_data`, the built data against the model."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from xformer.jobs.build import build_data, build_model
 from xformer.jobs.checkpoints import check_checkpoint_model
 
 from . import rules
-from .schema import check_additions, check_group_nodes, check_targets, fit_problems, raise_all
+from .schema import check_additions, check_group_nodes, check_resolves, check_targets, fit_problems, raise_all
 
 
 def _root(seed: Annotated[int, Range(ge=0)], mode: Literal["train", "eval"], ckpt_path: str | None): ...
@@ -34,7 +35,9 @@ DECLARED = {"": _root, "objective": _objective, "optim": _optim, "trainer": _unc
 
 
 def check_static(cfg: DictConfig) -> None:
-    """Stage 1. Raises: ConfigError, every problem found, one line each."""
+    """Stage 1. Raises: ConfigError, every problem found, one line each (only the unresolvable
+    interpolations when there are any: the other checks would read their values)."""
+    check_resolves(cfg)
     problems = []
     for path, fn in DECLARED.items():
         if isinstance(node := cfg.get(path) if path else cfg, DictConfig):
