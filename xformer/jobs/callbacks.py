@@ -12,6 +12,9 @@
   during ``fit``; a second Ctrl-C quits at once) Lightning stops at the next batch boundary and this
   saves there, so ``ckpt_path=last hydra.run.dir=<job dir>`` continues exactly where the run
   stopped; and at the end of training, so ``last.ckpt`` holds the final weights.
+* :class:`SlurmRequeue` -- under SLURM, the requeue signal (submitit's USR2, Lightning's USR1) stops
+  training after the step in flight, ``StopCheckpoint`` saves there, and the job is requeued when the
+  process exits; the requeued job resumes its own ``last.ckpt`` (:mod:`xformer.jobs.slurm`).
 * :class:`StepSeed` -- reseeds the RNGs at every training batch from ``(seed, epoch, batch, rank)``:
   dropout masks are a function of the position in training, so a resumed run draws exactly the
   masks the uninterrupted run would have drawn (nothing else consumed before the first resumed
@@ -25,6 +28,7 @@ in :mod:`xformer.jobs.resume`, which holds the data position and the loop-progre
 
 from __future__ import annotations
 
+import atexit
 import logging
 import math
 import os
@@ -45,6 +49,7 @@ from typing_extensions import override
 
 from xformer.config_types import Range
 
+from . import slurm
 from .checkpoint_io import AtomicCheckpointIO
 from .lightning_compat import request_stop
 
@@ -369,6 +374,61 @@ class StopCheckpoint(L.Callback):
                 trainer.global_step,
                 resume_command(path.parent.parent),
             )
+
+
+class SlurmRequeue(L.Callback):
+    """On SLURM's requeue signal: stop after the step in flight, let :class:`StopCheckpoint` save
+    ``last.ckpt``, and requeue the job when the process exits (after ``metrics.json`` and the W&B
+    run are written); the requeued job resumes from that checkpoint by itself
+    (:func:`xformer.jobs.slurm.requeued_checkpoint`).
+
+    The signal is submitit's (``SUBMITIT_PREEMPT_SIGNAL``, USR2) in a ``hydra/launcher=slurm`` job,
+    else the ``requeue_signal`` of Lightning's ``SLURMEnvironment`` (USR1; none with
+    ``auto_requeue=False``). Installed at ``setup``, before Lightning registers its handlers: Lightning
+    then leaves the signal alone (it installs its own requeue handler only where none is set). Only
+    global rank 0 stops the trainer -- the other ranks follow it, since Lightning broadcasts rank 0's
+    stop flag at every step -- and only rank 0 requeues. Does nothing outside SLURM. Listed after
+    ``stop_checkpoint`` in ``conf/callbacks/default.yaml`` so the save comes first.
+    """
+
+    def __init__(self) -> None:
+        self._trainer: L.Trainer | None = None
+        self._installed = False
+        self._engine_handler: Any = None
+        self._received: int | None = None
+        self._requeue_registered = False
+
+    @override
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._trainer = trainer
+        if self._installed:
+            return
+        signum = slurm.submitit_signal() or slurm.lightning_requeue_signal(trainer)
+        if signum is None or threading.current_thread() is not threading.main_thread():
+            return
+        self._engine_handler = signal.signal(signum, self._on_signal)
+        self._installed = True
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        first = self._received is None
+        self._received = signum
+        if slurm.global_rank() != 0:
+            return  # rank 0's stop flag reaches this rank at the next step
+        if first:
+            log.warning(
+                "SLURM sent %s: saving last.ckpt after the step in flight, then requeueing this job",
+                signal.Signals(signum).name,
+            )
+        if self._trainer is not None:
+            request_stop(self._trainer)
+
+    @override
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        if self._received is None or not isinstance(exception, SIGTERMException) or slurm.global_rank() != 0:
+            return
+        if not self._requeue_registered:
+            self._requeue_registered = True
+            atexit.register(slurm.requeue, self._received, self._engine_handler)
 
 
 class StepSeed(L.Callback):

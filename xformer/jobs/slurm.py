@@ -1,0 +1,140 @@
+"""Running under SLURM: a job stopped by its requeue signal saves at the step boundary, requeues itself,
+and, requeued, continues from its own ``last.ckpt`` without ``ckpt_path=last``.
+
+* **Which job is requeued.** SLURM keeps the job id when it requeues a job and counts the restarts
+  in ``SLURM_RESTART_COUNT``. Every checkpoint records the SLURM job that wrote it
+  (``checkpoint["xformer"]["slurm_job"]``, :func:`job_key`: cluster name and job id). A job with
+  ``SLURM_RESTART_COUNT >= 1`` and no ``ckpt_path`` resumes its folder's ``checkpoints/last.ckpt`` when
+  that file was written by this same job (:func:`requeued_checkpoint`, read by
+  :func:`xformer.jobs.checkpoints.resolve_ckpt_path`). A fresh job never does, even in a folder that
+  holds another job's ``last.ckpt``: it has no restart, or the checkpoint names another job.
+* **The requeue signal** (:class:`xformer.jobs.callbacks.SlurmRequeue`). SLURM sends it ``--signal``
+  seconds before the time limit: submitit's ``SUBMITIT_PREEMPT_SIGNAL`` (USR2) under
+  ``hydra/launcher=slurm``, Lightning's ``SLURMEnvironment.requeue_signal`` (USR1) for a plain ``sbatch`` + ``srun python run.py`` job with
+  ``#SBATCH --signal=USR1@<s>``. Both engines act inside the signal handler: submitit exits at once
+  (so nothing is saved: up to ``every_n_train_steps`` steps are lost), Lightning writes
+  ``hpc_ckpt_<n>.ckpt`` wherever the step happens to be (between backward and the optimizer step,
+  say) and its resume picks any ``hpc_ckpt`` of the folder. Here the handler only asks Lightning to
+  stop after the step in flight (as on SIGTERM); :class:`~xformer.jobs.callbacks.StopCheckpoint`
+  writes ``last.ckpt`` there, the run records ``"preempted"``, and when the process exits the job is
+  requeued by the engine's own means: submitit's handler (its ``checkpoint()`` protocol, the
+  ``max_num_timeout`` countdown, ``scontrol requeue``) or ``scontrol requeue <job id>`` as Lightning
+  does. Lightning's ``auto_requeue=False`` (``trainer.plugins``) turns the plain-``sbatch`` case off.
+* A preemption or ``scancel`` sends SIGTERM: Lightning's own handler stops after the step and
+  ``StopCheckpoint`` saves; a job SLURM requeues after that resumes as above.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from .checkpoints import last_checkpoint
+
+log = logging.getLogger("xformer")
+
+__all__ = [
+    "global_rank",
+    "job_key",
+    "lightning_requeue_signal",
+    "requeue",
+    "requeued_checkpoint",
+    "restart_count",
+    "submitit_signal",
+]
+
+
+def job_key() -> str | None:
+    """``"<cluster>/<job id>"`` of the SLURM job this process runs in (an array task's own job id,
+    which SLURM keeps across requeues), None outside SLURM."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job:
+        return None
+    return f"{os.environ.get('SLURM_CLUSTER_NAME', '')}/{job}"
+
+
+def restart_count() -> int:
+    """How often SLURM has requeued and restarted this job (``SLURM_RESTART_COUNT``; 0 when unset)."""
+    value = os.environ.get("SLURM_RESTART_COUNT", "")
+    return int(value) if value.isdigit() else 0
+
+
+def requeued_checkpoint(out_dir: str | Path | None) -> Path | None:
+    """``<out_dir>/checkpoints/last.ckpt`` when this process is a requeued SLURM job
+    (:func:`restart_count` >= 1) and that checkpoint was written by this same job
+    (``checkpoint["xformer"]["slurm_job"] == job_key()``), else None."""
+    key = job_key()
+    if out_dir is None or key is None or restart_count() < 1:
+        return None
+    last = last_checkpoint(out_dir)
+    if not last.is_file():
+        return None
+    from .checkpoints import UnreadableCheckpoint, read_checkpoint
+
+    try:
+        meta = (read_checkpoint(last) or {}).get("xformer") or {}
+    except UnreadableCheckpoint as err:
+        log.warning("requeued SLURM job %s: %s is unreadable (%s); starting from scratch", key, last, err)
+        return None
+    if meta.get("slurm_job") != key:
+        log.warning(
+            "requeued SLURM job %s: %s was written by %s, not by this job; starting from scratch",
+            key,
+            last,
+            meta.get("slurm_job") or "a run outside SLURM",
+        )
+        return None
+    return last
+
+
+def submitit_signal() -> int | None:
+    """submitit's requeue signal when this process is a submitit SLURM job, else None."""
+    if os.environ.get("SUBMITIT_EXECUTOR") != "slurm":
+        return None
+    return int(getattr(signal, "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2")))
+
+
+def lightning_requeue_signal(trainer: Any) -> int | None:
+    """The requeue signal of Lightning's SLURM environment for ``trainer`` (its
+    ``requeue_signal``; None when ``auto_requeue`` is off or this is not a SLURM job)."""
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+
+    env = getattr(trainer.strategy, "cluster_environment", None)
+    if isinstance(env, SLURMEnvironment):
+        return int(env.requeue_signal) if env.auto_requeue and env.requeue_signal is not None else None
+    # one process (no cluster environment on the strategy): Lightning's default, when this is a SLURM job
+    return int(signal.SIGUSR1) if SLURMEnvironment.detect() else None
+
+
+def global_rank() -> int:
+    for key in ("SLURM_PROCID", "RANK"):
+        value = os.environ.get(key, "")
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def requeue(signum: int, engine_handler: Any) -> None:
+    """Requeue this SLURM job after the requeue signal ``signum``: under submitit its own handler
+    ``engine_handler`` (checkpoint protocol, ``max_num_timeout`` countdown, ``scontrol requeue``),
+    else ``scontrol requeue <job id>`` as Lightning's SLURM handler does. Logs one line either way."""
+    if submitit_signal() is not None and callable(engine_handler):
+        try:
+            engine_handler(signum, None)  # requeues, then exits the process
+        except SystemExit:
+            pass
+        except Exception as err:  # submitit declines: timed out too often, or not checkpointable
+            log.warning("not requeued: %s", err)
+        return
+    job = os.environ.get("SLURM_JOB_ID", "")
+    if os.environ.get("SLURM_ARRAY_JOB_ID") and os.environ.get("SLURM_ARRAY_TASK_ID"):
+        job = f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ['SLURM_ARRAY_TASK_ID']}"
+    result = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
+    if result.returncode == 0:
+        log.warning("requeued SLURM job %s; it resumes from last.ckpt when it starts again", job)
+    else:
+        log.warning("scontrol requeue %s failed: %s", job, (result.stderr or result.stdout).strip()[:300])
