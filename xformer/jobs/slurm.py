@@ -10,16 +10,17 @@ and, requeued, continues from its own ``last.ckpt`` without ``ckpt_path=last``.
   holds another job's ``last.ckpt``: it has no restart, or the checkpoint names another job.
 * **The requeue signal** (:class:`xformer.jobs.callbacks.SlurmRequeue`). SLURM sends it ``--signal``
   seconds before the time limit: submitit's ``SUBMITIT_PREEMPT_SIGNAL`` (USR2) under
-  ``hydra/launcher=slurm``, Lightning's ``SLURMEnvironment.requeue_signal`` (USR1) for a plain ``sbatch`` + ``srun python run.py`` job with
-  ``#SBATCH --signal=USR1@<s>``. Both engines act inside the signal handler: submitit exits at once
-  (so nothing is saved: up to ``every_n_train_steps`` steps are lost), Lightning writes
-  ``hpc_ckpt_<n>.ckpt`` wherever the step happens to be (between backward and the optimizer step,
-  say) and its resume picks any ``hpc_ckpt`` of the folder. Here the handler only asks Lightning to
-  stop after the step in flight (as on SIGTERM); :class:`~xformer.jobs.callbacks.StopCheckpoint`
-  writes ``last.ckpt`` there, the run records ``"preempted"``, and when the process exits the job is
-  requeued by the engine's own means: submitit's handler (its ``checkpoint()`` protocol, the
-  ``max_num_timeout`` countdown, ``scontrol requeue``) or ``scontrol requeue <job id>`` as Lightning
-  does. Lightning's ``auto_requeue=False`` (``trainer.plugins``) turns the plain-``sbatch`` case off.
+  ``hydra/launcher=slurm``, Lightning's ``SLURMEnvironment.requeue_signal`` (USR1) for a plain
+  ``sbatch`` + ``srun python run.py`` job with ``#SBATCH --signal=USR1@<s>``. Both engines act inside
+  the signal handler: submitit exits at once (nothing is saved: up to ``every_n_train_steps`` steps
+  are lost), Lightning writes ``hpc_ckpt_<n>.ckpt`` wherever the step happens to be (between backward
+  and the optimizer step, say) and its resume loads any ``hpc_ckpt`` of the folder. Here the handler
+  only asks Lightning to stop after the step in flight (as on SIGTERM);
+  :class:`~xformer.jobs.callbacks.StopCheckpoint` writes ``last.ckpt`` there, the run records
+  ``"preempted"``, and when the process exits the job is requeued by the engine's own means:
+  submitit's handler (its ``checkpoint()`` protocol, the ``max_num_timeout`` countdown,
+  ``scontrol requeue``) or ``scontrol requeue <job id>`` as Lightning does. Lightning's
+  ``auto_requeue=False`` (``trainer.plugins``) turns the plain-``sbatch`` case off.
 * A preemption or ``scancel`` sends SIGTERM: Lightning's own handler stops after the step and
   ``StopCheckpoint`` saves; a job SLURM requeues after that resumes as above.
 """
