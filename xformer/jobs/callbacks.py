@@ -385,9 +385,10 @@ class SlurmRequeue(L.Callback):
     The signal is submitit's (``SUBMITIT_PREEMPT_SIGNAL``, USR2) in a ``hydra/launcher=slurm`` job,
     else the ``requeue_signal`` of Lightning's ``SLURMEnvironment`` (USR1; none with
     ``auto_requeue=False``). Installed at ``setup``, before Lightning registers its handlers: Lightning
-    then leaves the signal alone (it installs its own requeue handler only where none is set). Only
-    global rank 0 stops the trainer -- the other ranks follow it, since Lightning broadcasts rank 0's
-    stop flag at every step -- and only rank 0 requeues. Does nothing outside SLURM. Listed after
+    then leaves the signal alone (it installs its own requeue handler only where none is set). With
+    several ranks, which SLURM signals at slightly different moments, the ranks agree after every
+    training batch (one boolean all-reduce) whether any has the signal, so all stop after the same
+    step; only global rank 0 requeues. Does nothing outside SLURM. Listed after
     ``stop_checkpoint`` in ``conf/callbacks/default.yaml`` so the save comes first.
     """
 
@@ -412,15 +413,25 @@ class SlurmRequeue(L.Callback):
     def _on_signal(self, signum: int, _frame: Any) -> None:
         first = self._received is None
         self._received = signum
-        if slurm.global_rank() != 0:
-            return  # rank 0's stop flag reaches this rank at the next step
-        if first:
+        if first and slurm.global_rank() == 0:
             log.warning(
                 "SLURM sent %s: saving last.ckpt after the step in flight, then requeueing this job",
                 signal.Signals(signum).name,
             )
-        if self._trainer is not None:
-            request_stop(self._trainer)
+        trainer = self._trainer
+        if trainer is not None and trainer.world_size == 1:
+            request_stop(trainer)  # one process: stop after this step (or this validation batch)
+
+    @override
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if not self._installed or trainer.world_size == 1:
+            return
+        # several ranks: the signal reaches them at different moments; they agree here, after the same
+        # batch, so every rank stops at the same step (Lightning checks the flag right after this hook)
+        if trainer.strategy.reduce_boolean_decision(self._received is not None, all=False):
+            request_stop(trainer)
 
     @override
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:

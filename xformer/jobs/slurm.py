@@ -21,6 +21,11 @@ and, requeued, continues from its own ``last.ckpt`` without ``ckpt_path=last``.
   submitit's handler (its ``checkpoint()`` protocol, the ``max_num_timeout`` countdown,
   ``scontrol requeue``) or ``scontrol requeue <job id>`` as Lightning does. Lightning's
   ``auto_requeue=False`` (``trainer.plugins``) turns the plain-``sbatch`` case off.
+* **Before a ``hydra/launcher=slurm`` sweep queues anything** (:func:`sweep_problem`, run by
+  :class:`xformer.jobs.hydra_callbacks.SlurmSweepCheck`): a swept job size, or a request SLURM
+  refuses (``sbatch --test-only``), is one ``error:`` line; submitit's repeated "Bypassing sacct
+  error" warning on clusters without accounting becomes one line saying what it means
+  (:func:`quiet_sacct_warnings`).
 * A preemption or ``scancel`` sends SIGTERM: Lightning's own handler stops after the step and
   ``StopCheckpoint`` saves; a job SLURM requeues after that resumes as above.
 """
@@ -40,6 +45,10 @@ log = logging.getLogger("xformer")
 
 __all__ = [
     "global_rank",
+    "is_slurm_sweep",
+    "quiet_sacct_warnings",
+    "sbatch_request",
+    "sweep_problem",
     "job_key",
     "lightning_requeue_signal",
     "requeue",
@@ -139,3 +148,107 @@ def requeue(signum: int, engine_handler: Any) -> None:
         log.warning("requeued SLURM job %s; it resumes from last.ckpt when it starts again", job)
     else:
         log.warning("scontrol requeue %s failed: %s", job, (result.stderr or result.stdout).strip()[:300])
+
+
+# -- hydra/launcher=slurm: before anything is queued ----------------------------------------------
+#: Keys that size every job of a ``hydra/launcher=slurm`` sweep (``conf/hydra/launcher/slurm.yaml``
+#: reads them once for the whole sweep), so they cannot vary between its jobs.
+SIZE_KEYS = ("trainer.devices", "trainer.num_nodes", "trainer")
+
+
+def is_slurm_sweep(config: Any) -> bool:
+    """Whether ``config`` (a multirun config) launches its jobs with hydra-submitit's SLURM launcher."""
+    from omegaconf import OmegaConf
+
+    return str(OmegaConf.select(config, "hydra.launcher._target_", default="")).endswith(".SlurmLauncher")
+
+
+def sbatch_request(launcher: dict) -> list[str]:
+    """The ``sbatch`` options submitit derives from the launcher settings ``launcher`` (resolved
+    ``hydra.launcher``) for each job: partition, nodes, tasks and CPUs per task, GPUs, time, memory,
+    account, QOS, constraint and ``additional_parameters``."""
+    opts = {
+        "partition": launcher.get("partition"),
+        "nodes": launcher.get("nodes"),
+        "ntasks-per-node": launcher.get("tasks_per_node"),
+        "cpus-per-task": launcher.get("cpus_per_task"),
+        "gpus-per-node": launcher.get("gpus_per_node") or None,
+        "time": launcher.get("timeout_min"),
+        "mem": f"{launcher['mem_gb']}G" if launcher.get("mem_gb") else None,
+        "account": launcher.get("account"),
+        "qos": launcher.get("qos"),
+        "constraint": launcher.get("constraint"),
+    }
+    for key, value in (launcher.get("additional_parameters") or {}).items():
+        opts[str(key).replace("_", "-")] = value
+    return [f"--{k}={v}" for k, v in opts.items() if v is not None and v != ""]
+
+
+def sweep_problem(config: Any) -> str | None:
+    """Why SLURM would not run the jobs of the ``hydra/launcher=slurm`` sweep ``config``, as one line
+    (``None`` when it would): a swept job size (:data:`SIZE_KEYS`), or ``sbatch --test-only``'s own
+    refusal of the request (an unknown partition, more tasks or CPUs than a node has, ...).
+    ``--test-only`` checks the request against the cluster and queues nothing; without ``sbatch``
+    on PATH only the swept sizes are checked."""
+    import shutil
+
+    from omegaconf import OmegaConf
+
+    from .sweep_check import sweep_jobs
+
+    jobs = sweep_jobs(config)
+    for key in SIZE_KEYS:
+        values = sorted({o.split("=", 1)[1] for job in jobs for o in job if o.split("=", 1)[0] == key})
+        if len(values) > 1:
+            return (
+                f"hydra/launcher=slurm: {key} is swept ({','.join(values)}), but the launcher requests "
+                f"one job size (nodes, tasks, GPUs from trainer.num_nodes and trainer.devices) for the whole "
+                f"sweep. Fix: one value per sweep; run a separate -m command for each {key}"
+            )
+    if shutil.which("sbatch") is None:
+        return None
+    launcher = OmegaConf.to_container(config.hydra.launcher, resolve=True)
+    request = sbatch_request(launcher)
+    try:
+        res = subprocess.run(
+            ["sbatch", "--test-only", *request, "--wrap=true"], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"hydra/launcher=slurm: sbatch --test-only did not answer ({err}). Fix: check that SLURM is reachable"
+    if res.returncode == 0:
+        return None
+    lines = [ln.strip() for ln in (res.stderr or res.stdout).splitlines() if ln.strip()]
+    why = (lines[-1] if lines else f"exit status {res.returncode}").removeprefix("sbatch: error: ")
+    return (
+        f"hydra/launcher=slurm: SLURM refuses the job request ({' '.join(request)}): {why}. Fix: set "
+        f"hydra.launcher.partition / tasks_per_node / cpus_per_task / gpus_per_node / mem_gb to what the "
+        f"cluster has (sinfo -o '%P %c %m %G' lists them)"
+    )
+
+
+class _SacctNotice:
+    """Logging filter for the ``submitit`` logger: its "Bypassing sacct error ... status may be
+    inaccurate" warning, repeated on every status poll, becomes one xformer line saying what it
+    means; other records pass."""
+
+    def __init__(self) -> None:
+        self.said = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "Bypassing sacct error" not in record.getMessage():
+            return True
+        if not self.said:
+            self.said = True
+            log.warning(
+                "submitit: this cluster keeps no job accounting (sacct fails), so job states come from each "
+                "job's result file only: a job killed before writing one (scancel, a lost node) keeps this "
+                "sweep waiting; stop it with Ctrl-C and run the same command again to resume"
+            )
+        return False
+
+
+def quiet_sacct_warnings() -> None:
+    """Install :class:`_SacctNotice` on the ``submitit`` logger (once per process)."""
+    logger = logging.getLogger("submitit")
+    if not any(isinstance(f, _SacctNotice) for f in logger.filters):
+        logger.addFilter(_SacctNotice())
