@@ -86,7 +86,7 @@ def batch_script(path: Path, lines: list[str], ntasks: int = 1, log: Path | None
         "\n".join(
             [
                 "#!/bin/bash",
-                f"#SBATCH --ntasks={ntasks}",
+                f"#SBATCH --ntasks-per-node={ntasks}",  # Lightning refuses --ntasks
                 "#SBATCH --cpus-per-task=1",
                 f"#SBATCH --output={out}",
                 "#SBATCH --open-mode=append",
@@ -129,12 +129,15 @@ def test_sweep_through_slurm_launcher_matches_local_run(slurm_cluster, reference
     assert out.count("keeps no job accounting") <= 1
 
 
-def test_requeue_at_time_limit_resumes_own_checkpoint_without_ckpt_path(slurm_cluster, reference, tmp_path):
-    """submitit's time-limit signal (USR2) twice, max_num_timeout=2, no ckpt_path: each attempt saves
-    at the step the signal arrived, is requeued by submitit and continues from that step; the job
-    ends with the uninterrupted run's numbers, one W&B run, and nothing trained twice."""
+def test_time_limit_requeue_resumes_own_checkpoint_without_ckpt_path(slurm_cluster, reference, tmp_path):
+    """submitit's time-limit signal (USR2) twice in a 2-minute job (submitit counts both as timeouts),
+    max_num_timeout=2, no ckpt_path: each attempt saves at the step the signal arrived, is requeued
+    by submitit and continues from that step; the job ends with the uninterrupted run's numbers,
+    one W&B run, and nothing trained twice."""
     sweep, log = tmp_path / "sweep", tmp_path / "signals.jsonl"
-    args = ["-m", *SLURM_LAUNCHER, "hydra.launcher.max_num_timeout=2", *TRAIN, f"hydra.sweep.dir={sweep}"]
+    launcher = [o for o in SLURM_LAUNCHER if not o.startswith("hydra.launcher.timeout_min")]
+    launcher += ["hydra.launcher.timeout_min=2", "hydra.launcher.max_num_timeout=2"]
+    args = ["-m", *launcher, *TRAIN, f"hydra.sweep.dir={sweep}"]
     res = run_py(slurm_cluster, [*args, *signal_at(log, batches=7, signal="USR2", times=2)], tmp_path)
     assert res.returncode == 0, fail_msg(res)
     recs = records(log)
@@ -146,6 +149,8 @@ def test_requeue_at_time_limit_resumes_own_checkpoint_without_ckpt_path(slurm_cl
     assert len(wandb_ids(sweep / "0")) == 1
     assert "ckpt_path" not in (sweep / "0" / ".hydra" / "overrides.yaml").read_text()
     assert not slurm_cluster.queued(tmp_path)
+    submitit_log = "".join(p.read_text() for p in sweep.glob(".submitit/*/*_log.out"))
+    assert submitit_log.count("Job has timed out") == 2 and "(0 remaining timeouts)" in submitit_log
 
 
 @pytest.fixture(scope="module")
@@ -216,3 +221,78 @@ def test_slurm_sweep_bad_input_is_one_error_line_nothing_queued(slurm_cluster, t
     assert len(errors) == 1 and says in errors[0], res.stderr
     assert not (sweep / ".submitit").exists()
     assert not slurm_cluster.queued(tmp_path)
+
+
+@pytest.mark.slow
+def test_ddp_two_tasks_over_srun_equals_two_local_processes(slurm_cluster, tmp_path):
+    """`srun` starts both ranks (Lightning's SLURM environment, nothing relaunched); the job trains
+    and evaluates exactly as the same DDP job with its two processes started here by Lightning."""
+    args = [
+        *BASE_TINY,
+        "data.tokens_per_batch=72",
+        "trainer.max_steps=6",
+        "trainer.val_check_interval=3",
+        "trainer=ddp",
+        "trainer.accelerator=cpu",
+        "trainer.devices=2",
+    ]
+    script = batch_script(
+        tmp_path / "ddp.sh",
+        [f"cd {tmp_path}", f"srun {PYTHON} {REPO / 'run.py'} {' '.join(args)} hydra.run.dir={tmp_path / 'srun'}"],
+        ntasks=2,
+    )
+    job = slurm_cluster.sbatch(script, tmp_path)
+    local = run_py(slurm_cluster, [*args, f"hydra.run.dir={tmp_path / 'local'}"], tmp_path)
+    assert local.returncode == 0, fail_msg(local)
+    slurm_cluster.wait_gone(job, tmp_path)
+    out = script.with_suffix(".out").read_text()
+    assert "GLOBAL_RANK: 1, MEMBER: 2/2" in out, out[-3000:]
+    assert (tmp_path / "srun" / "run_rank1.log").is_file()  # rank 1 came from srun ...
+    assert not (tmp_path / "srun" / "train_ddp_process_1.log").exists()  # ... not from Lightning's launcher
+    assert (tmp_path / "local" / "train_ddp_process_1.log").is_file()
+    assert_same_numbers(tmp_path / "srun", tmp_path / "local")
+
+
+@pytest.mark.slow
+def test_scancel_of_running_sweep_then_same_command_resumes_it(slurm_cluster, reference, tmp_path):
+    """A 2-job sweep: job 0 finishes, job 1 is cancelled with scancel while it trains (SIGTERM: it
+    saves last.ckpt), the sweep's own process is stopped (Ctrl-C; without accounting it cannot see
+    the cancelled job end). The same command again skips job 0 and resumes job 1, which ends with
+    the uninterrupted run's numbers."""
+    import signal
+    import time
+
+    sweep = tmp_path / "sweep"
+    slow = ["+callbacks.slow._target_=tests.reliability.first_contact_probe.SlowSteps", "+callbacks.slow.seconds=0.5"]
+    cmd = [PYTHON, str(REPO / "run.py"), "-m", *SLURM_LAUNCHER, *TRAIN, *slow, f"hydra.sweep.dir={sweep}"]
+    cmd = [*cmd, "trainer.max_steps=4,30"]
+    first = subprocess.Popen(cmd, cwd=tmp_path, env=slurm_cluster.env(tmp_path), stdout=subprocess.PIPE, text=True)
+    csv = sweep / "1" / "csv" / "metrics.csv"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        done = (sweep / "0" / "metrics.json").is_file() and metrics(sweep / "0")["status"] == "finished"
+        if done and csv.is_file() and csv.read_text().count("\n") > 6:
+            break
+        time.sleep(0.5)
+    else:
+        first.kill()
+        raise AssertionError("job 1 did not get going")
+    jobs = [line.split()[0] for line in slurm_cluster.queued(tmp_path) if line.split()[0].endswith("_1")]
+    assert len(jobs) == 1, jobs  # the array task of sweep job 1
+    slurm_cluster.run(["scancel", jobs[0]], tmp_path)
+    slurm_cluster.wait_gone(jobs[0], tmp_path)
+    first.send_signal(signal.SIGINT)
+    first.communicate(timeout=120)
+    stopped = metrics(sweep / "1")
+    assert stopped["status"] == "preempted" and 0 < stopped["global_step"] < 30
+    again = subprocess.run(
+        cmd, cwd=tmp_path, env=slurm_cluster.env(tmp_path), capture_output=True, text=True, timeout=420
+    )
+    assert again.returncode == 0, fail_msg(again)
+    import json
+
+    summary = {job["num"]: job for job in json.loads((sweep / "sweep_summary.json").read_text())["jobs"]}
+    assert summary[0]["resume"] == "skipped" and summary[1]["resume"] == "resumed"
+    logs = "".join(p.read_text() for p in sweep.glob(".submitit/*/*_log.out"))
+    assert f"resuming from {sweep / '1' / 'checkpoints' / 'last.ckpt'} (step {stopped['global_step']})" in logs
+    assert_same_numbers(sweep / "1", reference)
