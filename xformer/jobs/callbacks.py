@@ -393,7 +393,7 @@ class SlurmRequeue(L.Callback):
     """
 
     def __init__(self) -> None:
-        self._trainer: L.Trainer | None = None
+        self._current: L.Trainer | None = None
         self._installed = False
         self._engine_handler: Any = None
         self._received: int | None = None
@@ -401,7 +401,7 @@ class SlurmRequeue(L.Callback):
 
     @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        self._trainer = trainer
+        self._current = trainer
         if self._installed:
             return
         signum = slurm.submitit_signal() or slurm.lightning_requeue_signal(trainer)
@@ -418,7 +418,7 @@ class SlurmRequeue(L.Callback):
                 "SLURM sent %s: saving last.ckpt after the step in flight, then requeueing this job",
                 signal.Signals(signum).name,
             )
-        trainer = self._trainer
+        trainer = self._current
         if trainer is not None and trainer.world_size == 1:
             request_stop(trainer)  # one process: stop after this step (or this validation batch)
 
