@@ -1,6 +1,10 @@
 """xformer on a real one-node SLURM cluster (``scripts/slurm-localhost.sh``): sweeps through
 ``hydra/launcher=slurm``, requeues that resume by themselves, bad launcher input.
 
+In CI (not ``slow``): the launcher sweep, the time-limit requeue, the sbatch requeue and the bad
+input. ``slow`` (``make test-slow``): a fresh job beside another job's checkpoint, DDP over ``srun``,
+``scancel`` of a running sweep.
+
 Every trained number is compared with the same job run here without SLURM (the uninterrupted
 reference). The requeue signal is sent by SLURM itself (``scancel --signal``, what SLURM sends
 ``--signal`` seconds before a time limit) at a chosen step, from ``tests.cluster.signals``.
@@ -180,6 +184,7 @@ def test_sbatch_job_requeues_on_lightning_signal_and_resumes_exactly(sbatch_requ
     assert "requeued SLURM job" in out.read_text()
 
 
+@pytest.mark.slow  # the rule itself runs in CI: tests/scaling/test_slurm_units.py
 def test_fresh_job_never_resumes_another_jobs_checkpoint(slurm_cluster, sbatch_requeued, reference, tmp_path):
     """A new job in the same fixed folder, requeued before it saved anything (so SLURM_RESTART_COUNT
     is 1), finds the earlier job's last.ckpt there and still trains from step 0."""
