@@ -61,8 +61,9 @@ _STOPPED_BY: dict[str, str | None] = {"signal": None}
 
 
 def interrupt_signal() -> str | None:
-    """``"SIGINT"`` when Ctrl-C stopped this process's training, ``"SIGTERM"`` when SIGTERM did
-    (read by ``run.py`` and the driver for the exit status and ``metrics.json``'s status), else None."""
+    """``"SIGINT"`` when Ctrl-C stopped this process's training, ``"SIGTERM"`` when SIGTERM did,
+    ``"SIGUSR1"``/``"SIGUSR2"`` when SLURM's requeue signal did (:class:`SlurmRequeue`), else None
+    (read by ``run.py`` and the driver for the exit status and ``metrics.json``'s status)."""
     return _STOPPED_BY["signal"]
 
 
@@ -366,7 +367,14 @@ class StopCheckpoint(L.Callback):
             return
         trainer.save_checkpoint(path)
         self.saved_path = str(path)
-        if trainer.is_global_zero:
+        if trainer.is_global_zero and _STOPPED_BY["signal"] not in ("SIGTERM", "SIGINT"):  # SLURM's requeue signal
+            log.warning(
+                "%s (SLURM's requeue signal): saved %s at step %d; the requeued job resumes from it by itself",
+                _STOPPED_BY["signal"],
+                path,
+                trainer.global_step,
+            )
+        elif trainer.is_global_zero:
             log.warning(
                 "%s: saved %s at step %d; resume with: %s",
                 what,
@@ -413,6 +421,7 @@ class SlurmRequeue(L.Callback):
     def _on_signal(self, signum: int, _frame: Any) -> None:
         first = self._received is None
         self._received = signum
+        _STOPPED_BY["signal"] = _STOPPED_BY["signal"] or signal.Signals(signum).name
         if first and slurm.global_rank() == 0:
             log.warning(
                 "SLURM sent %s: saving last.ckpt after the step in flight, then requeueing this job",
