@@ -140,7 +140,8 @@ def test_time_limit_requeue_resumes_own_checkpoint_without_ckpt_path(slurm_clust
     one W&B run, and nothing trained twice."""
     sweep, log = tmp_path / "sweep", tmp_path / "signals.jsonl"
     launcher = [o for o in SLURM_LAUNCHER if not o.startswith("hydra.launcher.timeout_min")]
-    launcher += ["hydra.launcher.timeout_min=2", "hydra.launcher.max_num_timeout=2"]
+    # SLURM's own signal_delay_s before the 2-minute limit comes after the job's ~3 x 20 s attempts
+    launcher += ["hydra.launcher.timeout_min=2", "hydra.launcher.signal_delay_s=10", "hydra.launcher.max_num_timeout=2"]
     args = ["-m", *launcher, *TRAIN, f"hydra.sweep.dir={sweep}"]
     res = run_py(slurm_cluster, [*args, *signal_at(log, batches=7, signal="USR2", times=2)], tmp_path)
     assert res.returncode == 0, fail_msg(res)
