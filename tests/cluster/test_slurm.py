@@ -155,7 +155,7 @@ def test_time_limit_requeue_resumes_own_checkpoint_without_ckpt_path(slurm_clust
     assert "ckpt_path" not in (sweep / "0" / ".hydra" / "overrides.yaml").read_text()
     assert not slurm_cluster.queued(tmp_path)
     submitit_log = "".join(p.read_text() for p in sweep.glob(".submitit/*/*_log.out"))
-    assert submitit_log.count("Job has timed out") == 2 and "(0 remaining timeouts)" in submitit_log
+    assert "(1 remaining timeouts)" in submitit_log and "(0 remaining timeouts)" in submitit_log
 
 
 @pytest.fixture(scope="module")
