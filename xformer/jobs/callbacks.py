@@ -12,6 +12,9 @@
   during ``fit``; a second Ctrl-C quits at once) Lightning stops at the next batch boundary and this
   saves there, so ``ckpt_path=last hydra.run.dir=<job dir>`` continues exactly where the run
   stopped; and at the end of training, so ``last.ckpt`` holds the final weights.
+* :class:`SlurmRequeue` -- under SLURM, the requeue signal (submitit's USR2, Lightning's USR1) stops
+  training after the step in flight, ``StopCheckpoint`` saves there, and the job is requeued when the
+  process exits; the requeued job resumes its own ``last.ckpt`` (:mod:`xformer.jobs.slurm`).
 * :class:`StepSeed` -- reseeds the RNGs at every training batch from ``(seed, epoch, batch, rank)``:
   dropout masks are a function of the position in training, so a resumed run draws exactly the
   masks the uninterrupted run would have drawn (nothing else consumed before the first resumed
@@ -25,6 +28,7 @@ in :mod:`xformer.jobs.resume`, which holds the data position and the loop-progre
 
 from __future__ import annotations
 
+import atexit
 import logging
 import math
 import os
@@ -45,6 +49,7 @@ from typing_extensions import override
 
 from xformer.config_types import Range
 
+from . import slurm
 from .checkpoint_io import AtomicCheckpointIO
 from .lightning_compat import request_stop
 
@@ -56,8 +61,9 @@ _STOPPED_BY: dict[str, str | None] = {"signal": None}
 
 
 def interrupt_signal() -> str | None:
-    """``"SIGINT"`` when Ctrl-C stopped this process's training, ``"SIGTERM"`` when SIGTERM did
-    (read by ``run.py`` and the driver for the exit status and ``metrics.json``'s status), else None."""
+    """``"SIGINT"`` when Ctrl-C stopped this process's training, ``"SIGTERM"`` when SIGTERM did,
+    ``"SIGUSR1"``/``"SIGUSR2"`` when SLURM's requeue signal did (:class:`SlurmRequeue`), else None
+    (read by ``run.py`` and the driver for the exit status and ``metrics.json``'s status)."""
     return _STOPPED_BY["signal"]
 
 
@@ -361,7 +367,14 @@ class StopCheckpoint(L.Callback):
             return
         trainer.save_checkpoint(path)
         self.saved_path = str(path)
-        if trainer.is_global_zero:
+        if trainer.is_global_zero and _STOPPED_BY["signal"] not in ("SIGTERM", "SIGINT"):  # SLURM's requeue signal
+            log.warning(
+                "%s (SLURM's requeue signal): saved %s at step %d; the requeued job resumes from it by itself",
+                _STOPPED_BY["signal"],
+                path,
+                trainer.global_step,
+            )
+        elif trainer.is_global_zero:
             log.warning(
                 "%s: saved %s at step %d; resume with: %s",
                 what,
@@ -369,6 +382,73 @@ class StopCheckpoint(L.Callback):
                 trainer.global_step,
                 resume_command(path.parent.parent),
             )
+
+
+class SlurmRequeue(L.Callback):
+    """On SLURM's requeue signal: stop after the step in flight, let :class:`StopCheckpoint` save
+    ``last.ckpt``, and requeue the job when the process exits (after ``metrics.json`` and the W&B
+    run are written); the requeued job resumes from that checkpoint by itself
+    (:func:`xformer.jobs.slurm.requeued_checkpoint`).
+
+    The signal is submitit's (``SUBMITIT_PREEMPT_SIGNAL``, USR2) in a ``hydra/launcher=slurm`` job,
+    else the ``requeue_signal`` of Lightning's ``SLURMEnvironment`` (USR1; none with
+    ``auto_requeue=False``). Installed at ``setup``, before Lightning registers its handlers: Lightning
+    then leaves the signal alone (it installs its own requeue handler only where none is set). With
+    several ranks, which SLURM signals at slightly different moments, the ranks agree after every
+    training batch (one boolean all-reduce) whether any has the signal, so all stop after the same
+    step; only global rank 0 requeues. Does nothing outside SLURM. Listed after
+    ``stop_checkpoint`` in ``conf/callbacks/default.yaml`` so the save comes first.
+    """
+
+    def __init__(self) -> None:
+        self._current: L.Trainer | None = None
+        self._installed = False
+        self._engine_handler: Any = None
+        self._received: int | None = None
+        self._requeue_registered = False
+
+    @override
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._current = trainer
+        if self._installed:
+            return
+        signum = slurm.submitit_signal() or slurm.lightning_requeue_signal(trainer)
+        if signum is None or threading.current_thread() is not threading.main_thread():
+            return
+        self._engine_handler = signal.signal(signum, self._on_signal)
+        self._installed = True
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        first = self._received is None
+        self._received = signum
+        _STOPPED_BY["signal"] = _STOPPED_BY["signal"] or signal.Signals(signum).name
+        if first and slurm.global_rank() == 0:
+            log.warning(
+                "SLURM sent %s: saving last.ckpt after the step in flight, then requeueing this job",
+                signal.Signals(signum).name,
+            )
+        trainer = self._current
+        if trainer is not None and trainer.world_size == 1:
+            request_stop(trainer)  # one process: stop after this step (or this validation batch)
+
+    @override
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if not self._installed or trainer.world_size == 1:
+            return
+        # several ranks: the signal reaches them at different moments; they agree here, after the same
+        # batch, so every rank stops at the same step (Lightning checks the flag right after this hook)
+        if trainer.strategy.reduce_boolean_decision(self._received is not None, all=False):
+            request_stop(trainer)
+
+    @override
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        if self._received is None or not isinstance(exception, SIGTERMException) or slurm.global_rank() != 0:
+            return
+        if not self._requeue_registered:
+            self._requeue_registered = True
+            atexit.register(slurm.requeue, self._received, self._engine_handler)
 
 
 class StepSeed(L.Callback):

@@ -38,10 +38,16 @@ def last_checkpoint(out_dir: str | Path) -> Path:
 def resolve_ckpt_path(cfg: DictConfig, out_dir: str | Path | None, warn: bool = False) -> str | None:
     """The checkpoint file a run loads: ``ckpt_path`` as given, or for ``ckpt_path=last`` the job's
     :func:`last_checkpoint` when it exists (else ``None``: the run starts from scratch, with a
-    warning when ``warn``)."""
+    warning when ``warn``). Without ``ckpt_path``: a requeued SLURM job's own ``last.ckpt``
+    (:func:`xformer.jobs.slurm.requeued_checkpoint`), else ``None``."""
     ckpt = cfg.get("ckpt_path")
     if not ckpt:
-        return None
+        if cfg.get("mode", "train") != "train":
+            return None
+        from .slurm import requeued_checkpoint
+
+        own = requeued_checkpoint(out_dir)
+        return str(own) if own is not None else None
     if ckpt != "last":
         return str(ckpt)
     last = last_checkpoint(out_dir or ".")

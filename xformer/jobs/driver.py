@@ -50,6 +50,7 @@ from .config_check.stages import check_config, check_with_data
 from .console import progress_bar, quiet_console, single_log_lines, test_table
 from .distributed import patch_lightning_for_job
 from .resume import ConsistentResume, RerootCheckpoints, ResumableCSVLogger, checkpoint_step, own_checkpoint
+from .slurm import job_key as slurm_job_key
 from .steps import OptimizerStepIntervals
 from .wandb_run import describe_runs, finish_runs, wandb_logger
 
@@ -206,6 +207,7 @@ def build(cfg: DictConfig, info: dict, out_dir: Path) -> Job:
         "src_vocab_size": dm.src_vocab_size,
         "tgt_vocab_size": dm.tgt_vocab_size,
         "pad_id": dm.pad_id,
+        "slurm_job": slurm_job_key(),  # a requeued SLURM job resumes only its own checkpoints
     }
     loggers = build_loggers(cfg, info, out_dir)
     trainer = build_trainer(cfg, loggers)

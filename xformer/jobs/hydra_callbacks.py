@@ -6,6 +6,8 @@ over the module that does the work:
 * :class:`ResumeSweep` -- a sweep rerun into its folder does not mix configs (:mod:`.sweep_resume`).
 * :class:`SweepSummary` -- ``sweep_summary.json`` (:mod:`.sweep`).
 * :class:`HydraJobGuard` -- DDP/FSDP child ranks run exactly the current job (:mod:`.distributed`).
+* :class:`SlurmSweepCheck` -- a ``hydra/launcher=slurm`` sweep SLURM would refuse stops before
+  anything is queued; submitit's sacct warnings become one line (:mod:`.slurm`).
 
 Importing this module imports neither torch nor Lightning.
 """
@@ -28,7 +30,7 @@ from typing_extensions import override
 from xformer.errors import ConfigError
 from xformer.jobs.config_check.schema import check_resolves
 
-from . import distributed, sweep, sweep_check, sweep_resume
+from . import distributed, slurm, sweep, sweep_check, sweep_resume
 
 log = logging.getLogger("xformer")
 
@@ -281,3 +283,26 @@ class HydraJobGuard(Callback):
     @override
     def on_job_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
         distributed.end_job()
+
+
+class SlurmSweepCheck(Callback):
+    """Hydra callback: under ``hydra/launcher=slurm``, stop the sweep before anything is queued when
+    SLURM would refuse its jobs (:func:`xformer.jobs.slurm.sweep_problem`: one ``error:`` line, exit
+    2), and reduce submitit's repeated sacct warnings to one line
+    (:func:`xformer.jobs.slurm.quiet_sacct_warnings`). Other launchers: nothing."""
+
+    @override
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if not slurm.is_slurm_sweep(config):
+            return
+        slurm.quiet_sacct_warnings()
+        if OmegaConf.select(config, "sweep.dry_run", default=False):
+            return
+        problem = slurm.sweep_problem(config)
+        if problem is None:
+            return
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise ConfigError(problem)
+        log.error("%s", problem)
+        print(f"error: {problem}", file=sys.stderr, flush=True)
+        sys.exit(2)

@@ -1,0 +1,254 @@
+"""Running under SLURM: a job stopped by its requeue signal saves at the step boundary, requeues itself,
+and, requeued, continues from its own ``last.ckpt`` without ``ckpt_path=last``.
+
+* **Which job is requeued.** SLURM keeps the job id when it requeues a job and counts the restarts
+  in ``SLURM_RESTART_COUNT``. Every checkpoint records the SLURM job that wrote it
+  (``checkpoint["xformer"]["slurm_job"]``, :func:`job_key`: cluster name and job id). A job with
+  ``SLURM_RESTART_COUNT >= 1`` and no ``ckpt_path`` resumes its folder's ``checkpoints/last.ckpt`` when
+  that file was written by this same job (:func:`requeued_checkpoint`, read by
+  :func:`xformer.jobs.checkpoints.resolve_ckpt_path`). A fresh job never does, even in a folder that
+  holds another job's ``last.ckpt``: it has no restart, or the checkpoint names another job.
+* **The requeue signal** (:class:`xformer.jobs.callbacks.SlurmRequeue`). SLURM sends it ``--signal``
+  seconds before the time limit: submitit's ``SUBMITIT_PREEMPT_SIGNAL`` (USR2) under
+  ``hydra/launcher=slurm``, Lightning's ``SLURMEnvironment.requeue_signal`` (USR1) for a plain
+  ``sbatch`` + ``srun python run.py`` job with ``#SBATCH --signal=USR1@<s>``. Both engines act inside
+  the signal handler: submitit exits at once (nothing is saved: up to ``every_n_train_steps`` steps
+  are lost), Lightning writes ``hpc_ckpt_<n>.ckpt`` wherever the step happens to be (between backward
+  and the optimizer step, say) and its resume loads any ``hpc_ckpt`` of the folder. Here the handler
+  only asks Lightning to stop after the step in flight (as on SIGTERM);
+  :class:`~xformer.jobs.callbacks.StopCheckpoint` writes ``last.ckpt`` there, the run records
+  ``"preempted"``, and when the process exits the job is requeued by the engine's own means:
+  submitit's handler (its ``checkpoint()`` protocol, the ``max_num_timeout`` countdown,
+  ``scontrol requeue``) or ``scontrol requeue <job id>`` as Lightning does. Lightning's
+  ``auto_requeue=False`` (``trainer.plugins``) turns the plain-``sbatch`` case off.
+* **Before a ``hydra/launcher=slurm`` sweep queues anything** (:func:`sweep_problem`, run by
+  :class:`xformer.jobs.hydra_callbacks.SlurmSweepCheck`): a swept job size, or a request SLURM
+  refuses (``sbatch --test-only``), is one ``error:`` line; submitit's repeated "Bypassing sacct
+  error" warning on clusters without accounting becomes one line saying what it means
+  (:func:`quiet_sacct_warnings`).
+* A preemption or ``scancel`` sends SIGTERM: Lightning's own handler stops after the step and
+  ``StopCheckpoint`` saves; a job SLURM requeues after that resumes as above.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from .checkpoints import last_checkpoint
+
+log = logging.getLogger("xformer")
+
+__all__ = [
+    "global_rank",
+    "is_slurm_sweep",
+    "quiet_sacct_warnings",
+    "sbatch_request",
+    "sweep_problem",
+    "job_key",
+    "lightning_requeue_signal",
+    "requeue",
+    "requeued_checkpoint",
+    "restart_count",
+    "submitit_signal",
+]
+
+
+def job_key() -> str | None:
+    """``"<cluster>/<job id>"`` of the SLURM job this process runs in (an array task's own job id,
+    which SLURM keeps across requeues), None outside SLURM."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job:
+        return None
+    return f"{os.environ.get('SLURM_CLUSTER_NAME', '')}/{job}"
+
+
+def restart_count() -> int:
+    """How often SLURM has requeued and restarted this job (``SLURM_RESTART_COUNT``; 0 when unset)."""
+    value = os.environ.get("SLURM_RESTART_COUNT", "")
+    return int(value) if value.isdigit() else 0
+
+
+def requeued_checkpoint(out_dir: str | Path | None) -> Path | None:
+    """``<out_dir>/checkpoints/last.ckpt`` when this process is a requeued SLURM job
+    (:func:`restart_count` >= 1) and that checkpoint was written by this same job
+    (``checkpoint["xformer"]["slurm_job"] == job_key()``), else None."""
+    key = job_key()
+    if out_dir is None or key is None or restart_count() < 1:
+        return None
+    last = last_checkpoint(out_dir)
+    if not last.is_file():
+        return None
+    from .checkpoints import UnreadableCheckpoint, read_checkpoint
+
+    try:
+        meta = (read_checkpoint(last) or {}).get("xformer") or {}
+    except UnreadableCheckpoint as err:
+        log.warning("requeued SLURM job %s: %s is unreadable (%s); starting from scratch", key, last, err)
+        return None
+    if meta.get("slurm_job") != key:
+        log.warning(
+            "requeued SLURM job %s: %s was written by %s, not by this job; starting from scratch",
+            key,
+            last,
+            meta.get("slurm_job") or "a run outside SLURM",
+        )
+        return None
+    return last
+
+
+def submitit_signal() -> int | None:
+    """submitit's requeue signal when this process is a submitit SLURM job, else None."""
+    if os.environ.get("SUBMITIT_EXECUTOR") != "slurm":
+        return None
+    return int(getattr(signal, "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2")))
+
+
+def lightning_requeue_signal(trainer: Any) -> int | None:
+    """The requeue signal of Lightning's SLURM environment for ``trainer`` (its
+    ``requeue_signal``; None when ``auto_requeue`` is off or this is not a SLURM job)."""
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+
+    env = getattr(trainer.strategy, "cluster_environment", None)
+    if isinstance(env, SLURMEnvironment):
+        return int(env.requeue_signal) if env.auto_requeue and env.requeue_signal is not None else None
+    # one process (no cluster environment on the strategy): Lightning's default, when this is a SLURM job
+    return int(signal.SIGUSR1) if SLURMEnvironment.detect() else None
+
+
+def global_rank() -> int:
+    for key in ("SLURM_PROCID", "RANK"):
+        value = os.environ.get(key, "")
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def requeue(signum: int, engine_handler: Any) -> None:
+    """Requeue this SLURM job after the requeue signal ``signum``: under submitit its own handler
+    ``engine_handler`` (checkpoint protocol, ``max_num_timeout`` countdown, ``scontrol requeue``),
+    else ``scontrol requeue <job id>`` as Lightning's SLURM handler does. Logs one line either way."""
+    if submitit_signal() is not None and callable(engine_handler):
+        try:
+            engine_handler(signum, None)  # requeues, then exits the process
+        except SystemExit:
+            pass
+        except Exception as err:  # submitit declines: timed out too often, or not checkpointable
+            log.warning("not requeued: %s", err)
+        return
+    job = os.environ.get("SLURM_JOB_ID", "")
+    if os.environ.get("SLURM_ARRAY_JOB_ID") and os.environ.get("SLURM_ARRAY_TASK_ID"):
+        job = f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ['SLURM_ARRAY_TASK_ID']}"
+    result = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
+    if result.returncode == 0:
+        log.warning("requeued SLURM job %s; it resumes from last.ckpt when it starts again", job)
+    else:
+        log.warning("scontrol requeue %s failed: %s", job, (result.stderr or result.stdout).strip()[:300])
+
+
+# -- hydra/launcher=slurm: before anything is queued ----------------------------------------------
+#: Keys that size every job of a ``hydra/launcher=slurm`` sweep (``conf/hydra/launcher/slurm.yaml``
+#: reads them once for the whole sweep), so they cannot vary between its jobs.
+SIZE_KEYS = ("trainer.devices", "trainer.num_nodes", "trainer")
+
+
+def is_slurm_sweep(config: Any) -> bool:
+    """Whether ``config`` (a multirun config) launches its jobs with hydra-submitit's SLURM launcher."""
+    from omegaconf import OmegaConf
+
+    return str(OmegaConf.select(config, "hydra.launcher._target_", default="")).endswith(".SlurmLauncher")
+
+
+def sbatch_request(launcher: dict) -> list[str]:
+    """The ``sbatch`` options submitit derives from the launcher settings ``launcher`` (resolved
+    ``hydra.launcher``) for each job: partition, nodes, tasks and CPUs per task, GPUs, time, memory,
+    account, QOS, constraint and ``additional_parameters``."""
+    opts = {
+        "partition": launcher.get("partition"),
+        "nodes": launcher.get("nodes"),
+        "ntasks-per-node": launcher.get("tasks_per_node"),
+        "cpus-per-task": launcher.get("cpus_per_task"),
+        "gpus-per-node": launcher.get("gpus_per_node") or None,
+        "time": launcher.get("timeout_min"),
+        "mem": f"{launcher['mem_gb']}G" if launcher.get("mem_gb") else None,
+        "account": launcher.get("account"),
+        "qos": launcher.get("qos"),
+        "constraint": launcher.get("constraint"),
+    }
+    for key, value in (launcher.get("additional_parameters") or {}).items():
+        opts[str(key).replace("_", "-")] = value
+    return [f"--{k}={v}" for k, v in opts.items() if v is not None and v != ""]
+
+
+def sweep_problem(config: Any) -> str | None:
+    """Why SLURM would not run the jobs of the ``hydra/launcher=slurm`` sweep ``config``, as one line
+    (``None`` when it would): a swept job size (:data:`SIZE_KEYS`), or ``sbatch --test-only``'s own
+    refusal of the request (an unknown partition, more tasks or CPUs than a node has, ...).
+    ``--test-only`` checks the request against the cluster and queues nothing; without ``sbatch``
+    on PATH only the swept sizes are checked."""
+    import shutil
+
+    from omegaconf import OmegaConf
+
+    from .sweep_check import sweep_jobs
+
+    jobs = sweep_jobs(config)
+    for key in SIZE_KEYS:
+        values = sorted({o.split("=", 1)[1] for job in jobs for o in job if o.split("=", 1)[0] == key})
+        if len(values) > 1:
+            return (
+                f"hydra/launcher=slurm: {key} is swept ({','.join(values)}), but the launcher requests "
+                f"one job size (nodes, tasks, GPUs from trainer.num_nodes and trainer.devices) for the whole "
+                f"sweep. Fix: one value per sweep; run a separate -m command for each {key}"
+            )
+    if shutil.which("sbatch") is None:
+        return None
+    launcher = OmegaConf.to_container(config.hydra.launcher, resolve=True)
+    request = sbatch_request(launcher)
+    try:
+        res = subprocess.run(
+            ["sbatch", "--test-only", *request, "--wrap=true"], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"hydra/launcher=slurm: sbatch --test-only did not answer ({err}). Fix: check that SLURM is reachable"
+    if res.returncode == 0:
+        return None
+    lines = [ln.strip() for ln in (res.stderr or res.stdout).splitlines() if ln.strip()]
+    why = (lines[-1] if lines else f"exit status {res.returncode}").removeprefix("sbatch: error: ")
+    return (
+        f"hydra/launcher=slurm: SLURM refuses the job request ({' '.join(request)}): {why}. Fix: set "
+        f"hydra.launcher.partition / tasks_per_node / cpus_per_task / gpus_per_node / mem_gb to what the "
+        f"cluster has (sinfo -o '%P %c %m %G' lists them)"
+    )
+
+
+class _SacctNotice:
+    """Logging filter for the ``submitit`` logger: its "Bypassing sacct error ... status may be
+    inaccurate" warning, repeated on every status poll, becomes one xformer line saying what it
+    means; other records pass."""
+
+    def __init__(self) -> None:
+        self.said = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "Bypassing sacct error" not in record.getMessage():
+            return True
+        if not self.said:
+            self.said = True
+            log.warning(
+                "submitit: this cluster keeps no job accounting (sacct fails), so job states come from each "
+                "job's result file only: a job killed before writing one (scancel, a lost node) keeps this "
+                "sweep waiting; stop it with Ctrl-C and run the same command again to resume"
+            )
+        return False
+
+
+def quiet_sacct_warnings() -> None:
+    """Install :class:`_SacctNotice` on the ``submitit`` logger (once per process)."""
+    logger = logging.getLogger("submitit")
+    if not any(isinstance(f, _SacctNotice) for f in logger.filters):
+        logger.addFilter(_SacctNotice())
