@@ -174,6 +174,8 @@ def run(args: argparse.Namespace, command: str) -> Path:
     files.append(write_verdicts(verdicts, out))
     path = out / "report.md"
     path.write_text(portable(render(command, sweep, metrics, verdicts, plots, out, decision, notes, vplots, files)))
+    if note:
+        print(f"note: {note}")
     for v in verdicts:
         print(v.line())
     if verdicts:

@@ -1,15 +1,15 @@
 """PNG plots of a sweep (matplotlib's Agg canvas; no pyplot, no display needed).
 
 - ``metric_<metric>_vs_<key>.png``: a metric against one swept key, error bars = 95 % t interval of
-  the mean over seeds, one line per combination of the other swept keys.
-- ``length_<metric>.png``: ``@Nx`` test metrics against the test-length multiple N, one line per group (C5).
-- ``params_<metric>.png``: a metric against the total parameter count, one point per group (C1 at
+  the mean over seeds (clipped to the metric's range; dashed and labelled where fewer than 3 seeds
+  make it), one line per combination of the other swept keys.
+- ``length_<metric>.png``: ``@Nx`` test metrics against the test-length multiple N, one line per group.
+- ``params_<metric>.png``: a metric against the total parameter count, one point per group (width at
   equal size).
 - ``curves.png``: ``train/loss`` and ``val/loss`` against step from each job's ``csv/metrics.csv``,
   one line per group, the mean over its seeds, with a band from the lowest to the highest seed.
-- ``verdict_<claim>_<n>.png`` (:func:`plot_verdict`, shown next to its verdict): the decision metric of
-  each compared setting with 95 % interval error bars, and Δ of the key comparison against step over
-  the second half of training with its 95 % Welch intervals and the fitted log2(step) trend.
+- ``claim_<claim>_<n>.png`` (:func:`plot_claim`, shown next to its claim): each compared part's arms
+  with their intervals, and Δ over the second half of training where a part was checked there.
 
 Every function returns the written path, or ``None`` when there is nothing to draw.
 """
@@ -134,7 +134,7 @@ def plot_metric_vs_key(sweep: Sweep, metric: str, key: str, out: Path) -> Path |
 
 
 def plot_length(sweep: Sweep, base: str, lengths: dict[float, str], out: Path) -> Path | None:
-    """``base@Nx`` against N for every group (length generalisation, C5)."""
+    """``base@Nx`` against N for every group (length generalisation)."""
     fig = Figure(figsize=(6, 4))
     ax = fig.add_subplot()
     drawn = False
@@ -269,9 +269,9 @@ def plot_claim(result: Any, out: Path, index: int) -> Path | None:
                 [ci_err(a.values, part.metric) if a.n > 1 else (0.0, 0.0)],
                 [a.n],
                 marker="o",
-                color="C0",
+                color="tab:blue",
             )
-            ax.plot([i] * a.n, a.values, "x", color="C1", alpha=0.7)
+            ax.plot([i] * a.n, a.values, "x", color="tab:orange", alpha=0.7)
         ax.set_xticks(
             range(len(arms)),
             [a.name + (f"\n({a.diverged} diverged)" if a.diverged else "") for a in arms],

@@ -5,7 +5,7 @@ A declaration file maps claim names to claims (the project's claims: one file pe
 
     H2:
       statement: ratio 2 is no worse than ratio 4 by more than 0.01 nats
-      sweeps: [c1_ffn_ratio]            # optional: the experiment(s) whose jobs it reads
+      sweeps: [my_sweep]                # optional: the experiment(s) whose jobs it reads
       parts:
         - test: non_inferiority         # a test type of :mod:`.tests` (or a dotted path to one)
           a: {model.ffn_ratio: 2}       # arms: override selectors

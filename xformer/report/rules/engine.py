@@ -34,7 +34,7 @@ def project_claims(folder: Path = CLAIMS_DIR) -> list[Claim]:
 
 
 def sweep_names(sweep: Sweep) -> set[str]:
-    """The experiments the sweep's jobs ran (``claims/c1_ffn_ratio`` → ``c1_ffn_ratio``)."""
+    """The experiments the sweep's jobs ran (``claims/<name>`` → ``<name>``)."""
     out = set()
     for j in sweep.jobs:
         exp = j.choices.get("experiment") or j.overrides.get("experiment")
@@ -102,20 +102,23 @@ def combine(parts: list[PartResult]) -> tuple[str, str]:
     return INCONCLUSIVE, ("partly supported: " if partly else "") + words
 
 
-def decide_claim(claim: Claim, sweep: Sweep, bench: dict | None = None, strict: bool = False) -> ClaimResult:
-    """``claim`` decided on ``sweep`` (the parts that read this sweep)."""
+def decide_claim(
+    claim: Claim, sweep: Sweep, bench: dict | None = None, strict: bool = False, parts: list[Part] | None = None
+) -> ClaimResult:
+    """``claim`` decided on ``sweep``: ``parts`` (default: the parts that read this sweep)."""
     names = sweep_names(sweep)
     name = next((s for s in claim.sweeps if s in names), next(iter(sorted(names)), ""))
     ctx = Context(sweep, bench)
-    parts = [decide_part(p, ctx, strict) for p in claim.parts_for(name or None)]
-    verdict, reason = combine(parts)
-    jobs = [j for p in parts for a in p.arms for j in a.jobs]
+    chosen = claim.parts_for(name or None) if parts is None else parts
+    results = [decide_part(p, ctx, strict) for p in chosen]
+    verdict, reason = combine(results)
+    jobs = [j for p in results for a in p.arms for j in a.jobs]
     return ClaimResult(
         claim=claim.name,
         statement=claim.statement,
         verdict=verdict,
         reason=reason,
-        parts=parts,
+        parts=results,
         budget=budget(jobs),
         sweep=name,
         published=claim.published,
@@ -125,23 +128,37 @@ def decide_claim(claim: Claim, sweep: Sweep, bench: dict | None = None, strict: 
     )
 
 
-def applicable(claims: list[Claim], sweep: Sweep, bench: dict | None = None) -> tuple[list[Claim], str]:
-    """The claims the sweep asks about, and a note when they were guessed (see the module docstring)."""
+def _covered(part: Part, ctx: Context) -> bool:
+    try:
+        decide_part(part, ctx, strict=True)
+    except DeclarationError:
+        return False
+    return True
+
+
+def applicable(
+    claims: list[Claim], sweep: Sweep, bench: dict | None = None
+) -> tuple[list[tuple[Claim, list[Part] | None]], str]:
+    """The claims the sweep asks about, each with the parts to decide (``None``: those reading the
+    sweep), and a note when they were guessed: jobs that record no experiment get each claim with a
+    part that compares arms the sweep has (only those parts), and the claims measured by ``xformer
+    bench`` when a bench file is given."""
     names = sweep_names(sweep)
     if names:
-        return [c for c in claims if set(c.sweeps) & names], ""
+        return [(c, None) for c in claims if set(c.sweeps) & names], ""
     ctx = Context(sweep, bench)
-    found = []
+    found: list[tuple[Claim, list[Part] | None]] = []
     for c in claims:
-        try:
-            for p in c.parts:
-                decide_part(p, ctx, strict=True)
-        except DeclarationError:
+        if c.bench:
+            if bench is not None:
+                found.append((c, list(c.parts)))
             continue
-        found.append(c)
+        arms = [p for p in c.parts if p.test != "quantity" and sweep.jobs and _covered(p, ctx)]
+        if any(p.role == "claim" for p in arms):
+            found.append((c, arms))
     note = (
-        "the jobs record no experiment, so the claims were guessed: each claim here is one whose every part "
-        "finds its arms and metric in this sweep"
+        "the jobs record no experiment (no `experiment=claims/<sweep>`), so the claims were guessed: each "
+        "is decided on its parts whose arms and metric this sweep has"
         if found
         else ""
     )
@@ -155,9 +172,9 @@ def evaluate(
     :class:`DeclarationError`), or the project's that the sweep asks about (:func:`applicable`).
     Returns the results and the note on how the claims were chosen."""
     if claims is not None and strict:
-        return [decide_claim(c, sweep, bench, strict=True) for c in claims], ""
+        return [decide_claim(c, sweep, bench, strict=True, parts=list(c.parts)) for c in claims], ""
     chosen, note = applicable(project_claims() if claims is None else claims, sweep, bench)
-    out = [decide_claim(c, sweep, bench) for c in chosen]
+    out = [decide_claim(c, sweep, bench, parts=parts) for c, parts in chosen]
     for r in out:
         r.note = note
     return out, note

@@ -47,7 +47,7 @@ from ..aggregate import Sweep, fmt_value, read_curves, value_sort_key
 from ..stats import CONFIDENCE, contrast, detectable_for, seeds_needed, welch
 from . import measures
 from .declare import Part
-from .evidence import Arm, SelectionError, arm, bounds, higher_is_better, same, select, selector_text
+from .evidence import Arm, SelectionError, arm, bounds, higher_is_better, job_value, same, select, selector_text
 from .results import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, PartResult, Status
 from .stability import check as stability_check
 
@@ -511,7 +511,7 @@ def threshold(part: Part, ctx: Context) -> PartResult:
         arms = [_arm(ctx, part, "a")]
     rows, short = [], []
     for x in arms:
-        finished = [v for j in x.jobs if j.finished and (v := _final(j, str(part.metric))) is not None]
+        finished = [v for j in x.jobs if j.finished and (v := job_value(j, str(part.metric))) is not None]
         reached = sum(_reaches(v, level, hb) for v in finished if math.isfinite(v))
         n = len([j for j in x.jobs if j.finished or j.diverged])
         need = _need(part, n)
@@ -537,11 +537,6 @@ def threshold(part: Part, ctx: Context) -> PartResult:
 
 
 threshold.check = _needs("metric", "level")
-
-
-def _final(job: Any, metric: str) -> float | None:
-    v = job.metrics.get(metric)
-    return float(v) if v is not None else None
 
 
 def steps_to_level(job: Any, curve: str, level: float, hb: bool) -> tuple[float, bool] | None:
