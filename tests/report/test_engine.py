@@ -284,12 +284,12 @@ def test_one_slow_seed_is_counted_not_averaged_against_a_per_seed_threshold(tmp_
     assert r.verdict == NOT_SUPPORTED and "2 of 3" in r.reason
 
 
-def _steps_sweep(root: Path, table: dict) -> Path:
-    """Exact-match curves that reach 0.9 at the given step (``None``: never, stopping at step 400)."""
+def _steps_sweep(root: Path, table: dict, stop: int = 400) -> Path:
+    """Exact-match curves that reach 0.9 at the given step (``None``: never, stopping at ``stop``)."""
     num = 0
     for (mixer, k), steps in table.items():
         for seed, s in enumerate(steps, start=1):
-            last = s if s is not None else 400
+            last = s if s is not None else stop
             curve = [(x, 0.95 if s is not None and x >= s else 0.3) for x in range(50, last + 1, 50)]
             job(
                 root,
@@ -335,9 +335,35 @@ def test_steps_to_level_grow_or_stay_flat_on_log2_steps(tmp_path, hi_steps, expe
 def test_censored_runs_are_lower_bounds_that_cannot_show_flatness(tmp_path):
     root = _steps_sweep(tmp_path / "s", {("mha", 8): [100, 100, 150], ("mha", 64): [100, 150, None]})
     r = decide(root, {**STEPS, "at": {"model/mixer": "mha"}, "expect": "flat", "factor": 8})
-    assert r.verdict == INCONCLUSIVE and "never reach" in r.reason
+    assert r.hi < 3 and r.verdict == INCONCLUSIVE and "censored run(s) make the other bound unknown" in r.reason
     (sweep_job,) = [j for j in aggregate([root]).jobs if j.value("data.distance") == 64 and j.seed == 3]
     assert steps_to_level(sweep_job, "val/exact_match", 0.9, True) == (400.0, False)
+
+
+def test_the_growth_of_steps_is_compared_between_mixers_and_censoring_keeps_lower_bounds(tmp_path):
+    table = {
+        ("lstm", 8): [200, 250, 250],
+        ("lstm", 64): [1400, None, 1500],  # one run never reaches 0.9 (stopped at step 1600): ≥ 1600
+        ("mha", 8): [50, 50, 50],
+        ("mha", 64): [100, 100, 100],
+    }
+    part = {**STEPS, "at": {"model/mixer": "lstm"}, "versus": {"model/mixer": "mha"}, "expect": "grows"}
+    r = decide(_steps_sweep(tmp_path / "s", table, stop=1600), part)
+    logs = [np.log2([1400, 1600, 1500]), np.log2([200, 250, 250]), np.log2([100, 100, 100]), np.log2([50, 50, 50])]
+    lo, d, hi = _hand_contrast(logs, [-1, 1, 1, -1])  # _hand_contrast negates: a loss-like orientation
+    assert (r.lo, r.estimate, r.hi) == pytest.approx((lo, d, hi))
+    assert lo > 1 and r.verdict == SUPPORTED, r.reason  # the censored run understates a term counted +
+    # censored where it is subtracted (attention at k = 64), the lower bound is no longer a bound
+    table[("mha", 64)] = [100, None, 100]
+    r = decide(_steps_sweep(tmp_path / "t", table, stop=1600), part)
+    assert r.verdict == INCONCLUSIVE and "censored" in r.reason
+
+
+def test_a_part_can_expect_most_seeds_to_miss_a_level(tmp_path):
+    root = sweep_of(tmp_path / "s", "data.distance", {256: [0.2, 0.3, 0.95]}, "val/exact_match", "val/exact_match")
+    part = {"test": "threshold", "a": {"data.distance": 256}, "metric": "val/exact_match", "level": 0.9}
+    assert decide(root, {**part, "expect": "miss"}).verdict == SUPPORTED
+    assert decide(root, {**part, "expect": "miss", "need": "all"}).verdict == NOT_SUPPORTED
 
 
 # -- quantity ---------------------------------------------------------------------------------------

@@ -51,7 +51,7 @@ class Row:
     def markdown(self) -> str:
         cells = [
             self.claim,
-            f"`{self.sweep}`",
+            f"`{self.sweep}`" if self.sweep else "",
             self.verdict,
             self.part,
             self.test,
@@ -61,7 +61,7 @@ class Row:
             self.published,
             self.where,
         ]
-        return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ").strip() or "—" for c in cells) + " |"
+        return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ").strip() for c in cells) + " |"
 
 
 def _interval(p: dict) -> str:

@@ -62,6 +62,7 @@ PART_KEYS = (
     "factor",
     "from_value",
     "to_value",
+    "versus",
     "measure",
     "args",
     "target",
@@ -285,7 +286,7 @@ def _check_part(part: Part, tests: Any) -> None:
         raise DeclarationError(
             f"{part.where('margin')}: {e}; fix: give a number (0.01) or a percentage ('1.5%')"
         ) from e
-    for key in ("a", "b", "at"):
+    for key in ("a", "b", "at", "versus"):
         if key in part.spec and not isinstance(part.spec[key], dict):
             raise DeclarationError(
                 f"{part.where(key)}: expected an override selector such as {{model.ffn_ratio: 4}}; "

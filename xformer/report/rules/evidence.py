@@ -12,7 +12,7 @@ import math
 import re
 from typing import Any
 
-from ..aggregate import Job, Sweep, fmt_value, read_curves
+from ..aggregate import Job, Sweep, fmt_value, read_curves, value_sort_key
 from .results import Arm
 
 LOWER_IS_BETTER = ("loss", "ppl", "perplexity", "error", "wer", "cer", "nll")
@@ -135,7 +135,7 @@ def select(sweep: Sweep, selector: dict, key: str = "a") -> list[Job]:
     if not hits:
         have = []
         for k in selector:
-            vals = sorted({fmt_value(j.value(k)) for j in counted})
+            vals = [fmt_value(v) for v in sorted({j.value(k) for j in counted}, key=value_sort_key)]
             have.append(f"{k} ∈ {{{', '.join(vals)}}}")
         raise SelectionError(
             key, f"the arm {{{selector_text(selector)}}} selects no job; the sweep has {'; '.join(have)}"

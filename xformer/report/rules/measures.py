@@ -6,6 +6,7 @@ the bench file has nothing to measure.
   shape (counted from ``params`` in ``metrics.json``).
 - :func:`bench`: numbers from ``bench.json`` by dotted path (``sections.attention.explicit.time_exponent``).
 - :func:`bench_ratio`: the ratio of two such numbers.
+- :func:`param_spread`: the largest parameter count of the settings over the smallest.
 """
 
 from __future__ import annotations
@@ -47,6 +48,14 @@ def bench_ratio(ctx: Any, num: str, den: str) -> list[tuple[str, float]]:
     if a is None or not b:
         return []
     return [(f"{num} / {den}", a / b)]
+
+
+def param_spread(ctx: Any) -> list[tuple[str, float]]:
+    """The largest mean parameter count of the sweep's settings over the smallest (1: equal size)."""
+    totals = [g.params["total"] for g in ctx.sweep.groups if g.params.get("total")]
+    if len(totals) < 2:
+        return []
+    return [("largest / smallest parameter count of the settings", max(totals) / min(totals))]
 
 
 def ffn_block_share(ctx: Any) -> list[tuple[str, float]]:

@@ -509,24 +509,27 @@ def threshold(part: Part, ctx: Context) -> PartResult:
         arms = [_arm(ctx, part, "axis", {axis: v}, f"{axis}={fmt_value(v)}") for v in _axis_values(ctx, part)]
     else:
         arms = [_arm(ctx, part, "a")]
+    miss = part.get("expect") == "miss"
+    word = "miss" if miss else "reach"
     rows, short = [], []
     for x in arms:
         finished = [v for j in x.jobs if j.finished and (v := job_value(j, str(part.metric))) is not None]
         reached = sum(_reaches(v, level, hb) for v in finished if math.isfinite(v))
         n = len([j for j in x.jobs if j.finished or j.diverged])
+        count = n - reached if miss else reached
         need = _need(part, n)
-        rows.append(f"{x.name}: {reached} of {n} seeds reach {level:g} (needs {need})")
-        if reached < need:
-            short.append(f"{x.name}: {reached} of {n}")
+        rows.append(f"{x.name}: {reached} of {n} seeds reach {level:g} ({word} needed in {need})")
+        if count < need:
+            short.append(f"{x.name}: {count} of {n} {word}")
     ns = [len(x.jobs) for x in arms]
     if min(ns, default=0) < MIN_SEEDS:
         verdict, reason = INCONCLUSIVE, f"too few seeds (fewest: {min(ns, default=0)}; needs ≥ {MIN_SEEDS})"
     elif short:
-        verdict, reason = NOT_SUPPORTED, f"too few seeds reach {level:g}: " + "; ".join(short)
+        verdict, reason = NOT_SUPPORTED, f"too few seeds {word} {level:g}: " + "; ".join(short)
     else:
         verdict, reason = (
             SUPPORTED,
-            f"enough seeds reach {level:g} in every setting (need: {part.get('need', 'majority')})",
+            f"enough seeds {word} {level:g} in every setting (need: {part.get('need', 'majority')})",
         )
     res = _base(part, verdict, reason)
     res.arms = arms
@@ -536,7 +539,16 @@ def threshold(part: Part, ctx: Context) -> PartResult:
     return res
 
 
-threshold.check = _needs("metric", "level")
+def _threshold_check(part: Part) -> tuple[str, str] | None:
+    problem = _needs("metric", "level")(part)
+    if problem is None and part.get("mode") == "steps":
+        problem = _needs(
+            "axis", "from_value", "to_value", hint={"from_value": "add 'from_value:' and 'to_value:' (values of axis)"}
+        )(part)
+    return problem
+
+
+threshold.check = _threshold_check
 
 
 def steps_to_level(job: Any, curve: str, level: float, hb: bool) -> tuple[float, bool] | None:
@@ -552,88 +564,94 @@ def steps_to_level(job: Any, curve: str, level: float, hb: bool) -> tuple[float,
     return max(xs), False
 
 
+def _cell(ctx: Context, part: Part, selector: dict, level: float, hb: bool) -> list[tuple[float, bool]]:
+    try:
+        jobs = select(ctx.sweep, selector, "axis")
+    except SelectionError as e:
+        raise NotCovered(str(e), "axis") from e
+    return [s for j in jobs if (s := steps_to_level(j, str(part.metric), level, hb)) is not None]
+
+
+def _steps_row(name: str, got: list[tuple[float, bool]], level: float) -> str:
+    reached = sum(ok for _, ok in got)
+    ordered = sorted(got)
+    med = ordered[len(got) // 2] if got else None
+    return (
+        f"{name}: {reached} of {len(got)} seeds reach {level:g}; steps "
+        + ", ".join(f"{s:g}" if ok else f"≥{s:g}" for s, ok in ordered)
+        + (f" (median {'' if med[1] else '≥'}{med[0]:g})" if med else "")
+    )
+
+
 def _steps(part: Part, ctx: Context) -> PartResult:
+    """Steps to reach ``level``, censored: the growth of log2(steps) from ``from_value`` to ``to_value``
+    of ``axis`` at ``at``, minus the same growth at ``versus`` when given (a contrast of growths),
+    against log2(``factor``). A censored run enters at its last step, a lower bound: the interval's
+    lower bound stays valid where only the positively weighted cells are censored, its upper bound
+    where only the negatively weighted ones are."""
     axis, level, hb = str(part.get("axis")), float(part.get("level")), _hb(part)
-    curve = str(part.metric)
     values = _axis_values(ctx, part)
-    wanted = [part.get(k) for k in ("from_value", "to_value") if part.get(k) is not None]
     have = {fmt_value(v) for v in values}
-    if len(values) < 2 or any(fmt_value(w) not in have for w in wanted):
-        raise NotCovered(
-            f"the sweep has {axis} ∈ {{{', '.join(sorted(have))}}} at {selector_text(part.get('at') or {})}; the part "
-            f"reads {', '.join(fmt_value(w) for w in wanted) or 'two values'}",
-            "axis",
-        )
-    rows, per_value = [], {}
-    for v in values:
-        try:
-            jobs = select(ctx.sweep, {**(part.get("at") or {}), axis: v}, "axis")
-        except SelectionError as e:
-            raise NotCovered(str(e), "axis") from e
-        got = [s for j in jobs if (s := steps_to_level(j, curve, level, hb)) is not None]
-        per_value[fmt_value(v)] = got
-        reached = [s for s, ok in got if ok]
-        cens = [s for s, ok in got if not ok]
-        med = sorted(s for s, _ in got)[len(got) // 2] if got else math.nan
-        rows.append(
-            f"{axis}={fmt_value(v)}: {len(reached)} of {len(got)} seeds reach {level:g}; steps "
-            + ", ".join(f"{s:g}" if ok else f"≥{s:g}" for s, ok in sorted(got))
-            + (f" (median {'≥' if sorted(got)[len(got) // 2][1] is False else ''}{med:g})" if got else "")
-            + (f"; {len(cens)} censored" if cens else "")
-        )
-    lo_key, hi_key = fmt_value(part.get("from_value", values[0])), fmt_value(part.get("to_value", values[-1]))
-    a, b = per_value.get(hi_key, []), per_value.get(lo_key, [])
-    arms = [Arm(f"{axis}={k}", [math.log2(max(s, 1.0)) for s, _ in per_value.get(k, [])]) for k in (hi_key, lo_key)]
-    factor = float(part.get("factor", 2.0))
-    expect = part.get("expect", "grows")
-    res = _base(part, INCONCLUSIVE, "", margin=math.log2(factor))
-    res.metric = f"log2(steps to {curve} {'≥' if hb else '≤'} {level:g})"
-    res.arms = arms
-    res.evidence = rows
-    if len(a) < MIN_SEEDS or len(b) < MIN_SEEDS:
-        res.reason = f"too few seeds with a {curve} curve at {axis}={lo_key} and {hi_key} (needs ≥ {MIN_SEEDS})"
+    for k in ("from_value", "to_value"):
+        if fmt_value(part.get(k)) not in have:
+            raise NotCovered(
+                f"the sweep has {axis} ∈ {{{', '.join(fmt_value(v) for v in values)}}} at "
+                f"{selector_text(part.get('at') or {})}; the part reads {axis}={fmt_value(part.get(k))}",
+                k,
+            )
+    at, versus = dict(part.get("at") or {}), part.get("versus")
+    lo_v, hi_v = part.get("from_value"), part.get("to_value")
+    cells = [(1.0, {**at, axis: hi_v}), (-1.0, {**at, axis: lo_v})]
+    if versus:
+        cells += [(-1.0, {**versus, axis: hi_v}), (1.0, {**versus, axis: lo_v})]
+    got = [_cell(ctx, part, sel, level, hb) for _, sel in cells]
+    names = [selector_text(sel) for _, sel in cells]
+    res = _base(part, INCONCLUSIVE, "")
+    res.metric = f"log2(steps to {part.metric} {'≥' if hb else '≤'} {level:g})"
+    res.arms = [Arm(n, [math.log2(max(s, 1.0)) for s, _ in g]) for n, g in zip(names, got, strict=True)]
+    res.evidence = [_steps_row(n, g, level) for n, g in zip(names, got, strict=True)]
+    if versus is None:
+        rows = []
+        for v in values:
+            g = _cell(ctx, part, {**at, axis: v}, level, hb)
+            rows.append(_steps_row(f"{axis}={fmt_value(v)}", g, level))
+        res.evidence = rows
+    res.evidence.append(
+        "a run that never reaches the level enters at its last step (stopped on a plateau or at the budget), "
+        "a lower bound of the steps it needs"
+    )
+    if any(len(g) < MIN_SEEDS for g in got):
+        res.reason = f"too few seeds with a {part.metric} curve (needs ≥ {MIN_SEEDS} in each of {', '.join(names)})"
         res.problems.append("too few seeds")
         return res
-    iv = welch(arms[0].values, arms[1].values)
+    iv = contrast([a.values for a in res.arms], [w for w, _ in cells])
     res.estimate, res.lo, res.hi, res.confidence = iv.delta, iv.lo, iv.hi, iv.confidence
     res.detectable = detectable_for(iv.se, iv.df) if iv.se > 0 else 0.0
-    cens_hi = sum(not ok for _, ok in a)
-    cens_lo = sum(not ok for _, ok in b)
+    censored_pos = sum(not ok for (w, _), g in zip(cells, got, strict=True) if w > 0 for _, ok in g)
+    censored_neg = sum(not ok for (w, _), g in zip(cells, got, strict=True) if w < 0 for _, ok in g)
+    lower_ok, upper_ok = censored_neg == 0, censored_pos == 0
+    factor = float(part.get("factor", 2.0))
     g = math.log2(factor)
+    what = "the growth of steps" + (f" minus its growth at {selector_text(versus)}" if versus else "")
     growth = (
-        f"steps grow by 2^{iv.delta:.2f} = ×{2**iv.delta:.3g} [95 % ×{2**iv.lo:.3g}, ×{2**iv.hi:.3g}] "
-        f"from {axis}={lo_key} to {hi_key}"
+        f"{what} from {axis}={fmt_value(lo_v)} to {fmt_value(hi_v)}: ×{2**iv.delta:.3g} "
+        f"[95 % ×{2**iv.lo:.3g}, ×{2**iv.hi:.3g}]"
     )
-    res.evidence.append(
-        "censored runs enter at their last step, a lower bound of the steps they need: an interval's lower "
-        "bound stays valid, its upper bound does not where the longer side is censored"
-    )
-    if cens_lo:
-        res.verdict, res.reason = (
-            INCONCLUSIVE,
-            f"{cens_lo} seed(s) never reach {level:g} at {axis}={lo_key}: no baseline",
-        )
-        res.problems.append("censored baseline")
-    elif expect == "grows":
-        if iv.lo > g:
+    censored = f" ({censored_pos + censored_neg} censored run(s) make the other bound unknown)"
+    if part.get("expect", "grows") == "grows":
+        if iv.lo > g and lower_ok:
             res.verdict, res.reason = SUPPORTED, f"{growth}: more than ×{factor:g}"
-        elif iv.hi <= g and not cens_hi:
+        elif iv.hi <= g and upper_ok:
             res.verdict, res.reason = NOT_SUPPORTED, f"{growth}: at most ×{factor:g}"
         else:
-            res.verdict = INCONCLUSIVE
-            res.reason = f"{growth}: the interval contains ×{factor:g}" + (
-                f" ({cens_hi} censored at {axis}={hi_key})" if cens_hi else ""
-            )
-    else:  # flat
-        if iv.lo > g:
-            res.verdict, res.reason = NOT_SUPPORTED, f"{growth}: more than ×{factor:g}"
-        elif iv.hi <= g and not cens_hi:
+            res.reason = f"{growth}: not shown beyond ×{factor:g}" + (censored if not (lower_ok and upper_ok) else "")
+    else:
+        if iv.hi <= g and upper_ok:
             res.verdict, res.reason = SUPPORTED, f"{growth}: at most ×{factor:g}"
+        elif iv.lo > g and lower_ok:
+            res.verdict, res.reason = NOT_SUPPORTED, f"{growth}: more than ×{factor:g}"
         else:
-            res.verdict = INCONCLUSIVE
-            res.reason = f"{growth}: the interval contains ×{factor:g}" + (
-                f" ({cens_hi} seed(s) never reach {level:g} at {axis}={hi_key})" if cens_hi else ""
-            )
+            res.reason = f"{growth}: not shown within ×{factor:g}" + (censored if not (lower_ok and upper_ok) else "")
     return res
 
 
