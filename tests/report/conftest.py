@@ -151,8 +151,9 @@ def write_sweep(
 
 @pytest.fixture
 def sweep_dir(tmp_path: Path) -> Path:
-    """An ``model.ffn_ratio=1,2,4,8 seed=1,2,3`` sweep with paper-shaped BLEU, converged loss curves
-    (decision metric val/loss: 2.0 - 0.1·√ratio + 0.002·seed) and one failed job."""
+    """The FFN-ratio claim's sweep (``experiment=claims/c1_ffn_ratio``, ``model.ffn_ratio=1,2,4,8
+    seed=1,2,3``) with paper-shaped BLEU, converged loss curves (val/loss and test/loss:
+    2.0 - 0.1·√ratio + 0.002·seed) and one failed job."""
     root = tmp_path / "multirun" / "2024-01-01" / "12-00-00"
     bleu = {1: [24.9, 25.0, 24.95], 2: [25.4, 25.5, 25.45], 4: [25.8, 25.9, 25.85], 8: [26.2, 26.3, 26.25]}
     totals = {1: 47e6, 2: 53e6, 4: 65e6, 8: 90e6}
@@ -164,11 +165,12 @@ def sweep_dir(tmp_path: Path) -> Path:
             write_job(
                 root,
                 num,
-                [f"model.ffn_ratio={ratio}", f"seed={seed}", "trainer.max_steps=40"],
-                {"val/loss": loss, "val/ppl": 2.718**loss, "test/bleu": b},
+                [f"model.ffn_ratio={ratio}", f"seed={seed}", "trainer.max_steps=40", "experiment=claims/c1_ffn_ratio"],
+                {"val/loss": loss, "val/ppl": 2.718**loss, "test/loss": loss, "test/bleu": b},
                 params={**PARAMS, "total": int(totals[ratio])},
                 curve=curve,
             )
             num += 1
-    write_job(root, num, ["model.ffn_ratio=8", "seed=4", "trainer.max_steps=40"], {"val/loss": 99.0}, status="failed")
+    failed = ["model.ffn_ratio=8", "seed=4", "trainer.max_steps=40", "experiment=claims/c1_ffn_ratio"]
+    write_job(root, num, failed, {"val/loss": 99.0}, status="failed")
     return root

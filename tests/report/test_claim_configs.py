@@ -10,7 +10,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from xformer.report.catalog import MIN_POINTS
+from xformer.report.rules.stability import MIN_POINTS
 from xformer.report.sweeps import claim_names
 from xformer.train.schedules import warmup_linear
 

@@ -14,6 +14,7 @@ import pytest
 from tests.conftest import REPO, SHARED_DATA
 from xformer.report import claims_run, claims_table
 from xformer.report.claims_table import BEGIN, END, README, render
+from xformer.report.rules.engine import project_claims
 
 
 def test_readme_claims_table_matches_the_committed_reports():
@@ -44,42 +45,63 @@ def _publish(results: Path, name: str, report: str, summary: dict | None = None,
         (d / "verdicts.json").write_text(json.dumps(summary))
 
 
-def _rows(results: Path, name: str) -> list:
-    return claims_table.report_rows(name, results)
+def _rows(results: Path, claim: str, sweep: str) -> list:
+    (c,) = [c for c in project_claims() if c.name == claim]
+    return claims_table.claim_rows(c, sweep, results)
 
 
 def test_rows_come_from_verdicts_json_never_from_the_markdown(tmp_path):
-    top = (
-        "# report\n\n| claim | verdict | budget | key Δ (95 % CI) | relative % | published |\n"
-        "|---|---|---|---|---|---|\n| **C4** Pre-LN vs Post-LN | not supported | 3000 steps | Δ -0.2 | -12 % | 8 |\n"
-    )
+    top = "# report\n\n| claim | verdict |\n|---|---|\n| C4 | not supported |\n"
     _publish(tmp_path, "c4_norm_warmup", top)
-    (row,) = _rows(tmp_path, "c4_norm_warmup")
-    assert row.verdict.startswith("not run (the report there has no verdicts.json: re-render it"), row.verdict
+    (row,) = _rows(tmp_path, "C4", "c4_norm_warmup")
+    assert row.verdict == "not run" and row.where == "`xformer claims run c4_norm_warmup`"
     summary = {
+        "format": 2,
         "claims": [
             {
                 "claim": "C9",
                 "verdict": "inconclusive",
-                "reason": "within noise",
-                "budget": "b",
-                "key": "k",
-                "relative": "r",
-                "published": "p",
+                "parts": [
+                    {
+                        "part": "(i)",
+                        "test": "superiority",
+                        "role": "claim",
+                        "verdict": "supported",
+                        "estimate": 0.1,
+                        "interval": [0.05, 0.15],
+                        "metric": "test/loss",
+                    },
+                    {
+                        "part": "(ii)",
+                        "test": "contrast",
+                        "role": "claim",
+                        "verdict": "inconclusive",
+                        "estimate": 0.07,
+                        "interval": [-0.01, 0.15],
+                        "margin": 0.02,
+                        "margin_source": "m",
+                    },
+                ],
             }
-        ]
+        ],
     }
     _publish(tmp_path, "c9_attn_scale", top, summary)
-    (row,) = _rows(tmp_path, "c9_attn_scale")
-    assert (row.claim, row.verdict, row.budget, row.key, row.relative, row.published) == (
+    first, second = _rows(tmp_path, "C9", "c9_attn_scale")
+    assert (first.claim, first.verdict, first.part, first.test, first.part_verdict) == (
         "C9",
-        "**inconclusive**: within noise",
-        "b",
-        "k",
-        "r",
-        "p",
+        "**inconclusive**",
+        "(i)",
+        "superiority",
+        "supported",
     )
-    assert "| C9 | `c9_attn_scale` | **inconclusive**: within noise | b | k | r | p |" in render(tmp_path)
+    assert first.interval == "+0.1 [+0.05, +0.15] test/loss" and second.margin == "0.02 (m)" and second.claim == ""
+    assert "| C9 | `c9_attn_scale` | **inconclusive** | (i) | superiority | supported |" in render(tmp_path)
+
+
+def test_a_report_made_before_claims_had_parts_asks_to_be_re_rendered(tmp_path):
+    _publish(tmp_path, "c6_pe_in_distribution", "old\n", {"format": 1, "claims": [{"claim": "C6", "verdict": "x"}]})
+    (row,) = _rows(tmp_path, "C6", "c6_pe_in_distribution")
+    assert row.verdict.startswith("made before claims had parts: re-render it, `xformer report docs/results/c6")
 
 
 def test_a_report_writes_verdicts_json_with_portable_paths(tmp_path, monkeypatch):
@@ -91,27 +113,27 @@ def test_a_report_writes_verdicts_json_with_portable_paths(tmp_path, monkeypatch
 
     runs = tmp_path / "runs"
     sweep = runs / "claims" / "c11_d_head" / "cpu"
-    write_sweep(sweep, "model.d_qk", {6: [1.80, 1.81, 1.82], 24: [1.74, 1.75, 1.76]})
+    table = {6: [1.80, 1.81, 1.82], 24: [1.74, 1.75, 1.76]}
+    write_sweep(sweep, "model.d_qk", table, metric="test/loss", extra=["experiment=claims/c11_d_head"])
     monkeypatch.setenv("XFORMER_RUNS", str(runs))
     out = tmp_path / "docs" / "c11_d_head"
     assert main([str(sweep), "--out", str(out)]) == 0
     data = json.loads((out / "verdicts.json").read_text())
     (c11,) = [r for r in data["claims"] if r["claim"] == "C11"]
-    assert c11["verdict"] == "supported" and c11["key"].startswith("d_qk=24 vs d_qk=6") and c11["detectable"] > 0
+    (part,) = c11["parts"]
+    assert c11["verdict"] == "supported" and part["test"] == "superiority" and part["detectable"] > 0
+    assert part["interval"][0] > 0
     text = (out / "report.md").read_text()
     assert "${XFORMER_RUNS}/claims/c11_d_head/cpu" in text and str(runs) not in text
     assert str(runs) not in (out / "jobs.json").read_text()
 
 
 def test_unpublished_claims_are_not_run_rows_with_their_command(tmp_path):
-    _publish(tmp_path, "c5_pe_length", "- **C5: supported**. old form\n", {"claims": []}, run_md=False)
-    (row,) = _rows(tmp_path, "c5_pe_length")
-    assert row.verdict.startswith("not run") and "no run.md" in row.verdict
-    assert row.where == "`xformer claims run c5_pe_length`"
-    (row,) = _rows(tmp_path, "c10_encoder_attention")
-    assert (row.claim, row.verdict) == ("C10", "not run")
+    _publish(tmp_path, "c5_pe_length", "old form\n", {"format": 2, "claims": []}, run_md=False)
+    (row,) = _rows(tmp_path, "C5", "c5_pe_length")
+    assert row.verdict == "not run" and row.where == "`xformer claims run c5_pe_length`"
     rows = render(tmp_path).splitlines()[2:]
-    assert len(rows) == len(claims_run.claim_names())  # one row per claim config, nothing published
+    assert len(rows) == sum(len(c.sweeps) for c in project_claims())  # one row per claim and sweep
 
 
 def test_names_resolve_to_claim_configs():
@@ -248,21 +270,9 @@ def test_claims_run_runs_reports_and_resumes(tmp_path):
     assert len(runs) == 1
 
 
-def test_a_report_with_the_superseded_banner_is_a_superseded_row_whatever_its_verdicts(tmp_path):
-    old = (
-        "# xformer ablation report\n\n> **Superseded (issue 18).** Made under the former verdict rules.\n\n"
-        "- **C6: not supported**. old rule\n"
-    )
-    _publish(tmp_path, "c6_pe_in_distribution", old)
-    (row,) = _rows(tmp_path, "c6_pe_in_distribution")
-    assert row.claim == "C6" and row.verdict.startswith("**superseded**") and "not supported" not in row.verdict
-    assert "xformer claims run c6_pe_in_distribution" in row.verdict
-
-
-def test_the_c7_sweep_is_reported_with_the_committed_bench_file():
-    """C7 and C8 are decided from ``xformer bench``: the report of ``c7_mixer`` reads
-    ``docs/results/bench-<scale>.json`` (without it the C7 row could never get a verdict); quality
-    claims are reported without it."""
+def test_a_sweep_read_by_a_bench_claim_is_reported_with_the_committed_bench_file():
+    """Claims declared with ``bench: true`` are decided from ``xformer bench``: the report of the sweep
+    they read gets ``docs/results/bench-<scale>.json``; quality claims are reported without it."""
     from xformer.report import claims_run
 
     c7 = claims_run.ClaimSweep("c7_mixer", "cpu", Path("/nowhere"), [])

@@ -6,8 +6,8 @@ the claims table of docs/results/README.md -- one command per step, each resumab
     xformer claims report [--scale cpu|gpu|cpu_small] [NAMES ...]   # reports of the sweeps as they are
     xformer claims table [--check]                                  # docs/results/README.md table from docs/results/*/
 
-NAMES are claim configs (``c1_ffn_ratio``; ``conf/experiment/claims/``) or claim ids (``C1``: all of
-its configs); none means every claim config. ``run`` starts, for each name in turn,
+NAMES are claim configs (the files of ``conf/experiment/claims/``) or declared claims (``claims/*.yaml``:
+the configs its ``sweeps`` name); none means every claim config. ``run`` starts, for each name in turn,
 
     python run.py experiment=claims/<name> scale=<scale> [OVERRIDES] -m
 
@@ -91,21 +91,24 @@ class ClaimSweep:
 
 
 def resolve_names(names: list[str]) -> list[str]:
-    """Claim config names for ``names`` (config names or claim ids, case-insensitive), in catalogue
-    order; all configs when empty.
+    """Claim config names for ``names`` (config names, or declared claims standing for the configs their
+    ``sweeps`` name; case-insensitive), in catalogue order; all configs when empty.
 
     Raises:
         UsageError: a name that is neither.
     """
+    from .rules.engine import project_claims
+
     known = claim_names()
     if not names:
         return known
+    declared = {c.name.lower(): c.sweeps for c in project_claims()}
     out: list[str] = []
     for n in names:
         low = n.lower().removeprefix("experiment=claims/")
-        hits = [k for k in known if k == low] or [k for k in known if k.split("_", 1)[0] == low]
+        hits = [k for k in known if k == low] or [k for k in known if k in declared.get(low, ())]
         if not hits:
-            raise UsageError(f"{n}: not a claim config or claim id (known: {', '.join(known)})")
+            raise UsageError(f"{n}: not a claim config or declared claim (known configs: {', '.join(known)})")
         out += [h for h in hits if h not in out]
     return out
 
@@ -346,15 +349,12 @@ def write_run_md(s: ClaimSweep, out: Path, extra: list[str]) -> Path:
     return path
 
 
-#: Claims decided from ``xformer bench`` (cost, not quality): their sweeps' reports read the committed
-#: bench file of their scale, ``docs/results/bench-<scale>.json``.
-BENCH_CLAIMS = ("C7", "C8")
-
-
 def bench_args(s: ClaimSweep) -> list[str]:
-    """``["--bench", <file>]`` for a C7/C8 claim config when the committed ``bench-<scale>.json``
-    exists, else ``[]``."""
-    if s.name.split("_", 1)[0].upper() not in BENCH_CLAIMS:
+    """``["--bench", <file>]`` for a sweep read by a claim declared with ``bench: true`` (measured by
+    ``xformer bench``) when the committed ``docs/results/bench-<scale>.json`` exists, else ``[]``."""
+    from .rules.engine import project_claims
+
+    if not any(c.bench and s.name in c.sweeps for c in project_claims()):
         return []
     bench = RESULTS / f"bench-{s.scale}.json"
     return ["--bench", str(bench)] if bench.is_file() else []
@@ -394,7 +394,12 @@ def build_parser() -> argparse.ArgumentParser:
         ("report", "publish the reports of the sweeps as they are"),
     ):
         q = sub.add_parser(cmd, help=text)
-        q.add_argument("names", nargs="*", metavar="NAME", help="claim config (c1_ffn_ratio) or claim id (C1)")
+        q.add_argument(
+            "names",
+            nargs="*",
+            metavar="NAME",
+            help="claim config (conf/experiment/claims/<name>) or declared claim (claims/<id>.yaml)",
+        )
         q.add_argument(
             "--scale", choices=("cpu", "gpu", SMALL), default="cpu", help="CPU form (default), GPU form or small form"
         )

@@ -1,19 +1,20 @@
-"""``xformer report DIR [DIR ...] [--out OUTDIR] [--metric KEY] [--bench FILE] [--wandb ENTITY/PROJECT[:GROUP]]``
+"""``xformer report DIR [DIR ...] [--out OUTDIR] [--claims FILE] [--metric KEY] [--bench FILE] [--wandb SPEC]``
 
 Pools every job found below the DIRs (one sweep, or several sweeps of one study), writes
-``OUTDIR/report.md`` (default OUTDIR: the first DIR), its PNG plots (one beside each verdict) and the
-per-seed files ``seeds.csv``, ``curves.csv`` and ``jobs.json`` (:mod:`xformer.report.export`), prints
-one verdict block per recognised claim and, last, the path of ``report.md``. A DIR may also be a
-report folder written earlier (no job folders, but ``jobs.json`` and ``curves.csv``): its jobs are
-read back from those files, so a committed report can be re-rendered and its verdicts recomputed.
+OUTDIR/report.md (default OUTDIR: the first DIR), its PNG plots (one beside each claim) and the
+per-seed files seeds.csv, curves.csv, jobs.json and verdicts.json, prints one line per claim and,
+last, the path of report.md. A DIR may also be a report folder written earlier (jobs.json and
+curves.csv, no job folders): a committed report can be re-rendered and its verdicts recomputed.
 
-``--metric KEY`` puts KEY first in the table, plots it and judges the claims on it instead of the
-automatic choice (see :mod:`xformer.report.claims`). ``bench.json`` files below the DIRs (or given
-with ``--bench``) feed the C7/C8 verdicts. ``--wandb`` adds the runs of a W&B project when an API key
-is present (otherwise says so in one line and uses the files only).
+Claims: the project's declarations (claims/*.yaml) that the sweep asks about (its jobs' experiment),
+or with --claims FILE your own hypotheses in the same YAML form, every one decided on these jobs.
+--metric KEY puts KEY first in the table and plots it. bench.json files below the DIRs (or given with
+--bench) feed the claims measured by `xformer bench`. --wandb adds the runs of a W&B project when an
+API key is present (otherwise says so in one line and uses the files only).
 
-Exit status: 0 on success; 2 with one ``error: ...`` line on stderr for a DIR that does not exist or
-holds no job, an unknown ``--metric``, or bad arguments.
+Exit status: 0 on success; 2 with one `error: ...` line on stderr for a DIR that does not exist or
+holds no job, an unknown --metric, a --claims file that cannot be decided on these jobs (naming the
+file, the claim, the key and the fix), or bad arguments.
 """
 
 from __future__ import annotations
@@ -28,10 +29,13 @@ from xformer.help import PlainHelpFormatter
 
 from .aggregate import Job, NoJobsError, Sweep, aggregate_jobs, find_job_dirs, load_jobs_once, main_metrics
 from .benchjson import load_bench
-from .claims import Options, evaluate, length_metrics, pick_metric
+from .claims import DeclarationError, evaluate, load_file
 from .export import is_report_folder, portable, read_report_folder, write_seed_files, write_verdicts
 from .markdown import render
-from .plots import plot_verdict, write_plots
+from .plots import length_metrics, plot_claim, write_plots
+
+PREFERRED = ("test/loss", "val/loss", "test/bleu", "val/bleu", "test/ppl", "val/ppl")
+"""The metric tabulated and plotted first when neither ``--metric`` nor a claim names one."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,14 +53,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="sweep folder(s) (multirun/<date>/<time>), searched recursively for jobs",
     )
     p.add_argument("--out", type=Path, metavar="OUTDIR", help="where report.md and the PNGs go (default: first DIR)")
-    p.add_argument("--metric", metavar="KEY", help="metric to tabulate first, plot and judge claims on (e.g. val/bleu)")
+    p.add_argument(
+        "--claims",
+        type=Path,
+        metavar="FILE",
+        help="your own hypotheses (YAML, as claims/*.yaml), decided on these jobs instead of the project's claims",
+    )
+    p.add_argument("--metric", metavar="KEY", help="metric to tabulate first and plot (e.g. val/bleu)")
     p.add_argument(
         "--bench",
         type=Path,
         action="append",
         default=[],
         metavar="FILE",
-        help="bench.json for the C7/C8 verdicts (default: any bench.json below the DIRs)",
+        help="bench.json for the claims measured by `xformer bench` (default: any bench.json below the DIRs)",
     )
     p.add_argument("--wandb", metavar="ENTITY/PROJECT[:GROUP]", help="also read the runs of a W&B project")
     return p
@@ -141,23 +151,37 @@ def run(args: argparse.Namespace, command: str) -> Path:
         known = ", ".join(sweep.metric_keys[:12]) or "none"
         raise UsageError(f"--metric {args.metric}: not a metric of these jobs (known: {known})")
 
+    own = None
+    if args.claims is not None:
+        try:
+            own = load_file(args.claims)
+        except DeclarationError as e:
+            raise UsageError(str(e)) from e
+    try:
+        verdicts, note = evaluate(sweep, own, bench, strict=own is not None)
+    except DeclarationError as e:
+        raise UsageError(str(e)) from e
     out = args.out or (args.dirs[0] if args.dirs else Path("report"))
     out.mkdir(parents=True, exist_ok=True)
-    opts = Options(metric=args.metric, bench=bench)
-    decision = pick_metric(sweep.groups, opts) if sweep.groups else None
-    metrics = main_metrics(sweep, args.metric or decision)
-    verdicts = evaluate(sweep, opts)
+    declared = [p.metric for r in verdicts for p in r.parts if p.metric in sweep.metric_keys]
+    decision = args.metric or next(iter(declared), None) or next((m for m in PREFERRED if m in sweep.metric_keys), None)
+    metrics = main_metrics(sweep, decision)
     plot_metrics = list(dict.fromkeys(m for m in (decision, "val/loss") if m and m in sweep.metric_keys))
     base = args.metric.split("@")[0] if args.metric else None
     plots = write_plots(sweep, out, plot_metrics, length_metrics(sweep.metric_keys, base)) if sweep.groups else []
     notes = [f"bench: `{bench_files[0]}`"] if bench is not None else []
-    vplots = [plot_verdict(v, out, i) if v.settings else None for i, v in enumerate(verdicts, start=1)]
+    notes += [note] if note else []
+    vplots = [plot_claim(v, out, i) for i, v in enumerate(verdicts, start=1)]
     files = write_seed_files(sweep, out) if sweep.jobs else []
     files.append(write_verdicts(verdicts, out))
     path = out / "report.md"
     path.write_text(portable(render(command, sweep, metrics, verdicts, plots, out, decision, notes, vplots, files)))
+    if note:
+        print(f"note: {note}")
     for v in verdicts:
-        print(v.block())
+        print(v.line())
+    if verdicts:
+        print(f"details (every part's interval, margin, power and second-half check): {path}")
     return path
 
 

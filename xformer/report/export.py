@@ -12,8 +12,8 @@ sweep's job folders:
 - ``jobs.json``: what :func:`xformer.report.aggregate.load_job` read from each job (overrides,
   resolved config, Hydra choices, metrics, parameter counts, status), so that
   ``xformer report <report folder>`` rebuilds the same sweep: :func:`read_report_folder`.
-- ``verdicts.json``: one record per verdict (:func:`write_verdicts`), what ``xformer claims table``
-  reads.
+- ``verdicts.json``: one record per claim with its parts (:func:`write_verdicts`), what
+  ``xformer claims table`` reads.
 
 Paths in these files and in ``report.md`` are portable (:func:`portable`): under ``$XFORMER_DATA``,
 ``$XFORMER_RUNS``, this checkout or the home folder they are written ``${XFORMER_DATA}/…``,
@@ -33,6 +33,8 @@ from .aggregate import LIGHTNING_STEP_OFFSET, Job, Sweep, fmt_value, read_curves
 SEEDS_CSV, CURVES_CSV, JOBS_JSON, VERDICTS_JSON = "seeds.csv", "curves.csv", "jobs.json", "verdicts.json"
 FORMAT = 1
 """Version of ``jobs.json``."""
+VERDICTS_FORMAT = 2
+"""Version of ``verdicts.json`` (2: a claim's ``parts``)."""
 
 
 def _prefixes() -> list[tuple[str, str]]:
@@ -65,37 +67,14 @@ def portable(obj, prefixes: list[tuple[str, str]] | None = None):
     return obj
 
 
-def write_verdicts(verdicts: list, out: Path) -> Path:
-    """Write ``verdicts.json``: per verdict its claim, context, verdict, reason, budget, key comparison
-    (text, Δ, interval, p, detectable difference), relative effect, the checks that made it
-    inconclusive (:class:`~xformer.report.rules.results.Check` names) and the published figure."""
-    from .markdown import HEADLINES, key_text  # the summary row's own wording
-
-    records = []
-    for v in verdicts:
-        key, rel = key_text(v)
-        k = v.key
-        iv = k.interval if k is not None else None
-        records.append(
-            {
-                "claim": v.claim,
-                "context": v.context,
-                "verdict": str(v.status),
-                "reason": v.reason,
-                "budget": v.budget,
-                "metric": v.metric,
-                "key": key if key != "–" else "",
-                "relative": rel if rel != "–" else "",
-                "delta": None if iv is None else iv.delta,
-                "interval": None if iv is None else [iv.lo, iv.hi],
-                "p": None if iv is None else iv.p,
-                "detectable": None if k is None else k.detectable,
-                "problems": [c.name for c in v.problems],
-                "published": HEADLINES.get(v.claim, v.published),
-            }
-        )
+def write_verdicts(results: list, out: Path) -> Path:
+    """Write ``verdicts.json``: ``{"format": 2, "claims": [{"claim", "statement", "verdict", "reason",
+    "budget", "sweep", "published", "note", "parts": [{"part", "test", "role", "says", "verdict",
+    "reason", "metric", "estimate", "interval", "confidence", "margin", "margin_source", "detectable",
+    "published_effect", "stability", "problems"}]}]}`` (:meth:`~xformer.report.rules.results.ClaimResult.record`)."""
+    records = [r.record() for r in results]
     path = out / VERDICTS_JSON
-    path.write_text(json.dumps({"format": FORMAT, "claims": portable(records)}, indent=1, default=str))
+    path.write_text(json.dumps({"format": VERDICTS_FORMAT, "claims": portable(records)}, indent=1, default=str))
     return path
 
 

@@ -1,8 +1,8 @@
-"""The text of ``report.md``: first a summary table (one row per verdict: verdict, budget, key Δ with
-its interval, the same in %, the published figure), then the command and the sweep, the claim
-verdicts each with its plot beside it, the sweep table, failed and diverged jobs, the parameter
-breakdown (C2), the other plots and the per-seed files. Pure functions from the aggregated data to
-Markdown strings."""
+"""The text of ``report.md``: first a summary table (one row per claim: its verdict and each part's),
+then the command and the sweep, each claim with its parts (test, verdict, interval, margin and where
+it comes from, detectable effect, reason; the rules linked, not repeated) and its plot, the sweep
+table, failed and diverged jobs, the parameter breakdown, the other plots and the per-seed files.
+Pure functions from the aggregated data to Markdown strings."""
 
 from __future__ import annotations
 
@@ -10,8 +10,21 @@ import os
 from pathlib import Path
 
 from .aggregate import Job, Sweep, fmt_value
-from .catalog import COMMON_RULE, HEADLINES
-from .claims import Verdict, block_share
+from .claims import ClaimResult
+from .rules.measures import block_share
+
+RULES_DOC = Path(__file__).resolve().parents[2] / "docs" / "report.md"
+"""Where the test types and the checks every part gets are documented (linked from every report)."""
+
+
+def rules_link(out_dir: Path) -> str:
+    """A link to the test types' section of ``docs/report.md``: relative where the report lies in this
+    checkout, else the file named in words."""
+    root = RULES_DOC.parents[1]
+    if Path(out_dir).resolve().is_relative_to(root):
+        return f"[docs/report.md § Test types]({_rel(RULES_DOC, Path(out_dir).resolve())}#test-types)"
+    return "docs/report.md § Test types (in the xformer checkout)"
+
 
 PARAM_ROLES = ("total", "attention", "ffn", "embedding", "positional", "norm", "other")
 
@@ -64,47 +77,58 @@ def failed_table(jobs: list[Job], root: Path) -> str:
     return table(["job", "status", "diverged at step", "overrides", "error"], rows)
 
 
-def key_text(v: Verdict) -> tuple[str, str]:
-    """The summary table's key Δ (with its 95 % interval) and relative effect of a verdict."""
-    k = v.key
-    if k is None:
-        return "–", "–"
-    head = f"{k.a} vs {k.b}: "
-    if k.by_divergence:
-        return head + "decided by divergence (" + (k.note or k.outcome) + ")", "–"
-    if k.interval is None:
-        d = f"{k.delta:+.3g}" if k.delta == k.delta else "n/a"
-        return head + f"{d} ({k.outcome})", "–"
-    iv = k.interval
-    rel = k.relative()
-    rel_text = f"{rel[0]:+.2g} % [{rel[1]:+.2g}, {rel[2]:+.2g}]" if rel else "–"
-    return head + f"{iv.delta:+.3g} [{iv.lo:+.3g}, {iv.hi:+.3g}] {k.metric or v.metric}", rel_text
+def parts_text(r: ClaimResult) -> str:
+    """``(i) supported; (ii) inconclusive`` for the summary table."""
+    return "; ".join(f"{p.label} {p.verdict}" for p in r.parts if p.role != "descriptive") or "–"
 
 
-def summary_table(verdicts: list[Verdict]) -> str:
-    """One row per verdict: claim | verdict | budget | key Δ [95 % interval] | relative | published."""
+def summary_table(results: list[ClaimResult]) -> str:
+    """One row per claim: claim | verdict | parts | budget | published."""
+    rows = [
+        [r.claim, f"**{r.verdict}**", parts_text(r), r.budget or "–", r.headline or r.published or "–"] for r in results
+    ]
+    return table(["claim", "verdict", "parts", "budget", "published"], rows)
+
+
+def parts_table(r: ClaimResult) -> str:
+    """One row per part: part | role | test | says | verdict | estimate [interval] | margin (source) |
+    detectable at 80 % | reason."""
     rows = []
-    for v in verdicts:
-        ctx = f" [{v.context}]" if v.context else ""
-        delta, rel = key_text(v)
+    for p in r.parts:
+        margin = "–" if p.margin is None else f"{p.margin:.3g}"
+        if p.margin_source:
+            margin += f" ({p.margin_source})"
         rows.append(
-            [f"{v.claim}{ctx}", f"**{v.status}**", v.budget or "–", delta, rel, HEADLINES.get(v.claim, v.published)]
+            [
+                p.label,
+                p.role,
+                p.test,
+                p.says or "–",
+                f"**{p.verdict}**",
+                f"{p.interval_text()} {p.metric or ''}".strip(),
+                margin,
+                "–" if p.detectable is None else f"{p.detectable:.3g}",
+                p.reason,
+            ]
         )
     return table(
         [
-            "claim",
+            "part",
+            "role",
+            "test",
+            "says",
             "verdict",
-            "budget",
-            "key Δ (95 % interval; positive: first setting better)",
-            "relative (% of the second)",
-            "published",
+            "estimate [interval]",
+            "margin (source)",
+            "detectable (80 %)",
+            "reason",
         ],
         rows,
     )
 
 
 def params_table(sweep: Sweep) -> str:
-    """Parameter counts by role per group, and the FFN share of one block (C2)."""
+    """Parameter counts by role per group, and the FFN share of one block."""
     rows = []
     for g in sweep.groups:
         if not g.params:
@@ -120,19 +144,20 @@ def params_table(sweep: Sweep) -> str:
     return table(["group", *PARAM_ROLES, "FFN share of block"], rows)
 
 
-def verdict_item(v: Verdict, plot: str | None = None) -> str:
-    """A list item: bold claim and status at its budget, the reason, its plot (``plot``: a relative
-    path), the evidence (comparisons with their intervals, failed checks), measured and published
-    numbers, and the rule applied."""
-    ctx = f" [{v.context}]" if v.context else ""
-    at = f" at {v.budget}" if v.budget else ""
-    lines = [f"- **{v.claim}{ctx}: {v.status}**{at}: {v.reason}."]
+def claim_item(r: ClaimResult, plot: str | None = None) -> str:
+    """A claim: its verdict at its budget and reason, the parts table, the plot, each part's evidence
+    in a collapsed block, and the published figures."""
+    at = f" at {r.budget}" if r.budget else ""
+    lines = [f"### {r.claim}: {r.verdict}", "", f"{r.statement}", "", f"**{r.verdict}**{at}: {r.reason}.", ""]
+    lines += [parts_table(r), ""]
     if plot:
-        lines.append(f"\n  ![{v.claim} verdict]({plot})\n")
-    lines += [f"  - evidence: {e}" for e in v.evidence]
-    lines += [f"  - measured: {v.measured}", f"  - published: {v.published}"]
-    if v.rule:
-        lines.append(f"  - rule: {v.rule}")
+        lines += [f"![{r.claim}]({plot})", ""]
+    for p in r.parts:
+        if p.evidence:
+            lines += [f"<details><summary>{r.claim} {p.label} evidence</summary>", ""]
+            lines += [f"- {e}" for e in p.evidence] + ["", "</details>", ""]
+    if r.published:
+        lines.append(f"Published: {r.published}" + (f" ({r.source})" if r.source else ""))
     return "\n".join(lines)
 
 
@@ -147,7 +172,7 @@ def render(
     command: str,
     sweep: Sweep,
     metrics: list[str],
-    verdicts: list[Verdict],
+    verdicts: list[ClaimResult],
     plots: list[Path],
     out_dir: Path,
     decision_metric: str | None,
@@ -172,8 +197,8 @@ def render(
             "",
             summary_table(verdicts),
             "",
-            "Each verdict holds at the budget named (steps, tokens, schedule); the rule is in "
-            "[Claim verdicts](#claim-verdicts). Relative: Δ as a percentage of the second setting's mean.",
+            "Each verdict holds at the budget named (steps, tokens, schedule). How a part is decided (the test "
+            f"types, the checks every part gets): {rules_link(out_dir)}.",
             "",
         ]
     parts += [f"Command: `{command}`", ""]
@@ -185,19 +210,16 @@ def render(
         f"- swept keys: {', '.join(f'`{k}`' for k in sweep.swept_keys) or 'none'}",
         f"- fixed overrides: {', '.join(f'`{k}={fmt_value(v)}`' for k, v in sweep.fixed.items()) or 'none'}",
         f"- seeds: {', '.join(seeds) or 'none'}",
-        f"- decision metric: `{decision_metric or 'n/a'}` (mean ± sample std over seeds, n = finished seeds)",
+        f"- table metric: `{decision_metric or 'n/a'}` (mean ± sample std over seeds, n = finished seeds; each "
+        "claim part names its own metric)",
         *(f"- not counted twice: {w}" for w in sweep.dropped),
         "",
     ]
-    parts += [
-        "## Claim verdicts",
-        "",
-        "Common rule (`xformer/report/catalog.py`, `docs/claims.md`): " + COMMON_RULE,
-        "",
-    ]
+    parts += ["## Claim verdicts", ""]
     vplots = list(verdict_plots or []) + [None] * len(verdicts)
-    parts += [verdict_item(v, _rel(p, out_dir) if p else None) for v, p in zip(verdicts, vplots, strict=False)] or [
-        "_No claim is addressed by these runs._"
+    parts += [claim_item(v, _rel(p, out_dir) if p else None) for v, p in zip(verdicts, vplots, strict=False)] or [
+        "_No claim asks about these runs (their experiment is not among any claim's sweeps; "
+        "`xformer report DIR --claims FILE` decides your own)._"
     ]
     parts += ["", "## Results", ""]
     parts += [sweep_table(sweep, metrics) if sweep.groups else "_No finished job._", ""]
@@ -205,7 +227,7 @@ def render(
     root = sweep.dirs[0] if sweep.dirs else out_dir
     odd = sweep.diverged + sweep.failed
     parts += [failed_table(odd, root) if odd else "_None._", ""]
-    parts += ["## Parameters (C2)", "", params_table(sweep), ""]
+    parts += ["## Parameters", "", params_table(sweep), ""]
     parts += ["## Plots", ""]
     parts += [f"![{p.stem}]({_rel(p, out_dir)})" for p in plots] or ["_No plots._"]
     if files:

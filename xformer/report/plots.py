@@ -1,15 +1,15 @@
 """PNG plots of a sweep (matplotlib's Agg canvas; no pyplot, no display needed).
 
 - ``metric_<metric>_vs_<key>.png``: a metric against one swept key, error bars = 95 % t interval of
-  the mean over seeds, one line per combination of the other swept keys.
-- ``length_<metric>.png``: ``@Nx`` test metrics against the test-length multiple N, one line per group (C5).
-- ``params_<metric>.png``: a metric against the total parameter count, one point per group (C1 at
+  the mean over seeds (clipped to the metric's range; dashed and labelled where fewer than 3 seeds
+  make it), one line per combination of the other swept keys.
+- ``length_<metric>.png``: ``@Nx`` test metrics against the test-length multiple N, one line per group.
+- ``params_<metric>.png``: a metric against the total parameter count, one point per group (width at
   equal size).
 - ``curves.png``: ``train/loss`` and ``val/loss`` against step from each job's ``csv/metrics.csv``,
   one line per group, the mean over its seeds, with a band from the lowest to the highest seed.
-- ``verdict_<claim>_<n>.png`` (:func:`plot_verdict`, shown next to its verdict): the decision metric of
-  each compared setting with 95 % interval error bars, and Δ of the key comparison against step over
-  the second half of training with its 95 % Welch intervals and the fitted log2(step) trend.
+- ``claim_<claim>_<n>.png`` (:func:`plot_claim`, shown next to its claim): each compared part's arms
+  with their intervals, and Δ over the second half of training where a part was checked there.
 
 Every function returns the written path, or ``None`` when there is nothing to draw.
 """
@@ -25,9 +25,28 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from .aggregate import Group, Stat, Sweep, fmt_value, read_curves, value_sort_key
+from .rules.evidence import bounds
 from .stats import mean_interval
 
 CURVE_KEYS = ("train/loss", "val/loss")
+LENGTH_RE = re.compile(r"^(?P<base>.+)@(?P<n>\d+(?:\.\d+)?)x$")
+
+
+def length_metrics(keys: list[str], base: str | None = None) -> tuple[str, dict[float, str]] | None:
+    """The ``@Nx`` metric family of a length-generalisation sweep: ``(base, {N: key})`` with some N > 1
+    (``base`` first when given, else test loss, BLEU, exact match, accuracy), or ``None``."""
+    families: dict[str, dict[float, str]] = {}
+    for k in keys:
+        m = LENGTH_RE.match(k)
+        if m:
+            families.setdefault(m["base"], {})[float(m["n"])] = k
+    order = [base] if base else ["test/loss", "test/bleu", "test/exact_match", "test/acc"]
+    order += sorted(families)
+    for b in order:
+        fam = families.get(b or "")
+        if fam and any(n > 1 for n in fam):
+            return b, dict(sorted(fam.items()))
+    return None
 
 
 def slug(text: str) -> str:
@@ -42,10 +61,32 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
-def ci_err(s: Stat) -> tuple[float, float]:
-    """``(below, above)`` the mean: the 95 % t interval of the mean of a group's finished seeds."""
-    m, lo, hi = mean_interval(s.values)
+FEW_SEEDS = 3
+"""Intervals from fewer seeds than this are drawn dashed and labelled: two seeds give a t interval
+12.7 standard errors wide, more a warning than a measurement."""
+
+
+def ci_err(s: Stat | list[float], metric: str | None = None) -> tuple[float, float]:
+    """``(below, above)`` the mean: the 95 % t interval of the mean of a group's finished seeds,
+    clipped to the metric's range (a loss never below 0, exact match within [0, 1])."""
+    values = s.values if isinstance(s, Stat) else list(s)
+    m, lo, hi = mean_interval(values)
+    b = bounds(metric) if metric else None
+    if b is not None:
+        lo, hi = max(lo, b[0]), min(hi, b[1])
     return m - lo, hi - m
+
+
+def _errorbar(ax, xs, means, errs, ns, **kw):
+    """Error bars, dashed and labelled where a point's interval comes from fewer than :data:`FEW_SEEDS` seeds."""
+    container = ax.errorbar(xs, means, yerr=[[e[0] for e in errs], [e[1] for e in errs]], capsize=3, **kw)
+    few = [(x, m, e, n) for x, m, e, n in zip(xs, means, errs, ns, strict=True) if n < FEW_SEEDS]
+    if few:
+        for bars in container[2]:
+            bars.set_linestyle("--")
+        for x, m, _, n in few:
+            ax.annotate(f"n={n} < {FEW_SEEDS}", (x, m), fontsize="x-small", xytext=(4, -10), textcoords="offset points")
+    return container
 
 
 def _is_num(v: Any) -> bool:
@@ -61,22 +102,23 @@ def plot_metric_vs_key(sweep: Sweep, metric: str, key: str, out: Path) -> Path |
         if s is None or s.n == 0:
             continue
         label = ", ".join(f"{k}={fmt_value(g.values[k])}" for k in others) or metric
-        lines.setdefault(label, []).append((g.values[key], s.mean, ci_err(s)))
+        lines.setdefault(label, []).append((g.values[key], s.mean, ci_err(s, metric), s.n))
     if not lines:
         return None
-    xs_all = sorted({x for pts in lines.values() for x, _, _ in pts}, key=value_sort_key)
+    xs_all = sorted({p[0] for pts in lines.values() for p in pts}, key=value_sort_key)
     numeric = all(_is_num(x) for x in xs_all)
     pos = {x: (float(x) if numeric else i) for i, x in enumerate(xs_all)}
     fig = Figure(figsize=(6, 4))
     ax = fig.add_subplot()
     for label, pts in lines.items():
         pts.sort(key=lambda p: value_sort_key(p[0]))
-        ax.errorbar(
+        _errorbar(
+            ax,
             [pos[p[0]] for p in pts],
             [p[1] for p in pts],
-            yerr=[[p[2][0] for p in pts], [p[2][1] for p in pts]],
+            [p[2] for p in pts],
+            [p[3] for p in pts],
             marker="o",
-            capsize=3,
             label=label,
         )
     if numeric and min(pos.values()) > 0 and max(pos.values()) / min(pos.values()) >= 8:
@@ -92,20 +134,21 @@ def plot_metric_vs_key(sweep: Sweep, metric: str, key: str, out: Path) -> Path |
 
 
 def plot_length(sweep: Sweep, base: str, lengths: dict[float, str], out: Path) -> Path | None:
-    """``base@Nx`` against N for every group (length generalisation, C5)."""
+    """``base@Nx`` against N for every group (length generalisation)."""
     fig = Figure(figsize=(6, 4))
     ax = fig.add_subplot()
     drawn = False
     for g in sweep.groups:
         pts = [(n, g.stat(k)) for n, k in lengths.items() if g.stat(k) is not None and g.stat(k).n]
         if pts:
-            errs = [ci_err(s) for _, s in pts]
-            ax.errorbar(
+            errs = [ci_err(s, lengths[n]) for n, s in pts]
+            _errorbar(
+                ax,
                 [n for n, _ in pts],
                 [s.mean for _, s in pts],
-                yerr=[[e[0] for e in errs], [e[1] for e in errs]],
+                errs,
+                [s.n for _, s in pts],
                 marker="o",
-                capsize=3,
                 label=g.label(),
             )
             drawn = True
@@ -133,8 +176,7 @@ def plot_metric_vs_params(sweep: Sweep, metric: str, out: Path) -> Path | None:
     fig = Figure(figsize=(6, 4))
     ax = fig.add_subplot()
     for total, s, label in pts:
-        lo, hi = ci_err(s)
-        ax.errorbar([total], [s.mean], yerr=[[lo], [hi]], marker="o", capsize=3)
+        _errorbar(ax, [total], [s.mean], [ci_err(s, metric)], [s.n], marker="o")
         ax.annotate(label, (total, s.mean), fontsize="x-small", xytext=(3, 3), textcoords="offset points")
     ax.set_xlabel("parameters (total)")
     ax.set_ylabel(metric)
@@ -204,64 +246,62 @@ def plot_curves(sweep: Sweep, out: Path, keys: tuple[str, ...] = CURVE_KEYS) -> 
     return _save(fig, out / "curves.png")
 
 
-def plot_verdict(v: Any, out: Path, index: int) -> Path | None:
-    """Two panels for one verdict (:class:`xformer.report.claims.Verdict`): its decision metric per
-    compared setting (mean, 95 % interval; diverged seeds counted in the label) and, when the verdict
-    has a stability check, Δ of its key comparison against step over the second half of training
-    (mean, 95 % Welch interval, fitted ``a + b·log2(step)``). ``None`` when there is nothing to draw."""
-    pts = [(name, g.stat(v.metric)) for name, g in v.settings if g.stat(v.metric) is not None]
-    st = v.stability
-    if not pts and (st is None or not st.points):
+def plot_claim(result: Any, out: Path, index: int) -> Path | None:
+    """One figure for a claim (:class:`xformer.report.rules.results.ClaimResult`): a panel per part
+    that compared arms (each arm's mean with its 95 % interval, clipped to the metric's range, dashed
+    with fewer than 3 seeds; x: the seeds), and, when a part was checked over the second half of
+    training, a panel of Δ against step with its intervals. ``None`` when no part has anything to
+    draw: no empty panel is ever drawn."""
+    arm_parts = [p for p in result.parts if any(a.values for a in p.arms)][:3]
+    stab = next((p for p in result.parts if p.stability is not None and p.stability.points), None)
+    panels = len(arm_parts) + (1 if stab is not None else 0)
+    if not panels:
         return None
-    fig = Figure(figsize=(11, 3.8))
-    ax = fig.add_subplot(1, 2, 1)
-    for i, (name, s) in enumerate(pts):
-        label = name + (f"\n({s.n_nonfinite} diverged)" if s.n_nonfinite else "")
-        if s.n:
-            lo, hi = ci_err(s)
-            ax.errorbar([i], [s.mean], yerr=[[lo], [hi]], marker="o", capsize=4, color="C0")
-            ax.plot([i] * s.n, s.values, "x", color="C1", alpha=0.7)
-        ax.annotate(
-            label,
-            (i, 0),
-            xycoords=("data", "axes fraction"),
-            xytext=(0, -14),
-            textcoords="offset points",
-            ha="center",
-            va="top",
+    fig = Figure(figsize=(4.6 * panels, 3.8))
+    for k, part in enumerate(arm_parts):
+        ax = fig.add_subplot(1, panels, k + 1)
+        arms = [a for a in part.arms if a.values]
+        for i, a in enumerate(arms):
+            _errorbar(
+                ax,
+                [i],
+                [a.mean],
+                [ci_err(a.values, part.metric) if a.n > 1 else (0.0, 0.0)],
+                [a.n],
+                marker="o",
+                color="tab:blue",
+            )
+            ax.plot([i] * a.n, a.values, "x", color="tab:orange", alpha=0.7)
+        ax.set_xticks(
+            range(len(arms)),
+            [a.name + (f"\n({a.diverged} diverged)" if a.diverged else "") for a in arms],
             fontsize="x-small",
+            rotation=15,
         )
-    ax.set_xticks(range(len(pts)), [""] * len(pts))
-    ax.set_xlim(-0.5, len(pts) - 0.5)
-    ax.set_ylabel(v.metric)
-    ax.set_title(f"{v.claim}: {v.metric} (mean, 95 % interval; x: seeds)", fontsize="small")
-    ax.grid(alpha=0.3)
-    ax2 = fig.add_subplot(1, 2, 2)
-    if st is not None and st.points:
+        ax.set_xlim(-0.5, len(arms) - 0.5)
+        ax.set_ylabel(part.metric or "")
+        ax.set_title(f"{result.claim} {part.label} {part.test}: {part.verdict}", fontsize="small")
+        ax.grid(alpha=0.3)
+    if stab is not None:
+        st = stab.stability
+        ax2 = fig.add_subplot(1, panels, panels)
         xs = [p.step for p in st.points]
         ys = [p.delta for p in st.points]
         err = [
-            [p.delta - p.interval.lo if p.interval else 0.0 for p in st.points],
-            [p.interval.hi - p.delta if p.interval else 0.0 for p in st.points],
+            [p.delta - p.lo if p.lo is not None else 0.0 for p in st.points],
+            [p.hi - p.delta if p.hi is not None else 0.0 for p in st.points],
         ]
-        ax2.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label="Δ (95 % Welch interval)")
-        if st.trend is not None:
-            grid = np.linspace(min(xs), max(xs), 50)
-            ax2.plot(grid, st.trend[0] + st.trend[1] * np.log2(grid), "--", label=f"trend {st.trend[1]:+.3g}/doubling")
+        ax2.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label="Δ (95 % interval)")
         ax2.axhline(0.0, color="k", linewidth=0.8)
         ax2.set_xscale("log", base=2)
         ax2.set_xticks(xs, [f"{x:g}" for x in xs])
         ax2.minorticks_off()
         ax2.legend(fontsize="x-small")
-        ax2.set_title(
-            f"{st.comparison.a} vs {st.comparison.b}: Δ {st.metric} (positive: {st.comparison.a} better)",
-            fontsize="small",
-        )
-    else:
-        ax2.text(0.5, 0.5, "no second-half check for this verdict", ha="center", va="center", transform=ax2.transAxes)
-    ax2.set_xlabel("step")
-    ax2.grid(alpha=0.3)
-    return _save(fig, out / f"verdict_{slug(v.claim)}_{index}.png")
+        curve = f"running best of {st.metric}" if st.running_best else st.metric
+        ax2.set_title(f"{stab.label}: Δ over the second half ({curve}): {st.outcome}", fontsize="small")
+        ax2.set_xlabel("step")
+        ax2.grid(alpha=0.3)
+    return _save(fig, out / f"claim_{slug(result.claim)}_{index}.png")
 
 
 def write_plots(

@@ -1,5 +1,5 @@
-"""The two-sample statistics behind every claim verdict: Welch's t interval and test on a difference of
-means over seeds, and the two one-sided tests (TOST) of an equivalence claim.
+"""The statistics behind every claim verdict: Welch's t interval and test on a difference of means over
+seeds, the Welch–Satterthwaite interval of a contrast, and the detectable effect at 80 % power.
 
 Welch, B. L. (1947), "The generalization of 'Student's' problem when several different population
 variances are involved", Biometrika 34; the interval is the textbook
@@ -86,21 +86,6 @@ def welch(a: list[float], b: list[float], confidence: float = CONFIDENCE) -> Int
     return Interval(delta, delta - t_crit * se, delta + t_crit * se, p, df, confidence, se)
 
 
-def equivalent(a: list[float], b: list[float], margin: float, alpha: float = 1 - CONFIDENCE) -> tuple[bool, Interval]:
-    """TOST: whether ``|mean(a) - mean(b)| < margin`` at level ``alpha``.
-
-    Returns ``(holds, interval)`` where ``interval`` is the ``1 - 2·alpha`` Welch interval (90 % for
-    α = 0.05) and ``holds`` is ``-margin < lo and hi < margin``.
-
-    Raises:
-        ValueError: as :func:`welch`, or ``margin <= 0``.
-    """
-    if not margin > 0:
-        raise ValueError(f"equivalent: margin={margin} must be > 0")
-    iv = welch(a, b, confidence=1 - 2 * alpha)
-    return (-margin < iv.lo and iv.hi < margin), iv
-
-
 def mean_interval(values: list[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
     """``(mean, lo, hi)``: Student's t interval of the mean of ``values`` (``lo == hi == mean`` for one
     value or no spread). The error bars of the report's plots.
@@ -117,43 +102,6 @@ def mean_interval(values: list[float], confidence: float = CONFIDENCE) -> tuple[
     sd = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1))
     half = float(_st.t.ppf(0.5 + confidence / 2, n - 1)) * sd / math.sqrt(n)
     return m, m - half, m + half
-
-
-def holm(pvalues: list[float]) -> list[float]:
-    """Holm–Bonferroni adjusted p-values, in the order given (Holm 1979, "A simple sequentially
-    rejective multiple test procedure", Scand. J. Statist. 6).
-
-    Sorted ascending, the i-th smallest (1-based) becomes ``max_{j <= i} min(1, (k - j + 1) p_(j))``;
-    rejecting where the adjusted p is below α keeps the family-wise error rate at α.
-    """
-    k = len(pvalues)
-    order = sorted(range(k), key=lambda i: pvalues[i])
-    out = [1.0] * k
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (k - rank) * pvalues[i]))
-        out[i] = running
-    return out
-
-
-def fisher_more(k_a: int, n_a: int, k_b: int, n_b: int) -> float:
-    """One-sided Fisher exact p-value that setting A diverges more often than B (``k`` diverged runs
-    out of ``n``). With 3 runs a side its smallest value is 1/20 = 0.05 (3/3 against 0/3)."""
-    table = [[k_a, n_a - k_a], [k_b, n_b - k_b]]
-    return float(_st.fisher_exact(table, alternative="greater").pvalue)
-
-
-def log2_trend(steps: list[float], values: list[float]) -> tuple[float, float]:
-    """Least-squares line ``value ≈ a + b · log2(step)``: returns ``(a, b)`` (``b``: change per doubling
-    of the step count).
-
-    Raises:
-        ValueError: fewer than 2 points, or a step <= 0.
-    """
-    if len(steps) < 2 or len(steps) != len(values) or min(steps) <= 0:
-        raise ValueError("log2_trend: needs >= 2 points with positive steps")
-    fit = _st.linregress([math.log2(s) for s in steps], values)
-    return float(fit.intercept), float(fit.slope)
 
 
 POWER = 0.8

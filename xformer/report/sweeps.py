@@ -32,7 +32,7 @@ def _values(text) -> list:
 
 
 def claim_names(claims_dir: Path = CLAIMS_DIR) -> list[str]:
-    """The claim config names (``c1_ffn_ratio`` ...), sorted by claim number then name."""
+    """The claim config names (``c<N>_<what>``), sorted by claim number then name."""
 
     def key(name: str) -> tuple:
         head = name.split("_", 1)[0]

@@ -1,6 +1,11 @@
-"""The claim verdict rules: :mod:`~xformer.report.rules.core` (result types, comparisons, the common
-checks, the budget, the registry and :func:`~xformer.report.rules.core.decide`) and one module per
-claim family, each registering its verdict functions with ``@claim``. Importing this package
-registers them all; :mod:`xformer.report.claims` re-exports the public names."""
+"""The claim engine: claims declared as data (``claims/*.yaml``, or a researcher's own file) and
+decided by a small vocabulary of test types.
 
-from . import attention, core, cost, ffn, heads, norm, paths, positions, regularisation  # noqa: F401 (registers)
+- :mod:`.declare`: reading and checking the declarations (:class:`~.declare.Claim`, :class:`~.declare.Part`).
+- :mod:`.evidence`: the jobs an arm selects, a job's value of a metric expression, a diverged seed's value.
+- :mod:`.tests`: the test types (superiority, non_inferiority, equivalence, contrast, trend, threshold, quantity).
+- :mod:`.measures`: what a ``quantity`` part measures (parameter shares, ``bench.json`` numbers).
+- :mod:`.stability`: the second-half check of a decided comparison.
+- :mod:`.results`: the part and claim results.
+- :mod:`.engine`: which claims a sweep asks about, and a claim's verdict from its parts.
+"""

@@ -1,6 +1,5 @@
-"""The result types of the claim verdicts: the outcomes as enums (:class:`Status`, :class:`Outcome`,
-:class:`Check`), one comparison of two settings (:class:`Comparison`), the second-half check
-(:class:`Stability`) and the verdict (:class:`Verdict`)."""
+"""What the engine returns: a part's result (:class:`PartResult`), a claim's (:class:`ClaimResult`),
+and the verdict words (:class:`Status`)."""
 
 from __future__ import annotations
 
@@ -8,199 +7,200 @@ import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from ..aggregate import Group
-from ..catalog import MIN_POINTS
-from ..stats import Interval
-
 
 class Status(StrEnum):
-    """A verdict: the claim is supported, not supported, or the sweep cannot decide."""
+    """A part's or a claim's verdict."""
 
     SUPPORTED = "supported"
     NOT_SUPPORTED = "not supported"
     INCONCLUSIVE = "inconclusive"
+    CANNOT_SHOW = "cannot show it"
 
 
-class Outcome(StrEnum):
-    """One comparison of setting A with setting B on the decision metric."""
-
-    BETTER = "better"
-    WORSE = "worse"
-    NOISE = "within noise"
-    FEW = "too few seeds"
-
-
-class Check(StrEnum):
-    """Why a verdict is inconclusive whatever the claim's rule says (the common checks, the claim's
-    precondition and its power)."""
-
-    COVERAGE = "the sweep does not cover the claim's axis"
-    SEEDS = "too few seeds"
-    SATURATED = "saturated"
-    NO_CURVE = "no validation curve"
-    FEW_POINTS = f"fewer than {MIN_POINTS} validations in the second half"
-    LATE_CROSSING = "late crossing"
-    CLOSING = "the gap is closing"
-    OFF_MARGIN = "the gap trend leaves the margin"
-    PRECONDITION = "this setting cannot show it"
-    UNDERPOWERED = "underpowered"
-
-
-SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE = Status.SUPPORTED, Status.NOT_SUPPORTED, Status.INCONCLUSIVE
-BETTER, WORSE, NOISE, FEW = Outcome.BETTER, Outcome.WORSE, Outcome.NOISE, Outcome.FEW
+SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, CANNOT_SHOW = (
+    Status.SUPPORTED,
+    Status.NOT_SUPPORTED,
+    Status.INCONCLUSIVE,
+    Status.CANNOT_SHOW,
+)
 
 
 @dataclass
-class Comparison:
-    """Setting A against setting B on one metric (Welch's t, :func:`xformer.report.stats.welch`).
+class Arm:
+    """One arm's per-seed outcomes on a part's metric: ``values`` (finished seeds, and one substituted
+    worst value per diverged seed), ``diverged`` (how many of ``values`` are substituted), ``jobs`` and
+    the ``name`` it is printed as."""
 
-    ``delta`` is A's improvement over B in the metric's better direction (positive: A better; NaN when
-    a side has no finite value; ±inf when divergence decided it), ``interval`` its 95 % interval in the
-    same direction (``None`` with fewer than :data:`MIN_SEEDS` finished seeds on a side, or when
-    divergence decided), ``outcome`` better | worse | within noise | too few seeds, ``n_a``/``n_b`` the
-    finished seeds, ``noise`` the pooled sample std, ``div_a``/``div_b`` the diverged seeds,
-    ``mean_b`` B's mean (for the relative effect), ``note`` why the outcome differs from the interval
-    (divergence, multiple comparisons), ``p_adj``/``family``: the Holm-adjusted p-value and the family
-    size when the pair was picked as the best of ``family``; ``groups``: the two groups compared;
-    ``detectable``: the smallest true |Δ| this many seeds with this spread detect with 80 % power;
-    ``terms``: the weighted groups of a contrast (:func:`~.compare.compare_contrast`) instead of two groups."""
-
-    a: str
-    b: str
-    delta: float
-    interval: Interval | None
-    outcome: str
-    n_a: int = 0
-    n_b: int = 0
-    noise: float | None = None
-    div_a: int = 0
-    div_b: int = 0
-    mean_b: float | None = None
-    note: str = ""
-    p_adj: float | None = None
-    family: int | None = None
-    groups: tuple[Group, Group] | None = field(default=None, repr=False)
-    metric: str = ""
-    detectable: float | None = None
-    terms: list[tuple[float, Group]] | None = field(default=None, repr=False)
+    name: str
+    values: list[float]
+    diverged: int = 0
+    jobs: list = field(default_factory=list, repr=False)
+    params: float | None = None
 
     @property
-    def by_divergence(self) -> bool:
-        return math.isinf(self.delta)
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def mean(self) -> float:
+        return sum(self.values) / len(self.values) if self.values else math.nan
 
     def text(self) -> str:
-        head = f"{self.a} vs {self.b}: "
-        div = (
-            f", diverged {self.div_a}/{self.n_a + self.div_a} vs {self.div_b}/{self.n_b + self.div_b}"
-            if self.div_a or self.div_b
-            else ""
-        )
-        if self.interval is not None:
-            iv = self.interval
-            out = f"{head}Δ {iv.text()}, Welch p={iv.p:.2g}, n={self.n_a}/{self.n_b}{div}"
-            if self.detectable is not None:
-                out += f", detectable |Δ| ≥ {self.detectable:.3g} at 80 % power"
-        else:
-            delta = (
-                f"{self.delta:+.3g}"
-                if math.isfinite(self.delta)
-                else ("n/a" if math.isnan(self.delta) else f"{self.delta:+}")
-            )
-            out = f"{head}Δ {delta}, n={self.n_a}/{self.n_b}{div}"
-        if self.p_adj is not None:
-            out += f", Holm–Bonferroni over {self.family} comparisons: adjusted p={self.p_adj:.2g}"
-        out += f" → {self.outcome}"
-        return out + (f" ({self.note})" if self.note else "")
-
-    def relative(self) -> tuple[float, float, float] | None:
-        """``(Δ, lo, hi)`` as a percentage of B's mean (B's uncertainty ignored); ``None`` without an
-        interval or with B's mean 0."""
-        if self.interval is None or not self.mean_b:
-            return None
-        scale = 100.0 / abs(self.mean_b)
-        return self.interval.delta * scale, self.interval.lo * scale, self.interval.hi * scale
+        if not self.values:
+            return f"{self.name}: no run"
+        sd = math.sqrt(sum((v - self.mean) ** 2 for v in self.values) / (self.n - 1)) if self.n > 1 else None
+        out = f"{self.name}: {self.mean:.4g}" + (f" ± {sd:.3g}" if sd is not None else "") + f" (n={self.n}"
+        return out + (f", {self.diverged} diverged counted as worst)" if self.diverged else ")")
 
 
 @dataclass
 class StabilityPoint:
-    """Δ (A's improvement over B) of the validation metric at one step: mean over seeds and its 95 %
-    Welch interval (``None`` with fewer than 2 seeds a side)."""
+    """Δ at one second-half validation: the mean over seeds and its 95 % interval (``None``: < 2 seeds a side)."""
 
     step: float
     delta: float
-    interval: Interval | None
+    lo: float | None = None
+    hi: float | None = None
 
 
 @dataclass
 class Stability:
-    """What the validation curves say about a comparison in the second half of training (item 1 of
-    :data:`xformer.report.catalog.COMMON_RULE`).
+    """The second-half check of one comparison: the curve read (``metric``; ``running_best``: the value
+    at the best checkpoint so far), the points, the per-doubling trend of Δ with its 95 % interval,
+    the limit it is held against, the ``outcome`` (stable | closing | too close to call | late crossing
+    | few points | no curve) and a sentence."""
 
-    Attributes:
-        comparison: the comparison checked; ``metric``: the validation curve read; ``points``: the
-        (at most :data:`MAX_POINTS`) evenly spaced validations used; ``trend``: ``(a, b)`` of
-        ``Δ ≈ a + b·log2(step)`` (``None`` with fewer than 2 points); ``problems``: sentences that make
-        the verdict inconclusive; ``caveats``: sentences printed beside it.
-    """
-
-    comparison: Comparison
     metric: str
+    running_best: bool = False
     points: list[StabilityPoint] = field(default_factory=list)
-    trend: tuple[float, float] | None = None
-    problems: list[tuple[Check, str]] = field(default_factory=list)
-    caveats: list[str] = field(default_factory=list)
+    slope: float | None = None
+    slope_lo: float | None = None
+    slope_hi: float | None = None
+    limit: float | None = None
+    outcome: str = "stable"
+    text: str = ""
+
+    @property
+    def blocks(self) -> bool:
+        """Whether the check makes a decided part inconclusive."""
+        return self.outcome not in ("stable", "no curve")
 
 
 @dataclass
-class Verdict:
-    """The outcome for one claim in one context.
+class PartResult:
+    """One part decided.
 
     Attributes:
-        claim: ``"C1"`` ...; ``status``: supported | not supported | inconclusive; ``reason``: why, in
-        one sentence; ``measured``: the numbers; ``published``: the paper's; ``context``: the other swept
-        values the verdict holds at (``""``: all); ``evidence``: the comparisons with their intervals and
-        the checks that failed; ``rule``: the claim's rule (:mod:`xformer.report.catalog`);
-        ``budget``: the training budget the verdict holds at (steps, tokens, schedule); ``key``: the
-        comparison of the summary table; ``metric``: the decision metric; ``settings``: the compared
-        settings ``(name, group)``; ``stability``: the second-half check of the key comparison;
-        ``problems``: the checks that made it inconclusive.
+        label: ``(i)``...; ``test``: the test type; ``role``: claim | precondition | descriptive;
+        ``says``: the part in words; ``verdict``: :class:`Status`; ``reason``: one sentence; ``metric``;
+        ``estimate``/``lo``/``hi``: the decisive estimate and its interval (``confidence``); ``margin``
+        (metric units) and ``margin_source``; ``detectable``: the smallest true effect the seeds detect
+        at 80 % power (metric units); ``published_effect``; ``arms``: the per-seed outcomes read;
+        ``stability``: the second-half check; ``evidence``: every further line; ``problems``: why it
+        is inconclusive (short names).
     """
 
-    claim: str
-    status: str
+    label: str
+    test: str
+    role: str
+    says: str
+    verdict: Status
     reason: str
-    measured: str
-    published: str
-    context: str = ""
-    evidence: list[str] = field(default_factory=list)
-    rule: str = ""
-    budget: str = ""
-    key: Comparison | None = None
-    metric: str = ""
-    settings: list[tuple[str, Group]] = field(default_factory=list, repr=False)
+    metric: str | None = None
+    estimate: float | None = None
+    lo: float | None = None
+    hi: float | None = None
+    confidence: float | None = None
+    margin: float | None = None
+    margin_source: str = ""
+    detectable: float | None = None
+    published_effect: float | None = None
+    arms: list[Arm] = field(default_factory=list)
     stability: Stability | None = None
-    problems: list[Check] = field(default_factory=list)
+    evidence: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def interval_text(self) -> str:
+        if self.estimate is None:
+            return "–"
+        if self.lo is None or self.hi is None:
+            return f"{self.estimate:+.3g}"
+        conf = f"{self.confidence:.0%} " if self.confidence else ""
+        return f"{self.estimate:+.3g} [{conf}{self.lo:+.3g}, {self.hi:+.3g}]"
+
+    def record(self) -> dict:
+        """The part as ``verdicts.json`` stores it."""
+        return {
+            "part": self.label,
+            "test": self.test,
+            "role": self.role,
+            "says": self.says,
+            "verdict": str(self.verdict),
+            "reason": self.reason,
+            "metric": self.metric,
+            "estimate": self.estimate,
+            "interval": None if self.lo is None else [self.lo, self.hi],
+            "confidence": self.confidence,
+            "margin": self.margin,
+            "margin_source": self.margin_source,
+            "detectable": self.detectable,
+            "published_effect": self.published_effect,
+            "stability": None
+            if self.stability is None
+            else {
+                "curve": self.stability.metric,
+                "running_best": self.stability.running_best,
+                "slope": self.stability.slope,
+                "slope_interval": None
+                if self.stability.slope_lo is None
+                else [self.stability.slope_lo, self.stability.slope_hi],
+                "limit": self.stability.limit,
+                "outcome": self.stability.outcome,
+            },
+            "problems": list(self.problems),
+        }
 
     def line(self) -> str:
-        """One line: ``C1 [ctx]: supported at <budget>: reason | measured ... | published ...``."""
-        ctx = f" [{self.context}]" if self.context else ""
-        at = f" at {self.budget}" if self.budget else ""
-        return (
-            f"{self.claim}{ctx}: {self.status}{at}: {self.reason} | measured {self.measured} "
-            f"| published {self.published}"
-        )
-
-    def block(self) -> str:
-        """:meth:`line`, then one indented line per piece of evidence and the rule (what the CLI prints)."""
-        lines = [self.line()] + [f"    evidence: {e}" for e in self.evidence]
-        if self.rule:
-            lines.append(f"    rule: {self.rule}")
-        return "\n".join(lines)
+        """``(i) superiority: supported, Δ +0.04 [95% +0.02, +0.06]: reason``."""
+        iv = self.interval_text()
+        return f"{self.label} {self.test}: {self.verdict}" + (f", {iv}" if iv != "–" else "") + f": {self.reason}"
 
 
 @dataclass
-class Options:
-    """What the verdicts may use beyond the sweep: ``metric`` (``--metric``), parsed ``bench`` JSON."""
+class ClaimResult:
+    """A claim decided on one sweep: its parts and the verdict they make (:func:`.engine.combine`)."""
 
-    metric: str | None = None
-    bench: dict | None = None
+    claim: str
+    statement: str
+    verdict: Status
+    reason: str
+    parts: list[PartResult]
+    budget: str = ""
+    sweep: str = ""
+    published: str = ""
+    headline: str = ""
+    source: str = ""
+    note: str = ""
+    file: str = ""
+
+    def line(self) -> str:
+        """One console line: the claim, its verdict and each part's verdict in a few words."""
+        parts = "; ".join(
+            f"{p.label} {p.verdict}" + (f" {p.interval_text()}" if p.estimate is not None else "")
+            for p in self.parts
+            if p.role != "descriptive"
+        )
+        return f"{self.claim}: {self.verdict}" + (f" — {parts}" if parts else "")
+
+    def record(self) -> dict:
+        return {
+            "claim": self.claim,
+            "statement": self.statement,
+            "verdict": str(self.verdict),
+            "reason": self.reason,
+            "budget": self.budget,
+            "sweep": self.sweep,
+            "published": self.headline or self.published,
+            "note": self.note,
+            "parts": [p.record() for p in self.parts],
+        }

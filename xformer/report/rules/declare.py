@@ -1,0 +1,321 @@
+"""Claims as data: reading and checking the YAML declarations that :mod:`.engine` decides.
+
+A declaration file maps claim names to claims (the project's claims: one file per claim in
+``conf/claims/``; a researcher's hypotheses: any file given to ``xformer report DIR --claims FILE``)::
+
+    H2:
+      statement: ratio 2 is no worse than ratio 4 by more than 0.01 nats
+      sweeps: [my_sweep]                # optional: the experiment(s) whose jobs it reads
+      parts:
+        - test: non_inferiority         # a test type of :mod:`.tests` (or a dotted path to one)
+          a: {model.ffn_ratio: 2}       # arms: override selectors
+          b: {model.ffn_ratio: 4}
+          margin: 0.01                  # or "1.5%": a share of arm b's mean
+          margin_source: one line on where the margin comes from
+          metric: test/loss             # a metric, `m1 - m2` (paired per seed) or `rise(val/loss)`
+          role: claim                   # claim (default) | precondition | descriptive
+          published_effect: 0.04        # the effect the source reports, in the metric's units
+
+Claim keys: ``statement`` (required), ``source``, ``published``, ``headline`` (a few words for
+tables), ``sweeps``, ``bench`` (reads ``bench.json``), ``rule`` (prose shown in ``docs/claims.md``),
+``parts`` (required, a non-empty list). Each part needs ``test``; the other keys depend on the test
+type (:mod:`.tests` says which). Every problem is a :class:`DeclarationError` whose message names
+the file, the claim, the key and the fix, as one line.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROLES = ("claim", "precondition", "descriptive")
+"""A part decides the claim (``claim``), says whether this setting can show it (``precondition``, a
+positive control: failing it makes the claim "cannot show it"), or is printed only (``descriptive``)."""
+
+CLAIM_KEYS = ("statement", "source", "published", "headline", "sweeps", "bench", "rule", "parts")
+PART_KEYS = (
+    "test",
+    "label",
+    "says",
+    "role",
+    "metric",
+    "better",
+    "a",
+    "b",
+    "terms",
+    "axis",
+    "at",
+    "values",
+    "shape",
+    "per",
+    "margin",
+    "margin_source",
+    "published_effect",
+    "level",
+    "mode",
+    "need",
+    "expect",
+    "factor",
+    "from_value",
+    "to_value",
+    "versus",
+    "measure",
+    "args",
+    "target",
+    "tolerance",
+    "refute_beyond",
+    "at_least",
+    "sweep",
+    "note",
+)
+ROMAN = ("i", "ii", "iii", "iv", "v", "vi", "vii", "viii", "ix", "x", "xi", "xii")
+
+
+class DeclarationError(ValueError):
+    """A declaration that cannot be decided; the message is one line naming file, claim, key and fix."""
+
+
+@dataclass(frozen=True)
+class Margin:
+    """A margin in the metric's units (``value``), or a share of the reference arm's mean (``relative``)."""
+
+    value: float
+    relative: bool = False
+
+    def resolve(self, reference: float | None) -> float:
+        """The margin in the metric's units (``reference``: the reference arm's mean)."""
+        if not self.relative:
+            return self.value
+        return self.value * abs(reference) if reference is not None else float("nan")
+
+    def text(self) -> str:
+        return f"{self.value * 100:g} % of the reference mean" if self.relative else f"{self.value:g}"
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part of a claim: a test type, its arms and options (the YAML mapping as read)."""
+
+    claim: str
+    index: int
+    spec: dict
+    file: str = ""
+
+    @property
+    def test(self) -> str:
+        return str(self.spec["test"])
+
+    @property
+    def label(self) -> str:
+        return str(self.spec.get("label") or f"({ROMAN[self.index] if self.index < len(ROMAN) else self.index + 1})")
+
+    @property
+    def role(self) -> str:
+        return str(self.spec.get("role") or "claim")
+
+    @property
+    def says(self) -> str:
+        return str(self.spec.get("says") or "")
+
+    @property
+    def metric(self) -> str | None:
+        m = self.spec.get("metric")
+        return str(m) if m is not None else None
+
+    @property
+    def margin(self) -> Margin | None:
+        return parse_margin(self.spec.get("margin"))
+
+    @property
+    def margin_source(self) -> str:
+        return str(self.spec.get("margin_source") or "")
+
+    @property
+    def published_effect(self) -> float | None:
+        v = self.spec.get("published_effect")
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.spec.get(key, default)
+
+    def where(self, key: str) -> str:
+        """``file: claim H1, part (i), key 'margin'`` for error lines."""
+        return f"{self.file}: claim {self.claim}, part {self.label}, key '{key}'"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A declared claim: its statement, source, the sweeps it reads and its parts."""
+
+    name: str
+    statement: str
+    parts: tuple[Part, ...]
+    source: str = ""
+    published: str = ""
+    headline: str = ""
+    sweeps: tuple[str, ...] = ()
+    bench: bool = False
+    rule: str = ""
+    file: str = ""
+    extra: dict = field(default_factory=dict, hash=False, compare=False)
+
+    def parts_for(self, sweep_name: str | None) -> list[Part]:
+        """The parts that read ``sweep_name`` (a part without ``sweep`` reads every sweep of the claim)."""
+        return [p for p in self.parts if not p.get("sweep") or sweep_name is None or p.get("sweep") == sweep_name]
+
+
+def parse_margin(raw: Any) -> Margin | None:
+    """``0.01`` → 0.01 in the metric's units; ``"1.5%"`` → 1.5 % of the reference arm's mean; ``None``
+    when absent.
+
+    Raises:
+        ValueError: not a number, a percentage, or not > 0.
+    """
+    if raw is None:
+        return None
+    if isinstance(raw, str) and raw.strip().endswith("%"):
+        value, relative = float(raw.strip()[:-1]) / 100.0, True
+    elif isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        value, relative = float(raw), False
+    else:
+        raise ValueError(f"{raw!r} is not a number or a percentage")
+    if not value >= 0:
+        raise ValueError(f"{raw!r} must be >= 0")
+    return Margin(value, relative)
+
+
+def _yaml_error_line(e: yaml.YAMLError) -> str:
+    mark = getattr(e, "problem_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "somewhere"
+    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    return f"{where}: {problem}"
+
+
+def load_file(path: Path) -> list[Claim]:
+    """The claims declared in ``path``, checked for shape (not yet against a sweep).
+
+    Raises:
+        DeclarationError: unreadable file, YAML syntax error, or a claim or part of the wrong shape.
+    """
+    from . import tests  # the test types (imported here: tests imports this module)
+
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise DeclarationError(f"{path}: cannot read it ({e.strerror}); fix: give the path of a YAML file") from e
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise DeclarationError(
+            f"{path}: YAML syntax error at {_yaml_error_line(e)}; fix: correct the YAML there "
+            f"(indentation, a missing ':' or an unclosed bracket)"
+        ) from e
+    if not isinstance(data, dict) or not data:
+        raise DeclarationError(
+            f"{path}: expected a mapping of claim names to claims (e.g. 'H1: {{statement: ..., parts: [...]}}'); "
+            f"fix: start the file with a claim name followed by ':'"
+        )
+    return [_claim(str(name), body, str(path), tests) for name, body in data.items()]
+
+
+def _claim(name: str, body: Any, file: str, tests: Any) -> Claim:
+    if not isinstance(body, dict):
+        raise DeclarationError(
+            f"{file}: claim {name}: expected a mapping with 'statement' and 'parts'; fix: indent them"
+        )
+    unknown = [k for k in body if k not in CLAIM_KEYS]
+    if unknown:
+        raise DeclarationError(
+            f"{file}: claim {name}, key '{unknown[0]}': not a claim key; fix: use one of {', '.join(CLAIM_KEYS)}"
+        )
+    if not body.get("statement"):
+        raise DeclarationError(f"{file}: claim {name}, key 'statement': missing; fix: add 'statement: <the claim>'")
+    raw_parts = body.get("parts")
+    if not isinstance(raw_parts, list) or not raw_parts:
+        raise DeclarationError(
+            f"{file}: claim {name}, key 'parts': missing or empty; fix: add 'parts:' with at least one "
+            f"'- test: superiority' (or another test type)"
+        )
+    parts = []
+    for i, spec in enumerate(raw_parts):
+        if not isinstance(spec, dict):
+            raise DeclarationError(
+                f"{file}: claim {name}, part {i + 1}: expected a mapping; fix: start it with '- test: ...'"
+            )
+        part = Part(name, i, dict(spec), file)
+        _check_part(part, tests)
+        parts.append(part)
+    sweeps = body.get("sweeps") or ()
+    if isinstance(sweeps, str):
+        sweeps = (sweeps,)
+    return Claim(
+        name=name,
+        statement=str(body["statement"]).strip(),
+        parts=tuple(parts),
+        source=str(body.get("source") or "").strip(),
+        published=str(body.get("published") or "").strip(),
+        headline=str(body.get("headline") or "").strip(),
+        sweeps=tuple(str(s) for s in sweeps),
+        bench=bool(body.get("bench")),
+        rule=str(body.get("rule") or "").strip(),
+        file=file,
+    )
+
+
+def _check_part(part: Part, tests: Any) -> None:
+    """Shape checks common to every part, then the test type's own (its ``check`` attribute)."""
+    unknown = [k for k in part.spec if k not in PART_KEYS]
+    if unknown:
+        raise DeclarationError(f"{part.where(unknown[0])}: not a part key; fix: use one of {', '.join(PART_KEYS)}")
+    if "test" not in part.spec:
+        raise DeclarationError(f"{part.where('test')}: missing; fix: add 'test: <one of {', '.join(tests.NAMES)}>'")
+    fn = tests.test_type(part.test)
+    if fn is None:
+        raise DeclarationError(
+            f"{part.where('test')}: unknown test type '{part.test}'; fix: use one of {', '.join(tests.NAMES)}"
+        )
+    if part.role not in ROLES:
+        raise DeclarationError(f"{part.where('role')}: '{part.role}' is not a role; fix: use one of {', '.join(ROLES)}")
+    try:
+        part.margin  # noqa: B018 - parsed for its error
+    except ValueError as e:
+        raise DeclarationError(
+            f"{part.where('margin')}: {e}; fix: give a number (0.01) or a percentage ('1.5%')"
+        ) from e
+    for key in ("a", "b", "at", "versus"):
+        if key in part.spec and not isinstance(part.spec[key], dict):
+            raise DeclarationError(
+                f"{part.where(key)}: expected an override selector such as {{model.ffn_ratio: 4}}; "
+                "fix: write it as a mapping"
+            )
+    check = getattr(fn, "check", None)
+    if check is not None:
+        problem = check(part)
+        if problem:
+            key, fix = problem
+            raise DeclarationError(f"{part.where(key)}: {fix}")
+
+
+CLAIM_ID = re.compile(r"^[A-Za-z][\w.-]*$")
+
+
+def load_dir(folder: Path) -> list[Claim]:
+    """Every claim declared in the ``*.yaml`` files of ``folder`` (sorted by name, numbers numerically).
+
+    Raises:
+        DeclarationError: as :func:`load_file`, or one name declared twice.
+    """
+    out: list[Claim] = []
+    files = sorted(
+        Path(folder).glob("*.yaml"), key=lambda p: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.stem)]
+    )
+    for f in files:
+        for c in load_file(f):
+            if any(o.name == c.name for o in out):
+                raise DeclarationError(f"{f}: claim {c.name}: declared twice; fix: rename one of them")
+            out.append(c)
+    return out

@@ -1,0 +1,236 @@
+"""The engine: which declared claims a sweep asks about, each part decided by its test type, and a
+claim's verdict from its parts.
+
+A claim is **supported** when every claim part is, **not supported** when any is refuted, otherwise
+**inconclusive**, naming the parts; a precondition (a positive control) that fails makes it
+**cannot show it**, one that is undecided makes it inconclusive; descriptive parts are printed only.
+
+Which claims a sweep asks about: the jobs record the experiment they ran (Hydra's ``experiment``
+choice, ``claims/<name>``); a claim is decided where ``<name>`` is one of its ``sweeps``. Jobs that
+record no experiment get the claims whose every part finds its arms in the sweep, and the report
+says that it guessed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from xformer.config_types import import_target
+
+from ..aggregate import Sweep
+from .declare import Claim, DeclarationError, Part, load_dir
+from .evidence import missing_metric
+from .results import CANNOT_SHOW, INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimResult, PartResult
+from .tests import Context, NotCovered, test_type
+
+REPO = Path(__file__).resolve().parents[3]
+CLAIMS_DIR = REPO / "claims"
+"""The project's claim declarations, one YAML file per claim."""
+
+
+def project_claims(folder: Path = CLAIMS_DIR) -> list[Claim]:
+    """The project's declared claims (:func:`.declare.load_dir` of :data:`CLAIMS_DIR`)."""
+    return load_dir(folder)
+
+
+def sweep_names(sweep: Sweep) -> set[str]:
+    """The experiments the sweep's jobs ran (``claims/<name>`` → ``<name>``)."""
+    out = set()
+    for j in sweep.jobs:
+        exp = j.choices.get("experiment") or j.overrides.get("experiment")
+        if exp:
+            out.add(str(exp).rsplit("/", 1)[-1])
+    return out
+
+
+def _curve_metric(part: Part) -> bool:
+    return part.test == "threshold" and part.get("mode") == "steps"
+
+
+def decide_part(part: Part, ctx: Context, strict: bool = False) -> PartResult:
+    """One part decided by its test type. The sweep lacking what it needs makes it inconclusive
+    ("not covered"), or with ``strict`` (a researcher's own file) a :class:`DeclarationError`."""
+    fn = test_type(part.test)
+    try:
+        if part.metric and part.test != "quantity" and ctx.sweep.jobs and not _curve_metric(part):
+            gone = missing_metric(ctx.sweep, part.metric)
+            if gone is not None:
+                known = ", ".join(m for m in ctx.sweep.metric_keys if "/" in m)
+                raise NotCovered(f"metric '{gone}' is not in the sweep (it has: {known})", "metric")
+        return fn(part, ctx)
+    except NotCovered as e:
+        if strict:
+            fix = (
+                "fix: use one of the metrics listed"
+                if e.key == "metric"
+                else "fix: select values the sweep ran (or run them)"
+            )
+            raise DeclarationError(f"{part.where(e.key)}: {e}; {fix}") from e
+        return PartResult(
+            part.label,
+            part.test,
+            part.role,
+            part.says,
+            INCONCLUSIVE,
+            f"not covered: {e}",
+            metric=part.metric,
+            margin_source=part.margin_source,
+            published_effect=part.published_effect,
+            problems=["not covered"],
+        )
+
+
+def combine(parts: list[PartResult]) -> tuple[str, str]:
+    """A claim's verdict and reason from its decided parts."""
+    pre = [p for p in parts if p.role == "precondition"]
+    main = [p for p in parts if p.role == "claim"]
+    failed = [p for p in pre if p.verdict == NOT_SUPPORTED]
+    if failed:
+        return CANNOT_SHOW, "; ".join(f"precondition {p.label} fails: {p.reason}" for p in failed)
+    undecided_pre = [p for p in pre if p.verdict != SUPPORTED]
+    if not main:
+        return INCONCLUSIVE, "no claim part"
+    if any(p.verdict == NOT_SUPPORTED for p in main):
+        bad = [p for p in main if p.verdict == NOT_SUPPORTED]
+        return NOT_SUPPORTED, "; ".join(f"{p.label} not supported: {p.reason}" for p in bad)
+    if undecided_pre:
+        return INCONCLUSIVE, "; ".join(f"precondition {p.label} not established: {p.reason}" for p in undecided_pre)
+    if all(p.verdict == SUPPORTED for p in main):
+        return SUPPORTED, "every part is supported: " + "; ".join(f"{p.label} {p.reason}" for p in main)
+    words = ", ".join(f"{p.label} {p.verdict}" + (f" ({p.reason})" if p.verdict != SUPPORTED else "") for p in main)
+    partly = any(p.verdict == SUPPORTED for p in main)
+    return INCONCLUSIVE, ("partly supported: " if partly else "") + words
+
+
+def decide_claim(
+    claim: Claim, sweep: Sweep, bench: dict | None = None, strict: bool = False, parts: list[Part] | None = None
+) -> ClaimResult:
+    """``claim`` decided on ``sweep``: ``parts`` (default: the parts that read this sweep)."""
+    names = sweep_names(sweep)
+    name = next((s for s in claim.sweeps if s in names), next(iter(sorted(names)), ""))
+    ctx = Context(sweep, bench)
+    chosen = claim.parts_for(name or None) if parts is None else parts
+    results = [decide_part(p, ctx, strict) for p in chosen]
+    verdict, reason = combine(results)
+    jobs = [j for p in results for a in p.arms for j in a.jobs]
+    return ClaimResult(
+        claim=claim.name,
+        statement=claim.statement,
+        verdict=verdict,
+        reason=reason,
+        parts=results,
+        budget=budget(jobs),
+        sweep=name,
+        published=claim.published,
+        headline=claim.headline,
+        source=claim.source,
+        file=claim.file,
+    )
+
+
+def _covered(part: Part, ctx: Context) -> bool:
+    try:
+        decide_part(part, ctx, strict=True)
+    except DeclarationError:
+        return False
+    return True
+
+
+def applicable(
+    claims: list[Claim], sweep: Sweep, bench: dict | None = None
+) -> tuple[list[tuple[Claim, list[Part] | None]], str]:
+    """The claims the sweep asks about, each with the parts to decide (``None``: those reading the
+    sweep), and a note when they were guessed: jobs that record no experiment get each claim with a
+    part that compares arms the sweep has (only those parts), and the claims measured by ``xformer
+    bench`` when a bench file is given."""
+    names = sweep_names(sweep)
+    if names:
+        return [(c, None) for c in claims if set(c.sweeps) & names], ""
+    ctx = Context(sweep, bench)
+    found: list[tuple[Claim, list[Part] | None]] = []
+    for c in claims:
+        if c.bench:
+            if bench is not None:
+                found.append((c, list(c.parts)))
+            continue
+        arms = [p for p in c.parts if p.test != "quantity" and sweep.jobs and _covered(p, ctx)]
+        if any(p.role == "claim" for p in arms):
+            found.append((c, arms))
+    note = (
+        "the jobs record no experiment (no `experiment=claims/<sweep>`), so the claims were guessed: each "
+        "is decided on its parts whose arms and metric this sweep has"
+        if found
+        else ""
+    )
+    return found, note
+
+
+def evaluate(
+    sweep: Sweep, claims: list[Claim] | None = None, bench: dict | None = None, strict: bool = False
+) -> tuple[list[ClaimResult], str]:
+    """Decide ``claims`` on ``sweep``: a researcher's own (``strict``: every one, bad input raises
+    :class:`DeclarationError`), or the project's that the sweep asks about (:func:`applicable`).
+    Returns the results and the note on how the claims were chosen."""
+    if claims is not None and strict:
+        return [decide_claim(c, sweep, bench, strict=True, parts=list(c.parts)) for c in claims], ""
+    chosen, note = applicable(project_claims() if claims is None else claims, sweep, bench)
+    out = [decide_claim(c, sweep, bench, parts=parts) for c, parts in chosen]
+    for r in out:
+        r.note = note
+    return out, note
+
+
+def _count(n: float) -> str:
+    return f"{n / 1e6:.3g} M" if n >= 1e6 else f"{n / 1e3:.3g} k" if n >= 1e3 else f"{n:.0f}"
+
+
+def _schedule(cfg: dict) -> str:
+    """``warm-up W + <the schedule's own words>, peak lr X``: a schedule function describes itself
+    (``describe`` of :func:`xformer.train.schedules.describes`); an unknown one is named by its target."""
+    optim = cfg.get("optim") or {}
+    sched = optim.get("scheduler") or {}
+    target = str(sched.get("_target_") or "") if isinstance(sched, dict) else ""
+    warm, lr = optim.get("warmup_steps"), optim.get("lr")
+    words = target.rsplit(".", 1)[-1]
+    fn, _ = import_target(target) if target else (None, None)
+    if fn is not None and hasattr(fn, "describe"):
+        try:
+            words = fn.describe(**sched)
+        except (KeyError, ValueError, TypeError):  # a node from before a key was added: its name only
+            pass
+    text = " + ".join(p for p in (f"warm-up {warm}" if warm is not None else "", words) if p)
+    return text + (f", peak lr {lr:g}" if isinstance(lr, (int, float)) else "")
+
+
+def budget(jobs: list) -> str:
+    """The training budget of the compared settings: optimizer steps (``trainer.max_steps``, else the
+    steps run), tokens seen by a finished run (characters for tiny-shakespeare) and the LR schedule,
+    e.g. ``"3 000 steps, 6.1 M characters, warm-up 100 + linear decay to 0× peak, peak lr 0.003"``;
+    differing steps and schedules are joined with ``/`` and ``;``, differing token counts (padded
+    batches differ a little per seed) given as a range."""
+    jobs = list({id(j): j for j in jobs}.values())
+    if not jobs:
+        return ""
+    steps, scheds, unit = [], [], "tokens"
+    counts: list[int] = []
+    for j in jobs:
+        cfg = j.config or {}
+        ms = (cfg.get("trainer") or {}).get("max_steps")
+        s = ms if isinstance(ms, int) and ms > 0 else j.global_step
+        if s is not None and s not in steps:
+            steps.append(s)
+        if j.finished and j.tokens_seen:
+            counts.append(int(j.tokens_seen))
+        sch = _schedule(cfg)
+        if sch and sch not in scheds:
+            scheds.append(sch)
+        if str((cfg.get("data") or {}).get("_target_", "")).endswith("TinyShakespeareDataModule"):
+            unit = "characters"
+    parts = []
+    if steps:
+        parts.append("/".join(f"{s:,}".replace(",", " ") for s in sorted(steps)) + " steps")
+    if counts:
+        lo, hi = _count(min(counts)), _count(max(counts))
+        parts.append((lo if lo == hi else f"{lo}–{hi}") + f" {unit}")
+    parts += ["; ".join(scheds)] if scheds else []
+    return ", ".join(parts)
