@@ -59,8 +59,8 @@ class Multi30kDataModule(XformerDataModule):
         cache_dir: downloads and tokenizer cache (None: ``$XFORMER_CACHE`` or ``~/.cache/xformer``).
         base_url: download location (override to use a mirror or a local test server).
         train_limit: train on the first ``train_limit`` pairs of the train split only (None: all
-            29 000). A smaller training set makes over-fitting visible at CPU budgets (claim C12's
-            dropout form). The BPE is still trained on the whole train split, so the vocabulary
+            29 000). A smaller training set makes over-fitting visible at CPU budgets (a dropout
+            ablation). The BPE is still trained on the whole train split, so the vocabulary
             and the val/test sets are the same with and without a limit.
 
     Raises:

@@ -1,4 +1,4 @@
-"""A dependency at a controlled distance (claim C13): recall the token ``k`` positions back.
+"""A dependency at a controlled distance (Vaswani et al. 2017 §4, path length): recall the token ``k`` positions back.
 
 Vaswani et al. 2017 §4 argue that "the shorter these paths between any combination of positions in
 the input and output sequences, the easier it is to learn long-range dependencies": a path between

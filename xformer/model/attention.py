@@ -285,8 +285,8 @@ class MultiHeadAttention(nn.Module):
     """What self- and cross-attention share: the projections and eq. 1 of Vaswani et al. 2017
     (§3.2.2) over the heads.
 
-    ``softmax(Q Kᵀ · s + bias) V`` per head with ``s = 1/√d_k`` (or 1 when ``scale=False``, for
-    claim C9), computed by :func:`torch.nn.functional.scaled_dot_product_attention` so fused kernels
+    ``softmax(Q Kᵀ · s + bias) V`` per head with ``s = 1/√d_k`` (or 1 when ``scale=False``, Vaswani et al. 2017
+    §3.2.1), computed by :func:`torch.nn.functional.scaled_dot_product_attention` so fused kernels
     run where the mask allows. Projections: one ``(3·H·d_head, D)`` input projection laid out
     ``[W_q; W_k; W_v]`` like ``torch.nn.MultiheadAttention.in_proj_weight`` (cross-attention uses its
     first third on the queries and the rest on the memory), and an output projection ``(D, H·d_head)``.

@@ -152,7 +152,7 @@ class ModelBase(nn.Module):
         d_head: per-head size (default ``D / H``; set it to decouple head size from ``D``); the value
             size ``d_v`` and, unless ``d_qk`` is set, the query/key size ``d_k`` too.
         d_qk: per-head query/key size ``d_k`` apart from the value size (``None`` = ``d_head``), as
-            Vaswani et al. 2017 Table 3 row B varies it (claim C11); softmax-attention mixers only.
+            Vaswani et al. 2017 Table 3 row B varies it; softmax-attention mixers only.
         ffn_ratio: ``d_ff = ffn_ratio · D`` (float allowed); ignored when ``d_ff`` is given.
         d_ff: explicit FFN inner width.
         n_encoder_layers, n_decoder_layers: stack depths.
@@ -160,7 +160,7 @@ class ModelBase(nn.Module):
         tie_embeddings: output projection shares the target embedding; with equal vocab sizes the
             source embedding is shared too (Press & Wolf 2017; Vaswani et al. §3.4).
         max_len: longest sequence the positional scheme must support.
-        attn_scale: scale scores by 1/√d_head (claim C9).
+        attn_scale: scale scores by 1/√d_head (Vaswani et al. 2017 §3.2.1).
         pad_id: padding token id; when a padding mask is not passed it is derived from ``ids == pad_id``.
         attention: encoder self-attention pattern (instance or factory) — default full.
         norm: residual/norm placement factory ``(d_model, dropout) -> Residual`` — default Post-LN.
@@ -171,7 +171,7 @@ class ModelBase(nn.Module):
         n_kv_heads: key/value heads of grouped-query attention (``mixer`` = ``GroupedQueryMixer``);
             ``None`` = ``n_heads``.
         param_budget: when set, ``budget_solves`` (``"d_model"`` or ``"d_ff"``) is chosen so that the
-            total parameter count is as close to this number as possible (claims C1/C3 at equal size).
+            total parameter count is as close to this number as possible (ablations at equal size).
         budget_solves: which size the budget solves for.
         bias: biases in every projection and norm (``False``: no bias parameter anywhere, as
             nanoGPT's default; the output layer never has one in the LM/translation shapes).

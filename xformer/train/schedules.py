@@ -91,7 +91,7 @@ def inverse_sqrt(warmup_steps: Warmup = 4000, decay_from: Steps | None = None):
     ``min(s / warmup_steps, sqrt(decay_from / s))``; with ``decay_from = warmup_steps`` (the
     default) and ``lr = d_model^-0.5 · warmup_steps^-0.5`` this is exactly the paper's
     ``d_model^-0.5 · min(s^-0.5, s · warmup_steps^-1.5)``. ``warmup_steps = 0`` starts at the peak
-    (claim C4's "no warm-up" arm); set ``decay_from`` to keep the decay of the warm-up arm.
+    (a "no warm-up" arm, Xiong et al. 2020); set ``decay_from`` to keep the decay of the warm-up arm.
 
     The ranges of the arguments are in their annotations (checked with the config).
     """
