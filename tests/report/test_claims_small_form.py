@@ -10,7 +10,7 @@ from hydra import compose, initialize_config_dir
 from tests.conftest import REPO
 from xformer.jobs.sweep_check import sweep_jobs
 from xformer.report import claims_run
-from xformer.report.catalog import MIN_POINTS
+from xformer.report.rules.stability import MIN_POINTS
 from xformer.report.sweeps import claim_names
 
 

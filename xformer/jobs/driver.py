@@ -23,6 +23,7 @@ import json
 import logging
 import math
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +54,10 @@ from .resume import ConsistentResume, RerootCheckpoints, ResumableCSVLogger, che
 from .slurm import job_key as slurm_job_key
 from .steps import OptimizerStepIntervals
 from .wandb_run import describe_runs, finish_runs, wandb_logger
+
+# Lightning warns whenever `srun` is on PATH outside a SLURM job; outside a job it says nothing about this run
+# (inside one, SLURM's variables select the SLURM environment), so that one message is not shown.
+warnings.filterwarnings("ignore", message=r"The `srun` command is available on your system but is not used")
 
 log = logging.getLogger("xformer")
 
