@@ -110,12 +110,14 @@ def test_an_option_added_since_with_a_null_default_leaves_a_recorded_job_as_it_r
 
 
 def test_changed_lr_is_refused_before_any_job_runs(tmp_path):
-    """A job folder recorded with lr 0.001; the same sweep with lr 0.002 exits 2 with one error line,
+    """A job that trained with lr 0.001; the same sweep with lr 0.002 exits 2 with one error line,
     trains nothing and leaves the folder's record as it was."""
     sweep = tmp_path / "sweep"
     args = [*RESUMABLE, "logger=csv", "seed=1,2"]
     recorded = _compose([*args[:-1], "seed=1", "optim.lr=0.001"])
     _record(sweep / "0", recorded)
+    (sweep / "0" / "checkpoints").mkdir()
+    (sweep / "0" / "checkpoints" / "last.ckpt").write_bytes(b"")  # a job trained there: its config is binding
     before = (sweep / "0" / ".hydra" / "config.yaml").read_text()
     res = run_py([*args, "optim.lr=0.002", f"hydra.sweep.dir={sweep}", "-m"], tmp_path)
     assert res.returncode == 2, res.stderr[-3000:]
