@@ -369,7 +369,7 @@ def test_a_part_can_expect_most_seeds_to_miss_a_level(tmp_path):
 # -- quantity ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("value, verdict", [(2.1, SUPPORTED), (2.4, INCONCLUSIVE), (2.7, NOT_SUPPORTED)])
 def test_quantity_within_tolerance_or_beyond_refutation(value, verdict):
-    from xformer.report.rules.declare import Part
+    from xformer.report.rules.part import Part
     from xformer.report.rules.tests import quantity
 
     part = Part(

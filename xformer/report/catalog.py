@@ -7,8 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from .aggregate import fmt_value
-from .rules.declare import Claim, Part
+from .rules.declare import Claim
 from .rules.engine import project_claims
+from .rules.part import Part
 
 
 def _selector(sel: Any) -> str:

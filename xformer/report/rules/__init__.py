@@ -1,7 +1,8 @@
 """The claim engine: claims declared as data (``claims/*.yaml``, or a researcher's own file) and
 decided by a small vocabulary of test types.
 
-- :mod:`.declare`: reading and checking the declarations (:class:`~.declare.Claim`, :class:`~.declare.Part`).
+- :mod:`.declare`: reading and checking the declarations (:class:`~.declare.Claim`).
+- :mod:`.part`: one part of a claim as read (:class:`~.part.Part`) and its margin.
 - :mod:`.evidence`: the jobs an arm selects, a job's value of a metric expression, a diverged seed's value.
 - :mod:`.tests`: the test types (superiority, non_inferiority, equivalence, contrast, trend, threshold, quantity).
 - :mod:`.measures`: what a ``quantity`` part measures (parameter shares, ``bench.json`` numbers).

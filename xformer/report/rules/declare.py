@@ -32,6 +32,9 @@ from typing import Any
 
 import yaml
 
+from . import tests
+from .part import Part
+
 ROLES = ("claim", "precondition", "descriptive")
 """A part decides the claim (``claim``), says whether this setting can show it (``precondition``, a
 positive control: failing it makes the claim "cannot show it"), or is printed only (``descriptive``)."""
@@ -72,79 +75,10 @@ PART_KEYS = (
     "sweep",
     "note",
 )
-ROMAN = ("i", "ii", "iii", "iv", "v", "vi", "vii", "viii", "ix", "x", "xi", "xii")
 
 
 class DeclarationError(ValueError):
     """A declaration that cannot be decided; the message is one line naming file, claim, key and fix."""
-
-
-@dataclass(frozen=True)
-class Margin:
-    """A margin in the metric's units (``value``), or a share of the reference arm's mean (``relative``)."""
-
-    value: float
-    relative: bool = False
-
-    def resolve(self, reference: float | None) -> float:
-        """The margin in the metric's units (``reference``: the reference arm's mean)."""
-        if not self.relative:
-            return self.value
-        return self.value * abs(reference) if reference is not None else float("nan")
-
-    def text(self) -> str:
-        return f"{self.value * 100:g} % of the reference mean" if self.relative else f"{self.value:g}"
-
-
-@dataclass(frozen=True)
-class Part:
-    """One part of a claim: a test type, its arms and options (the YAML mapping as read)."""
-
-    claim: str
-    index: int
-    spec: dict
-    file: str = ""
-
-    @property
-    def test(self) -> str:
-        return str(self.spec["test"])
-
-    @property
-    def label(self) -> str:
-        return str(self.spec.get("label") or f"({ROMAN[self.index] if self.index < len(ROMAN) else self.index + 1})")
-
-    @property
-    def role(self) -> str:
-        return str(self.spec.get("role") or "claim")
-
-    @property
-    def says(self) -> str:
-        return str(self.spec.get("says") or "")
-
-    @property
-    def metric(self) -> str | None:
-        m = self.spec.get("metric")
-        return str(m) if m is not None else None
-
-    @property
-    def margin(self) -> Margin | None:
-        return parse_margin(self.spec.get("margin"))
-
-    @property
-    def margin_source(self) -> str:
-        return str(self.spec.get("margin_source") or "")
-
-    @property
-    def published_effect(self) -> float | None:
-        v = self.spec.get("published_effect")
-        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.spec.get(key, default)
-
-    def where(self, key: str) -> str:
-        """``file: claim H1, part (i), key 'margin'`` for error lines."""
-        return f"{self.file}: claim {self.claim}, part {self.label}, key '{key}'"
 
 
 @dataclass(frozen=True)
@@ -168,26 +102,6 @@ class Claim:
         return [p for p in self.parts if not p.get("sweep") or sweep_name is None or p.get("sweep") == sweep_name]
 
 
-def parse_margin(raw: Any) -> Margin | None:
-    """``0.01`` → 0.01 in the metric's units; ``"1.5%"`` → 1.5 % of the reference arm's mean; ``None``
-    when absent.
-
-    Raises:
-        ValueError: not a number, a percentage, or not > 0.
-    """
-    if raw is None:
-        return None
-    if isinstance(raw, str) and raw.strip().endswith("%"):
-        value, relative = float(raw.strip()[:-1]) / 100.0, True
-    elif isinstance(raw, (int, float)) and not isinstance(raw, bool):
-        value, relative = float(raw), False
-    else:
-        raise ValueError(f"{raw!r} is not a number or a percentage")
-    if not value >= 0:
-        raise ValueError(f"{raw!r} must be >= 0")
-    return Margin(value, relative)
-
-
 def _yaml_error_line(e: yaml.YAMLError) -> str:
     mark = getattr(e, "problem_mark", None)
     where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "somewhere"
@@ -201,8 +115,6 @@ def load_file(path: Path) -> list[Claim]:
     Raises:
         DeclarationError: unreadable file, YAML syntax error, or a claim or part of the wrong shape.
     """
-    from . import tests  # the test types (imported here: tests imports this module)
-
     try:
         text = Path(path).read_text()
     except OSError as e:
@@ -219,10 +131,10 @@ def load_file(path: Path) -> list[Claim]:
             f"{path}: expected a mapping of claim names to claims (e.g. 'H1: {{statement: ..., parts: [...]}}'); "
             f"fix: start the file with a claim name followed by ':'"
         )
-    return [_claim(str(name), body, str(path), tests) for name, body in data.items()]
+    return [_claim(str(name), body, str(path)) for name, body in data.items()]
 
 
-def _claim(name: str, body: Any, file: str, tests: Any) -> Claim:
+def _claim(name: str, body: Any, file: str) -> Claim:
     if not isinstance(body, dict):
         raise DeclarationError(
             f"{file}: claim {name}: expected a mapping with 'statement' and 'parts'; fix: indent them"
@@ -247,7 +159,7 @@ def _claim(name: str, body: Any, file: str, tests: Any) -> Claim:
                 f"{file}: claim {name}, part {i + 1}: expected a mapping; fix: start it with '- test: ...'"
             )
         part = Part(name, i, dict(spec), file)
-        _check_part(part, tests)
+        _check_part(part)
         parts.append(part)
     sweeps = body.get("sweeps") or ()
     if isinstance(sweeps, str):
@@ -266,7 +178,7 @@ def _claim(name: str, body: Any, file: str, tests: Any) -> Claim:
     )
 
 
-def _check_part(part: Part, tests: Any) -> None:
+def _check_part(part: Part) -> None:
     """Shape checks common to every part, then the test type's own (its ``check`` attribute)."""
     unknown = [k for k in part.spec if k not in PART_KEYS]
     if unknown:

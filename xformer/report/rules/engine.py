@@ -18,8 +18,9 @@ from pathlib import Path
 from xformer.config_types import import_target
 
 from ..aggregate import Sweep
-from .declare import Claim, DeclarationError, Part, load_dir
+from .declare import Claim, DeclarationError, load_dir
 from .evidence import missing_metric
+from .part import Part
 from .results import CANNOT_SHOW, INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimResult, PartResult
 from .tests import Context, NotCovered, test_type
 

@@ -46,8 +46,8 @@ from xformer.config_types import import_target
 from ..aggregate import Sweep, fmt_value, read_curves, value_sort_key
 from ..stats import CONFIDENCE, contrast, detectable_for, seeds_needed, welch
 from . import measures
-from .declare import Part
 from .evidence import Arm, SelectionError, arm, bounds, higher_is_better, job_value, same, select, selector_text
+from .part import Part
 from .results import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, PartResult, Status
 from .stability import check as stability_check
 
