@@ -241,8 +241,9 @@ def test_targets_and_table(quick):
         "train step vs torch.nn.Transformer",
         "run.py vs bare loop",
         "greedy decode, length 64",
-        "C7",
-        "C8",
+        "attention: exponent of time / memory in n",
+        "crossover n (attention slower than LSTM)",
+        "Attention vs LSTM, measured crossover",
         "MFU",
     ):
         assert text in stdout, text

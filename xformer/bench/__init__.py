@@ -1,5 +1,6 @@
-"""``xformer bench``: xformer against ``torch.nn.Transformer`` and x-transformers, and the cost claims
-C7/C8, measured side by side in one run; prints a table and writes ``bench.json``.
+"""``xformer bench``: xformer against ``torch.nn.Transformer`` and x-transformers, and the costs
+of self-attention that Vaswani et al.'s Table 1 states, measured side by side in one run; prints a
+table and writes ``bench.json``.
 
 Usage::
 
@@ -8,7 +9,8 @@ Usage::
 
 Sections (rows): ``train_step``, ``train_step_dropout0`` (row 1 with dropout 0: the architecture
 without the dropout implementation), ``overhead``, ``padding``, ``decoding`` (greedy cached vs
-recompute, beam), ``attention`` (C7), ``recurrence`` (C8), ``mfu`` (against a matmul peak measured in
+recompute, beam), ``attention`` (time and memory over n),
+``recurrence`` (attention against an LSTM over n), ``mfu`` (against a matmul peak measured in
 the run: bf16 on a GPU, fp32 on a CPU), ``nanogpt_step`` (``experiment=shakespeare_char_cpu``'s step vs
 the same model in plain PyTorch, nanoGPT's shape); opt-in: ``train_step_compiled`` (all three contenders
 compiled), ``gpt2`` (GPT-2-small decoder-only step and MFU), ``compile`` (eager vs compiled xformer

@@ -1,7 +1,7 @@
-"""Rows 5 and 6: the cost of self-attention over sequence length (claim C7) and against a recurrent
-layer (claim C8).
+"""Rows 5 and 6: the cost of self-attention over sequence length, and against a recurrent layer
+(Vaswani et al. 2017, Table 1 and §4).
 
-Row 5 (C7). One self-attention layer, xformer's :class:`~xformer.model.attention.SelfAttention`
+Row 5. One self-attention layer, xformer's :class:`~xformer.model.attention.SelfAttention`
 (d_model ``D``, ``H`` heads, no mask, no dropout, forward pass under ``no_grad``, batch 1), at each
 ``n``, by two paths that share its projections:
 
@@ -22,11 +22,11 @@ scratch and allocator slack, but not memory the C allocator recycles from earlie
 values are under-counted. Exponents are least-squares slopes of ``log(time)``/``log(memory)`` against
 ``log n`` over the points at or above a floor (1 ms, 1 MiB) where the measurement is meaningful.
 
-Row 6 (C8). The same attention layer (fused path) against the recurrent layer of ``model/mixer=lstm``
+Row 6. The same attention layer (fused path) against the recurrent layer of ``model/mixer=lstm``
 (:class:`~xformer.model.recurrent.RecurrentMixing`, one left-to-right ``nn.LSTM`` of input and hidden
 size ``D``, as a decoder block builds it) and, for reference, the convolution of ``model/mixer=conv``
-(kernel 5), batch ``B``, forward under ``no_grad``, over ``n``: the layers whose learning C13 compares.
-The crossover is the ``n`` (log-linear
+(kernel 5), batch ``B``, forward under ``no_grad``, over ``n``: the layers whose learning ``claims/C13.yaml``
+compares. The crossover is the ``n`` (log-linear
 interpolation) where attention becomes the slower of the two, printed beside ``n = D`` (the claim's
 criterion, from per-layer costs ``n²·d`` vs ``n·d²``) and beside the multiply-add crossover of these
 two exact layers (``4nD² + 2n²D`` for attention with its projections vs ``8nD²`` for the LSTM:
@@ -54,7 +54,7 @@ from .timing import RSSPeak, fit_exponent, interleaved, median, time_once
 TIME_FLOOR_S = 1e-3
 MEM_FLOOR_B = 1 << 20
 CLAIM_TABLE = [(1_000, "2 MB"), (10_000, "200 MB"), (100_000, "20 GB")]
-"""Claim C7's fp16 n×n score matrix sizes."""
+"""The fp16 n×n score matrix sizes stated for n = 1 k, 10 k, 100 k (``claim_table`` of ``bench.json``)."""
 
 
 def explicit_forward(mha: SelfAttention, x: torch.Tensor) -> torch.Tensor:

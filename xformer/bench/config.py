@@ -42,12 +42,12 @@ class BenchConfig:
     decode_src_len: int = 32
     decode_len: int = 64
     decode_repeats: int = 3
-    # 5. attention cost (C7)
+    # 5. attention cost over sequence length
     attn_d_model: int = 256
     attn_heads: int = 4
     attn_ns: list[int] = field(default_factory=lambda: [128, 256, 512, 1024, 2048, 4096, 8192])
     attn_repeats: int = 3
-    # 6. attention vs recurrence (C8)
+    # 6. attention vs recurrence over sequence length
     rec_d: int = 256
     rec_heads: int = 4
     rec_batch: int = 8

@@ -1,4 +1,5 @@
-"""Rich tables of a ``bench.json`` result: one summary row per benchmark row, then the C7/C8 details.
+"""Rich tables of a ``bench.json`` result: one summary row per benchmark row, then the details of the
+attention and recurrence rows.
 
 ``python -m xformer.bench.table bench.json`` re-prints the tables of a saved result.
 """
@@ -143,11 +144,11 @@ def _attention_rows(sec: dict, _tg: dict) -> list[list[str]]:
     rows = [
         [
             "5",
-            "C7 exponent of time / memory in n",
+            "attention: exponent of time / memory in n",
             f"fused SDPA: {_f(f['time_exponent'], '{:.2f}')} / {_f(f['memory_exponent'], '{:.2f}')}",
             f"explicit: {_f(e['time_exponent'], '{:.2f}')} / {_f(e['memory_exponent'], '{:.2f}')}",
             "—",
-            "claim: 2 / 2",
+            "Table 1: 2 / 2",
             "—",
         ]
     ]
@@ -156,7 +157,7 @@ def _attention_rows(sec: dict, _tg: dict) -> list[list[str]]:
         rows.append(
             [
                 "5b",
-                "C7 linear attention (model/mixer=linear): time exponent",
+                "linear attention (model/mixer=linear): time exponent",
                 f"linear: {_f(lin['time_exponent'], '{:.2f}')}, causal: {_f(lc['time_exponent'], '{:.2f}')}",
                 f"explicit: {_f(e['time_exponent'], '{:.2f}')}",
                 "—",
@@ -172,9 +173,9 @@ def _recurrence_rows(sec: dict, _tg: dict) -> list[list[str]]:
     return [
         [
             "6",
-            f"C8 crossover n (attention slower than LSTM), d={sec['config']['d']}",
+            f"crossover n (attention slower than LSTM), d={sec['config']['d']}",
             _f(cross, "n ≈ {:,.0f}", "none in range"),
-            f"claim: n = d = {sec['claim_crossover_n']}",
+            f"Table 1: n = d = {sec['claim_crossover_n']}",
             _f(cross / sec["claim_crossover_n"] if cross else None, "{:.1f}× d"),
             "—",
             "—",
@@ -252,8 +253,8 @@ _SUMMARY = {
     "overhead": ("2", "framework overhead", _overhead_rows),
     "padding": ("3", "padding waste", _padding_rows),
     "decoding": ("4", "decoding", _decoding_rows),
-    "attention": ("5", "attention cost (C7)", _attention_rows),
-    "recurrence": ("6", "attention vs LSTM (C8)", _recurrence_rows),
+    "attention": ("5", "attention cost over n", _attention_rows),
+    "recurrence": ("6", "attention vs LSTM over n", _recurrence_rows),
     "mfu": ("7", "MFU", _mfu_rows),
     "gpt2": ("8", "GPT-2-small-shaped step", _gpt2_rows),
     "nanogpt_step": ("9", "nanoGPT-recipe step", _nanogpt_rows),
@@ -296,7 +297,7 @@ def render(result: dict, console: Console | None = None) -> None:
     a = s.get("attention")
     if a and a.get("status") == "ok":
         c = Table(
-            title=f"C7: one attention layer (d={a['config']['d_model']}, {a['config']['heads']} heads, "
+            title=f"Attention cost over n: one layer (d={a['config']['d_model']}, {a['config']['heads']} heads, "
             f"{a['config']['precision']}, {a['config']['pass']})"
         )
         lin = a.get("linear"), a.get("linear_causal")
@@ -342,19 +343,19 @@ def render(result: dict, console: Console | None = None) -> None:
                 _f(lin[1]["time_exponent"], "n^{:.2f}"),
             )
         console.print(c)
-        k = Table(title="C7 claim: fp16 n×n score matrix (one head, one sequence)")
+        k = Table(title="fp16 n×n score matrix (one head, one sequence): stated vs n²·2 bytes")
         for col in ("n", "claimed", "computed n²·2 B"):
             k.add_column(col, justify="right")
         for row in a["claim_table"]:
             k.add_row(f"{row['n']:,}", row["claimed"], _human(row["fp16_nxn_bytes"]))
         console.print(k)
         for note in a.get("notes", []):
-            console.print(f"[yellow]C7 note:[/] {note}")
+            console.print(f"[yellow]attention note:[/] {note}")
     r = s.get("recurrence")
     if r and r.get("status") == "ok":
         c = Table(
-            title=f"C8: self-attention vs LSTM, d={r['config']['d']}, batch {r['config']['batch']} "
-            f"(claim: attention cheaper while n < d = {r['claim_crossover_n']}; "
+            title=f"Self-attention vs LSTM, d={r['config']['d']}, batch {r['config']['batch']} "
+            f"(Table 1: attention cheaper while n < d = {r['claim_crossover_n']}; "
             f"equal multiply-adds at n = {r['macs_crossover_n']})"
         )
         conv = r.get("conv_ms")  # bench.json files before model/mixer=conv have no such column
@@ -369,7 +370,8 @@ def render(result: dict, console: Console | None = None) -> None:
                 *((_f(conv[i], "{:.2f}"),) if conv else ()),
             )
         console.print(c)
-        console.print(f"C8 measured crossover: {_f(r['crossover_n'], 'n ≈ {:,.0f}', 'none in the measured range')}")
+        cross = _f(r["crossover_n"], "n ≈ {:,.0f}", "none in the measured range")
+        console.print(f"Attention vs LSTM, measured crossover: {cross}")
     for name, sec in s.items():
         if sec.get("status") == "error":
             console.print(f"[red]{name} failed:[/] {sec.get('error')}")
