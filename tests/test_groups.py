@@ -228,7 +228,7 @@ def test_a_variant_added_from_outside_the_repo(tmp_path):
 
 @pytest.mark.parametrize("group", ["loss", "decode"])
 def test_loss_and_decode_options_name_their_class(group, tmp_path):
-    """Issue 23: like every other group, each loss/decode option is one class chosen by ``_target_``,
+    """Like every other group, each loss/decode option is one class chosen by ``_target_``,
     and the training module uses the instantiated object."""
     from hydra.utils import get_class
 

@@ -1,4 +1,4 @@
-"""Issue 31 item 2: ``python run.py --help`` is xformer's own text through Hydra's help template: what it
+"""``python run.py --help`` is xformer's own text through Hydra's help template: what it
 is, example commands (a run, a sweep with seeds, a report, a claim, resume), where results land, every
 config group with its options and each option's own first YAML line -- an option a user adds in their
 own search path too -- and no config dump."""

@@ -31,7 +31,7 @@ def test_every_private_name_is_listed_once_and_used_by_the_module():
 
 
 def test_no_other_module_names_a_private_lightning_name():
-    """The closing grep of issue 23 as a test: each listed name appears in lightning_compat.py only."""
+    """Each listed name appears in lightning_compat.py only."""
     names = [name for _, name in compat.PRIVATE_NAMES]
     pattern = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
     offenders = [

@@ -1,4 +1,4 @@
-"""Issue 31 items 1 and 7: the README's usage commands work as written, from the repository root.
+"""The README's usage commands work as written, from the repository root.
 
 Each ``python run.py ...`` line of the README's Usage block is run: a single run with ``--cfg job``
 (composed and printed, nothing trained), a ``-m`` sweep with ``sweep.dry_run=true`` (every job composed

@@ -178,7 +178,7 @@ def test_attention_sections(quick):
     assert a["status"] == "ok"
     n = a["n"]
     assert n == sorted(n) and len(n) >= 3
-    for path in ("explicit", "sdpa", "linear", "linear_causal"):  # linear: model/mixer=linear (issue 23)
+    for path in ("explicit", "sdpa", "linear", "linear_causal"):  # linear: model/mixer=linear
         assert len(a[path]["time_ms"]) == len(n) and all(t > 0 for t in a[path]["time_ms"])
         assert len(a[path]["peak_mb"]) == len(n)
         if path.startswith("linear"):  # quick sizes: a linear path may stay under the 1 ms fitting floor

@@ -184,7 +184,7 @@ def test_collate_lm_masks_and_prompt_len():
 
 
 def test_training_shards_mark_their_padding_copies_weightless():
-    """Issue 30 item 1: 9 batches over 2 ranks. Evaluation repeats batch 0 for rank 1 (same idx, dropped
+    """9 batches over 2 ranks. Evaluation repeats batch 0 for rank 1 (same idx, dropped
     later); training gives rank 1 a copy that :class:`WeightlessCopies` marks ``zero_weight``, and the
     training step gives it no loss and no tokens."""
     import torch

@@ -1,6 +1,6 @@
 """Every experiment preset (GPU forms included) trains two tiny steps on the CPU, in its own
 precision: the presets differ from the default in trainer, precision, data and decoding, which is
-where GPU-only failures (a fused optimizer with clipping under mixed precision) used to hide."""
+where GPU-only failures (a fused optimizer with clipping under mixed precision) can hide."""
 
 from __future__ import annotations
 

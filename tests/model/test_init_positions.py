@@ -1,5 +1,5 @@
-"""Issue 30 item 6 (OpenNMT-py#1722): with ``model/init=gpt2`` the sinusoidal table enters at the token
-embeddings' scale. Measured from the model's own embedding output: its positional part (output minus
+"""With ``model/init=gpt2`` the sinusoidal table enters at the token embeddings' scale (the mismatch
+OpenNMT-py#1722 describes). Measured from the model's own embedding output: its positional part (output minus
 the token part) against its token part, RMS over every position and width."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def test_gpt2_init_puts_sinusoidal_positions_at_the_token_scale(cls, scale_embed
         pe=Sinusoidal,
     )
     tok, pos = parts(model, torch.randint(0, 500, (8, 200)))
-    assert pos / tok == pytest.approx(1.0, rel=0.1), (tok, pos)  # was 35.5x at std 0.02 without the √D scale
+    assert pos / tok == pytest.approx(1.0, rel=0.1), (tok, pos)  # without the √D scale the ratio is far from 1
     want = 0.02 * (math.sqrt(64) if scale_embeddings else 1.0)
     assert pos == pytest.approx(want, rel=0.05)
 

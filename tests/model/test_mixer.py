@@ -1,6 +1,6 @@
-"""Issue 23 item 1: the attention mechanism as a config group (``model/mixer``).
+"""The attention mechanism as a config group (``model/mixer``).
 
-* ``mha`` is the old layer: bitwise equal to its own math written with torch's functional ops;
+* ``mha`` is the default layer: bitwise equal to its own math written with torch's functional ops;
 * ``gqa`` with ``n_kv_heads = n_heads`` equals ``mha`` given the same weights, and ``mqa`` / ``gqa``
   match a float64 per-head reference, with a decoding cache that holds only the kv heads;
 * ``linear`` matches its quadratic form written out (same ϕ), causal and not, with RoPE as in
@@ -65,7 +65,7 @@ def padding(b: int, t: int) -> torch.Tensor:
 # -- mha: unchanged ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("causal", [False, True])
 def test_mha_is_bitwise_its_functional_math(causal):
-    """The default mechanism runs exactly in_proj -> SDPA -> out_proj (the pre-issue layer's ops)."""
+    """The default mechanism runs exactly in_proj -> SDPA -> out_proj (multi-head attention's own ops)."""
     torch.manual_seed(0)
     mha = SelfAttention(D, H, D // H, pattern=CausalAttention() if causal else None).eval()
     x = torch.randn(3, 7, D)
@@ -283,7 +283,7 @@ MIXERS = {
 }
 
 
-#: the layers attention replaced (issue 32): no RoPE for them (refused), sinusoidal positions instead
+#: the layers attention replaced: no RoPE for them (refused), sinusoidal positions instead
 LAYERS = {"lstm": (LSTMMixer(), None), "conv": (ConvMixer(kernel=3), None)}
 
 
@@ -388,7 +388,7 @@ def test_grouped_kv_heads_train_with_attention_dropout(mixer, n_kv):
 
 @pytest.mark.parametrize("name", list(MIXERS))
 def test_model_bias_false_reaches_every_mechanism(name):
-    """``model.bias=false`` (issue 22) removes the projection biases of whatever mechanism the blocks get."""
+    """``model.bias=false`` removes the projection biases of whatever mechanism the blocks get."""
     mixer, n_kv = MIXERS[name]
     model = EncoderDecoder(20, 20, **SIZES, mixer=mixer, n_kv_heads=n_kv, bias=False)
     for block in model.blocks():

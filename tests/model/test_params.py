@@ -77,7 +77,8 @@ def test_param_budget_can_solve_d_ff_instead():
 
 
 def test_a_budget_below_the_smallest_model_is_refused_when_solving_d_model():
-    """``param_budget=100`` used to build the smallest model (thousands of parameters) in silence."""
+    """``param_budget=100`` is refused by name, not met silently by the smallest model (thousands of
+    parameters)."""
     with pytest.raises(ConfigError, match=r"^model.param_budget=100: the smallest model of this shape"):
         with torch.device("meta"):
             EncoderDecoder(500, 500, d_model=64, n_heads=4, param_budget=100)

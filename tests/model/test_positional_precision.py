@@ -1,4 +1,4 @@
-"""Issue 20, item 3: positional math stays in float32 under ``trainer.precision=bf16-true``.
+"""Positional math stays in float32 under ``trainer.precision=bf16-true``.
 
 Lightning's ``bf16-true`` plugin converts the model with ``module.to(torch.bfloat16)``; every scheme
 (and a user's scheme built on the base class) must still compute its positions, angles and biases in

@@ -1,4 +1,4 @@
-"""Issue 32: the layer types self-attention replaced (``model/mixer=lstm``, ``model/mixer=conv``).
+"""The layer types self-attention replaced (``model/mixer=lstm``, ``model/mixer=conv``).
 
 Each is checked against an independent reference (``nn.LSTM`` run row by row on the unpadded
 sequence; the convolution written out as a float64 sum over taps), and through the model: pads

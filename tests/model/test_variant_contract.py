@@ -1,4 +1,4 @@
-"""Issue 13 item 10: a variant defined outside xformer works by overriding hooks alone, and a variant
+"""A variant defined outside xformer works by overriding hooks alone, and a variant
 that implements none of its base class's hooks is refused when the model is built.
 
 Every variant below lives in this test file (outside the ``xformer`` package). Each working variant is
@@ -170,7 +170,7 @@ def test_blocked_alone_gives_the_causal_band_under_decoder_only(window):
     a, b = twins(DecoderOnly, {"attention": MyBand(window)}, {"attention": LocalAttention(window)})
     assert not a.decoder.pattern.is_causal  # not the fused causal triangle
     torch.testing.assert_close(forward(a, IDS), forward(b, IDS))
-    if window < IDS.shape[1]:  # plain causal attention (the old fallback) sees further back
+    if window < IDS.shape[1]:  # plain causal attention sees further back
         _, causal = twins(DecoderOnly, {"attention": MyBand(window)}, {"attention": CausalAttention()})
         assert not torch.allclose(forward(a, IDS), forward(causal, IDS), atol=1e-4)
     # causality: changing the last token leaves every earlier position's logits alone
@@ -330,7 +330,8 @@ class MyBiasFFN(MyFFN):
 @pytest.mark.parametrize("arg,cls,group", [("ffn", MyFFN, "model/ffn"), ("norm", MyPreNorm, "model/norm")])
 def test_a_variant_without_a_bias_argument_under_bias_false_is_one_clear_error(arg, cls, group):
     """``model.bias=false`` passes ``bias=False`` to the FFN and norm factories; a user's variant that
-    takes no ``bias`` used to crash with ``TypeError: unexpected keyword argument 'bias'``."""
+    takes no ``bias`` builds with the default and is refused by name with ``model.bias=false``, not with a
+    ``TypeError``."""
     EncoderDecoder(V, V, **SIZES, **{arg: cls})  # model.bias=true: the variant needs no bias argument
     with pytest.raises(ValueError, match=rf"^model.bias=false: {group} {cls.__name__} takes no bias argument\. Fix: "):
         EncoderDecoder(V, V, **SIZES, bias=False, **{arg: cls})

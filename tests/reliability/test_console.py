@@ -1,4 +1,4 @@
-"""Issue 31 item 3: what a run prints. Validation results appear when validation runs (the objective,
+"""What a run prints. Validation results appear when validation runs (the objective,
 its best so far, the task metric); Lightning's accelerator/restore lines, the logger's version string
 and W&B's start-up lines and history dump do not; the folder and metrics.json are named once at the
 end; an error line is printed once; a config warning is given once per sweep, not once per job."""

@@ -1,4 +1,4 @@
-"""Issue 24, a new user's first contact: config errors before the training stack is imported, Ctrl-C
+"""A new user's first contact: config errors before the training stack is imported, Ctrl-C
 keeps the work, a checkpoint of another model and an unwritable output folder give one error line,
 the console says only true things, the test table has one column per split, the progress bar
 after a mid-epoch resume, the empty-input note of ``xformer translate``."""
@@ -29,7 +29,7 @@ from xformer.errors import ConfigError
 #: torch._dynamo along in torch 2.13, so torch itself is judged separately)
 HEAVY = ("lightning", "wandb", "xformer.data", "xformer.jobs.driver", "xformer.train.", "sacrebleu", "torchmetrics")
 # pure-Python LR schedules (the scheduler node is checked in stage 1); the loss, decode and optimizer
-# settings import torch at most: stage 2 checks their nodes against their signatures (issue 29)
+# settings import torch at most: stage 2 checks their nodes against their signatures
 LIGHT = ("xformer.train.schedules", "xformer.train.losses", "xformer.train.decode", "xformer.train.optim")
 
 

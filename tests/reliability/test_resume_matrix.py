@@ -1,4 +1,4 @@
-"""Issue 20, item 2: resume continues exactly from any checkpoint -- whatever wrote it and wherever
+"""Resume continues exactly from any checkpoint -- whatever wrote it and wherever
 it fell.
 
 Save triggers: the periodic ``last.ckpt`` (``every_n_train_steps``; the run goes on one more step
@@ -17,8 +17,8 @@ the same order with the same epoch numbers as the uninterrupted run: per micro-b
 step labels of their CSV rows. The data position stored is that of the last batch whose update is in
 the saved weights.
 
-Fast set: the two cases of the issue's table, as reported, and a SIGTERM inside an accumulation
-window; the rest of the matrix is ``slow``.
+Fast set: resumes from the checkpoint of a final validation and of a validation step; the single
+cases before them and the whole matrix are ``slow``.
 """
 
 from __future__ import annotations
@@ -177,7 +177,7 @@ def _check(
     assert [r for r in _val_rows(job) if r >= step] == [r for r in ref_val_rows if r >= step]
 
 
-# -- the issue's table, as reported ----------------------------------------------------------------
+# -- single cases: a save mid-epoch, at a shortened epoch's end, inside a window, at a validation ----
 @pytest.mark.slow  # suite time: ~15 s; the matrix's sigkill trigger covers it
 def test_periodic_mid_epoch_checkpoint_resumes_without_skipping_a_batch(tmp_path, tmp_path_factory):
     """3 batches per epoch, ``every_n_train_steps=4`` (the save falls on epoch 1's first batch), a real
@@ -203,9 +203,9 @@ def test_sigterm_inside_an_accumulation_window_resumes_the_whole_window(tmp_path
 def test_resume_from_the_final_validations_checkpoint_logs_the_next_step_under_its_own_label(
     tmp_path, tmp_path_factory
 ):
-    """Issue 30 item 5: a run to step 5 whose ``last.ckpt`` is the one written at its final validation
-    (Lightning saves ``_batches_that_stepped`` one behind there), resumed to 7: training was exact,
-    but step 6 was logged under step 5's label (CSV and W&B drop or merge such rows)."""
+    """A run to step 5 whose ``last.ckpt`` is the one written at its final validation (Lightning saves
+    ``_batches_that_stepped`` one behind there), resumed to 7: training is exact and step 6 is logged
+    under its own label, not step 5's (CSV and W&B drop or merge such rows)."""
     _check(tmp_path, tmp_path_factory, "final_validation", ["data.tokens_per_batch=2048"], 1, step=5)
 
 

@@ -1,4 +1,4 @@
-"""Exact resume lives in one module (issue 23): the checkpoint's loop state and the loader's data
+"""Exact resume lives in one module: the checkpoint's loop state and the loader's data
 position are read and written only by :mod:`xformer.jobs.resume`, whose docstring states the guarantee."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 13, item 3: a resumed run continues exactly where it stopped -- same loss, epoch, batch index
+"""A resumed run continues exactly where it stopped -- same loss, epoch, batch index
 and tokens seen at every step as the uninterrupted run -- from a checkpoint taken at any step: inside
 an epoch or on its last batch, with epochs of 1, 2 and 3 batches, whether the checkpoint was the
 periodic save (as after a SIGKILL) or the one written when ``fit`` stopped (``max_steps``)."""

@@ -1,4 +1,4 @@
-"""Issue 31 item 4: Ctrl-C during a ``-m`` sweep stops it cleanly. The interrupted job is recorded with
+"""Ctrl-C during a ``-m`` sweep stops it cleanly. The interrupted job is recorded with
 a readable status ("interrupted: stopped by Ctrl-C at step N"), ``sweep_summary.json`` is written for
 what ran, and the printed resume command is the sweep's own (which skips finished jobs and resumes the
 interrupted one from its ``last.ckpt``)."""

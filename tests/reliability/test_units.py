@@ -1,5 +1,5 @@
 """Fast in-process checks of the pieces behind resumption: atomic checkpoint writes, the batch
-samplers' mid-epoch resume, and the sweep expansion used to validate ``-m`` jobs."""
+samplers' mid-epoch resume, and the sweep expansion that validates ``-m`` jobs."""
 
 from __future__ import annotations
 

@@ -81,8 +81,8 @@ def test_same_seed_same_metrics_other_seed_differs(reference_run, offline_with_k
     "stop", [pytest.param("finished", marks=pytest.mark.slow), pytest.param("sigkill", marks=pytest.mark.slow)]
 )
 def test_resume_with_unreachable_wandb_continues_offline_under_the_same_run_id(tmp_path, stop):
-    """Issue 13, item 7: the online attempt of a resumed job fails; the offline retry keeps the run id
-    (it crashed with "run ID ... is in use") and training continues to the end."""
+    """The online attempt of a resumed job fails; the offline retry keeps the run id (without W&B's
+    "run ID ... is in use" error) and training continues to the end."""
     import os
     import signal
 

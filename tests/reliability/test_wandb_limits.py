@@ -1,4 +1,4 @@
-"""Issue 13, item 6: overrides that become W&B tags, run names and group names are shortened to W&B's
+"""Overrides that become W&B tags, run names and group names are shortened to W&B's
 limits (tags <= 64 characters, names and groups <= 128), with the full text in the run's config."""
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def test_eval_with_a_long_checkpoint_path_runs_with_the_default_wandb_logger(tmp
     assert len(f"ckpt_path={ckpt}") > TAG_MAX
     job = tmp_path / "eval"
     res = run_py(["mode=eval", f"ckpt_path={ckpt}", f"hydra.run.dir={job}"], tmp_path)
-    assert res.returncode == 0, res.stderr[-3000:]  # was 1: "Tag ... is 1xx characters"
+    assert res.returncode == 0, res.stderr[-3000:]  # not W&B's "Tag ... is 1xx characters"
     w = metrics(job)["job"]["wandb"]
     assert w["tags"] and all(len(t) <= TAG_MAX for t in w["tags"])
     assert len(w["name"]) <= NAME_MAX

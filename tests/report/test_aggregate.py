@@ -173,8 +173,8 @@ def test_curve_steps_are_updates_done_as_in_the_budget_and_checkpoint_names(tmp_
 
 
 def test_a_job_reached_through_two_paths_counts_once(sweep_dir):
-    """Issue 30 item 3 (wandb#6614): ``xformer report sweep sweep/3`` counted job 3 twice (n=4 from 3
-    seeds); the folder is resolved and read once, through a symlink too."""
+    """``xformer report sweep sweep/3`` counts job 3 once, not twice (compare wandb#6614): the folder is
+    resolved and read once, through a symlink too."""
     one = aggregate([sweep_dir])
     both = aggregate([sweep_dir, sweep_dir / "3", sweep_dir / ".." / sweep_dir.name / "3"])
     assert len(both.jobs) == len(one.jobs) and not both.dropped

@@ -184,7 +184,7 @@ def test_list_reads_each_job_folder_of_the_stable_sweep_dir(tmp_path, monkeypatc
 
 
 def test_a_published_claim_is_not_run_again_unless_asked(tmp_path, monkeypatch, capsys):
-    """Issue 28 item 5: in a fresh clone (no sweep folders) every committed report counts as done:
+    """In a fresh clone (no sweep folders) every committed report counts as done:
     `claims run` starts nothing for it; `--rerun` runs it; an unpublished claim runs."""
     monkeypatch.setenv("XFORMER_RUNS", str(tmp_path / "runs"))
     monkeypatch.setenv("XFORMER_DATA", str(tmp_path))
@@ -286,8 +286,8 @@ def test_a_sweep_read_by_a_bench_claim_is_reported_with_the_committed_bench_file
 
 
 def test_an_invocation_stopped_by_sigterm_keeps_its_wall_time(tmp_path):
-    """``xformer claims run`` stopped by SIGTERM (a killed shell, a preempted allocation) used to record
-    nothing, so run.md's wall time left out every interrupted invocation of a resumed sweep."""
+    """``xformer claims run`` stopped by SIGTERM (a killed shell, a preempted allocation) records the
+    invocation and its wall time, so run.md's wall time counts every interrupted invocation of a resumed sweep."""
     import signal
     import time
 
@@ -321,7 +321,7 @@ def test_an_invocation_stopped_by_sigterm_keeps_its_wall_time(tmp_path):
 
 
 def test_readme_is_the_front_door_and_small():
-    """Issue 31 item 7: the README keeps what a newcomer needs on day one (<= 14 KB); the claims table
+    """The README keeps what a newcomer needs on day one (<= 14 KB); the claims table
     has one home, docs/results/README.md, which the README links to and does not copy."""
     readme = (REPO / "README.md").read_text()
     assert len(readme.encode()) <= 14 * 1024, len(readme.encode())

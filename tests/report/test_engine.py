@@ -238,7 +238,7 @@ def test_a_diverged_seed_inside_a_contrast_counts_as_its_settings_worst_outcome(
         [cells["post", 300], [2.0, 2.05, worst], cells["pre", 300], cells["pre", 0]], [1, -1, -1, 1]
     )
     assert (r.lo, r.estimate, r.hi) == pytest.approx((lo, d, hi))
-    # dropping the diverged seed instead would leave 2 seeds: "too few seeds", the old way of hiding it
+    # dropping the diverged seed instead would leave 2 seeds: "too few seeds" would hide the divergence
     assert r.verdict == SUPPORTED and "too few seeds" not in r.problems
 
 

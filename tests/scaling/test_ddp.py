@@ -175,8 +175,8 @@ def _train_losses(job) -> dict[int, float]:
 @pytest.mark.slow
 @pytest.mark.parametrize("n_train", [66, 78], ids=["9-batches", "11-batches"])  # at 72 tokens a batch
 def test_ddp_uneven_epoch_tail_trains_each_batch_once(n_train, tmp_path):
-    """Issue 30 item 1 (pytorch#25162): an epoch of an odd number of batches over 2 ranks. Rank 1's
-    missing last batch used to be a repeat of batch 0, trained twice; now it is a weightless copy, so
+    """An epoch of an odd number of batches over 2 ranks. Rank 1's missing last batch is a weightless
+    copy, not a repeat of batch 0 trained twice (pytorch#25162's DistributedSampler padding), so
     2 ranks equal one process x ``accumulate_grad_batches=2`` in tokens seen and in the loss of every
     update, through the epoch end (7 updates: the epoch has ceil(batches / 2) of them)."""
     common = [*TINY, f"data.n_train={n_train}", "trainer.max_steps=7", "logger=csv"]

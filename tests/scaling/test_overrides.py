@@ -1,4 +1,4 @@
-"""Issue 29 item 4: override strings are read with Hydra's own parser (xformer/jobs/overrides.py), so a
+"""Override strings are read with Hydra's own parser (xformer/jobs/overrides.py), so a
 list value is one value, a quoted comma is no sweep, and numbers come back as numbers."""
 
 import pytest

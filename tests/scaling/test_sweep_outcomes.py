@@ -1,4 +1,4 @@
-"""Issue 13, item 5: every sweep writes its summary. A dry run exits 0 (Optuna included, and its
+"""Every sweep writes its summary. A dry run exits 0 (Optuna included, and its
 study stays out of the database); a sweep in which no job produced an objective value -- every job
 failed, or every Optuna trial was NaN -- names the failures and exits 1 (docs/scaling.md: "Failing jobs")."""
 
@@ -28,7 +28,7 @@ def test_optuna_dry_run_exits_0_with_summary_and_leaves_the_study_alone(tmp_path
         cwd=tmp_path,
         tmp_path=tmp_path,
     )
-    assert res.returncode == 0, fail_msg(res)  # was 1: "No trials are completed yet."
+    assert res.returncode == 0, fail_msg(res)  # not Optuna's "No trials are completed yet."
     s = _summary(sweep)
     assert [j["status"] for j in s["jobs"]] == ["validated"] * 3 and "error" not in s
     assert not db.exists() or not _trials(db), "a dry run must not record trials in the stored study"

@@ -1,4 +1,4 @@
-"""Resumable sweeps (issue 19): the same ``-m`` command run again into the same ``hydra.sweep.dir``
+"""Resumable sweeps: the same ``-m`` command run again into the same ``hydra.sweep.dir``
 skips finished jobs, resumes the interrupted one from its own last.ckpt (same W&B run), runs the
 rest, and refuses a changed config with one ``error:`` line before anything runs."""
 
@@ -224,9 +224,9 @@ def test_job_start_applies_omp_num_threads_to_torch(monkeypatch):
 
 @pytest.mark.slow
 def test_a_resumed_optuna_study_proposes_new_points_reproducibly(tmp_path):
-    """Issue 30 item 2 (optuna#3255): the same command twice on one storage gave trials 2 and 3 equal
-    to trials 0 and 1 (the seeded sampler replayed its start-up draws). Now two invocations of 2
-    trials give 4 distinct points, and a third with ``n_trials=0`` changes nothing. ~60 s."""
+    """The same command twice on one storage proposes new points, not trials 0 and 1 again (a seeded
+    sampler replays its start-up draws, optuna#3255): two invocations of 2 trials give 4 distinct
+    points, and a third with ``n_trials=0`` changes nothing. ~60 s."""
     import optuna
 
     db = tmp_path / "study.db"
@@ -261,7 +261,7 @@ def test_a_resumed_optuna_study_proposes_new_points_reproducibly(tmp_path):
 
 
 def test_the_continued_sampler_is_reseeded_from_the_seed_and_the_stored_trials():
-    """The unit of item 2: a fresh study keeps the sampler; a study with n trials gets the seed
+    """The sampler reseeding alone: a fresh study keeps the sampler; a study with n trials gets the seed
     SeedSequence([seed, n]) (the same command twice gives the same seed), an unseeded one is kept."""
     import functools
 

@@ -33,7 +33,7 @@ def _compose(overrides):
     ],
 )
 def test_a_dot_where_a_group_slash_is_meant_names_the_group(override, fix):
-    """Before: Hydra's instantiate or the validator itself crashed with a traceback
+    """One line naming the override and the group it means, not a traceback from Hydra's instantiate or the validator
     (``'str' object has no attribute '_target_'``, ``'str' object is not callable``)."""
     with pytest.raises(ConfigError) as err:
         check_static(_compose([override]))
@@ -75,8 +75,8 @@ def test_recipe_options_are_type_checked(overrides, message):
 
 
 def test_training_by_epochs_asks_for_the_schedule_length():
-    """``total_steps`` follows ``trainer.max_steps``; with ``-1`` the message used to name a value the
-    user never set (``total_steps=-1``) and no fix."""
+    """``total_steps`` follows ``trainer.max_steps``; with ``-1`` the message names the key the user set
+    (``trainer.max_steps=-1``, not ``total_steps=-1``) and the fix."""
     cfg = _compose(["optim=adamw", "trainer.max_steps=-1", "trainer.max_epochs=1"])
     with pytest.raises(ConfigError, match=r"^optim.scheduler.total_steps: follows trainer.max_steps=-1.*Fix: set "):
         check_static(cfg)
@@ -147,7 +147,7 @@ def _every_shipped_config() -> list[list[str]]:
 
 def test_every_shipped_config_passes_the_stage_one_rules_and_every_target_signature(monkeypatch):
     """Every node with a ``_target_`` of every shipped config (model, data, trainer, callbacks, logger,
-    optimizer, ...) fits the signature of what it names (issue 29: the schema read from the code)."""
+    optimizer, ...) fits the signature of what it names (the schema read from the code)."""
     from xformer.jobs.config_check.schema import check_targets
 
     monkeypatch.setenv("XFORMER_DATA", "/tmp")

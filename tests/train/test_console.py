@@ -1,4 +1,4 @@
-"""Issue 13 blemishes: the progress bar's epoch label with ``max_epochs=-1``, and Lightning's log lines
+"""The progress bar's epoch label with ``max_epochs=-1``, and Lightning's log lines
 printed once."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 13 item 9: corpus-level metrics reach every consumer as the exact float64 the module computes.
+"""Corpus-level metrics reach every consumer as the exact float64 the module computes.
 
 BLEU is sacrebleu's corpus BLEU; for the hypothesis "hello , world !" against "Hello, world!" it is
 59.46035575..., which float32 would round to 59.46035385. Loss, perplexity, token accuracy and
@@ -74,9 +74,9 @@ def reference(model, batch, hyps, refs) -> dict[str, float]:
     }
 
 
-def test_issue_value_needs_float64():
+def test_this_bleu_value_needs_float64():
     bleu = sacrebleu.corpus_bleu(["hello , world !"], [["Hello, world!"]]).score
-    assert round(bleu, 7) == 59.4603558 and f32(bleu) != bleu  # the case the issue reports
+    assert round(bleu, 7) == 59.4603558 and f32(bleu) != bleu  # float32 would round it
 
 
 @pytest.mark.parametrize("n_examples", [1, 3])

@@ -1,4 +1,4 @@
-"""Issue 13, item 4: a run never finishes without its objective. Training that ends off a validation
+"""A run never finishes without its objective. Training that ends off a validation
 step validates once more (max_steps below val_check_interval, a last step between two intervals,
 under accumulation, at the end of max_epochs), and an objective that could never be logged is
 rejected before training with one ``error:`` line."""

@@ -1,4 +1,4 @@
-"""Issue 13 item 8: input longer than the model's positions.
+"""Input longer than the model's positions.
 
 ``xformer translate`` gives every input line an output line; a line longer than ``model.max_len``
 (for learned or sinusoidal positions) is cut to fit and named, by line number, in a warning on stderr.

@@ -1,4 +1,4 @@
-"""Modern training recipes as config groups (issue 22): AdamW's weight-decay groups, the schedules
+"""Modern training recipes as config groups: AdamW's weight-decay groups, the schedules
 against their formulas, schedule swaps without stale keys, ``model.bias=false``, the GPT-2 init, and
 the LM vocabulary / positions of nanoGPT's ``shakespeare_char``."""
 
@@ -182,7 +182,7 @@ def test_selecting_a_schedule_replaces_its_node(name, params):
 
 
 def test_a_stale_schedule_key_is_one_error_line():
-    # the old way of swapping: overriding the target keeps inverse_sqrt's decay_from
+    # swapping by overriding the target keeps inverse_sqrt's decay_from
     cfg = _compose(["optim.scheduler._target_=xformer.train.schedules.linear", "+optim.scheduler.total_steps=10"])
     with pytest.raises(ConfigError) as err:
         check_rules(cfg)
@@ -372,7 +372,7 @@ def test_preset_trains_through_run_py_and_refuses_a_stale_key(tmp_path):
     )
     assert bad.returncode == 2
     err = [line for line in bad.stderr.splitlines() if line.startswith("error:")]
-    # one error line per stale key of the cosine schedule (the config check reports every problem, #29)
+    # one error line per stale key of the cosine schedule (the config check reports every problem)
     assert len(err) == 2, bad.stderr[-2000:]
     for key, line in zip(("total_steps", "floor"), err, strict=True):
         assert line.startswith(f"error: optim.scheduler.{key} (optim/scheduler/cosine.yaml"), line

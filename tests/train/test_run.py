@@ -44,7 +44,7 @@ def test_single_run_writes_metrics_checkpoints_history_and_offline_wandb(tmp_pat
     assert metrics["tokens_seen"] > 0
     import torch
 
-    numerics = metrics["numerics"]  # what a bit-identical re-run needs to match (#28 item 4)
+    numerics = metrics["numerics"]  # what a bit-identical re-run needs to match
     assert numerics["torch"] == torch.__version__ and numerics["threads"] >= 1
     assert numerics["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and numerics["cpu"]
     assert (out / "checkpoints" / "last.ckpt").is_file()

@@ -1,9 +1,9 @@
-"""Issue 20, item 4: two runs started in the same second get a folder each.
+"""Two runs started in the same second get a folder each.
 
-The default single-run folder used to be ``outputs/<date>/<HH-MM-SS>``: two ``run.py`` started together
-(a shell loop with ``&``, SLURM array tasks) shared it -- one failed, one ``metrics.json`` survived.
+A single-run folder named ``outputs/<date>/<HH-MM-SS>`` alone would be shared by two ``run.py`` started
+together (a shell loop with ``&``, SLURM array tasks): one would fail, one ``metrics.json`` survive.
 Here two runs wait at a barrier (a file each, then both go) with Hydra's clock frozen to the same
-second, so the old layout collides every time; each must get its own folder and a ``metrics.json``
+second, so a time-only name would collide every time; each must get its own folder and a ``metrics.json``
 with its own seed, and a sweep keeps its ``multirun/<date>/<time>/<job>`` layout.
 """
 

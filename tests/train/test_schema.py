@@ -1,9 +1,9 @@
-"""Issue 29 items 1, 2 and 5: the config checked against the code it configures
+"""The config checked against the code it configures
 (``xformer/jobs/config_check/schema.py``).
 
-Through ``run.py`` as a user runs it: the mistakes that used to train silently (a ``+`` typo of a group,
-of a root key, of a key of a node without ``_target_``) and the extension mistakes that ended in a
-40-line traceback (a module not on the path, a misspelt class) are each one ``error:`` line, all of a
+Through ``run.py`` as a user runs it: the mistakes that would otherwise train silently (a ``+`` typo of a group,
+of a root key, of a key of a node without ``_target_``) and the extension mistakes that would end in a
+long traceback (a module not on the path, a misspelt class) are each one ``error:`` line, all of a
 config's mistakes at once, before anything is built; and a throwaway option -- one class and one YAML in
 a temporary folder, nothing else touched -- has the range annotated on its parameter enforced.
 """

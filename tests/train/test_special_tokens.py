@@ -1,4 +1,4 @@
-"""Issue 13 item 1: no decoder emits PAD or BOS, and beam search with one beam is greedy decoding.
+"""No decoder emits PAD or BOS, and beam search with one beam is greedy decoding.
 
 The models are random, with the output layer scaled up and the PAD and/or BOS rows of the output
 layer copied (×1.2) from the ordinary tokens the model picks most, so PAD or BOS is the model's top

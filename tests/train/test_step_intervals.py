@@ -1,4 +1,4 @@
-"""Issue 13, item 2: "every N steps" settings count optimizer steps under gradient accumulation --
+"""Settings of the form "every N steps" count optimizer steps under gradient accumulation --
 validation (``trainer.val_check_interval``), logging (``trainer.log_every_n_steps``), the periodic
 checkpoint (``callbacks.last_checkpoint.every_n_train_steps``) and the objective's step (the CSV step
 of ``val/*`` and the ``best-<step>.ckpt`` name)."""

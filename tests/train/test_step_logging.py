@@ -1,4 +1,4 @@
-"""Issue 33: train-time values are logged only at the steps something reads them.
+"""Train-time values are logged only at the steps something reads them.
 
 ``TransformerLitModule`` calls Lightning's ``self.log`` for ``train/loss``, ``train/nll`` and ``perf/*``
 only where the loggers write (every ``trainer.log_every_n_steps`` steps, and when the trainer stops),

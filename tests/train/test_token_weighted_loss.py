@@ -1,9 +1,9 @@
-"""Issue 20, item 1: every token counts once, at its weight, under gradient accumulation and DDP.
+"""Every token counts once, at its weight, under gradient accumulation and DDP.
 
 An optimizer step's gradient must be that of ``sum(token losses) / sum(target tokens)`` over all
 micro-batches of the step (and all ranks), however unequal the micro-batches and however many the
-step really has (an epoch's last window can be short). Before the fix each micro-batch returned its
-own token mean and Lightning divided by ``accumulate_grad_batches``: the mean of per-batch means.
+step really has (an epoch's last window can be short), not the mean of per-batch token means that
+Lightning's division by ``accumulate_grad_batches`` gives.
 
 The reference is an independent float64 recomputation: autograd of the summed label-smoothed token
 losses of all micro-batches over their total target tokens, on a copy of the initial model; the
@@ -265,7 +265,7 @@ def test_ranks_under_the_ddp_contract_give_the_gradient_of_the_union():
 
 @pytest.mark.parametrize("eps", [0.0, 0.1])
 def test_train_nll_is_the_unsmoothed_token_mean_beside_the_objective(eps):
-    """Issue 28 item 3: ``train/nll`` is the step's negative log-likelihood without label smoothing
+    """``train/nll`` is the step's negative log-likelihood without label smoothing
     (comparable with ``val/loss``), recomputed here with torch's own cross-entropy; ``train/loss`` stays
     the smoothed objective."""
     import torch.nn.functional as F

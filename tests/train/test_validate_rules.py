@@ -1,4 +1,4 @@
-"""Single-key ranges and choices come from annotations (issue 29): one home per range, one line per mistake."""
+"""Single-key ranges and choices come from annotations: one home per range, one line per mistake."""
 
 import re
 from pathlib import Path
@@ -56,7 +56,7 @@ def test_keys_without_a_class_are_checked_in_stage_one():
 
 
 def test_the_config_check_names_no_option_of_a_config_group():
-    """No central list (issue 29): no option of any group under conf/ is named in the config check,
+    """No central list: no option of any group under conf/ is named in the config check,
     except the package names of the logger-package rule."""
     conf = REPO / "conf"
     skip = ("experiment", "hydra", "scale", "hparams_search")
@@ -72,7 +72,7 @@ def test_the_config_check_names_no_option_of_a_config_group():
         assert not named, (path.name, named)
 
 
-# -- issue 23: the attention mechanism against the stacks it serves ------------------------------------
+# -- the attention mechanism against the stacks it serves ---------------------------------------------
 @pytest.mark.parametrize(
     "overrides,message",
     [

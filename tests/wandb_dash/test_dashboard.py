@@ -104,7 +104,7 @@ def test_dashboard_specification_names_the_swept_key_and_the_objective(sweep):
     )
     assert res.returncode == 0, res.stderr
     assert "--publish" in res.stdout and "not published" in res.stdout
-    # issue 31 item 6: what the file is for, the next steps, and what to read offline
+    # the printout says what the file is for, the next steps, and what to read offline
     assert "nothing in it is readable offline" in res.stdout
     assert f"wandb sync {root}/*/wandb/offline-run-*" in res.stdout and f"xformer report {root}" in res.stdout
     spec = json.loads((root / "wandb_dashboard.json").read_text())
@@ -170,7 +170,7 @@ def test_swept_keys_come_from_comma_lists_sweep_functions_and_sweeper_params(tmp
 
 
 def test_swept_keys_are_read_with_hydras_parser(tmp_path):
-    """Issue 29 item 4: a list value (``tags=[a,b]``, ``x=[1,2]``) is one value, not a sweep; comma
+    """A list value (``tags=[a,b]``, ``x=[1,2]``) is one value, not a sweep; comma
     lists, sweep functions (range, interval, Optuna's tag(...)) and ``hydra.sweeper.params`` are."""
     from omegaconf import OmegaConf
 

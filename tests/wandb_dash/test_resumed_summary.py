@@ -1,4 +1,4 @@
-"""Issue 30 item 4 (wandb#9684): after a resume, the W&B run's best (the ``min``/``max`` summaries
+"""After a resume (wandb#9684), the W&B run's best (the ``min``/``max`` summaries
 that ``WandbPanels`` declares) is the best of the whole job, not of the resumed process alone.
 
 A scripted module logs ``val/loss`` 5.6151, 4.9248, 5.2696 and ``val/acc`` 0.2, 0.5, 0.4 at steps

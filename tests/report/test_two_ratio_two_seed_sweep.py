@@ -1,5 +1,5 @@
-"""The issue's own sweep, run for real (slow): ``python run.py model.ffn_ratio=2,4 seed=1,2
-trainer.max_steps=30 -m`` is still C1-inconclusive under the budget rules (two ratios cannot show a
+"""A small sweep, run for real (slow): ``python run.py model.ffn_ratio=2,4 seed=1,2
+trainer.max_steps=30 -m`` is C1-inconclusive under the budget rules (two ratios cannot show a
 sweet spot, two seeds decide nothing, one validation in the second half)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from xformer.report.cli import main
 
 
 @pytest.mark.slow
-def test_issue_c1_sweep_of_30_steps_is_inconclusive(tmp_path, capsys):
+def test_a_two_ratio_two_seed_sweep_of_30_steps_is_inconclusive_for_c1(tmp_path, capsys):
     sweep = tmp_path / "sweep"
     res = run_py(
         [
