@@ -135,7 +135,7 @@ class CharTokenizer(Tokenizer):
 
     def encode_array(self, text: str):
         """:meth:`encode` as one ``int64`` numpy array, by a table lookup over the text's code points
-        (~20× faster than the per-character loop on a 1 MB text: part of a run's start-up).
+        (vectorised, not a per-character Python loop: it runs on the whole corpus at a run's start-up).
 
         Raises:
             KeyError: a character outside the alphabet of a tokenizer without specials (as :meth:`encode`).

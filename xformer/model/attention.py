@@ -318,10 +318,10 @@ class MultiHeadAttention(nn.Module):
     """
 
     #: Under CPU ``bf16-mixed`` autocast, eq. 1 (SDPA) runs on float32 copies of q, k, v and its output
-    #: is cast back to bfloat16; the projections stay in bfloat16. Measured on an AMD EPYC with
-    #: avx512_bf16 and no AMX (docs/results/nanogpt-cpu.md): PyTorch's CPU flash-attention backward in
-    #: bfloat16 took ~3× its float32 time and 40 % of a bf16 step. Set to ``False`` (on the class or an
-    #: instance) to keep autocast's bfloat16 attention, e.g. on a CPU where that is faster.
+    #: is cast back to bfloat16; the projections stay in bfloat16. Why: on a CPU without AMX, PyTorch's
+    #: CPU flash-attention backward is several times slower in bfloat16 than in float32 (the profile is
+    #: in docs/results/nanogpt-cpu.md). Set to ``False`` (on the class or an instance) to keep
+    #: autocast's bfloat16 attention, e.g. on a CPU where that is faster.
     cpu_bf16_in_float32: bool = True
 
     def __init__(

@@ -2,9 +2,9 @@
 
 A variant says what it does by overriding methods; nothing else is needed. The base classes compare
 the subclass's method with their own (``type(obj).rotate is not PositionalEncoding.rotate``) to
-decide, for instance, whether a positional scheme rotates queries and keys. Flags that used to be
-set by hand next to a hook (``rotates``, ``is_causal``) are now worked out from the hooks; a subclass
-that still sets one to a value contradicting its methods is rejected when the class is defined.
+decide, for instance, whether a positional scheme rotates queries and keys. Flags that describe a
+hook (``rotates``, ``is_causal``) are worked out from the hooks, not set by hand; a subclass that sets
+one to a value contradicting its methods is rejected when the class is defined.
 """
 
 from __future__ import annotations

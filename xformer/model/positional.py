@@ -25,7 +25,7 @@ Precision: positions, angles and biases are computed in float32 (or float64) und
 ``trainer.precision``. Lightning's ``bf16-true`` / ``16-true`` plugins convert the whole model with
 ``module.to(dtype)``, which would also round the floating *buffers* of a scheme (RoPE's inverse
 frequencies, ALiBi's slopes, the sinusoid table) to 8 or 11 bits of mantissa -- at position 511
-RoPE's angles were then off by up to 0.2 rad. :class:`PositionalEncoding` (so every scheme,
+RoPE's angles would be off by up to 0.2 rad. :class:`PositionalEncoding` (so every scheme,
 including a user's subclass) keeps its floating buffers at their own precision through such a
 conversion (device moves still apply), and the hooks cast only their result to the activations'
 dtype. Learned tables (:class:`Learned`, :class:`T5RelativeBias`) are parameters and follow the

@@ -40,7 +40,7 @@ class CrossEntropy:
     def sum_and_nll(self, logits: Tensor, labels: Tensor, pad_id: int) -> tuple[Tensor, Tensor]:
         """``(loss summed over the non-padding tokens, their unsmoothed NLL summed, detached)`` from one
         log-softmax: the training step's objective and its ``train/nll``, without a second pass over the
-        ``(B·T, V)`` logits (on a CPU that pass was ~3 % of a Multi30k step, ``xformer bench`` row 2).
+        ``(B·T, V)`` logits.
 
         With ``ε_ls > 0`` this is PyTorch's own label-smoothed cross-entropy written out, op for op
         (``cross_entropy_loss_label_smoothing`` in ATen's ``LossNLL.cpp``: ``log_softmax``, ``nll_loss``,

@@ -42,10 +42,9 @@ class Schedule:
     reasons:
 
     * Hydra 1.3.8 turns a ``functools.partial`` returned by a ``_target_`` into a
-      ``_DeferredTarget`` whose every call re-runs its instantiation policy. ``LambdaLR`` calls the
-      schedule once per optimizer step, and on nanoGPT's CPU recipe that policy check was ~0.5 ms of
-      a ~60 ms step (``trainer.profiler=simple``: ``lr_scheduler_step``; docs/results/nanogpt-cpu.md).
-      Hydra authorises this object once, when it is instantiated.
+      ``_DeferredTarget`` whose every call re-runs its instantiation policy, and ``LambdaLR`` calls the
+      schedule once per optimizer step (``trainer.profiler=simple`` shows it as ``lr_scheduler_step``;
+      figures in docs/results/nanogpt-cpu.md). Hydra authorises this object once, when it is instantiated.
     * ``LambdaLR.state_dict`` stores ``lr_lambda.__dict__`` in every checkpoint. The settings live
       in slots, so that dict stays empty, as a partial's is: a checkpoint holds no function object
       (``torch.load(weights_only=True)`` reads it) and a resumed run keeps the schedule of its config.
@@ -136,7 +135,7 @@ def linear(warmup_steps: Warmup = 0, total_steps: Steps = 1000, floor: Floor = 0
 
 
 warmup_linear = linear
-"""The former name of :func:`linear` (configs written before the ``optim/scheduler`` group)."""
+"""Another name of :func:`linear`, so a config naming ``xformer.train.schedules.warmup_linear`` still loads."""
 
 
 def _cosine(step: int, warmup_steps: int, total_steps: int, floor: float) -> float:
