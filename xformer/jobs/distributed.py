@@ -21,6 +21,7 @@ Only global rank 0 writes ``metrics.json`` and owns the W&B run (the driver chec
 
 from __future__ import annotations
 
+import copy
 import importlib
 import logging
 import os
@@ -127,6 +128,7 @@ def run_job(fn: Callable[..., Any], cfg: Any, **kwargs: Any) -> Any:
 
     import torch.multiprocessing as mp
     from lightning.fabric.plugins.environments.lightning import find_free_network_port
+    from omegaconf import OmegaConf
 
     env = {
         "MASTER_ADDR": os.environ.get("MASTER_ADDR", "127.0.0.1"),
@@ -135,9 +137,12 @@ def run_job(fn: Callable[..., Any], cfg: Any, **kwargs: Any) -> Any:
         "WORLD_SIZE": str(n * int(cfg.trainer.get("num_nodes") or 1)),
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // n)),
     }
+    hydra_cfg = copy.deepcopy(HydraConfig.instance().cfg)
+    OmegaConf.set_readonly(hydra_cfg.hydra, False)
+    hydra_cfg.hydra.launcher = hydra_cfg.hydra.sweeper = None  # plugin classes a new process cannot unpickle
     result = mp.get_context("spawn").SimpleQueue()
     target = f"{fn.__module__}:{fn.__qualname__}"
-    args = (target, cfg, kwargs, HydraConfig.instance().cfg, logging_spec(), env, result)
+    args = (target, cfg, kwargs, hydra_cfg, logging_spec(), env, result)
     ranks = mp.start_processes(_rank_main, args=args, nprocs=n, join=False, start_method="spawn")
 
     def forward(signum: int, _frame: Any) -> None:  # SIGTERM to this process: the ranks stop and save
