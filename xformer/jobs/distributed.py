@@ -35,8 +35,6 @@ from typing import Any, Callable
 
 from .overrides import key_of
 
-log = logging.getLogger("xformer")
-
 CHILD_GRACE_S = 60.0  # after one rank fails, how long the others get to leave before they are killed
 
 
@@ -244,7 +242,8 @@ def fsdp_strategy(devices: Any = 1, num_nodes: int = 1, save_distributed_checkpo
 
 def logging_spec() -> dict:
     """The root logger's level and its stream and file handlers (target, level, format), in a form
-    that pickles: what :func:`replay_logging` rebuilds in a rank that ``trainer=ddp_spawn`` started."""
+    that pickles: what :func:`replay_logging` rebuilds in a rank that ``trainer=ddp_spawn`` or
+    :func:`run_job` started."""
     root = logging.getLogger()
     handlers = []
     for h in root.handlers:
@@ -259,7 +258,7 @@ def logging_spec() -> dict:
 
 def replay_logging(spec: dict | None) -> None:
     """Give this process the logging of the job's process (``spec`` from :func:`logging_spec`) when its
-    root logger has no handler: a rank that ``trainer=ddp_spawn`` started imports xformer afresh, without
+    root logger has no handler: a spawned rank (``trainer=ddp_spawn``, :func:`run_job`) starts afresh, without
     Hydra's job logging, so its ``log.info`` lines (the validation lines) would go nowhere. The file
     handlers append to the job's log file. A process with handlers (Hydra's) is left as it is."""
     root = logging.getLogger()
