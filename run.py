@@ -64,6 +64,7 @@ def main(cfg: DictConfig) -> float | None:
 
     from xformer.data.errors import DataError
     from xformer.jobs.callbacks import NonFiniteLossError, interrupt_signal
+    from xformer.jobs.distributed import run_job
     from xformer.jobs.driver import run
 
     try:
@@ -76,7 +77,8 @@ def main(cfg: DictConfig) -> float | None:
         plan = prepare_job(cfg)  # -m into an existing sweep dir: skip finished jobs, resume killed ones
         if plan is not None and plan.action == "skip":
             return plan.value
-        return run(cfg, checked=checked and (plan is None or plan.action != "resume"))  # resume: ckpt_path changed
+        # resume: ckpt_path changed; a -m job on several devices runs in ranks spawned here
+        return run_job(run, cfg, checked=checked and (plan is None or plan.action != "resume"))
     except (ConfigError, DataError, NonFiniteLossError) as err:
         _fail(err, 1 if isinstance(err, NonFiniteLossError) else 2)
     except OSError as err:  # a full disk, a folder made read-only during the run, ...

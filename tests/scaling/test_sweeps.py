@@ -15,6 +15,7 @@ from tests.scaling.common import DDP_CPU, TINY, fail_msg, metrics, run_py, wandb
 from tests.scaling.wandb_records import exit_codes
 
 FAST = [*TINY, "trainer.max_steps=2"]
+RANK0_FILES = [".hydra", "checkpoints", "csv", "metrics.json", "run.log", "wandb", "wandb_id.txt"]
 
 
 def summary(sweep: Path) -> dict:
@@ -41,7 +42,7 @@ def test_ddp_multirun_two_jobs_each_once_one_wandb_run_each(tmp_path):
     for job, seed in zip(jobs, (1, 2), strict=False):
         m = metrics(job)
         assert m["status"] == "finished" and m["config"]["seed"] == seed
-        assert (job / "train_ddp_process_1.log").is_file()
+        assert sorted(p.name for p in job.iterdir()) == RANK0_FILES  # ranks > 0 write nothing of their own
         runs = wandb_run_files(job)
         assert len(runs) == 1 and exit_codes(runs[0]) == [0]
         wb = m["job"]["wandb"]
@@ -55,6 +56,34 @@ def test_ddp_multirun_two_jobs_each_once_one_wandb_run_each(tmp_path):
     assert s["n_jobs"] == 2 and s["n_failed"] == 0
     assert [j["status"] for j in s["jobs"]] == ["finished", "finished"]
     assert "sweep summary: 2 jobs, 0 failed" in res.stdout
+
+
+@pytest.mark.slow
+def test_multi_gpu_sweep_command_equals_each_job_run_alone(tmp_path):
+    """The README's multi-GPU sweep on one machine (``trainer=ddp trainer.devices=2 model.ffn_ratio=2,4
+    -m``) on 2 CPU ranks, which the job's process spawns, against the same job run alone, whose rank 1
+    Lightning's own launcher starts: the same numbers bit for bit, one folder and one metrics.json per
+    job, nothing else in the sweep's folder."""
+    args = [*TINY, *DDP_CPU, "trainer.max_steps=6", "logger=csv"]
+    sweep = tmp_path / "sweep"
+    res = run_py([*args, "model.ffn_ratio=2,4", f"hydra.sweep.dir={sweep}", "-m"], cwd=tmp_path, tmp_path=tmp_path)
+    assert res.returncode == 0, fail_msg(res)
+    alone = tmp_path / "alone"
+    ref = run_py([*args, "model.ffn_ratio=4", f"hydra.run.dir={alone}"], cwd=tmp_path, tmp_path=tmp_path)
+    assert ref.returncode == 0, fail_msg(ref)
+    jobs = job_dirs(sweep)
+    assert [p.name for p in jobs] == ["0", "1"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "cache") == ["alone", "sweep"]
+    for job in jobs:
+        assert sorted(p.name for p in job.iterdir()) == [n for n in RANK0_FILES if "wandb" not in n]
+    swept, single = metrics(jobs[1]), metrics(alone)
+    assert swept["status"] == single["status"] == "finished"
+    for key in ("global_step", "tokens_seen"):
+        assert swept[key] == single[key] > 0, key
+    keys = [k for k in single["metrics"] if not k.startswith("perf/")]  # throughput is a timing
+    assert {k: swept["metrics"][k] for k in keys} == {k: single["metrics"][k] for k in keys}
+    assert swept["best"]["value"] == single["best"]["value"]
+    assert metrics(jobs[0])["metrics"]["val/loss"] != swept["metrics"]["val/loss"]  # two different jobs
 
 
 @pytest.mark.slow  # suite time: ~11 s; failing sweeps: tests/scaling/test_sweep_outcomes.py
@@ -139,7 +168,7 @@ def test_submitit_local_launcher_runs_a_ddp_job(tmp_path):
     assert [p.name for p in jobs] == ["0"]
     assert (sweep / ".submitit").is_dir()
     assert metrics(jobs[0])["status"] == "finished"
-    assert (jobs[0] / "train_ddp_process_1.log").is_file()
+    assert not list(jobs[0].glob("*rank*")) and not list(jobs[0].glob("*process*"))  # rank 1 wrote nothing
     assert [j["status"] for j in summary(sweep)["jobs"]] == ["finished"]
 
 

@@ -1,69 +1,57 @@
-"""In-process checks of the relaunch command and of externally launched ranks (no training)."""
+"""In-process checks of who starts a job's ranks, the FSDP strategy and externally launched ranks (no training)."""
 
 from __future__ import annotations
 
 import pytest
 from hydra import compose, initialize_config_dir
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import open_dict
 
 from tests.conftest import REPO
 from xformer.jobs import distributed
 
 
-@pytest.fixture
-def sweep_job_hydra(tmp_path):
-    """HydraConfig of job 3 of a `-m` sweep run with the joblib launcher."""
+def _trainer_cfg(*overrides: str):
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose(
-            "config",
-            overrides=[
-                "trainer=ddp",
-                "model.ffn_ratio=4",
-                "tags=[a,b]",
-                "hydra/launcher=joblib",
-                f"hydra.sweep.dir={tmp_path}",
-                "hydra.job.chdir=false",
-            ],
-            return_hydra_config=True,
-        )
-    with open_dict(cfg):
-        cfg.hydra.runtime.output_dir = str(tmp_path / "3 jobs, odd=dir")
-        cfg.hydra.runtime.cwd = str(tmp_path)
-        cfg.hydra.job.num = 3
-    HydraConfig.instance().set_config(cfg)
-    yield cfg
-    HydraConfig.instance().cfg = None
+        return compose("config", overrides=list(overrides)).trainer
 
 
-@pytest.mark.usefixtures("sweep_job_hydra")
-def test_child_rank_command_runs_this_job_once(tmp_path):
-    cmd, cwd = distributed.child_rank_command(1, script="/x/run.py")
-    assert cmd[1] == "/x/run.py" and cwd == str(tmp_path)
-    assert "-m" not in cmd and "--multirun" not in cmd
-    for override in (
-        "trainer=ddp",
-        "model.ffn_ratio=4",
-        "tags=[a,b]",
-        "hydra.job.chdir=false",
-        "hydra.output_subdir=null",
-        "hydra.job.name=train_ddp_process_1",
-    ):
-        assert override in cmd, override
-    assert f"hydra.run.dir='{tmp_path / '3 jobs, odd=dir'}'" in cmd  # quoted: Hydra reads it back verbatim
-    assert not any(c.startswith(("hydra.sweep", "hydra/launcher", "hydra.mode")) for c in cmd)
-    assert cmd[cmd.index("--config-name") + 1] == "config"
-    assert cmd[cmd.index("--config-path") + 1] == str(REPO / "conf")
+@pytest.mark.parametrize(
+    ("overrides", "ranks"),
+    [
+        (["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"], 2),
+        (["trainer=ddp_spawn", "trainer.accelerator=cpu", "trainer.devices=3"], 0),  # Lightning forks them
+        (["trainer=fsdp", "trainer.accelerator=cpu", "trainer.devices=2"], 2),
+        (["trainer.accelerator=cpu"], 0),  # one process: nothing to start
+        (["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=1"], 0),
+    ],
+)
+def test_a_sweep_job_starts_the_ranks_lightning_would_launch(monkeypatch, overrides, ranks):
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "SLURM_NTASKS", "SLURM_PROCID", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(key, raising=False)
+    assert distributed.ranks_to_start(_trainer_cfg(*overrides)) == ranks
 
 
-def test_child_rank_command_parses_back_to_the_same_job(sweep_job_hydra):
-    """Compose the child's overrides again: the same config (and the job folder as run dir)."""
-    cmd, _ = distributed.child_rank_command(1, script="/x/run.py")
-    overrides = cmd[cmd.index("config") + 1 :]
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        child = compose("config", overrides=overrides, return_hydra_config=True)
-    assert child.hydra.run.dir == sweep_job_hydra.hydra.runtime.output_dir
-    assert child.model.ffn_ratio == 4 and list(child.tags) == ["a", "b"] and child.trainer.strategy == "ddp"
+def test_a_job_under_an_external_launcher_starts_no_ranks(monkeypatch):
+    """torchrun / Lightning's own child ranks: LOCAL_RANK is set, the processes exist."""
+    for key, value in {"LOCAL_RANK": "0", "NODE_RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}.items():
+        monkeypatch.setenv(key, value)
+    assert distributed.ranks_to_start(_trainer_cfg("trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2")) == 0
+
+
+@pytest.mark.parametrize(("devices", "size"), [(2, 2), ("0,1,2", 3), ([0, 1], 2), ("4", 4)])
+def test_fsdp_shards_over_every_device_of_every_node(devices, size):
+    from lightning.pytorch.strategies import ModelParallelStrategy
+
+    strategy = distributed.fsdp_strategy(devices=devices, num_nodes=2)
+    assert isinstance(strategy, ModelParallelStrategy)
+    assert vars(strategy)["_data_parallel_size"] == 2 * size and vars(strategy)["_tensor_parallel_size"] == 1
+
+
+@pytest.mark.parametrize("devices", ["auto", -1, 0])
+def test_fsdp_without_a_device_count_is_one_error_line(devices):
+    from xformer.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"trainer.devices=.*Fix: trainer.devices=<n>"):
+        distributed.fsdp_strategy(devices=devices)
 
 
 def test_external_ranks_above_zero_write_no_hydra_output(monkeypatch, tmp_path):

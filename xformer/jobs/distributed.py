@@ -1,20 +1,15 @@
-"""Multi-process training under Hydra: DDP/FSDP strategies that work inside ``-m`` sweeps, under any
-Hydra launcher, and under ``torchrun`` / SLURM ``srun``.
+"""Multi-process training under Hydra: who creates a job's ranks, and the FSDP strategy.
 
-Who creates the processes:
-
-* **Lightning** (``trainer=ddp`` / ``fsdp`` on one node, no external launcher): the job's process is
-  rank 0 and Lightning starts ranks 1..N-1 by re-running the script. Lightning's own re-run
-  command repeats ``sys.argv``, which under ``-m`` would start a whole new sweep per rank (and put
-  each in a fresh timestamped folder). :class:`~.hydra_callbacks.HydraJobGuard` (a Hydra callback, registered in
-  ``conf/hydra/default.yaml``) replaces that command while a Hydra job runs: child ranks run
-  ``python run.py <this job's overrides> hydra.run.dir=<this job's folder> hydra.output_subdir=null``
-  in single-run mode, from the job's working directory, whatever launcher started the job
-  (basic, joblib worker, submitit). After the job it waits for (or stops) the child ranks, destroys
-  the process group and restores the environment variables Lightning set, so the next sweep job
-  starts clean.
-* **torch.multiprocessing** (``trainer=ddp_spawn``): children are forked from the job's process; no
-  script is re-run, nothing to fix.
+* **Lightning**, in a single run (``trainer=ddp`` / ``fsdp`` on one node, no external launcher):
+  its script launcher starts ranks 1..N-1 by re-running ``run.py``; ``trainer=ddp_spawn`` forks
+  them (also in a sweep).
+* **torch.multiprocessing**, in a job of a ``-m`` sweep whose trainer would re-run the script
+  (:func:`run_job`, called by ``run.py``): that would start the whole sweep again in every rank, so
+  the job's process spawns ``devices`` ranks (``torch.multiprocessing.start_processes``, the launcher
+  under Lightning's ``ddp_spawn``) and each runs the whole job, exactly as a ``torchrun`` rank does;
+  Lightning finds the processes created (``LOCAL_RANK`` set) and starts none. Rank 0 returns the
+  job's value (or raises its error) in the job's process, which itself changes nothing, so the next
+  job of the sweep starts clean. DDP and FSDP alike, under every Hydra launcher.
 * **an external launcher** (``torchrun``, ``srun``, or submitit with ``tasks_per_node > 1``): every
   rank runs ``run.py`` itself and Lightning detects the environment. :func:`external_rank_argv`
   (called by ``run.py``) keeps ranks > 0 from writing Hydra output: they log into a private
@@ -26,46 +21,21 @@ Only global rank 0 writes ``metrics.json`` and owns the W&B run (the driver chec
 
 from __future__ import annotations
 
-import inspect
+import copy
+import importlib
 import logging
 import os
+import pickle
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
-import time
-from pathlib import Path
-from typing import Any
+import traceback
+from typing import Any, Callable
 
 from .overrides import key_of
 
-log = logging.getLogger("xformer")
-
-# Variables Lightning's subprocess launcher writes into os.environ (and seed_everything); restored after
-# each job so the next job of a sweep is not mistaken for an externally launched rank.
-LAUNCH_ENV = (
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "NODE_RANK",
-    "LOCAL_RANK",
-    "WORLD_SIZE",
-    "PL_GLOBAL_SEED",
-    "PL_SEED_WORKERS",
-)
-# Hydra overrides that belong to the sweep, not to the job; child ranks never get them.
-_SWEEP_ONLY = (
-    "hydra.mode",
-    "hydra.sweep",
-    "hydra.run.dir",
-    "hydra.output_subdir",
-    "hydra.job.name",
-    "hydra/launcher",
-    "hydra.launcher",
-    "hydra/sweeper",
-    "hydra.sweeper",
-)
-CHILD_GRACE_S = 60.0  # how long rank 0 may take to notice a failed child rank before it is killed
+CHILD_GRACE_S = 60.0  # after one rank fails, how long the others get to leave before they are killed
 
 
 def env_rank() -> int:
@@ -106,254 +76,174 @@ def external_rank_argv(argv: list[str]) -> list[str]:
     return out
 
 
-def child_rank_command(local_rank: int, script: str | None = None) -> tuple[list[str], str]:
-    """``(command, cwd)`` that runs rank ``local_rank`` of the current Hydra job in single-run mode.
+def ranks_to_start(trainer_cfg: Any) -> int:
+    """How many processes :func:`run_job` starts for a ``-m`` job with trainer config ``trainer_cfg``:
+    the trainer's devices on this node when Lightning would re-run the script to start them (DDP,
+    FSDP; no ``torchrun`` / SLURM / other cluster environment created them), else 0. Lightning
+    decides: a ``Trainer`` is built from the config (nothing is started) and asked for its launcher.
+    A config Lightning refuses gives 0; the job then reports it."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
 
-    The command is ``python <script> [--config-path P --config-name N] <job overrides>
-    <job-level hydra overrides> hydra.run.dir=<job dir> hydra.output_subdir=null
-    hydra.job.name=train_ddp_process_<r>``; ``cwd`` is the directory the sweep was started from.
+    keys = [k for k in ("accelerator", "devices", "num_nodes", "strategy", "plugins") if k in trainer_cfg]
+    kwargs = OmegaConf.to_container(OmegaConf.masked_copy(trainer_cfg, keys), resolve=True)
+    quiet = [logging.getLogger(f"lightning.{p}.utilities.rank_zero") for p in ("pytorch", "fabric")]
+    for lg in quiet:  # the device summary is printed once, by the job's trainer
+        lg.disabled = True
+    try:
+        trainer = instantiate({"_target_": "lightning.Trainer", **kwargs}, logger=False, enable_checkpointing=False)
+    except Exception:
+        return 0
+    finally:
+        for lg in quiet:
+            lg.disabled = False
+    # Lightning's script launcher (the one holding a cluster environment; ``ddp_spawn``'s forks instead,
+    # which works in a sweep) starts the processes its environment does not create
+    env = getattr(trainer.strategy.launcher, "cluster_environment", None)
+    return trainer.num_devices if trainer.num_devices > 1 and env and not env.creates_processes_externally else 0
+
+
+def run_job(fn: Callable[..., Any], cfg: Any, **kwargs: Any) -> Any:
+    """``fn(cfg, **kwargs)`` for one Hydra job; in a ``-m`` job that needs :func:`ranks_to_start`
+    processes, in that many spawned ranks (module docstring), returning rank 0's value.
+
+    Each rank gets Lightning's launch variables (``MASTER_ADDR``, ``MASTER_PORT``, ``NODE_RANK``,
+    ``LOCAL_RANK``, ``WORLD_SIZE``; ``OMP_NUM_THREADS`` = CPUs / ranks unless set, as Lightning's
+    launchers do), this job's Hydra config and the job's logging (rank 0: console and log file;
+    ranks > 0: console only), then imports and calls ``fn``.
+
+    Raises:
+        rank 0's exception (its traceback added as a note); ``torch.multiprocessing.ProcessRaisedException``
+        when another rank failed and rank 0 reported nothing.
     """
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
-    hc = HydraConfig.get()
-    script = script or _STATE.script or os.path.abspath(sys.argv[0])
-    cmd = [sys.executable, script]
-    for source in hc.runtime.config_sources:
-        if source.provider == "main" and source.schema == "file":
-            cmd += ["--config-path", source.path]
-        elif source.provider == "command-line" and source.schema == "file":
-            cmd += ["--config-dir", source.path]
-    if hc.job.config_name:
-        cmd += ["--config-name", hc.job.config_name]
-    cmd += list(hc.overrides.task)
-    cmd += [o for o in hc.overrides.hydra if not key_of(o).startswith(_SWEEP_ONLY)]
-    cmd += [
-        "hydra.run.dir=" + _quote(str(hc.runtime.output_dir)),
-        "hydra.output_subdir=null",
-        f"hydra.job.name=train_ddp_process_{local_rank}",
-    ]
-    return cmd, hc.runtime.cwd
+    multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+    n = ranks_to_start(cfg.trainer) if multirun else 0
+    if n <= 1:
+        return fn(cfg, **kwargs)
 
+    import torch.multiprocessing as mp
+    from lightning.fabric.plugins.environments.lightning import find_free_network_port
+    from omegaconf import OmegaConf
 
-class _State:
-    """What the guard knows about the running job (one job at a time per process)."""
+    env = {
+        "MASTER_ADDR": os.environ.get("MASTER_ADDR", "127.0.0.1"),
+        "MASTER_PORT": os.environ.get("MASTER_PORT") or str(find_free_network_port()),
+        "NODE_RANK": os.environ.get("NODE_RANK", "0"),
+        "WORLD_SIZE": str(n * int(cfg.trainer.get("num_nodes") or 1)),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // n)),
+    }
+    hydra_cfg = copy.deepcopy(HydraConfig.instance().cfg)
+    OmegaConf.set_readonly(hydra_cfg.hydra, False)
+    hydra_cfg.hydra.launcher = hydra_cfg.hydra.sweeper = None  # plugin classes a new process cannot unpickle
+    result = mp.get_context("spawn").SimpleQueue()
+    target = f"{fn.__module__}:{fn.__qualname__}"
+    args = (target, cfg, kwargs, hydra_cfg, logging_spec(), env, result)
+    ranks = mp.start_processes(_rank_main, args=args, nprocs=n, join=False, start_method="spawn")
 
-    def __init__(self) -> None:
-        self.script: str | None = None
-        self.active = False
-        self.job = 0  # incremented per job: an observer of an earlier job never acts on a later one
-        self.env: dict[str, str | None] = {}
-        self.patched: dict[str, Any] = {}
-        self.procs: list[subprocess.Popen] = []
+    def forward(signum: int, _frame: Any) -> None:  # SIGTERM to this process: the ranks stop and save
+        for p in ranks.processes:
+            if p.is_alive():
+                os.kill(p.pid, signum)
 
-
-_STATE = _State()
-
-
-class _ChildObserver(threading.Thread):
-    """Watches Lightning-launched child ranks (replaces Lightning's observer for Hydra jobs).
-
-    Lightning's observer SIGKILLs the main process as soon as a child rank exits non-zero, which in a
-    sweep kills the whole sweep even when rank 0 failed too and is merely finishing its W&B run. This
-    one kills the remaining children at once, then gives rank 0 ``grace_s`` seconds to leave the job
-    (a rank blocked in a collective gets a connection error when its peers die); only a rank 0 that
-    is still in the job after that is killed, as Lightning would.
-    """
-
-    def __init__(self, procs: list[subprocess.Popen], main_pid: int, grace_s: float = CHILD_GRACE_S) -> None:
-        super().__init__(daemon=True, name="xformer-child-observer")
-        self.procs, self.main_pid, self.grace_s = procs, main_pid, grace_s
-        self.job = _STATE.job
-
-    def _in_job(self) -> bool:
-        return _STATE.active and _STATE.job == self.job
-
-    def run(self) -> None:
-        while self._in_job():
-            codes = [p.poll() for p in self.procs]
-            if all(c == 0 for c in codes):
-                return
-            failed = [p for p, c in zip(self.procs, codes, strict=True) if c not in (None, 0)]
-            if failed:
-                log.error(
-                    "child rank (pid %s) exited with %s; stopping the job's other ranks",
-                    failed[0].pid,
-                    failed[0].returncode,
-                )
-                _stop(self.procs, timeout=5.0)
-                deadline = time.monotonic() + self.grace_s
-                while self._in_job() and time.monotonic() < deadline:
-                    time.sleep(0.5)
-                if self._in_job():
-                    log.error("rank 0 did not leave the failed job within %.0f s; killing it", self.grace_s)
-                    os.kill(self.main_pid, signal.SIGKILL)
-                return
-            time.sleep(1.0)
-
-
-def _stop(procs: list[subprocess.Popen], timeout: float) -> None:
-    """Wait up to ``timeout`` s for ``procs`` to exit, then terminate and finally kill stragglers."""
-    deadline = time.monotonic() + timeout
-    for p in procs:
-        try:
-            p.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
+    handlers = {}
+    if threading.current_thread() is threading.main_thread():
+        # Ctrl-C reaches every rank from the terminal: this process waits for rank 0 to save and report
+        handlers = {signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN)}
+        handlers[signal.SIGTERM] = signal.signal(signal.SIGTERM, forward)
+    failure: BaseException | None = None
+    try:
+        while not ranks.join(grace_period=CHILD_GRACE_S):
             pass
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        alive = [p for p in procs if p.poll() is None]
-        for p in alive:
-            p.send_signal(sig)
-        for p in alive:
-            try:
-                p.wait(timeout=10.0)
-            except subprocess.TimeoutExpired:
-                pass
+    except (mp.ProcessRaisedException, mp.ProcessExitedException) as err:
+        failure = err
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    if result.empty():
+        raise failure or RuntimeError("rank 0 of the job ended without a result")
+    ok, value = result.get()
+    if not ok:
+        raise value
+    return value
 
 
-def _launch_observer(procs: list[subprocess.Popen]) -> None:
-    _STATE.procs = procs
-    _ChildObserver(procs, os.getpid()).start()
+def _rank_main(
+    local_rank: int, target: str, cfg: Any, kwargs: dict, hydra_cfg: Any, spec: dict, env: dict, result: Any
+) -> None:
+    """One rank started by :func:`run_job`: set the launch variables before Lightning is imported
+    (it reads the rank from them on import), restore the Hydra config and logging, run ``target``.
+    Rank 0 puts ``(True, value)`` or ``(False, exception)`` into ``result`` and exits 1 on an exception,
+    so the other ranks are stopped."""
+    os.environ.update(env, LOCAL_RANK=str(local_rank))
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.core.utils import setup_globals
 
-
-def _patch_lightning() -> None:
-    """Point Lightning's subprocess launcher at :func:`child_rank_command` and :class:`_ChildObserver`."""
-    if _STATE.patched:  # already installed (a job whose end was never signalled)
+    setup_globals()  # Hydra's resolvers (``${hydra:...}``, ``${now:...}``)
+    HydraConfig.instance().set_config(hydra_cfg)
+    if local_rank > 0:  # the job's log file is rank 0's
+        spec = {**spec, "handlers": [h for h in spec["handlers"] if h[0] != "file"]}
+    replay_logging(spec)
+    module, name = target.split(":")
+    fn = getattr(importlib.import_module(module), name)
+    if local_rank > 0:
+        fn(cfg, **kwargs)
         return
-    from xformer.jobs import lightning_compat
-
-    def missing(name: str) -> None:  # a future Lightning renamed it: fall back to its behaviour, but say so
-        log.warning("lightning subprocess launcher has no %s; DDP under Hydra -m may relaunch the sweep", name)
-
-    _STATE.patched = lightning_compat.swap_launcher_functions(child_rank_command, _launch_observer, missing)
-
-
-def _unpatch_lightning() -> None:
-    if not _STATE.patched:
-        return
-    from xformer.jobs import lightning_compat
-
-    lightning_compat.restore_launcher_functions(_STATE.patched)
-    _STATE.patched = {}
-
-
-def begin_job(script: str | None = None) -> None:
-    """Prepare this process for one Hydra job that may start DDP child ranks."""
-    _STATE.script = script
-    _STATE.env = {k: os.environ.get(k) for k in LAUNCH_ENV}
-    _STATE.procs = []
-    _STATE.job += 1
-    _STATE.active = True
-    if "lightning.pytorch.strategies.launchers.subprocess_script" in sys.modules:
-        _patch_lightning()  # else patch_lightning_for_job(), once the job imports Lightning
-
-
-def patch_lightning_for_job() -> None:
-    """Install the child-rank command of :func:`begin_job` (called by the driver before it builds
-    the trainer): deferred so that ``run.py`` can check the config before Lightning is imported."""
-    if _STATE.active:
-        _patch_lightning()
-
-
-def end_job(timeout: float = 60.0) -> None:
-    """Clean up after one Hydra job: stop child ranks, destroy the process group, restore env vars."""
-    _STATE.active = False
-    if _STATE.procs:
-        _stop(_STATE.procs, timeout=timeout)
-        _STATE.procs = []
     try:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            dist.destroy_process_group()
-    except Exception as err:  # pragma: no cover - best effort
-        log.warning("could not destroy the process group: %s", err)
-    for key, value in _STATE.env.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-    _STATE.env = {}
-    _unpatch_lightning()
+        value = fn(cfg, **kwargs)
+    except BaseException as err:
+        err.add_note(f"rank 0 of the job:\n{traceback.format_exc()[-8000:]}")
+        try:
+            pickle.loads(pickle.dumps(err))
+        except Exception:
+            err = RuntimeError(f"{type(err).__name__}: {err}")
+        result.put((False, err))
+        sys.exit(1)
+    result.put((True, value))
 
 
-def _script_of(task_function: Any) -> str | None:
-    """Path of the file defining the Hydra task function (``run.py``), if it is a real file."""
-    try:
-        path = inspect.getsourcefile(inspect.unwrap(task_function))
-    except (TypeError, OSError):
-        return None
-    return os.path.abspath(path) if path and Path(path).is_file() else None
-
-
-def _main_script() -> str | None:
-    """Absolute path of the script this process was started with (``run.py``), if it is a file."""
-    import __main__
-
-    path = getattr(__main__, "__file__", None)
-    return os.path.abspath(path) if path and path.endswith(".py") and Path(path).is_file() else None
-
-
-_FSDP_CLASS: type | None = None
-
-
-def fsdp_strategy(save_distributed_checkpoint: bool = False, **kwargs: Any):
+def fsdp_strategy(devices: Any = 1, num_nodes: int = 1, save_distributed_checkpoint: bool = False, **kwargs: Any):
     """``trainer=fsdp``: fully sharded data parallel (FSDP2, ``torch.distributed.fsdp.fully_shard``).
 
     Lightning's ``ModelParallelStrategy`` with every rank in one data-parallel group (no tensor
-    parallelism); the module's ``configure_model`` shards each Transformer layer and then the root
-    (embeddings, output head). Runs on GPUs (NCCL) and, unlike Lightning's FSDP1 strategy, on CPU
-    (gloo). ``save_distributed_checkpoint=False`` writes ordinary single-file checkpoints (gathered
-    on rank 0) that ``mode=eval``, ``xformer translate`` and non-FSDP runs can load.
+    parallelism): ``data_parallel_size`` = ``devices`` (a count, a list of ids or ``"0,1"``) x
+    ``num_nodes``, which ``conf/trainer/fsdp.yaml`` passes from ``trainer.devices`` / ``trainer.num_nodes``.
+    The module's ``configure_model`` shards each Transformer layer and then the root (embeddings,
+    output head). Runs on GPUs (NCCL) and, unlike Lightning's FSDP1 strategy, on CPU (gloo).
+    ``save_distributed_checkpoint=False`` writes ordinary single-file checkpoints (gathered on rank 0)
+    that ``mode=eval``, ``xformer translate`` and non-FSDP runs can load.
+
+    Raises:
+        ConfigError: ``devices`` is not a device count or list (``auto``, ``-1``).
     """
-    global _FSDP_CLASS
-    if _FSDP_CLASS is None:
-        from lightning.pytorch.strategies import ModelParallelStrategy
+    from lightning.pytorch.strategies import ModelParallelStrategy
 
-        from xformer.jobs import lightning_compat
+    from xformer.errors import ConfigError
 
-        class FullyShardedStrategy(ModelParallelStrategy):
-            """ModelParallelStrategy whose data-parallel size defaults to the world size (pure FSDP)."""
-
-            def setup_environment(self) -> None:
-                if lightning_compat.data_parallel_size(self) == "auto":
-                    lightning_compat.set_data_parallel_size(self, self.num_nodes * self.num_processes)
-                super().setup_environment()
-
-        _FSDP_CLASS = FullyShardedStrategy
-    kwargs.setdefault("data_parallel_size", "auto")
+    text = str(devices).strip("[]() ")
+    if not isinstance(devices, (int, str)):  # a list of device ids
+        count = len(devices)
+    elif "," in text:
+        count = len([d for d in text.split(",") if d.strip()])
+    else:
+        count = int(text) if text.isdigit() and int(text) > 0 else 0
+    if count < 1:
+        raise ConfigError(
+            f"trainer.devices={devices}: trainer=fsdp needs the number of devices to shard over. "
+            "Fix: trainer.devices=<n> (e.g. trainer.devices=4)"
+        )
     kwargs.setdefault("tensor_parallel_size", 1)
-    return _FSDP_CLASS(save_distributed_checkpoint=save_distributed_checkpoint, **kwargs)
-
-
-def refresh_csv_headers(trainer: Any) -> None:
-    """Make each CSV logger of ``trainer`` know every column already in its ``metrics.csv``.
-
-    Under ``ddp_spawn`` the loggers are copies pickled from the job's process, which never sees the
-    keys the spawned ranks logged during ``fit``; without this, ``test`` would rewrite the file with
-    the shorter header and fail. Called from ``TransformerLitModule.setup`` (rank 0; a no-op otherwise).
-    """
-    import csv
-
-    from lightning.pytorch.loggers import CSVLogger
-
-    from xformer.jobs import lightning_compat
-
-    if not trainer.is_global_zero:
-        return
-    for lg in trainer.loggers:
-        if not isinstance(lg, CSVLogger):
-            continue
-        exp = lg.experiment
-        path = lightning_compat.csv_metrics_file(exp)
-        if path and os.path.isfile(path):
-            with open(path, newline="") as f:
-                header = next(csv.reader(f), [])
-            lightning_compat.add_csv_columns(exp, header)
+    return ModelParallelStrategy(
+        data_parallel_size=count * int(num_nodes), save_distributed_checkpoint=save_distributed_checkpoint, **kwargs
+    )
 
 
 def logging_spec() -> dict:
     """The root logger's level and its stream and file handlers (target, level, format), in a form
-    that pickles: what :func:`replay_logging` rebuilds in a rank that ``trainer=ddp_spawn`` started."""
+    that pickles: what :func:`replay_logging` rebuilds in a rank that ``trainer=ddp_spawn`` or
+    :func:`run_job` started."""
     root = logging.getLogger()
     handlers = []
     for h in root.handlers:
@@ -368,7 +258,7 @@ def logging_spec() -> dict:
 
 def replay_logging(spec: dict | None) -> None:
     """Give this process the logging of the job's process (``spec`` from :func:`logging_spec`) when its
-    root logger has no handler: a rank that ``trainer=ddp_spawn`` started imports xformer afresh, without
+    root logger has no handler: a spawned rank (``trainer=ddp_spawn``, :func:`run_job`) starts afresh, without
     Hydra's job logging, so its ``log.info`` lines (the validation lines) would go nowhere. The file
     handlers append to the job's log file. A process with handlers (Hydra's) is left as it is."""
     root = logging.getLogger()

@@ -49,7 +49,6 @@ from .checkpoints import (
 )
 from .config_check.stages import check_config, check_with_data
 from .console import progress_bar, quiet_console, single_log_lines, test_table
-from .distributed import patch_lightning_for_job
 from .resume import ConsistentResume, RerootCheckpoints, ResumableCSVLogger, checkpoint_step, own_checkpoint
 from .slurm import job_key as slurm_job_key
 from .steps import OptimizerStepIntervals
@@ -161,7 +160,6 @@ def build_module(cfg: DictConfig, dm, model: torch.nn.Module) -> TransformerLitM
 def build_trainer(cfg: DictConfig, loggers: list) -> L.Trainer:
     """``cfg.trainer`` with the configured callbacks plus xformer's own (optimizer-step intervals,
     consistent resume, the progress bar)."""
-    patch_lightning_for_job()  # DDP child ranks of a Hydra job run exactly this job
     callbacks = [
         instantiate(c) for c in (cfg.get("callbacks") or {}).values() if isinstance(c, DictConfig) and "_target_" in c
     ]

@@ -5,7 +5,6 @@ over the module that does the work:
 * :class:`ValidateSweep` -- every job of a ``-m`` sweep has a valid config (:mod:`.sweep_check`).
 * :class:`ResumeSweep` -- a sweep rerun into its folder does not mix configs (:mod:`.sweep_resume`).
 * :class:`SweepSummary` -- ``sweep_summary.json`` (:mod:`.sweep`).
-* :class:`HydraJobGuard` -- DDP/FSDP child ranks run exactly the current job (:mod:`.distributed`).
 * :class:`SlurmSweepCheck` -- a ``hydra/launcher=slurm`` sweep SLURM would refuse stops before
   anything is queued; submitit's sacct warnings become one line (:mod:`.slurm`).
 
@@ -253,36 +252,6 @@ class SweepSummary(Callback):
         sweep.write_sweep_summary(config, self.exit_on_failure)
 
     record_interrupted = staticmethod(sweep.record_interrupted)  # run.py: a sweep stopped by a signal
-
-
-class HydraJobGuard(Callback):
-    """Hydra callback: makes Lightning's DDP/FSDP child ranks run exactly the current job.
-
-    ``on_run_start`` / ``on_multirun_start`` (in the process started by the user) remember the
-    script; the callback object travels with the job to launcher workers (joblib, submitit), where
-    the script is no longer ``__main__``. ``on_job_start`` installs the relaunch command and the
-    tolerant child observer; ``on_job_end`` stops leftover ranks, destroys the process group and
-    restores the launch environment variables.
-    """
-
-    def __init__(self) -> None:
-        self.script: str | None = None
-
-    @override
-    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        self.script = self.script or distributed._main_script()
-
-    @override
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        self.script = self.script or distributed._main_script()
-
-    @override
-    def on_job_start(self, config: DictConfig, *, task_function: Any = None, **kwargs: Any) -> None:
-        distributed.begin_job(self.script or distributed._script_of(task_function))
-
-    @override
-    def on_job_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
-        distributed.end_job()
 
 
 class SlurmSweepCheck(Callback):

@@ -12,12 +12,9 @@ Groups (who calls them):
 * training-epoch loop and trainer state -- :mod:`xformer.jobs.steps` (validation intervals counted in
   optimizer steps, the last-step validation, consistent resume); whether a module has a trainer --
   :mod:`xformer.train.module`;
-* the subprocess launcher's two functions -- :mod:`xformer.jobs.distributed` (DDP child ranks of a
-  Hydra ``-m`` job run that job only);
-* ``ModelParallelStrategy``'s data-parallel size -- :func:`xformer.jobs.distributed.fsdp_strategy`;
 * a logger's not-yet-started experiment -- :mod:`xformer.jobs.wandb_run` (W&B, rank 0) and
   :class:`xformer.jobs.resume.ResumableCSVLogger`;
-* the CSV logger's writer columns -- :func:`xformer.jobs.distributed.refresh_csv_headers`;
+* the CSV logger's writer columns -- :func:`refresh_csv_headers` (:mod:`xformer.train.module`);
 * whether Rich is installed and the Rich bar's training description -- :mod:`xformer.jobs.console`;
 * the accepted precision strings -- tests (the config check reads them from the ``Trainer``'s own
   ``precision`` annotation, :mod:`xformer.jobs.config_check.schema`);
@@ -47,9 +44,6 @@ PRIVATE_NAMES: tuple[tuple[str, str], ...] = (
     ("trainer.fit_loop", "_can_stop_early"),
     ("trainer", "_val_check_time_interval"),
     ("lightning.pytorch.LightningModule", "_trainer"),
-    ("lightning.pytorch.strategies.launchers.subprocess_script", "_hydra_subprocess_cmd"),
-    ("lightning.pytorch.strategies.launchers.subprocess_script", "_launch_process_observer"),
-    ("lightning.pytorch.strategies.ModelParallelStrategy", "_data_parallel_size"),
     ("lightning.pytorch.loggers.Logger (WandbLogger, CSVLogger)", "_experiment"),
     ("lightning.pytorch.callbacks.RichProgressBar", "_get_train_description"),
     ("lightning.pytorch.utilities.imports", "_RICH_AVAILABLE"),
@@ -114,48 +108,6 @@ def has_trainer(module: Any) -> bool:
     return module._trainer is not None
 
 
-# -- the subprocess launcher (xformer.jobs.distributed) -----------------------------------------------
-LAUNCHER_FUNCTIONS = ("_hydra_subprocess_cmd", "_launch_process_observer")
-"""The subprocess launcher's functions xformer replaces: the child command under Hydra, and the observer."""
-
-
-def swap_launcher_functions(
-    hydra_command: Callable, launch_observer: Callable, missing: Callable[[str], None]
-) -> dict[str, Callable]:
-    """Install ``hydra_command`` and ``launch_observer`` in Lightning's subprocess launcher; return the
-    functions they replaced (for :func:`restore_launcher_functions`). ``missing(name)`` is called for a
-    name this Lightning lacks (that one is left alone)."""
-    from lightning.pytorch.strategies.launchers import subprocess_script as mod
-
-    old = {}
-    for name, new in zip(LAUNCHER_FUNCTIONS, (hydra_command, launch_observer), strict=True):
-        if hasattr(mod, name):
-            old[name] = getattr(mod, name)
-            setattr(mod, name, new)
-        else:
-            missing(name)
-    return old
-
-
-def restore_launcher_functions(old: dict[str, Callable]) -> None:
-    """Put back the launcher functions :func:`swap_launcher_functions` returned."""
-    from lightning.pytorch.strategies.launchers import subprocess_script as mod
-
-    for name, fn in old.items():
-        setattr(mod, name, fn)
-
-
-# -- ModelParallelStrategy (xformer.jobs.distributed.fsdp_strategy) ----------------------------------
-def data_parallel_size(strategy: Any) -> Any:
-    """The strategy's data-parallel size (``"auto"`` until resolved)."""
-    return strategy._data_parallel_size
-
-
-def set_data_parallel_size(strategy: Any, size: int) -> None:
-    """Fix the strategy's data-parallel size before it sets up its device mesh."""
-    strategy._data_parallel_size = size
-
-
 # -- loggers (xformer.jobs.wandb_run, xformer.jobs.resume) -------------------------------------------
 def logger_started(logger: Any) -> bool:
     """True when ``logger``'s experiment exists already; asking through ``logger.experiment`` would
@@ -163,15 +115,31 @@ def logger_started(logger: Any) -> bool:
     return logger._experiment is not None
 
 
-# -- the CSV logger's writer (xformer.jobs.distributed.refresh_csv_headers) ---------------------------
-def csv_metrics_file(writer: Any) -> str | None:
-    """Path of the ``metrics.csv`` a ``CSVLogger``'s writer (``logger.experiment``) writes."""
-    return getattr(writer, "metrics_file_path", None)
+# -- the CSV logger's writer (xformer.train.module, under ddp_spawn) --------------------------------
+def refresh_csv_headers(trainer: Any) -> None:
+    """Make each CSV logger of ``trainer`` know every column already in its ``metrics.csv``
+    (``writer.metrics_keys``; the writer, ``logger.experiment``, is Lightning's private class).
 
+    Under ``ddp_spawn`` the loggers are copies pickled from the job's process, which never sees the
+    keys the spawned ranks logged during ``fit``; without this, ``test`` would rewrite the file with
+    the shorter header and fail. Called from ``TransformerLitModule.setup`` (rank 0; a no-op otherwise).
+    """
+    import csv
+    import os
 
-def add_csv_columns(writer: Any, keys: list[str]) -> None:
-    """Make the writer know the columns ``keys`` (it rewrites the file with the header it knows)."""
-    writer.metrics_keys = sorted(set(writer.metrics_keys) | set(keys))
+    from lightning.pytorch.loggers import CSVLogger
+
+    if not trainer.is_global_zero:
+        return
+    for lg in trainer.loggers:
+        if not isinstance(lg, CSVLogger):
+            continue
+        writer = lg.experiment
+        path = getattr(writer, "metrics_file_path", None)
+        if path and os.path.isfile(path):
+            with open(path, newline="") as f:
+                header = next(csv.reader(f), [])
+            writer.metrics_keys = sorted(set(writer.metrics_keys) | set(header))
 
 
 # -- console (xformer.jobs.console) --------------------------------------------------------------------

@@ -466,9 +466,7 @@ class TransformerLitModule(L.LightningModule):
     @override
     def setup(self, stage: str) -> None:
         if lightning_compat.has_trainer(self):
-            from xformer.jobs.distributed import refresh_csv_headers
-
-            refresh_csv_headers(self.trainer)  # ddp_spawn: the logger copies missed the ranks' columns
+            lightning_compat.refresh_csv_headers(self.trainer)  # ddp_spawn: the logger copies missed the ranks' columns
 
     def on_train_end(self) -> None:
         self.tokens_seen = int(self._all_reduce([float(self.tokens_seen)])[0])  # over all ranks
