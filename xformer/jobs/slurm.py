@@ -5,8 +5,8 @@ and, requeued, continues from its own ``last.ckpt`` without ``ckpt_path=last``.
   in ``SLURM_RESTART_COUNT``. Every checkpoint records the SLURM job that wrote it
   (``checkpoint["xformer"]["slurm_job"]``, :func:`job_key`: cluster name and job id). A job with
   ``SLURM_RESTART_COUNT >= 1`` and no ``ckpt_path`` resumes its folder's ``checkpoints/last.ckpt`` when
-  that file was written by this same job (:func:`requeued_checkpoint`, read by
-  :func:`xformer.jobs.checkpoints.resolve_ckpt_path`). A fresh job never does, even in a folder that
+  that file was written by this same job (:func:`xformer.jobs.checkpoints.requeued_checkpoint`, read by
+  :func:`~xformer.jobs.checkpoints.resolve_ckpt_path`). A fresh job never does, even in a folder that
   holds another job's ``last.ckpt``: it has no restart, or the checkpoint names another job.
 * **The requeue signal** (:class:`xformer.jobs.callbacks.SlurmRequeue`). SLURM sends it ``--signal``
   seconds before the time limit: submitit's ``SUBMITIT_PREEMPT_SIGNAL`` (USR2) under
@@ -36,10 +36,7 @@ import logging
 import os
 import signal
 import subprocess
-from pathlib import Path
 from typing import Any
-
-from .checkpoints import last_checkpoint
 
 log = logging.getLogger("xformer")
 
@@ -52,7 +49,6 @@ __all__ = [
     "job_key",
     "lightning_requeue_signal",
     "requeue",
-    "requeued_checkpoint",
     "restart_count",
     "submitit_signal",
 ]
@@ -71,34 +67,6 @@ def restart_count() -> int:
     """How often SLURM has requeued and restarted this job (``SLURM_RESTART_COUNT``; 0 when unset)."""
     value = os.environ.get("SLURM_RESTART_COUNT", "")
     return int(value) if value.isdigit() else 0
-
-
-def requeued_checkpoint(out_dir: str | Path | None) -> Path | None:
-    """``<out_dir>/checkpoints/last.ckpt`` when this process is a requeued SLURM job
-    (:func:`restart_count` >= 1) and that checkpoint was written by this same job
-    (``checkpoint["xformer"]["slurm_job"] == job_key()``), else None."""
-    key = job_key()
-    if out_dir is None or key is None or restart_count() < 1:
-        return None
-    last = last_checkpoint(out_dir)
-    if not last.is_file():
-        return None
-    from .checkpoints import UnreadableCheckpoint, read_checkpoint
-
-    try:
-        meta = (read_checkpoint(last) or {}).get("xformer") or {}
-    except UnreadableCheckpoint as err:
-        log.warning("requeued SLURM job %s: %s is unreadable (%s); starting from scratch", key, last, err)
-        return None
-    if meta.get("slurm_job") != key:
-        log.warning(
-            "requeued SLURM job %s: %s was written by %s, not by this job; starting from scratch",
-            key,
-            last,
-            meta.get("slurm_job") or "a run outside SLURM",
-        )
-        return None
-    return last
 
 
 def submitit_signal() -> int | None:

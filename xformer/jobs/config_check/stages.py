@@ -14,8 +14,9 @@ from omegaconf import DictConfig
 
 from xformer.config_types import Range
 from xformer.errors import ConfigError
-from xformer.jobs.build import build_data, build_model
+from xformer.jobs.build import build_data
 from xformer.jobs.checkpoints import check_checkpoint_model
+from xformer.train.checkpoint_file import build_model
 
 from . import rules
 from .schema import check_additions, check_group_nodes, check_resolves, check_targets, fit_problems, raise_all
@@ -75,11 +76,9 @@ def check_config_first(cfg: DictConfig, ckpt: str | None = None) -> None:
     check_model(cfg, ckpt)
 
 
-def check_config(cfg: DictConfig, ckpt: str | None = None, first_done: bool = False) -> None:
-    """Stages 1-3; ``first_done``: the caller ran :func:`check_config_first` on this config and ``ckpt``.
-    Raises: ConfigError, one line per problem."""
-    if not first_done:
-        check_config_first(cfg, ckpt)
+def check_config(cfg: DictConfig, ckpt: str | None = None) -> None:
+    """Stages 1-3 (a dry run, every job of a sweep). Raises: ConfigError, one line per problem."""
+    check_config_first(cfg, ckpt)
     check_data_options(cfg)
 
 
