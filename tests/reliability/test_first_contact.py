@@ -30,7 +30,14 @@ from xformer.errors import ConfigError
 HEAVY = ("lightning", "wandb", "xformer.data", "xformer.jobs.driver", "xformer.train.", "sacrebleu", "torchmetrics")
 # pure-Python LR schedules (the scheduler node is checked in stage 1); the loss, decode and optimizer
 # settings import torch at most: stage 2 checks their nodes against their signatures (issue 29)
-LIGHT = ("xformer.train.schedules", "xformer.train.losses", "xformer.train.decode", "xformer.train.optim")
+# and the checkpoint reader / model builder the checks share with the driver (torch only when called)
+LIGHT = (
+    "xformer.train.schedules",
+    "xformer.train.losses",
+    "xformer.train.decode",
+    "xformer.train.optim",
+    "xformer.train.checkpoint_file",
+)
 
 
 def _imported(importtime_stderr: str) -> set[str]:

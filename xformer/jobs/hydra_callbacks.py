@@ -265,7 +265,7 @@ class SlurmSweepCheck(Callback):
         slurm.quiet_sacct_warnings()
         if OmegaConf.select(config, "sweep.dry_run", default=False):
             return
-        problem = slurm.sweep_problem(config)
+        problem = slurm.sweep_problem(config, sweep_check.sweep_jobs(config))
         if problem is None:
             return
         if os.environ.get("HYDRA_FULL_ERROR") == "1":

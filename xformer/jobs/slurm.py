@@ -152,19 +152,17 @@ def sbatch_request(launcher: dict) -> list[str]:
     return [f"--{k}={v}" for k, v in opts.items() if v is not None and v != ""]
 
 
-def sweep_problem(config: Any) -> str | None:
+def sweep_problem(config: Any, jobs: list[list[str]]) -> str | None:
     """Why SLURM would not run the jobs of the ``hydra/launcher=slurm`` sweep ``config``, as one line
     (``None`` when it would): a swept job size (:data:`SIZE_KEYS`), or ``sbatch --test-only``'s own
-    refusal of the request (an unknown partition, more tasks or CPUs than a node has, ...).
+    refusal of the request (an unknown partition, more tasks or CPUs than a node has, ...). ``jobs``:
+    each job's overrides (:func:`xformer.jobs.sweep_check.sweep_jobs`).
     ``--test-only`` checks the request against the cluster and queues nothing; without ``sbatch``
     on PATH only the swept sizes are checked."""
     import shutil
 
     from omegaconf import OmegaConf
 
-    from .sweep_check import sweep_jobs
-
-    jobs = sweep_jobs(config)
     for key in SIZE_KEYS:
         values = sorted({o.split("=", 1)[1] for job in jobs for o in job if o.split("=", 1)[0] == key})
         if len(values) > 1:

@@ -21,13 +21,15 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from .context import JobContext, Outcome
 from .overrides import key_of
 from .record import RunRecord, Status, finite_or_none
+
+if TYPE_CHECKING:
+    from .context import JobContext, Outcome
 
 log = logging.getLogger("xformer")
 
@@ -76,21 +78,24 @@ def stop_sweep(cfg: DictConfig, ctx: JobContext, code: int) -> None:
         write_sweep_summary(ctx.sweep_dir, cfg, HydraConfig.get().sweeper, exit_on_failure=False)
     except Exception as err:  # never let the summary keep the sweep from stopping
         log.warning("could not write the sweep summary: %s", err)
-    log.warning("sweep stopped (exit %d); resume the whole sweep with: %s", code, sweep_resume_command(ctx))
+    command = sweep_resume_command(HydraConfig.instance().cfg)
+    log.warning("sweep stopped (exit %d); resume the whole sweep with: %s", code, command)
 
 
-def sweep_resume_command(ctx: JobContext) -> str:
+def sweep_resume_command(config: DictConfig) -> str:
     """The command that continues the sweep this job belongs to: the sweep's own overrides (from its
     ``multirun.yaml``, as typed) into the same ``hydra.sweep.dir``, with ``-m``: finished jobs are
-    skipped and an interrupted one continues from its ``last.ckpt`` (:mod:`xformer.jobs.sweep_resume`)."""
+    skipped and an interrupted one continues from its ``last.ckpt`` (:mod:`xformer.jobs.sweep_resume`).
+    ``config``: the job's config with its ``hydra`` node."""
+    sweep_dir = Path(str(config.hydra.sweep.dir))
     try:
-        recorded = OmegaConf.load(ctx.sweep_dir / "multirun.yaml")
+        recorded = OmegaConf.load(sweep_dir / "multirun.yaml")
         overrides = [str(o) for o in OmegaConf.select(recorded, "hydra.overrides.task", default=[]) or []]
     except Exception:  # no multirun.yaml (yet): this job's own overrides
-        overrides = list(ctx.overrides)
+        overrides = list(config.hydra.overrides.task)
     overrides = [o for o in overrides if key_of(o) != "hydra.sweep.dir"]
     script = sys.argv[0] if sys.argv and sys.argv[0].endswith(".py") else "run.py"
-    sweep = shlex.quote(f"hydra.sweep.dir={ctx.sweep_dir}")
+    sweep = shlex.quote(f"hydra.sweep.dir={sweep_dir}")
     return " ".join(["python", shlex.quote(script), *map(shlex.quote, overrides), sweep, "-m"])
 
 
