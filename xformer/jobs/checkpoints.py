@@ -1,15 +1,15 @@
 """Reading checkpoint files, and whether one fits this run (the atomic writer is :mod:`.checkpoint_io`).
 
 * :func:`last_checkpoint`, :func:`resolve_ckpt_path` -- the one reading of ``ckpt_path`` (``last``
-  means the job's own ``checkpoints/last.ckpt``).
-* :func:`read_checkpoint` -- the one reader of checkpoint files: memory-mapped on the CPU, so only the
-  tensors a caller touches are read.
+  means the job's own ``checkpoints/last.ckpt``; a requeued SLURM job's own, :func:`requeued_checkpoint`).
+* :func:`runtime_keys` -- the keys a resumed job or sweep may change (``sweep.runtime_keys``).
 * :func:`check_checkpoint_model`, :func:`check_checkpoint_vocab` -- the checkpoint's model and
   vocabulary against this run's, as one :class:`~xformer.errors.ConfigError` line with the overrides
   that make them agree; :func:`check_resume_settings` -- the rest of the checkpoint's config against
   this run's (model and data keys refused, the others take effect and are listed).
 
-Importing this module imports neither torch nor Lightning (``run.py`` resolves ``ckpt_path`` first).
+Files are read by :func:`xformer.train.checkpoint_file.read_checkpoint`. Importing this module imports
+neither torch nor Lightning (``run.py`` resolves ``ckpt_path`` first).
 """
 
 from __future__ import annotations

@@ -305,6 +305,10 @@ def run(cfg: DictConfig, ctx: JobContext | None = None) -> tuple[Outcome, RunRec
     quiet_console(resuming=own_checkpoint(cfg, ctx.out_dir) is not None)  # no false or noise library messages
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     apply_omp_threads()
+    if ctx.plan is not None and ctx.plan.action == "resume":  # a sweep job killed earlier
+        step = checkpoint_step(ctx.plan.checkpoint)
+        log.info("sweep resume: job %d continues from %s (step %s)", ctx.num, ctx.plan.checkpoint, step)
+        print(f"[resume] job {ctx.num}: resuming from {ctx.plan.checkpoint} (step {step})", flush=True)
     if cfg.mode == "eval":
         cfg = config_from_checkpoint(cfg, ctx.overrides, ctx.ckpt)
     job = build(cfg, ctx)

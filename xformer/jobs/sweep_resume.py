@@ -1,28 +1,17 @@
-"""Resumable ``-m`` sweeps: the same command run again into the same ``hydra.sweep.dir`` continues
-the sweep instead of starting it over.
+"""Resumable ``-m`` sweeps: the same command run again into the same ``hydra.sweep.dir`` continues the
+sweep. Per job (folder ``<sweep dir>/<hydra.job.num>``), :func:`plan_job` decides:
 
-Per job (its folder ``<sweep dir>/<hydra.job.num>``), decided by :func:`plan_job`:
+* ``skip``: its ``metrics.json`` says ``finished``; the recorded objective goes back to the sweeper.
+* ``resume``: it holds ``checkpoints/last.ckpt`` (killed, preempted or failed earlier): the job runs
+  with ``ckpt_path=last``, exactly a resumed single run (:mod:`xformer.jobs.resume`).
+* ``run``: it never started, or stopped before its first checkpoint.
+* ``refuse``: a job :func:`ran` there with a config that differs in anything but ``sweep.runtime_keys``.
 
-* ``skip``: ``metrics.json`` says ``"status": "finished"`` -- nothing is trained; the job hands the
-  recorded objective back to the sweeper and its record stays in the sweep summary and the report.
-* ``resume``: the folder holds ``checkpoints/last.ckpt`` (a job killed, preempted or failed
-  earlier) -- the job runs with ``ckpt_path=last``, which is exactly a resumed single run
-  (:mod:`xformer.jobs.resume`: weights, optimizer, data position, CSV history, the same W&B run id).
-* ``run``: the grid point never started (or stopped before its first checkpoint): trained from scratch.
-
-Mixing configurations is refused where a job ran (:func:`ran`; a folder left by a job stopped before
-training is reused). :class:`~xformer.jobs.hydra_callbacks.ResumeSweep` (a Hydra callback, registered in
-``conf/hydra/default.yaml``) runs in ``on_multirun_start``, before any job starts and before Hydra
-rewrites a job's ``.hydra/config.yaml``: it reads the config recorded in every existing job folder
-(:data:`RECORDED_FILE` keeps a copy for the jobs), composes the config each job of this command gets
-(the basic sweeper's grid order, :func:`xformer.jobs.sweep_check.sweep_jobs`), and exits 2 with one
-``error:`` line when any job would land in a folder whose recorded config differs in anything but
-the run-time keys (``sweep.runtime_keys``: checkpoint path, data root, loggers, ...). Sweepers that
-cannot be enumerated (Optuna) are checked job by job in :func:`plan_job` against the same record.
-``sweep.resume=false`` turns all of this off (every job runs again from scratch).
-
-Job numbers are positions in the grid, so the same command maps each job to the same folder; a
-changed grid (another value, another key) changes the numbers and is refused as a changed config.
+:class:`~xformer.jobs.hydra_callbacks.ResumeSweep` records the configs of the existing job folders
+(:data:`RECORDED_FILE`) before Hydra rewrites them, and refuses a grid sweep whose jobs would mix
+configs before any job starts (:func:`sweep_mismatches`); sweepers that cannot be enumerated (Optuna)
+are checked job by job. Job numbers are grid positions, so a changed grid is refused as a changed
+config. ``sweep.resume=false`` turns all of this off.
 """
 
 from __future__ import annotations
