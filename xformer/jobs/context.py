@@ -9,7 +9,7 @@ from __future__ import annotations
 import errno
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -17,7 +17,9 @@ from xformer.errors import ConfigError
 
 from .checkpoints import resolve_ckpt_path
 from .record import Status
-from .sweep_resume import Plan, plan_job, recorded_for
+
+if TYPE_CHECKING:
+    from .sweep_resume import Plan
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,8 @@ def job_context(cfg: DictConfig) -> JobContext:
     num = int(hc.job.num) if sweep_dir is not None else None
     plan = None
     if sweep_dir is not None and not dry and OmegaConf.select(cfg, "sweep.resume", default=True):
+        from .sweep_resume import Plan, plan_job, recorded_for
+
         try:
             plan = plan_job(cfg, out_dir, recorded_for(sweep_dir, num))
         except ConfigError as err:

@@ -29,7 +29,9 @@ from typing_extensions import override
 from xformer.errors import ConfigError
 from xformer.jobs.config_check.schema import check_resolves
 
-from . import distributed, slurm, sweep, sweep_check, sweep_resume
+from . import distributed
+
+# the sweep modules are imported by the callbacks of a -m sweep only: a single run does not load them
 
 log = logging.getLogger("xformer")
 
@@ -123,6 +125,8 @@ class ValidateSweep(Callback):
                 raise
             print(f"error: {err} (every job of the sweep; nothing was run)", file=sys.stderr, flush=True)
             sys.exit(2)
+        from . import sweep_check
+
         n_jobs, bad = sweep_check.check_sweep(config)
         if not bad:
             log.info(
@@ -148,6 +152,8 @@ class ResumeSweep(Callback):
 
     @override
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from . import sweep_resume
+
         sweep_dir = Path(str(config.hydra.sweep.dir))
         record = sweep_dir / sweep_resume.RECORDED_FILE
         if not self.enabled or not OmegaConf.select(config, "sweep.resume", default=True):
@@ -206,10 +212,12 @@ class SweepSummary(Callback):
 
     @override
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from .sweep import JOBS_DIR
+
         storage = OmegaConf.select(config, "hydra.sweeper.storage", default=None)
         if isinstance(storage, str) and storage.startswith("sqlite:///"):  # SQLite does not create folders
             Path(storage[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
-        jobs = Path(str(config.hydra.sweep.dir)) / sweep.JOBS_DIR
+        jobs = Path(str(config.hydra.sweep.dir)) / JOBS_DIR
         # every job of this invocation records itself again (finished ones as skipped); a stored Optuna
         # study numbers its new trials after the earlier ones, so the summary covers the whole study
         if jobs.is_dir() and "optuna" not in str(OmegaConf.select(config, "hydra.sweeper._target_", default="")):
@@ -218,6 +226,8 @@ class SweepSummary(Callback):
 
     @override
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from . import sweep
+
         sweeper = OmegaConf.select(config, "hydra.sweeper")
         sweep.write_sweep_summary(Path(str(config.hydra.sweep.dir)), config, sweeper, self.exit_on_failure)
 
@@ -260,6 +270,8 @@ class SlurmSweepCheck(Callback):
 
     @override
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from . import slurm, sweep_check
+
         if not slurm.is_slurm_sweep(config):
             return
         slurm.quiet_sacct_warnings()
