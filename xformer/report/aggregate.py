@@ -82,7 +82,7 @@ class Job:
 
     @property
     def finished(self) -> bool:
-        return self.status == "finished"
+        return self.status == Status.FINISHED
 
     @property
     def diverged(self) -> bool:

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from xformer.help import PlainHelpFormatter
+from xformer.jobs.checkpoints import last_checkpoint
 from xformer.jobs.record import RunRecord, Status, read_record
 
 from .sweeps import REPO, claim_names
@@ -80,7 +81,7 @@ class ClaimSweep:
 
     @property
     def complete(self) -> bool:
-        return bool(self.states) and all(s == "finished" for s in self.states)
+        return bool(self.states) and all(s == Status.FINISHED for s in self.states)
 
     def published(self, results: Path) -> Path | None:
         """The committed report of this claim config (``<results>/<name>/report.md``), if there is one."""
@@ -115,14 +116,14 @@ def resolve_names(names: list[str]) -> list[str]:
 
 
 def _job_state(job: Path) -> str:
-    record = read_record(job)
-    status = record.status if record is not None else None
+    """``finished``, ``resumable`` (a ``last.ckpt``), ``failed``, ``started`` or ``new``."""
+    status = record.status if (record := read_record(job)) is not None else None
     if status == Status.FINISHED:
-        return "finished"
-    if (job / "checkpoints" / "last.ckpt").is_file():
+        return status.value
+    if last_checkpoint(job).is_file():
         return "resumable"
     if status == Status.FAILED:
-        return "failed"
+        return status.value
     return "started" if (job / ".hydra").is_dir() else "new"
 
 
@@ -295,7 +296,7 @@ def write_run_md(s: ClaimSweep, out: Path, extra: list[str]) -> Path:
     except (OSError, ValueError):
         summary = {}
     jobs = summary.get("jobs") or []
-    finished = sum(j.get("status") == "finished" for j in jobs)
+    finished = sum(j.get("status") == Status.FINISHED for j in jobs)
     job_time = 0.0
     for job in s.sweep_dir.iterdir():
         if (record := read_record(job)) is not None:
