@@ -195,7 +195,7 @@ def _compose(overrides: list[str]):
 def _fake_checkpoint(path: Path, cfg, src_vocab: int = 40, tgt_vocab: int = 40, xformer: bool = True) -> Path:
     """A checkpoint with the layout ``run.py`` writes (Lightning's ``state_dict`` with ``model.``
     names, and the ``xformer`` section) for ``cfg.model``, without training."""
-    from xformer.jobs.build import build_model
+    from xformer.train.checkpoint_file import build_model
 
     model = build_model(cfg, src_vocab, tgt_vocab, 0)
     ckpt = {
