@@ -1,13 +1,15 @@
 """xformer's entry point: ``python run.py [group=option ...] [key=value ...] [-m]``.
 
-Returns the configured objective (``objective.metric``) so Hydra sweepers (Optuna) can optimise it.
+Returns the configured objective (``objective.metric``) so Hydra sweepers (Optuna) can optimise it; a
+sweep job without one (failed, diverged, NaN) returns the worst value for ``objective.mode`` (+/-inf)
+and the sweep goes on.
 Invalid configurations and inputs print one line naming the key/file and the fix, and exit with
 status 2 (set ``HYDRA_FULL_ERROR=1`` for the stack trace). The config is checked before torch's
 training stack, Lightning and W&B are imported and before any data is built
 (:func:`xformer.jobs.config_check.stages.check_config_first`), so such a line comes within seconds. A NaN/Inf
 training loss prints one line naming the step and exits 1; SIGTERM saves ``last.ckpt`` and exits
 143, Ctrl-C (SIGINT) saves it too and exits 130, printing the command that resumes the run (a
-second Ctrl-C quits at once); README: "When things go wrong".
+second Ctrl-C quits at once); every exit status: docs/troubleshooting.md.
 """
 
 import logging
@@ -19,96 +21,68 @@ from omegaconf import DictConfig
 
 import xformer  # noqa: F401  (registers ${xformer.run_id:}, the run folder's suffix)
 
-
-def _fail(err: BaseException, code: int) -> None:
-    """Print ``error: <err>`` (one line), or re-raise under ``HYDRA_FULL_ERROR=1`` or in a sweep job
-    (Hydra records the failed job and the sweep goes on)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if os.environ.get("HYDRA_FULL_ERROR") == "1":
-        raise err
-    # the job's log file keeps the error; the console shows it once, as the `error:` line below
-    record = logging.LogRecord("xformer", logging.ERROR, __file__, 0, "%s", (err,), None)
-    for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.FileHandler):
-            handler.handle(record)
-    if str(HydraConfig.get().mode) == "RunMode.MULTIRUN":
-        raise err
-    print(f"error: {err}", file=sys.stderr)
-    sys.exit(code)
-
-
-def _out_dir(cfg: DictConfig):
-    from pathlib import Path
-
-    from hydra.core.hydra_config import HydraConfig
-
-    return Path(HydraConfig.get().runtime.output_dir) if HydraConfig.initialized() else Path(cfg.paths.output_dir)
+log = logging.getLogger("xformer")
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
+    """One job, top to bottom: its context, the config check, training and testing (or a dry run), its end."""
     from xformer.errors import ConfigError
-    from xformer.jobs.checkpoints import resolve_ckpt_path
-    from xformer.jobs.config_check.stages import check_config_first
+    from xformer.jobs.config_check.stages import check_config, check_config_first
+    from xformer.jobs.context import Outcome, fallback, job_context, outcome_of
+    from xformer.jobs.record import Status, read_record
 
-    checked = False  # stages 1-2 passed for this config: the driver runs stage 3 only
-    try:  # the config alone and the model on the meta device: no Lightning, W&B or data yet
-        if not (cfg.get("sweep") and cfg.sweep.get("dry_run")):
-            check_config_first(cfg, resolve_ckpt_path(cfg, _out_dir(cfg)))
-            checked = True
-    except ConfigError as err:
-        _fail(err, 2)
-
-    from lightning.pytorch.utilities.exceptions import SIGTERMException
-
-    from xformer.data.errors import DataError
-    from xformer.jobs.callbacks import NonFiniteLossError, interrupt_signal
-    from xformer.jobs.distributed import run_job
-    from xformer.jobs.driver import run
-
+    ctx = job_context(cfg)  # output folder, checkpoint, sweep job number and resume plan: worked out once
+    record = None
     try:
-        if cfg.get("sweep") and cfg.sweep.get("dry_run"):
-            from xformer.jobs.sweep import dry_run
+        if ctx.plan is not None and ctx.plan.action == "refuse":
+            raise ConfigError(ctx.plan.reason)
+        if ctx.plan is not None and ctx.plan.action == "skip":  # finished in an earlier invocation of the sweep
+            record = read_record(ctx.out_dir)
+            log.info("sweep resume: job %d finished earlier (%s), skipped", ctx.num, ctx.out_dir / "metrics.json")
+            print(f"[resume] job {ctx.num}: finished earlier, skipped", flush=True)
+            end = Outcome(Status.FINISHED, 0)
+        elif ctx.dry_run:
+            check_config(cfg)
+            label = f"job {ctx.num}" if ctx.multirun else "run"
+            print(f"[dry run] {label}: {' '.join(ctx.overrides) or '(defaults)'} -> config ok", flush=True)
+            end = Outcome(Status.VALIDATED, 0)
+        else:
+            check_config_first(cfg, ctx.ckpt)  # the config alone and the model on the meta device: no Lightning yet
+            from xformer.jobs.distributed import run_job
+            from xformer.jobs.driver import run
 
-            return dry_run(cfg)  # validate and print the job, no training
-        from xformer.jobs.sweep_resume import prepare_job
+            # data and model built once; metrics.json written however it ends; a -m job on several
+            # devices runs in ranks started here (xformer.jobs.distributed)
+            end, record = run_job(run, cfg, ctx=ctx)
+    except (Exception, KeyboardInterrupt) as err:  # before training: invalid config or data, Ctrl-C
+        end = outcome_of(err, out_dir=ctx.out_dir)
 
-        plan = prepare_job(cfg)  # -m into an existing sweep dir: skip finished jobs, resume killed ones
-        if plan is not None and plan.action == "skip":
-            return plan.value
-        # resume: ckpt_path changed; a -m job on several devices runs in ranks spawned here
-        return run_job(run, cfg, checked=checked and (plan is None or plan.action != "resume"))
-    except (ConfigError, DataError, NonFiniteLossError) as err:
-        _fail(err, 1 if isinstance(err, NonFiniteLossError) else 2)
-    except OSError as err:  # a full disk, a folder made read-only during the run, ...
-        import errno
+    if ctx.multirun:
+        from xformer.jobs.sweep import record_job, stop_sweep
 
-        if err.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
-            raise
-        _fail(
-            ConfigError(
-                f"{err.filename or 'the output folder'}: {err.strerror}. Fix: free space or make it "
-                f"writable, then resume with ckpt_path=last hydra.run.dir={_out_dir(cfg)}"
-            ),
-            1,
-        )
-    except SIGTERMException:  # preempted or Ctrl-C: last.ckpt was saved (xformer.jobs.callbacks.StopCheckpoint)
-        code = 130 if interrupt_signal() == "SIGINT" else 143
-        from hydra.core.hydra_config import HydraConfig
-
-        if str(HydraConfig.get().mode) == "RunMode.MULTIRUN":  # the sweep ends here: record it, say how to go on
-            from omegaconf import open_dict
-
-            from xformer.jobs.sweep import record_interrupted
-
-            try:
-                with open_dict(cfg):
-                    cfg.hydra = HydraConfig.get()  # the job's config with its Hydra node, as callbacks see it
-                record_interrupted(cfg, code)
-            except Exception as err:  # never let the record keep the sweep from stopping
-                logging.getLogger("xformer").warning("could not write the sweep summary: %s", err)
-        sys.exit(code)
+        record_job(cfg, ctx, end, record)  # <sweep dir>/.xformer/jobs/<num>.json, read by the sweep summary
+    if end.error is None:
+        value = record.objective_value if record is not None else None
+        return fallback(cfg) if value is None and ctx.multirun else value
+    if end.status in (Status.INTERRUPTED, Status.PREEMPTED):  # last.ckpt was saved
+        if ctx.multirun:
+            stop_sweep(cfg, ctx, end.exit_code)  # the summary of what ran, and the command that goes on
+        sys.exit(end.exit_code)
+    if ctx.multirun:  # the sweep goes on; the sweeper gets the worst objective
+        err = end.error
+        what = f"job {ctx.num} ({' '.join(ctx.overrides)}) failed; the sweep goes on"
+        log.error("%s", what, exc_info=(type(err), err, err.__traceback__))
+        return fallback(cfg)
+    if os.environ.get("HYDRA_FULL_ERROR") == "1" or end.line is None:
+        raise end.error  # a crash: its traceback
+    # the job's log file keeps the error; the console shows it once, as the `error:` line
+    entry = logging.LogRecord("xformer", logging.ERROR, __file__, 0, "%s", (end.line,), None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(entry)
+    print(f"error: {end.line}", file=sys.stderr)
+    sys.exit(end.exit_code)
 
 
 if __name__ == "__main__":

@@ -13,8 +13,8 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from tests.conftest import REPO
-from xformer.jobs.build import build_model
 from xformer.jobs.driver import run as run_job
+from xformer.train.checkpoint_file import build_model
 from xformer.train.module import TransformerLitModule
 
 CONF = str(REPO / "conf")

@@ -16,7 +16,7 @@ from hydra.utils import instantiate
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests.conftest import REPO
-from xformer.jobs.build import build_model
+from xformer.train.checkpoint_file import build_model
 from xformer.train.module import TransformerLitModule
 
 # operators whose result (or whose output shape) depends on tensor values: a device sync on a GPU

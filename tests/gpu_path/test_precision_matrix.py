@@ -20,10 +20,10 @@ from hydra.utils import instantiate
 from typing_extensions import override
 
 from tests.conftest import REPO
-from xformer.jobs.build import build_model
 from xformer.jobs.config_check.stages import check_config
 from xformer.jobs.driver import run as run_job
 from xformer.model import ConfigError
+from xformer.train.checkpoint_file import build_model
 from xformer.train.module import TransformerLitModule
 
 PRECISIONS = ["32-true", "bf16-mixed", "16-mixed", "bf16-true"]

@@ -280,7 +280,7 @@ def test_variants_from_a_module_outside_the_repo_through_the_config(tmp_path, mo
     from omegaconf import OmegaConf
 
     from tests.conftest import REPO
-    from xformer.jobs.build import build_model
+    from xformer.train.checkpoint_file import build_model
 
     (tmp_path / "outside_variants.py").write_text(
         "import torch\n"

@@ -30,7 +30,14 @@ from xformer.errors import ConfigError
 HEAVY = ("lightning", "wandb", "xformer.data", "xformer.jobs.driver", "xformer.train.", "sacrebleu", "torchmetrics")
 # pure-Python LR schedules (the scheduler node is checked in stage 1); the loss, decode and optimizer
 # settings import torch at most: stage 2 checks their nodes against their signatures
-LIGHT = ("xformer.train.schedules", "xformer.train.losses", "xformer.train.decode", "xformer.train.optim")
+# and the checkpoint reader / model builder the checks share with the driver (torch only when called)
+LIGHT = (
+    "xformer.train.schedules",
+    "xformer.train.losses",
+    "xformer.train.decode",
+    "xformer.train.optim",
+    "xformer.train.checkpoint_file",
+)
 
 
 def _imported(importtime_stderr: str) -> set[str]:
@@ -188,7 +195,7 @@ def _compose(overrides: list[str]):
 def _fake_checkpoint(path: Path, cfg, src_vocab: int = 40, tgt_vocab: int = 40, xformer: bool = True) -> Path:
     """A checkpoint with the layout ``run.py`` writes (Lightning's ``state_dict`` with ``model.``
     names, and the ``xformer`` section) for ``cfg.model``, without training."""
-    from xformer.jobs.build import build_model
+    from xformer.train.checkpoint_file import build_model
 
     model = build_model(cfg, src_vocab, tgt_vocab, 0)
     ckpt = {

@@ -11,7 +11,7 @@ import torch
 from omegaconf import OmegaConf
 
 from xformer.jobs import slurm
-from xformer.jobs.checkpoints import resolve_ckpt_path
+from xformer.jobs.checkpoints import requeued_checkpoint, resolve_ckpt_path
 
 
 @pytest.fixture
@@ -45,7 +45,7 @@ def _env(monkeypatch, **values: str | None) -> None:
 def test_requeued_job_resumes_only_its_own_checkpoint(monkeypatch, job_folder, job, cluster, restarts, resumes):
     _env(monkeypatch, SLURM_JOB_ID=job, SLURM_CLUSTER_NAME=cluster, SLURM_RESTART_COUNT=restarts)
     want = job_folder / "checkpoints" / "last.ckpt" if resumes else None
-    assert slurm.requeued_checkpoint(job_folder) == want
+    assert requeued_checkpoint(job_folder) == want
     cfg = OmegaConf.create({"ckpt_path": None, "mode": "train"})
     assert resolve_ckpt_path(cfg, job_folder) == (str(want) if want else None)
 
@@ -54,13 +54,13 @@ def test_requeued_job_keeps_an_explicit_ckpt_path_and_eval_mode(monkeypatch, job
     _env(monkeypatch, SLURM_JOB_ID="5", SLURM_CLUSTER_NAME="c", SLURM_RESTART_COUNT="1")
     assert resolve_ckpt_path(OmegaConf.create({"ckpt_path": "/x/y.ckpt", "mode": "train"}), job_folder) == "/x/y.ckpt"
     assert resolve_ckpt_path(OmegaConf.create({"ckpt_path": None, "mode": "eval"}), job_folder) is None
-    assert slurm.requeued_checkpoint(None) is None
+    assert requeued_checkpoint(None) is None
 
 
 def test_requeued_job_with_unreadable_checkpoint_starts_from_scratch(monkeypatch, job_folder):
     (job_folder / "checkpoints" / "last.ckpt").write_bytes(b"not a checkpoint")
     _env(monkeypatch, SLURM_JOB_ID="5", SLURM_CLUSTER_NAME="c", SLURM_RESTART_COUNT="1")
-    assert slurm.requeued_checkpoint(job_folder) is None
+    assert requeued_checkpoint(job_folder) is None
 
 
 def test_sbatch_request_has_what_submitit_asks_for():

@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 
 from tests.conftest import REPO, TINY
 from tests.reliability.conftest import RESUMABLE, metrics, quality, run_py, start_py, wait_for
+from xformer.jobs.record import read_record
 from xformer.jobs.sweep_resume import Plan, config_diff, plan_job
 from xformer.model import ConfigError
 
@@ -64,7 +65,8 @@ def test_plan_skips_finished_resumes_checkpointed_runs_new_and_refuses_changed(t
     (done / "checkpoints").mkdir()
     (done / "checkpoints" / "last.ckpt").write_bytes(b"x")
     (done / "metrics.json").write_text(json.dumps({"status": "finished", "objective": {"value": 2.5}}))
-    assert plan_job(cfg, done, rec) == Plan("skip", value=2.5)
+    assert plan_job(cfg, done, rec) == Plan("skip")
+    assert read_record(done).objective_value == 2.5  # what the skipped job hands its sweeper
 
     changed = _compose(["optim.lr=0.002"])
     with pytest.raises(ConfigError, match=r"optim\.lr: 0\.001 \(recorded\) -> 0\.002 \(now\)"):
@@ -210,13 +212,13 @@ def test_optuna_resumed_into_the_same_sweep_dir_adds_trial_folders(tmp_path):
 def test_job_start_applies_omp_num_threads_to_torch(monkeypatch):
     """A reused launcher worker (joblib_cpu sets OMP_NUM_THREADS=1 per job) gets torch's intra-op
     pool set from the variable when the job starts, whatever it was before."""
-    from xformer.jobs.sweep_resume import prepare_job
+    from xformer.jobs.driver import apply_omp_threads
 
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
         monkeypatch.setenv("OMP_NUM_THREADS", "1")
-        assert prepare_job(_compose([])) is None  # outside a multirun: no plan
+        apply_omp_threads()
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
@@ -267,7 +269,7 @@ def test_the_continued_sampler_is_reseeded_from_the_seed_and_the_stored_trials()
 
     import optuna
 
-    from xformer.jobs.sweep import continued_sampler
+    from hydra_plugins.xformer_optuna import continued_sampler
 
     cfg = OmegaConf.create({"_target_": "optuna.samplers.TPESampler", "seed": 3, "n_startup_trials": 10})
     base = optuna.samplers.TPESampler(seed=3)

@@ -160,9 +160,8 @@ def test_every_shipped_config_passes_the_stage_one_rules_and_every_target_signat
             assert all(line.startswith("data.root=") for line in str(err).split("\nerror: ")), err
 
 
-def test_the_driver_does_not_check_stages_one_and_two_again(monkeypatch):
-    """``run.py`` checks stages 1-2 before it imports Lightning and tells the driver so
-    (``check_config(first_done=True)``): no process-wide cache of checked configs."""
+def test_check_config_runs_each_stage_once_and_sees_a_changed_config(monkeypatch):
+    """No process-wide cache of checked configs: each call checks the config it is given, each stage once."""
     from xformer.jobs.config_check import stages
 
     cfg = _compose(["trainer.max_steps=5"])
@@ -170,8 +169,7 @@ def test_the_driver_does_not_check_stages_one_and_two_again(monkeypatch):
     real = stages.check_model
     monkeypatch.setattr(stages, "check_model", lambda c, ckpt=None: (calls.append(1), real(c, ckpt)))
     monkeypatch.setattr(stages, "check_data_options", lambda _cfg: None)
-    stages.check_config_first(cfg)
-    stages.check_config(cfg, first_done=True)
+    stages.check_config(cfg)
     assert len(calls) == 1
     cfg.model.n_heads = 3  # d_model 512 is not divisible by 3
     with pytest.raises(ConfigError, match="n_heads"):

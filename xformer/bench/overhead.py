@@ -201,7 +201,7 @@ def bare_loop(overrides: list[str], device: str) -> dict:
     import torch.nn.functional as F
     from hydra.utils import instantiate
 
-    from xformer.jobs.build import build_model
+    from xformer.train.checkpoint_file import build_model
 
     cfg = compose(overrides)
     L.seed_everything(cfg.seed, workers=True, verbose=False)

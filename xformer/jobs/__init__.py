@@ -1,10 +1,11 @@
 """Running jobs: everything around the training code that a run needs but a reader of the model and
 the LightningModule does not.
 
+* :mod:`.context` -- a job's facts and how it ended; :mod:`.record` -- ``metrics.json`` as a typed record.
 * :mod:`.driver` -- one job of ``run.py``: build, fit and test, write ``metrics.json``.
 * :mod:`.config_check` -- config and data checks before anything is built or read (schema, rules,
-  stages); :mod:`.build` builds config nodes with a constructor's refusal as one error line.
-* :mod:`.checkpoints` -- the one reader of checkpoint files, the one resolver of ``ckpt_path=last``, and
+  stages).
+* :mod:`.checkpoints` -- the one resolver of ``ckpt_path=last``, and
   whether a checkpoint fits this run; :mod:`.checkpoint_io` writes them atomically.
 * :mod:`.hydra_callbacks` -- every Hydra callback; :mod:`.overrides` -- override strings, read with
   Hydra's own parser.

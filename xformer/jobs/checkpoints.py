@@ -1,15 +1,15 @@
 """Reading checkpoint files, and whether one fits this run (the atomic writer is :mod:`.checkpoint_io`).
 
 * :func:`last_checkpoint`, :func:`resolve_ckpt_path` -- the one reading of ``ckpt_path`` (``last``
-  means the job's own ``checkpoints/last.ckpt``).
-* :func:`read_checkpoint` -- the one reader of checkpoint files: memory-mapped on the CPU, so only the
-  tensors a caller touches are read.
+  means the job's own ``checkpoints/last.ckpt``; a requeued SLURM job's own, :func:`requeued_checkpoint`).
+* :func:`runtime_keys` -- the keys a resumed job or sweep may change (``sweep.runtime_keys``).
 * :func:`check_checkpoint_model`, :func:`check_checkpoint_vocab` -- the checkpoint's model and
   vocabulary against this run's, as one :class:`~xformer.errors.ConfigError` line with the overrides
   that make them agree; :func:`check_resume_settings` -- the rest of the checkpoint's config against
   this run's (model and data keys refused, the others take effect and are listed).
 
-Importing this module imports neither torch nor Lightning (``run.py`` resolves ``ckpt_path`` first).
+Files are read by :func:`xformer.train.checkpoint_file.read_checkpoint`. Importing this module imports
+neither torch nor Lightning (``run.py`` resolves ``ckpt_path`` first).
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from xformer.errors import ConfigError
+from xformer.train.checkpoint_file import UnreadableCheckpoint, arch_name, build_model, read_checkpoint
+
+from .slurm import job_key, restart_count
+
+__all__ = ["UnreadableCheckpoint", "read_checkpoint"]  # read here by the jobs that resume
 
 log = logging.getLogger("xformer")
-
-
-class UnreadableCheckpoint(ValueError):
-    """The file is not a readable torch checkpoint (truncated, corrupt, not a torch file); the message
-    is the first line of the loader's own error."""
 
 
 def last_checkpoint(out_dir: str | Path) -> Path:
@@ -39,13 +39,11 @@ def resolve_ckpt_path(cfg: DictConfig, out_dir: str | Path | None, warn: bool = 
     """The checkpoint file a run loads: ``ckpt_path`` as given, or for ``ckpt_path=last`` the job's
     :func:`last_checkpoint` when it exists (else ``None``: the run starts from scratch, with a
     warning when ``warn``). Without ``ckpt_path``: a requeued SLURM job's own ``last.ckpt``
-    (:func:`xformer.jobs.slurm.requeued_checkpoint`), else ``None``."""
+    (:func:`requeued_checkpoint`), else ``None``."""
     ckpt = cfg.get("ckpt_path")
     if not ckpt:
         if cfg.get("mode", "train") != "train":
             return None
-        from .slurm import requeued_checkpoint
-
         own = requeued_checkpoint(out_dir)
         return str(own) if own is not None else None
     if ckpt != "last":
@@ -62,18 +60,36 @@ def resolve_ckpt_path(cfg: DictConfig, out_dir: str | Path | None, warn: bool = 
     return None
 
 
-def read_checkpoint(path: str | Path) -> Any:
-    """The object stored in checkpoint file ``path``, loaded on the CPU and memory-mapped.
-
-    Raises:
-        UnreadableCheckpoint: the file cannot be loaded (the first line of the cause, at most 200 characters).
-    """
-    import torch
-
+def requeued_checkpoint(out_dir: str | Path | None) -> Path | None:
+    """``<out_dir>/checkpoints/last.ckpt`` when this process is a requeued SLURM job
+    (:func:`~.slurm.restart_count` >= 1) and that checkpoint was written by this same job
+    (``checkpoint["xformer"]["slurm_job"] == job_key()``), else None (:mod:`.slurm`)."""
+    key = job_key()
+    if out_dir is None or key is None or restart_count() < 1:
+        return None
+    last = last_checkpoint(out_dir)
+    if not last.is_file():
+        return None
     try:
-        return torch.load(path, map_location="cpu", mmap=True, weights_only=False)
-    except Exception as err:  # truncated, corrupt, not a torch file, missing
-        raise UnreadableCheckpoint(str(err).splitlines()[0][:200] if str(err) else type(err).__name__) from err
+        meta = (read_checkpoint(last) or {}).get("xformer") or {}
+    except UnreadableCheckpoint as err:
+        log.warning("requeued SLURM job %s: %s is unreadable (%s); starting from scratch", key, last, err)
+        return None
+    if meta.get("slurm_job") != key:
+        log.warning(
+            "requeued SLURM job %s: %s was written by %s, not by this job; starting from scratch",
+            key,
+            last,
+            meta.get("slurm_job") or "a run outside SLURM",
+        )
+        return None
+    return last
+
+
+def runtime_keys(cfg: DictConfig) -> list[str]:
+    """``sweep.runtime_keys`` (``conf/config.yaml``): dotted keys that may differ between a job's run and
+    its resume (checkpoint path, data root, loggers, ...)."""
+    return list(OmegaConf.select(cfg, "sweep.runtime_keys", default=None) or [])
 
 
 def check_ckpt_file(path: str) -> None:
@@ -111,13 +127,6 @@ def load_checkpoint_parts(path: str) -> tuple[dict | None, dict | None]:
     if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict):
         return None, None
     return ckpt["state_dict"], ckpt.get("xformer") or None
-
-
-def arch_name(target: str) -> str:
-    """The ``model/arch`` option of a model class path (``xformer.model.DecoderOnly`` ->
-    ``decoder_only``): the class name in snake case, as ``conf/model/arch/`` names them."""
-    name = str(target).rsplit(".", 1)[-1]
-    return "".join(f"_{c.lower()}" if c.isupper() and i else c.lower() for i, c in enumerate(name))
 
 
 def model_shape(model_cfg, src_vocab_size: int | None = None, tgt_vocab_size: int | None = None) -> str:
@@ -174,8 +183,6 @@ def check_checkpoint_model(cfg: DictConfig, path: str) -> None:
         ConfigError: one line naming the checkpoint's model, this run's, and the overrides that
             make them agree (or that the file is not an xformer checkpoint).
     """
-    from xformer.jobs.build import build_model
-
     state, meta = load_checkpoint_parts(path)
     if state is None or meta is None:
         what = "a Lightning checkpoint from another program" if state is not None else "not a Lightning checkpoint"
@@ -266,8 +273,6 @@ def check_resume_settings(cfg: DictConfig, path: str) -> list[tuple[str, Any, An
     Raises:
         ConfigError: one line naming the shaping keys that differ, with both values and the fix.
     """
-    from .sweep_resume import runtime_keys
-
     if cfg.get("mode", "train") != "train":
         return []
     _, meta = load_checkpoint_parts(path)

@@ -1,6 +1,6 @@
-"""One job of ``run.py`` in three steps: :func:`build` (validate; data, model, LightningModule from
-``cfg.module``, loggers, trainer), :func:`fit_and_test`, :func:`write_summary` (``metrics.json``);
-:func:`run` chains them and closes the W&B run (:mod:`xformer.jobs.wandb_run`).
+"""One job of ``run.py`` after its config passed stages 1-2 of the check: :func:`run` builds the data
+module and the model once each (:func:`build`), fits and tests (:func:`fit_and_test`), and writes the
+job's :class:`~xformer.jobs.record.RunRecord` (``metrics.json``) however it ends.
 
 Layout of a job folder (Hydra's output dir, one per ``-m`` job)::
 
@@ -9,19 +9,12 @@ Layout of a job folder (Hydra's output dir, one per ``-m`` job)::
     csv/metrics.csv   every logged value by step (Lightning's CSVLogger; read by ``xformer report``)
     wandb/            the W&B run (offline runs are synced later with ``wandb sync``)
     metrics.json      status, resolved config, final/best metrics, wall time, tokens seen, parameters
-
-``status`` in ``metrics.json``: ``finished``; ``diverged`` (an outcome the report counts, with
-``"diverged": {"step", "reason"}``): the training loss became NaN/Inf
-(:class:`~xformer.jobs.callbacks.NonFiniteLossError`) or the last validation loss ended above the first
-(:meth:`~xformer.jobs.callbacks.NonFiniteLossGuard.divergence`); ``preempted`` (SIGTERM); ``failed``
-(any other error: a crash).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import math
+import os
 import time
 import warnings
 from dataclasses import dataclass
@@ -29,26 +22,20 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
-from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
 from xformer.errors import ConfigError
+from xformer.train.checkpoint_file import build_model, read_checkpoint, refusal
 from xformer.train.module import TransformerLitModule
 
-from .build import build_model, refusal
-from .callbacks import NonFiniteLossError, NonFiniteLossGuard, interrupt_signal
-from .checkpoints import (
-    check_checkpoint_vocab,
-    check_resume_settings,
-    describe_resume_changes,
-    read_checkpoint,
-    resolve_ckpt_path,
-)
-from .config_check.stages import check_config, check_with_data
+from .callbacks import NonFiniteLossGuard
+from .checkpoints import check_checkpoint_vocab, check_resume_settings, describe_resume_changes
+from .config_check.stages import check_data_options, check_with_data
 from .console import progress_bar, quiet_console, single_log_lines, test_table
+from .context import JobContext, Outcome, job_context, outcome_of
+from .record import FILE, RunRecord
 from .resume import ConsistentResume, RerootCheckpoints, ResumableCSVLogger, checkpoint_step, own_checkpoint
 from .slurm import job_key as slurm_job_key
 from .steps import OptimizerStepIntervals
@@ -61,25 +48,10 @@ warnings.filterwarnings("ignore", message=r"The `srun` command is available on y
 log = logging.getLogger("xformer")
 
 
-def job_info() -> dict:
-    """Hydra facts about this job: output dir, overrides, sweep dir and job number (empty outside Hydra)."""
-    if not HydraConfig.initialized():
-        return {"overrides": [], "multirun": False}
-    hc = HydraConfig.get()
-    multirun = str(hc.mode) == "RunMode.MULTIRUN"
-    return {
-        "output_dir": hc.runtime.output_dir,
-        "overrides": list(hc.overrides.task),
-        "multirun": multirun,
-        "sweep_dir": hc.sweep.dir if multirun else None,
-        "job_num": hc.job.num if multirun else None,
-        "choices": dict(hc.runtime.choices),
-    }
-
-
-def build_loggers(cfg: DictConfig, info: dict, out_dir: Path) -> list:
+def build_loggers(cfg: DictConfig, ctx: JobContext) -> list:
     """The configured loggers plus the always-on CSV logger (which keeps its history before the
     checkpoint when the job resumes); W&B loggers come from :func:`xformer.jobs.wandb_run.wandb_logger`."""
+    out_dir = ctx.out_dir
     resumed = own_checkpoint(cfg, out_dir)  # resuming this job: keep its history before the checkpoint
     loggers: list = [
         ResumableCSVLogger(
@@ -90,7 +62,7 @@ def build_loggers(cfg: DictConfig, info: dict, out_dir: Path) -> list:
         if not isinstance(node, DictConfig) or "_target_" not in node:
             continue
         is_wandb = node._target_.endswith("WandbLogger")
-        loggers.append(wandb_logger(node, cfg, info, out_dir) if is_wandb else instantiate(node))
+        loggers.append(wandb_logger(node, cfg, ctx.info(), out_dir) if is_wandb else instantiate(node))
     return loggers
 
 
@@ -107,7 +79,7 @@ def tokenizer_blob(dm) -> str | None:
         return path.read_text(encoding="utf-8")
 
 
-def config_from_checkpoint(cfg: DictConfig, overrides: list[str], ckpt: str | None) -> DictConfig:
+def config_from_checkpoint(cfg: DictConfig, overrides: tuple[str, ...], ckpt: str | None) -> DictConfig:
     """For ``mode=eval``: take ``model`` and ``data`` from the config stored in checkpoint ``ckpt`` (the
     resolved ``ckpt_path``; the weights only fit that model), keeping ``data.*`` keys given on the command
     line (e.g. ``data.root``)."""
@@ -125,15 +97,14 @@ def config_from_checkpoint(cfg: DictConfig, overrides: list[str], ckpt: str | No
 
 @dataclass
 class Job:
-    """What :func:`build` makes for one job: the data module, the model's parameter counts, the
-    LightningModule, its loggers and the trainer, and the ``metrics.json`` summary so far."""
+    """What :func:`build` makes for one job: the data module, the LightningModule, its loggers and the
+    trainer, and the job's run record so far."""
 
     dm: L.LightningDataModule
     module: TransformerLitModule
     trainer: L.Trainer
     loggers: list
-    params: dict[str, int]
-    summary: dict
+    record: RunRecord
 
 
 def build_module(cfg: DictConfig, dm, model: torch.nn.Module) -> TransformerLitModule:
@@ -181,45 +152,43 @@ def build_trainer(cfg: DictConfig, loggers: list) -> L.Trainer:
         raise ConfigError(f"trainer: {why} Fix: correct that trainer.* key") from None
 
 
-def build(cfg: DictConfig, info: dict, out_dir: Path) -> Job:
-    """Validate ``cfg``, then build data, model, module, loggers and trainer for one job.
+def build(cfg: DictConfig, ctx: JobContext) -> Job:
+    """Stages 3-4 of the config check around building data, model, module, loggers and trainer, each once.
 
     Raises:
         ConfigError / DataError: invalid configuration or input, before anything is trained.
     """
-    summary: dict = {"status": "running", "job": info, "config": OmegaConf.to_container(cfg, resolve=True)}
+    record = RunRecord(job=ctx.info(), config=OmegaConf.to_container(cfg, resolve=True))
     L.seed_everything(cfg.seed, workers=True)
-    dm = instantiate(cfg.data)
+    dm = check_data_options(cfg)  # stage 3: the remaining nodes and the data module's constructor
     dm.prepare_data()
     dm.setup("fit")
-    # the checks that need the data, on the model built on the meta device (nothing allocated yet)
-    ckpt = resolve_ckpt_path(cfg, out_dir)
-    if ckpt is not None:
-        check_checkpoint_vocab(cfg, ckpt, dm)
-        if changes := check_resume_settings(cfg, ckpt):  # model and data keys refused; the rest take effect
-            log.info("%s", describe_resume_changes(ckpt, checkpoint_step(Path(ckpt)), changes))
-            summary["changed_on_resume"] = {k: {"checkpoint": old, "now": new} for k, old, new in changes}
-    check_with_data(cfg, dm, build_model(cfg, dm.src_vocab_size, dm.tgt_vocab_size, dm.pad_id, device="meta"))
+    if ctx.ckpt is not None:
+        check_checkpoint_vocab(cfg, ctx.ckpt, dm)
+        if changes := check_resume_settings(cfg, ctx.ckpt):  # model and data keys refused; the rest take effect
+            log.info("%s", describe_resume_changes(ctx.ckpt, checkpoint_step(Path(ctx.ckpt)), changes))
+            record.changed_on_resume = {k: {"checkpoint": old, "now": new} for k, old, new in changes}
     model = build_model(cfg, dm.src_vocab_size, dm.tgt_vocab_size, dm.pad_id)
-    params = model.param_breakdown()
-    log.info("parameters: %s", ", ".join(f"{k}={v:,}" for k, v in params.items()))
+    check_with_data(cfg, dm, model)  # stage 4: the data against this model (its positions, its data kinds)
+    record.params = model.param_breakdown()
+    log.info("parameters: %s", ", ".join(f"{k}={v:,}" for k, v in record.params.items()))
     module = build_module(cfg, dm, model)
     module.checkpoint_meta = {
-        "config": summary["config"],
+        "config": record.config,
         "tokenizer": tokenizer_blob(dm),
         "src_vocab_size": dm.src_vocab_size,
         "tgt_vocab_size": dm.tgt_vocab_size,
         "pad_id": dm.pad_id,
         "slurm_job": slurm_job_key(),  # a requeued SLURM job resumes only its own checkpoints
     }
-    loggers = build_loggers(cfg, info, out_dir)
+    loggers = build_loggers(cfg, ctx)
     trainer = build_trainer(cfg, loggers)
     for lg in trainer.loggers:
-        lg.log_hyperparams(summary["config"])
-        lg.log_metrics({f"model/params_{k}": float(v) for k, v in params.items()}, step=0)
+        lg.log_hyperparams(record.config)
+        lg.log_metrics({f"model/params_{k}": float(v) for k, v in record.params.items()}, step=0)
     if trainer.is_global_zero and (wandb_run := describe_runs(loggers)) is not None:
-        summary["job"]["wandb"] = wandb_run
-    return Job(dm, module, trainer, loggers, params, summary)
+        record.job["wandb"] = wandb_run
+    return Job(dm, module, trainer, loggers, record)
 
 
 def fit_and_test(cfg: DictConfig, job: Job, ckpt: str | None) -> tuple[dict, dict, int | None]:
@@ -255,34 +224,25 @@ def _merged(results: list[dict]) -> dict:
     return {k: v for d in results for k, v in d.items()}
 
 
-def write_summary(
-    cfg: DictConfig, job: Job, out_dir: Path, final: dict, tokens_seen: int | None, wall_time_s: float
-) -> dict:
-    """Complete ``job.summary`` with the final metrics, the best checkpoint and its score, the
-    objective, wall time, steps, tokens, parameters and BLEU signature; write it to
-    ``<out_dir>/metrics.json`` and return it."""
-    summary, trainer, module = job.summary, job.trainer, job.module
+def complete_record(cfg: DictConfig, job: Job, end: Outcome, final: dict, tokens_seen: int | None, wall: float) -> None:
+    """Fill ``job.record`` with how the job ended, the final metrics, the best checkpoint and its score,
+    the objective, wall time, steps, tokens, BLEU signature and numerics."""
+    record, trainer, module = job.record, job.trainer, job.module
     objective_value = final.get(cfg.objective.metric)
     cb = trainer.checkpoint_callback
     best_score = cb.best_model_score if cb is not None and cb.best_model_score is not None else None
-    summary.update(
-        metrics={k: v for k, v in sorted(final.items())},
-        best={
-            "metric": cfg.objective.metric,
-            "mode": cfg.objective.mode,
-            "value": float(best_score) if best_score is not None else objective_value,
-            "checkpoint": cb.best_model_path if cb is not None else None,
-        },
-        objective={"metric": cfg.objective.metric, "value": objective_value},
-        wall_time_s=wall_time_s,
-        global_step=trainer.global_step,
-        tokens_seen=tokens_seen if tokens_seen is not None else module.tokens_seen,
-        params=job.params,
-        bleu_signature=module.bleu_signature,
-        numerics=numerics(),
-    )
-    (out_dir / "metrics.json").write_text(json.dumps(summary, indent=2, default=str))
-    return summary
+    record.status, record.diverged, record.error = end.status, end.diverged, end.message
+    record.metrics = dict(sorted(final.items()))
+    record.best = {
+        "metric": cfg.objective.metric,
+        "mode": cfg.objective.mode,
+        "value": float(best_score) if best_score is not None else objective_value,
+        "checkpoint": cb.best_model_path if cb is not None else None,
+    }
+    record.objective = {"metric": cfg.objective.metric, "value": objective_value}
+    record.wall_time_s, record.global_step = wall, trainer.global_step
+    record.tokens_seen = tokens_seen if tokens_seen is not None else module.tokens_seen
+    record.bleu_signature, record.numerics = module.bleu_signature, numerics()
 
 
 def numerics() -> dict:
@@ -319,56 +279,48 @@ def divergence_of(trainer: L.Trainer) -> dict | None:
     return None
 
 
-def run(cfg: DictConfig, checked: bool = False) -> float | None:
-    """Train (``mode=train``) or evaluate (``mode=eval``) as configured: :func:`build`,
-    :func:`fit_and_test`, :func:`write_summary` (also when fit fails or is preempted), and close the
-    W&B run. Returns the objective value (``None`` when it was not logged or is NaN). ``checked``: the
-    caller ran stages 1-2 of the config check (:func:`~xformer.jobs.config_check.stages.check_config_first`)
-    on this config and checkpoint, so only stage 3 runs here.
+def apply_omp_threads() -> None:
+    """Set torch's intra-op threads from ``OMP_NUM_THREADS`` (launcher workers reused across jobs set it per job)."""
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    if threads.isdigit() and int(threads) > 0 and torch.get_num_threads() != int(threads):
+        torch.set_num_threads(int(threads))
+
+
+def run(cfg: DictConfig, ctx: JobContext | None = None) -> tuple[Outcome, RunRecord]:
+    """Train (``mode=train``) or evaluate (``mode=eval``, ``ctx.ckpt``) one job whose config passed
+    stages 1-2: :func:`build`, :func:`fit_and_test`, then the run record written (however fit ended)
+    and the W&B run closed.
+
+    Returns:
+        ``(how it ended, its record)``; an error in fit or test is returned in the outcome, not raised.
 
     Raises:
-        ConfigError / DataError: invalid configuration or input, before training starts.
+        ConfigError / DataError: invalid configuration or input, before training starts (no record).
     """
+    ctx = ctx or job_context(cfg)
     t_start = time.time()
     single_log_lines()  # Lightning's lines once, through Hydra's handlers
-    info = job_info()
-    out_dir = Path(info.get("output_dir") or cfg.paths.output_dir)
-    quiet_console(resuming=own_checkpoint(cfg, out_dir) is not None)  # no false or noise library messages
-    out_dir.mkdir(parents=True, exist_ok=True)
-    check_config(cfg, resolve_ckpt_path(cfg, out_dir), first_done=checked)
+    quiet_console(resuming=own_checkpoint(cfg, ctx.out_dir) is not None)  # no false or noise library messages
+    ctx.out_dir.mkdir(parents=True, exist_ok=True)
+    apply_omp_threads()
+    if ctx.plan is not None and ctx.plan.action == "resume":  # a sweep job killed earlier
+        step = checkpoint_step(ctx.plan.checkpoint)
+        log.info("sweep resume: job %d continues from %s (step %s)", ctx.num, ctx.plan.checkpoint, step)
+        print(f"[resume] job {ctx.num}: resuming from {ctx.plan.checkpoint} (step {step})", flush=True)
     if cfg.mode == "eval":
-        cfg = config_from_checkpoint(cfg, info["overrides"], resolve_ckpt_path(cfg, out_dir))
-    job = build(cfg, info, out_dir)
-    status, exit_code, final, tokens_seen = "failed", 1, {}, None
+        cfg = config_from_checkpoint(cfg, ctx.overrides, ctx.ckpt)
+    job = build(cfg, ctx)
+    final, tokens_seen = {}, None
     try:
-        fit_metrics, test_metrics, tokens_seen = fit_and_test(cfg, job, resolve_ckpt_path(cfg, out_dir, warn=True))
+        fit_metrics, test_metrics, tokens_seen = fit_and_test(cfg, job, ctx.ckpt)
         final = {**fit_metrics, **test_metrics}
-        status, exit_code = "finished", 0
-        if cfg.mode == "train" and (rose := divergence_of(job.trainer)) is not None:
-            status = "diverged"  # trained to the end, but ended worse than its first validation
-            job.summary["diverged"] = rose
-    except BaseException as err:  # recorded in metrics.json; SIGTERM (preemption) and Ctrl-C saved last.ckpt
-        ctrl_c = isinstance(err, KeyboardInterrupt) or (  # Lightning's exit(1) after a KeyboardInterrupt
-            type(err) is SystemExit and job.trainer.interrupted
-        )
-        if isinstance(err, SIGTERMException):
-            status, exit_code = ("interrupted", 130) if interrupt_signal() == "SIGINT" else ("preempted", 143)
-        else:
-            status, exit_code = ("interrupted", 130) if ctrl_c else ("failed", 1)
-        if isinstance(err, NonFiniteLossError):  # an outcome of the setting, not a crash
-            status = "diverged"
-            job.summary["diverged"] = {"step": err.step, "reason": "non-finite train/loss"}
-        if status in ("interrupted", "preempted"):  # Lightning's SIGTERMException carries no message
-            how = "Ctrl-C" if status == "interrupted" else "SIGTERM"
-            job.summary["error"] = f"{status}: stopped by {how} at step {job.trainer.global_step}; last.ckpt was saved"
-        else:
-            job.summary["error"] = f"{type(err).__name__}: {err}".splitlines()[0][:1000]
-        raise
-    finally:
-        job.summary["status"] = status
-        if job.trainer.is_global_zero:
-            summary = write_summary(cfg, job, out_dir, final, tokens_seen, time.time() - t_start)
-            finish_runs(job.loggers, summary["metrics"], exit_code)
-            log.info("%s: the run's folder is %s (its summary: %s)", status, out_dir, out_dir / "metrics.json")
-    value = job.summary.get("objective", {}).get("value")
-    return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
+        end = outcome_of(rose=divergence_of(job.trainer) if cfg.mode == "train" else None)
+    except BaseException as err:  # recorded; SIGTERM (preemption) and Ctrl-C saved last.ckpt
+        ctrl_c = type(err) is SystemExit and job.trainer.interrupted  # Lightning's exit(1) after a KeyboardInterrupt
+        end = outcome_of(err, ctrl_c=ctrl_c, step=job.trainer.global_step, out_dir=ctx.out_dir)
+    complete_record(cfg, job, end, final, tokens_seen, time.time() - t_start)
+    if job.trainer.is_global_zero:
+        job.record.write(ctx.out_dir / FILE)
+        finish_runs(job.loggers, job.record.metrics, end.exit_code)
+        log.info("%s: the run's folder is %s (its summary: %s)", end.status, ctx.out_dir, ctx.out_dir / FILE)
+    return end, job.record

@@ -4,7 +4,7 @@ over the module that does the work:
 * :class:`OutputDirCheck` -- the job's output folder can be written (:func:`check_output_dir`).
 * :class:`ValidateSweep` -- every job of a ``-m`` sweep has a valid config (:mod:`.sweep_check`).
 * :class:`ResumeSweep` -- a sweep rerun into its folder does not mix configs (:mod:`.sweep_resume`).
-* :class:`SweepSummary` -- ``sweep_summary.json`` (:mod:`.sweep`).
+* :class:`SweepSummary` -- ``sweep_summary.json`` from the jobs' records (:mod:`.sweep`).
 * :class:`SlurmSweepCheck` -- a ``hydra/launcher=slurm`` sweep SLURM would refuse stops before
   anything is queued; submitit's sacct warnings become one line (:mod:`.slurm`).
 
@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hydra.core.utils import JobStatus
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 from typing_extensions import override
@@ -29,7 +28,7 @@ from typing_extensions import override
 from xformer.errors import ConfigError
 from xformer.jobs.config_check.schema import check_resolves
 
-from . import distributed, slurm, sweep, sweep_check, sweep_resume
+# the sweep modules are imported by the callbacks of a -m sweep only: a single run does not load them
 
 log = logging.getLogger("xformer")
 
@@ -123,6 +122,8 @@ class ValidateSweep(Callback):
                 raise
             print(f"error: {err} (every job of the sweep; nothing was run)", file=sys.stderr, flush=True)
             sys.exit(2)
+        from . import sweep_check
+
         n_jobs, bad = sweep_check.check_sweep(config)
         if not bad:
             log.info(
@@ -148,6 +149,8 @@ class ResumeSweep(Callback):
 
     @override
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from . import sweep_resume
+
         sweep_dir = Path(str(config.hydra.sweep.dir))
         record = sweep_dir / sweep_resume.RECORDED_FILE
         if not self.enabled or not OmegaConf.select(config, "sweep.resume", default=True):
@@ -192,8 +195,6 @@ class ResumeSweep(Callback):
         print(line, file=sys.stderr, flush=True)
         sys.exit(2)
 
-    _mismatches = staticmethod(sweep_resume.sweep_mismatches)  # read by xformer.report.claims_run
-
 
 class SweepSummary(Callback):
     """Hydra callback writing ``<sweep dir>/sweep_summary.json`` (see module docstring).
@@ -208,50 +209,24 @@ class SweepSummary(Callback):
 
     @override
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if "optuna" in str(OmegaConf.select(config, "hydra.sweeper._target_", default="")):
-            sweep.guard_optuna_sweep(bool(OmegaConf.select(config, "sweep.dry_run", default=False)))
-            sweep._OPTUNA_GUARD["sampler"] = OmegaConf.select(config, "hydra.sweeper.sampler", default=None)
+        from .sweep import JOBS_DIR
+
         storage = OmegaConf.select(config, "hydra.sweeper.storage", default=None)
         if isinstance(storage, str) and storage.startswith("sqlite:///"):  # SQLite does not create folders
             Path(storage[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
-        jobs = sweep.jobs_dir(config)
-        optuna = "optuna" in str(OmegaConf.select(config, "hydra.sweeper._target_", default=""))
-        if jobs.is_dir() and not optuna:  # a previous invocation into the same sweep dir: every job of
-            for f in jobs.glob("*.json"):  # this one records itself again (finished ones as skipped)
+        jobs = Path(str(config.hydra.sweep.dir)) / JOBS_DIR
+        # every job of this invocation records itself again (finished ones as skipped); a stored Optuna
+        # study numbers its new trials after the earlier ones, so the summary covers the whole study
+        if jobs.is_dir() and "optuna" not in str(OmegaConf.select(config, "hydra.sweeper._target_", default="")):
+            for f in jobs.glob("*.json"):
                 f.unlink()
-        # Optuna: a resumed study numbers its new trials after the earlier ones (guard_optuna_sweep),
-        # so the earlier trials' records stay and the summary covers the whole study in this folder
-
-    @override
-    def on_job_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
-        if job_return is None or str(config.hydra.mode) != "RunMode.MULTIRUN":
-            return
-        if distributed.env_rank() != 0:  # submitit/srun with several tasks per job: rank 0 reports
-            return
-        rec = sweep.job_record(config, job_return)
-        jobs = sweep.jobs_dir(config)
-        jobs.mkdir(parents=True, exist_ok=True)
-        tmp = jobs / f".{rec['num']}.json.{os.getpid()}"
-        tmp.write_text(json.dumps(rec, indent=2, default=str))
-        tmp.replace(jobs / f"{rec['num']}.json")
-        if job_return.status == JobStatus.FAILED:
-            err = job_return._return_value
-            log.error(
-                "job %s (%s) failed; the sweep goes on",
-                rec["num"],
-                " ".join(rec["overrides"]),
-                exc_info=(type(err), err, err.__traceback__),
-            )
-            # hand the sweeper a finished job without a value: basic/joblib/submitit sweeps run the
-            # remaining batches and reach on_multirun_end; Optuna records the trial as failed
-            job_return.status = JobStatus.COMPLETED
-            job_return.return_value = None
 
     @override
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        sweep.write_sweep_summary(config, self.exit_on_failure)
+        from . import sweep
 
-    record_interrupted = staticmethod(sweep.record_interrupted)  # run.py: a sweep stopped by a signal
+        sweeper = OmegaConf.select(config, "hydra.sweeper")
+        sweep.write_sweep_summary(Path(str(config.hydra.sweep.dir)), config, sweeper, self.exit_on_failure)
 
 
 class SlurmSweepCheck(Callback):
@@ -262,12 +237,14 @@ class SlurmSweepCheck(Callback):
 
     @override
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from . import slurm, sweep_check
+
         if not slurm.is_slurm_sweep(config):
             return
         slurm.quiet_sacct_warnings()
         if OmegaConf.select(config, "sweep.dry_run", default=False):
             return
-        problem = slurm.sweep_problem(config)
+        problem = slurm.sweep_problem(config, sweep_check.sweep_jobs(config))
         if problem is None:
             return
         if os.environ.get("HYDRA_FULL_ERROR") == "1":

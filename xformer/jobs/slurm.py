@@ -1,33 +1,17 @@
 """Running under SLURM: a job stopped by its requeue signal saves at the step boundary, requeues itself,
 and, requeued, continues from its own ``last.ckpt`` without ``ckpt_path=last``.
 
-* **Which job is requeued.** SLURM keeps the job id when it requeues a job and counts the restarts
-  in ``SLURM_RESTART_COUNT``. Every checkpoint records the SLURM job that wrote it
-  (``checkpoint["xformer"]["slurm_job"]``, :func:`job_key`: cluster name and job id). A job with
-  ``SLURM_RESTART_COUNT >= 1`` and no ``ckpt_path`` resumes its folder's ``checkpoints/last.ckpt`` when
-  that file was written by this same job (:func:`requeued_checkpoint`, read by
-  :func:`xformer.jobs.checkpoints.resolve_ckpt_path`). A fresh job never does, even in a folder that
-  holds another job's ``last.ckpt``: it has no restart, or the checkpoint names another job.
-* **The requeue signal** (:class:`xformer.jobs.callbacks.SlurmRequeue`). SLURM sends it ``--signal``
-  seconds before the time limit: submitit's ``SUBMITIT_PREEMPT_SIGNAL`` (USR2) under
-  ``hydra/launcher=slurm``, Lightning's ``SLURMEnvironment.requeue_signal`` (USR1) for a plain
-  ``sbatch`` + ``srun python run.py`` job with ``#SBATCH --signal=USR1@<s>``. Both engines act inside
-  the signal handler: submitit exits at once (nothing is saved: up to ``every_n_train_steps`` steps
-  are lost), Lightning writes ``hpc_ckpt_<n>.ckpt`` wherever the step happens to be (between backward
-  and the optimizer step, say) and its resume loads any ``hpc_ckpt`` of the folder. Here the handler
-  only asks Lightning to stop after the step in flight (as on SIGTERM);
-  :class:`~xformer.jobs.callbacks.StopCheckpoint` writes ``last.ckpt`` there, the run records
-  ``"preempted"``, and when the process exits the job is requeued by the engine's own means:
-  submitit's handler (its ``checkpoint()`` protocol, the ``max_num_timeout`` countdown,
-  ``scontrol requeue``) or ``scontrol requeue <job id>`` as Lightning does. Lightning's
-  ``auto_requeue=False`` (``trainer.plugins``) turns the plain-``sbatch`` case off.
-* **Before a ``hydra/launcher=slurm`` sweep queues anything** (:func:`sweep_problem`, run by
-  :class:`xformer.jobs.hydra_callbacks.SlurmSweepCheck`): a swept job size, or a request SLURM
-  refuses (``sbatch --test-only``), is one ``error:`` line; submitit's repeated "Bypassing sacct
-  error" warning on clusters without accounting becomes one line saying what it means
-  (:func:`quiet_sacct_warnings`).
-* A preemption or ``scancel`` sends SIGTERM: Lightning's own handler stops after the step and
-  ``StopCheckpoint`` saves; a job SLURM requeues after that resumes as above.
+* Which job is requeued: every checkpoint records the SLURM job that wrote it (:func:`job_key`); a job
+  with ``SLURM_RESTART_COUNT >= 1`` (:func:`restart_count`) resumes its folder's ``last.ckpt`` only when
+  this same job wrote it (:func:`xformer.jobs.checkpoints.requeued_checkpoint`).
+* The requeue signal (:class:`xformer.jobs.callbacks.SlurmRequeue`): submitit's
+  ``SUBMITIT_PREEMPT_SIGNAL`` under ``hydra/launcher=slurm`` (:func:`submitit_signal`), Lightning's
+  ``requeue_signal`` for a plain ``sbatch`` + ``srun`` job (:func:`lightning_requeue_signal`). The
+  handler only asks Lightning to stop after the step in flight; ``StopCheckpoint`` writes ``last.ckpt``,
+  the run records ``preempted``, and :func:`requeue` requeues the job by the engine's own means.
+* Before a ``hydra/launcher=slurm`` sweep queues anything (:func:`sweep_problem`): a swept job size, or
+  a request SLURM refuses (``sbatch --test-only``), is one ``error:`` line; submitit's repeated
+  "Bypassing sacct error" warning becomes one line (:func:`quiet_sacct_warnings`).
 """
 
 from __future__ import annotations
@@ -36,10 +20,7 @@ import logging
 import os
 import signal
 import subprocess
-from pathlib import Path
 from typing import Any
-
-from .checkpoints import last_checkpoint
 
 log = logging.getLogger("xformer")
 
@@ -52,7 +33,6 @@ __all__ = [
     "job_key",
     "lightning_requeue_signal",
     "requeue",
-    "requeued_checkpoint",
     "restart_count",
     "submitit_signal",
 ]
@@ -71,34 +51,6 @@ def restart_count() -> int:
     """How often SLURM has requeued and restarted this job (``SLURM_RESTART_COUNT``; 0 when unset)."""
     value = os.environ.get("SLURM_RESTART_COUNT", "")
     return int(value) if value.isdigit() else 0
-
-
-def requeued_checkpoint(out_dir: str | Path | None) -> Path | None:
-    """``<out_dir>/checkpoints/last.ckpt`` when this process is a requeued SLURM job
-    (:func:`restart_count` >= 1) and that checkpoint was written by this same job
-    (``checkpoint["xformer"]["slurm_job"] == job_key()``), else None."""
-    key = job_key()
-    if out_dir is None or key is None or restart_count() < 1:
-        return None
-    last = last_checkpoint(out_dir)
-    if not last.is_file():
-        return None
-    from .checkpoints import UnreadableCheckpoint, read_checkpoint
-
-    try:
-        meta = (read_checkpoint(last) or {}).get("xformer") or {}
-    except UnreadableCheckpoint as err:
-        log.warning("requeued SLURM job %s: %s is unreadable (%s); starting from scratch", key, last, err)
-        return None
-    if meta.get("slurm_job") != key:
-        log.warning(
-            "requeued SLURM job %s: %s was written by %s, not by this job; starting from scratch",
-            key,
-            last,
-            meta.get("slurm_job") or "a run outside SLURM",
-        )
-        return None
-    return last
 
 
 def submitit_signal() -> int | None:
@@ -184,19 +136,17 @@ def sbatch_request(launcher: dict) -> list[str]:
     return [f"--{k}={v}" for k, v in opts.items() if v is not None and v != ""]
 
 
-def sweep_problem(config: Any) -> str | None:
+def sweep_problem(config: Any, jobs: list[list[str]]) -> str | None:
     """Why SLURM would not run the jobs of the ``hydra/launcher=slurm`` sweep ``config``, as one line
     (``None`` when it would): a swept job size (:data:`SIZE_KEYS`), or ``sbatch --test-only``'s own
-    refusal of the request (an unknown partition, more tasks or CPUs than a node has, ...).
+    refusal of the request (an unknown partition, more tasks or CPUs than a node has, ...). ``jobs``:
+    each job's overrides (:func:`xformer.jobs.sweep_check.sweep_jobs`).
     ``--test-only`` checks the request against the cluster and queues nothing; without ``sbatch``
     on PATH only the swept sizes are checked."""
     import shutil
 
     from omegaconf import OmegaConf
 
-    from .sweep_check import sweep_jobs
-
-    jobs = sweep_jobs(config)
     for key in SIZE_KEYS:
         values = sorted({o.split("=", 1)[1] for job in jobs for o in job if o.split("=", 1)[0] == key})
         if len(values) > 1:

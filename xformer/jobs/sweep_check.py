@@ -1,19 +1,9 @@
-"""``run.py ... -m`` checks every job's configuration before the first job starts.
-
-:class:`~xformer.jobs.hydra_callbacks.ValidateSweep` is a Hydra callback (registered in ``conf/hydra/default.yaml``). In
-``on_multirun_start`` -- after Hydra composed the sweep's base config, before the sweeper launches
-anything -- it expands the sweep into its jobs (:func:`sweep_jobs`), composes each job's config
-the way the launchers do (``ConfigLoader.load_sweep_config``) and runs
-:func:`xformer.jobs.config_check.stages.check_config` on it. If any job is invalid, it prints one line per
-distinct problem (``error: sweep job 3 (model.n_heads=3 optim.lr=0.1): model.n_heads=3: ...``; one line for a
-problem every job shares, e.g. an environment variable not set) and exits
-with status 2: nothing has been trained and no job folder exists. ``HYDRA_FULL_ERROR=1`` raises the
-first error with its stack trace instead.
-
-Expansion follows Hydra's ``BasicSweeper``: ``hydra.sweeper.params`` first, then the command line,
-later overrides of a key replacing earlier ones, the cartesian product of the values in order (so
-job numbers match the basic sweeper's). Sweepers that search continuous ranges (Optuna's
-``interval(a, b)``) cannot be enumerated; for those both ends of each interval are checked.
+"""``run.py ... -m`` checks every job's configuration before the first job starts
+(:class:`~xformer.jobs.hydra_callbacks.ValidateSweep`): :func:`sweep_jobs` expands the sweep as Hydra's
+``BasicSweeper`` does (``hydra.sweeper.params`` first, then the command line, the cartesian product in
+order, so job numbers match; both ends of an Optuna ``interval(a, b)``), :func:`check_sweep` composes
+each job as the launchers do and checks it, :func:`error_lines` gives one ``error:`` line per distinct
+problem. Nothing is trained and no job folder exists when a job is refused (exit 2).
 """
 
 from __future__ import annotations

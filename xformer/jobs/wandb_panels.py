@@ -158,6 +158,8 @@ class WandbPanels(L.Callback):
         """The keys this callback adds to the run's config (see the module docstring)."""
         from hydra.core.hydra_config import HydraConfig
 
+        from .context import sweep_dir_of
+
         out: dict[str, Any] = {}
         breakdown = getattr(getattr(pl_module, "model", None), "param_breakdown", None)
         if callable(breakdown):
@@ -166,8 +168,7 @@ class WandbPanels(L.Callback):
         if HydraConfig.initialized():
             hc = HydraConfig.get()
             overrides = list(hc.overrides.task)
-            if str(hc.mode) == "RunMode.MULTIRUN":
-                sweep_dir = hc.sweep.dir
+            sweep_dir = sweep_dir_of(hc)
             choice = hc.runtime.choices.get("experiment")
         claim = self.claim or (str(choice).split("/", 1)[1] if choice and str(choice).startswith("claims/") else None)
         if claim:

@@ -66,7 +66,7 @@ def wandb_has_api_key() -> bool:
 def run_fields(node: DictConfig, info: dict) -> tuple[dict[str, Any], dict[str, Any]]:
     """The W&B name, group and tags of this job's run, fitted to W&B's limits (see
     :func:`fit_wandb_fields`), from the logger's config ``node`` and the Hydra job ``info``
-    (:func:`xformer.jobs.driver.job_info`).
+    (:meth:`xformer.jobs.context.JobContext.info`).
 
     Values set in ``node`` win. Otherwise the name is the overrides joined with commas (in a sweep
     only those of the keys that differ between its jobs), the group is the sweep folder (its last two

@@ -22,7 +22,6 @@ diverged is still a group the claims see. Crashed, unfinished or missing jobs ar
 from __future__ import annotations
 
 import csv
-import json
 import logging
 import math
 import os
@@ -34,11 +33,12 @@ from typing import Any, Iterable
 from omegaconf import OmegaConf
 
 from xformer.jobs.overrides import parse
+from xformer.jobs.record import FILE, RunRecord, Status
 
 log = logging.getLogger(__name__)
 
 SEED_KEY = "seed"
-DIVERGED = "diverged"
+DIVERGED = Status.DIVERGED.value
 SKIP_DIRS = {".hydra", "wandb", "checkpoints", "csv", "__pycache__", "node_modules", ".git", ".venv"}
 
 
@@ -82,7 +82,7 @@ class Job:
 
     @property
     def finished(self) -> bool:
-        return self.status == "finished"
+        return self.status == Status.FINISHED
 
     @property
     def diverged(self) -> bool:
@@ -173,7 +173,7 @@ def find_job_dirs(root: Path) -> list[Path]:
     found: list[Path] = []
     for here, dirs, files in os.walk(root):
         p = Path(here)
-        if "metrics.json" in files or (p / ".hydra" / "overrides.yaml").is_file():
+        if FILE in files or (p / ".hydra" / "overrides.yaml").is_file():
             found.append(p)
             dirs[:] = []
             continue
@@ -200,37 +200,35 @@ def load_job(path: Path) -> Job:
     ``metrics.json`` the job is ``missing`` and its config/choices are read from ``.hydra/`` if there.
     An unreadable ``metrics.json`` makes the job ``failed``. Never raises for bad content.
     """
-    summary: dict = {}
-    status = "missing"
-    mfile = path / "metrics.json"
-    if mfile.is_file():
+    record, status = RunRecord(), "missing"
+    if (path / FILE).is_file():
         try:
-            summary = json.loads(mfile.read_text())
-            status = str(summary.get("status") or "running")
-        except (json.JSONDecodeError, OSError, UnicodeDecodeError):
-            summary, status = {}, "failed"
-    info = summary.get("job") or {}
+            record = RunRecord.read(path / FILE)
+            status = record.status.value
+        except (OSError, ValueError):
+            status = Status.FAILED.value
+    info = record.job
     raw = _load_yaml(path / ".hydra" / "overrides.yaml")
     if not isinstance(raw, list):
         raw = info.get("overrides") or []
     overrides = dict(kv for kv in (parse_override(str(o)) for o in raw) if kv is not None)
     overrides = {k: v for k, v in overrides.items() if not k.startswith("hydra.")}
-    config = summary.get("config") or {}
+    config = record.config
     choices = info.get("choices") or {}
     if not config and (path / ".hydra" / "config.yaml").is_file():
         config = _load_yaml(path / ".hydra" / "config.yaml") or {}
     if not choices and (path / ".hydra" / "hydra.yaml").is_file():
         hydra = _load_yaml(path / ".hydra" / "hydra.yaml") or {}
         choices = ((hydra.get("hydra") or {}).get("runtime") or {}).get("choices") or {}
-    metrics = {k: float(v) for k, v in (summary.get("metrics") or {}).items() if _is_number(v)}
-    params = {k: int(v) for k, v in (summary.get("params") or {}).items() if _is_number(v)}
-    error = str(summary.get("error") or "")
-    if status == "failed" and error.startswith("NonFiniteLossError"):  # written before "diverged" existed
+    metrics = {k: float(v) for k, v in record.metrics.items() if _is_number(v)}
+    params = {k: int(v) for k, v in record.params.items() if _is_number(v)}
+    error = str(record.error or "")
+    if status == Status.FAILED and error.startswith("NonFiniteLossError"):  # written before "diverged" existed
         status = DIVERGED
-    div_step = (summary.get("diverged") or {}).get("step") if isinstance(summary.get("diverged"), dict) else None
+    div_step = record.diverged.get("step") if isinstance(record.diverged, dict) else None
     if status == DIVERGED and div_step is None:
         found = re.search(r"at step (\d+)", error)
-        div_step = int(found.group(1)) if found else summary.get("global_step")
+        div_step = int(found.group(1)) if found else record.global_step
     return Job(
         path=path,
         status=status,
@@ -239,11 +237,11 @@ def load_job(path: Path) -> Job:
         choices={str(k): v for k, v in choices.items()},
         metrics=metrics,
         params=params,
-        wall_time_s=summary.get("wall_time_s"),
-        global_step=summary.get("global_step"),
+        wall_time_s=record.wall_time_s,
+        global_step=record.global_step,
         diverged_step=int(div_step) if _is_number(div_step) else None,
         error=error,
-        tokens_seen=int(summary["tokens_seen"]) if _is_number(summary.get("tokens_seen")) else None,
+        tokens_seen=int(record.tokens_seen) if _is_number(record.tokens_seen) else None,
     )
 
 

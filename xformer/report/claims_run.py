@@ -47,6 +47,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from xformer.help import PlainHelpFormatter
+from xformer.jobs.checkpoints import last_checkpoint
+from xformer.jobs.record import RunRecord, Status, read_record
 
 from .sweeps import REPO, claim_names
 
@@ -79,7 +81,7 @@ class ClaimSweep:
 
     @property
     def complete(self) -> bool:
-        return bool(self.states) and all(s == "finished" for s in self.states)
+        return bool(self.states) and all(s == Status.FINISHED for s in self.states)
 
     def published(self, results: Path) -> Path | None:
         """The committed report of this claim config (``<results>/<name>/report.md``), if there is one."""
@@ -114,27 +116,25 @@ def resolve_names(names: list[str]) -> list[str]:
 
 
 def _job_state(job: Path) -> str:
-    try:
-        status = json.loads((job / "metrics.json").read_text()).get("status")
-    except (OSError, ValueError):
-        status = None
-    if status == "finished":
-        return "finished"
-    if (job / "checkpoints" / "last.ckpt").is_file():
+    """``finished``, ``resumable`` (a ``last.ckpt``), ``failed``, ``started`` or ``new``."""
+    status = record.status if (record := read_record(job)) is not None else None
+    if status == Status.FINISHED:
+        return status.value
+    if last_checkpoint(job).is_file():
         return "resumable"
-    if status == "failed":
-        return "failed"
+    if status == Status.FAILED:
+        return status.value
     return "started" if (job / ".hydra").is_dir() else "new"
 
 
 def inspect(name: str, scale: str, extra: list[str] = ()) -> ClaimSweep:
     """Compose ``experiment=claims/<name> scale=<scale> [extra]`` as ``-m`` would and read the state
     of each job's folder (and whether a recorded config differs, see
-    :class:`xformer.jobs.sweep_resume.ResumeSweep`)."""
+    :class:`xformer.jobs.hydra_callbacks.ResumeSweep`)."""
     from hydra import compose, initialize_config_dir
 
     from xformer.jobs.sweep_check import sweep_jobs
-    from xformer.jobs.sweep_resume import ResumeSweep, describe_diff, recorded_config
+    from xformer.jobs.sweep_resume import describe_diff, recorded_config, sweep_mismatches
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose(
@@ -145,7 +145,7 @@ def inspect(name: str, scale: str, extra: list[str] = ()) -> ClaimSweep:
         out = ClaimSweep(name, scale, sweep_dir, jobs, [_job_state(sweep_dir / str(n)) for n in range(len(jobs))])
         recorded = {str(n): r for n in range(len(jobs)) if (r := recorded_config(sweep_dir / str(n))) is not None}
         if recorded:
-            checked = ResumeSweep._mismatches(cfg, recorded)
+            checked = sweep_mismatches(cfg, recorded)
             if checked and checked[1]:
                 num, shown, diff = checked[1][0]
                 out.refused = f"job {num} ({' '.join(shown)}): {describe_diff(diff)}"
@@ -245,22 +245,19 @@ def write_jobs_csv(sweep_dir: Path, path: Path) -> int:
     test/val loss, BLEU, ppl, exact match where present, wall time, steps); returns the row count."""
     rows = []
     for job in sorted((p for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name)):
-        try:
-            m = json.loads((job / "metrics.json").read_text())
-        except (OSError, ValueError):
-            m = {"status": _job_state(job)}
-        metrics = m.get("metrics") or {}
+        found = read_record(job)
+        m = found or RunRecord()
         row = {
             "job": int(job.name),
-            "overrides": " ".join((m.get("job") or {}).get("overrides") or []),
-            "status": m.get("status"),
-            "seed": (m.get("config") or {}).get("seed"),
-            "objective": (m.get("objective") or {}).get("metric"),
-            "objective_value": (m.get("objective") or {}).get("value"),
+            "overrides": " ".join(m.job.get("overrides") or []),
+            "status": str(m.status) if found else _job_state(job),
+            "seed": m.config.get("seed"),
+            "objective": m.objective.get("metric"),
+            "objective_value": m.objective.get("value"),
         }
         for key in ("test/loss", "val/loss", "test/bleu", "val/bleu", "test/ppl", "val/ppl", "test/exact_match"):
-            row[key] = metrics.get(key)
-        row.update(wall_time_s=m.get("wall_time_s"), global_step=m.get("global_step"))
+            row[key] = m.metrics.get(key)
+        row.update(wall_time_s=m.wall_time_s, global_step=m.global_step)
         rows.append(row)
     if rows:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -299,13 +296,11 @@ def write_run_md(s: ClaimSweep, out: Path, extra: list[str]) -> Path:
     except (OSError, ValueError):
         summary = {}
     jobs = summary.get("jobs") or []
-    finished = sum(j.get("status") == "finished" for j in jobs)
+    finished = sum(j.get("status") == Status.FINISHED for j in jobs)
     job_time = 0.0
     for job in s.sweep_dir.iterdir():
-        try:
-            job_time += float(json.loads((job / "metrics.json").read_text()).get("wall_time_s") or 0)
-        except (OSError, ValueError, NotADirectoryError):
-            continue
+        if (record := read_record(job)) is not None:
+            job_time += float(record.wall_time_s or 0)
     launcher = (
         "two jobs side by side, one thread each (hydra/launcher=joblib_cpu)"
         if s.scale in ("cpu", SMALL)

@@ -22,6 +22,8 @@ from xformer.data.tokenizers import load_tokenizer
 from xformer.help import PlainHelpFormatter
 from xformer.model import EncoderDecoder, decoding
 
+from .checkpoint_file import UnreadableCheckpoint, arch_name, build_model, read_checkpoint
+
 
 def load_checkpoint(path: str | Path):
     """Rebuild ``(model, tokenizer, config)`` from a checkpoint written by ``run.py``.
@@ -34,8 +36,6 @@ def load_checkpoint(path: str | Path):
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"--ckpt {path}: no such file")
-    from xformer.jobs.checkpoints import UnreadableCheckpoint, read_checkpoint
-
     try:
         ckpt = read_checkpoint(path)
     except UnreadableCheckpoint as err:
@@ -51,8 +51,6 @@ def load_checkpoint(path: str | Path):
         tok_file = Path(tmp) / "tokenizer.json"
         tok_file.write_text(meta["tokenizer"], encoding="utf-8")
         tokenizer = load_tokenizer(tok_file)
-    from xformer.jobs.build import build_model
-
     model = build_model(cfg, meta["src_vocab_size"], meta["tgt_vocab_size"], meta.get("pad_id", PAD_ID))
     from .module import uncompiled_state_dict
 
@@ -89,8 +87,6 @@ def translate(
         ValueError: if ``model`` is not an encoder–decoder.
     """
     if not isinstance(model, EncoderDecoder):
-        from xformer.jobs.checkpoints import arch_name  # the model/arch naming run.py's ckpt_path errors use
-
         raise ValueError(
             f"translate needs an encoder_decoder checkpoint (model/arch=encoder_decoder); this one "
             f"is {arch_name(type(model).__name__)} ({type(model).__name__})"

@@ -8,7 +8,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from xformer.errors import ConfigError, warn_once
-from xformer.jobs.checkpoints import check_ckpt_file, resolve_ckpt_path
+from xformer.jobs.checkpoints import check_ckpt_file
 
 #: The sequence metrics the training module can compute; ``objective.metric=val/<m>`` names one of them.
 SEQUENCE_METRICS = ("bleu", "exact_match")
@@ -79,8 +79,8 @@ def mode_and_checkpoint(cfg: DictConfig) -> None:
         )
     if cfg.get("mode") == "eval" and not cfg.get("ckpt_path"):
         raise ConfigError("ckpt_path: mode=eval needs ckpt_path=/path/to/checkpoint.ckpt")
-    if (path := resolve_ckpt_path(cfg, None)) is not None:  # a file named; ``last`` is the job's own
-        check_ckpt_file(path)
+    if (path := cfg.get("ckpt_path")) and path != "last":  # a file named; ``last`` is the job's own
+        check_ckpt_file(str(path))
 
 
 def installed_and_present(cfg: DictConfig) -> None:

@@ -14,8 +14,8 @@ from omegaconf import DictConfig
 
 from xformer.config_types import Range
 from xformer.errors import ConfigError
-from xformer.jobs.build import build_data, build_model
 from xformer.jobs.checkpoints import check_checkpoint_model
+from xformer.train.checkpoint_file import build_model, refusal
 
 from . import rules
 from .schema import check_additions, check_group_nodes, check_resolves, check_targets, fit_problems, raise_all
@@ -61,9 +61,17 @@ def check_model(cfg: DictConfig, ckpt: str | None = None) -> None:
 
 
 def check_data_options(cfg: DictConfig):
-    """Stage 3; returns the data module (not set up). Raises: ConfigError."""
+    """Stage 3: the remaining nodes, and ``cfg.data`` built (its constructor checks its options; nothing is
+    read). Returns the data module, not set up. Raises: ConfigError (``data (<class>): <the refusal>``)."""
+    from hydra.utils import instantiate
+
     check_targets(cfg, early=False)
-    dm = build_data(cfg)
+    try:
+        dm = instantiate(cfg.data)
+    except Exception as err:
+        if (why := refusal(err, (ValueError, TypeError))) is None:
+            raise
+        raise ConfigError(f"data ({str(cfg.data.get('_target_', '?')).rsplit('.', 1)[-1]}): {why}") from None
     if cfg.mode == "train":
         rules.check_objective(cfg, list(getattr(dm, "metrics", []) or []), type(dm).__name__)
     return dm
@@ -75,11 +83,9 @@ def check_config_first(cfg: DictConfig, ckpt: str | None = None) -> None:
     check_model(cfg, ckpt)
 
 
-def check_config(cfg: DictConfig, ckpt: str | None = None, first_done: bool = False) -> None:
-    """Stages 1-3; ``first_done``: the caller ran :func:`check_config_first` on this config and ``ckpt``.
-    Raises: ConfigError, one line per problem."""
-    if not first_done:
-        check_config_first(cfg, ckpt)
+def check_config(cfg: DictConfig, ckpt: str | None = None) -> None:
+    """Stages 1-3 (a dry run, every job of a sweep). Raises: ConfigError, one line per problem."""
+    check_config_first(cfg, ckpt)
     check_data_options(cfg)
 
 

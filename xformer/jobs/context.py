@@ -1,0 +1,170 @@
+"""What one job of ``run.py`` is (:class:`JobContext`, worked out once when the job starts) and how it
+ended (:func:`outcome_of`: the one mapping from an ending to a status and an exit code).
+
+Imports neither torch nor Lightning until a job ends with an error other than a config or data error.
+"""
+
+from __future__ import annotations
+
+import errno
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from xformer.errors import ConfigError
+
+from .checkpoints import resolve_ckpt_path
+from .record import Status
+
+if TYPE_CHECKING:
+    from .sweep_resume import Plan
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """One job's facts, passed down from ``run.py``.
+
+    Attributes:
+        out_dir: the job's folder (Hydra's output dir, else ``paths.output_dir``).
+        ckpt: the checkpoint file the job loads (resume in ``mode=train``, the weights in ``mode=eval``), or None.
+        overrides: the job's command-line overrides; choices: Hydra's group choices.
+        sweep_dir, num: the sweep folder and job number under ``-m``; None for a single run.
+        plan: under ``-m`` with ``sweep.resume``: skip (finished earlier), resume or run (:mod:`.sweep_resume`).
+        dry_run: ``sweep.dry_run``: validate and print, no training.
+        in_hydra: the job runs under Hydra (False when the driver is called directly, as tests do).
+    """
+
+    out_dir: Path
+    ckpt: str | None = None
+    overrides: tuple[str, ...] = ()
+    choices: dict = field(default_factory=dict)
+    sweep_dir: Path | None = None
+    num: int | None = None
+    plan: Plan | None = None
+    dry_run: bool = False
+    in_hydra: bool = False
+
+    @property
+    def multirun(self) -> bool:
+        return self.sweep_dir is not None
+
+    def info(self) -> dict:
+        """The ``job`` section of ``metrics.json``."""
+        if not self.in_hydra:
+            return {"overrides": [], "multirun": False}
+        return {
+            "output_dir": str(self.out_dir),
+            "overrides": list(self.overrides),
+            "multirun": self.multirun,
+            "sweep_dir": str(self.sweep_dir) if self.multirun else None,
+            "job_num": self.num,
+            "choices": dict(self.choices),
+        }
+
+
+def sweep_dir_of(hc: Any) -> Path | None:
+    """The sweep folder of the job whose Hydra config is ``hc`` (``HydraConfig.get()``), None for a single run."""
+    return Path(str(hc.sweep.dir)) if str(hc.mode) == "RunMode.MULTIRUN" else None
+
+
+def job_context(cfg: DictConfig) -> JobContext:
+    """The context of the job ``cfg`` describes. A sweep job with a ``last.ckpt`` to resume gets
+    ``cfg.ckpt_path=last`` (so its record and checkpoints say so). A job whose folder records another
+    config gets ``plan.action == "refuse"`` (raised as a ConfigError by ``run.py``)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    dry = bool(OmegaConf.select(cfg, "sweep.dry_run", default=False))
+    if not HydraConfig.initialized():
+        out_dir = Path(cfg.paths.output_dir)
+        return JobContext(out_dir, None if dry else resolve_ckpt_path(cfg, out_dir, warn=True), dry_run=dry)
+    hc = HydraConfig.get()
+    out_dir = Path(hc.runtime.output_dir)
+    sweep_dir = sweep_dir_of(hc)
+    num = int(hc.job.num) if sweep_dir is not None else None
+    plan = None
+    if sweep_dir is not None and not dry and OmegaConf.select(cfg, "sweep.resume", default=True):
+        from .sweep_resume import Plan, plan_job, recorded_for
+
+        try:
+            plan = plan_job(cfg, out_dir, recorded_for(sweep_dir, num))
+        except ConfigError as err:
+            plan = Plan("refuse", reason=str(err))
+        if plan.action == "resume":
+            cfg.ckpt_path = "last"
+    ckpt = None if dry or (plan and plan.action == "skip") else resolve_ckpt_path(cfg, out_dir, warn=True)
+    return JobContext(
+        out_dir, ckpt, tuple(hc.overrides.task), dict(hc.runtime.choices), sweep_dir, num, plan, dry, in_hydra=True
+    )
+
+
+#: A write refused for lack of space or permission: the run says how to resume, not a traceback.
+DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a job ended: its ``status``, the process's ``exit_code``, the exception (None when it ran to
+    the end), the one ``error:`` ``line`` to print (None for a crash: its traceback is shown), the
+    record's ``message`` and ``diverged`` (``{"step", "reason", ...}``)."""
+
+    status: Status
+    exit_code: int
+    error: BaseException | None = None
+    line: str | None = None
+    message: str | None = None
+    diverged: dict | None = None
+
+
+def first_line(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}".splitlines()[0][:1000]
+
+
+def outcome_of(
+    err: BaseException | None = None,
+    rose: dict | None = None,
+    ctrl_c: bool = False,
+    step: int | None = None,
+    out_dir: Path | None = None,
+) -> Outcome:
+    """The status and exit code of a job that ended with ``err`` (None: ran to the end; ``rose``: its
+    last validation loss ended above the first). ``ctrl_c``: Lightning turned a KeyboardInterrupt
+    into ``SystemExit``; ``step``: the step it stopped at.
+
+    finished 0; diverged 0 (validation rose) or 1 (NaN/Inf training loss); invalid config or data:
+    failed 2; interrupted 130 (Ctrl-C); preempted 143 (SIGTERM); anything else failed 1.
+    """
+    if err is None:
+        return Outcome(Status.DIVERGED, 0, diverged=rose) if rose else Outcome(Status.FINISHED, 0)
+    if isinstance(err, ConfigError):
+        return Outcome(Status.FAILED, 2, err, str(err), first_line(err))
+    from xformer.data.errors import DataError  # imports the data package (Lightning): only past a config error
+
+    if isinstance(err, DataError):
+        return Outcome(Status.FAILED, 2, err, str(err), first_line(err))
+    if isinstance(err, OSError) and err.errno in DISK_ERRNOS:  # a full disk, a folder made read-only, ...
+        line = (
+            f"{err.filename or 'the output folder'}: {err.strerror}. Fix: free space or make it "
+            f"writable, then resume with ckpt_path=last hydra.run.dir={out_dir}"
+        )
+        return Outcome(Status.FAILED, 1, err, line, first_line(err))
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    from .callbacks import NonFiniteLossError, interrupt_signal
+
+    if isinstance(err, NonFiniteLossError):  # an outcome of the setting, not a crash
+        return Outcome(
+            Status.DIVERGED, 1, err, str(err), first_line(err), {"step": err.step, "reason": "non-finite train/loss"}
+        )
+    if isinstance(err, (SIGTERMException, KeyboardInterrupt)) or ctrl_c:  # last.ckpt was saved (StopCheckpoint)
+        sigint = not isinstance(err, SIGTERMException) or interrupt_signal() == "SIGINT"
+        status, code, how = (Status.INTERRUPTED, 130, "Ctrl-C") if sigint else (Status.PREEMPTED, 143, "SIGTERM")
+        return Outcome(status, code, err, None, f"{status}: stopped by {how} at step {step}; last.ckpt was saved")
+    return Outcome(Status.FAILED, 1, err, None, first_line(err))
+
+
+def fallback(cfg: DictConfig) -> float:
+    """The objective a sweep job hands its sweeper when it has none (failed, diverged, NaN): the worst
+    value for ``objective.mode``, so every sweeper goes on and Optuna ranks the trial last."""
+    return float("inf") if OmegaConf.select(cfg, "objective.mode", default="min") == "min" else float("-inf")
