@@ -91,8 +91,8 @@ def main(cfg: DictConfig) -> float | None:
             ),
             1,
         )
-    except SIGTERMException:  # preempted or Ctrl-C: last.ckpt was saved (xformer.jobs.callbacks.StopCheckpoint)
-        code = 130 if interrupt_signal() == "SIGINT" else 143
+    except SIGTERMException as err:  # preempted or Ctrl-C: last.ckpt was saved (xformer.jobs.callbacks.StopCheckpoint)
+        code = 130 if interrupt_signal(err) == "SIGINT" else 143
         from hydra.core.hydra_config import HydraConfig
 
         if str(HydraConfig.get().mode) == "RunMode.MULTIRUN":  # the sweep ends here: record it, say how to go on

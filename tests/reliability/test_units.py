@@ -14,7 +14,7 @@ from typing_extensions import override
 from xformer.data.batching import RandomBatchSampler, TokenBudgetBatchSampler
 from xformer.jobs.callbacks import AtomicCheckpoints
 from xformer.jobs.checkpoint_io import AtomicCheckpointIO
-from xformer.jobs.resume import ResumableDataLoader
+from xformer.data.loader import ResumableDataLoader
 
 
 def _fail_midway(real_save):

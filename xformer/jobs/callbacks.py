@@ -51,20 +51,19 @@ from xformer.config_types import Range
 
 from . import slurm
 from .checkpoint_io import AtomicCheckpointIO
-from .lightning_compat import request_stop
+from xformer.lightning_compat import request_stop
 
 log = logging.getLogger("xformer")
 
 
-#: The signal that stopped training in this process (``"SIGTERM"`` or ``"SIGINT"``), None before.
-_STOPPED_BY: dict[str, str | None] = {"signal": None}
-
-
-def interrupt_signal() -> str | None:
-    """``"SIGINT"`` when Ctrl-C stopped this process's training, ``"SIGTERM"`` when SIGTERM did,
-    ``"SIGUSR1"``/``"SIGUSR2"`` when SLURM's requeue signal did (:class:`SlurmRequeue`), else None
-    (read by ``run.py`` and the driver for the exit status and ``metrics.json``'s status)."""
-    return _STOPPED_BY["signal"]
+def interrupt_signal(err: BaseException) -> str | None:
+    """The signal that stopped training with ``err``: ``"SIGINT"`` (Ctrl-C), ``"SIGUSR1"``/``"SIGUSR2"``
+    (SLURM's requeue signal, :class:`SlurmRequeue`) or ``"SIGTERM"`` for Lightning's
+    ``SIGTERMException``, else None (read by ``run.py`` and the driver for the exit status and
+    ``metrics.json``'s status). :class:`StopCheckpoint` names the signal on the exception."""
+    if not isinstance(err, SIGTERMException):
+        return None
+    return getattr(err, "stop_signal", None) or "SIGTERM"
 
 
 def resume_command(job_dir: Path) -> str:
@@ -168,6 +167,10 @@ class NonFiniteLossGuard(L.Callback):
             return
         step, value = int(trainer.global_step), float(trainer.callback_metrics[VAL_LOSS])
         self.validations = [v for v in self.validations if v[0] != step] + [(step, value)]
+
+    def forget_validation(self, step: int) -> None:
+        """Drop the validation after ``step`` (one the resumed run's schedule does not have)."""
+        self.validations = [v for v in self.validations if v[0] != step]
 
     def divergence(self) -> dict[str, Any] | None:
         """Whether the validations so far say the run diverged: the last ``val/loss`` is non-finite or
@@ -301,7 +304,7 @@ class StopCheckpoint(L.Callback):
         self.save_on_train_end = save_on_train_end
         self.saved_path: str | None = None
         self._previous_sigint = None
-        self._sigints = 0
+        self._sigints = 0  # Ctrl-C presses during this fit
 
     def _path(self, trainer: L.Trainer) -> Path | None:
         dirpath = self.dirpath or (trainer.checkpoint_callback.dirpath if trainer.checkpoint_callback else None)
@@ -321,7 +324,6 @@ class StopCheckpoint(L.Callback):
             if self._sigints > 1:
                 print("\nsecond Ctrl-C: quitting now, nothing more saved", file=sys.stderr, flush=True)
                 os._exit(130)
-            _STOPPED_BY["signal"] = "SIGINT"
             print(
                 "\nCtrl-C: stopping after this batch and saving last.ckpt (Ctrl-C again to quit at once)",
                 file=sys.stderr,
@@ -354,23 +356,24 @@ class StopCheckpoint(L.Callback):
     def _save_on_stop(self, trainer: L.Trainer, exception: BaseException) -> None:
         if not isinstance(exception, SIGTERMException):
             return
+        requeue = next((cb.received_signal for cb in trainer.callbacks if isinstance(cb, SlurmRequeue)), None)
+        name = "SIGINT" if self._sigints else requeue or "SIGTERM"
+        exception.stop_signal = name  # for interrupt_signal
         if trainer.state.fn != "fit":
             # stopped while testing (a best checkpoint's weights are loaded) or validating outside fit:
             # the last.ckpt written when training ended is the one to keep
-            _STOPPED_BY["signal"] = _STOPPED_BY["signal"] or "SIGTERM"
             return
-        what = "Ctrl-C" if _STOPPED_BY["signal"] == "SIGINT" else "SIGTERM"
-        _STOPPED_BY["signal"] = _STOPPED_BY["signal"] or "SIGTERM"
+        what = "Ctrl-C" if name == "SIGINT" else "SIGTERM"
         path = self._path(trainer)
         if path is None:
             log.warning("%s at step %d: no checkpoint folder configured, nothing saved", what, trainer.global_step)
             return
         trainer.save_checkpoint(path)
         self.saved_path = str(path)
-        if trainer.is_global_zero and _STOPPED_BY["signal"] not in ("SIGTERM", "SIGINT"):  # SLURM's requeue signal
+        if trainer.is_global_zero and name not in ("SIGTERM", "SIGINT"):  # SLURM's requeue signal
             log.warning(
                 "%s (SLURM's requeue signal): saved %s at step %d; the requeued job resumes from it by itself",
-                _STOPPED_BY["signal"],
+                name,
                 path,
                 trainer.global_step,
             )
@@ -407,6 +410,11 @@ class SlurmRequeue(L.Callback):
         self._received: int | None = None
         self._requeue_registered = False
 
+    @property
+    def received_signal(self) -> str | None:
+        """The name of the requeue signal received (``"SIGUSR2"`` ...), None before."""
+        return None if self._received is None else signal.Signals(self._received).name
+
     @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._current = trainer
@@ -421,7 +429,6 @@ class SlurmRequeue(L.Callback):
     def _on_signal(self, signum: int, _frame: Any) -> None:
         first = self._received is None
         self._received = signum
-        _STOPPED_BY["signal"] = _STOPPED_BY["signal"] or signal.Signals(signum).name
         if first and slurm.global_rank() == 0:
             log.warning(
                 "SLURM sent %s: saving last.ckpt after the step in flight, then requeueing this job",

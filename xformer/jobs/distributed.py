@@ -219,7 +219,7 @@ def _patch_lightning() -> None:
     """Point Lightning's subprocess launcher at :func:`child_rank_command` and :class:`_ChildObserver`."""
     if _STATE.patched:  # already installed (a job whose end was never signalled)
         return
-    from xformer.jobs import lightning_compat
+    from xformer import lightning_compat
 
     def missing(name: str) -> None:  # a future Lightning renamed it: fall back to its behaviour, but say so
         log.warning("lightning subprocess launcher has no %s; DDP under Hydra -m may relaunch the sweep", name)
@@ -230,7 +230,7 @@ def _patch_lightning() -> None:
 def _unpatch_lightning() -> None:
     if not _STATE.patched:
         return
-    from xformer.jobs import lightning_compat
+    from xformer import lightning_compat
 
     lightning_compat.restore_launcher_functions(_STATE.patched)
     _STATE.patched = {}
@@ -309,7 +309,7 @@ def fsdp_strategy(save_distributed_checkpoint: bool = False, **kwargs: Any):
     if _FSDP_CLASS is None:
         from lightning.pytorch.strategies import ModelParallelStrategy
 
-        from xformer.jobs import lightning_compat
+        from xformer import lightning_compat
 
         class FullyShardedStrategy(ModelParallelStrategy):
             """ModelParallelStrategy whose data-parallel size defaults to the world size (pure FSDP)."""
@@ -336,7 +336,7 @@ def refresh_csv_headers(trainer: Any) -> None:
 
     from lightning.pytorch.loggers import CSVLogger
 
-    from xformer.jobs import lightning_compat
+    from xformer import lightning_compat
 
     if not trainer.is_global_zero:
         return

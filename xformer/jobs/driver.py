@@ -354,7 +354,7 @@ def run(cfg: DictConfig, checked: bool = False) -> float | None:
             type(err) is SystemExit and job.trainer.interrupted
         )
         if isinstance(err, SIGTERMException):
-            status, exit_code = ("interrupted", 130) if interrupt_signal() == "SIGINT" else ("preempted", 143)
+            status, exit_code = ("interrupted", 130) if interrupt_signal(err) == "SIGINT" else ("preempted", 143)
         else:
             status, exit_code = ("interrupted", 130) if ctrl_c else ("failed", 1)
         if isinstance(err, NonFiniteLossError):  # an outcome of the setting, not a crash

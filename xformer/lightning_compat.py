@@ -1,66 +1,39 @@
 """Every private Lightning name xformer reads, replaces or overrides, in one place.
 
-Lightning offers no public hook for a few things xformer needs; each is reached here, through a
-small function named for what it does, and nowhere else in xformer (``tests/test_lightning_private_names.py``
-checks each entry of :data:`PRIVATE_NAMES` against the installed Lightning, one test per group below,
-and that no other module names one of them). When a Lightning release moves a name, that test
-fails before a run does, and this module is the one place to change. The supported range is pinned
-in ``pyproject.toml``.
-
-Groups (who calls them):
-
-* training-epoch loop and trainer state -- :mod:`xformer.jobs.steps` (validation intervals counted in
-  optimizer steps, the last-step validation, consistent resume); whether a module has a trainer --
-  :mod:`xformer.train.module`;
-* the subprocess launcher's two functions -- :mod:`xformer.jobs.distributed` (DDP child ranks of a
-  Hydra ``-m`` job run that job only);
-* ``ModelParallelStrategy``'s data-parallel size -- :func:`xformer.jobs.distributed.fsdp_strategy`;
-* a logger's not-yet-started experiment -- :mod:`xformer.jobs.wandb_run` (W&B, rank 0) and
-  :class:`xformer.jobs.resume.ResumableCSVLogger`;
-* the CSV logger's writer columns -- :func:`xformer.jobs.distributed.refresh_csv_headers`;
-* whether Rich is installed and the Rich bar's training description -- :mod:`xformer.jobs.console`;
-* the accepted precision strings -- tests (the config check reads them from the ``Trainer``'s own
-  ``precision`` annotation, :mod:`xformer.jobs.config_check.schema`);
-* whether the loggers write this step's values -- :mod:`xformer.train.module` (train-time values are
-  logged only where something reads them);
-* the trainer's stop flag -- :class:`xformer.jobs.callbacks.StopCheckpoint` (Ctrl-C stops training as
-  SIGTERM does);
-* a ``WandbLogger``'s pending ``wandb.init`` arguments -- :mod:`xformer.jobs.wandb_run`.
+A leaf module (it imports Lightning only), so every layer of xformer may use it. Each name is reached
+through a small function named for what it does, and nowhere else in xformer
+(``tests/test_lightning_private_names.py`` checks each entry of :data:`PRIVATE_NAMES` against the
+installed Lightning and that no other module names one of them). When a Lightning release moves a
+name, that test fails before a run does. The supported range is pinned in ``pyproject.toml``.
 """
 
 from __future__ import annotations
 
-import typing
 from typing import Any, Callable
 
-from lightning.fabric.plugins.precision.precision import _PRECISION_INPUT_STR
 from lightning.pytorch.callbacks import RichProgressBar
-from lightning.pytorch.utilities.imports import _RICH_AVAILABLE
 
-#: ``(owner, name)`` of every private Lightning name used here (owner as a dotted path or a description).
+#: ``(owner, name)`` of every private Lightning name used here, each with why no public API does it.
 PRIVATE_NAMES: tuple[tuple[str, str], ...] = (
+    # the training loop's "validate after this batch?" has no hook or option; an integer
+    # val_check_interval counts batches, not optimizer steps, and nothing validates after the last step
     ("trainer.fit_loop.epoch_loop", "_should_check_val_fx"),
-    ("trainer.fit_loop.epoch_loop", "_batches_that_stepped"),
-    ("trainer.fit_loop.epoch_loop", "_should_accumulate"),
-    ("trainer.fit_loop.epoch_loop", "_should_check_val_epoch"),
-    ("trainer.fit_loop.epoch_loop", "_num_ready_batches_reached"),
-    ("trainer.fit_loop", "_can_stop_early"),
-    ("trainer", "_val_check_time_interval"),
-    ("lightning.pytorch.LightningModule", "_trainer"),
     ("lightning.pytorch.strategies.launchers.subprocess_script", "_hydra_subprocess_cmd"),
     ("lightning.pytorch.strategies.launchers.subprocess_script", "_launch_process_observer"),
     ("lightning.pytorch.strategies.ModelParallelStrategy", "_data_parallel_size"),
+    # `logger.experiment` starts the experiment it is asked about (a W&B run, a CSV file deleted)
     ("lightning.pytorch.loggers.Logger (WandbLogger, CSVLogger)", "_experiment"),
+    # the Rich bar's training description has no public hook (its label reads "Epoch 3/-2" without a limit)
     ("lightning.pytorch.callbacks.RichProgressBar", "_get_train_description"),
-    ("lightning.pytorch.utilities.imports", "_RICH_AVAILABLE"),
-    ("lightning.fabric.plugins.precision.precision", "_PRECISION_INPUT_STR"),
+    # the only stop at a batch boundary that skips the early-stop validation and raises SIGTERMException;
+    # sending the process SIGTERM instead would also kill a launcher's children and log "Received SIGTERM"
     ("trainer", "_signal_connector"),
-    ("trainer", "_logger_connector"),
+    # WandbLogger keeps its wandb.init arguments only privately; settings after construction go there
     ("lightning.pytorch.loggers.WandbLogger", "_wandb_init"),
 )
 
 
-# -- training-epoch loop and trainer state (xformer.jobs.steps) ----------------------------------------
+# -- the validation decision (xformer.jobs.steps) ----------------------------------------------------
 def val_check_decision(trainer: Any) -> Callable[[Any], bool]:
     """Lightning's "validate after this batch?" function of the training-epoch loop (``data_fetcher -> bool``)."""
     return trainer.fit_loop.epoch_loop._should_check_val_fx
@@ -69,49 +42,6 @@ def val_check_decision(trainer: Any) -> Callable[[Any], bool]:
 def set_val_check_decision(trainer: Any, decide: Callable[[Any], bool]) -> None:
     """Make ``decide(data_fetcher)`` the training-epoch loop's "validate after this batch?" decision."""
     trainer.fit_loop.epoch_loop._should_check_val_fx = decide
-
-
-def batches_that_stepped(trainer: Any) -> int:
-    """Optimizer steps the loop has counted (the step axis of logged rows)."""
-    return trainer.fit_loop.epoch_loop._batches_that_stepped
-
-
-def should_accumulate(trainer: Any) -> bool:
-    """True when the current micro-batch does not complete an optimizer step."""
-    return trainer.fit_loop.epoch_loop._should_accumulate()
-
-
-def should_check_val_epoch(trainer: Any) -> bool:
-    """True when this epoch may validate (``check_val_every_n_epoch``)."""
-    return trainer.fit_loop.epoch_loop._should_check_val_epoch()
-
-
-def num_ready_batches_reached(trainer: Any) -> bool:
-    """True after the epoch's last batch was fetched."""
-    return trainer.fit_loop.epoch_loop._num_ready_batches_reached()
-
-
-def can_stop_early(trainer: Any) -> bool:
-    """True when the fit loop may honour ``should_stop`` now (its minimum steps/epochs are done)."""
-    return trainer.fit_loop._can_stop_early
-
-
-def val_check_time_interval(trainer: Any) -> Any:
-    """The time-based ``val_check_interval`` (``None`` unless the interval is a duration)."""
-    return trainer._val_check_time_interval
-
-
-def logger_writes_this_step(trainer: Any) -> bool:
-    """True when the training loop will hand this batch's step-level logged values to the loggers
-    (Lightning's own ``should_update_logs``: every ``log_every_n_steps`` optimizer steps, and when
-    the trainer stops). Read it in ``on_train_batch_end``, the last hook before the loop decides."""
-    return bool(trainer._logger_connector.should_update_logs)
-
-
-def has_trainer(module: Any) -> bool:
-    """True when the LightningModule ``module`` is attached to a trainer (its ``trainer`` property
-    raises otherwise, e.g. in a unit test that calls ``training_step`` directly)."""
-    return module._trainer is not None
 
 
 # -- the subprocess launcher (xformer.jobs.distributed) -----------------------------------------------
@@ -174,11 +104,7 @@ def add_csv_columns(writer: Any, keys: list[str]) -> None:
     writer.metrics_keys = sorted(set(writer.metrics_keys) | set(keys))
 
 
-# -- console (xformer.jobs.console) --------------------------------------------------------------------
-RICH_AVAILABLE: bool = bool(_RICH_AVAILABLE)
-"""Whether ``rich`` is installed (Lightning then picks its Rich progress bar)."""
-
-
+# -- the Rich bar (xformer.jobs.console) ------------------------------------------------------------
 class RichBarWithDescription(RichProgressBar):
     """Lightning's Rich bar whose training description comes from the public :meth:`train_description`."""
 
@@ -188,11 +114,6 @@ class RichBarWithDescription(RichProgressBar):
     def train_description(self, current_epoch: int) -> str:
         """The text before the training bar (default: Lightning's own)."""
         return super()._get_train_description(current_epoch)
-
-
-# -- precision (tests) ---------------------------------------------------------------------------------
-PRECISION_INPUTS: tuple[str, ...] = tuple(str(p) for p in typing.get_args(_PRECISION_INPUT_STR))
-"""The precision strings Lightning's ``Trainer(precision=...)`` accepts in full form (``"32-true"``, ...)."""
 
 
 # -- the trainer's stop flag (xformer.jobs.callbacks.StopCheckpoint) ---------------------------------
