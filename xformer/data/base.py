@@ -29,8 +29,8 @@ from xformer.data.batching import (
     collate_seq2seq,
 )
 from xformer.data.errors import DataError
-from xformer.data.tokenizers import BOS, EOS, PAD, Tokenizer
 from xformer.data.loader import ResumableDataLoader, trainer_batches_done, trainer_epoch_batches
+from xformer.data.tokenizers import BOS, EOS, PAD, Tokenizer
 
 
 class Seq2SeqDataset(Dataset):

@@ -1,29 +1,10 @@
-"""Lightning callbacks that keep long runs safe (all on in ``conf/callbacks/default.yaml``).
-
-* :class:`NonFiniteLossGuard` -- stops at the first NaN/Inf training loss with one line naming the
-  step, *before* any checkpoint of that step is written, so ``last.ckpt`` stays the last good state.
-  The run has *diverged* (an outcome, not a crash): ``metrics.json`` says ``"status": "diverged"``
-  with ``"diverged": {"step": ..., "reason": ...}`` and the message, the W&B run is finished with a
-  non-zero exit code, ``run.py`` exits 1; in a ``-m`` sweep the other jobs go on. The guard also
-  records every validation loss; a run whose last validation loss is above its first (or
-  non-finite) finishes normally but is recorded as diverged too (:meth:`NonFiniteLossGuard.divergence`).
-* :class:`StopCheckpoint` -- writes ``last.ckpt`` where training stops between the periodic saves:
-  on SIGTERM (SLURM preemption, ``scancel``, ``kill``) and on Ctrl-C (SIGINT, handled the same way
-  during ``fit``; a second Ctrl-C quits at once) Lightning stops at the next batch boundary and this
-  saves there, so ``ckpt_path=last hydra.run.dir=<job dir>`` continues exactly where the run
-  stopped; and at the end of training, so ``last.ckpt`` holds the final weights.
-* :class:`SlurmRequeue` -- under SLURM, the requeue signal (submitit's USR2, Lightning's USR1) stops
-  training after the step in flight, ``StopCheckpoint`` saves there, and the job is requeued when the
-  process exits; the requeued job resumes its own ``last.ckpt`` (:mod:`xformer.jobs.slurm`).
-* :class:`StepSeed` -- reseeds the RNGs at every training batch from ``(seed, epoch, batch, rank)``:
-  dropout masks are a function of the position in training, so a resumed run draws exactly the
-  masks the uninterrupted run would have drawn (nothing else consumed before the first resumed
-  batch -- model construction, loader start-up -- can shift them).
-* :class:`AtomicCheckpoints` -- installs :class:`~xformer.jobs.checkpoint_io.AtomicCheckpointIO`, so
-  checkpoints are written to a temporary file and renamed into place.
-
-Exact resumption as a whole (its guarantee, and where each piece of state is stored) is described
-in :mod:`xformer.jobs.resume`, which holds the data position and the loop-progress correction.
+"""Lightning callbacks that keep long runs safe (all on in ``conf/callbacks/default.yaml``):
+:class:`NonFiniteLossGuard` (stop at the first NaN/Inf loss before it is checkpointed; a run whose
+validation loss ends above its first is recorded as diverged), :class:`StopCheckpoint` (``last.ckpt``
+where training stops: SIGTERM, Ctrl-C, the end of ``fit``), :class:`SlurmRequeue` (save and requeue
+on SLURM's requeue signal), :class:`StepSeed` (dropout RNG a function of the position in training)
+and :class:`AtomicCheckpoints` (checkpoints written to a temporary file and renamed into place).
+Exact resumption as a whole is described in :mod:`xformer.jobs.resume`.
 """
 
 from __future__ import annotations
@@ -48,10 +29,10 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
 from xformer.config_types import Range
+from xformer.lightning_compat import request_stop
 
 from . import slurm
 from .checkpoint_io import AtomicCheckpointIO
-from xformer.lightning_compat import request_stop
 
 log = logging.getLogger("xformer")
 
@@ -78,17 +59,13 @@ def resume_command(job_dir: Path) -> str:
         from .overrides import key_of
 
         if HydraConfig.initialized():
-            overrides = [o for o in HydraConfig.get().overrides.task if key_of(o) not in ("ckpt_path", "hydra.run.dir")]
-    except Exception:  # outside Hydra: the bare command
-        pass
-    try:
-        from hydra.core.hydra_config import HydraConfig
+            hydra = HydraConfig.get()
+            overrides = [o for o in hydra.overrides.task if key_of(o) not in ("ckpt_path", "hydra.run.dir")]
+            if str(hydra.mode) == "RunMode.MULTIRUN":
+                from .sweep import sweep_resume_command  # a sweep's job: the sweep's own command resumes it
 
-        if HydraConfig.initialized() and str(HydraConfig.get().mode) == "RunMode.MULTIRUN":
-            from .sweep import sweep_resume_command  # a sweep's job: the sweep's own command resumes it
-
-            return sweep_resume_command(HydraConfig.instance().cfg)
-    except Exception:  # no sweep folder to read: the job's own command below
+                return sweep_resume_command(HydraConfig.instance().cfg)
+    except Exception:  # outside Hydra, or no sweep folder to read: the job's own command below
         pass
     script = sys.argv[0] if sys.argv and sys.argv[0].endswith(".py") else "run.py"
     return " ".join(
@@ -476,9 +453,8 @@ class StepSeed(L.Callback):
         state = np.random.SeedSequence([self.seed, trainer.current_epoch, batch_idx, trainer.global_rank])
         s = int(state.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
         if pl_module.device.type == "cpu":
-            # the CPU generator alone: torch.manual_seed also queues a seed for CUDA when CUDA is not
-            # initialised, and records the Python stack with it (traceback.format_stack), ~1 ms of a
-            # training step on a CPU (docs/results/nanogpt-cpu.md); the CPU state is the same
+            # the CPU generator alone (the same CPU state): torch.manual_seed also queues a seed for an
+            # uninitialised CUDA and records the Python stack with it, a cost in every training step
             torch.default_generator.manual_seed(s)
         else:
             torch.manual_seed(s)

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
+
 def _is_local(path: Any) -> bool:
     return "://" not in str(path) or str(path).startswith("file://")
 

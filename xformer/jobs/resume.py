@@ -27,9 +27,10 @@ loop progress              :class:`ConsistentResume` (here): makes Lightning's e
                            agree with the data position for the positions Lightning stores
                            inconsistently (stop mid-epoch at ``max_steps``, stop on an epoch's last
                            batch, a cut accumulation window)
-validation schedule        :class:`xformer.jobs.steps.OptimizerStepIntervals` takes no validation
-                           decision at a restart from a checkpoint written after its step was
-                           fully counted
+validation schedule        :class:`xformer.jobs.steps.OptimizerStepIntervals`: a function of the
+                           step; each checkpoint records whether it was written inside a
+                           validation (the answer to Lightning's restart question); a larger budget
+                           takes back the shorter budget's last-step validation
 dropout RNG                :class:`xformer.jobs.callbacks.StepSeed`: reseeded per batch from
                            ``(seed, epoch, batch, rank)``, so no RNG state needs storing
 tokens, loss normaliser    the module's ``on_save_checkpoint`` (``checkpoint["xformer"]``), minus
@@ -67,33 +68,22 @@ __all__ = [
 
 # -- loop progress ------------------------------------------------------------------------------
 class ConsistentResume(L.Callback):
-    """Make a checkpoint written when ``fit`` stopped mid-epoch resume where it stopped.
+    """Make Lightning's loop counters in a checkpoint agree with the data loader's stored position.
 
-    Lightning marks the running epoch finished when ``max_steps`` (or ``max_time``) ends ``fit`` in its
-    middle, and the ``last.ckpt`` written then (``StopCheckpoint``, the final validation's save) stores
-    that. Resuming such a checkpoint with a larger ``max_steps`` started the *next* epoch but kept the
-    batch position -- step 5 of a 3-batch-epoch run became "epoch 2, batch 2" with other data, while the
-    uninterrupted run's step 5 is epoch 1, batch 2. The data loader's own state (epoch, batches done;
-    :class:`xformer.data.loader.ResumableDataLoader`) is right, so before Lightning restores its loops
-    this rewinds the epoch counters to that epoch when its batches are not all done: Lightning then
-    takes the checkpoint for what it is, a stop mid-epoch (the case it restores exactly). Lightning's
-    loop state has no hook for this and torchdata's ``StatefulDataLoader`` is not a dependency, so the
-    checkpoint's ``loops`` entry is corrected here; other checkpoints are left as they are.
+    Lightning stores three positions inconsistently, and its loop state has no hook to say so:
 
-    A stop on an epoch's *last* batch is the other half: Lightning then either skipped the next
-    epoch or gave the finished one an extra batch. Such a checkpoint is rewritten as "epoch ``e``
-    done, nothing of ``e + 1`` started", and :class:`OptimizerStepIntervals` takes no validation
-    decision at a restart from a checkpoint written after its step was fully counted (Lightning
-    would otherwise shift the step axis by one when that step was a validation step). The loader's state carries
-    the epoch's length (``epoch_batches``) to tell the two cases apart; older checkpoints lack it and
-    are left alone. (Lightning's restored fetch counter is consistent with xformer's sampler skipping
-    the consumed batches: the counter starts at the consumed count and the sampler yields the rest.)
+    * ``max_steps`` (or ``max_time``) ending ``fit`` mid-epoch marks the epoch finished, so a resume
+      with a larger budget would start the next epoch at the old batch index: the epoch counters are
+      rewound to the loader's epoch (a stop mid-epoch, the case Lightning restores exactly);
+    * a stop on an epoch's last batch (or on the last batch of an epoch shortened by
+      ``trainer.limit_train_batches``: the loader stores the epoch's length as the trainer runs it)
+      is rewritten as "epoch ``e`` done, nothing of ``e + 1`` started";
+    * a checkpoint written inside an accumulation window (SIGTERM between micro-batches) is rewound
+      to the window's start, the last batch whose update is in the saved weights, so the resumed run
+      accumulates the same micro-batches into the same step.
 
-    Two more positions: under ``trainer.limit_train_batches`` the epoch's length is the limit (the
-    loader stores that, not the sampler's length), so a stop on a shortened epoch's last batch is an
-    epoch's end; and a checkpoint written inside an accumulation window (SIGTERM between
-    micro-batches) is rewound to the window's start -- the last batch whose update is in the saved
-    weights -- so the resumed run accumulates the same micro-batches into the same step.
+    Checkpoints without the loader's epoch length, or at positions Lightning restores itself, are
+    left as they are.
     """
 
     @override
@@ -270,7 +260,11 @@ class ResumableCSVLogger(CSVLogger):
         with open(path, newline="") as f:
             reader = csv.DictReader(f)
             fields = list(reader.fieldnames or [])
-            rows = [r for r in reader if r.get("step") != str(step - 1) or not any(r.get(k) for k in fields if k.startswith("val/"))]
+            rows = [
+                r
+                for r in reader
+                if r.get("step") != str(step - 1) or not any(r.get(k) for k in fields if k.startswith("val/"))
+            ]
         with open(path, "w", newline="") as f:
             out = csv.DictWriter(f, fieldnames=fields)
             out.writeheader()

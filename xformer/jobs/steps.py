@@ -4,7 +4,7 @@ xformer documents ``trainer.val_check_interval``, ``trainer.log_every_n_steps`` 
 callbacks' ``every_n_train_steps`` as counts of optimizer steps. Lightning agrees for checkpoints and
 logging, but an integer ``val_check_interval`` counts batches: with 3-batch epochs and
 ``accumulate_grad_batches=2`` (Lightning also steps on an epoch's last batch) ``val_check_interval=4``
-validated after steps 2, 5 and 8 instead of 4 and 8. Lightning has no option or hook for that
+would validate after steps 2, 5 and 8 instead of 4 and 8. Lightning has no option or hook for that
 decision, so :class:`OptimizerStepIntervals` replaces it on the running trainer (the one private
 name it uses, :mod:`xformer.lightning_compat`); everything it reads is public trainer state.
 
@@ -76,14 +76,14 @@ class OptimizerStepIntervals(L.Callback):
     """
 
     def __init__(self) -> None:
-        self._trainer: L.Trainer | None = None
+        self._current: L.Trainer | None = None  # the trainer of this fit
         self._trained = False  # this fit has trained a batch
         self._step_before_batch = 0
         self._restored_in_validation = False
 
     def state_dict(self) -> dict[str, Any]:
         """``{"in_validation"}``: whether the checkpoint is written inside a validation of ``fit``."""
-        return {"in_validation": bool(self._trainer is not None and self._trainer.validating)}
+        return {"in_validation": bool(self._current is not None and self._current.validating)}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._restored_in_validation = bool(state_dict.get("in_validation", False))
@@ -93,7 +93,7 @@ class OptimizerStepIntervals(L.Callback):
         """Install the optimizer-step validation decision on ``trainer`` (fit only)."""
         if stage != "fit":
             return
-        self._trainer, self._trained = trainer, False
+        self._current, self._trained = trainer, False
         epoch_loop = trainer.fit_loop.epoch_loop
         lightning_decision = compat.val_check_decision(trainer)
 
@@ -117,7 +117,9 @@ class OptimizerStepIntervals(L.Callback):
             if epochs is None:
                 steps = trainer.global_step
             else:
-                steps = optimizer_steps_in_epoch(epoch_loop.batch_progress.current.ready, trainer.accumulate_grad_batches)
+                steps = optimizer_steps_in_epoch(
+                    epoch_loop.batch_progress.current.ready, trainer.accumulate_grad_batches
+                )
             return steps > 0 and steps % interval == 0
 
         compat.set_val_check_decision(trainer, should_check_val)

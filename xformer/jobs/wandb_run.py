@@ -38,6 +38,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from xformer.lightning_compat import logger_started, wandb_init_kwargs
+
 from .resume import own_checkpoint
 
 log = logging.getLogger("xformer")

@@ -318,12 +318,11 @@ class TransformerLitModule(L.LightningModule):
             if p.grad is not None:
                 g = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad  # FSDP2 DTensor
                 groups.setdefault((g.device, g.dtype), []).append(g)
-        with torch.no_grad():  # never read on the host (no sync per step; tests/gpu_path/test_no_host_sync.py)
+        with torch.no_grad():  # never read on the host: no sync per step
             for (device, dtype), grads in groups.items():
-                # one for-each call per device and dtype. The factor in the grads' dtype when that is float32
-                # or float64 (CUDA fuses only a scalar of the grads' dtype): the very value `g.mul_(factor)`
-                # used, since a 0-dim operand takes the other operand's dtype. For 16-bit grads it stays
-                # float64, as before (a CPU scalar is read as float; a bfloat16 copy would round it further).
+                # one for-each call per device and dtype; the factor in the grads' dtype for float32/float64
+                # grads (CUDA fuses only a scalar of the grads' dtype; a 0-dim operand takes the other
+                # operand's dtype anyway), float64 for 16-bit grads (a bfloat16 copy would round it)
                 same = dtype in (torch.float32, torch.float64)
                 torch._foreach_mul_(grads, factor.to(device=device, dtype=dtype if same else factor.dtype))
         self._step_loss = loss_sum / n_tgt  # float64
