@@ -91,11 +91,11 @@ class OptimizerStepIntervals(L.Callback):
     @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         """Install the optimizer-step validation decision on ``trainer`` (fit only)."""
-        if stage != "fit":
-            return
-        self._current, self._trained = trainer, False
         epoch_loop = trainer.fit_loop.epoch_loop
         lightning_decision = compat.val_check_decision(trainer)
+        self._current, self._trained = trainer, False
+        if stage != "fit" or getattr(lightning_decision, "__self__", None) is not epoch_loop:
+            return  # not fitting, or installed already
 
         def should_check_val(data_fetcher: Any) -> bool:
             if not self._trained and epoch_loop.restarting and epoch_loop.restarted_on_last:
