@@ -53,7 +53,7 @@ def _budget_reached(trainer: L.Trainer) -> bool:
     return progress.is_last_batch or progress.current.ready == trainer.num_training_batches
 
 
-def _can_stop_early(trainer: L.Trainer) -> bool:
+def _may_stop_early(trainer: L.Trainer) -> bool:
     """True when the fit loop honours ``trainer.should_stop`` now (``min_epochs``/``min_steps`` met)."""
     fit = trainer.fit_loop
     epochs_met = not fit.min_epochs or fit.epoch_progress.current.processed >= fit.min_epochs
@@ -110,7 +110,7 @@ class OptimizerStepIntervals(L.Callback):
             epochs = trainer.check_val_every_n_epoch
             if not trainer.enable_validation or (epochs is not None and (trainer.current_epoch + 1) % epochs):
                 return False
-            if trainer.should_stop and _can_stop_early(trainer):
+            if trainer.should_stop and _may_stop_early(trainer):
                 return True  # early stopping validates once more, as in Lightning
             if not stepped:
                 return False
