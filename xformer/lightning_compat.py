@@ -15,18 +15,16 @@ from lightning.pytorch.callbacks import RichProgressBar
 
 #: ``(owner, name)`` of every private Lightning name used here, each with why no public API does it.
 PRIVATE_NAMES: tuple[tuple[str, str], ...] = (
-    # the training loop's "validate after this batch?" has no hook or option; an integer
-    # val_check_interval counts batches, not optimizer steps, and nothing validates after the last step
+    # no hook or option validates every N optimizer steps (an int interval counts batches) and after the last
     ("trainer.fit_loop.epoch_loop", "_should_check_val_fx"),
     ("lightning.pytorch.strategies.launchers.subprocess_script", "_hydra_subprocess_cmd"),
     ("lightning.pytorch.strategies.launchers.subprocess_script", "_launch_process_observer"),
     ("lightning.pytorch.strategies.ModelParallelStrategy", "_data_parallel_size"),
     # `logger.experiment` starts the experiment it is asked about (a W&B run, a CSV file deleted)
     ("lightning.pytorch.loggers.Logger (WandbLogger, CSVLogger)", "_experiment"),
-    # the Rich bar's training description has no public hook (its label reads "Epoch 3/-2" without a limit)
+    # the Rich bar's training description has no public hook (it reads "Epoch 3/-2" without an epoch limit)
     ("lightning.pytorch.callbacks.RichProgressBar", "_get_train_description"),
-    # the only stop at a batch boundary that skips the early-stop validation and raises SIGTERMException;
-    # sending the process SIGTERM instead would also kill a launcher's children and log "Received SIGTERM"
+    # no public setter: the one stop at a batch boundary that raises SIGTERMException with no extra validation
     ("trainer", "_signal_connector"),
     # WandbLogger keeps its wandb.init arguments only privately; settings after construction go there
     ("lightning.pytorch.loggers.WandbLogger", "_wandb_init"),
