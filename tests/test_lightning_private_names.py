@@ -1,4 +1,4 @@
-"""The private Lightning names xformer uses, all behind :mod:`xformer.jobs.lightning_compat`: this test
+"""The private Lightning names xformer uses, all behind :mod:`xformer.lightning_compat`: this test
 mirrors that module one to one (one test per group of its functions, each calling them on real
 Lightning objects), so a Lightning release that moves a name fails here before a run does, and it
 checks that no other xformer module names one of them. The supported range is pinned in ``pyproject.toml``.
@@ -11,9 +11,9 @@ import lightning as L
 import pytest
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 
-from xformer.jobs import lightning_compat as compat
+from xformer import lightning_compat as compat
 
-PACKAGE = Path(compat.__file__).resolve().parents[1]
+PACKAGE = Path(compat.__file__).resolve().parent
 
 
 def _trainer(tmp_path):
@@ -46,29 +46,24 @@ def test_no_other_module_names_a_private_lightning_name():
     ]
 
 
-def test_epoch_loop_and_trainer_state(tmp_path):
+def test_the_validation_decision(tmp_path):
     trainer = _trainer(tmp_path)
     decide = compat.val_check_decision(trainer)
     assert callable(decide)
     compat.set_val_check_decision(trainer, lambda _fetcher: True)
     assert compat.val_check_decision(trainer)(None) is True
     compat.set_val_check_decision(trainer, decide)
-    assert isinstance(compat.batches_that_stepped(trainer), int)
-    assert isinstance(compat.should_accumulate(trainer), bool)
-    assert isinstance(compat.should_check_val_epoch(trainer), bool)
-    assert isinstance(compat.num_ready_batches_reached(trainer), bool)
-    assert isinstance(compat.can_stop_early(trainer), bool)
-    assert compat.val_check_time_interval(trainer) is None
-    module = L.LightningModule()
-    assert compat.has_trainer(module) is False
-    module.trainer = trainer
-    assert compat.has_trainer(module) is True
-    assert (
-        compat.val_check_time_interval(
-            L.Trainer(logger=False, val_check_interval="00:00:01:00", default_root_dir=tmp_path)
-        )
-        is not None
-    )
+
+
+def test_every_private_name_says_why():
+    """Each entry of PRIVATE_NAMES not owned by the launcher or FSDP code has a comment line above it."""
+    body = Path(compat.__file__).read_text().split("PRIVATE_NAMES: tuple", 1)[1].split("\n)\n", 1)[0]
+    lines = body.splitlines()
+    entries = [i for i, line in enumerate(lines) if line.strip().startswith('("')]
+    assert len(entries) == len(compat.PRIVATE_NAMES)
+    for i in entries:
+        if "launchers" not in lines[i] and "ModelParallel" not in lines[i]:
+            assert lines[i - 1].strip().startswith("#"), lines[i]
 
 
 def test_logger_started(tmp_path):
@@ -90,8 +85,7 @@ def test_csv_headers_refreshed_from_the_file(tmp_path):
     assert writer.metrics_keys == ["a", "b", "step"]
 
 
-def test_rich_available_and_the_bar_description():
-    assert isinstance(compat.RICH_AVAILABLE, bool)
+def test_the_bar_description():
     assert callable(getattr(L.pytorch.callbacks.RichProgressBar, "_get_train_description", None))
 
     class Bar(compat.RichBarWithDescription):
@@ -99,11 +93,6 @@ def test_rich_available_and_the_bar_description():
             return f"E{current_epoch}"
 
     assert Bar()._get_train_description(3) == "E3"  # Lightning's call reaches the public hook
-
-
-@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true"])
-def test_precision_inputs(precision):
-    assert precision in compat.PRECISION_INPUTS
 
 
 def test_request_stop_sets_the_flag_the_training_loop_reads(tmp_path):
@@ -129,7 +118,7 @@ def test_the_config_check_reads_lightnings_precision_list():
     from xformer.jobs.config_check.schema import check_targets
     from xformer.model import ConfigError
 
-    for precision in compat.PRECISION_INPUTS:
+    for precision in ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true"):
         check_targets(OmegaConf.create({"trainer": {"_target_": "lightning.Trainer", "precision": precision}}))
     with pytest.raises(ConfigError, match=r"^trainer.precision=bf17: must be one of .*32-true"):
         check_targets(OmegaConf.create({"trainer": {"_target_": "lightning.Trainer", "precision": "bf17"}}))

@@ -232,3 +232,30 @@ def test_resume_matrix(tmp_path, tmp_path_factory, trigger, position, accumulate
 @pytest.mark.parametrize("trigger", ["sigterm", "max_time"])
 def test_stop_inside_an_accumulation_window(tmp_path, tmp_path_factory, trigger, micro_batches):
     _check(tmp_path, tmp_path_factory, trigger, ["data.tokens_per_batch=1024"], 2, micro_batches=micro_batches)
+
+
+@pytest.mark.slow  # three runs
+def test_a_finished_job_resumed_with_a_larger_budget_validates_as_the_uninterrupted_run(tmp_path):
+    """A job finished at ``max_steps=5`` (validated after 2, 4 and its last step 5) resumed in place with
+    ``max_steps=8`` and an uninterrupted ``max_steps=8`` run (validating after 2, 4, 6, 8) end with the
+    same validations: in the CSV history, in the divergence guard's record, in the best checkpoint."""
+    import torch
+
+    data = ["data.tokens_per_batch=2048", "trainer.val_check_interval=2"]
+    ref, job = tmp_path / "ref", tmp_path / "job"
+    ref_batches = _run(tmp_path, ref, [*data, "trainer.max_steps=8"], "ref")
+    _run(tmp_path, job, [*data, "trainer.max_steps=5"], "first")
+    after = _run(tmp_path, job, [*data, "trainer.max_steps=8", "ckpt_path=last"], "resumed")
+    assert after == ref_batches[5:]
+    assert _validations(tmp_path, "resumed") == [s for s in _validations(tmp_path, "ref") if s > 5]
+    assert _val_rows(job) == _val_rows(ref)
+    assert sorted(p.name for p in (job / "checkpoints").iterdir()) == sorted(
+        p.name for p in (ref / "checkpoints").iterdir()
+    )
+    assert metrics(job)["best"]["value"] == metrics(ref)["best"]["value"]
+
+    def guard_steps(folder):
+        states = torch.load(folder / "checkpoints" / "last.ckpt", weights_only=False)["callbacks"]
+        return next([s for s, _ in v["validations"]] for k, v in states.items() if "NonFiniteLossGuard" in k)
+
+    assert guard_steps(job) == guard_steps(ref)

@@ -12,9 +12,9 @@ from omegaconf import OmegaConf
 from typing_extensions import override
 
 from xformer.data.batching import RandomBatchSampler, TokenBudgetBatchSampler
+from xformer.data.loader import ResumableDataLoader
 from xformer.jobs.callbacks import AtomicCheckpoints
 from xformer.jobs.checkpoint_io import AtomicCheckpointIO
-from xformer.jobs.resume import ResumableDataLoader
 
 
 def _fail_midway(real_save):

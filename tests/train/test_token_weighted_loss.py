@@ -91,10 +91,15 @@ class LossLog(L.Callback):
 
     def __init__(self):
         self.losses = []
+        self.step_before = -1
+
+    @override
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self.step_before = trainer.global_step
 
     @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if not trainer.fit_loop.epoch_loop._should_accumulate():
+        if trainer.global_step != self.step_before:  # this micro-batch ended an optimizer step
             self.losses.append(float(trainer.callback_metrics["train/loss"]))
 
 

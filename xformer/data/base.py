@@ -29,8 +29,8 @@ from xformer.data.batching import (
     collate_seq2seq,
 )
 from xformer.data.errors import DataError
+from xformer.data.loader import ResumableDataLoader, trainer_batches_done, trainer_epoch_batches
 from xformer.data.tokenizers import BOS, EOS, PAD, Tokenizer
-from xformer.jobs.resume import ResumableDataLoader, trainer_batches_done, trainer_epoch_batches
 
 
 class Seq2SeqDataset(Dataset):
@@ -298,7 +298,7 @@ class XformerDataModule(L.LightningDataModule):
         self, dataset: Dataset, batch_sampler, collate_fn, persistent: bool, train: bool = False
     ) -> DataLoader:
         """DataLoader over ``batch_sampler``; workers persist across epochs for train/val only. The
-        training loader is a :class:`~xformer.jobs.resume.ResumableDataLoader`: checkpoints record
+        training loader is a :class:`~xformer.data.loader.ResumableDataLoader`: checkpoints record
         its position in the epoch."""
         kwargs = dict(
             batch_sampler=batch_sampler,

@@ -11,8 +11,8 @@ itself) at the start of every training epoch. Outside Lightning call ``set_epoch
 
 Resuming mid-epoch: :class:`TokenBudgetBatchSampler` and :class:`RandomBatchSampler` have
 ``resume(epoch, batches_done)``, after which their next iteration continues ``epoch`` after its first
-``batches_done`` batches. :class:`xformer.jobs.resume.ResumableDataLoader` (where every piece of
-exact resume lives, with the guarantee) exposes that as the ``state_dict`` /
+``batches_done`` batches. :class:`xformer.data.loader.ResumableDataLoader` (exact resume as a whole:
+:mod:`xformer.jobs.resume`) exposes that as the ``state_dict`` /
 ``load_state_dict`` pair Lightning stores in (and restores from) every checkpoint, so a run restarted
 from a mid-epoch ``last.ckpt`` sees exactly the batches an uninterrupted run would have seen.
 """

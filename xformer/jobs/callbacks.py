@@ -1,29 +1,10 @@
-"""Lightning callbacks that keep long runs safe (all on in ``conf/callbacks/default.yaml``).
-
-* :class:`NonFiniteLossGuard` -- stops at the first NaN/Inf training loss with one line naming the
-  step, *before* any checkpoint of that step is written, so ``last.ckpt`` stays the last good state.
-  The run has *diverged* (an outcome, not a crash): ``metrics.json`` says ``"status": "diverged"``
-  with ``"diverged": {"step": ..., "reason": ...}`` and the message, the W&B run is finished with a
-  non-zero exit code, ``run.py`` exits 1; in a ``-m`` sweep the other jobs go on. The guard also
-  records every validation loss; a run whose last validation loss is above its first (or
-  non-finite) finishes normally but is recorded as diverged too (:meth:`NonFiniteLossGuard.divergence`).
-* :class:`StopCheckpoint` -- writes ``last.ckpt`` where training stops between the periodic saves:
-  on SIGTERM (SLURM preemption, ``scancel``, ``kill``) and on Ctrl-C (SIGINT, handled the same way
-  during ``fit``; a second Ctrl-C quits at once) Lightning stops at the next batch boundary and this
-  saves there, so ``ckpt_path=last hydra.run.dir=<job dir>`` continues exactly where the run
-  stopped; and at the end of training, so ``last.ckpt`` holds the final weights.
-* :class:`SlurmRequeue` -- under SLURM, the requeue signal (submitit's USR2, Lightning's USR1) stops
-  training after the step in flight, ``StopCheckpoint`` saves there, and the job is requeued when the
-  process exits; the requeued job resumes its own ``last.ckpt`` (:mod:`xformer.jobs.slurm`).
-* :class:`StepSeed` -- reseeds the RNGs at every training batch from ``(seed, epoch, batch, rank)``:
-  dropout masks are a function of the position in training, so a resumed run draws exactly the
-  masks the uninterrupted run would have drawn (nothing else consumed before the first resumed
-  batch -- model construction, loader start-up -- can shift them).
-* :class:`AtomicCheckpoints` -- installs :class:`~xformer.jobs.checkpoint_io.AtomicCheckpointIO`, so
-  checkpoints are written to a temporary file and renamed into place.
-
-Exact resumption as a whole (its guarantee, and where each piece of state is stored) is described
-in :mod:`xformer.jobs.resume`, which holds the data position and the loop-progress correction.
+"""Lightning callbacks that keep long runs safe (all on in ``conf/callbacks/default.yaml``):
+:class:`NonFiniteLossGuard` (stop at the first NaN/Inf loss before it is checkpointed; a run whose
+validation loss ends above its first is recorded as diverged), :class:`StopCheckpoint` (``last.ckpt``
+where training stops: SIGTERM, Ctrl-C, the end of ``fit``), :class:`SlurmRequeue` (save and requeue
+on SLURM's requeue signal), :class:`StepSeed` (dropout RNG a function of the position in training)
+and :class:`AtomicCheckpoints` (checkpoints written to a temporary file and renamed into place).
+Exact resumption as a whole is described in :mod:`xformer.jobs.resume`.
 """
 
 from __future__ import annotations
@@ -48,23 +29,22 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
 from xformer.config_types import Range
+from xformer.lightning_compat import request_stop
 
 from . import slurm
 from .checkpoint_io import AtomicCheckpointIO
-from .lightning_compat import request_stop
 
 log = logging.getLogger("xformer")
 
 
-#: The signal that stopped training in this process (``"SIGTERM"`` or ``"SIGINT"``), None before.
-_STOPPED_BY: dict[str, str | None] = {"signal": None}
-
-
-def interrupt_signal() -> str | None:
-    """``"SIGINT"`` when Ctrl-C stopped this process's training, ``"SIGTERM"`` when SIGTERM did,
-    ``"SIGUSR1"``/``"SIGUSR2"`` when SLURM's requeue signal did (:class:`SlurmRequeue`), else None
-    (read by ``run.py`` and the driver for the exit status and ``metrics.json``'s status)."""
-    return _STOPPED_BY["signal"]
+def interrupt_signal(err: BaseException) -> str | None:
+    """The signal that stopped training with ``err``: ``"SIGINT"`` (Ctrl-C), ``"SIGUSR1"``/``"SIGUSR2"``
+    (SLURM's requeue signal, :class:`SlurmRequeue`) or ``"SIGTERM"`` for Lightning's
+    ``SIGTERMException``, else None (read by ``run.py`` and the driver for the exit status and
+    ``metrics.json``'s status). :class:`StopCheckpoint` names the signal on the exception."""
+    if not isinstance(err, SIGTERMException):
+        return None
+    return getattr(err, "stop_signal", None) or "SIGTERM"
 
 
 def resume_command(job_dir: Path) -> str:
@@ -79,17 +59,13 @@ def resume_command(job_dir: Path) -> str:
         from .overrides import key_of
 
         if HydraConfig.initialized():
-            overrides = [o for o in HydraConfig.get().overrides.task if key_of(o) not in ("ckpt_path", "hydra.run.dir")]
-    except Exception:  # outside Hydra: the bare command
-        pass
-    try:
-        from hydra.core.hydra_config import HydraConfig
+            hydra = HydraConfig.get()
+            overrides = [o for o in hydra.overrides.task if key_of(o) not in ("ckpt_path", "hydra.run.dir")]
+            if str(hydra.mode) == "RunMode.MULTIRUN":
+                from .sweep import sweep_resume_command  # a sweep's job: the sweep's own command resumes it
 
-        if HydraConfig.initialized() and str(HydraConfig.get().mode) == "RunMode.MULTIRUN":
-            from .sweep import sweep_resume_command  # a sweep's job: the sweep's own command resumes it
-
-            return sweep_resume_command(HydraConfig.instance().cfg)
-    except Exception:  # no sweep folder to read: the job's own command below
+                return sweep_resume_command(HydraConfig.instance().cfg)
+    except Exception:  # outside Hydra, or no sweep folder to read: the job's own command below
         pass
     script = sys.argv[0] if sys.argv and sys.argv[0].endswith(".py") else "run.py"
     return " ".join(
@@ -168,6 +144,10 @@ class NonFiniteLossGuard(L.Callback):
             return
         step, value = int(trainer.global_step), float(trainer.callback_metrics[VAL_LOSS])
         self.validations = [v for v in self.validations if v[0] != step] + [(step, value)]
+
+    def forget_validation(self, step: int) -> None:
+        """Drop the validation after ``step`` (one the resumed run's schedule does not have)."""
+        self.validations = [v for v in self.validations if v[0] != step]
 
     def divergence(self) -> dict[str, Any] | None:
         """Whether the validations so far say the run diverged: the last ``val/loss`` is non-finite or
@@ -301,7 +281,7 @@ class StopCheckpoint(L.Callback):
         self.save_on_train_end = save_on_train_end
         self.saved_path: str | None = None
         self._previous_sigint = None
-        self._sigints = 0
+        self._sigints = 0  # Ctrl-C presses during this fit
 
     def _path(self, trainer: L.Trainer) -> Path | None:
         dirpath = self.dirpath or (trainer.checkpoint_callback.dirpath if trainer.checkpoint_callback else None)
@@ -321,7 +301,6 @@ class StopCheckpoint(L.Callback):
             if self._sigints > 1:
                 print("\nsecond Ctrl-C: quitting now, nothing more saved", file=sys.stderr, flush=True)
                 os._exit(130)
-            _STOPPED_BY["signal"] = "SIGINT"
             print(
                 "\nCtrl-C: stopping after this batch and saving last.ckpt (Ctrl-C again to quit at once)",
                 file=sys.stderr,
@@ -354,23 +333,24 @@ class StopCheckpoint(L.Callback):
     def _save_on_stop(self, trainer: L.Trainer, exception: BaseException) -> None:
         if not isinstance(exception, SIGTERMException):
             return
+        requeue = next((cb.received_signal for cb in trainer.callbacks if isinstance(cb, SlurmRequeue)), None)
+        name = "SIGINT" if self._sigints else requeue or "SIGTERM"
+        exception.stop_signal = name  # for interrupt_signal
         if trainer.state.fn != "fit":
             # stopped while testing (a best checkpoint's weights are loaded) or validating outside fit:
             # the last.ckpt written when training ended is the one to keep
-            _STOPPED_BY["signal"] = _STOPPED_BY["signal"] or "SIGTERM"
             return
-        what = "Ctrl-C" if _STOPPED_BY["signal"] == "SIGINT" else "SIGTERM"
-        _STOPPED_BY["signal"] = _STOPPED_BY["signal"] or "SIGTERM"
+        what = "Ctrl-C" if name == "SIGINT" else "SIGTERM"
         path = self._path(trainer)
         if path is None:
             log.warning("%s at step %d: no checkpoint folder configured, nothing saved", what, trainer.global_step)
             return
         trainer.save_checkpoint(path)
         self.saved_path = str(path)
-        if trainer.is_global_zero and _STOPPED_BY["signal"] not in ("SIGTERM", "SIGINT"):  # SLURM's requeue signal
+        if trainer.is_global_zero and name not in ("SIGTERM", "SIGINT"):  # SLURM's requeue signal
             log.warning(
                 "%s (SLURM's requeue signal): saved %s at step %d; the requeued job resumes from it by itself",
-                _STOPPED_BY["signal"],
+                name,
                 path,
                 trainer.global_step,
             )
@@ -407,6 +387,11 @@ class SlurmRequeue(L.Callback):
         self._received: int | None = None
         self._requeue_registered = False
 
+    @property
+    def received_signal(self) -> str | None:
+        """The name of the requeue signal received (``"SIGUSR2"`` ...), None before."""
+        return None if self._received is None else signal.Signals(self._received).name
+
     @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._current = trainer
@@ -421,7 +406,6 @@ class SlurmRequeue(L.Callback):
     def _on_signal(self, signum: int, _frame: Any) -> None:
         first = self._received is None
         self._received = signum
-        _STOPPED_BY["signal"] = _STOPPED_BY["signal"] or signal.Signals(signum).name
         if first and slurm.global_rank() == 0:
             log.warning(
                 "SLURM sent %s: saving last.ckpt after the step in flight, then requeueing this job",
@@ -469,9 +453,8 @@ class StepSeed(L.Callback):
         state = np.random.SeedSequence([self.seed, trainer.current_epoch, batch_idx, trainer.global_rank])
         s = int(state.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
         if pl_module.device.type == "cpu":
-            # the CPU generator alone: torch.manual_seed also queues a seed for CUDA when CUDA is not
-            # initialised, and records the Python stack with it (traceback.format_stack), ~1 ms of a
-            # training step on a CPU (docs/results/nanogpt-cpu.md); the CPU state is the same
+            # the CPU generator alone (the same CPU state): torch.manual_seed also queues a seed for an
+            # uninitialised CUDA and records the Python stack with it, a cost in every training step
             torch.default_generator.manual_seed(s)
         else:
             torch.manual_seed(s)

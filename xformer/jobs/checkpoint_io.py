@@ -2,7 +2,7 @@
 ``last.ckpt`` that a resume would load.
 
 :class:`AtomicCheckpointIO` is a Lightning ``CheckpointIO`` plugin. For a local path it serialises the
-checkpoint to a temporary file *in the same folder* (``.<name>.tmp-<pid>-<n>``), flushes and
+checkpoint to a temporary file *in the same folder* (``.<name>.tmp-<random>``), flushes and
 ``fsync``\\ s it, then ``os.replace``\\ s it over the target (atomic on POSIX within one file system) and
 ``fsync``\\ s the folder so the rename itself survives a power loss. Until the rename, the previous
 file is untouched; if anything fails the temporary file is removed and the error propagates.
@@ -15,15 +15,13 @@ installs it on the trainer's strategy unless another ``CheckpointIO`` was config
 
 from __future__ import annotations
 
-import itertools
 import os
+import uuid
 from pathlib import Path
 from typing import Any
 
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
-
-_counter = itertools.count()
 
 
 def _is_local(path: Any) -> bool:
@@ -52,7 +50,7 @@ def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
     """
     path = Path(str(path).removeprefix("file://"))
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{next(_counter)}")
+    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex}")
     try:
         with open(tmp, "wb") as f:
             torch.save(obj, f)

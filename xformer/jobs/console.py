@@ -5,6 +5,7 @@ mid-epoch resume, and a test-results table with one column per test split (:func
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import math
 import warnings
@@ -15,7 +16,7 @@ from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
 
 from xformer.jobs.distributed import logging_spec, replay_logging
-from xformer.jobs.lightning_compat import RICH_AVAILABLE, RichBarWithDescription
+from xformer.lightning_compat import RichBarWithDescription
 
 log = logging.getLogger("xformer")
 
@@ -71,7 +72,7 @@ class RichBar(RichBarWithDescription):
 def progress_bar() -> ProgressBar:
     """The bar Lightning would pick by default (Rich when installed, else tqdm, whose label has no
     epoch total), with the epoch label fixed."""
-    return RichBar() if RICH_AVAILABLE else TQDMProgressBar()
+    return RichBar() if importlib.util.find_spec("rich") is not None else TQDMProgressBar()
 
 
 def single_log_lines() -> None:

@@ -158,7 +158,7 @@ def outcome_of(
             Status.DIVERGED, 1, err, str(err), first_line(err), {"step": err.step, "reason": "non-finite train/loss"}
         )
     if isinstance(err, (SIGTERMException, KeyboardInterrupt)) or ctrl_c:  # last.ckpt was saved (StopCheckpoint)
-        sigint = not isinstance(err, SIGTERMException) or interrupt_signal() == "SIGINT"
+        sigint = not isinstance(err, SIGTERMException) or interrupt_signal(err) == "SIGINT"
         status, code, how = (Status.INTERRUPTED, 130, "Ctrl-C") if sigint else (Status.PREEMPTED, 143, "SIGTERM")
         return Outcome(status, code, err, None, f"{status}: stopped by {how} at step {step}; last.ckpt was saved")
     return Outcome(Status.FAILED, 1, err, None, first_line(err))

@@ -1,26 +1,19 @@
-""" "Every N steps" means every N optimizer steps, also under gradient accumulation.
+"""Validation after optimizer steps: every ``trainer.val_check_interval`` steps, and after the last one.
 
-xformer's config documents ``trainer.val_check_interval``, ``trainer.log_every_n_steps`` and the
-checkpoint callbacks' ``every_n_train_steps`` as counts of *training steps*, i.e. optimizer updates.
-Lightning agrees for checkpoints (``ModelCheckpoint`` tests ``trainer.global_step``) and logging, but
-not for validation when ``trainer.accumulate_grad_batches > 1``:
+xformer documents ``trainer.val_check_interval``, ``trainer.log_every_n_steps`` and the checkpoint
+callbacks' ``every_n_train_steps`` as counts of optimizer steps. Lightning agrees for checkpoints and
+logging, but an integer ``val_check_interval`` counts batches: with 3-batch epochs and
+``accumulate_grad_batches=2`` (Lightning also steps on an epoch's last batch) ``val_check_interval=4``
+would validate after steps 2, 5 and 8 instead of 4 and 8. Lightning has no option or hook for that
+decision, so :class:`OptimizerStepIntervals` replaces it on the running trainer (the one private
+name it uses, :mod:`xformer.lightning_compat`); everything it reads is public trainer state.
 
-* an integer ``val_check_interval`` counts *batches* (``total_batch_idx``), so with 3-batch epochs
-  and ``accumulate_grad_batches=2`` (two optimizer steps per epoch: Lightning also steps on an epoch's
-  last batch) ``val_check_interval=4`` validated after steps 2, 5 and 8 instead of 4 and 8;
-* ``log_every_n_steps`` already counts optimizer steps (the loop's count of stepped batches), and so does the
-  step label of every logged row; ``val/*`` rows carry the label of the last trained step.
-
-Lightning has no option for the validation interval (documented in batches), so
-:class:`OptimizerStepIntervals` replaces that one decision on the running trainer: validation runs
-after the micro-batch that completes an optimizer step whose number is a multiple of the interval.
-The other reasons Lightning validates for (an early stop, ``val_check_interval`` as a time or a
-fraction of an epoch) are left to Lightning.
-
-It also validates once more after the last optimizer step (``max_steps`` or the end of the last of
-``max_epochs``) when that step is not a validation step anyway, so the objective -- a validation
-metric -- and the best checkpoint always exist: ``max_steps=5`` with ``val_check_interval=500``
-used to finish with no objective value. The driver installs the callback in every run.
+It also validates after the last optimizer step (``max_steps``, or the end of the last of
+``max_epochs``) when that step is not a validation step anyway, so the objective and the best
+checkpoint always exist (``max_steps=5`` with ``val_check_interval=500``). When a finished job is
+resumed with a larger budget, that validation is not on the new budget's schedule:
+:meth:`OptimizerStepIntervals.on_train_start` takes it back from the job's records (the CSV history,
+the divergence guard), so they read as the uninterrupted run's.
 """
 
 from __future__ import annotations
@@ -31,7 +24,7 @@ from typing import Any
 import lightning as L
 from typing_extensions import override
 
-from xformer.jobs import lightning_compat as compat
+from xformer import lightning_compat as compat
 
 __all__ = ["OptimizerStepIntervals", "optimizer_steps_in_epoch"]
 
@@ -43,65 +36,85 @@ def optimizer_steps_in_epoch(batches_done: int, accumulate: int) -> int:
     return math.ceil(batches_done / max(1, accumulate))
 
 
+def _step_interval(trainer: L.Trainer) -> int | None:
+    """The integer ``val_check_interval`` (optimizer steps); None for a fraction of an epoch or a time."""
+    interval = getattr(trainer, "val_check_interval", None)  # unset when it is a time
+    return interval if isinstance(interval, int) and not isinstance(interval, bool) else None
+
+
+def _budget_reached(trainer: L.Trainer) -> bool:
+    """True once the run's last optimizer step is done: ``max_steps`` reached, or the last batch of the
+    last epoch under ``max_epochs``."""
+    if trainer.max_steps is not None and trainer.max_steps != -1 and trainer.global_step >= trainer.max_steps:
+        return True
+    if trainer.max_epochs is None or trainer.max_epochs == -1 or trainer.current_epoch + 1 < trainer.max_epochs:
+        return False
+    progress = trainer.fit_loop.epoch_loop.batch_progress
+    return progress.is_last_batch or progress.current.ready == trainer.num_training_batches
+
+
+def _may_stop_early(trainer: L.Trainer) -> bool:
+    """True when the fit loop honours ``trainer.should_stop`` now (``min_epochs``/``min_steps`` met)."""
+    fit = trainer.fit_loop
+    epochs_met = not fit.min_epochs or fit.epoch_progress.current.processed >= fit.min_epochs
+    return epochs_met and (not fit.min_steps or trainer.global_step >= fit.min_steps)
+
+
 class OptimizerStepIntervals(L.Callback):
     """Make an integer ``trainer.val_check_interval`` count optimizer steps, and validate after the last
     step when it is not a validation step (see the module docstring).
 
     With ``check_val_every_n_epoch=None`` (xformer's default) the interval counts the run's optimizer
     steps (``global_step``); with ``check_val_every_n_epoch`` set it counts the steps inside the
-    epoch, as Lightning's batch count does. Nothing changes without gradient accumulation.
+    epoch, as Lightning's batch count does. A fraction of an epoch or a time is left to Lightning.
 
-    The decision is a function of the optimizer step (and the budget, for the step after the last
-    one): a resumed run validates after the same steps as an uninterrupted one, whichever
-    checkpoint it resumed from. The one other answer is given at a restart, before the first
-    resumed batch, about the checkpoint's own step (see ``should_check_val``).
+    At a restart Lightning asks the decision once before the first resumed batch, about the
+    checkpoint's own step: "validation due" makes it skip that validation and count the step on the
+    log axis. That is right for a checkpoint written inside the step's validation (the step is not
+    yet counted there), wrong for one written after it (a stop or the end of ``fit``: it would be
+    counted twice), so each checkpoint records which it is (:meth:`state_dict`).
     """
 
     def __init__(self) -> None:
+        self._current: L.Trainer | None = None  # the trainer of this fit
         self._trained = False  # this fit has trained a batch
+        self._step_before_batch = 0
+        self._restored_in_validation = False
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"in_validation"}``: whether the checkpoint is written inside a validation of ``fit``."""
+        return {"in_validation": bool(self._current is not None and self._current.validating)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._restored_in_validation = bool(state_dict.get("in_validation", False))
 
     @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        """Install the optimizer-step validation decision on ``trainer`` (once; fit only)."""
-        if stage != "fit" or getattr(trainer, "_xformer_step_intervals", False):
-            return
-        trainer._xformer_step_intervals = True
+        """Install the optimizer-step validation decision on ``trainer`` (fit only)."""
         epoch_loop = trainer.fit_loop.epoch_loop
         lightning_decision = compat.val_check_decision(trainer)
-        self._trained = False
+        self._current, self._trained = trainer, False
+        if stage != "fit" or getattr(lightning_decision, "__self__", None) is not epoch_loop:
+            return  # not fitting, or installed already
 
         def should_check_val(data_fetcher: Any) -> bool:
             if not self._trained and epoch_loop.restarting and epoch_loop.restarted_on_last:
-                # asked at a restart, before any batch of this fit: a checkpoint written after its
-                # batch completed. Inside that step's validation (an interval's or the extra one after
-                # the last step) Lightning has not yet counted the step on the log axis (its
-                # logger-step counter is one behind): answering "validation due" makes it skip the
-                # validation it already ran and count the step, so the next step is logged under its
-                # own label. Written after the step was fully counted (a SIGTERM or Ctrl-C stop, the
-                # end of fit): nothing to skip, or the step would be counted twice. After the first
-                # resumed batch the loop still reads "restarting" until that iteration ends: the
-                # decision there is the schedule's, like every other step's.
-                return compat.batches_that_stepped(trainer) < trainer.global_step
-            due = interval_decision(data_fetcher)
-            if not due and not compat.should_accumulate(trainer) and _is_final_step(trainer):
-                return True  # training ends off a validation step: validate once more
-            return due
+                return self._restored_in_validation  # the restart question (class docstring)
+            stepped = trainer.global_step != self._step_before_batch  # this micro-batch ended a step
+            return interval_decision(data_fetcher, stepped) or (stepped and _budget_reached(trainer))
 
-        def interval_decision(data_fetcher: Any) -> bool:
-            interval = trainer.val_check_interval
-            if (
-                not isinstance(interval, int)
-                or isinstance(interval, bool)
-                or compat.val_check_time_interval(trainer) is not None
-            ):
+        def interval_decision(data_fetcher: Any, stepped: bool) -> bool:
+            interval = _step_interval(trainer)
+            if interval is None:
                 return lightning_decision(data_fetcher)  # a fraction of an epoch or a time: Lightning's
-            if not compat.should_check_val_epoch(trainer):
+            epochs = trainer.check_val_every_n_epoch
+            if not trainer.enable_validation or (epochs is not None and (trainer.current_epoch + 1) % epochs):
                 return False
-            if trainer.should_stop and compat.can_stop_early(trainer):
+            if trainer.should_stop and _may_stop_early(trainer):
                 return True  # early stopping validates once more, as in Lightning
-            if compat.should_accumulate(trainer):
-                return False  # this micro-batch did not finish an optimizer step
-            if trainer.check_val_every_n_epoch is None:
+            if not stepped:
+                return False
+            if epochs is None:
                 steps = trainer.global_step
             else:
                 steps = optimizer_steps_in_epoch(
@@ -112,19 +125,21 @@ class OptimizerStepIntervals(L.Callback):
         compat.set_val_check_decision(trainer, should_check_val)
 
     @override
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Resumed with a larger budget from a step validated only as the last step of the shorter one:
+        take that validation back from the loggers and callbacks that keep one (``forget_validation``)."""
+        step, interval = trainer.global_step, _step_interval(trainer)
+        if step == 0 or interval is None or trainer.check_val_every_n_epoch is not None:
+            return
+        if step % interval == 0 or _budget_reached(trainer):
+            return
+        for keeper in [*trainer.loggers, *trainer.callbacks]:
+            if callable(getattr(keeper, "forget_validation", None)):
+                keeper.forget_validation(step)
+
+    @override
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        """Note that this fit has trained a batch (the restart question is behind it)."""
-        self._trained = True
-
-
-def _is_final_step(trainer: L.Trainer) -> bool:
-    """True after the micro-batch that completes the run's last optimizer step: ``max_steps`` reached,
-    or the last batch of the last epoch under ``max_epochs``."""
-    if trainer.max_steps is not None and trainer.max_steps != -1 and trainer.global_step >= trainer.max_steps:
-        return True
-    max_epochs = trainer.max_epochs
-    if max_epochs is None or max_epochs == -1:
-        return False
-    return compat.num_ready_batches_reached(trainer) and trainer.current_epoch + 1 >= max_epochs
+        """Note the step before this micro-batch (it completes a step when ``global_step`` moves)."""
+        self._trained, self._step_before_batch = True, trainer.global_step

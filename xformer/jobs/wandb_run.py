@@ -37,7 +37,8 @@ from urllib.parse import urlsplit
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from .lightning_compat import logger_started, wandb_init_kwargs
+from xformer.lightning_compat import logger_started, wandb_init_kwargs
+
 from .resume import own_checkpoint
 
 log = logging.getLogger("xformer")

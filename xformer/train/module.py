@@ -47,7 +47,7 @@ from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from torch import Tensor
 from typing_extensions import override
 
-from xformer.jobs import lightning_compat
+from xformer import lightning_compat
 from xformer.train.decode import DecodeSettings
 from xformer.train.losses import CrossEntropy
 
@@ -171,6 +171,7 @@ class TransformerLitModule(L.LightningModule):
         self._step_logged: bool | None = None
         self._watched: bool | None = None  # a callback reads a train-time key (see _logs_this_step)
         self._late_logs = False  # this epoch, on_train_batch_end logs train/loss (on_before_optimizer_step)
+        self._step_before_batch = -1  # global_step when the current micro-batch started
         #: shown by the progress bar (:class:`xformer.jobs.console.RichBar`): the training loss of the
         #: last logging step, a host float read once per logging window
         self.progress_metrics: dict[str, float] = {}
@@ -207,6 +208,13 @@ class TransformerLitModule(L.LightningModule):
         self.tokens_seen = int(checkpoint.get("xformer", {}).get("tokens_seen", 0))
         norm = checkpoint.get("xformer", {}).get("step_norm")
         self._step_norm = None if norm is None else torch.tensor(float(norm), dtype=torch.float64)
+
+    def _attached(self) -> bool:
+        """True when a trainer runs this module (``self.trainer`` raises otherwise, e.g. in a unit test)."""
+        try:
+            return self.trainer is not None
+        except RuntimeError:
+            return False
 
     # -- training -----------------------------------------------------------------------------
     @property
@@ -270,7 +278,7 @@ class TransformerLitModule(L.LightningModule):
         self._tokens += n_tok
         if self._step_norm is None:  # first micro-batch of this process's training: one all-reduce
             norm = n_tgt.clamp(min=1).to(loss_sum.dtype)
-            if lightning_compat.has_trainer(self) and self.trainer.world_size > 1:
+            if self._attached() and self.trainer.world_size > 1:
                 norm = self.trainer.strategy.reduce(norm, reduce_op="mean")
             self._step_norm = norm
         if self._step_window is None:
@@ -300,23 +308,22 @@ class TransformerLitModule(L.LightningModule):
         window = self._step_window
         if window is None:
             return
-        world = self.trainer.world_size if lightning_compat.has_trainer(self) else 1
+        world = self.trainer.world_size if self._attached() else 1
         if world > 1:
             window = self.trainer.strategy.reduce(window, reduce_op="sum")
         loss_sum, n_tgt, micro = window[0], window[1].clamp(min=1), window[2]
-        accumulate = self.trainer.accumulate_grad_batches if lightning_compat.has_trainer(self) else 1
+        accumulate = self.trainer.accumulate_grad_batches if self._attached() else 1
         factor = self._step_norm.double() * accumulate * world / n_tgt
         groups: dict[tuple[torch.device, torch.dtype], list[Tensor]] = {}
         for p in self.parameters():
             if p.grad is not None:
                 g = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad  # FSDP2 DTensor
                 groups.setdefault((g.device, g.dtype), []).append(g)
-        with torch.no_grad():  # never read on the host (no sync per step; tests/gpu_path/test_no_host_sync.py)
+        with torch.no_grad():  # never read on the host: no sync per step
             for (device, dtype), grads in groups.items():
-                # one for-each call per device and dtype. The factor in the grads' dtype when that is float32
-                # or float64 (CUDA fuses only a scalar of the grads' dtype): the very value `g.mul_(factor)`
-                # used, since a 0-dim operand takes the other operand's dtype. For 16-bit grads it stays
-                # float64, as before (a CPU scalar is read as float; a bfloat16 copy would round it further).
+                # one for-each call per device and dtype; the factor in the grads' dtype for float32/float64
+                # grads (CUDA fuses only a scalar of the grads' dtype; a 0-dim operand takes the other
+                # operand's dtype anyway), float64 for 16-bit grads (a bfloat16 copy would round it)
                 same = dtype in (torch.float32, torch.float64)
                 torch._foreach_mul_(grads, factor.to(device=device, dtype=dtype if same else factor.dtype))
         self._step_loss = loss_sum / n_tgt  # float64
@@ -345,12 +352,10 @@ class TransformerLitModule(L.LightningModule):
         validation line's ``metric``, e.g. ``objective.metric=train/loss``). ``stepped``: asked after the
         optimizer step (``trainer.global_step`` counts it already).
 
-        Lightning's ``self.log`` costs ~0.3 ms a call on a CPU, four calls a step: ~2 % of a step of
-        nanoGPT's CPU recipe (``trainer.profiler=simple``, docs/results/nanogpt-cpu.md). A value
-        logged on the other steps is overwritten before a logger writes it, so the logs are unchanged;
-        ``trainer.callback_metrics`` holds the last logged step's values in between (a callback of your
-        own that reads ``train/loss`` after every step wants ``trainer.log_every_n_steps=1``)."""
-        if not lightning_compat.has_trainer(self):
+        A value logged on the other steps would be overwritten before a logger writes it, so the logs
+        are the same; ``trainer.callback_metrics`` holds the last logged step's values in between (a
+        callback of your own that reads ``train/loss`` after every step wants ``trainer.log_every_n_steps=1``)."""
+        if not self._attached():
             return True
         trainer = self.trainer
         if self._watched is None:
@@ -362,14 +367,21 @@ class TransformerLitModule(L.LightningModule):
             return True  # the last step
         epochs = trainer.max_epochs is not None and trainer.max_epochs > 0
         if epochs and trainer.current_epoch + 1 >= trainer.max_epochs:
-            if lightning_compat.num_ready_batches_reached(trainer):
+            progress = trainer.fit_loop.epoch_loop.batch_progress
+            if progress.is_last_batch or progress.current.ready == trainer.num_training_batches:
                 return True  # the last step of the last epoch
-        return lightning_compat.logger_writes_this_step(trainer)
+        # the loggers write this step (Lightning's rule: every log_every_n_steps-th step, and at a stop)
+        every = trainer.log_every_n_steps
+        return (every > 0 and (trainer.global_step + (not stepped)) % every == 0) or trainer.should_stop
 
     def _log_step_loss(self) -> None:
         self.log("train/loss", self._step_loss)
         self.log("train/nll", self._step_nll)
         self._step_logged = True
+
+    @override
+    def on_train_batch_start(self, batch, batch_idx) -> None:
+        self._step_before_batch = self.trainer.global_step  # it moves in the micro-batch that ends a step
 
     @override
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
@@ -394,7 +406,7 @@ class TransformerLitModule(L.LightningModule):
             self._window = (step, now, self._tokens.clone())
             if self._step_loss is not None:
                 self.progress_metrics = self._bar_metrics()  # one read per logging window
-        if lightning_compat.should_accumulate(self.trainer) or not self._logs_this_step(stepped=True):
+        if step == self._step_before_batch or not self._logs_this_step(stepped=True):  # no step ended here
             return
         if self._step_logged is False:
             self._late_logs = True
@@ -465,7 +477,7 @@ class TransformerLitModule(L.LightningModule):
 
     @override
     def setup(self, stage: str) -> None:
-        if lightning_compat.has_trainer(self):
+        if self._attached():
             lightning_compat.refresh_csv_headers(self.trainer)  # ddp_spawn: the logger copies missed the ranks' columns
 
     def on_train_end(self) -> None:
@@ -633,7 +645,7 @@ class TransformerLitModule(L.LightningModule):
     def _all_reduce(self, values: list[float]) -> list[float]:
         """Sum ``values`` over distributed ranks (identity in a single process)."""
         t = torch.tensor(values, dtype=torch.float64, device=self.device)
-        if self.trainer is not None and self.trainer.world_size > 1:
+        if self._attached() and self.trainer.world_size > 1:
             t = self.trainer.strategy.reduce(t, reduce_op="sum")
         return t.tolist()
 
@@ -642,7 +654,7 @@ class TransformerLitModule(L.LightningModule):
         example once (the first copy; copies padded in by the distributed sampler are identical)."""
         local = (acc["idx"], acc["nll"], acc["n"], acc["correct"], acc["text"])
         parts = [local]
-        if lightning_compat.has_trainer(self) and self.trainer.world_size > 1:
+        if self._attached() and self.trainer.world_size > 1:
             import torch.distributed as dist
 
             parts = [None] * self.trainer.world_size
@@ -659,8 +671,8 @@ class TransformerLitModule(L.LightningModule):
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         limit = self.val_decode_limit
         # batch b of rank r is batch b * world_size + r of the whole (interleaved) validation set
-        world = self.trainer.world_size if lightning_compat.has_trainer(self) else 1
-        rank = self.trainer.global_rank if lightning_compat.has_trainer(self) else 0
+        world = self.trainer.world_size if self._attached() else 1
+        rank = self.trainer.global_rank if self._attached() else 0
         self._eval_step(batch, "val", decode=limit is None or batch_idx * world + rank < limit)
 
     def on_validation_epoch_end(self) -> None:
