@@ -14,7 +14,6 @@ import logging
 import math
 import os
 import random
-import shlex
 import signal
 import sys
 import threading
@@ -33,6 +32,7 @@ from xformer.lightning_compat import request_stop
 
 from . import slurm
 from .checkpoint_io import AtomicCheckpointIO
+from .overrides import resume_command
 
 log = logging.getLogger("xformer")
 
@@ -45,38 +45,6 @@ def interrupt_signal(err: BaseException) -> str | None:
     if not isinstance(err, SIGTERMException):
         return None
     return getattr(err, "stop_signal", None) or "SIGTERM"
-
-
-def resume_command(job_dir: Path) -> str:
-    """The shell command that continues the current Hydra job from its ``last.ckpt``: this job's
-    overrides (without ``ckpt_path``/``hydra.run.dir``) plus ``ckpt_path=last hydra.run.dir=<job_dir>``;
-    for a job of a ``-m`` sweep, the sweep's own command (:func:`xformer.jobs.sweep.sweep_resume_command`),
-    which skips the finished jobs and resumes this one."""
-    overrides: list[str] = []
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        from .overrides import key_of
-
-        if HydraConfig.initialized():
-            hydra = HydraConfig.get()
-            overrides = [o for o in hydra.overrides.task if key_of(o) not in ("ckpt_path", "hydra.run.dir")]
-            if str(hydra.mode) == "RunMode.MULTIRUN":
-                from .sweep import sweep_resume_command  # a sweep's job: the sweep's own command resumes it
-
-                return sweep_resume_command(HydraConfig.instance().cfg)
-    except Exception:  # outside Hydra, or no sweep folder to read: the job's own command below
-        pass
-    script = sys.argv[0] if sys.argv and sys.argv[0].endswith(".py") else "run.py"
-    return " ".join(
-        [
-            "python",
-            shlex.quote(script),
-            *map(shlex.quote, overrides),
-            "ckpt_path=last",
-            shlex.quote(f"hydra.run.dir={job_dir}"),
-        ]
-    )
 
 
 class NonFiniteLossError(RuntimeError):

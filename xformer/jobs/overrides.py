@@ -12,7 +12,12 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
+import sys
+from pathlib import Path
 from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
 
 #: Sweep functions of sweeper plugins that Hydra's grammar does not know (Optuna's ``tag(...)``, ...).
 _SWEEP_FUNCS = ("range(", "choice(", "interval(", "glob(")
@@ -178,3 +183,48 @@ def expand_json_args(argv: list[str]) -> list[str]:
                 continue
         out.append(arg)
     return out
+
+
+def resume_command(job_dir: Path) -> str:
+    """The shell command that continues the current Hydra job from its ``last.ckpt``: this job's
+    overrides (without ``ckpt_path``/``hydra.run.dir``) plus ``ckpt_path=last hydra.run.dir=<job_dir>``;
+    for a job of a ``-m`` sweep, the sweep's own command (:func:`sweep_resume_command`),
+    which skips the finished jobs and resumes this one."""
+    overrides: list[str] = []
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if HydraConfig.initialized():
+            hydra = HydraConfig.get()
+            overrides = [o for o in hydra.overrides.task if key_of(o) not in ("ckpt_path", "hydra.run.dir")]
+            if str(hydra.mode) == "RunMode.MULTIRUN":
+                return sweep_resume_command(HydraConfig.instance().cfg)
+    except Exception:  # outside Hydra, or no sweep folder to read: the job's own command below
+        pass
+    script = sys.argv[0] if sys.argv and sys.argv[0].endswith(".py") else "run.py"
+    return " ".join(
+        [
+            "python",
+            shlex.quote(script),
+            *map(shlex.quote, overrides),
+            "ckpt_path=last",
+            shlex.quote(f"hydra.run.dir={job_dir}"),
+        ]
+    )
+
+
+def sweep_resume_command(config: DictConfig) -> str:
+    """The command that continues the sweep this job belongs to: the sweep's own overrides (from its
+    ``multirun.yaml``, as typed) into the same ``hydra.sweep.dir``, with ``-m``: finished jobs are
+    skipped and an interrupted one continues from its ``last.ckpt`` (:mod:`xformer.jobs.sweep_resume`).
+    ``config``: the job's config with its ``hydra`` node."""
+    sweep_dir = Path(str(config.hydra.sweep.dir))
+    try:
+        recorded = OmegaConf.load(sweep_dir / "multirun.yaml")
+        overrides = [str(o) for o in OmegaConf.select(recorded, "hydra.overrides.task", default=[]) or []]
+    except Exception:  # no multirun.yaml (yet): this job's own overrides
+        overrides = list(config.hydra.overrides.task)
+    overrides = [o for o in overrides if key_of(o) != "hydra.sweep.dir"]
+    script = sys.argv[0] if sys.argv and sys.argv[0].endswith(".py") else "run.py"
+    sweep = shlex.quote(f"hydra.sweep.dir={sweep_dir}")
+    return " ".join(["python", shlex.quote(script), *map(shlex.quote, overrides), sweep, "-m"])

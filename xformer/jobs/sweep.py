@@ -18,14 +18,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from .overrides import key_of
+from .overrides import sweep_resume_command
 from .record import RunRecord, Status, finite_or_none
 
 if TYPE_CHECKING:
@@ -80,23 +79,6 @@ def stop_sweep(cfg: DictConfig, ctx: JobContext, code: int) -> None:
         log.warning("could not write the sweep summary: %s", err)
     command = sweep_resume_command(HydraConfig.instance().cfg)
     log.warning("sweep stopped (exit %d); resume the whole sweep with: %s", code, command)
-
-
-def sweep_resume_command(config: DictConfig) -> str:
-    """The command that continues the sweep this job belongs to: the sweep's own overrides (from its
-    ``multirun.yaml``, as typed) into the same ``hydra.sweep.dir``, with ``-m``: finished jobs are
-    skipped and an interrupted one continues from its ``last.ckpt`` (:mod:`xformer.jobs.sweep_resume`).
-    ``config``: the job's config with its ``hydra`` node."""
-    sweep_dir = Path(str(config.hydra.sweep.dir))
-    try:
-        recorded = OmegaConf.load(sweep_dir / "multirun.yaml")
-        overrides = [str(o) for o in OmegaConf.select(recorded, "hydra.overrides.task", default=[]) or []]
-    except Exception:  # no multirun.yaml (yet): this job's own overrides
-        overrides = list(config.hydra.overrides.task)
-    overrides = [o for o in overrides if key_of(o) != "hydra.sweep.dir"]
-    script = sys.argv[0] if sys.argv and sys.argv[0].endswith(".py") else "run.py"
-    sweep = shlex.quote(f"hydra.sweep.dir={sweep_dir}")
-    return " ".join(["python", shlex.quote(script), *map(shlex.quote, overrides), sweep, "-m"])
 
 
 def write_sweep_summary(sweep_dir: Path, cfg: DictConfig, sweeper: Any, exit_on_failure: bool = True) -> None:
