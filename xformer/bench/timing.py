@@ -7,6 +7,7 @@ alike; each contender's figure is the median of its repeats. Ratios are taken be
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -113,16 +114,12 @@ def _status_kb(key: str) -> int:
     return int(m.group(1)) if m else 0
 
 
-_HWM: bool | None = None
-
-
+@functools.cache
 def _hwm_supported() -> bool:
-    global _HWM
-    if _HWM is None:
-        try:
-            with open("/proc/self/clear_refs", "w") as fh:
-                fh.write("5")
-            _HWM = _status_kb("VmHWM") > 0
-        except OSError:
-            _HWM = False
-    return _HWM
+    """Whether this kernel lets the peak RSS be reset (``/proc/self/clear_refs``) and read (``VmHWM``)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return _status_kb("VmHWM") > 0
+    except OSError:
+        return False
