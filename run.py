@@ -6,7 +6,7 @@ and the sweep goes on.
 Invalid configurations and inputs print one line naming the key/file and the fix, and exit with
 status 2 (set ``HYDRA_FULL_ERROR=1`` for the stack trace). The config is checked before torch's
 training stack, Lightning and W&B are imported and before any data is built
-(:func:`xformer.jobs.config_check.stages.check_config_first`), so such a line comes within seconds. A NaN/Inf
+(:func:`xformer.jobs.config_check.check_config_first`), so such a line comes within seconds. A NaN/Inf
 training loss prints one line naming the step and exits 1; SIGTERM saves ``last.ckpt`` and exits
 143, Ctrl-C (SIGINT) saves it too and exits 130, printing the command that resumes the run (a
 second Ctrl-C quits at once); every exit status: docs/troubleshooting.md.
@@ -28,7 +28,7 @@ log = logging.getLogger("xformer")
 def main(cfg: DictConfig) -> float | None:
     """One job, top to bottom: its context, the config check, training and testing (or a dry run), its end."""
     from xformer.errors import ConfigError
-    from xformer.jobs.config_check.stages import check_config, check_config_first
+    from xformer.jobs.config_check import check_config, check_config_first
     from xformer.jobs.context import Outcome, fallback, job_context, outcome_of
     from xformer.jobs.record import Status, read_record
 

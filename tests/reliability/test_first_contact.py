@@ -99,7 +99,7 @@ def test_check_config_first_on_a_valid_config_loads_no_training_stack(tmp_path):
     code = f"""
 import json, sys
 from hydra import compose, initialize_config_dir
-from xformer.jobs.config_check.stages import check_config_first
+from xformer.jobs.config_check import check_config_first
 with initialize_config_dir(config_dir={str(REPO / "conf")!r}, version_base="1.3"):
     cfg = compose("config", overrides={TINY!r})
 check_config_first(cfg)
@@ -117,7 +117,7 @@ print(json.dumps(sorted(sys.modules)))
 
 
 def test_sequence_metric_names_are_those_the_module_computes():
-    from xformer.jobs.config_check.rules import SEQUENCE_METRICS
+    from xformer.jobs.config_check import SEQUENCE_METRICS
     from xformer.train.module import corpus_metrics
 
     out, _ = corpus_metrics([(1.0, 2, 1)], {0: ("a b", "a b")}, list(SEQUENCE_METRICS), "val")
@@ -125,7 +125,7 @@ def test_sequence_metric_names_are_those_the_module_computes():
 
 
 def test_objective_typo_fails_without_the_data_and_a_metric_the_data_lacks_fails_with_it():
-    from xformer.jobs.config_check.rules import check_objective
+    from xformer.jobs.config_check import check_objective
 
     cfg = OmegaConf.create({"objective": {"metric": "val/blue"}, "decode": {"val_batches": None}})
     with pytest.raises(ConfigError, match="objective.metric=val/blue.*no such metric"):

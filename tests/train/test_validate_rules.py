@@ -7,7 +7,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from tests.conftest import REPO
-from xformer.jobs.config_check.stages import check_config_first, check_static
+from xformer.jobs.config_check import check_config_first, check_static
 from xformer.model import ConfigError
 
 
@@ -49,7 +49,7 @@ def test_each_range_and_choice_comes_from_an_annotation(overrides, message):
 
 def test_keys_without_a_class_are_checked_in_stage_one():
     """The root's ``seed``/``mode``, ``objective.*`` and ``optim.lr`` are declared as signatures in
-    :mod:`xformer.jobs.config_check.stages`, so their mistakes come before torch is imported."""
+    :mod:`xformer.jobs.config_check`, so their mistakes come before torch is imported."""
     with pytest.raises(ConfigError) as err:
         check_static(_compose(["seed=-1", "objective.mode=best", "optim.lr=0"]))
     assert str(err.value).count("\nerror: ") == 2  # all three at once
@@ -93,7 +93,7 @@ def test_a_mixer_that_cannot_apply_is_refused_before_training(overrides, message
     from hydra import compose, initialize_config_dir
 
     from tests.conftest import REPO
-    from xformer.jobs.config_check.stages import check_config
+    from xformer.jobs.config_check import check_config
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose(
@@ -123,7 +123,7 @@ def test_mixers_that_apply_pass(overrides, tmp_path):
     from hydra import compose, initialize_config_dir
 
     from tests.conftest import REPO
-    from xformer.jobs.config_check.stages import check_config
+    from xformer.jobs.config_check import check_config
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose(

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from xformer.config_types import closest, hint, import_target, parameters
 from xformer.errors import ConfigError
-from xformer.jobs.config_check.schema import check_resolves
+from xformer.jobs.config_check import check_resolves
 from xformer.jobs.overrides import parse
 
 FLAGS = ("-m", "--multirun")

@@ -32,7 +32,7 @@ from xformer.train.module import TransformerLitModule
 
 from .callbacks import NonFiniteLossGuard
 from .checkpoints import check_checkpoint_vocab, check_resume_settings, describe_resume_changes
-from .config_check.stages import check_data_options, check_with_data
+from .config_check import check_data_options, check_with_data
 from .console import progress_bar, quiet_console, single_log_lines, test_table
 from .context import JobContext, Outcome, job_context, outcome_of
 from .record import FILE, RunRecord

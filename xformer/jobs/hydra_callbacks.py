@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from typing_extensions import override
 
 from xformer.errors import ConfigError
-from xformer.jobs.config_check.schema import check_resolves
+from xformer.jobs.config_check import check_resolves
 
 # the sweep modules are imported by the callbacks of a -m sweep only: a single run does not load them
 

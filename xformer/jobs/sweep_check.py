@@ -61,7 +61,7 @@ def check_sweep(config: DictConfig) -> tuple[int, list[tuple[int, list[str], Bas
     from hydra.core.global_hydra import GlobalHydra
 
     from xformer.data.errors import DataError
-    from xformer.jobs.config_check.stages import check_config
+    from xformer.jobs.config_check import check_config
     from xformer.model import ConfigError
 
     loader = GlobalHydra.instance().config_loader()

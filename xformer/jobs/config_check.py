@@ -1,0 +1,504 @@
+"""The config check, before anything is built or read: each config node against the code it configures
+(the schema), the named cross-key rules no single signature can know, and the stages that run them in the
+order of what they need:
+
+1. :func:`check_static`, the config alone (interpolations that do not resolve, ``+`` additions, group
+   nodes given a string, :data:`DECLARED` keys, :data:`STATIC` rules; no torch);
+2. :func:`check_model`, the :data:`EARLY` nodes against their classes, the mixer and optimizer rules,
+   the model on the meta device, a checkpoint's model (torch, no Lightning);
+3. :func:`check_data_options`, the other nodes and the data module's constructor;
+4. :func:`check_with_data`, the built data against the model.
+
+Every mistake is one ``error:`` line naming the key, its YAML file where known, and the fix; a new
+option needs no other file.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from xformer.config_types import Range, closest, describe, hint, import_target, parameters, value_problem
+from xformer.errors import ConfigError, warn_once
+from xformer.jobs.checkpoints import check_checkpoint_model, check_ckpt_file
+from xformer.jobs.overrides import added_overrides, key_of
+from xformer.train.checkpoint_file import build_model, refusal
+
+# -- the schema: each node against its class --------------------------------------------------------
+
+
+#: Keys of a node that xformer reads itself before it instantiates the node's target.
+CONSUMED = {"lightning.Trainer": ("compile",), "lightning.pytorch.Trainer": ("compile",)}
+#: Nodes the run does not instantiate (Hydra's own settings).
+SKIP = ("hydra",)
+#: The roots checked in stage 2 (their targets import torch at most); the others follow in stage 3.
+EARLY = ("model", "optim", "loss", "decode")
+
+
+def raise_all(problems: list[str]) -> None:
+    """Raise one :class:`ConfigError` holding every problem, one per line (``error:`` before each)."""
+    if problems:
+        raise ConfigError("\nerror: ".join(dict.fromkeys(problems)))
+
+
+def _hydra():
+    """``(HydraConfig or None, the config loader or None)``: what a Hydra app knows of this run."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+
+    loader = GlobalHydra.instance().config_loader() if GlobalHydra.instance().is_initialized() else None
+    return (HydraConfig.get() if HydraConfig.initialized() else None), loader
+
+
+def check_additions(cfg: DictConfig) -> None:
+    """Refuse ``+group=option`` without such a group, and ``+key`` on a node without ``_target_`` (``+sed=3``;
+    a node with one is left to :func:`check_targets`). Raises: ConfigError, one line per override."""
+    hc, loader = _hydra()
+    problems = []
+    for key, value in added_overrides(hc.overrides.task) if hc is not None else []:
+        if "/" in key or "@" in key:
+            group = key.split("@", 1)[0]
+            if loader is None or loader.get_group_options(group):
+                continue
+            parent, _, name = group.rpartition("/")
+            siblings, prefix = list(loader.list_groups(parent)), f"{parent}/" if parent else ""
+            then = f" (then {prefix}{closest(name, siblings)}={value}, without +)" if closest(name, siblings) else ""
+            problems.append(
+                f"+{key}={value}: there is no config group {group} (no folder conf/{group}/ in the config "
+                f"search path). Fix: {hint(name, siblings, prefix)}{then}"
+            )
+            continue
+        parent_key, _, leaf = key.rpartition(".")
+        parent = cfg if not parent_key else OmegaConf.select(cfg, parent_key, default=None)
+        if not isinstance(parent, DictConfig) or parent_key.split(".")[0] in SKIP:
+            continue
+        added = parent.get(leaf)
+        if "_target_" in parent or leaf == "_target_" or (isinstance(added, DictConfig) and "_target_" in added):
+            continue
+        where = f"the {parent_key} node" if parent_key else "the root config"
+        problems.append(
+            f"+{key}={value}: {where} has no key {leaf!r}, and {leaf!r} is read by nothing. "
+            f"Fix: {hint(leaf, [k for k in parent if k != leaf], f'{parent_key}.' if parent_key else '')}"
+        )
+    raise_all(problems)
+
+
+def _always_node(folder: Path, leaf: str) -> bool:
+    """Every option of the group in ``folder`` that sets ``leaf`` sets it to a node (and one does)."""
+    nodes = [OmegaConf.load(p)._get_node(leaf) for p in folder.glob("*.yaml")]  # unresolved: no interpolation runs
+    return {isinstance(v, DictConfig) for v in nodes if v is not None} == {True}
+
+
+def check_group_nodes(cfg: DictConfig) -> None:
+    """Refuse a string where a config group puts a node: ``model.pe=x`` for the group ``model/pe``, or
+    ``optim.optimizer=x`` where ``x`` is an option of group ``optim``, whose options all hold a node ``optimizer``;
+    the groups are the folders of the config search path (``conf/`` outside a Hydra app). Raises: ConfigError."""
+    _, loader = _hydra()
+    entries = loader.get_search_path().get_path() if loader is not None else []
+    roots = [Path(e.path.removeprefix("file://")) for e in entries if e.path.startswith("file://")]
+    problems = []
+    for root in roots or [Path(__file__).resolve().parents[2] / "conf"]:
+        for folder in sorted(p for p in root.rglob("*") if p.is_dir() and p.name not in SKIP):
+            group = folder.relative_to(root).as_posix()
+            try:
+                node = OmegaConf.select(cfg, key := group.replace("/", "."), default=None)
+                items = list(node.items()) if isinstance(node, DictConfig) else [("", node)]
+            except Exception:  # an interpolation that does not resolve: named elsewhere
+                continue
+            for leaf, value in items:
+                if isinstance(value, str) and (
+                    not leaf or ((folder / f"{value}.yaml").is_file() and _always_node(folder, str(leaf)))
+                ):
+                    problems.append(
+                        f"{key + '.' + str(leaf) if leaf else key}={value}: replaces the node with a string; it is "
+                        f"chosen with the config group {group}. Fix: {group}={value}"
+                    )
+    raise_all(problems)
+
+
+def _source(path: str, key: str) -> str:
+    """Where ``path.key`` came from: the command line, or the YAML file of the group that chose the node."""
+    hc, _ = _hydra()
+    if hc is None:
+        return ""
+    if any(key_of(line) == f"{path}.{key}" for line in hc.overrides.task):
+        return " (from the command line)"
+    for n in range(len(parts := path.split(".")), 0, -1):
+        if option := hc.runtime.choices.get(group := "/".join(parts[:n])):
+            return f" ({group}/{option}.yaml in the config search path)"
+    return ""
+
+
+def fit_problems(node: DictConfig, path: str, obj: Any, name: str, skip=(), strict: bool = True) -> list[str]:
+    """Each key of ``node`` (at ``path``) against the parameters of ``obj`` (``name`` in the messages):
+    unknown keys (when ``strict`` and ``obj`` takes no ``**kwargs``) and values outside their annotation."""
+    params, hints, open_ = parameters(obj)
+    out = []
+    for key in (str(k) for k in node if not str(k).startswith("_") and k not in skip):
+        src = _source(path, key)
+        if key not in params:
+            fix = f"Fix: drop it, or {hint(key, params, path + '.')}"
+            out += [f"{path}.{key}{src}: not a parameter of {name}. {fix}"] if strict and not open_ else []
+            continue
+        if key not in hints or OmegaConf.is_missing(node, key):
+            continue
+        try:
+            value = node[key]
+            value = OmegaConf.to_container(value, resolve=True) if isinstance(value, ListConfig) else value
+        except Exception:  # an interpolation that does not resolve: Hydra names it itself
+            continue
+        if OmegaConf.is_interpolation(node, key):
+            src = f" (from {node._get_node(key)._value()})"
+        if not isinstance(value, DictConfig) and (why := value_problem(value, hints[key])):
+            shown = f"[{','.join(map(str, value))}]" if isinstance(value, list) else value
+            fix = f"a value of {describe(hints[key])}"
+            if why.startswith("must be one of "):
+                fix = (f"{path}.{key}=" + close) if (close := closest(value, why[15:].split(", "))) else "one of those"
+            out.append(f"{path}.{key}={shown}{src}: {why}. Fix: {fix} ({name} {key})")
+    return out
+
+
+def check_targets(cfg: DictConfig, early: bool | None = None) -> None:
+    """Every node with a ``_target_`` (outside ``hydra``) against what it names: ``early=True`` the :data:`EARLY`
+    roots, ``False`` the others, ``None`` all. Raises: ConfigError, every problem of the config, one line each."""
+    problems: list[str] = []
+
+    def walk(node: Any, path: str) -> None:
+        if isinstance(node, DictConfig):
+            if "_target_" in node and path:
+                obj, why = import_target(target := str(node._target_))
+                bad = [f"{path}._target_={target}{_source(path, '_target_')}: {why}"]
+                problems.extend(bad if obj is None else fit_problems(node, path, obj, target, CONSUMED.get(target, ())))
+            for key in node:
+                if not path and (str(key) in SKIP or (early is not None and (str(key) in EARLY) != early)):
+                    continue
+                if isinstance(child := node._get_node(key), (DictConfig, ListConfig)):
+                    walk(child, f"{path}.{key}" if path else str(key))
+        elif isinstance(node, ListConfig):
+            for i, item in enumerate(node._iter_ex(resolve=False)):
+                walk(item, f"{path}[{i}]")
+
+    walk(cfg, "")
+    raise_all(problems)
+
+
+_ENV_MISSING = re.compile(r"Environment variable '([^']+)' not found")
+_KEY_MISSING = re.compile(r"Interpolation key '([^']+)' not found")
+
+
+def check_resolves(cfg: DictConfig) -> None:
+    """Every value outside ``hydra`` whose interpolation names an environment variable that is not set
+    (``${oc.env:XFORMER_DATA}``) or a key that does not exist (``${optim.lrr}``): one line each, with the
+    ``export`` or the key to set. Interpolations that Hydra fills per job (``${hydra:...}``) and other
+    resolver failures are left to the later checks. Raises: ConfigError."""
+    from omegaconf.errors import InterpolationKeyError, InterpolationResolutionError
+
+    problems: list[str] = []
+
+    def walk(node: Any, path: str) -> None:
+        keys = node.keys() if isinstance(node, DictConfig) else range(len(node))
+        for key in keys:
+            if not path and str(key) in SKIP:
+                continue
+            where = f"{path}[{key}]" if isinstance(node, ListConfig) else f"{path}.{key}" if path else str(key)
+            child = node._get_node(key)
+            if isinstance(child, (DictConfig, ListConfig)) and not child._is_interpolation():
+                walk(child, where)
+                continue
+            raw = str(child._value())
+            try:
+                node[key]
+            except InterpolationKeyError as err:
+                missing = _KEY_MISSING.search(str(err))
+                if missing and "${" + missing.group(1) in raw:  # not a value that refers to the broken one
+                    problems.append(
+                        f"{where}={raw}: there is no key {missing.group(1)}. Fix: correct the reference, or set "
+                        f"+{missing.group(1)}=..."
+                    )
+            except InterpolationResolutionError as err:
+                env = _ENV_MISSING.search(str(err))
+                if env and f"oc.env:{env.group(1)}" in raw:
+                    name = env.group(1)
+                    rest = raw.split("}", 1)[1].strip("/") if raw.startswith("${oc.env:") and "}" in raw else ""
+                    folder = "/path/to/data" if "DATA" in name.upper() else "<value>"
+                    holds = f" (the folder that holds {rest}/)" if rest else ""
+                    problems.append(
+                        f"{where}={raw}: the environment variable {name} is not set. "
+                        f"Fix: export {name}={folder}{holds}, or set {where}"
+                    )
+            except Exception:  # a missing value (???) or Hydra's own resolvers: the later checks name them
+                continue
+
+    walk(cfg, "")
+    raise_all(problems)
+
+
+# -- the named cross-key rules ---------------------------------------------------------------------
+
+
+#: The sequence metrics the training module can compute; ``objective.metric=val/<m>`` names one of them.
+SEQUENCE_METRICS = ("bleu", "exact_match")
+#: Precisions of Lightning's ModelParallelStrategy (FSDP2), which has no gradient scaler.
+_FSDP_PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-true")
+#: Lightning loggers whose package xformer does not install: class name -> (modules, install line).
+_LOGGER_PACKAGES = {
+    "TensorBoardLogger": (("tensorboard", "tensorboardX"), "pip install tensorboard"),
+    "MLFlowLogger": (("mlflow",), "pip install mlflow"),
+    "CometLogger": (("comet_ml",), "pip install comet-ml"),
+    "NeptuneLogger": (("neptune",), "pip install neptune"),
+}
+
+
+def _get(cfg: DictConfig, key: str, default=None):  # an interpolation that does not resolve: Hydra names it
+    return OmegaConf.select(cfg, key, default=default, throw_on_resolution_failure=False)
+
+
+def schedule_length(cfg: DictConfig) -> None:
+    """Warm-up vs schedule length: ``total_steps`` that follows ``max_steps`` needs a step budget (warns too)."""
+    warmup, max_steps, node = _get(cfg, "optim.warmup_steps"), _get(cfg, "trainer.max_steps"), _get(cfg, "optim")
+    node = node.get("scheduler") if isinstance(node, DictConfig) else None
+    total = _get(cfg, "optim.scheduler.total_steps") if isinstance(node, DictConfig) else None
+    if isinstance(warmup, int) and isinstance(total, int) and 0 < total <= warmup:
+        why = f">= optim.scheduler.total_steps={total}: the learning rate climbs for the whole schedule, then drops"
+        warn_once(f"optim.warmup_steps={warmup} {why} to its floor at once", cfg)
+    elif isinstance(warmup, int) and isinstance(max_steps, int) and 0 < max_steps < warmup:
+        why = f"> trainer.max_steps={max_steps}: the run ends before the learning rate reaches its peak optim.lr"
+        warn_once(f"optim.warmup_steps={warmup} {why}", cfg)
+    follows = isinstance(node, DictConfig) and "total_steps" in node and OmegaConf.is_interpolation(node, "total_steps")
+    follows = follows and node._get_node("total_steps")._value() == "${trainer.max_steps}"
+    if follows and isinstance(max_steps, int) and max_steps < 1:
+        raise ConfigError(
+            f"optim.scheduler.total_steps: follows trainer.max_steps={max_steps}, which gives the schedule no "
+            "length. Fix: set optim.scheduler.total_steps=<steps> (training by epochs), or trainer.max_steps"
+        )
+
+
+def weight_decay_is_read(cfg: DictConfig) -> None:
+    """Weight decay read by the optimizer: ``optim.weight_decay`` that the optimizer node ignores did nothing."""
+    optim = _get(cfg, "optim")
+    if isinstance(optim, DictConfig) and optim.get("weight_decay"):
+        node = optim.get("optimizer")
+        if "${optim.weight_decay}" not in (OmegaConf.to_yaml(node) if isinstance(node, DictConfig) else ""):
+            raise ConfigError(
+                f"optim.weight_decay={optim.weight_decay}: the chosen optimizer does not read it. Fix: pick an "
+                "optimizer whose node reads ${optim.weight_decay}, or set its own optim.optimizer.weight_decay"
+            )
+
+
+def precision_and_strategy(cfg: DictConfig) -> None:
+    """Precision x strategy: FSDP2 trains only with the precisions it has no need to scale for."""
+    precision, strategy = str(_get(cfg, "trainer.precision", "32-true")), _get(cfg, "trainer.strategy")
+    target = str(strategy.get("_target_", "")) if isinstance(strategy, DictConfig) else str(strategy)
+    if target.endswith("fsdp_strategy") and precision not in _FSDP_PRECISIONS:
+        raise ConfigError(
+            f"trainer.precision={precision}: FSDP2 has no gradient scaler for it. Fix: "
+            f"trainer.precision=bf16-mixed, or one of {', '.join(_FSDP_PRECISIONS)}"
+        )
+
+
+def mode_and_checkpoint(cfg: DictConfig) -> None:
+    """Mode vs steps and checkpoint: training trains a step, evaluation names a checkpoint that exists."""
+    if cfg.get("mode") == "train" and _get(cfg, "trainer.max_steps") == 0:
+        raise ConfigError(
+            "trainer.max_steps=0: would train nothing and test an untrained model. Fix: "
+            "max_steps >= 1 (or -1 with trainer.max_epochs), or mode=eval ckpt_path=..."
+        )
+    if cfg.get("mode") == "eval" and not cfg.get("ckpt_path"):
+        raise ConfigError("ckpt_path: mode=eval needs ckpt_path=/path/to/checkpoint.ckpt")
+    if (path := cfg.get("ckpt_path")) and path != "last":  # a file named; ``last`` is the job's own
+        check_ckpt_file(str(path))
+
+
+def installed_and_present(cfg: DictConfig) -> None:
+    """Each logger's optional package is installed (looked up, not imported); ``data.root`` exists."""
+    from importlib.util import find_spec
+
+    for name, node in (_get(cfg, "logger") or {}).items():
+        target = str(node.get("_target_", "")).rsplit(".", 1)[-1] if isinstance(node, DictConfig) else ""
+        modules, install = _LOGGER_PACKAGES.get(target, ((), ""))
+        if modules and not any(find_spec(m) for m in modules):
+            raise ConfigError(
+                f"logger.{name}: {target} needs {' or '.join(modules)}, which is not installed. "
+                f"Fix: {install}, or choose another logger"
+            )
+    if (root := _get(cfg, "data.root")) is not None and not Path(str(root)).expanduser().is_dir():
+        raise ConfigError(
+            f"data.root={root}: no such folder. Fix: point data.root at the folder holding the "
+            "data files, or set data.root=null to download/generate them"
+        )
+
+
+def objective_keys(metrics: list[str]) -> list[str]:
+    """The keys a training run logs at every validation, which ``objective.metric`` may name."""
+    return ["val/loss", "val/ppl", "val/acc"] + [f"val/{m}" for m in metrics] + ["train/loss"]
+
+
+def check_objective(cfg: DictConfig, metrics: list[str] | None, data_name: str = "this data") -> None:
+    """Objective vs data: ``objective.metric`` is logged while training (``metrics``: the data's sequence
+    metrics, ``None`` before the data is known). Raises: ConfigError naming the key that keeps it unlogged."""
+    metric, known = str(cfg.objective.metric), list(SEQUENCE_METRICS) if metrics is None else metrics
+    if metric not in objective_keys(known):
+        why = "no such metric" if metrics is None else f"data {data_name} does not compute it"
+        why = "test metrics come after training" if metric.startswith("test/") else why
+        raise ConfigError(
+            f"objective.metric={metric}: not logged during training ({why}); use one of "
+            f"{', '.join(objective_keys(known))}"
+        )
+    limit_val = _get(cfg, "trainer.limit_val_batches")
+    if metric.startswith("val/") and limit_val is not None and not isinstance(limit_val, bool) and limit_val == 0:
+        raise ConfigError(
+            f"trainer.limit_val_batches={limit_val}: no validation runs, so objective.metric={metric} "
+            "is never logged; set limit_val_batches > 0 (or null) or objective.metric=train/loss"
+        )
+    if metric.split("/", 1)[-1] in known and _get(cfg, "decode.val_batches") == 0:
+        raise ConfigError(
+            f"decode.val_batches=0: validation decodes nothing, so objective.metric={metric} is never "
+            "logged; set decode.val_batches >= 1 (or null = all) or objective.metric=val/loss"
+        )
+
+
+def objective_named(cfg: DictConfig) -> None:
+    """Stage 1's reading of :func:`check_objective`: the metric's name, before the data is known."""
+    return check_objective(cfg, None) if cfg.get("mode") == "train" else None
+
+
+STATIC = (schedule_length, weight_decay_is_read, precision_and_strategy, mode_and_checkpoint)
+STATIC += (installed_and_present, objective_named)
+
+
+def optimizer_builds(cfg: DictConfig) -> None:
+    """The optimizer node builds an optimizer for a one-weight model: its own constructor judges its arguments."""
+    import torch
+    from hydra.utils import instantiate
+
+    from xformer.train.optim import build_optimizer
+
+    node = _get(cfg, "optim.optimizer")
+    if not isinstance(node, DictConfig) or "_target_" not in node:
+        return
+    try:
+        build_optimizer(instantiate(node), torch.nn.Linear(1, 1))
+    except (ValueError, RuntimeError, TypeError, IndexError) as err:
+        raise ConfigError(
+            f"optim.optimizer ({node._target_}): {str(err).splitlines()[0].rstrip('.')}. Fix: correct that "
+            "argument under optim.optimizer (or what it interpolates, e.g. optim.lr)"
+        ) from None
+
+
+def mixer_fits(cfg: DictConfig) -> None:
+    """Mixer vs positional scheme: the mixer serves a stack, and its ``refusal()`` accepts each one's scheme."""
+    from hydra.utils import get_class, instantiate
+
+    from xformer.model import FullAttention, Mixer
+
+    try:
+        model_cls, mixer = get_class(cfg.model._target_), instantiate(cfg.model.mixer)
+    except Exception:  # no mixer node, an unknown class or bad arguments: the schema or the model names it
+        return
+    if not isinstance(mixer, Mixer) or not hasattr(model_cls, "stack_patterns"):
+        return
+    pattern = instantiate(cfg.model.attention) if cfg.model.get("attention") is not None else FullAttention()
+    patterns = model_cls.stack_patterns(pattern() if callable(pattern) and not hasattr(pattern, "blocked") else pattern)
+    if not (served := [name for name in patterns if mixer.applies_to(name)]):
+        raise ConfigError(
+            f"model.mixer.stacks={mixer.stacks}: model/arch={model_cls.arch} has no {mixer.stacks} "
+            f"stack (it has {' and '.join(patterns)}). Fix: model.mixer.stacks=both"
+        )
+    pe_cls = get_class(cfg.model.pe._target_) if "pe" in cfg.model else None
+    for name in served:
+        if why := mixer.refusal(patterns[name], pe_cls):
+            fix = "" if "Fix:" in why else ". Fix: another model/pe, model/attention or model/mixer"
+            if len(patterns) > 1 and pe_cls is not None and "positional scheme" not in why:
+                fix += f" (or model.mixer.stacks={next(n for n in patterns if n != name)})"
+            raise ConfigError(f"model.mixer={type(mixer).__name__} on the {name}: {why}{fix}")
+
+
+# -- the stages ------------------------------------------------------------------------------------
+
+
+def _root(seed: Annotated[int, Range(ge=0)], mode: Literal["train", "eval"], ckpt_path: str | None): ...
+def _objective(metric: str, mode: Literal["min", "max"]): ...
+def _optim(lr: Annotated[float, Range(gt=0)]): ...  # warm-up and decay: the schedule's and optimizer's own
+def _unchecked_by_lightning(  # keys Lightning reads late (clipping) or accepts out of range (a negative interval)
+    gradient_clip_algorithm: Literal["norm", "value"] | None,
+    log_every_n_steps: Annotated[int, Range(ge=0)] | None,
+): ...
+
+
+#: Nodes without a ``_target_`` that run.py and the driver read (and a key Lightning checks late), as signatures.
+DECLARED = {"": _root, "objective": _objective, "optim": _optim, "trainer": _unchecked_by_lightning}
+
+
+def check_static(cfg: DictConfig) -> None:
+    """Stage 1. Raises: ConfigError, every problem found, one line each (only the unresolvable
+    interpolations when there are any: the other checks would read their values)."""
+    check_resolves(cfg)
+    problems = []
+    for path, fn in DECLARED.items():
+        if isinstance(node := cfg.get(path) if path else cfg, DictConfig):
+            problems += [p.lstrip(".") for p in fit_problems(node, path, fn, path or "the root config", strict=False)]
+    for check in (check_additions, check_group_nodes, *STATIC):
+        try:
+            check(cfg)
+        except ConfigError as err:
+            problems.append(str(err))
+    raise_all(problems)
+
+
+def check_model(cfg: DictConfig, ckpt: str | None = None) -> None:
+    """Stage 2, with ``ckpt`` (the checkpoint this run loads) against this run's model. Raises: ConfigError."""
+    check_targets(cfg, early=True)
+    mixer_fits(cfg)
+    optimizer_builds(cfg)
+    build_model(cfg, 32, 32, 0, device="meta")
+    if ckpt is not None and cfg.mode == "train":
+        check_checkpoint_model(cfg, ckpt)
+
+
+def check_data_options(cfg: DictConfig):
+    """Stage 3: the remaining nodes, and ``cfg.data`` built (its constructor checks its options; nothing is
+    read). Returns the data module, not set up. Raises: ConfigError (``data (<class>): <the refusal>``)."""
+    from hydra.utils import instantiate
+
+    check_targets(cfg, early=False)
+    try:
+        dm = instantiate(cfg.data)
+    except Exception as err:
+        if (why := refusal(err, (ValueError, TypeError))) is None:
+            raise
+        raise ConfigError(f"data ({str(cfg.data.get('_target_', '?')).rsplit('.', 1)[-1]}): {why}") from None
+    if cfg.mode == "train":
+        check_objective(cfg, list(getattr(dm, "metrics", []) or []), type(dm).__name__)
+    return dm
+
+
+def check_config_first(cfg: DictConfig, ckpt: str | None = None) -> None:
+    """Stages 1 and 2: what ``run.py`` checks before it imports Lightning or W&B. Raises: ConfigError."""
+    check_static(cfg)
+    check_model(cfg, ckpt)
+
+
+def check_config(cfg: DictConfig, ckpt: str | None = None) -> None:
+    """Stages 1-3 (a dry run, every job of a sweep). Raises: ConfigError, one line per problem."""
+    check_config_first(cfg, ckpt)
+    check_data_options(cfg)
+
+
+def check_with_data(cfg: DictConfig, dm, model) -> None:
+    """Stage 4: objective vs the data's metrics, the model's :meth:`check_data`, the longest sequence vs
+    ``model.max_len`` for absolute positions (a warning in ``mode=eval``, which cuts them). Raises: ConfigError."""
+    if cfg.mode == "train":
+        check_objective(cfg, list(dm.metrics), type(dm).__name__)
+    model.check_data(dm)
+    limit, need = model.position_limit, model.positions_needed(dm)
+    if limit is None or limit >= need:
+        return
+    stack = model.encoder if getattr(model, "encoder", None) is not None else model.decoder
+    what = f"the data's longest sequence has {need} tokens and {type(stack.pe).__name__} positions stop at max_len"
+    if cfg.mode != "eval":
+        raise ConfigError(f"model.max_len={limit}: {what}; set model.max_len={need} or more")
+    logging.getLogger("xformer").warning("model.max_len=%d: %s; over-long examples are cut to fit", limit, what)
