@@ -99,7 +99,7 @@ if __name__ == "__main__":
     if os.environ.get("HYDRA_FULL_ERROR") != "1":  # an unknown option or key: one line, not Hydra's dump
         from pathlib import Path
 
-        from xformer.jobs.compose_check import first_error
+        from xformer.jobs.config_check import first_error
 
         line = first_error(sys.argv[1:], Path(__file__).resolve().parent / "conf")
         if line:

@@ -28,7 +28,7 @@ PRIVATE_NAMES: tuple[tuple[str, str], ...] = (
 )
 
 
-# -- the validation decision (xformer.jobs.steps) ----------------------------------------------------
+# -- the validation decision (xformer.jobs.resume) ----------------------------------------------------
 def val_check_decision(trainer: Any) -> Callable[[Any], bool]:
     """Lightning's "validate after this batch?" function of the training-epoch loop (``data_fetcher -> bool``)."""
     return trainer.fit_loop.epoch_loop._should_check_val_fx

@@ -13,8 +13,7 @@ from typing_extensions import override
 
 from xformer.data.batching import RandomBatchSampler, TokenBudgetBatchSampler
 from xformer.data.loader import ResumableDataLoader
-from xformer.jobs.callbacks import AtomicCheckpoints
-from xformer.jobs.checkpoint_io import AtomicCheckpointIO
+from xformer.jobs.callbacks import AtomicCheckpointIO, AtomicCheckpoints
 
 
 def _fail_midway(real_save):

@@ -5,6 +5,20 @@ where training stops: SIGTERM, Ctrl-C, the end of ``fit``), :class:`SlurmRequeue
 on SLURM's requeue signal), :class:`StepSeed` (dropout RNG a function of the position in training)
 and :class:`AtomicCheckpoints` (checkpoints written to a temporary file and renamed into place).
 Exact resumption as a whole is described in :mod:`xformer.jobs.resume`.
+
+Atomic checkpoint writes: a crash, SIGKILL or full disk during a save never leaves a half-written
+``last.ckpt`` that a resume would load.
+
+:class:`AtomicCheckpointIO` is a Lightning ``CheckpointIO`` plugin. For a local path it serialises the
+checkpoint to a temporary file *in the same folder* (``.<name>.tmp-<random>``), flushes and
+``fsync``\\ s it, then ``os.replace``\\ s it over the target (atomic on POSIX within one file system) and
+``fsync``\\ s the folder so the rename itself survives a power loss. Until the rename, the previous
+file is untouched; if anything fails the temporary file is removed and the error propagates.
+Remote paths (``s3://`` ...) are left to Lightning's own writer.
+
+The driver does not need to know about it: the ``atomic_checkpoints`` callback
+(:class:`xformer.jobs.callbacks.AtomicCheckpoints`, on by default in ``conf/callbacks/default.yaml``)
+installs it on the trainer's strategy unless another ``CheckpointIO`` was configured.
 """
 
 from __future__ import annotations
@@ -17,6 +31,7 @@ import random
 import signal
 import sys
 import threading
+import uuid
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -30,8 +45,6 @@ from typing_extensions import override
 from xformer.config_types import Range
 from xformer.lightning_compat import request_stop
 
-from . import slurm
-from .checkpoint_io import AtomicCheckpointIO
 from .overrides import resume_command
 
 log = logging.getLogger("xformer")
@@ -363,8 +376,10 @@ class SlurmRequeue(L.Callback):
     @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._current = trainer
-        if self._installed:
+        if self._installed or "SLURM_JOB_ID" not in os.environ:  # no requeue signal outside a SLURM job
             return
+        from . import slurm
+
         signum = slurm.submitit_signal() or slurm.lightning_requeue_signal(trainer)
         if signum is None or threading.current_thread() is not threading.main_thread():
             return
@@ -374,6 +389,8 @@ class SlurmRequeue(L.Callback):
     def _on_signal(self, signum: int, _frame: Any) -> None:
         first = self._received is None
         self._received = signum
+        from . import slurm
+
         if first and slurm.global_rank() == 0:
             log.warning(
                 "SLURM sent %s: saving last.ckpt after the step in flight, then requeueing this job",
@@ -396,6 +413,8 @@ class SlurmRequeue(L.Callback):
 
     @override
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        from . import slurm
+
         if self._received is None or not isinstance(exception, SIGTERMException) or slurm.global_rank() != 0:
             return
         if not self._requeue_registered:
@@ -431,10 +450,61 @@ class StepSeed(L.Callback):
 
 
 class AtomicCheckpoints(L.Callback):
-    """Install :class:`~xformer.jobs.checkpoint_io.AtomicCheckpointIO` on the trainer's strategy (at
+    """Install :class:`~xformer.jobs.callbacks.AtomicCheckpointIO` on the trainer's strategy (at
     ``setup``, before anything is saved) unless a non-default ``CheckpointIO`` plugin is configured."""
 
     @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+
+
+def _is_local(path: Any) -> bool:
+    return "://" not in str(path) or str(path).startswith("file://")
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # e.g. platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
+    """``torch.save(obj, path)``, atomically: temp file in the same folder, fsync, ``os.replace``.
+
+    Raises:
+        Whatever ``torch.save`` or the file system raises; ``path`` then still holds its previous
+        content (or does not exist), and no temporary file is left behind.
+    """
+    path = Path(str(path).removeprefix("file://"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex}")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except FileNotFoundError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """``TorchCheckpointIO`` whose ``save_checkpoint`` is atomic for local paths (see module doc)."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
+        if storage_options is not None or not _is_local(path):
+            return super().save_checkpoint(checkpoint, path, storage_options)
+        atomic_torch_save(checkpoint, path)

@@ -15,6 +15,7 @@ neither torch nor Lightning (``run.py`` resolves ``ckpt_path`` first).
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +24,24 @@ from omegaconf import DictConfig, OmegaConf
 from xformer.errors import ConfigError
 from xformer.train.checkpoint_file import UnreadableCheckpoint, arch_name, build_model, read_checkpoint
 
-from .slurm import job_key, restart_count
-
 __all__ = ["UnreadableCheckpoint", "read_checkpoint"]  # read here by the jobs that resume
 
 log = logging.getLogger("xformer")
+
+
+def slurm_job_key() -> str | None:
+    """``"<cluster>/<job id>"`` of the SLURM job this process runs in (an array task's own job id,
+    which SLURM keeps across requeues), None outside SLURM."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job:
+        return None
+    return f"{os.environ.get('SLURM_CLUSTER_NAME', '')}/{job}"
+
+
+def slurm_restart_count() -> int:
+    """How often SLURM has requeued and restarted this job (``SLURM_RESTART_COUNT``; 0 when unset)."""
+    value = os.environ.get("SLURM_RESTART_COUNT", "")
+    return int(value) if value.isdigit() else 0
 
 
 def last_checkpoint(out_dir: str | Path) -> Path:
@@ -62,10 +76,10 @@ def resolve_ckpt_path(cfg: DictConfig, out_dir: str | Path | None, warn: bool = 
 
 def requeued_checkpoint(out_dir: str | Path | None) -> Path | None:
     """``<out_dir>/checkpoints/last.ckpt`` when this process is a requeued SLURM job
-    (:func:`~.slurm.restart_count` >= 1) and that checkpoint was written by this same job
-    (``checkpoint["xformer"]["slurm_job"] == job_key()``), else None (:mod:`.slurm`)."""
-    key = job_key()
-    if out_dir is None or key is None or restart_count() < 1:
+    (:func:`slurm_restart_count` >= 1) and that checkpoint was written by this same job
+    (``checkpoint["xformer"]["slurm_job"] == slurm_job_key()``), else None (:mod:`.slurm`)."""
+    key = slurm_job_key()
+    if out_dir is None or key is None or slurm_restart_count() < 1:
         return None
     last = last_checkpoint(out_dir)
     if not last.is_file():

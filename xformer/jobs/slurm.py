@@ -1,9 +1,9 @@
 """Running under SLURM: a job stopped by its requeue signal saves at the step boundary, requeues itself,
 and, requeued, continues from its own ``last.ckpt`` without ``ckpt_path=last``.
 
-* Which job is requeued: every checkpoint records the SLURM job that wrote it (:func:`job_key`); a job
-  with ``SLURM_RESTART_COUNT >= 1`` (:func:`restart_count`) resumes its folder's ``last.ckpt`` only when
-  this same job wrote it (:func:`xformer.jobs.checkpoints.requeued_checkpoint`).
+* Which job is requeued: every checkpoint records the SLURM job that wrote it; a job with
+  ``SLURM_RESTART_COUNT >= 1`` resumes its folder's ``last.ckpt`` only when this same job wrote it
+  (:mod:`xformer.jobs.checkpoints`: ``slurm_job_key``, ``slurm_restart_count``, ``requeued_checkpoint``).
 * The requeue signal (:class:`xformer.jobs.callbacks.SlurmRequeue`): submitit's
   ``SUBMITIT_PREEMPT_SIGNAL`` under ``hydra/launcher=slurm`` (:func:`submitit_signal`), Lightning's
   ``requeue_signal`` for a plain ``sbatch`` + ``srun`` job (:func:`lightning_requeue_signal`). The
@@ -30,27 +30,10 @@ __all__ = [
     "quiet_sacct_warnings",
     "sbatch_request",
     "sweep_problem",
-    "job_key",
     "lightning_requeue_signal",
     "requeue",
-    "restart_count",
     "submitit_signal",
 ]
-
-
-def job_key() -> str | None:
-    """``"<cluster>/<job id>"`` of the SLURM job this process runs in (an array task's own job id,
-    which SLURM keeps across requeues), None outside SLURM."""
-    job = os.environ.get("SLURM_JOB_ID")
-    if not job:
-        return None
-    return f"{os.environ.get('SLURM_CLUSTER_NAME', '')}/{job}"
-
-
-def restart_count() -> int:
-    """How often SLURM has requeued and restarted this job (``SLURM_RESTART_COUNT``; 0 when unset)."""
-    value = os.environ.get("SLURM_RESTART_COUNT", "")
-    return int(value) if value.isdigit() else 0
 
 
 def submitit_signal() -> int | None:
