@@ -1,4 +1,4 @@
-"""Reading checkpoint files, and whether one fits this run (the atomic writer is :mod:`.checkpoint_io`).
+"""Reading checkpoint files, and whether one fits this run (written atomically: ``callbacks.AtomicCheckpointIO``).
 
 * :func:`last_checkpoint`, :func:`resolve_ckpt_path` -- the one reading of ``ckpt_path`` (``last``
   means the job's own ``checkpoints/last.ckpt``; a requeued SLURM job's own, :func:`requeued_checkpoint`).
