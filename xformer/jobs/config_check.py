@@ -1,30 +1,13 @@
-"""The config check, before anything is built or read: each config node against the code it configures
-(the schema), the named cross-key rules no single signature can know, and the stages that run them in the
-order of what they need:
+"""The config check, before anything is built or read: each config node against the signature of the class it
+names (the schema), the named cross-key rules no signature can know, and the stages that run them:
 
-0. :func:`first_error`, the command line composes (before ``@hydra.main``; see below);
-1. :func:`check_static`, the config alone (interpolations that do not resolve, ``+`` additions, group
-   nodes given a string, :data:`DECLARED` keys, :data:`STATIC` rules; no torch);
-2. :func:`check_model`, the :data:`EARLY` nodes against their classes, the mixer and optimizer rules,
-   the model on the meta device, a checkpoint's model (torch, no Lightning);
+0. :func:`first_error`, the command line composes with Hydra's Compose API (before ``@hydra.main``);
+1. :func:`check_static`, the config alone (no torch);
+2. :func:`check_model`, the :data:`EARLY` nodes, the mixer and optimizer rules, the model on the meta device;
 3. :func:`check_data_options`, the other nodes and the data module's constructor;
 4. :func:`check_with_data`, the built data against the model.
 
-Every mistake is one ``error:`` line naming the key, its YAML file where known, and the fix; a new
-option needs no other file.
-
-**Stage 0.** Hydra reports an unknown option of a config group (``trainer=dpp``, ``model/pe=rpoe``,
-``experiment=claims/c2_params``), an unknown group (``model/nrm=pre``) or a key that the chosen option
-does not have (``optim.scheduler.floor=2`` with the default inverse-sqrt schedule) as a multi-line
-message listing its search path, with exit status 1. :func:`first_error` composes the command line's
-overrides once with Hydra's Compose API (a sweep's values replaced by their first one) and turns those
-failures into one line naming the override, the options, groups or keys there are, and the closest one
-(:func:`xformer.config_types.closest`: a contained name before a near spelling); ``run.py`` prints it
-and exits 2. The options and groups are the ones Hydra's config loader finds on its search path
-(``conf/`` and Hydra's plugins, e.g. ``hydra/launcher=submitit_slurm``), options in sub-folders as
-``claims/c1_ffn_ratio``. Anything else, or a command line it does not understand, is left to Hydra
-(``None``).
-"""
+Every mistake is one ``error:`` line naming the key, its YAML file where known, and the fix."""
 
 from __future__ import annotations
 
@@ -108,9 +91,8 @@ def _always_node(folder: Path, leaf: str) -> bool:
 
 
 def check_group_nodes(cfg: DictConfig) -> None:
-    """Refuse a string where a config group puts a node: ``model.pe=x`` for the group ``model/pe``, or
-    ``optim.optimizer=x`` where ``x`` is an option of group ``optim``, whose options all hold a node ``optimizer``;
-    the groups are the folders of the config search path (``conf/`` outside a Hydra app). Raises: ConfigError."""
+    """Refuse a string where a config group puts a node (``model.pe=x`` for the group ``model/pe``, or
+    ``optim.optimizer=x`` where every option of ``optim`` holds a node ``optimizer``). Raises: ConfigError."""
     _, loader = _hydra()
     entries = loader.get_search_path().get_path() if loader is not None else []
     roots = [Path(e.path.removeprefix("file://")) for e in entries if e.path.startswith("file://")]
@@ -205,10 +187,9 @@ _KEY_MISSING = re.compile(r"Interpolation key '([^']+)' not found")
 
 
 def check_resolves(cfg: DictConfig) -> None:
-    """Every value outside ``hydra`` whose interpolation names an environment variable that is not set
-    (``${oc.env:XFORMER_DATA}``) or a key that does not exist (``${optim.lrr}``): one line each, with the
-    ``export`` or the key to set. Interpolations that Hydra fills per job (``${hydra:...}``) and other
-    resolver failures are left to the later checks. Raises: ConfigError."""
+    """Name each value outside ``hydra`` whose interpolation needs an unset environment variable or a missing key,
+    with the ``export`` or key to set; ``${hydra:...}`` and other resolver failures are left to later checks.
+    Raises: ConfigError."""
     from omegaconf.errors import InterpolationKeyError, InterpolationResolutionError
 
     problems: list[str] = []
@@ -448,8 +429,8 @@ DECLARED = {"": _root, "objective": _objective, "optim": _optim, "trainer": _unc
 
 
 def check_static(cfg: DictConfig) -> None:
-    """Stage 1. Raises: ConfigError, every problem found, one line each (only the unresolvable
-    interpolations when there are any: the other checks would read their values)."""
+    """Stage 1. Raises: ConfigError, every problem, one line each (only the unresolvable interpolations when
+    there are any: the other checks would read their values)."""
     check_resolves(cfg)
     problems = []
     for path, fn in DECLARED.items():
@@ -474,8 +455,8 @@ def check_model(cfg: DictConfig, ckpt: str | None = None) -> None:
 
 
 def check_data_options(cfg: DictConfig):
-    """Stage 3: the remaining nodes, and ``cfg.data`` built (its constructor checks its options; nothing is
-    read). Returns the data module, not set up. Raises: ConfigError (``data (<class>): <the refusal>``)."""
+    """Stage 3: the remaining nodes, and ``cfg.data`` built (nothing read). Returns the data module, not set up.
+    Raises: ConfigError."""
     from hydra.utils import instantiate
 
     check_targets(cfg, early=False)
@@ -503,8 +484,8 @@ def check_config(cfg: DictConfig, ckpt: str | None = None) -> None:
 
 
 def check_with_data(cfg: DictConfig, dm, model) -> None:
-    """Stage 4: objective vs the data's metrics, the model's :meth:`check_data`, the longest sequence vs
-    ``model.max_len`` for absolute positions (a warning in ``mode=eval``, which cuts them). Raises: ConfigError."""
+    """Stage 4: objective vs the data's metrics, the model's ``check_data``, the longest sequence vs
+    ``model.max_len`` (a warning in ``mode=eval``, which cuts them). Raises: ConfigError."""
     if cfg.mode == "train":
         check_objective(cfg, list(dm.metrics), type(dm).__name__)
     model.check_data(dm)
@@ -518,13 +499,12 @@ def check_with_data(cfg: DictConfig, dm, model) -> None:
     logging.getLogger("xformer").warning("model.max_len=%d: %s; over-long examples are cut to fit", limit, what)
 
 
-FLAGS = ("-m", "--multirun")
-"""The only flags :func:`first_error` reads past; with any other flag Hydra composes alone."""
+FLAGS = ("-m", "--multirun")  # the only flags first_error reads past
 
 
 def _first_values(args: list[str]) -> list[str] | None:
-    """The overrides with each sweep replaced by its first value; ``None`` when ``args`` holds a flag
-    other than ``-m`` or an override Hydra's grammar refuses."""
+    """The overrides with each sweep replaced by its first value; ``None`` for a flag other than ``-m`` or an
+    override Hydra's grammar refuses."""
     out = []
     for arg in args:
         if arg in FLAGS:
@@ -546,8 +526,7 @@ def _first_values(args: list[str]) -> list[str] | None:
 
 
 def _options(loader, group: str) -> list[str]:
-    """The options of config ``group``, those of its sub-folders as ``sub/option`` (Hydra accepts
-    ``experiment=claims/c1_ffn_ratio``)."""
+    """The options of config ``group``, those of its sub-folders as ``sub/option``."""
     out = list(loader.get_group_options(group))
     for sub in loader.list_groups(group):
         out += [f"{sub}/{o}" for o in _options(loader, f"{group}/{sub}")]
@@ -634,12 +613,12 @@ def _yaml_keys(path: Path) -> set[str]:
 
 
 def _keys(node: str, overrides: list[str]) -> tuple[list[str], list[str]]:
-    """``(root keys, keys of node)`` of the config the other ``overrides`` compose (its class's
-    parameters too for a ``_target_`` node; keys starting with ``_`` left out)."""
+    """``(root keys, keys of node)`` of the config the ``overrides`` compose (with a ``_target_`` class's
+    parameters), private keys left out."""
     from hydra import compose
     from omegaconf import OmegaConf
 
-    try:  # inside first_error's initialize_config_dir
+    try:
         cfg = compose("config", overrides=overrides)
     except Exception:  # only for the message
         return [], []
@@ -653,10 +632,9 @@ def _keys(node: str, overrides: list[str]) -> tuple[list[str], list[str]]:
 
 
 def first_error(args: list[str], conf: Path) -> str | None:
-    """The ``error:`` text for the first override of ``args`` that Hydra cannot compose, or for the
-    interpolations of the composed config that cannot resolve (:func:`check_resolves`: an environment
-    variable not set), or ``None`` (all is well, or the failure is not one of those: Hydra or the config
-    check reports it)."""
+    """The ``error:`` line for the first override of ``args`` Hydra cannot compose (an unknown option, group or
+    key, with the closest name), or for an interpolation that cannot resolve; ``None`` when all is well or
+    the failure is Hydra's to report."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
