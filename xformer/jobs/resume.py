@@ -1,64 +1,20 @@
-"""Exact resume: everything that lets a stopped run continue as if it had never stopped.
+"""Exact resume: what lets a stopped run continue as if it had never stopped.
 
-**The guarantee.** A training job restarted in its own folder with ``ckpt_path=last`` (or any
-checkpoint inside that folder) trains, from the checkpoint's step on, the same batches in the same
-order, with the same epoch numbers, dropout masks, learning rate, loss normaliser and
-``tokens_seen`` as the uninterrupted run -- on CPU with ``trainer.deterministic=true`` its loss curve
-and final weights are identical -- whichever checkpoint it resumes from (the periodic ``last.ckpt``,
-a ``best-<step>.ckpt``, the SIGTERM/Ctrl-C save, the end of ``fit`` or of ``max_time``, the last save
-before a SIGKILL) and wherever that checkpoint fell (inside an epoch, on an epoch's last batch, at the
-end of an epoch shortened by ``trainer.limit_train_batches``, between the micro-batches of an
-accumulation window, with ``data.num_workers`` > 0). A SIGKILL loses at most the steps since the last
-periodic save. The job's CSV history and W&B run read like one run.
-(Tested by ``tests/reliability/test_resume_matrix.py`` and ``test_resume_positions.py``.)
+**The guarantee.** A training job restarted in its own folder from any of its checkpoints, wherever it fell
+(mid-epoch, an epoch's last batch, inside an accumulation window), trains the same batches in the same order
+with the same epoch numbers, dropout masks, learning rate and ``tokens_seen`` as the uninterrupted run, and
+validates after the same optimizer steps (docs/troubleshooting.md, "Resuming a killed run";
+tests/reliability/test_resume_matrix.py). Where each piece of state lives:
 
-Where each piece of state lives:
-
-=========================  ======================================================================
-state                      stored / restored by
-=========================  ======================================================================
-weights, optimizer,        Lightning's checkpoint (``state_dict``, ``optimizer_states``,
-LR schedule, global step   ``lr_schedulers``, ``loops``), written atomically
-                           (:mod:`xformer.jobs.callbacks`)
-data position              :class:`xformer.data.loader.ResumableDataLoader`: the epoch and the
-                           batches of it the trainer consumed, restored through the batch
-                           sampler's ``resume(epoch, batches_done)`` (:mod:`xformer.data.batching`)
-loop progress              :class:`ConsistentResume` (here): makes Lightning's epoch/batch counters
-                           agree with the data position for the positions Lightning stores
-                           inconsistently (stop mid-epoch at ``max_steps``, stop on an epoch's last
-                           batch, a cut accumulation window)
-validation schedule        :class:`xformer.jobs.resume.OptimizerStepIntervals`: a function of the
-                           step; each checkpoint records whether it was written inside a
-                           validation (the answer to Lightning's restart question); a larger budget
-                           takes back the shorter budget's last-step validation
-dropout RNG                :class:`xformer.jobs.callbacks.StepSeed`: reseeded per batch from
-                           ``(seed, epoch, batch, rank)``, so no RNG state needs storing
-tokens, loss normaliser    the module's ``on_save_checkpoint`` (``checkpoint["xformer"]``), minus
-                           the micro-batches of a cut accumulation window
-logs                       :class:`ResumableCSVLogger` (here) and the W&B run id
-                           (:func:`xformer.jobs.wandb_run.wandb_resume_kwargs`)
-which checkpoint           :func:`own_checkpoint` (here); a sweep's jobs: :mod:`xformer.jobs.sweep_resume`
-best checkpoint and score  Lightning's ``ModelCheckpoint`` state; :class:`RerootCheckpoints` (here)
-of a moved job folder      re-roots its stored paths when the job folder moved or was copied
-=========================  ======================================================================
-
-Validation after optimizer steps: every ``trainer.val_check_interval`` steps, and after the last one.
-
-xformer documents ``trainer.val_check_interval``, ``trainer.log_every_n_steps`` and the checkpoint
-callbacks' ``every_n_train_steps`` as counts of optimizer steps. Lightning agrees for checkpoints and
-logging, but an integer ``val_check_interval`` counts batches: with 3-batch epochs and
-``accumulate_grad_batches=2`` (Lightning also steps on an epoch's last batch) ``val_check_interval=4``
-would validate after steps 2, 5 and 8 instead of 4 and 8. Lightning has no option or hook for that
-decision, so :class:`OptimizerStepIntervals` replaces it on the running trainer (the one private
-name it uses, :mod:`xformer.lightning_compat`); everything it reads is public trainer state.
-
-It also validates after the last optimizer step (``max_steps``, or the end of the last of
-``max_epochs``) when that step is not a validation step anyway, so the objective and the best
-checkpoint always exist (``max_steps=5`` with ``val_check_interval=500``). When a finished job is
-resumed with a larger budget, that validation is not on the new budget's schedule:
-:meth:`OptimizerStepIntervals.on_train_start` takes it back from the job's records (the CSV history,
-the divergence guard), so they read as the uninterrupted run's.
-"""
+- weights, optimizer, schedule, step: Lightning's checkpoint, written atomically (:mod:`xformer.jobs.callbacks`);
+- data position: :class:`xformer.data.loader.ResumableDataLoader`;
+- loop counters: :class:`ConsistentResume`, agreeing with the data position;
+- validation schedule: :class:`OptimizerStepIntervals`, a function of the optimizer step;
+- dropout RNG: :class:`xformer.jobs.callbacks.StepSeed`, reseeded per batch (nothing stored);
+- tokens, loss normaliser: the module's ``on_save_checkpoint``;
+- logs: :class:`ResumableCSVLogger` and the W&B run id (:func:`xformer.jobs.wandb_run.wandb_resume_kwargs`);
+- which checkpoint: :func:`own_checkpoint`; a sweep's jobs: :mod:`xformer.jobs.sweep_resume`;
+- best checkpoint of a moved job folder: :class:`RerootCheckpoints`."""
 
 from __future__ import annotations
 
@@ -93,23 +49,15 @@ class ConsistentResume(L.Callback):
 
     Lightning stores three positions inconsistently, and its loop state has no hook to say so:
 
-    * ``max_steps`` (or ``max_time``) ending ``fit`` mid-epoch marks the epoch finished, so a resume
-      with a larger budget would start the next epoch at the old batch index: the epoch counters are
-      rewound to the loader's epoch (a stop mid-epoch, the case Lightning restores exactly);
-    * a stop on an epoch's last batch (or on the last batch of an epoch shortened by
-      ``trainer.limit_train_batches``: the loader stores the epoch's length as the trainer runs it)
-      is rewritten as "epoch ``e`` done, nothing of ``e + 1`` started";
-    * a checkpoint written inside an accumulation window (SIGTERM between micro-batches) is rewound
-      to the window's start, the last batch whose update is in the saved weights, so the resumed run
-      accumulates the same micro-batches into the same step.
-
-    Checkpoints without the loader's epoch length, or at positions Lightning restores itself, are
-    left as they are.
-    """
+    * ``max_steps`` or ``max_time`` ending ``fit`` mid-epoch marks the epoch finished: the epoch counters are
+      rewound to the loader's epoch;
+    * a stop on an epoch's last batch (also of an epoch cut by ``limit_train_batches``) becomes "epoch ``e``
+      done, nothing of ``e + 1`` started";
+    * a save inside an accumulation window is rewound to the window's start, so the resumed run accumulates
+      the same micro-batches into the same step."""
 
     @override
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
-        """Make ``checkpoint["loops"]`` agree with the data loader's stored position (see the class docstring)."""
         fit = (checkpoint.get("loops") or {}).get("fit_loop") or {}
         states = (fit.get("state_dict") or {}).get("combined_loader") or []
         progress = fit.get("epoch_progress")
@@ -121,9 +69,7 @@ class ConsistentResume(L.Callback):
         accumulate = int(getattr(trainer, "accumulate_grad_batches", 1) or 1)
         inside = done % accumulate
         if n_batches and 0 < done < n_batches and inside and int(batch_progress.get("completed", -1)) == done:
-            # saved inside an accumulation window (SIGTERM between micro-batches): the weights hold
-            # no update from the window's first `inside` micro-batches, so the data position is the
-            # last batch whose update they do hold -- the resumed run trains the whole window again
+            # saved inside an accumulation window: rewind to the last batch whose update the weights hold
             done -= inside
             states[0]["batches_done"] = done
             totals = (fit.get("epoch_loop.batch_progress") or {}).get("total") or {}
@@ -142,7 +88,7 @@ class ConsistentResume(L.Callback):
             fit["epoch_loop.batch_progress"]["is_last_batch"] = False
             return
         if not n_batches:
-            return  # an older checkpoint without the epoch length
+            return
         if done <= 0 or int(batch_progress.get("completed", done)) != done:
             return  # at an epoch start, or a position this callback cannot vouch for
         current, total = progress["current"], progress["total"]
@@ -167,23 +113,14 @@ def _rerooted(path: Any, old: str, new: str) -> Any:
 
 
 class RerootCheckpoints(L.Callback):
-    """Keep a moved job's best checkpoint, best score and top-k record when it resumes.
+    """Keep a moved job folder's best checkpoint, best score and top-k record when it resumes.
 
-    ``ModelCheckpoint`` stores absolute paths in each checkpoint (its folder, the best and the
-    last checkpoint, the top-k files) and on loading drops the best score, the top-k record and
-    the last path when its folder differs from the stored one ("The dirpath has changed",
-    Lightning#15705). A job folder moved or copied (another path, another machine, a renamed sweep
-    folder) and resumed from its own checkpoint then took its next validation as the best, whatever
-    its score, and tested that checkpoint. When the checkpoint being loaded lies in a
-    ``ModelCheckpoint``'s own folder, this rewrites the stored paths under the stored folder to the
-    same places under the current folder before the callback loads them, so it loads everything as
-    for a job resumed in place. A checkpoint of another folder (``ckpt_path`` pointing elsewhere)
-    is left as it is.
-    """
+    ``ModelCheckpoint`` stores absolute paths and drops its best score and top-k record when its folder differs
+    from the stored one (Lightning#15705). When the loaded checkpoint lies in a ``ModelCheckpoint``'s folder,
+    the stored paths are re-rooted to that folder first; a checkpoint of another folder is left as it is."""
 
     @override
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
-        """Re-root the stored paths of each ``ModelCheckpoint`` whose folder holds the loaded checkpoint."""
         loaded = trainer.ckpt_path
         states = checkpoint.get("callbacks") or {}
         if not loaded or not isinstance(states, dict):
@@ -234,10 +171,9 @@ def checkpoint_step(path: Path) -> int | None:
 
 
 class ResumableCSVLogger(CSVLogger):
-    """``CSVLogger`` that, when ``keep_before`` is set, keeps the rows of an existing
-    ``metrics.csv`` whose ``step`` is below it (they are written back first) instead of deleting
-    the file. Rows are flushed at every logged step (``flush_logs_every_n_steps=1`` by default), so
-    a killed run's file holds everything up to its last step."""
+    """``CSVLogger`` that, with ``keep_before`` set, keeps the rows of an existing ``metrics.csv`` whose ``step``
+    is below it instead of deleting the file; rows are flushed at every logged step, so a killed run's file
+    holds everything up to its last step."""
 
     def __init__(self, *args: Any, keep_before: int | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("flush_logs_every_n_steps", 1)
@@ -267,8 +203,8 @@ class ResumableCSVLogger(CSVLogger):
         return writer
 
     def forget_validation(self, step: int) -> None:
-        """Remove the ``val/*`` rows of the validation after optimizer ``step`` (labelled ``step - 1``,
-        as Lightning labels them) from ``metrics.csv``: one the resumed run's schedule does not have."""
+        """Remove the ``val/*`` rows of the validation after optimizer ``step`` (labelled ``step - 1``) from
+        ``metrics.csv``."""
         from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
         if getattr(rank_zero_only, "rank", 0):
@@ -293,9 +229,8 @@ class ResumableCSVLogger(CSVLogger):
 
 
 def optimizer_steps_in_epoch(batches_done: int, accumulate: int) -> int:
-    """Optimizer steps taken after ``batches_done`` batches of an epoch with ``accumulate`` batches per
-    step (Lightning restarts the accumulation window at every epoch and steps on an epoch's last batch,
-    so a trailing partial window counts as one step once its last batch is done)."""
+    """Optimizer steps after ``batches_done`` batches of an epoch with ``accumulate`` batches per step (Lightning
+    steps on an epoch's last batch, so a trailing partial window counts as one step)."""
     return math.ceil(batches_done / max(1, accumulate))
 
 
@@ -306,8 +241,7 @@ def _step_interval(trainer: L.Trainer) -> int | None:
 
 
 def _budget_reached(trainer: L.Trainer) -> bool:
-    """True once the run's last optimizer step is done: ``max_steps`` reached, or the last batch of the
-    last epoch under ``max_epochs``."""
+    """True once the run's last optimizer step (``max_steps``, or the last batch under ``max_epochs``) is done."""
     if trainer.max_steps is not None and trainer.max_steps != -1 and trainer.global_step >= trainer.max_steps:
         return True
     if trainer.max_epochs is None or trainer.max_epochs == -1 or trainer.current_epoch + 1 < trainer.max_epochs:
@@ -324,19 +258,14 @@ def _may_stop_early(trainer: L.Trainer) -> bool:
 
 
 class OptimizerStepIntervals(L.Callback):
-    """Make an integer ``trainer.val_check_interval`` count optimizer steps, and validate after the last
-    step when it is not a validation step (see the module docstring).
+    """Make an integer ``trainer.val_check_interval`` count optimizer steps (Lightning counts batches, which
+    differ under gradient accumulation, and has no hook for the decision), and validate after the last step
+    so the objective and best checkpoint always exist.
 
-    With ``check_val_every_n_epoch=None`` (xformer's default) the interval counts the run's optimizer
-    steps (``global_step``); with ``check_val_every_n_epoch`` set it counts the steps inside the
-    epoch, as Lightning's batch count does. A fraction of an epoch or a time is left to Lightning.
-
-    At a restart Lightning asks the decision once before the first resumed batch, about the
-    checkpoint's own step: "validation due" makes it skip that validation and count the step on the
-    log axis. That is right for a checkpoint written inside the step's validation (the step is not
-    yet counted there), wrong for one written after it (a stop or the end of ``fit``: it would be
-    counted twice), so each checkpoint records which it is (:meth:`state_dict`).
-    """
+    The interval counts ``global_step``, or the steps inside the epoch when ``check_val_every_n_epoch`` is
+    set; a fraction of an epoch or a time is left to Lightning. At a restart Lightning asks once whether the
+    checkpoint's own step was due for validation; each checkpoint records whether it was written inside one
+    (:meth:`state_dict`), which is the right answer."""
 
     def __init__(self) -> None:
         self._current: L.Trainer | None = None  # the trainer of this fit
@@ -362,7 +291,7 @@ class OptimizerStepIntervals(L.Callback):
 
         def should_check_val(data_fetcher: Any) -> bool:
             if not self._trained and epoch_loop.restarting and epoch_loop.restarted_on_last:
-                return self._restored_in_validation  # the restart question (class docstring)
+                return self._restored_in_validation  # the restart question
             stepped = trainer.global_step != self._step_before_batch  # this micro-batch ended a step
             return interval_decision(data_fetcher, stepped) or (stepped and _budget_reached(trainer))
 
@@ -389,8 +318,8 @@ class OptimizerStepIntervals(L.Callback):
 
     @override
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """Resumed with a larger budget from a step validated only as the last step of the shorter one:
-        take that validation back from the loggers and callbacks that keep one (``forget_validation``)."""
+        """A larger budget resumed from a step validated only because it was the old budget's last: take that
+        validation back from the loggers and callbacks that keep one (``forget_validation``)."""
         step, interval = trainer.global_step, _step_interval(trainer)
         if step == 0 or interval is None or trainer.check_val_every_n_epoch is not None:
             return
@@ -404,5 +333,4 @@ class OptimizerStepIntervals(L.Callback):
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        """Note the step before this micro-batch (it completes a step when ``global_step`` moves)."""
         self._trained, self._step_before_batch = True, trainer.global_step
