@@ -1,25 +1,6 @@
-"""Lightning callbacks that keep long runs safe (all on in ``conf/callbacks/default.yaml``):
-:class:`NonFiniteLossGuard` (stop at the first NaN/Inf loss before it is checkpointed; a run whose
-validation loss ends above its first is recorded as diverged), :class:`StopCheckpoint` (``last.ckpt``
-where training stops: SIGTERM, Ctrl-C, the end of ``fit``), :class:`SlurmRequeue` (save and requeue
-on SLURM's requeue signal), :class:`StepSeed` (dropout RNG a function of the position in training)
-and :class:`AtomicCheckpoints` (checkpoints written to a temporary file and renamed into place).
-Exact resumption as a whole is described in :mod:`xformer.jobs.resume`.
-
-Atomic checkpoint writes: a crash, SIGKILL or full disk during a save never leaves a half-written
-``last.ckpt`` that a resume would load.
-
-:class:`AtomicCheckpointIO` is a Lightning ``CheckpointIO`` plugin. For a local path it serialises the
-checkpoint to a temporary file *in the same folder* (``.<name>.tmp-<random>``), flushes and
-``fsync``\\ s it, then ``os.replace``\\ s it over the target (atomic on POSIX within one file system) and
-``fsync``\\ s the folder so the rename itself survives a power loss. Until the rename, the previous
-file is untouched; if anything fails the temporary file is removed and the error propagates.
-Remote paths (``s3://`` ...) are left to Lightning's own writer.
-
-The driver does not need to know about it: the ``atomic_checkpoints`` callback
-(:class:`xformer.jobs.callbacks.AtomicCheckpoints`, on by default in ``conf/callbacks/default.yaml``)
-installs it on the trainer's strategy unless another ``CheckpointIO`` was configured.
-"""
+"""Lightning callbacks that keep long runs safe (all on in ``conf/callbacks/default.yaml``): stop at the first
+non-finite loss, save ``last.ckpt`` where training stops, requeue on SLURM's signal, seed dropout from the
+position in training, and write checkpoints atomically. Exact resume as a whole: :mod:`xformer.jobs.resume`."""
 
 from __future__ import annotations
 
@@ -51,29 +32,22 @@ log = logging.getLogger("xformer")
 
 
 def interrupt_signal(err: BaseException) -> str | None:
-    """The signal that stopped training with ``err``: ``"SIGINT"`` (Ctrl-C), ``"SIGUSR1"``/``"SIGUSR2"``
-    (SLURM's requeue signal, :class:`SlurmRequeue`) or ``"SIGTERM"`` for Lightning's
-    ``SIGTERMException``, else None (read by ``run.py`` and the driver for the exit status and
-    ``metrics.json``'s status). :class:`StopCheckpoint` names the signal on the exception."""
+    """The signal that stopped training with ``err`` (``"SIGINT"``, SLURM's ``"SIGUSR1"``/``"SIGUSR2"``, or
+    ``"SIGTERM"`` for Lightning's ``SIGTERMException``), else None."""
     if not isinstance(err, SIGTERMException):
         return None
     return getattr(err, "stop_signal", None) or "SIGTERM"
 
 
 class NonFiniteLossError(RuntimeError):
-    """The training loss became NaN or Inf; the message names the step and the checkpoint kept.
-
-    Attributes:
-        step: the optimizer step of the first non-finite loss (``None`` when another rank saw it).
-    """
+    """The training loss became NaN or Inf; ``step``: the optimizer step of the first non-finite loss."""
 
     def __init__(self, message: str, step: int | None = None) -> None:
         super().__init__(message)
         self.step = step
 
 
-VAL_LOSS = "val/loss"
-"""The validation metric whose rise above its first value marks a run as diverged."""
+VAL_LOSS = "val/loss"  # its rise above its first value marks a run as diverged
 
 
 def _loss_of(outputs: Any) -> torch.Tensor | None:
@@ -88,23 +62,11 @@ def _loss_of(outputs: Any) -> torch.Tensor | None:
 class NonFiniteLossGuard(L.Callback):
     """Raise :class:`NonFiniteLossError` when a training loss has been NaN or Inf.
 
-    Every step folds ``isfinite(loss)`` into a flag on the device, with the step, epoch, batch and
-    loss of the first bad step, so the training step never waits for the accelerator. The flag is
-    read on the host (one sync) every ``check_every_n_steps`` optimizer steps, when training ends,
-    and before *any* checkpoint is written (``on_save_checkpoint`` runs before the file is saved,
-    and raising there stops the save), so a poisoned state is never checkpointed and ``last.ckpt``
-    stays the last good one. In DDP the ranks agree (any rank non-finite → all stop) so none is
-    left waiting in a collective.
-
-    It also keeps ``(step, val/loss)`` of every validation (outside the sanity check; kept in the
-    checkpoint, so a resumed run remembers its first validation) for :meth:`divergence`.
-
-    Args:
-        check_every_n_steps: read the flag every N optimizer steps; ``None`` = the trainer's
-            ``log_every_n_steps`` (when Lightning reads the logged loss anyway).
-
-    The range of ``check_every_n_steps`` (>= 1 or null) is in its annotation, checked with the config.
-    """
+    Each step folds ``isfinite(loss)`` into a flag on the device (no sync per step); the flag is read every
+    ``check_every_n_steps`` optimizer steps (``None``: the trainer's ``log_every_n_steps``), at the end of
+    training and before any checkpoint is written, so ``last.ckpt`` stays the last good state. Ranks agree,
+    so none is left waiting in a collective. It also keeps ``(step, val/loss)`` of every validation, in the
+    checkpoint, for :meth:`divergence`."""
 
     def __init__(self, check_every_n_steps: Annotated[int, Range(ge=1)] | None = None) -> None:
         self.check_every_n_steps = check_every_n_steps
@@ -131,9 +93,8 @@ class NonFiniteLossGuard(L.Callback):
         self.validations = [v for v in self.validations if v[0] != step]
 
     def divergence(self) -> dict[str, Any] | None:
-        """Whether the validations so far say the run diverged: the last ``val/loss`` is non-finite or
-        above the first one. Returns ``{"step", "reason", "first", "last"}`` (``step``: the first
-        validation from which every later one stayed above the first, or was non-finite), else ``None``."""
+        """``{"step", "reason", "first", "last"}`` when the last ``val/loss`` is non-finite or above the first
+        (``step``: the first validation from which every later one stayed bad), else ``None``."""
         if len(self.validations) < 2 and not (self.validations and not math.isfinite(self.validations[-1][1])):
             return None
         first_step, first = self.validations[0]
@@ -193,7 +154,6 @@ class NonFiniteLossGuard(L.Callback):
             self._check(trainer)
 
     def _check(self, trainer: L.Trainer) -> None:
-        """Read the device flag (a sync) and raise if any step so far was non-finite."""
         self._checked_step = trainer.global_step
         if self._first is None:
             return
@@ -230,37 +190,21 @@ class NonFiniteLossGuard(L.Callback):
 class StopCheckpoint(L.Callback):
     """Save ``<dirpath>/last.ckpt`` when training stops: on SIGTERM, on Ctrl-C, and when ``fit`` ends.
 
-    Lightning's own SIGTERM handler only sets a flag; the training loop then raises
-    ``SIGTERMException`` after the current batch (and its validation, if due). This callback's
-    ``on_exception`` writes the checkpoint at that consistent point, then the exception ends the run
-    (``metrics.json`` status ``"preempted"``, exit status 143). Other exceptions (a NaN loss, a
-    crash) save nothing: the last periodic ``last.ckpt`` stays the resume point.
-
-    Ctrl-C (SIGINT) during training is handled the same way instead of Python's
-    ``KeyboardInterrupt`` (which Lightning turns into ``exit(1)`` with nothing saved, wherever in the
-    step it arrives): from ``on_train_start`` to the end of ``fit`` a SIGINT handler sets Lightning's
-    stop flag, so the run saves ``last.ckpt`` at the next batch boundary, ``metrics.json`` says
-    ``"interrupted"``, the console shows the command that resumes the run, and ``run.py`` exits 130.
-    A second Ctrl-C quits at once (``os._exit(130)``, nothing more is saved). A process that ignores
-    SIGINT (started in the background) keeps ignoring it.
-
-    Why not Lightning's ``OnExceptionCheckpoint``: it saves on *every* exception, so a NaN loss
-    (:class:`NonFiniteLossGuard`) would replace the last good state with the broken one; it writes its
-    own file (``on_exception.ckpt``), which ``ckpt_path=last`` does not find; and it does not save when
-    ``fit`` ends normally.
+    On Lightning's ``SIGTERMException`` (raised after the current batch) it saves at that consistent point;
+    other exceptions save nothing, so a NaN loss never replaces the last good state (why not Lightning's
+    ``OnExceptionCheckpoint``, which saves on every exception to a file ``ckpt_path=last`` does not find).
+    During ``fit`` a SIGINT handler sets the same stop flag, so Ctrl-C saves too; a second Ctrl-C quits at
+    once (exit 130); an ignored SIGINT stays ignored.
 
     Args:
         dirpath: folder of ``last.ckpt`` (default: the first checkpoint callback's folder).
         filename: checkpoint file name.
-        save_on_train_end: also save when ``fit`` ends normally (the periodic saves may have
-            stopped up to ``every_n_train_steps - 1`` steps earlier).
-    """
+        save_on_train_end: also save when ``fit`` ends normally."""
 
     def __init__(self, dirpath: str | None = None, filename: str = "last.ckpt", save_on_train_end: bool = True) -> None:
         self.dirpath = dirpath
         self.filename = filename
         self.save_on_train_end = save_on_train_end
-        self.saved_path: str | None = None
         self._previous_sigint = None
         self._sigints = 0  # Ctrl-C presses during this fit
 
@@ -301,7 +245,6 @@ class StopCheckpoint(L.Callback):
         path = self._path(trainer)
         if self.save_on_train_end and path is not None and trainer.global_step > 0:
             trainer.save_checkpoint(path)
-            self.saved_path = str(path)
         self._restore_sigint()
 
     @override
@@ -318,8 +261,7 @@ class StopCheckpoint(L.Callback):
         name = "SIGINT" if self._sigints else requeue or "SIGTERM"
         exception.stop_signal = name  # for interrupt_signal
         if trainer.state.fn != "fit":
-            # stopped while testing (a best checkpoint's weights are loaded) or validating outside fit:
-            # the last.ckpt written when training ended is the one to keep
+            # testing a best checkpoint's weights, or validating: keep the last.ckpt training wrote
             return
         what = "Ctrl-C" if name == "SIGINT" else "SIGTERM"
         path = self._path(trainer)
@@ -327,7 +269,6 @@ class StopCheckpoint(L.Callback):
             log.warning("%s at step %d: no checkpoint folder configured, nothing saved", what, trainer.global_step)
             return
         trainer.save_checkpoint(path)
-        self.saved_path = str(path)
         if trainer.is_global_zero and name not in ("SIGTERM", "SIGINT"):  # SLURM's requeue signal
             log.warning(
                 "%s (SLURM's requeue signal): saved %s at step %d; the requeued job resumes from it by itself",
@@ -346,20 +287,11 @@ class StopCheckpoint(L.Callback):
 
 
 class SlurmRequeue(L.Callback):
-    """On SLURM's requeue signal: stop after the step in flight, let :class:`StopCheckpoint` save
-    ``last.ckpt``, and requeue the job when the process exits (after ``metrics.json`` and the W&B
-    run are written); the requeued job resumes from that checkpoint by itself
-    (:func:`xformer.jobs.slurm.requeued_checkpoint`).
-
-    The signal is submitit's (``SUBMITIT_PREEMPT_SIGNAL``, USR2) in a ``hydra/launcher=slurm`` job,
-    else the ``requeue_signal`` of Lightning's ``SLURMEnvironment`` (USR1; none with
-    ``auto_requeue=False``). Installed at ``setup``, before Lightning registers its handlers: Lightning
-    then leaves the signal alone (it installs its own requeue handler only where none is set). With
-    several ranks, which SLURM signals at slightly different moments, the ranks agree after every
-    training batch (one boolean all-reduce) whether any has the signal, so all stop after the same
-    step; only global rank 0 requeues. Does nothing outside SLURM. Listed after
-    ``stop_checkpoint`` in ``conf/callbacks/default.yaml`` so the save comes first.
-    """
+    """On SLURM's requeue signal (submitit's USR2, else Lightning's ``SLURMEnvironment`` one): stop after the
+    step in flight, let :class:`StopCheckpoint` save ``last.ckpt`` (listed before this callback in the
+    config), and requeue the job at exit; the requeued job resumes by itself. Installed at ``setup``, before
+    Lightning, which then leaves the signal alone. Ranks agree after each batch, so all stop at the same
+    step; rank 0 requeues. Does nothing outside SLURM."""
 
     def __init__(self) -> None:
         self._current: L.Trainer | None = None
@@ -370,7 +302,6 @@ class SlurmRequeue(L.Callback):
 
     @property
     def received_signal(self) -> str | None:
-        """The name of the requeue signal received (``"SIGUSR2"`` ...), None before."""
         return None if self._received is None else signal.Signals(self._received).name
 
     @override
@@ -406,8 +337,7 @@ class SlurmRequeue(L.Callback):
     ) -> None:
         if not self._installed or trainer.world_size == 1:
             return
-        # several ranks: the signal reaches them at different moments; they agree here, after the same
-        # batch, so every rank stops at the same step (Lightning checks the flag right after this hook)
+        # the ranks get the signal at different moments: agree after the same batch
         if trainer.strategy.reduce_boolean_decision(self._received is not None, all=False):
             request_stop(trainer)
 
@@ -423,12 +353,8 @@ class SlurmRequeue(L.Callback):
 
 
 class StepSeed(L.Callback):
-    """Reseed ``torch``, ``numpy`` and ``random`` at every training batch from
-    ``(seed, epoch, batch index, global rank)`` (see module docstring).
-
-    Args:
-        seed: the run's seed (``${seed}``).
-    """
+    """Reseed ``torch``, ``numpy`` and ``random`` at every training batch from ``(seed, epoch, batch index,
+    global rank)``, so a resumed run draws the same dropout masks with no RNG state stored."""
 
     def __init__(self, seed: int = 0) -> None:
         self.seed = int(seed)
@@ -440,8 +366,7 @@ class StepSeed(L.Callback):
         state = np.random.SeedSequence([self.seed, trainer.current_epoch, batch_idx, trainer.global_rank])
         s = int(state.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
         if pl_module.device.type == "cpu":
-            # the CPU generator alone (the same CPU state): torch.manual_seed also queues a seed for an
-            # uninitialised CUDA and records the Python stack with it, a cost in every training step
+            # the CPU generator alone: torch.manual_seed also queues a lazy CUDA seed with a stack trace
             torch.default_generator.manual_seed(s)
         else:
             torch.manual_seed(s)
@@ -450,8 +375,8 @@ class StepSeed(L.Callback):
 
 
 class AtomicCheckpoints(L.Callback):
-    """Install :class:`~xformer.jobs.callbacks.AtomicCheckpointIO` on the trainer's strategy (at
-    ``setup``, before anything is saved) unless a non-default ``CheckpointIO`` plugin is configured."""
+    """Install :class:`AtomicCheckpointIO` on the trainer's strategy at ``setup``, unless another
+    ``CheckpointIO`` is configured."""
 
     @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -477,12 +402,9 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
-    """``torch.save(obj, path)``, atomically: temp file in the same folder, fsync, ``os.replace``.
-
-    Raises:
-        Whatever ``torch.save`` or the file system raises; ``path`` then still holds its previous
-        content (or does not exist), and no temporary file is left behind.
-    """
+    """``torch.save(obj, path)`` atomically: a temporary file in the same folder, ``fsync``, ``os.replace``,
+    then the folder ``fsync``-ed. On any error ``path`` keeps its previous content and no temporary file is
+    left; the error propagates."""
     path = Path(str(path).removeprefix("file://"))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex}")
@@ -502,7 +424,7 @@ def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """``TorchCheckpointIO`` whose ``save_checkpoint`` is atomic for local paths (see module doc)."""
+    """``TorchCheckpointIO`` whose ``save_checkpoint`` is atomic for local paths; remote ones are Lightning's."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
         if storage_options is not None or not _is_local(path):
