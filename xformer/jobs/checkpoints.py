@@ -1,16 +1,6 @@
-"""Reading checkpoint files, and whether one fits this run (written atomically: ``callbacks.AtomicCheckpointIO``).
-
-* :func:`last_checkpoint`, :func:`resolve_ckpt_path` -- the one reading of ``ckpt_path`` (``last``
-  means the job's own ``checkpoints/last.ckpt``; a requeued SLURM job's own, :func:`requeued_checkpoint`).
-* :func:`runtime_keys` -- the keys a resumed job or sweep may change (``sweep.runtime_keys``).
-* :func:`check_checkpoint_model`, :func:`check_checkpoint_vocab` -- the checkpoint's model and
-  vocabulary against this run's, as one :class:`~xformer.errors.ConfigError` line with the overrides
-  that make them agree; :func:`check_resume_settings` -- the rest of the checkpoint's config against
-  this run's (model and data keys refused, the others take effect and are listed).
-
-Files are read by :func:`xformer.train.checkpoint_file.read_checkpoint`. Importing this module imports
-neither torch nor Lightning (``run.py`` resolves ``ckpt_path`` first).
-"""
+"""Reading ``ckpt_path`` and checkpoint files, and whether a checkpoint fits this run (model, vocabulary,
+settings), as one :class:`~xformer.errors.ConfigError` line with the overrides that make them agree.
+Imports neither torch nor Lightning: ``run.py`` resolves ``ckpt_path`` first."""
 
 from __future__ import annotations
 
@@ -24,14 +14,13 @@ from omegaconf import DictConfig, OmegaConf
 from xformer.errors import ConfigError
 from xformer.train.checkpoint_file import UnreadableCheckpoint, arch_name, build_model, read_checkpoint
 
-__all__ = ["UnreadableCheckpoint", "read_checkpoint"]  # read here by the jobs that resume
+__all__ = ["UnreadableCheckpoint", "read_checkpoint"]
 
 log = logging.getLogger("xformer")
 
 
 def slurm_job_key() -> str | None:
-    """``"<cluster>/<job id>"`` of the SLURM job this process runs in (an array task's own job id,
-    which SLURM keeps across requeues), None outside SLURM."""
+    """``"<cluster>/<job id>"`` of this SLURM job (kept across requeues), None outside SLURM."""
     job = os.environ.get("SLURM_JOB_ID")
     if not job:
         return None
@@ -50,10 +39,8 @@ def last_checkpoint(out_dir: str | Path) -> Path:
 
 
 def resolve_ckpt_path(cfg: DictConfig, out_dir: str | Path | None, warn: bool = False) -> str | None:
-    """The checkpoint file a run loads: ``ckpt_path`` as given, or for ``ckpt_path=last`` the job's
-    :func:`last_checkpoint` when it exists (else ``None``: the run starts from scratch, with a
-    warning when ``warn``). Without ``ckpt_path``: a requeued SLURM job's own ``last.ckpt``
-    (:func:`requeued_checkpoint`), else ``None``."""
+    """The checkpoint file a run loads: ``ckpt_path`` as given; for ``last`` the job's :func:`last_checkpoint` if
+    it exists (else ``None``, warned when ``warn``); without ``ckpt_path``, a requeued SLURM job's own."""
     ckpt = cfg.get("ckpt_path")
     if not ckpt:
         if cfg.get("mode", "train") != "train":
@@ -75,9 +62,8 @@ def resolve_ckpt_path(cfg: DictConfig, out_dir: str | Path | None, warn: bool = 
 
 
 def requeued_checkpoint(out_dir: str | Path | None) -> Path | None:
-    """``<out_dir>/checkpoints/last.ckpt`` when this process is a requeued SLURM job
-    (:func:`slurm_restart_count` >= 1) and that checkpoint was written by this same job
-    (``checkpoint["xformer"]["slurm_job"] == slurm_job_key()``), else None (:mod:`.slurm`)."""
+    """``<out_dir>/checkpoints/last.ckpt`` when this process is a requeued SLURM job and this same job wrote that
+    checkpoint (its ``xformer.slurm_job``), else None."""
     key = slurm_job_key()
     if out_dir is None or key is None or slurm_restart_count() < 1:
         return None
@@ -101,18 +87,12 @@ def requeued_checkpoint(out_dir: str | Path | None) -> Path | None:
 
 
 def runtime_keys(cfg: DictConfig) -> list[str]:
-    """``sweep.runtime_keys`` (``conf/config.yaml``): dotted keys that may differ between a job's run and
-    its resume (checkpoint path, data root, loggers, ...)."""
+    """``sweep.runtime_keys``: dotted keys that may differ between a job's run and its resume."""
     return list(OmegaConf.select(cfg, "sweep.runtime_keys", default=None) or [])
 
 
 def check_ckpt_file(path: str) -> None:
-    """``ckpt_path`` names an existing zip-format (torch) file; nothing is loaded.
-
-    Raises:
-        ConfigError: no such file, or not a readable checkpoint, naming ``ckpt_path`` and the fix.
-    """
-    import os
+    """``ckpt_path`` names an existing zip-format file (nothing loaded). Raises: ConfigError."""
     import zipfile
 
     if not os.path.isfile(path):
@@ -125,12 +105,8 @@ def check_ckpt_file(path: str) -> None:
 
 
 def load_checkpoint_parts(path: str) -> tuple[dict | None, dict | None]:
-    """``(state_dict, xformer section)`` of a checkpoint file; ``(None, None)`` when it is not a
-    Lightning checkpoint.
-
-    Raises:
-        ConfigError: the file cannot be read, naming ``ckpt_path`` and the fix.
-    """
+    """``(state_dict, xformer section)`` of a checkpoint; ``(None, None)`` for a non-Lightning file.
+    Raises: ConfigError when unreadable."""
     try:
         ckpt = read_checkpoint(path)
     except UnreadableCheckpoint as err:
@@ -144,9 +120,7 @@ def load_checkpoint_parts(path: str) -> tuple[dict | None, dict | None]:
 
 
 def model_shape(model_cfg, src_vocab_size: int | None = None, tgt_vocab_size: int | None = None) -> str:
-    """One phrase for a model config: arch, width, heads, layers, vocabulary, e.g. ``decoder_only
-    (d_model=64, n_heads=4, 0+2 layers, vocab 600)``; used in the errors of ``run.py ckpt_path=``
-    and ``xformer translate``."""
+    """One phrase for a model config, e.g. ``decoder_only (d_model=64, n_heads=4, 0+2 layers, vocab 600)``."""
     get = (lambda k: model_cfg.get(k)) if hasattr(model_cfg, "get") else (lambda k: getattr(model_cfg, k, None))
     parts = [f"d_model={get('d_model')}", f"n_heads={get('n_heads')}"]
     if get("n_encoder_layers") is not None or get("n_decoder_layers") is not None:
@@ -172,8 +146,7 @@ def _flat(node, prefix: str) -> dict[str, object]:
 
 
 def _overrides_to(stored: dict, current: dict, prefix: str) -> list[str]:
-    """``key=value`` overrides that turn ``current`` into ``stored`` (the checkpoint's settings);
-    a different model class is named as its ``model/arch`` option."""
+    """``key=value`` overrides that turn ``current`` into ``stored`` (a model class as ``model/arch``)."""
     want, have = _flat(stored, prefix), _flat(current, prefix)
     out = []
     for key in sorted(set(want) | set(have)):
@@ -187,16 +160,9 @@ def _overrides_to(stored: dict, current: dict, prefix: str) -> list[str]:
 
 
 def check_checkpoint_model(cfg: DictConfig, path: str) -> None:
-    """The checkpoint ``path`` that ``ckpt_path`` names was written by xformer (``run.py``) and holds
-    a model of this run's shape: the parameter names and sizes of this run's model (built on the meta
-    device with the checkpoint's vocabulary sizes; the data's vocabulary is checked by
-    :func:`check_checkpoint_vocab`) equal the checkpoint's. In ``mode=eval`` the model comes from the
-    checkpoint, so only its origin is checked.
-
-    Raises:
-        ConfigError: one line naming the checkpoint's model, this run's, and the overrides that
-            make them agree (or that the file is not an xformer checkpoint).
-    """
+    """The checkpoint was written by xformer and, in ``mode=train``, its parameter names and sizes equal those of
+    this run's model (built on the meta device with the checkpoint's vocabulary). Raises: ConfigError naming
+    both models and the overrides that make them agree."""
     state, meta = load_checkpoint_parts(path)
     if state is None or meta is None:
         what = "a Lightning checkpoint from another program" if state is not None else "not a Lightning checkpoint"
@@ -230,12 +196,8 @@ def check_checkpoint_model(cfg: DictConfig, path: str) -> None:
 
 
 def check_checkpoint_vocab(cfg: DictConfig, path: str, dm) -> None:
-    """The data's vocabulary sizes equal those the checkpoint ``path`` was trained with (its
-    embeddings and output layer have one row per token).
-
-    Raises:
-        ConfigError: one line naming both sizes and the data keys that make them agree.
-    """
+    """The data's vocabulary sizes equal the checkpoint's. Raises: ConfigError naming both and the data keys
+    to set."""
     _, meta = load_checkpoint_parts(path)
     if not meta:
         return
@@ -257,11 +219,9 @@ def check_checkpoint_vocab(cfg: DictConfig, path: str, dm) -> None:
     )
 
 
-#: Config keys (and everything below them) that shape what a resumed run continues: its model, its
-#: data and their order, its loss, and the optimizer's class (its state is restored into it).
+#: Keys (and all below them) a resumed run may not change: its model, data and order, loss, optimizer class.
 SHAPING_KEYS = ("model", "data", "loss", "seed", "optim.optimizer._target_")
-#: Keys that may differ from the checkpoint's without a word: where the job runs and what it shows
-#: (besides ``sweep.runtime_keys``), and nodes that only repeat other keys (``module``).
+#: Keys that may differ from the checkpoint's without a word (besides ``sweep.runtime_keys``).
 QUIET_KEYS = ("mode", "task_name", "callbacks", "module", "trainer.default_root_dir")
 
 
@@ -270,23 +230,13 @@ def _under(key: str, prefixes) -> bool:
 
 
 def check_resume_settings(cfg: DictConfig, path: str) -> list[tuple[str, Any, Any]]:
-    """Compare this training run's config with the one stored in the checkpoint ``path`` it resumes
-    (as a sweep compares a job folder's record, :mod:`xformer.jobs.sweep_resume`).
+    """Compare this training run's config with the one stored in the checkpoint it resumes.
 
-    A key that shapes the model or the data (:data:`SHAPING_KEYS`; the run-time keys of
-    ``sweep.runtime_keys``, e.g. ``data.root``, excepted) is refused: the checkpoint's weights and
-    data position belong to its values. Every other difference takes effect from the resumed step
-    on -- the optimizer's settings and the LR schedule included (the training module applies them over
-    the state Lightning restores, :meth:`~xformer.train.module.TransformerLitModule.on_train_start`)
-    -- and is returned, for the console. Keys missing from the checkpoint's config (older
-    checkpoints, an option added since) are not compared.
-
-    Returns:
-        ``[(key, checkpoint's value, this run's value)]`` of the differences that take effect.
-
-    Raises:
-        ConfigError: one line naming the shaping keys that differ, with both values and the fix.
-    """
+    A :data:`SHAPING_KEYS` key that differs (``sweep.runtime_keys`` excepted) is refused: the weights and data
+    position belong to its values. Other differences take effect from the resumed step (the training module
+    applies optimizer and schedule settings over the restored state) and are returned as ``[(key, checkpoint's
+    value, this run's value)]``, :data:`QUIET_KEYS` left out. Keys absent from the checkpoint are not compared.
+    Raises: ConfigError naming the shaping keys, both values and the fix."""
     if cfg.get("mode", "train") != "train":
         return []
     _, meta = load_checkpoint_parts(path)
@@ -314,7 +264,6 @@ def check_resume_settings(cfg: DictConfig, path: str) -> list[tuple[str, Any, An
 
 
 def describe_resume_changes(path: str, step: int | None, changes: list[tuple[str, Any, Any]]) -> str:
-    """The console line for settings a resumed run changes (:func:`check_resume_settings`)."""
     items = ", ".join(f"{k}: {old!r} -> {new!r}" for k, old, new in changes)
     at = f" from step {step}" if step is not None else ""
     return f"resuming {path} with settings changed from the checkpoint's (they take effect{at}): {items}"
