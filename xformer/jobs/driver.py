@@ -1,15 +1,6 @@
-"""One job of ``run.py`` after its config passed stages 1-2 of the check: :func:`run` builds the data
-module and the model once each (:func:`build`), fits and tests (:func:`fit_and_test`), and writes the
-job's :class:`~xformer.jobs.record.RunRecord` (``metrics.json``) however it ends.
-
-Layout of a job folder (Hydra's output dir, one per ``-m`` job)::
-
-    .hydra/           resolved config and overrides (Hydra)
-    checkpoints/      last.ckpt and best-<step>.ckpt (by ``objective``)
-    csv/metrics.csv   every logged value by step (Lightning's CSVLogger; read by ``xformer report``)
-    wandb/            the W&B run (offline runs are synced later with ``wandb sync``)
-    metrics.json      status, resolved config, final/best metrics, wall time, tokens seen, parameters
-"""
+"""One job of ``run.py`` after its config passed stages 1-2 of the check: :func:`run` builds the data module
+and the model once each, fits and tests, and writes the job's ``metrics.json`` however it ends (the job
+folder's layout: docs/running.md)."""
 
 from __future__ import annotations
 
@@ -46,16 +37,14 @@ from .resume import (
 )
 from .wandb_run import describe_runs, finish_runs, wandb_logger
 
-# Lightning warns whenever `srun` is on PATH outside a SLURM job; outside a job it says nothing about this run
-# (inside one, SLURM's variables select the SLURM environment), so that one message is not shown.
+# Lightning warns whenever `srun` is on PATH; outside a SLURM job that says nothing about this run.
 warnings.filterwarnings("ignore", message=r"The `srun` command is available on your system but is not used")
 
 log = logging.getLogger("xformer")
 
 
 def build_loggers(cfg: DictConfig, ctx: JobContext) -> list:
-    """The configured loggers plus the always-on CSV logger (which keeps its history before the
-    checkpoint when the job resumes); W&B loggers come from :func:`xformer.jobs.wandb_run.wandb_logger`."""
+    """The configured loggers plus the always-on CSV logger, which keeps its history before a resumed checkpoint."""
     out_dir = ctx.out_dir
     resumed = own_checkpoint(cfg, out_dir)  # resuming this job: keep its history before the checkpoint
     loggers: list = [
@@ -85,9 +74,8 @@ def tokenizer_blob(dm) -> str | None:
 
 
 def config_from_checkpoint(cfg: DictConfig, overrides: tuple[str, ...], ckpt: str | None) -> DictConfig:
-    """For ``mode=eval``: take ``model`` and ``data`` from the config stored in checkpoint ``ckpt`` (the
-    resolved ``ckpt_path``; the weights only fit that model), keeping ``data.*`` keys given on the command
-    line (e.g. ``data.root``)."""
+    """For ``mode=eval``: ``model`` and ``data`` from the config stored in checkpoint ``ckpt`` (the weights only
+    fit that model), keeping the ``data.*`` keys given on the command line."""
     meta = read_checkpoint(ckpt).get("xformer") if ckpt else None
     if not meta:
         return cfg
@@ -102,8 +90,7 @@ def config_from_checkpoint(cfg: DictConfig, overrides: tuple[str, ...], ckpt: st
 
 @dataclass
 class Job:
-    """What :func:`build` makes for one job: the data module, the LightningModule, its loggers and the
-    trainer, and the job's run record so far."""
+    """What :func:`build` makes for one job, with the job's run record so far."""
 
     dm: L.LightningDataModule
     module: TransformerLitModule
@@ -113,8 +100,8 @@ class Job:
 
 
 def build_module(cfg: DictConfig, dm, model: torch.nn.Module) -> TransformerLitModule:
-    """Instantiate ``cfg.module`` (``conf/module/``) for ``model`` and the data module's special ids,
-    detokenizer, metrics and test splits; compile the model in place when ``trainer.compile`` is set."""
+    """``cfg.module`` for ``model`` and the data module's ids, detokenizer, metrics and test splits; the model
+    compiled in place when ``trainer.compile`` is set."""
     module = instantiate(cfg.module)(
         model=model,
         pad_id=dm.pad_id,
@@ -126,22 +113,20 @@ def build_module(cfg: DictConfig, dm, model: torch.nn.Module) -> TransformerLitM
     )
     compile_opts = cfg.trainer.get("compile")
     if compile_opts:
-        # in place (nn.Module.compile): the module is not wrapped, so checkpoints keep plain
-        # parameter names and load into compiled and eager models alike
+        # in place: checkpoints keep plain parameter names, loading into compiled and eager models alike
         kwargs = {} if compile_opts is True else OmegaConf.to_container(compile_opts, resolve=True)
         module.model.compile(**kwargs)
     return module
 
 
 def build_trainer(cfg: DictConfig, loggers: list) -> L.Trainer:
-    """``cfg.trainer`` with the configured callbacks plus xformer's own (optimizer-step intervals,
-    consistent resume, the progress bar)."""
+    """``cfg.trainer`` with the configured callbacks plus xformer's own."""
     callbacks = [
         instantiate(c) for c in (cfg.get("callbacks") or {}).values() if isinstance(c, DictConfig) and "_target_" in c
     ]
     callbacks.append(OptimizerStepIntervals())  # "every N steps" = optimizer steps under accumulation
-    callbacks.append(ConsistentResume())  # a checkpoint written when fit stopped mid-epoch resumes there
-    callbacks.append(RerootCheckpoints())  # a moved job folder keeps its best checkpoint and score
+    callbacks.append(ConsistentResume())
+    callbacks.append(RerootCheckpoints())
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     trainer_cfg.pop("compile", None)
     trainer_cfg.setdefault("use_distributed_sampler", False)  # the data modules shard batches across ranks
@@ -159,22 +144,19 @@ def build_trainer(cfg: DictConfig, loggers: list) -> L.Trainer:
 
 def build(cfg: DictConfig, ctx: JobContext) -> Job:
     """Stages 3-4 of the config check around building data, model, module, loggers and trainer, each once.
-
-    Raises:
-        ConfigError / DataError: invalid configuration or input, before anything is trained.
-    """
+    Raises: ConfigError / DataError before anything is trained."""
     record = RunRecord(job=ctx.info(), config=OmegaConf.to_container(cfg, resolve=True))
     L.seed_everything(cfg.seed, workers=True)
-    dm = check_data_options(cfg)  # stage 3: the remaining nodes and the data module's constructor
+    dm = check_data_options(cfg)  # stage 3
     dm.prepare_data()
     dm.setup("fit")
     if ctx.ckpt is not None:
         check_checkpoint_vocab(cfg, ctx.ckpt, dm)
-        if changes := check_resume_settings(cfg, ctx.ckpt):  # model and data keys refused; the rest take effect
+        if changes := check_resume_settings(cfg, ctx.ckpt):
             log.info("%s", describe_resume_changes(ctx.ckpt, checkpoint_step(Path(ctx.ckpt)), changes))
             record.changed_on_resume = {k: {"checkpoint": old, "now": new} for k, old, new in changes}
     model = build_model(cfg, dm.src_vocab_size, dm.tgt_vocab_size, dm.pad_id)
-    check_with_data(cfg, dm, model)  # stage 4: the data against this model (its positions, its data kinds)
+    check_with_data(cfg, dm, model)  # stage 4
     record.params = model.param_breakdown()
     log.info("parameters: %s", ", ".join(f"{k}={v:,}" for k, v in record.params.items()))
     module = build_module(cfg, dm, model)
@@ -197,19 +179,14 @@ def build(cfg: DictConfig, ctx: JobContext) -> Job:
 
 
 def fit_and_test(cfg: DictConfig, job: Job, ckpt: str | None) -> tuple[dict, dict, int | None]:
-    """``mode=train``: fit (resuming from ``ckpt``), then test the objective's best checkpoint;
-    ``mode=eval``: test ``ckpt``.
-
-    Returns:
-        ``(fit_metrics, test_metrics, tokens_seen)``: the callback metrics at the end of fit (empty
-        in eval), the test results, and the tokens trained on (``None`` in eval).
-    """
+    """``mode=train``: fit (resuming from ``ckpt``), then test the objective's best checkpoint; ``mode=eval``:
+    test ``ckpt``. Returns ``(fit_metrics, test_metrics, tokens_seen)`` (``{}`` and ``None`` in eval)."""
     trainer, module, dm = job.trainer, job.module, job.dm
     if cfg.mode != "train":
         return {}, _test(trainer, module, dm, ckpt), None
     trainer.fit(module, datamodule=dm, ckpt_path=ckpt)
     fit_metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
-    # the last step's train-time values, also where that step was not logged (TransformerLitModule._logs_this_step)
+    # the last step's train-time values, also where that step was not logged
     fit_metrics.update(getattr(module, "last_step_metrics", dict)())
     tokens_seen = module.tokens_seen  # testing the best checkpoint reloads its (older) count
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
@@ -217,8 +194,7 @@ def fit_and_test(cfg: DictConfig, job: Job, ckpt: str | None) -> tuple[dict, dic
 
 
 def _test(trainer: L.Trainer, module, dm, ckpt: str | None) -> dict:
-    """``trainer.test`` with the results printed as :func:`~xformer.jobs.console.test_table` (one
-    column per test split) instead of Lightning's per-dataloader table."""
+    """``trainer.test`` with the results printed as one column per test split."""
     results = _merged(trainer.test(module, datamodule=dm, ckpt_path=ckpt, verbose=False))
     if trainer.is_global_zero and (table := test_table(results, list(dm.test_split_names))):
         print(table, end="", flush=True)
@@ -230,8 +206,7 @@ def _merged(results: list[dict]) -> dict:
 
 
 def complete_record(cfg: DictConfig, job: Job, end: Outcome, final: dict, tokens_seen: int | None, wall: float) -> None:
-    """Fill ``job.record`` with how the job ended, the final metrics, the best checkpoint and its score,
-    the objective, wall time, steps, tokens, BLEU signature and numerics."""
+    """Fill ``job.record`` with how the job ended, its metrics, best checkpoint, objective and numerics."""
     record, trainer, module = job.record, job.trainer, job.module
     objective_value = final.get(cfg.objective.metric)
     cb = trainer.checkpoint_callback
@@ -251,11 +226,8 @@ def complete_record(cfg: DictConfig, job: Job, end: Outcome, final: dict, tokens
 
 
 def numerics() -> dict:
-    """What decides a run's floating-point results beyond its config: torch's version, the CPU model,
-    ATen's CPU kernel set (``torch.backends.cpu.get_cpu_capability()``; ``ATEN_CPU_CAPABILITY`` picks
-    another) and the intra-op threads. A job re-run by its own command reproduces its metrics bit for
-    bit where these match; on another CPU the kernels round differently and training amplifies the
-    difference to about a seed's spread (docs/results/README.md, "Reproducing one job")."""
+    """What decides a run's floating-point results beyond its config: torch's version, the CPU model, ATen's CPU
+    kernel set and the intra-op threads (docs/results/README.md, "Reproducing one job")."""
     import platform
 
     cpu = platform.processor() or "unknown"
@@ -276,8 +248,7 @@ def numerics() -> dict:
 
 
 def divergence_of(trainer: L.Trainer) -> dict | None:
-    """``{"step", "reason", ...}`` when the trainer's :class:`NonFiniteLossGuard` saw the validation loss
-    end above its first value (or non-finite), else ``None`` (also without a guard)."""
+    """The :class:`NonFiniteLossGuard`'s ``divergence()``, ``None`` without a guard."""
     for cb in trainer.callbacks:
         if isinstance(cb, NonFiniteLossGuard):
             return cb.divergence()
@@ -285,27 +256,24 @@ def divergence_of(trainer: L.Trainer) -> dict | None:
 
 
 def apply_omp_threads() -> None:
-    """Set torch's intra-op threads from ``OMP_NUM_THREADS`` (launcher workers reused across jobs set it per job)."""
+    """Set torch's intra-op threads from ``OMP_NUM_THREADS`` (a reused launcher worker sets it per job)."""
     threads = os.environ.get("OMP_NUM_THREADS", "")
     if threads.isdigit() and int(threads) > 0 and torch.get_num_threads() != int(threads):
         torch.set_num_threads(int(threads))
 
 
 def run(cfg: DictConfig, ctx: JobContext | None = None) -> tuple[Outcome, RunRecord]:
-    """Train (``mode=train``) or evaluate (``mode=eval``, ``ctx.ckpt``) one job whose config passed
-    stages 1-2: :func:`build`, :func:`fit_and_test`, then the run record written (however fit ended)
-    and the W&B run closed.
+    """Train or evaluate one job whose config passed stages 1-2; the record is written however fit ends.
 
     Returns:
         ``(how it ended, its record)``; an error in fit or test is returned in the outcome, not raised.
 
     Raises:
-        ConfigError / DataError: invalid configuration or input, before training starts (no record).
-    """
+        ConfigError / DataError: invalid configuration or input, before training starts (no record)."""
     ctx = ctx or job_context(cfg)
     t_start = time.time()
     single_log_lines()  # Lightning's lines once, through Hydra's handlers
-    quiet_console(resuming=own_checkpoint(cfg, ctx.out_dir) is not None)  # no false or noise library messages
+    quiet_console(resuming=own_checkpoint(cfg, ctx.out_dir) is not None)
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     apply_omp_threads()
     if ctx.plan is not None and ctx.plan.action == "resume":  # a sweep job killed earlier
