@@ -1,23 +1,9 @@
-"""Multi-process training under Hydra: who creates a job's ranks, and the FSDP strategy.
+"""Multi-process training under Hydra: who creates a job's ranks, and the FSDP strategy (docs/scaling.md).
 
-* **Lightning**, in a single run (``trainer=ddp`` / ``fsdp`` on one node, no external launcher):
-  its script launcher starts ranks 1..N-1 by re-running ``run.py``; ``trainer=ddp_spawn`` forks
-  them (also in a sweep).
-* **torch.multiprocessing**, in a job of a ``-m`` sweep whose trainer would re-run the script
-  (:func:`run_job`, called by ``run.py``): that would start the whole sweep again in every rank, so
-  the job's process spawns ``devices`` ranks (``torch.multiprocessing.start_processes``, the launcher
-  under Lightning's ``ddp_spawn``) and each runs the whole job, exactly as a ``torchrun`` rank does;
-  Lightning finds the processes created (``LOCAL_RANK`` set) and starts none. Rank 0 returns the
-  job's value (or raises its error) in the job's process, which itself changes nothing, so the next
-  job of the sweep starts clean. DDP and FSDP alike, under every Hydra launcher.
-* **an external launcher** (``torchrun``, ``srun``, or submitit with ``tasks_per_node > 1``): every
-  rank runs ``run.py`` itself and Lightning detects the environment. :func:`external_rank_argv`
-  (called by ``run.py``) keeps ranks > 0 from writing Hydra output: they log into a private
-  temporary folder unless ``hydra.run.dir`` is given, and never write ``.hydra/``.
-
-Only global rank 0 writes ``metrics.json`` and owns the W&B run (the driver checks
-``trainer.is_global_zero``; Lightning's ``WandbLogger`` is rank-zero only).
-"""
+Lightning starts the ranks of a single run; in a ``-m`` job whose trainer would re-run the script (that
+would start the whole sweep again in every rank) :func:`run_job` spawns them; under an external launcher
+(``torchrun``, ``srun``) every rank runs ``run.py`` and :func:`external_rank_argv` keeps ranks > 0 from
+writing Hydra output. Only global rank 0 writes ``metrics.json`` and owns the W&B run."""
 
 from __future__ import annotations
 
@@ -55,13 +41,9 @@ def _quote(value: str) -> str:
 
 
 def external_rank_argv(argv: list[str]) -> list[str]:
-    """Command line for this process when ranks are created externally (``torchrun``, ``srun``).
-
-    Rank 0 is unchanged. Ranks > 0 get ``hydra.output_subdir=null`` (only rank 0 saves ``.hydra/``)
-    and ``hydra.job.name=<name>_rank<r>`` (their own log file); without an explicit ``hydra.run.dir``
-    they log into a fresh temporary folder, so timestamps that differ between ranks create no stray
-    ``outputs/`` folders. Lightning's own child ranks already carry ``hydra.run.dir``.
-    """
+    """Command line for this process when ranks are created externally: ranks > 0 save no ``.hydra/``, log to
+    ``<name>_rank<r>``, and without ``hydra.run.dir`` into a fresh temporary folder (their timestamps differ
+    from rank 0's). Rank 0 and ``-m`` are unchanged."""
     rank = env_rank()
     if rank == 0 or any(a in ("-m", "--multirun") for a in argv[1:]):
         return list(argv)
@@ -77,11 +59,9 @@ def external_rank_argv(argv: list[str]) -> list[str]:
 
 
 def ranks_to_start(trainer_cfg: Any) -> int:
-    """How many processes :func:`run_job` starts for a ``-m`` job with trainer config ``trainer_cfg``:
-    the trainer's devices on this node when Lightning would re-run the script to start them (DDP,
-    FSDP; no ``torchrun`` / SLURM / other cluster environment created them), else 0. Lightning
-    decides: a ``Trainer`` is built from the config (nothing is started) and asked for its launcher.
-    A config Lightning refuses gives 0; the job then reports it."""
+    """How many processes :func:`run_job` starts for a ``-m`` job: the trainer's devices when Lightning's
+    launcher would re-run the script to start them, else 0 (also for a config Lightning refuses: the job
+    reports it). Lightning decides: a ``Trainer`` is built from ``trainer_cfg`` and asked for its launcher."""
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
@@ -97,25 +77,19 @@ def ranks_to_start(trainer_cfg: Any) -> int:
     finally:
         for lg in quiet:
             lg.disabled = False
-    # Lightning's script launcher (the one holding a cluster environment; ``ddp_spawn``'s forks instead,
-    # which works in a sweep) starts the processes its environment does not create
+    # only Lightning's script launcher holds a cluster environment (ddp_spawn forks, which works in a sweep)
     env = getattr(trainer.strategy.launcher, "cluster_environment", None)
     return trainer.num_devices if trainer.num_devices > 1 and env and not env.creates_processes_externally else 0
 
 
 def run_job(fn: Callable[..., Any], cfg: Any, **kwargs: Any) -> Any:
-    """``fn(cfg, **kwargs)`` for one Hydra job; in a ``-m`` job that needs :func:`ranks_to_start`
-    processes, in that many spawned ranks (module docstring), returning rank 0's value.
-
-    Each rank gets Lightning's launch variables (``MASTER_ADDR``, ``MASTER_PORT``, ``NODE_RANK``,
-    ``LOCAL_RANK``, ``WORLD_SIZE``; ``OMP_NUM_THREADS`` = CPUs / ranks unless set, as Lightning's
-    launchers do), this job's Hydra config and the job's logging (rank 0: console and log file;
-    ranks > 0: console only), then imports and calls ``fn``.
+    """``fn(cfg, **kwargs)`` for one Hydra job; in a ``-m`` job that needs :func:`ranks_to_start` processes, in
+    that many spawned ranks (with Lightning's launch variables, this job's Hydra config and logging), returning
+    rank 0's value.
 
     Raises:
-        rank 0's exception (its traceback added as a note); ``torch.multiprocessing.ProcessRaisedException``
-        when another rank failed and rank 0 reported nothing.
-    """
+        rank 0's exception (its traceback as a note); ``ProcessRaisedException`` when another rank failed and
+        rank 0 reported nothing."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -173,10 +147,8 @@ def run_job(fn: Callable[..., Any], cfg: Any, **kwargs: Any) -> Any:
 def _rank_main(
     local_rank: int, target: str, cfg: Any, kwargs: dict, hydra_cfg: Any, spec: dict, env: dict, result: Any
 ) -> None:
-    """One rank started by :func:`run_job`: set the launch variables before Lightning is imported
-    (it reads the rank from them on import), restore the Hydra config and logging, run ``target``.
-    Rank 0 puts ``(True, value)`` or ``(False, exception)`` into ``result`` and exits 1 on an exception,
-    so the other ranks are stopped."""
+    """One rank of :func:`run_job`: launch variables set before Lightning is imported (it reads them on import),
+    Hydra config and logging restored, ``target`` run. Rank 0 puts ``(ok, value or exception)`` in ``result``."""
     os.environ.update(env, LOCAL_RANK=str(local_rank))
     from hydra.core.hydra_config import HydraConfig
     from hydra.core.utils import setup_globals
@@ -205,19 +177,12 @@ def _rank_main(
 
 
 def fsdp_strategy(devices: Any = 1, num_nodes: int = 1, save_distributed_checkpoint: bool = False, **kwargs: Any):
-    """``trainer=fsdp``: fully sharded data parallel (FSDP2, ``torch.distributed.fsdp.fully_shard``).
-
-    Lightning's ``ModelParallelStrategy`` with every rank in one data-parallel group (no tensor
-    parallelism): ``data_parallel_size`` = ``devices`` (a count, a list of ids or ``"0,1"``) x
-    ``num_nodes``, which ``conf/trainer/fsdp.yaml`` passes from ``trainer.devices`` / ``trainer.num_nodes``.
-    The module's ``configure_model`` shards each Transformer layer and then the root (embeddings,
-    output head). Runs on GPUs (NCCL) and, unlike Lightning's FSDP1 strategy, on CPU (gloo).
-    ``save_distributed_checkpoint=False`` writes ordinary single-file checkpoints (gathered on rank 0)
-    that ``mode=eval``, ``xformer translate`` and non-FSDP runs can load.
+    """``trainer=fsdp``: FSDP2 through Lightning's ``ModelParallelStrategy`` with every rank in one data-parallel
+    group (``devices`` x ``num_nodes``); runs on GPUs and, unlike Lightning's FSDP1, on CPU.
+    ``save_distributed_checkpoint=False`` writes single-file checkpoints any run can load.
 
     Raises:
-        ConfigError: ``devices`` is not a device count or list (``auto``, ``-1``).
-    """
+        ConfigError: ``devices`` is not a device count or list (``auto``, ``-1``)."""
     from lightning.pytorch.strategies import ModelParallelStrategy
 
     from xformer.errors import ConfigError
@@ -241,9 +206,7 @@ def fsdp_strategy(devices: Any = 1, num_nodes: int = 1, save_distributed_checkpo
 
 
 def logging_spec() -> dict:
-    """The root logger's level and its stream and file handlers (target, level, format), in a form
-    that pickles: what :func:`replay_logging` rebuilds in a rank that ``trainer=ddp_spawn`` or
-    :func:`run_job` started."""
+    """The root logger's level and stream/file handlers in a form that pickles, for :func:`replay_logging`."""
     root = logging.getLogger()
     handlers = []
     for h in root.handlers:
@@ -257,10 +220,8 @@ def logging_spec() -> dict:
 
 
 def replay_logging(spec: dict | None) -> None:
-    """Give this process the logging of the job's process (``spec`` from :func:`logging_spec`) when its
-    root logger has no handler: a spawned rank (``trainer=ddp_spawn``, :func:`run_job`) starts afresh, without
-    Hydra's job logging, so its ``log.info`` lines (the validation lines) would go nowhere. The file
-    handlers append to the job's log file. A process with handlers (Hydra's) is left as it is."""
+    """Give a spawned rank, which starts without Hydra's logging, the job process's handlers (``spec`` from
+    :func:`logging_spec`); a process that has handlers is left as it is."""
     root = logging.getLogger()
     if not spec or root.handlers:
         return
