@@ -1,7 +1,6 @@
-"""What a run prints on the terminal: one copy of each Lightning log line, only messages that are
-true about this run (:func:`quiet_console`), a progress bar whose epoch label makes sense when the
-number of epochs is unlimited (``trainer.max_epochs=-1``) and whose count makes sense after a
-mid-epoch resume, and a test-results table with one column per test split (:func:`test_table`)."""
+"""What a run prints on the terminal: each Lightning log line once, only library messages true about this
+run, a progress bar that reads right with ``max_epochs=-1`` and after a mid-epoch resume, a test table
+with one column per test split, and one line per validation."""
 
 from __future__ import annotations
 
@@ -22,27 +21,20 @@ log = logging.getLogger("xformer")
 
 
 def epoch_label(current_epoch: int, max_epochs: int | None) -> str:
-    """``"Epoch N/M"`` (M the last epoch's index) when the run has an epoch limit, else ``"Epoch N"``.
-
-    Lightning writes ``max_epochs - 1`` unconditionally, which reads ``Epoch 46/-2`` for ``-1``.
-    """
+    """``"Epoch N/M"`` (M the last epoch's index) with an epoch limit, else ``"Epoch N"`` (Lightning writes
+    ``Epoch 46/-2`` for ``max_epochs=-1``)."""
     if max_epochs is None or max_epochs < 0:
         return f"Epoch {current_epoch}"
     return f"Epoch {current_epoch}/{max_epochs - 1}"
 
 
 class RichBar(RichBarWithDescription):
-    """Lightning's Rich progress bar with :func:`epoch_label` as the training description, showing
-    the module's ``progress_metrics`` (host floats the module refreshes at logging steps) beside
-    Lightning's own: values logged with ``prog_bar=True`` would be read back from the device at
-    every batch, a sync per training step on a GPU."""
+    """Lightning's Rich bar with :func:`epoch_label`, showing the module's host-side ``progress_metrics`` (values
+    logged with ``prog_bar=True`` would be read from the device at every batch)."""
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
-        """Lightning's update, with the total set to the batches this epoch will really run: with
-        ``max_epochs=-1`` Lightning's total is ``min(epoch length, max_steps - global_step)``, the
-        steps *left*, while the count is the batch index in the epoch, which after a mid-epoch
-        resume starts where the checkpoint was (``120/33``). Here the total is the batches done in
-        this epoch plus those left before the epoch or ``max_steps`` ends."""
+        """Set the total to the batches this epoch really runs (done plus left before the epoch or ``max_steps``
+        ends): with ``max_epochs=-1`` Lightning's total is the steps left, wrong after a mid-epoch resume."""
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
         n = trainer.num_training_batches
         if (
@@ -70,19 +62,13 @@ class RichBar(RichBarWithDescription):
 
 
 def progress_bar() -> ProgressBar:
-    """The bar Lightning would pick by default (Rich when installed, else tqdm, whose label has no
-    epoch total), with the epoch label fixed."""
+    """The bar Lightning would pick by default (Rich when installed, else tqdm), with the epoch label fixed."""
     return RichBar() if importlib.util.find_spec("rich") is not None else TQDMProgressBar()
 
 
 def single_log_lines() -> None:
-    """Print each Lightning log record once.
-
-    The ``lightning`` package puts its own console handler on the ``lightning`` logger, and its
-    records also reach the root logger that Hydra configures (console + the job's log file), so every
-    line appeared twice. When the root logger has handlers, Lightning's own console handlers are
-    removed and its records go through the root's alone; without root handlers nothing changes.
-    """
+    """Print each Lightning log record once: with root handlers (Hydra's), Lightning's own console handlers are
+    removed and its records go through the root's."""
     if not logging.getLogger().hasHandlers():
         return
     for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
@@ -93,16 +79,13 @@ def single_log_lines() -> None:
         logger.propagate = True
 
 
-# Messages of libraries that are noise or false for an xformer run, each matched narrowly:
-_LIGHTNING_TIP = "💡 Tip:"  # Lightning advertises its litlogger package at every Trainer (no option turns it off)
-#: torch >= 2.10 deprecates constructing ``LeafSpec``; Lightning's own ``utilities/_pytree.py`` still
-#: does (nothing of xformer's), once per run.
+# Library messages that are noise or false for an xformer run, each matched narrowly:
+_LIGHTNING_TIP = "💡 Tip:"  # Lightning's litlogger advert (no option turns it off)
+#: torch's ``LeafSpec`` deprecation, raised inside Lightning's own pytree helper.
 _LEAFSPEC_MESSAGE = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
 
 
 class _DropRecords(logging.Filter):
-    """A logging filter that drops the records whose message starts with one of ``prefixes``."""
-
     def __init__(self, *prefixes: str) -> None:
         super().__init__()
         self.prefixes = prefixes
@@ -112,9 +95,7 @@ class _DropRecords(logging.Filter):
 
 
 _TIP_FILTER = _DropRecords(_LIGHTNING_TIP)
-#: Lightning's lines that say nothing to a user of an xformer run: the accelerator report (the run's
-#: device is in its config), the checkpoint restore it does for the test of the best checkpoint (the
-#: test table names it) and the ``weights_only`` default of its own checkpoint files.
+#: Lightning's lines that tell an xformer user nothing the config or the test table does not.
 _LIGHTNING_NOISE = _DropRecords(
     "GPU available:",
     "TPU available:",
@@ -127,14 +108,8 @@ _LIGHTNING_NOISE = _DropRecords(
 
 
 def quiet_console(resuming: bool = False) -> None:
-    """Keep library messages that say nothing true about this run off the console (idempotent):
-    Lightning's litlogger tip (a logging filter on its ``rank_zero`` logger), torch's ``LeafSpec``
-    deprecation that Lightning's pytree helper triggers (a warnings filter on that message from that
-    module only) and, when the job resumes from its own checkpoint (``resuming``), Lightning's
-    "Checkpoint directory ... exists and is not empty" (of course it is: it holds that checkpoint).
-    W&B's "anonymous setting" warning is avoided where the W&B run is created
-    (:func:`xformer.jobs.wandb_run.start_wandb`), and the CSV logger's "Previous log files ... will be
-    deleted" on resume where the log is kept (:class:`xformer.jobs.resume.ResumableCSVLogger`)."""
+    """Keep library messages that are noise or false for this run off the console (idempotent); ``resuming``:
+    also Lightning's "Checkpoint directory ... exists and is not empty"."""
     for name in (
         "lightning.pytorch.utilities.rank_zero",
         "lightning.fabric.utilities.rank_zero",
@@ -145,8 +120,7 @@ def quiet_console(resuming: bool = False) -> None:
         for flt in (_TIP_FILTER, _LIGHTNING_NOISE):
             if flt not in logger.filters:
                 logger.addFilter(flt)
-    # the number of batches per epoch is below trainer.log_every_n_steps: logging still happens
-    # every N optimizer steps across epochs (xformer counts steps), so the hint is wrong here
+    # false here: logging counts optimizer steps across epochs
     warnings.filterwarnings(
         "ignore", message=r"The number of training batches \(\d+\) is smaller than the logging interval"
     )
@@ -162,19 +136,8 @@ def quiet_console(resuming: bool = False) -> None:
 
 
 def test_table(results: dict[str, float], split_names: list[str]) -> str:
-    """The test results as a text table with one column per test split, named by the split, and
-    one row per metric: key ``test/<metric>`` belongs to split ``test``, ``test/<metric>@<split>``
-    to ``<split>`` (the module's naming). Lightning's own table has a "DataLoader i" column per
-    loader, each showing every split's values, since the module logs them all at the epoch end.
-
-    Args:
-        results: the test metrics (``trainer.test`` results merged), e.g. ``{"test/loss": 0.1,
-            "test/loss@long": 2.3}``; keys outside ``test/`` are ignored.
-        split_names: the data module's test splits, in order (e.g. ``["test", "long"]``).
-
-    Returns:
-        the table as text (empty when there are no test metrics).
-    """
+    """The test results as a text table, one row per metric and one column per split (``test/<metric>`` is split
+    ``test``, ``test/<metric>@<split>`` is ``<split>``); keys outside ``test/`` ignored, ``""`` when none."""
     cols = list(split_names) or ["test"]
     cells: dict[str, dict[str, float]] = {}
     for key, value in results.items():
@@ -203,13 +166,8 @@ def test_table(results: dict[str, float], split_names: list[str]) -> str:
 
 
 class ValidationLine(L.Callback):
-    """One console line after each validation (rank 0): the step, the objective and the task's own
-    metric, and the best objective so far, e.g.
-    ``validation at step 500/1500: val/loss 1.234 (best 1.234 at step 500) · val/exact_match 0.981``.
-
-    Args:
-        metric: the objective (``objective.metric``); ``mode``: ``min`` or ``max`` (``objective.mode``).
-    """
+    """One console line after each validation (rank 0): the step, the objective ``metric`` with its best so far
+    (``mode``: ``min`` or ``max``), and the task's own metric."""
 
     TASK_METRICS = ("val/bleu", "val/exact_match", "val/acc")
 
