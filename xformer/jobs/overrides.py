@@ -1,12 +1,5 @@
-"""Override strings (``key=value``, ``+key=value``, ``key=1,2,4``, ``key=range(1,5)``) read with Hydra's own
-:class:`~hydra.core.override_parser.overrides_parser.OverridesParser`: the one reading of the command line and
-of a sweep's parameters in xformer, so a list value ``key=[1,2]`` is one value, not a sweep of two.
-
-Also the other direction: :func:`hydra_literal` writes a value as the override text Hydra reads back as
-that value, and :func:`expand_json_args` turns the JSON object a W&B sweep agent passes for
-``${args_json}`` into ``key=value`` overrides (the agent's ``${args_no_hyphens}`` writes values with
-Python's ``str()``: ``None``, ``True``, ``a b, c`` -- not what the sweep file said).
-"""
+"""Override strings read with Hydra's own ``OverridesParser`` (so ``key=[1,2]`` is one value, not a sweep),
+and written back: :func:`hydra_literal`, :func:`expand_json_args` (a W&B agent's ``${args_json}``)."""
 
 from __future__ import annotations
 
@@ -24,8 +17,7 @@ _SWEEP_FUNCS = ("range(", "choice(", "interval(", "glob(")
 
 
 def parse(line: str):
-    """The :class:`~hydra.core.override_parser.types.Override` of one override string, or ``None`` when
-    Hydra's grammar refuses it (an extension's syntax)."""
+    """The Hydra ``Override`` of one override string, or ``None`` when Hydra's grammar refuses it."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     try:
@@ -42,9 +34,8 @@ def key_of(line: str) -> str:
 
 
 def sweep_override_keys(overrides) -> list[str]:
-    """The keys of ``overrides`` that sweep: a comma list or a ``range``/``choice``/``interval``/``glob``
-    sweep, not a list value such as ``key=[1,2]``. ``hydra.*`` keys are left out; an override Hydra's
-    grammar refuses counts as a sweep only when its value calls a sweeper's function."""
+    """The non-``hydra.*`` keys of ``overrides`` that sweep (not a list value); an override Hydra's grammar
+    refuses counts only when its value calls a sweeper's function."""
     out = []
     for item in overrides:
         override, key = parse(item), key_of(item)
@@ -58,12 +49,8 @@ def sweep_override_keys(overrides) -> list[str]:
 
 
 def sweep_values(text: str) -> list[Any]:
-    """The values of one swept key's sweep text (``"1,2,4"``, ``"pre,post"``, ``"choice(a,b)"``) as Python
-    values (numbers as numbers); a text that is one value gives a list of one.
-
-    Raises:
-        ValueError: Hydra's grammar refuses ``text``, or it is an interval (no finite list of values).
-    """
+    """The values of one key's sweep text (``"1,2,4"``, ``"choice(a,b)"``) as Python values; one value gives a
+    list of one. Raises: ValueError for text Hydra refuses or an interval."""
     override = parse(f"k={text}")
     if override is None or override.is_interval_sweep():
         raise ValueError(f"{text!r}: not a list of sweep values")
@@ -73,8 +60,7 @@ def sweep_values(text: str) -> list[Any]:
 
 
 def override_values(overrides) -> dict[str, Any]:
-    """``key -> value`` of the overrides that set one value (``key=3``, ``+key=a``), as Python values;
-    sweeps, deletions and what Hydra's grammar refuses are left out."""
+    """``key -> value`` of the overrides that set one value; sweeps, deletions and unparsable ones left out."""
     out: dict[str, Any] = {}
     for item in overrides:
         override = parse(item)
@@ -94,8 +80,8 @@ def added_overrides(overrides) -> list[tuple[str, str]]:
 
 
 def _quoted(text: str) -> str:
-    """``text`` as a single-quoted Hydra string: a quote is escaped, and so is each backslash of a
-    run that comes before a quote or the closing quote (the only places Hydra reads escapes)."""
+    """``text`` single-quoted for Hydra: quotes escaped, and backslash runs before a quote or the end doubled
+    (the only places Hydra reads escapes)."""
     out, i = [], 0
     while i < len(text):
         j = i
@@ -138,14 +124,8 @@ def _text(value: Any) -> str:
 
 
 def hydra_literal(value: Any) -> str:
-    """The override text for ``value`` (``None``, a bool, number, string, list or dict, as from JSON or
-    YAML) that Hydra's grammar reads back as the same value: ``null``, ``true``, ``1e-05``, ``[1, 2]``,
-    a string as written when Hydra reads it unchanged (``mha``, ``outputs/${oc.env:X,local}``), else
-    quoted (``'a b, c=d'``, ``'null'``, ``'4'``).
-
-    Raises:
-        ValueError: Hydra's grammar does not read the text back as ``value``.
-    """
+    """The override text Hydra's grammar reads back as ``value`` (``null``, ``true``, ``1e-05``, ``[1, 2]``, a
+    plain string as written, else quoted). Raises: ValueError when no text reads back as ``value``."""
     text = _text(value)
     back = parse(f"k={text}")
     if back is None or back.is_sweep_override() or not _same(_plain(back.value()), _plain(value)):
@@ -154,7 +134,6 @@ def hydra_literal(value: Any) -> str:
 
 
 def _plain(value: Any) -> Any:
-    """``value`` with tuples as lists and dict keys as strings (how Hydra reads them back)."""
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     if isinstance(value, dict):
@@ -163,14 +142,9 @@ def _plain(value: Any) -> Any:
 
 
 def expand_json_args(argv: list[str]) -> list[str]:
-    """``argv`` with each argument that is a JSON object (a W&B sweep agent's ``${args_json}``:
-    ``{"model.d_qk": null, "seed": 1}``) replaced by one ``key=value`` override per entry, the
-    values written by :func:`hydra_literal`. Other arguments are kept as they are (an override
-    never starts with ``{``).
-
-    Raises:
-        ValueError: a value Hydra's grammar cannot read back (see :func:`hydra_literal`).
-    """
+    """``argv`` with each JSON-object argument replaced by one ``key=value`` override per entry
+    (:func:`hydra_literal`; a W&B agent's ``${args_no_hyphens}`` would write Python's ``str()``).
+    Raises: ValueError from :func:`hydra_literal`."""
     out = []
     for arg in argv:
         if isinstance(arg, str) and arg.lstrip().startswith("{"):
@@ -186,10 +160,8 @@ def expand_json_args(argv: list[str]) -> list[str]:
 
 
 def resume_command(job_dir: Path) -> str:
-    """The shell command that continues the current Hydra job from its ``last.ckpt``: this job's
-    overrides (without ``ckpt_path``/``hydra.run.dir``) plus ``ckpt_path=last hydra.run.dir=<job_dir>``;
-    for a job of a ``-m`` sweep, the sweep's own command (:func:`sweep_resume_command`),
-    which skips the finished jobs and resumes this one."""
+    """The shell command that continues the current Hydra job from its ``last.ckpt`` (``ckpt_path=last
+    hydra.run.dir=<job_dir>``); for a ``-m`` job, :func:`sweep_resume_command`."""
     overrides: list[str] = []
     try:
         from hydra.core.hydra_config import HydraConfig
@@ -214,10 +186,8 @@ def resume_command(job_dir: Path) -> str:
 
 
 def sweep_resume_command(config: DictConfig) -> str:
-    """The command that continues the sweep this job belongs to: the sweep's own overrides (from its
-    ``multirun.yaml``, as typed) into the same ``hydra.sweep.dir``, with ``-m``: finished jobs are
-    skipped and an interrupted one continues from its ``last.ckpt`` (:mod:`xformer.jobs.sweep_resume`).
-    ``config``: the job's config with its ``hydra`` node."""
+    """The sweep's own command (its ``multirun.yaml`` overrides, ``-m``) into the same ``hydra.sweep.dir``, which
+    skips finished jobs and resumes interrupted ones; ``config``: the job's config with its ``hydra`` node."""
     sweep_dir = Path(str(config.hydra.sweep.dir))
     try:
         recorded = OmegaConf.load(sweep_dir / "multirun.yaml")
