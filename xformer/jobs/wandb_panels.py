@@ -1,31 +1,5 @@
-"""What a W&B run needs so that a sweep's dashboard fills itself: summaries, the swept keys, samples.
-
-:class:`WandbPanels` is a Lightning callback (on in ``conf/callbacks/default.yaml``; a no-op when no
-:class:`~lightning.pytorch.loggers.WandbLogger` is configured). At the start of ``fit`` it
-
-* declares the summaries (``define_metric``): ``val/loss`` and ``val/ppl`` keep their minimum,
-  ``val/acc``, ``val/bleu`` and ``val/exact_match`` their maximum, all against
-  ``trainer/global_step`` (Lightning's step axis), so the runs table and the panels show the best
-  value, not the last one;
-* adds to the run's config the parameter breakdown (``params/<part>``), the claim the sweep tests
-  (``claim``, from ``experiment=claims/<name>``), the list of swept keys (``swept``) and each swept
-  key's value as a top-level key named by :func:`top_level_key` (``model.ffn_ratio`` →
-  ``model_ffn_ratio``): W&B's parallel-coordinates and parameter-importance panels take top-level
-  keys without any editing.
-
-The best value of each summarised metric is part of the callback's checkpoint state: a resumed
-job's new W&B process would otherwise start every ``min``/``max`` afresh from the values it logs
-itself (wandb#9684: a resumed run's dashboard best was worse than ``metrics.json``'s). After every
-validation and at the end of ``fit`` the run's summary is set to the best over the whole job.
-
-After every validation it logs ``val/samples``, a ``wandb.Table`` of ``n_samples`` examples (source,
-reference, hypothesis, step), decoded on the global-zero rank from the first validation batches with
-the module's own ``generate`` (the same decoding as ``val/bleu``).
-
-Swept keys are read from the sweep folder's ``multirun.yaml`` (written by Hydra before the jobs run):
-an override with a comma list or a ``range``/``choice``/``interval`` sweep, or a key of
-``hydra.sweeper.params``. A single run has none.
-"""
+"""What a W&B run needs so that a sweep's dashboard fills itself (docs/running.md): best-value summaries, the
+parameter breakdown, the claim and the swept keys as top-level config keys, and a table of decoded samples."""
 
 from __future__ import annotations
 
@@ -48,23 +22,14 @@ SUMMARIES = {"val/loss": "min", "val/ppl": "min", "val/acc": "max", "val/bleu": 
 
 
 def top_level_key(override_key: str) -> str:
-    """The run-config key under which a swept override's value is stored: dots and slashes become
-    underscores (``model.ffn_ratio`` → ``model_ffn_ratio``, ``model/norm`` → ``model_norm``), so W&B
-    does not read it as a nested path."""
+    """The run-config key of a swept override: dots and slashes as underscores (``model_ffn_ratio``)."""
     return override_key.lstrip("+~").replace(".", "_").replace("/", "_")
 
 
 def swept_keys(sweep_dir: str | Path | None) -> list[str]:
-    """Keys that vary across the jobs of the sweep in ``sweep_dir`` (empty for a single run).
-
-    Read from what the sweep *asked for*, not from the jobs' results as
-    :func:`xformer.report.aggregate.swept_keys` does: a running job cannot see its siblings, and the
-    dashboard must name exactly the keys the runs stored in their configs.
-
-    Reads ``multirun.yaml``: command-line overrides whose value is a comma list or a sweep function,
-    and the keys of ``hydra.sweeper.params`` (claim configs put their axes there). ``seed`` counts as
-    swept when it varies (the dashboard groups over it rather than by it).
-    """
+    """Keys that vary across the jobs of the sweep in ``sweep_dir`` (empty for a single run), from its
+    ``multirun.yaml``: the swept command-line overrides and the keys of ``hydra.sweeper.params``. Read from
+    what the sweep asked for, since a running job cannot see its siblings' results."""
     if not sweep_dir:
         return []
     path = Path(sweep_dir) / "multirun.yaml"
@@ -95,12 +60,14 @@ def swept_values(keys: list[str], overrides: list[str], config: dict) -> dict[st
 
 
 class WandbPanels(L.Callback):
-    """Fill each W&B run with what the sweep dashboard reads (see the module docstring).
+    """Fill each W&B run with what the sweep dashboard reads (no-op without a ``WandbLogger``): at ``fit`` start the
+    :data:`SUMMARIES` and :meth:`run_config`; after each validation the best values over the whole job (kept in
+    the checkpoint, since a resumed run's W&B process restarts its min/max, wandb#9684) and ``val/samples``,
+    decoded with the module's ``generate`` on rank 0.
 
     Args:
         n_samples: rows of the ``val/samples`` table (0 = no table).
-        claim: claim id for the run config; ``None`` = taken from ``experiment=claims/<name>``.
-    """
+        claim: claim id for the run config; ``None`` = taken from ``experiment=claims/<name>``."""
 
     def __init__(self, n_samples: Annotated[int, Range(ge=0)] = 16, claim: str | None = None) -> None:
         self.n_samples = int(n_samples)
@@ -109,14 +76,12 @@ class WandbPanels(L.Callback):
         self._best: dict[str, float] = {}  # best value of each SUMMARIES key over the whole job
 
     def state_dict(self) -> dict[str, Any]:
-        """Saved in every checkpoint: the best value so far of each summarised metric."""
         return {"best": dict(self._best)}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._best = {k: float(v) for k, v in (state_dict.get("best") or {}).items()}
 
     def _track(self, trainer: L.Trainer) -> None:
-        """Fold this validation's values of the summarised metrics into the job's best."""
         import math
 
         for key, kind in SUMMARIES.items():
@@ -155,7 +120,7 @@ class WandbPanels(L.Callback):
         run.config.update(self.run_config(pl_module), allow_val_change=True)
 
     def run_config(self, pl_module: L.LightningModule) -> dict:
-        """The keys this callback adds to the run's config (see the module docstring)."""
+        """``params/<part>``, ``claim``, ``swept`` and each swept key's value (:func:`top_level_key`)."""
         from hydra.core.hydra_config import HydraConfig
 
         from .context import sweep_dir_of
