@@ -1,15 +1,6 @@
-"""Every Hydra callback of xformer (``hydra.callbacks`` in ``conf/hydra/default.yaml``), each a thin shell
-over the module that does the work:
-
-* :class:`OutputDirCheck` -- the job's output folder can be written (:func:`check_output_dir`).
-* :class:`ValidateSweep` -- every job of a ``-m`` sweep has a valid config (:mod:`.sweep_check`).
-* :class:`ResumeSweep` -- a sweep rerun into its folder does not mix configs (:mod:`.sweep_resume`).
-* :class:`SweepSummary` -- ``sweep_summary.json`` from the jobs' records (:mod:`.sweep`).
-* :class:`SlurmSweepCheck` -- a ``hydra/launcher=slurm`` sweep SLURM would refuse stops before
-  anything is queued; submitit's sacct warnings become one line (:mod:`.slurm`).
-
-Importing this module imports neither torch nor Lightning.
-"""
+"""Every Hydra callback of xformer (``hydra.callbacks`` in ``conf/hydra/default.yaml``), each a thin shell over
+the module that does the work; the sweep modules are imported by the callbacks of a ``-m`` sweep only.
+Imports neither torch nor Lightning."""
 
 from __future__ import annotations
 
@@ -28,21 +19,13 @@ from typing_extensions import override
 from xformer.errors import ConfigError
 from xformer.jobs.config_check import check_resolves
 
-# the sweep modules are imported by the callbacks of a -m sweep only: a single run does not load them
-
 log = logging.getLogger("xformer")
 
 
 def check_output_dir(path: str | os.PathLike, key: str = "hydra.run.dir", keep: bool = True) -> None:
-    """The job's output folder can be created and written: make it (with its parents) and write,
-    flush and remove a one-byte probe file, so a folder under ``/proc`` or under a file, on a
-    read-only mount, without permission or on a full disk fails here with its name, not as a
-    traceback from the first file Hydra or Lightning writes. ``keep=False`` removes again the
-    folders it created (a sweep's folder appears only once its configs are valid).
-
-    Raises:
-        ConfigError: ``<key>=<path>: cannot create/write the folder (<reason>). Fix: ...``.
-    """
+    """Make the job's output folder and write, flush and remove a probe file in it, so an unwritable folder fails
+    here with its name, not as a traceback from the first file written. ``keep=False`` removes the folders it
+    created (a sweep's folder appears only once its configs are valid). Raises: ConfigError."""
     folder = Path(str(path)).expanduser()
     created = [p for p in (folder, *folder.parents) if not p.exists()]
     try:
@@ -78,9 +61,8 @@ def check_output_dir(path: str | os.PathLike, key: str = "hydra.run.dir", keep: 
 
 
 class OutputDirCheck(Callback):
-    """Hydra callback (``conf/hydra/default.yaml``): :func:`check_output_dir` on ``hydra.run.dir``
-    (single run) or ``hydra.sweep.dir`` (``-m``) before Hydra creates it; on failure it prints the one
-    ``error:`` line and exits with status 2."""
+    """:func:`check_output_dir` on ``hydra.run.dir`` or ``hydra.sweep.dir`` before Hydra creates it; on failure
+    one ``error:`` line and exit 2."""
 
     def _check(self, config: DictConfig, key: str, keep: bool = True) -> None:
         try:
@@ -99,12 +81,11 @@ class OutputDirCheck(Callback):
 
 
 class ValidateSweep(Callback):
-    """Hydra callback: fail a ``-m`` sweep before its first job when any job's config is invalid.
+    """Fail a ``-m`` sweep before its first job when any job's config is invalid.
 
     Args:
-        enabled: set ``hydra.callbacks.validate_sweep.enabled=false`` to skip the check.
-        max_listed: at most this many invalid jobs are printed (all are counted).
-    """
+        enabled: ``false`` skips the check.
+        max_listed: at most this many invalid jobs are printed (all are counted)."""
 
     def __init__(self, enabled: bool = True, max_listed: int = 20) -> None:
         self.enabled = enabled
@@ -137,12 +118,8 @@ class ValidateSweep(Callback):
 
 
 class ResumeSweep(Callback):
-    """Hydra callback: record the configs of the existing job folders and refuse a sweep whose jobs
-    would mix configs (module docstring).
-
-    Args:
-        enabled: ``hydra.callbacks.resume_sweep.enabled=false`` skips the check and the record.
-    """
+    """Record the configs of the existing job folders and refuse a sweep whose jobs would mix configs
+    (:mod:`.sweep_resume`); ``enabled=false`` skips the check and the record."""
 
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
@@ -197,12 +174,8 @@ class ResumeSweep(Callback):
 
 
 class SweepSummary(Callback):
-    """Hydra callback writing ``<sweep dir>/sweep_summary.json`` (see module docstring).
-
-    Args:
-        exit_on_failure: exit the sweep with status 1 after the summary when a job failed or no job
-            produced an objective value.
-    """
+    """Write ``<sweep dir>/sweep_summary.json`` (:mod:`.sweep`); ``exit_on_failure``: exit 1 after it when a
+    job failed or no job produced an objective value."""
 
     def __init__(self, exit_on_failure: bool = True) -> None:
         self.exit_on_failure = exit_on_failure
@@ -215,8 +188,7 @@ class SweepSummary(Callback):
         if isinstance(storage, str) and storage.startswith("sqlite:///"):  # SQLite does not create folders
             Path(storage[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
         jobs = Path(str(config.hydra.sweep.dir)) / JOBS_DIR
-        # every job of this invocation records itself again (finished ones as skipped); a stored Optuna
-        # study numbers its new trials after the earlier ones, so the summary covers the whole study
+        # every job records itself again; a stored Optuna study numbers new trials after the earlier ones
         if jobs.is_dir() and "optuna" not in str(OmegaConf.select(config, "hydra.sweeper._target_", default="")):
             for f in jobs.glob("*.json"):
                 f.unlink()
@@ -230,10 +202,8 @@ class SweepSummary(Callback):
 
 
 class SlurmSweepCheck(Callback):
-    """Hydra callback: under ``hydra/launcher=slurm``, stop the sweep before anything is queued when
-    SLURM would refuse its jobs (:func:`xformer.jobs.slurm.sweep_problem`: one ``error:`` line, exit
-    2), and reduce submitit's repeated sacct warnings to one line
-    (:func:`xformer.jobs.slurm.quiet_sacct_warnings`). Other launchers: nothing."""
+    """Under ``hydra/launcher=slurm``: stop the sweep before anything is queued when SLURM would refuse its jobs
+    (one ``error:`` line, exit 2), and reduce submitit's repeated sacct warnings to one line."""
 
     @override
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
