@@ -1,18 +1,7 @@
-"""Running under SLURM: a job stopped by its requeue signal saves at the step boundary, requeues itself,
-and, requeued, continues from its own ``last.ckpt`` without ``ckpt_path=last``.
-
-* Which job is requeued: every checkpoint records the SLURM job that wrote it; a job with
-  ``SLURM_RESTART_COUNT >= 1`` resumes its folder's ``last.ckpt`` only when this same job wrote it
-  (:mod:`xformer.jobs.checkpoints`: ``slurm_job_key``, ``slurm_restart_count``, ``requeued_checkpoint``).
-* The requeue signal (:class:`xformer.jobs.callbacks.SlurmRequeue`): submitit's
-  ``SUBMITIT_PREEMPT_SIGNAL`` under ``hydra/launcher=slurm`` (:func:`submitit_signal`), Lightning's
-  ``requeue_signal`` for a plain ``sbatch`` + ``srun`` job (:func:`lightning_requeue_signal`). The
-  handler only asks Lightning to stop after the step in flight; ``StopCheckpoint`` writes ``last.ckpt``,
-  the run records ``preempted``, and :func:`requeue` requeues the job by the engine's own means.
-* Before a ``hydra/launcher=slurm`` sweep queues anything (:func:`sweep_problem`): a swept job size, or
-  a request SLURM refuses (``sbatch --test-only``), is one ``error:`` line; submitit's repeated
-  "Bypassing sacct error" warning becomes one line (:func:`quiet_sacct_warnings`).
-"""
+"""Running under SLURM: a job stopped by its requeue signal saves at the step boundary, requeues itself by
+the engine's own means, and, requeued, continues from its own ``last.ckpt`` (which checkpoint:
+:func:`xformer.jobs.checkpoints.requeued_checkpoint`; the signal: :class:`xformer.jobs.callbacks.SlurmRequeue`).
+Before a ``hydra/launcher=slurm`` sweep queues anything, a request SLURM would refuse is one ``error:`` line."""
 
 from __future__ import annotations
 
@@ -44,8 +33,8 @@ def submitit_signal() -> int | None:
 
 
 def lightning_requeue_signal(trainer: Any) -> int | None:
-    """The requeue signal of Lightning's SLURM environment for ``trainer`` (its
-    ``requeue_signal``; None when ``auto_requeue`` is off or this is not a SLURM job)."""
+    """The ``requeue_signal`` of Lightning's SLURM environment for ``trainer``; None when ``auto_requeue`` is off or
+    this is not a SLURM job."""
     from lightning.fabric.plugins.environments import SLURMEnvironment
 
     env = getattr(trainer.strategy, "cluster_environment", None)
@@ -64,9 +53,8 @@ def global_rank() -> int:
 
 
 def requeue(signum: int, engine_handler: Any) -> None:
-    """Requeue this SLURM job after the requeue signal ``signum``: under submitit its own handler
-    ``engine_handler`` (checkpoint protocol, ``max_num_timeout`` countdown, ``scontrol requeue``),
-    else ``scontrol requeue <job id>`` as Lightning's SLURM handler does. Logs one line either way."""
+    """Requeue this SLURM job after signal ``signum``: under submitit through its own handler ``engine_handler``,
+    else ``scontrol requeue`` as Lightning's SLURM handler does."""
     if submitit_signal() is not None and callable(engine_handler):
         try:
             engine_handler(signum, None)  # requeues, then exits the process
@@ -86,22 +74,19 @@ def requeue(signum: int, engine_handler: Any) -> None:
 
 
 # -- hydra/launcher=slurm: before anything is queued ----------------------------------------------
-#: Keys that size every job of a ``hydra/launcher=slurm`` sweep (``conf/hydra/launcher/slurm.yaml``
-#: reads them once for the whole sweep), so they cannot vary between its jobs.
+#: Keys that size every job of a SLURM sweep: the launcher reads them once, so they cannot vary.
 SIZE_KEYS = ("trainer.devices", "trainer.num_nodes", "trainer")
 
 
 def is_slurm_sweep(config: Any) -> bool:
-    """Whether ``config`` (a multirun config) launches its jobs with hydra-submitit's SLURM launcher."""
+    """Whether multirun ``config`` launches its jobs with hydra-submitit's SLURM launcher."""
     from omegaconf import OmegaConf
 
     return str(OmegaConf.select(config, "hydra.launcher._target_", default="")).endswith(".SlurmLauncher")
 
 
 def sbatch_request(launcher: dict) -> list[str]:
-    """The ``sbatch`` options submitit derives from the launcher settings ``launcher`` (resolved
-    ``hydra.launcher``) for each job: partition, nodes, tasks and CPUs per task, GPUs, time, memory,
-    account, QOS, constraint and ``additional_parameters``."""
+    """The ``sbatch`` options submitit derives from the resolved ``hydra.launcher`` settings for each job."""
     opts = {
         "partition": launcher.get("partition"),
         "nodes": launcher.get("nodes"),
@@ -120,12 +105,9 @@ def sbatch_request(launcher: dict) -> list[str]:
 
 
 def sweep_problem(config: Any, jobs: list[list[str]]) -> str | None:
-    """Why SLURM would not run the jobs of the ``hydra/launcher=slurm`` sweep ``config``, as one line
-    (``None`` when it would): a swept job size (:data:`SIZE_KEYS`), or ``sbatch --test-only``'s own
-    refusal of the request (an unknown partition, more tasks or CPUs than a node has, ...). ``jobs``:
-    each job's overrides (:func:`xformer.jobs.sweep_check.sweep_jobs`).
-    ``--test-only`` checks the request against the cluster and queues nothing; without ``sbatch``
-    on PATH only the swept sizes are checked."""
+    """Why SLURM would not run the jobs (``jobs``: each job's overrides) of sweep ``config``, as one line, or
+    ``None``: a swept :data:`SIZE_KEYS` key, or ``sbatch --test-only``'s refusal (queues nothing; skipped
+    without ``sbatch`` on PATH)."""
     import shutil
 
     from omegaconf import OmegaConf
@@ -160,9 +142,8 @@ def sweep_problem(config: Any, jobs: list[list[str]]) -> str | None:
 
 
 class _SacctNotice:
-    """Logging filter for the ``submitit`` logger: its "Bypassing sacct error ... status may be
-    inaccurate" warning, repeated on every status poll, becomes one xformer line saying what it
-    means; other records pass."""
+    """Logging filter for ``submitit``: its "Bypassing sacct error" warning, repeated on every status poll,
+    becomes one line saying what it means."""
 
     def __init__(self) -> None:
         self.said = False
@@ -181,7 +162,6 @@ class _SacctNotice:
 
 
 def quiet_sacct_warnings() -> None:
-    """Install :class:`_SacctNotice` on the ``submitit`` logger (once per process)."""
     logger = logging.getLogger("submitit")
     if not any(isinstance(f, _SacctNotice) for f in logger.filters):
         logger.addFilter(_SacctNotice())

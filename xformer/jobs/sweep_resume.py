@@ -1,18 +1,7 @@
-"""Resumable ``-m`` sweeps: the same command run again into the same ``hydra.sweep.dir`` continues the
-sweep. Per job (folder ``<sweep dir>/<hydra.job.num>``), :func:`plan_job` decides:
-
-* ``skip``: its ``metrics.json`` says ``finished``; the recorded objective goes back to the sweeper.
-* ``resume``: it holds ``checkpoints/last.ckpt`` (killed, preempted or failed earlier): the job runs
-  with ``ckpt_path=last``, exactly a resumed single run (:mod:`xformer.jobs.resume`).
-* ``run``: it never started, or stopped before its first checkpoint.
-* ``refuse``: a job :func:`ran` there with a config that differs in anything but ``sweep.runtime_keys``.
-
-:class:`~xformer.jobs.hydra_callbacks.ResumeSweep` records the configs of the existing job folders
-(:data:`RECORDED_FILE`) before Hydra rewrites them, and refuses a grid sweep whose jobs would mix
-configs before any job starts (:func:`sweep_mismatches`); sweepers that cannot be enumerated (Optuna)
-are checked job by job. Job numbers are grid positions, so a changed grid is refused as a changed
-config. ``sweep.resume=false`` turns all of this off.
-"""
+"""Resumable ``-m`` sweeps: the same command run again into the same ``hydra.sweep.dir`` continues the sweep
+(docs/scaling.md, "Resuming a sweep"). :func:`plan_job` decides per job folder: ``skip`` (finished),
+``resume`` (holds ``last.ckpt``), ``run``, or refuse (a job :func:`ran` there with another config).
+Job numbers are grid positions, so a changed grid is refused as a changed config."""
 
 from __future__ import annotations
 
@@ -32,8 +21,8 @@ RECORDED_FILE = ".xformer/recorded_configs.json"
 
 @dataclass
 class Plan:
-    """What a sweep job does: ``action`` is ``skip``, ``resume``, ``run`` or ``refuse`` (its folder
-    records another config: ``reason``); ``checkpoint`` the ``last.ckpt`` a resumed job continues from."""
+    """What a sweep job does (``skip``, ``resume``, ``run`` or ``refuse`` with ``reason``); ``checkpoint``: the
+    ``last.ckpt`` a resumed job continues from."""
 
     action: str
     checkpoint: Path | None = None
@@ -41,13 +30,11 @@ class Plan:
 
     @property
     def decision(self) -> str:
-        """The word the sweep summary records for the job."""
         return {"skip": "skipped", "resume": "resumed"}.get(self.action, "new")
 
 
 def comparable(cfg: DictConfig | dict, ignore: list[str]) -> dict:
-    """The unresolved task config as a flat ``{dotted key: value}`` dict without ``hydra`` and the
-    ``ignore`` keys (a key also drops everything below it)."""
+    """The unresolved task config as flat ``{dotted key: value}`` without ``hydra`` and the ``ignore`` keys."""
     tree = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else cfg
     flat: dict[str, Any] = {}
 
@@ -63,10 +50,9 @@ def comparable(cfg: DictConfig | dict, ignore: list[str]) -> dict:
 
 
 def config_diff(recorded: dict, current: DictConfig | dict, ignore: list[str]) -> list[tuple[str, Any, Any]]:
-    """``[(key, recorded value, current value)]`` for every non-run-time key that differs (a key
-    missing on one side reads ``<absent>``), sorted by key. A key missing on one side and ``null`` on
-    the other is no difference: an option added since with a ``null`` default ("not set", e.g.
-    ``model.d_qk``) leaves the job as it ran."""
+    """``[(key, recorded, current)]`` for every key outside ``ignore`` that differs, sorted (``<absent>`` on a
+    missing side). Missing vs ``null`` is no difference: an option added since with a ``null`` default leaves
+    the job as it ran."""
     a, b = comparable(recorded, ignore), comparable(current, ignore)
     absent = "<absent>"
     out = []
@@ -85,15 +71,14 @@ def describe_diff(diff: list[tuple[str, Any, Any]], limit: int = 3) -> str:
 
 
 def ran(job_dir: Path) -> bool:
-    """A job trained in ``job_dir``: it holds ``metrics.json`` (written when training starts) or a
-    checkpoint. A folder of a job that stopped earlier (its config refused, an environment variable not
-    set) holds only Hydra's ``.hydra/`` and ``run.log``."""
+    """A job trained in ``job_dir``: it holds ``metrics.json`` or a checkpoint (a job refused before training
+    leaves only ``.hydra/`` and ``run.log``)."""
     return (Path(job_dir) / FILE).is_file() or any((Path(job_dir) / "checkpoints").glob("*.ckpt"))
 
 
 def recorded_config(job_dir: Path) -> dict | None:
-    """The task config Hydra saved in ``<job_dir>/.hydra/config.yaml`` (unresolved), or None when
-    there is none or no job :func:`ran` there (such a folder is reused by any config)."""
+    """The unresolved task config Hydra saved in ``<job_dir>/.hydra/config.yaml``, or None when no job :func:`ran`
+    there (such a folder is reused by any config)."""
     path = job_dir / ".hydra" / "config.yaml"
     if not path.is_file() or not ran(job_dir):
         return None
@@ -104,15 +89,8 @@ def recorded_config(job_dir: Path) -> dict | None:
 
 
 def plan_job(cfg: DictConfig, out_dir: Path, recorded: dict | None) -> Plan:
-    """Decide what the job with config ``cfg`` and folder ``out_dir`` does (module docstring).
-
-    Args:
-        recorded: the config recorded in ``out_dir`` when this sweep invocation started (None: the
-            folder did not exist or held no job: the job runs).
-
-    Raises:
-        ConfigError: ``recorded`` differs from ``cfg`` in a non-run-time key.
-    """
+    """What the job with config ``cfg`` and folder ``out_dir`` does; ``recorded``: the config recorded there when
+    this invocation started (None: the job runs). Raises: ConfigError when it differs in a non-run-time key."""
     from xformer.model import ConfigError
 
     if recorded is None:
@@ -133,7 +111,7 @@ def plan_job(cfg: DictConfig, out_dir: Path, recorded: dict | None) -> Plan:
 
 
 def recorded_for(sweep_dir: Path, num: int) -> dict | None:
-    """The config recorded in job folder ``num`` when this sweep invocation started (:data:`RECORDED_FILE`)."""
+    """The config recorded in job folder ``num`` when this invocation started."""
     try:
         return json.loads((sweep_dir / RECORDED_FILE).read_text()).get(str(num))
     except (OSError, ValueError):
@@ -141,8 +119,8 @@ def recorded_for(sweep_dir: Path, num: int) -> dict | None:
 
 
 def sweep_mismatches(config: DictConfig, recorded: dict) -> tuple[int, list] | None:
-    """``(number of jobs, [(num, overrides, diff)])`` for the jobs whose folder records another
-    config, or None when the sweeper's jobs cannot be listed in advance."""
+    """``(number of jobs, [(num, overrides, diff)])`` for the jobs whose folder records another config, or None
+    when the sweeper's jobs cannot be listed in advance (Optuna: each job checks itself)."""
     from hydra.core.global_hydra import GlobalHydra
 
     from .sweep_check import _swept, sweep_jobs
