@@ -1,8 +1,5 @@
-"""What one job of ``run.py`` is (:class:`JobContext`, worked out once when the job starts) and how it
-ended (:func:`outcome_of`: the one mapping from an ending to a status and an exit code).
-
-Imports neither torch nor Lightning until a job ends with an error other than a config or data error.
-"""
+"""What one job of ``run.py`` is (:class:`JobContext`, worked out once) and how it ended (:func:`outcome_of`,
+the one mapping to a status and an exit code)."""
 
 from __future__ import annotations
 
@@ -71,8 +68,7 @@ def sweep_dir_of(hc: Any) -> Path | None:
 
 def job_context(cfg: DictConfig) -> JobContext:
     """The context of the job ``cfg`` describes. A sweep job with a ``last.ckpt`` to resume gets
-    ``cfg.ckpt_path=last`` (so its record and checkpoints say so). A job whose folder records another
-    config gets ``plan.action == "refuse"`` (raised as a ConfigError by ``run.py``)."""
+    ``cfg.ckpt_path=last``; one whose folder records another config gets the plan ``refuse``."""
     from hydra.core.hydra_config import HydraConfig
 
     dry = bool(OmegaConf.select(cfg, "sweep.dry_run", default=False))
@@ -105,9 +101,8 @@ DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPER
 
 @dataclass(frozen=True)
 class Outcome:
-    """How a job ended: its ``status``, the process's ``exit_code``, the exception (None when it ran to
-    the end), the one ``error:`` ``line`` to print (None for a crash: its traceback is shown), the
-    record's ``message`` and ``diverged`` (``{"step", "reason", ...}``)."""
+    """How a job ended: ``status``, ``exit_code``, the exception (None: ran to the end), the ``error:`` ``line``
+    to print (None for a crash: its traceback is shown), the record's ``message`` and ``diverged``."""
 
     status: Status
     exit_code: int
@@ -128,13 +123,9 @@ def outcome_of(
     step: int | None = None,
     out_dir: Path | None = None,
 ) -> Outcome:
-    """The status and exit code of a job that ended with ``err`` (None: ran to the end; ``rose``: its
-    last validation loss ended above the first). ``ctrl_c``: Lightning turned a KeyboardInterrupt
-    into ``SystemExit``; ``step``: the step it stopped at.
-
-    finished 0; diverged 0 (validation rose) or 1 (NaN/Inf training loss); invalid config or data:
-    failed 2; interrupted 130 (Ctrl-C); preempted 143 (SIGTERM); anything else failed 1.
-    """
+    """The outcome of a job that ended with ``err`` (None: ran to the end; ``rose``: its validation loss ended
+    above the first; ``ctrl_c``: Lightning turned a KeyboardInterrupt into ``SystemExit``; ``step``: where it
+    stopped). Codes: finished/diverged-by-validation 0, invalid input 2, Ctrl-C 130, SIGTERM 143, else 1."""
     if err is None:
         return Outcome(Status.DIVERGED, 0, diverged=rose) if rose else Outcome(Status.FINISHED, 0)
     if isinstance(err, ConfigError):

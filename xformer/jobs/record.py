@@ -1,12 +1,5 @@
-"""A job's run record, ``<job dir>/metrics.json``: one typed reader and writer for the driver, sweeps,
-sweep resume, the claims runner and the report.
-
-The file is JSON: ``status``, ``job`` (Hydra facts: output dir, overrides, sweep dir, job number,
-choices, W&B run), ``config`` (resolved), optional ``changed_on_resume``, ``diverged`` (``{"step",
-"reason"}``) and ``error`` (one line), then ``metrics``, ``best``, ``objective`` (``{"metric",
-"value"}``), ``wall_time_s``, ``global_step``, ``tokens_seen``, ``params``, ``bleu_signature`` and
-``numerics``. Imports neither torch nor Lightning.
-"""
+"""A job's run record, ``<job dir>/metrics.json`` (the fields of :class:`RunRecord`): one typed reader and
+writer for the driver, sweeps, sweep resume, the claims runner and the report. No torch, no Lightning."""
 
 from __future__ import annotations
 
@@ -21,9 +14,8 @@ FILE = "metrics.json"
 
 
 class Status(StrEnum):
-    """A job's outcome. ``diverged`` is an outcome of the setting (a NaN/Inf training loss, or a last
-    validation loss above the first), not a crash; ``preempted``: SIGTERM; ``interrupted``: Ctrl-C;
-    ``failed``: any other error; ``running``: a record without a status."""
+    """A job's outcome; ``diverged`` is an outcome of the setting, not a crash (docs/troubleshooting.md lists
+    each with its exit code)."""
 
     FINISHED = "finished"
     DIVERGED = "diverged"
@@ -85,11 +77,8 @@ class RunRecord:
 
     @classmethod
     def read(cls, path: str | Path) -> RunRecord:
-        """The record in ``path`` (a ``metrics.json`` or the job folder holding one).
-
-        Raises:
-            OSError: no such file, or unreadable. ValueError: not JSON, or not a run record.
-        """
+        """The record in ``path`` (a ``metrics.json`` or its job folder). Raises: OSError (no file), ValueError (not a
+        run record)."""
         path = Path(path)
         return cls.from_dict(json.loads((path / FILE if path.is_dir() else path).read_text()))
 
