@@ -1,17 +1,6 @@
-"""Sweep-level behaviour of ``run.py -m``: every job recorded, a summary of the sweep, failures that do
-not stop it.
-
-* Each job records itself when it ends (:func:`record_job`, called by ``run.py``): job number,
-  overrides, status, objective, output folder, W&B run, error, the sweep-resume decision, in
-  ``<sweep dir>/.xformer/jobs/<num>.json``. A job that failed hands its sweeper the worst objective
-  (``run.py``), so every sweeper runs the remaining jobs.
-* :class:`~.hydra_callbacks.SweepSummary` (a Hydra callback) writes ``<sweep dir>/sweep_summary.json``
-  at the end of the sweep (:func:`write_sweep_summary`) and prints it as a table; the sweep then exits
-  with status 1 if any job failed (crashed; a job whose loss diverged is an outcome, counted as
-  ``n_diverged``, not a failure), or if no job produced an objective value (a dry run is exempt).
-* A job stopped by Ctrl-C or SIGTERM ends the sweep (:func:`stop_sweep`): the summary of what ran, and
-  the command that continues the sweep.
-"""
+"""Sweep-level behaviour of ``run.py -m``: each job records itself in ``<sweep dir>/.xformer/jobs/<num>.json``
+when it ends, :class:`~.hydra_callbacks.SweepSummary` writes and prints ``sweep_summary.json`` at the end,
+and a job stopped by Ctrl-C or SIGTERM ends the sweep with the command that continues it."""
 
 from __future__ import annotations
 
@@ -37,8 +26,8 @@ SUMMARY_FILE = "sweep_summary.json"
 
 
 def record_job(cfg: DictConfig, ctx: JobContext, end: Outcome, record: RunRecord | None) -> None:
-    """Write the sweep's entry for the job that just ended (global rank 0 only): status and error from
-    its run record when it trained, else from ``end``."""
+    """Write the sweep's entry for the job that just ended (rank 0): status and error from its run record when
+    it trained, else from ``end``."""
     from .distributed import env_rank
 
     if env_rank() != 0:  # submitit/srun with several tasks per job: rank 0 reports
@@ -69,7 +58,7 @@ def record_job(cfg: DictConfig, ctx: JobContext, end: Outcome, record: RunRecord
 
 
 def stop_sweep(cfg: DictConfig, ctx: JobContext, code: int) -> None:
-    """A job stopped by Ctrl-C or SIGTERM ends the sweep without Hydra's ``on_multirun_end``: write
+    """End the sweep after a job stopped by Ctrl-C or SIGTERM (Hydra's ``on_multirun_end`` does not run): write
     ``sweep_summary.json`` for what ran and log the command that continues the sweep."""
     from hydra.core.hydra_config import HydraConfig
 
@@ -82,8 +71,9 @@ def stop_sweep(cfg: DictConfig, ctx: JobContext, code: int) -> None:
 
 
 def write_sweep_summary(sweep_dir: Path, cfg: DictConfig, sweeper: Any, exit_on_failure: bool = True) -> None:
-    """Write ``<sweep_dir>/sweep_summary.json`` from the job records and print it (module docstring);
-    ``cfg`` gives the objective and ``sweep.dry_run``, ``sweeper`` (``hydra.sweeper``) an Optuna study."""
+    """Write ``<sweep_dir>/sweep_summary.json`` from the job records and print it; exit 1 (``exit_on_failure``)
+    when a job failed (a diverged job is an outcome, not a failure) or, outside a dry run, no job produced an
+    objective value. ``sweeper`` (``hydra.sweeper``) names an Optuna study."""
     jobs = []
     for f in sorted((sweep_dir / JOBS_DIR).glob("*.json"), key=lambda p: int(p.stem)):
         try:

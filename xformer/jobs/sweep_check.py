@@ -1,20 +1,12 @@
-"""``run.py ... -m`` checks every job's configuration before the first job starts
-(:class:`~xformer.jobs.hydra_callbacks.ValidateSweep`): :func:`sweep_jobs` expands the sweep as Hydra's
-``BasicSweeper`` does (``hydra.sweeper.params`` first, then the command line, the cartesian product in
-order, so job numbers match; both ends of an Optuna ``interval(a, b)``), :func:`check_sweep` composes
-each job as the launchers do and checks it, :func:`error_lines` gives one ``error:`` line per distinct
-problem. Nothing is trained and no job folder exists when a job is refused (exit 2).
-"""
+"""``run.py ... -m`` checks every job's config before the first job starts
+(:class:`~xformer.jobs.hydra_callbacks.ValidateSweep`); a refused job leaves no folder and nothing trains."""
 
 from __future__ import annotations
 
 import itertools
-import logging
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
-
-log = logging.getLogger("xformer")
 
 
 def _interval_ends(sweep: Any) -> list[str]:
@@ -25,8 +17,9 @@ def _interval_ends(sweep: Any) -> list[str]:
 
 
 def sweep_jobs(config: DictConfig) -> list[list[str]]:
-    """The override list of every job of the sweep described by ``config`` (a multirun config), in
-    the basic sweeper's job order."""
+    """The overrides of every job of multirun ``config`` in Hydra's ``BasicSweeper`` order (``hydra.sweeper.params``
+    first, then the command line, the cartesian product), so job numbers match; an ``interval(a, b)`` gives
+    both ends."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     params = OmegaConf.select(config, "hydra.sweeper.params") or {}
@@ -82,9 +75,8 @@ def check_sweep(config: DictConfig) -> tuple[int, list[tuple[int, list[str], Bas
 
 
 def error_lines(n_jobs: int, bad: list[tuple[int, list[str], BaseException]], max_listed: int = 20) -> list[str]:
-    """The ``error:`` lines for the invalid jobs ``bad`` of a sweep of ``n_jobs``: one per distinct
-    problem, so a problem every job shares (an environment variable not set) is one line, and a
-    problem of some jobs names them (at most ``max_listed`` lines; the rest are counted)."""
+    """One ``error:`` line per distinct problem of the invalid jobs ``bad`` (a problem every job shares is one
+    line), at most ``max_listed``, then a count."""
     by_problem: dict[str, list[tuple[int, list[str]]]] = {}
     for num, overrides, err in bad:
         by_problem.setdefault(" ".join(str(err).replace("\nerror: ", "; ").split()), []).append((num, overrides))

@@ -3,7 +3,6 @@ parameter breakdown, the claim and the swept keys as top-level config keys, and 
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,8 +13,6 @@ from typing_extensions import override
 from xformer.config_types import Range
 
 from .overrides import override_values, sweep_override_keys
-
-log = logging.getLogger("xformer")
 
 #: summary kind per validation metric (W&B keeps this aggregate in the run's summary)
 SUMMARIES = {"val/loss": "min", "val/ppl": "min", "val/acc": "max", "val/bleu": "max", "val/exact_match": "max"}
