@@ -14,8 +14,8 @@ FILE = "metrics.json"
 
 
 class Status(StrEnum):
-    """A job's outcome; ``diverged`` is an outcome of the setting, not a crash (docs/troubleshooting.md lists
-    each with its exit code)."""
+    """A job's outcome (docs/troubleshooting.md: each with its exit code); ``diverged`` is an outcome of the
+    setting, not a crash; ``running``: a record without a status."""
 
     FINISHED = "finished"
     DIVERGED = "diverged"
