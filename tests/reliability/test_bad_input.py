@@ -209,3 +209,13 @@ def test_misspelled_key_is_hydras_short_message_without_traceback(tmp_path):
         [*TINY, "model.ffn_ratoi=4", f"hydra.run.dir={tmp_path / 'job'}"], tmp_path, timeout=120, HYDRA_FULL_ERROR="1"
     )
     assert full.returncode != 0 and "Traceback" in full.stderr
+
+
+def test_fsdp_without_a_device_count_is_one_line_with_one_fix(tmp_path):
+    """The strategy's own refusal reaches the console as it is: one ``error:`` line, one fix, no traceback."""
+    args = [*TINY, "trainer=fsdp", "trainer.accelerator=cpu", "trainer.devices=auto", "logger=csv"]
+    res = run_py([*args, f"hydra.run.dir={tmp_path / 'job'}"], tmp_path, timeout=120)
+    assert res.returncode == 2, res.stderr
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in res.stderr, res.stderr
+    assert "trainer.devices=auto" in errors[0] and errors[0].count("Fix:") == 1, errors[0]

@@ -139,7 +139,8 @@ def build_trainer(cfg: DictConfig, loggers: list) -> L.Trainer:
 
         if (why := refusal(err, (ValueError, MisconfigurationException))) is None:
             raise
-        raise ConfigError(f"trainer: {why} Fix: correct that trainer.* key") from None
+        fix = "" if "Fix:" in why else " Fix: correct that trainer.* key"  # a strategy's refusal names its own fix
+        raise ConfigError(f"trainer: {why}{fix}") from None
 
 
 def build(cfg: DictConfig, ctx: JobContext) -> Job:
