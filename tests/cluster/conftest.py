@@ -75,9 +75,17 @@ class Cluster:
         self.run(["scancel", job], tmp)
         raise AssertionError(f"SLURM job {job} still queued after {timeout} s")
 
-    def queued(self, tmp: Path) -> list[str]:
-        """The jobs in the queue (any state)."""
-        return self.run(["squeue", "-h", "-o", "%i %T %j"], tmp).stdout.split("\n")[:-1]
+    def queued(self, tmp: Path, settle: float = 30) -> list[str]:
+        """This test's jobs still in the queue (any state) after up to ``settle`` seconds: jobs whose
+        batch script or work directory lies under ``tmp`` (other test processes share the cluster),
+        given the time a job that has written its result needs to exit and leave the queue."""
+        deadline = time.monotonic() + settle
+        while True:
+            lines = self.run(["squeue", "-h", "-o", "%i %T %j|%o|%Z"], tmp).stdout.splitlines()
+            mine = [line.split("|")[0] for line in lines if str(tmp) in line]
+            if not mine or time.monotonic() >= deadline:
+                return mine
+            time.sleep(1)
 
 
 def _cannot_start() -> str | None:

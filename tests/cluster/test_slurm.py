@@ -285,7 +285,7 @@ def test_scancel_of_running_sweep_then_same_command_resumes_it(slurm_cluster, re
     else:
         first.kill()
         raise AssertionError("job 1 did not get going")
-    jobs = [line.split()[0] for line in slurm_cluster.queued(tmp_path) if line.split()[0].endswith("_1")]
+    jobs = [line.split()[0] for line in slurm_cluster.queued(tmp_path, settle=0) if line.split()[0].endswith("_1")]
     assert len(jobs) == 1, jobs  # the array task of sweep job 1
     slurm_cluster.run(["scancel", jobs[0]], tmp_path)
     slurm_cluster.wait_gone(jobs[0], tmp_path)
