@@ -133,6 +133,7 @@ def test_sweep_through_slurm_launcher_matches_local_run(slurm_cluster, reference
     assert out.count("keeps no job accounting") <= 1
 
 
+@pytest.mark.slow  # suite time: ~80 s; in CI the sbatch requeue test resumes a requeued job by itself
 def test_time_limit_requeue_resumes_own_checkpoint_without_ckpt_path(slurm_cluster, reference, tmp_path):
     """submitit's time-limit signal (USR2) twice in a 2-minute job (submitit counts both as timeouts),
     max_num_timeout=2, no ckpt_path: each attempt saves at the step the signal arrived, is requeued

@@ -139,6 +139,7 @@ def test_objective_typo_fails_without_the_data_and_a_metric_the_data_lacks_fails
 # ---- 2. Ctrl-C keeps the work -----------------------------------------------------------------------
 
 
+@pytest.mark.slow  # suite time: ~30 s; in CI a Ctrl-C resume runs in tests/reliability/test_resume_matrix.py
 def test_ctrl_c_saves_last_ckpt_and_resume_matches_the_uninterrupted_run(tmp_path, reference_run):
     job = tmp_path / "job"
     proc = start_py([*RESUMABLE, *SLOW_STEPS, f"hydra.run.dir={job}"], tmp_path)

@@ -200,6 +200,7 @@ def test_sigterm_inside_an_accumulation_window_resumes_the_whole_window(tmp_path
     _check(tmp_path, tmp_path_factory, "sigterm", ["data.tokens_per_batch=1024"], 2, micro_batches=5)
 
 
+@pytest.mark.slow  # suite time: ~30 s
 def test_resume_from_the_final_validations_checkpoint_logs_the_next_step_under_its_own_label(
     tmp_path, tmp_path_factory
 ):
@@ -209,7 +210,7 @@ def test_resume_from_the_final_validations_checkpoint_logs_the_next_step_under_i
     _check(tmp_path, tmp_path_factory, "final_validation", ["data.tokens_per_batch=2048"], 1, step=5)
 
 
-@pytest.mark.parametrize("trigger", ["fit_end", "sigint"])
+@pytest.mark.parametrize("trigger", [pytest.param("fit_end", marks=pytest.mark.slow), "sigint"])
 def test_a_resume_from_a_validation_step_validates_at_the_uninterrupted_runs_steps(tmp_path, tmp_path_factory, trigger):
     """6 batches per epoch, validation every 3 steps: stopped at step 3 (its validation ran) by the
     end of ``fit`` or by Ctrl-C, resumed to 7: validations after 6 and 7 only, as the uninterrupted

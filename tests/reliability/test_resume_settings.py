@@ -39,6 +39,7 @@ def _resume_with(tmp_path, first: list[str], then: list[str], reference: list[st
     return job, ref, res
 
 
+@pytest.mark.slow  # suite time: ~50 s, three runs
 def test_a_changed_learning_rate_takes_effect_and_model_keys_are_refused(tmp_path):
     """4 steps at ``optim.lr=0.01``, resumed with ``optim.lr=0.001``: steps 5-8 run at the 0.001
     schedule (was: 0.01, while metrics.json recorded 0.001), and the console says so. The same job
