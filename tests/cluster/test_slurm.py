@@ -1,8 +1,8 @@
 """xformer on a real one-node SLURM cluster (``scripts/slurm-localhost.sh``): sweeps through
 ``hydra/launcher=slurm``, requeues that resume by themselves, bad launcher input.
 
-In CI (not ``slow``): the launcher sweep, the time-limit requeue, the sbatch requeue and the bad
-input. ``slow`` (``make test-slow``): a fresh job beside another job's checkpoint, DDP over ``srun``,
+In CI (not ``slow``): the launcher sweep, the sbatch requeue and the bad input. ``slow`` (``make
+test-slow``): the time-limit requeue, a fresh job beside another job's checkpoint, DDP over ``srun``,
 ``scancel`` of a running sweep.
 
 Every trained number is compared with the same job run here without SLURM (the uninterrupted
@@ -12,6 +12,7 @@ reference). The requeue signal is sent by SLURM itself (``scancel --signal``, wh
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -261,19 +262,19 @@ def test_ddp_two_tasks_over_srun_equals_two_local_processes(slurm_cluster, tmp_p
 
 
 @pytest.mark.slow
-def test_scancel_of_running_sweep_then_same_command_resumes_it(slurm_cluster, reference, tmp_path):
+def test_scancel_of_running_sweep_then_its_printed_command_resumes_it(slurm_cluster, reference, tmp_path):
     """A 2-job sweep: job 0 finishes, job 1 is cancelled with scancel while it trains (SIGTERM: it
     saves last.ckpt), the sweep's own process is stopped (Ctrl-C; without accounting it cannot see
-    the cancelled job end). The same command again skips job 0 and resumes job 1, which ends with
-    the uninterrupted run's numbers."""
+    the cancelled job end). With the default W&B logger, whose service the SIGTERM stops too. The
+    command job 1 printed skips job 0 and resumes job 1 through SLURM; it ends with the uninterrupted
+    run's numbers."""
     import signal
     import time
 
     sweep = tmp_path / "sweep"
     slow = ["+callbacks.slow._target_=tests.reliability.first_contact_probe.SlowSteps", "+callbacks.slow.seconds=0.5"]
-    # logger=csv: scancel's SIGTERM reaches every process of the job, W&B's service too, which exits,
-    # and the job then fails on its next W&B call instead of saving (a known fault, not handled yet)
-    cmd = [PYTHON, str(REPO / "run.py"), "-m", *SLURM_LAUNCHER, *TRAIN, *slow, "logger=csv", f"hydra.sweep.dir={sweep}"]
+    # the default W&B logger: scancel's SIGTERM reaches every process of the job, W&B's service too
+    cmd = [PYTHON, str(REPO / "run.py"), "-m", *SLURM_LAUNCHER, *TRAIN, *slow, f"hydra.sweep.dir={sweep}"]
     cmd = [*cmd, "trainer.max_steps=4,30"]
     first = subprocess.Popen(cmd, cwd=tmp_path, env=slurm_cluster.env(tmp_path), stdout=subprocess.PIPE, text=True)
     csv = sweep / "1" / "csv" / "metrics.csv"
@@ -294,8 +295,19 @@ def test_scancel_of_running_sweep_then_same_command_resumes_it(slurm_cluster, re
     first.communicate(timeout=120)
     stopped = metrics(sweep / "1")
     assert stopped["status"] == "preempted" and 0 < stopped["global_step"] < 30
+    # the command the cancelled job printed: the sweep's own, SLURM launcher included (run from the
+    # repository, as `python run.py`)
+    saved = next(line for line in (sweep / "1" / "run.log").read_text().splitlines() if "resume with: " in line)
+    printed = shlex.split(saved.split("resume with: ", 1)[1])
+    assert printed[:2] == ["python", "run.py"] and printed[-1] == "-m", printed
+    assert "hydra/launcher=slurm" in printed and "trainer.max_steps=4,30" in printed
     again = subprocess.run(
-        cmd, cwd=tmp_path, env=slurm_cluster.env(tmp_path), capture_output=True, text=True, timeout=420
+        [PYTHON, str(REPO / "run.py"), *printed[2:]],
+        cwd=tmp_path,
+        env=slurm_cluster.env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=420,
     )
     assert again.returncode == 0, fail_msg(again)
     import json

@@ -66,3 +66,40 @@ class DiskFull(L.Callback):
             import os
 
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), f"{self.dirpath}/last.ckpt")
+
+
+class SigtermWholeJob(L.Callback):
+    """At the end of training step ``step``: SIGTERM to W&B's service process (a child of this process)
+    and, once it has exited, to this process, as SLURM's ``scancel`` signals every process of a job."""
+
+    def __init__(self, step: int) -> None:
+        self.step = int(step)
+
+    @override
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:  # noqa: D102
+        import os
+        import signal
+        from pathlib import Path
+
+        if trainer.global_step != self.step or trainer.received_sigterm:
+            return
+        services = []
+        for proc in Path("/proc").iterdir():
+            try:
+                ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                if ppid == os.getpid() and b"wandb-core" in (proc / "cmdline").read_bytes():
+                    services.append(int(proc.name))
+            except (OSError, ValueError, IndexError):
+                continue
+        assert services, "no W&B service process to stop"
+        for pid in services:
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(Path(f"/proc/{pid}/stat").exists() for pid in services):
+            for pid in services:
+                try:
+                    os.waitpid(pid, os.WNOHANG)  # reap it (W&B would, later)
+                except ChildProcessError:
+                    pass
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)

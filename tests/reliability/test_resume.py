@@ -37,6 +37,30 @@ def _wandb_ids(job) -> set[str]:
     return {p.name.rsplit("-", 1)[-1] for p in (job / "wandb").glob("offline-run-*")}
 
 
+def test_sigterm_to_the_whole_job_saves_and_resumes_although_wandbs_service_died(tmp_path, reference_run):
+    """SIGTERM to every process of the job (what SLURM's scancel and preemption send), W&B's service
+    first, at the end of step 6: the job goes on without W&B for the step in flight, saves last.ckpt at
+    step 6 and exits 143; resumed, it ends as the uninterrupted run, in the same W&B run (was: the next
+    W&B call failed the job, nothing saved)."""
+    job = tmp_path / "job"
+    stop = ["+callbacks.stop._target_=tests.reliability.first_contact_probe.SigtermWholeJob", "+callbacks.stop.step=6"]
+    proc = start_py([*RESUMABLE, *stop, f"hydra.run.dir={job}"], tmp_path)
+    assert proc.wait(timeout=300) == 143, proc.log_path.read_text()[-3000:]
+    log = proc.log_path.read_text()
+    assert "Traceback" not in log, log[-3000:]
+    assert log.count("W&B's service process has stopped") == 1, log[-3000:]
+    m = metrics(job)
+    assert m["status"] == "preempted" and m["global_step"] == 6, m.get("error")
+    ckpt = torch.load(job / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert ckpt["global_step"] == 6
+    first_id = (job / "wandb_id.txt").read_text().strip()
+
+    res = run_py([*RESUMABLE, f"hydra.run.dir={job}", "ckpt_path=last"], tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    _assert_same_run(job, reference_run, 6)
+    assert _wandb_ids(job) == {first_id}, "the resumed part continues the same W&B run"
+
+
 @pytest.mark.slow  # suite time: ~14 s; the matrix's sigkill trigger covers it
 def test_sigkill_mid_epoch_then_ckpt_path_last_matches_uninterrupted_run(tmp_path, reference_run):
     job = tmp_path / "job"

@@ -143,7 +143,8 @@ def test_dashboard_of_a_folder_that_is_not_a_sweep_is_one_error_line(tmp_path):
 
 
 def test_swept_keys_come_from_comma_lists_sweep_functions_and_sweeper_params(tmp_path):
-    from xformer.jobs.wandb_panels import swept_keys, swept_values, top_level_key
+    from xformer.jobs.overrides import swept_keys
+    from xformer.jobs.wandb_panels import swept_values, top_level_key
 
     (tmp_path / "multirun.yaml").write_text(
         textwrap.dedent("""\
@@ -174,7 +175,7 @@ def test_swept_keys_are_read_with_hydras_parser(tmp_path):
     lists, sweep functions (range, interval, Optuna's tag(...)) and ``hydra.sweeper.params`` are."""
     from omegaconf import OmegaConf
 
-    from xformer.jobs.wandb_panels import swept_keys
+    from xformer.jobs.overrides import swept_keys
 
     OmegaConf.save(
         {

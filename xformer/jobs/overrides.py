@@ -168,16 +168,16 @@ def resume_command(job_dir: Path) -> str:
 
         if HydraConfig.initialized():
             hydra = HydraConfig.get()
-            overrides = [o for o in hydra.overrides.task if key_of(o) not in ("ckpt_path", "hydra.run.dir")]
+            given = [*hydra.overrides.hydra, *hydra.overrides.task]
+            overrides = [o for o in given if key_of(o) not in ("ckpt_path", "hydra.run.dir", "hydra.mode")]
             if str(hydra.mode) == "RunMode.MULTIRUN":
                 return sweep_resume_command(HydraConfig.instance().cfg)
     except Exception:  # outside Hydra, or no sweep folder to read: the job's own command below
         pass
-    script = sys.argv[0] if sys.argv and sys.argv[0].endswith(".py") else "run.py"
     return " ".join(
         [
             "python",
-            shlex.quote(script),
+            shlex.quote(_script()),
             *map(shlex.quote, overrides),
             "ckpt_path=last",
             shlex.quote(f"hydra.run.dir={job_dir}"),
@@ -190,11 +190,35 @@ def sweep_resume_command(config: DictConfig) -> str:
     skips finished jobs and resumes interrupted ones; ``config``: the job's config with its ``hydra`` node."""
     sweep_dir = Path(str(config.hydra.sweep.dir))
     try:
-        recorded = OmegaConf.load(sweep_dir / "multirun.yaml")
-        overrides = [str(o) for o in OmegaConf.select(recorded, "hydra.overrides.task", default=[]) or []]
+        recorded = OmegaConf.load(sweep_dir / "multirun.yaml").hydra.overrides
     except Exception:  # no multirun.yaml (yet): this job's own overrides
-        overrides = list(config.hydra.overrides.task)
-    overrides = [o for o in overrides if key_of(o) != "hydra.sweep.dir"]
-    script = sys.argv[0] if sys.argv and sys.argv[0].endswith(".py") else "run.py"
+        recorded = config.hydra.overrides
+    overrides = [str(o) for o in [*(recorded.get("hydra") or []), *(recorded.get("task") or [])]]
+    overrides = [o for o in overrides if key_of(o) not in ("hydra.sweep.dir", "hydra.mode")]
     sweep = shlex.quote(f"hydra.sweep.dir={sweep_dir}")
-    return " ".join(["python", shlex.quote(script), *map(shlex.quote, overrides), sweep, "-m"])
+    return " ".join(["python", shlex.quote(_script()), *map(shlex.quote, overrides), sweep, "-m"])
+
+
+def _script() -> str:
+    """The script the user ran: ``sys.argv[0]``, or ``run.py`` inside a launcher's worker (submitit's
+    ``_submit.py``, an installed module) or outside a script."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    if argv0.endswith(".py") and "site-packages" not in Path(argv0).parts:
+        return argv0
+    return "run.py"
+
+
+def swept_keys(sweep_dir: str | Path | None) -> list[str]:
+    """Keys that vary across the jobs of the sweep in ``sweep_dir`` (empty for a single run), from its
+    ``multirun.yaml``: the swept command-line overrides and the keys of ``hydra.sweeper.params``. Read from
+    what the sweep asked for, since a running job cannot see its siblings' results."""
+    if not sweep_dir:
+        return []
+    path = Path(sweep_dir) / "multirun.yaml"
+    if not path.is_file():
+        return []
+    cfg = OmegaConf.load(path)
+    keys = sweep_override_keys(OmegaConf.select(cfg, "hydra.overrides.task", default=[]) or [])
+    params = OmegaConf.select(cfg, "hydra.sweeper.params", default=None) or {}
+    keys += sweep_override_keys([f"{key}={value}" for key, value in params.items()])
+    return list(dict.fromkeys(keys))

@@ -3,7 +3,6 @@ parameter breakdown, the claim and the swept keys as top-level config keys, and 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any
 
 import lightning as L
@@ -12,7 +11,8 @@ from typing_extensions import override
 
 from xformer.config_types import Range
 
-from .overrides import override_values, sweep_override_keys
+from .overrides import override_values, swept_keys
+from .wandb_run import wandb_call
 
 #: summary kind per validation metric (W&B keeps this aggregate in the run's summary)
 SUMMARIES = {"val/loss": "min", "val/ppl": "min", "val/acc": "max", "val/bleu": "max", "val/exact_match": "max"}
@@ -21,24 +21,6 @@ SUMMARIES = {"val/loss": "min", "val/ppl": "min", "val/acc": "max", "val/bleu": 
 def top_level_key(override_key: str) -> str:
     """The run-config key of a swept override: dots and slashes as underscores (``model_ffn_ratio``)."""
     return override_key.lstrip("+~").replace(".", "_").replace("/", "_")
-
-
-def swept_keys(sweep_dir: str | Path | None) -> list[str]:
-    """Keys that vary across the jobs of the sweep in ``sweep_dir`` (empty for a single run), from its
-    ``multirun.yaml``: the swept command-line overrides and the keys of ``hydra.sweeper.params``. Read from
-    what the sweep asked for, since a running job cannot see its siblings' results."""
-    if not sweep_dir:
-        return []
-    path = Path(sweep_dir) / "multirun.yaml"
-    if not path.is_file():
-        return []
-    from omegaconf import OmegaConf
-
-    cfg = OmegaConf.load(path)
-    keys = sweep_override_keys(OmegaConf.select(cfg, "hydra.overrides.task", default=[]) or [])
-    params = OmegaConf.select(cfg, "hydra.sweeper.params", default=None) or {}
-    keys += sweep_override_keys([f"{key}={value}" for key, value in params.items()])
-    return list(dict.fromkeys(keys))
 
 
 def swept_values(keys: list[str], overrides: list[str], config: dict) -> dict[str, Any]:
@@ -95,7 +77,7 @@ class WandbPanels(L.Callback):
     def _write_summary(self, trainer: L.Trainer) -> None:
         logger = self._wandb(trainer)
         if logger is not None and self._best:
-            logger.experiment.summary.update({k: {SUMMARIES[k]: v} for k, v in self._best.items()})
+            wandb_call(logger, logger.experiment.summary.update, {k: {SUMMARIES[k]: v} for k, v in self._best.items()})
 
     @override
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -13,7 +13,9 @@ from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from hydra.utils import instantiate
+from lightning.pytorch.loggers import WandbLogger as LightningWandbLogger
 from omegaconf import DictConfig
+from typing_extensions import override
 
 from xformer.lightning_compat import logger_started, wandb_init_kwargs
 
@@ -45,8 +47,7 @@ def run_fields(node: DictConfig, info: dict) -> tuple[dict[str, Any], dict[str, 
     """The W&B ``(kwargs, full)`` (:func:`fit_wandb_fields`) of this job's run from the logger's ``node`` and the
     job ``info``. Values in ``node`` win; else the name is the overrides that differ between a sweep's jobs,
     the group the sweep folder, the tags ``node.tags`` plus every override."""
-    from .overrides import key_of
-    from .wandb_panels import swept_keys
+    from .overrides import key_of, swept_keys
 
     swept = [o for o in info["overrides"] if not o.startswith(("hydra.", "trainer.max_steps"))]
     varying = set(swept_keys(info.get("sweep_dir")))
@@ -74,7 +75,7 @@ def wandb_logger(node: DictConfig, cfg: DictConfig, info: dict, out_dir: Path) -
 
         offline = os.environ.get("WANDB_MODE") in ("offline", "dryrun")
         kwargs["settings"] = wandb.Settings(quiet=True, silent=offline)
-    logger = start_wandb(lambda **kw: instantiate(node, **kwargs, **kw), out_dir)
+    logger = start_wandb(lambda **kw: _instantiate(node, **kwargs, **kw), out_dir)
     # spawned ranks re-attach with W&B's settings from the environment: keep their files in the job folder
     os.environ["WANDB_DIR"] = str(logger.save_dir or out_dir)
     if full and logger_started(logger):  # rank 0: the shortened fields' full text
@@ -84,10 +85,8 @@ def wandb_logger(node: DictConfig, cfg: DictConfig, info: dict, out_dir: Path) -
 
 def describe_runs(loggers: list) -> dict | None:
     """``{"id", "name", "group", "tags", "mode"}`` of this process's W&B run (rank 0), else ``None``."""
-    from lightning.pytorch.loggers import WandbLogger
-
     for lg in loggers:
-        if isinstance(lg, WandbLogger) and logger_started(lg):
+        if isinstance(lg, LightningWandbLogger) and logger_started(lg):
             run = lg.experiment
             return {
                 "id": run.id,
@@ -101,16 +100,85 @@ def describe_runs(loggers: list) -> dict | None:
 
 def finish_runs(loggers: list, metrics: dict, exit_code: int) -> None:
     """Put ``metrics`` in each W&B run's summary under ``final/`` and finish it with ``exit_code``."""
-    from lightning.pytorch.loggers import WandbLogger
-
     for lg in loggers:
-        if isinstance(lg, WandbLogger):
+        if getattr(lg, "service_lost", False):
+            _forget_lost_service()
+        elif isinstance(lg, LightningWandbLogger):
             run = lg.experiment
             run_dir = getattr(run, "dir", None)
-            run.summary.update({f"final/{k}": v for k, v in metrics.items()})
-            run.finish(exit_code=exit_code)
+            wandb_call(lg, run.summary.update, {f"final/{k}": v for k, v in metrics.items()})
+            wandb_call(lg, run.finish, exit_code=exit_code)
             if os.environ.get("WANDB_MODE") == "offline" and run_dir:
                 log.info("W&B run saved offline; upload with: wandb sync %s", Path(run_dir).parent)
+
+
+def wandb_call(logger: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)``, a call that reaches W&B's service process through ``logger``'s run, unless that
+    process is gone: then one warning (the first time) and ``None``, and every later call through ``logger``
+    is skipped, so the job goes on and its stop still saves ``last.ckpt``.
+
+    SLURM's ``scancel``, preemption and time limit send SIGTERM to every process of the job, and W&B's service
+    exits on it while the job is still finishing its step (wandb/wandb#9963); each later call then raises a
+    ``ConnectionError`` (the socket to the service is closed)."""
+    if getattr(logger, "service_lost", False):
+        return None
+    try:
+        return fn(*args, **kwargs)
+    except ConnectionError as err:
+        logger.service_lost = True
+        log.warning(
+            "W&B's service process has stopped (%s, as on a SIGTERM sent to the whole job); this job goes on "
+            "without W&B, so run %s holds what was logged until now",
+            type(err).__name__,
+            logger.experiment.id if logger_started(logger) else "?",
+        )
+        return None
+
+
+def _forget_lost_service() -> None:
+    """Close this process's connection to W&B's stopped service now (``wandb.teardown``), so that W&B's own
+    exit hook does not print a traceback about the closed socket."""
+    import wandb
+
+    try:
+        wandb.teardown()
+    except ConnectionError:
+        pass
+
+
+class WandbLogger(LightningWandbLogger):
+    """Lightning's ``WandbLogger`` whose calls go through :func:`wandb_call`: a job whose W&B service process
+    was killed keeps training and saving instead of failing on its next log call. :func:`wandb_logger` makes
+    it in place of Lightning's class (a config naming another class gets that class as is)."""
+
+    service_lost = False
+
+    @override
+    def log_metrics(self, *args: Any, **kwargs: Any) -> None:
+        wandb_call(self, super().log_metrics, *args, **kwargs)
+
+    @override
+    def log_hyperparams(self, *args: Any, **kwargs: Any) -> None:
+        wandb_call(self, super().log_hyperparams, *args, **kwargs)
+
+    @override
+    def log_table(self, *args: Any, **kwargs: Any) -> None:
+        wandb_call(self, super().log_table, *args, **kwargs)
+
+    @override
+    def after_save_checkpoint(self, *args: Any, **kwargs: Any) -> None:
+        wandb_call(self, super().after_save_checkpoint, *args, **kwargs)
+
+    @override
+    def finalize(self, *args: Any, **kwargs: Any) -> None:
+        wandb_call(self, super().finalize, *args, **kwargs)
+
+
+def _instantiate(node: DictConfig, **kwargs: Any) -> Any:
+    """The logger ``node`` names, built with ``kwargs``; Lightning's ``WandbLogger`` becomes :class:`WandbLogger`."""
+    made = instantiate(node, **kwargs, _partial_=True)
+    cls = WandbLogger if made.func is LightningWandbLogger else made.func
+    return cls(*made.args, **made.keywords)
 
 
 TAG_MAX = 64
