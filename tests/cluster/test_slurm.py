@@ -262,6 +262,41 @@ def test_ddp_two_tasks_over_srun_equals_two_local_processes(slurm_cluster, tmp_p
 
 
 @pytest.mark.slow
+def test_ddp_job_over_srun_requeued_by_lightnings_signal_resumes_exactly(slurm_cluster, tmp_path):
+    """2 DDP tasks over `srun`, Lightning's requeue signal (USR1) to both after step 3: both ranks stop
+    after the step in flight, last.ckpt is written there, rank 0 requeues the job, and the requeued job (both
+    ranks) continues from it by itself; it ends with the numbers of the same DDP job run here
+    uninterrupted with its two processes started by Lightning."""
+    args = [
+        *BASE_TINY,
+        "data.tokens_per_batch=72",
+        "trainer.max_steps=8",
+        "trainer.val_check_interval=4",
+        "trainer.deterministic=true",
+        "trainer=ddp",
+        "trainer.accelerator=cpu",
+        "trainer.devices=2",
+    ]
+    log = tmp_path / "signals.jsonl"
+    signals = signal_at(log, batches=3, signal="USR1", times=1)
+    command = f"srun {PYTHON} {REPO / 'run.py'} {' '.join([*args, *signals])} hydra.run.dir={tmp_path / 'srun'}"
+    script = batch_script(tmp_path / "ddp.sh", [f"cd {tmp_path}", command], ntasks=2)
+    job = slurm_cluster.sbatch(script, tmp_path)
+    local = run_py(slurm_cluster, [*args, f"hydra.run.dir={tmp_path / 'local'}"], tmp_path)
+    assert local.returncode == 0, fail_msg(local)
+    slurm_cluster.wait_gone(job, tmp_path)
+    out = script.with_suffix(".out").read_text()
+    recs = records(log)
+    assert [r["signal_step"] for r in recs if "signal_step" in r] == [3], out[-3000:]
+    # the ranks agree on a stop at the end of each step; this step's agreement came before the test
+    # callback sent the signal, so step 4 is the one in flight: it completes and is saved
+    assert [r["start_step"] for r in recs if "start_step" in r] == [0, 4], out[-3000:]
+    assert "requeued SLURM job" in out
+    assert out.count("GLOBAL_RANK: 1, MEMBER: 2/2") == 2  # both attempts ran both ranks from srun
+    assert_same_numbers(tmp_path / "srun", tmp_path / "local")
+
+
+@pytest.mark.slow
 def test_scancel_of_running_sweep_then_its_printed_command_resumes_it(slurm_cluster, reference, tmp_path):
     """A 2-job sweep: job 0 finishes, job 1 is cancelled with scancel while it trains (SIGTERM: it
     saves last.ckpt), the sweep's own process is stopped (Ctrl-C; without accounting it cannot see

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 
 import pytest
@@ -97,6 +98,27 @@ def test_ddp_training_equals_single_process_with_same_global_batch(ddp_job, tmp_
     assert m_one["global_step"] == m_ddp["global_step"] == 4
     for key in ("val/loss", "val/acc", *EVAL_KEYS):
         assert m_ddp["metrics"][key] == pytest.approx(m_one["metrics"][key], rel=1e-4, abs=1e-6), key
+
+
+@pytest.mark.slow  # suite time: ~45 s, two DDP runs
+def test_ddp_job_resumed_counts_each_ranks_tokens_once(ddp_job, tmp_path):
+    """The 4-step DDP job continued to 6 steps with ``ckpt_path=last`` ends with the ``tokens_seen``
+    and numbers of the same 6-step DDP job run without a stop (was: every rank resumed rank 0's own
+    count, so rank 0's tokens before the stop were counted twice and rank 1's not at all)."""
+    root, res = ddp_job
+    assert res.returncode == 0, fail_msg(res)
+    job = tmp_path / "job"
+    shutil.copytree(root / "job", job)
+    longer = [*TINY, *DDP_CPU, "trainer.max_steps=6"]
+    resumed = run_py([*longer, f"hydra.run.dir={job}", "ckpt_path=last"], cwd=tmp_path, tmp_path=root)
+    assert resumed.returncode == 0, fail_msg(resumed)
+    ref = run_py([*longer, f"hydra.run.dir={tmp_path / 'ref'}"], cwd=tmp_path, tmp_path=root)
+    assert ref.returncode == 0, fail_msg(ref)
+    m, m_ref = metrics(job), metrics(tmp_path / "ref")
+    assert m["global_step"] == m_ref["global_step"] == 6
+    assert m["tokens_seen"] == m_ref["tokens_seen"]
+    for key in ("val/loss", "train/loss", *EVAL_KEYS):
+        assert m["metrics"][key] == m_ref["metrics"][key], key
 
 
 def test_torchrun_two_ranks_same_config_no_stray_folders(tmp_path):

@@ -193,19 +193,36 @@ class TransformerLitModule(L.LightningModule):
         return self.criterion(logits, labels, self.pad_id, smoothing)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """Store ``tokens_seen`` (all ranks) and each rank's own count (``tokens_seen_per_rank``): rank 0
+        writes the file, and every rank resumes its own counter from it. Every rank saves together (as
+        Lightning requires), so the one gather here is a collective all ranks reach."""
         tokens = self.tokens_seen
         if self._step_window is not None:
             # saved inside an accumulation window (SIGTERM): the weights hold no update from the
             # window's micro-batches, which the resumed run trains again -- count them then, not twice
             tokens -= int(self._step_window[3])
-        checkpoint["xformer"] = {**self.checkpoint_meta, "tokens_seen": tokens}
+        per_rank = [tokens]
+        if self._attached() and self.trainer.world_size > 1:
+            gathered = self.all_gather(torch.tensor(tokens, dtype=torch.int64, device=self._tokens.device))
+            per_rank = [int(t) for t in gathered.reshape(-1).tolist()]
+        checkpoint["xformer"] = {
+            **self.checkpoint_meta,
+            "tokens_seen": sum(per_rank),
+            "tokens_seen_per_rank": per_rank,
+        }
         if self._step_norm is not None:  # the loss normaliser, so a resumed run rounds as this one does
             checkpoint["xformer"]["step_norm"] = float(self._step_norm)
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         if "state_dict" in checkpoint:  # written by a run whose model was wrapped by torch.compile
             checkpoint["state_dict"] = uncompiled_state_dict(checkpoint["state_dict"])
-        self.tokens_seen = int(checkpoint.get("xformer", {}).get("tokens_seen", 0))
+        meta = checkpoint.get("xformer", {})
+        rank, world = (self.trainer.global_rank, self.trainer.world_size) if self._attached() else (0, 1)
+        per_rank = meta.get("tokens_seen_per_rank")
+        if isinstance(per_rank, list) and len(per_rank) == world:
+            self.tokens_seen = int(per_rank[rank])
+        else:  # another number of ranks (or no per-rank counts): the total on rank 0
+            self.tokens_seen = int(meta.get("tokens_seen", 0)) if rank == 0 else 0
         norm = checkpoint.get("xformer", {}).get("step_norm")
         self._step_norm = None if norm is None else torch.tensor(float(norm), dtype=torch.float64)
 
