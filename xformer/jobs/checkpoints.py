@@ -14,8 +14,6 @@ from omegaconf import DictConfig, OmegaConf
 from xformer.errors import ConfigError
 from xformer.train.checkpoint_file import UnreadableCheckpoint, arch_name, build_model, read_checkpoint
 
-__all__ = ["UnreadableCheckpoint", "read_checkpoint"]
-
 log = logging.getLogger("xformer")
 
 
@@ -25,12 +23,6 @@ def slurm_job_key() -> str | None:
     if not job:
         return None
     return f"{os.environ.get('SLURM_CLUSTER_NAME', '')}/{job}"
-
-
-def slurm_restart_count() -> int:
-    """How often SLURM has requeued and restarted this job (``SLURM_RESTART_COUNT``; 0 when unset)."""
-    value = os.environ.get("SLURM_RESTART_COUNT", "")
-    return int(value) if value.isdigit() else 0
 
 
 def last_checkpoint(out_dir: str | Path) -> Path:
@@ -65,7 +57,8 @@ def requeued_checkpoint(out_dir: str | Path | None) -> Path | None:
     """``<out_dir>/checkpoints/last.ckpt`` when this process is a requeued SLURM job and this same job wrote that
     checkpoint (its ``xformer.slurm_job``), else None."""
     key = slurm_job_key()
-    if out_dir is None or key is None or slurm_restart_count() < 1:
+    restarts = os.environ.get("SLURM_RESTART_COUNT", "")  # how often SLURM requeued and restarted this job
+    if out_dir is None or key is None or not restarts.isdigit() or int(restarts) < 1:
         return None
     last = last_checkpoint(out_dir)
     if not last.is_file():
@@ -84,6 +77,16 @@ def requeued_checkpoint(out_dir: str | Path | None) -> Path | None:
         )
         return None
     return last
+
+
+def checkpoint_step(path: str | Path) -> int | None:
+    """``global_step`` stored in a Lightning checkpoint (memory-mapped: tensors are not read)."""
+    try:
+        ckpt = read_checkpoint(path)
+    except UnreadableCheckpoint:  # Lightning reports it when it loads the checkpoint
+        return None
+    step = ckpt.get("global_step") if isinstance(ckpt, dict) else None
+    return int(step) if step is not None else None
 
 
 def runtime_keys(cfg: DictConfig) -> list[str]:

@@ -22,19 +22,18 @@ from xformer.train.checkpoint_file import build_model, read_checkpoint, refusal
 from xformer.train.module import TransformerLitModule
 
 from .callbacks import NonFiniteLossGuard
-from .checkpoints import check_checkpoint_vocab, check_resume_settings, describe_resume_changes, slurm_job_key
+from .checkpoints import (
+    check_checkpoint_vocab,
+    check_resume_settings,
+    checkpoint_step,
+    describe_resume_changes,
+    slurm_job_key,
+)
 from .config_check import check_data_options, check_with_data
 from .console import progress_bar, quiet_console, single_log_lines, test_table
 from .context import JobContext, Outcome, job_context, outcome_of
 from .record import FILE, RunRecord
-from .resume import (
-    ConsistentResume,
-    OptimizerStepIntervals,
-    RerootCheckpoints,
-    ResumableCSVLogger,
-    checkpoint_step,
-    own_checkpoint,
-)
+from .resume import ConsistentResume, OptimizerStepIntervals, RerootCheckpoints, ResumableCSVLogger, own_checkpoint
 from .wandb_run import describe_runs, finish_runs, wandb_logger
 
 # Lightning warns whenever `srun` is on PATH; outside a SLURM job that says nothing about this run.

@@ -10,7 +10,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
@@ -20,6 +20,17 @@ from xformer.errors import ConfigError
 from xformer.jobs.config_check import check_resolves
 
 log = logging.getLogger("xformer")
+
+
+def refuse(text: str, err: BaseException | None = None, logged: bool = False) -> NoReturn:
+    """Print ``text`` (its ``error:`` lines) on stderr and exit 2 before any job runs; with ``HYDRA_FULL_ERROR=1``
+    raise ``err`` instead, when given (its traceback); ``logged``: the line goes to the sweep's log too."""
+    if err is not None and os.environ.get("HYDRA_FULL_ERROR") == "1":
+        raise err
+    if logged:
+        log.error("%s", text.removeprefix("error: "))
+    print(text, file=sys.stderr, flush=True)
+    sys.exit(2)
 
 
 def check_output_dir(path: str | os.PathLike, key: str = "hydra.run.dir", keep: bool = True) -> None:
@@ -68,8 +79,7 @@ class OutputDirCheck(Callback):
         try:
             check_output_dir(OmegaConf.select(config, key), key, keep)
         except ConfigError as err:
-            print(f"error: {err}", file=sys.stderr)
-            sys.exit(2)
+            refuse(f"error: {err}")
 
     @override
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
@@ -99,10 +109,7 @@ class ValidateSweep(Callback):
         try:  # what every job shares (an environment variable not set): one line, before composing each job
             check_resolves(config)
         except ConfigError as err:
-            if os.environ.get("HYDRA_FULL_ERROR") == "1":
-                raise
-            print(f"error: {err} (every job of the sweep; nothing was run)", file=sys.stderr, flush=True)
-            sys.exit(2)
+            refuse(f"error: {err} (every job of the sweep; nothing was run)", err)
         from . import sweep_check
 
         n_jobs, bad = sweep_check.check_sweep(config)
@@ -111,10 +118,7 @@ class ValidateSweep(Callback):
                 "sweep: the configs of all %d jobs are valid (checked in %.1f s)", n_jobs, time.perf_counter() - t0
             )
             return
-        if os.environ.get("HYDRA_FULL_ERROR") == "1":
-            raise bad[0][2]
-        print("\n".join(sweep_check.error_lines(n_jobs, bad, self.max_listed)), file=sys.stderr, flush=True)
-        sys.exit(2)
+        refuse("\n".join(sweep_check.error_lines(n_jobs, bad, self.max_listed)), bad[0][2])
 
 
 class ResumeSweep(Callback):
@@ -168,9 +172,7 @@ class ResumeSweep(Callback):
             f"new hydra.sweep.dir, or restore the recorded values (sweep.resume=false reruns every job "
             f"from scratch)"
         )
-        log.error("%s", line.removeprefix("error: "))
-        print(line, file=sys.stderr, flush=True)
-        sys.exit(2)
+        refuse(line, logged=True)
 
 
 class SweepSummary(Callback):
@@ -215,10 +217,5 @@ class SlurmSweepCheck(Callback):
         if OmegaConf.select(config, "sweep.dry_run", default=False):
             return
         problem = slurm.sweep_problem(config, sweep_check.sweep_jobs(config))
-        if problem is None:
-            return
-        if os.environ.get("HYDRA_FULL_ERROR") == "1":
-            raise ConfigError(problem)
-        log.error("%s", problem)
-        print(f"error: {problem}", file=sys.stderr, flush=True)
-        sys.exit(2)
+        if problem is not None:
+            refuse(f"error: {problem}", ConfigError(problem), logged=True)
