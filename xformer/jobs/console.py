@@ -79,24 +79,10 @@ def single_log_lines() -> None:
         logger.propagate = True
 
 
-# Library messages that are noise or false for an xformer run, each matched narrowly:
-_LIGHTNING_TIP = "💡 Tip:"  # Lightning's litlogger advert (no option turns it off)
-#: torch's ``LeafSpec`` deprecation, raised inside Lightning's own pytree helper.
-_LEAFSPEC_MESSAGE = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
-
-
-class _DropRecords(logging.Filter):
-    def __init__(self, *prefixes: str) -> None:
-        super().__init__()
-        self.prefixes = prefixes
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.getMessage()).startswith(self.prefixes)
-
-
-_TIP_FILTER = _DropRecords(_LIGHTNING_TIP)
-#: Lightning's lines that tell an xformer user nothing the config or the test table does not.
-_LIGHTNING_NOISE = _DropRecords(
+#: Lightning's lines that tell an xformer user nothing the config or the test table does not, and its
+#: litlogger advert (no option turns it off).
+_LIGHTNING_NOISE = (
+    "💡 Tip:",
     "GPU available:",
     "TPU available:",
     "HPU available:",
@@ -105,6 +91,10 @@ _LIGHTNING_NOISE = _DropRecords(
     "Loaded model weights from the checkpoint",
     "Seed set to",
 )
+
+
+def _not_noise(record: logging.LogRecord) -> bool:
+    return not str(record.getMessage()).startswith(_LIGHTNING_NOISE)
 
 
 def quiet_console(resuming: bool = False) -> None:
@@ -116,16 +106,16 @@ def quiet_console(resuming: bool = False) -> None:
         "lightning.pytorch.trainer.connectors.checkpoint_connector",
         "lightning.fabric.utilities.seed",
     ):
-        logger = logging.getLogger(name)
-        for flt in (_TIP_FILTER, _LIGHTNING_NOISE):
-            if flt not in logger.filters:
-                logger.addFilter(flt)
+        logging.getLogger(name).addFilter(_not_noise)  # a filter already there is not added twice
     # false here: logging counts optimizer steps across epochs
     warnings.filterwarnings(
         "ignore", message=r"The number of training batches \(\d+\) is smaller than the logging interval"
     )
-    warnings.filterwarnings(
-        "ignore", message=_LEAFSPEC_MESSAGE, category=FutureWarning, module=r"lightning\.pytorch\.utilities\._pytree"
+    warnings.filterwarnings(  # torch's deprecation, raised inside Lightning's own pytree helper
+        "ignore",
+        message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+        category=FutureWarning,
+        module=r"lightning\.pytorch\.utilities\._pytree",
     )
     if resuming:
         warnings.filterwarnings(

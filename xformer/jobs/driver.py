@@ -195,14 +195,10 @@ def fit_and_test(cfg: DictConfig, job: Job, ckpt: str | None) -> tuple[dict, dic
 
 def _test(trainer: L.Trainer, module, dm, ckpt: str | None) -> dict:
     """``trainer.test`` with the results printed as one column per test split."""
-    results = _merged(trainer.test(module, datamodule=dm, ckpt_path=ckpt, verbose=False))
+    results = {k: v for d in trainer.test(module, datamodule=dm, ckpt_path=ckpt, verbose=False) for k, v in d.items()}
     if trainer.is_global_zero and (table := test_table(results, list(dm.test_split_names))):
         print(table, end="", flush=True)
     return results
-
-
-def _merged(results: list[dict]) -> dict:
-    return {k: v for d in results for k, v in d.items()}
 
 
 def complete_record(cfg: DictConfig, job: Job, end: Outcome, final: dict, tokens_seen: int | None, wall: float) -> None:
@@ -249,10 +245,7 @@ def numerics() -> dict:
 
 def divergence_of(trainer: L.Trainer) -> dict | None:
     """The :class:`NonFiniteLossGuard`'s ``divergence()``, ``None`` without a guard."""
-    for cb in trainer.callbacks:
-        if isinstance(cb, NonFiniteLossGuard):
-            return cb.divergence()
-    return None
+    return next((cb.divergence() for cb in trainer.callbacks if isinstance(cb, NonFiniteLossGuard)), None)
 
 
 def apply_omp_threads() -> None:
