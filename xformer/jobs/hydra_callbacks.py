@@ -110,15 +110,15 @@ class ValidateSweep(Callback):
             check_resolves(config)
         except ConfigError as err:
             refuse(f"error: {err} (every job of the sweep; nothing was run)", err)
-        from . import sweep_check
+        from .sweep import check_sweep, error_lines
 
-        n_jobs, bad = sweep_check.check_sweep(config)
+        n_jobs, bad = check_sweep(config)
         if not bad:
             log.info(
                 "sweep: the configs of all %d jobs are valid (checked in %.1f s)", n_jobs, time.perf_counter() - t0
             )
             return
-        refuse("\n".join(sweep_check.error_lines(n_jobs, bad, self.max_listed)), bad[0][2])
+        refuse("\n".join(error_lines(n_jobs, bad, self.max_listed)), bad[0][2])
 
 
 class ResumeSweep(Callback):
@@ -131,6 +131,7 @@ class ResumeSweep(Callback):
     @override
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from . import sweep_resume
+        from .sweep import sweep_mismatches
 
         sweep_dir = Path(str(config.hydra.sweep.dir))
         record = sweep_dir / sweep_resume.RECORDED_FILE
@@ -150,7 +151,7 @@ class ResumeSweep(Callback):
         tmp.replace(record)
         if not recorded:
             return
-        checked = sweep_resume.sweep_mismatches(config, recorded)
+        checked = sweep_mismatches(config, recorded)
         if checked is None:  # a sweeper that cannot be enumerated: every job checks itself
             return
         n_jobs, bad = checked
@@ -209,13 +210,14 @@ class SlurmSweepCheck(Callback):
 
     @override
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from . import slurm, sweep_check
+        from . import slurm
+        from .sweep import sweep_jobs
 
         if not slurm.is_slurm_sweep(config):
             return
         slurm.quiet_sacct_warnings()
         if OmegaConf.select(config, "sweep.dry_run", default=False):
             return
-        problem = slurm.sweep_problem(config, sweep_check.sweep_jobs(config))
+        problem = slurm.sweep_problem(config, sweep_jobs(config))
         if problem is not None:
             refuse(f"error: {problem}", ConfigError(problem), logged=True)

@@ -118,30 +118,6 @@ def recorded_for(sweep_dir: Path, num: int) -> dict | None:
         return None
 
 
-def sweep_mismatches(config: DictConfig, recorded: dict) -> tuple[int, list] | None:
-    """``(number of jobs, [(num, overrides, diff)])`` for the jobs whose folder records another config, or None
-    when the sweeper's jobs cannot be listed in advance (Optuna: each job checks itself)."""
-    from hydra.core.global_hydra import GlobalHydra
-
-    from .sweep_check import _swept, sweep_jobs
-
-    sweeper = str(OmegaConf.select(config, "hydra.sweeper._target_", default=""))
-    if "BasicSweeper" not in sweeper:
-        return None
-    loader = GlobalHydra.instance().config_loader()
-    bad, jobs = [], sweep_jobs(config)
-    shown = _swept(jobs)
-    for num, overrides in enumerate(jobs):
-        rec = recorded.get(str(num))
-        if rec is None:
-            continue
-        job_cfg = loader.load_sweep_config(config, list(overrides))
-        diff = config_diff(rec, job_cfg, runtime_keys(job_cfg))
-        if diff:
-            bad.append((num, shown[num], diff))
-    return len(jobs), bad
-
-
 def sweep_counts(sweep_dir: Path, recorded: dict, n_jobs: int) -> tuple[int, int, int]:
     """``(finished, resumable, new)`` among the ``n_jobs`` jobs of this command."""
     finished = resumable = 0
