@@ -264,9 +264,3 @@ def check_resume_settings(cfg: DictConfig, path: str) -> list[tuple[str, Any, An
             f"to train these settings from scratch in a new folder"
         )
     return [d for d in diff if not _under(d[0], QUIET_KEYS)]
-
-
-def describe_resume_changes(path: str, step: int | None, changes: list[tuple[str, Any, Any]]) -> str:
-    items = ", ".join(f"{k}: {old!r} -> {new!r}" for k, old, new in changes)
-    at = f" from step {step}" if step is not None else ""
-    return f"resuming {path} with settings changed from the checkpoint's (they take effect{at}): {items}"

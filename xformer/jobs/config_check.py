@@ -603,20 +603,17 @@ def _line_for(arg: str, conf: Path, err: BaseException, others: list[str], loade
 
 def _yaml_keys(path: Path) -> set[str]:
     """The top-level keys of a YAML file (empty when unreadable)."""
-    import yaml
-
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError):
+        data = OmegaConf.load(path)
+    except Exception:  # missing or not YAML: only for the message
         return set()
-    return {str(k) for k in data} if isinstance(data, dict) else set()
+    return {str(k) for k in data} if isinstance(data, DictConfig) else set()
 
 
 def _keys(node: str, overrides: list[str]) -> tuple[list[str], list[str]]:
     """``(root keys, keys of node)`` of the config the ``overrides`` compose (with a ``_target_`` class's
     parameters), private keys left out."""
     from hydra import compose
-    from omegaconf import OmegaConf
 
     try:
         cfg = compose("config", overrides=overrides)

@@ -6,6 +6,7 @@ table with one column per test split, one line per validation (:class:`Validatio
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import math
@@ -33,7 +34,6 @@ from .checkpoints import (
     check_checkpoint_vocab,
     check_resume_settings,
     checkpoint_step,
-    describe_resume_changes,
     slurm_job_key,
 )
 from .config_check import check_data_options, check_with_data
@@ -160,7 +160,11 @@ def build(cfg: DictConfig, ctx: JobContext) -> Job:
     if ctx.ckpt is not None:
         check_checkpoint_vocab(cfg, ctx.ckpt, dm)
         if changes := check_resume_settings(cfg, ctx.ckpt):
-            log.info("%s", describe_resume_changes(ctx.ckpt, checkpoint_step(Path(ctx.ckpt)), changes))
+            at = f" from step {step}" if (step := checkpoint_step(ctx.ckpt)) is not None else ""
+            items = ", ".join(f"{k}: {old!r} -> {new!r}" for k, old, new in changes)
+            log.info(
+                "resuming %s with settings changed from the checkpoint's (they take effect%s): %s", ctx.ckpt, at, items
+            )
             record.changed_on_resume = {k: {"checkpoint": old, "now": new} for k, old, new in changes}
     model = build_model(cfg, dm.src_vocab_size, dm.tgt_vocab_size, dm.pad_id)
     check_with_data(cfg, dm, model)  # stage 4
@@ -234,13 +238,9 @@ def numerics() -> dict:
     import platform
 
     cpu = platform.processor() or "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):
+        names = [x for x in Path("/proc/cpuinfo").read_text().splitlines() if x.startswith("model name")]
+        cpu = names[0].split(":", 1)[1].strip() if names else cpu
     return {
         "torch": torch.__version__,
         "cpu": cpu,

@@ -4,6 +4,7 @@ Imports neither torch nor Lightning."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -60,10 +61,8 @@ def check_output_dir(path: str | os.PathLike, key: str = "hydra.run.dir", keep: 
             f"there or set {key} to a writable folder, e.g. {key}=outputs/my_run"
         ) from None
     finally:
-        try:
+        with contextlib.suppress(OSError):
             probe.unlink()
-        except OSError:
-            pass
         for made in created if not keep else []:  # deepest first
             try:
                 made.rmdir()
