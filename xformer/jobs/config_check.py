@@ -580,20 +580,15 @@ def _line_for(arg: str, conf: Path, err: BaseException, others: list[str], loade
             return f"{arg}: there is no config group {key}. Fix: {fix} (groups in {parent}: {', '.join(groups)})"
     if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and f"'{key}'" in str(err):
         parent, _, leaf = key.rpartition(".")
-        root, _ = _keys("", others)
+        root, keys = _keys(parent, others)
         head = key.split(".")[0]
         if head not in root:
             close = difflib.get_close_matches(head, root, n=3, cutoff=0.6)
             fix = f"did you mean {' or '.join(close)}?" if close else f"known: {', '.join(root)}"
             return f"{arg}: the root config has no key {head!r}. Fix: {fix}"
-        _, keys = _keys(parent, others)
-        owners = [
-            o
-            for o in loader.get_group_options(parent.replace(".", "/"))
-            if leaf in _yaml_keys(conf / parent.replace(".", "/") / f"{o}.yaml")
-        ]
+        group = parent.replace(".", "/")
+        owners = [o for o in loader.get_group_options(group) if leaf in _yaml_keys(conf / group / f"{o}.yaml")]
         if owners:
-            group = parent.replace(".", "/")
             fix = f"{leaf} is a key of {group}={', '.join(owners)}: choose one (e.g. {group}={owners[0]} {arg})"
         else:
             fix = f"{hint(leaf, keys)} (or +{arg} to add a key the node does not declare)"
