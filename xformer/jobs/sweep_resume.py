@@ -90,16 +90,14 @@ def recorded_config(job_dir: Path) -> dict | None:
 
 def plan_job(cfg: DictConfig, out_dir: Path, recorded: dict | None) -> Plan:
     """What the job with config ``cfg`` and folder ``out_dir`` does; ``recorded``: the config recorded there when
-    this invocation started (None: the job runs). Raises: ConfigError when it differs in a non-run-time key."""
-    from xformer.model import ConfigError
-
+    this invocation started (None: the job runs); ``refuse`` when it differs in a non-run-time key."""
     if recorded is None:
         return Plan("run")
-    diff = config_diff(recorded, cfg, runtime_keys(cfg))
-    if diff:
-        raise ConfigError(
-            f"hydra.sweep.dir: the folder {out_dir} holds a job with another config "
-            f"({describe_diff(diff)}); give the sweep a new hydra.sweep.dir, or the recorded values"
+    if diff := config_diff(recorded, cfg, runtime_keys(cfg)):
+        return Plan(
+            "refuse",
+            reason=f"hydra.sweep.dir: the folder {out_dir} holds a job with another config "
+            f"({describe_diff(diff)}); give the sweep a new hydra.sweep.dir, or the recorded values",
         )
     record = read_record(out_dir)
     if record is not None and record.status == Status.FINISHED:
