@@ -138,19 +138,21 @@ def model_shape(model_cfg, src_vocab_size: int | None = None, tgt_vocab_size: in
     return f"{arch_name(target)} ({', '.join(parts)})"
 
 
-def _flat(node, prefix: str) -> dict[str, object]:
-    out: dict[str, object] = {}
+def flat(node: dict | None, prefix: str = "", empty: bool = False) -> dict[str, Any]:
+    """``{dotted key: value}`` of a nested dict's leaves; an empty dict is a leaf when ``empty``, else dropped."""
+    out: dict[str, Any] = {}
     for key, value in (node or {}).items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}.{key}"))
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, dict) and (value or not empty):
+            out.update(flat(value, path, empty))
         else:
-            out[f"{prefix}.{key}"] = value
+            out[path] = value
     return out
 
 
 def _overrides_to(stored: dict, current: dict, prefix: str) -> list[str]:
     """``key=value`` overrides that turn ``current`` into ``stored`` (a model class as ``model/arch``)."""
-    want, have = _flat(stored, prefix), _flat(current, prefix)
+    want, have = flat(stored, prefix), flat(current, prefix)
     out = []
     for key in sorted(set(want) | set(have)):
         if want.get(key) == have.get(key) or key.endswith("._partial_"):
@@ -228,7 +230,8 @@ SHAPING_KEYS = ("model", "data", "loss", "seed", "optim.optimizer._target_")
 QUIET_KEYS = ("mode", "task_name", "callbacks", "module", "trainer.default_root_dir")
 
 
-def _under(key: str, prefixes) -> bool:
+def under(key: str, prefixes) -> bool:
+    """``key`` is one of ``prefixes`` or lies below one."""
     return any(key == p or key.startswith(p + ".") for p in prefixes)
 
 
@@ -247,13 +250,9 @@ def check_resume_settings(cfg: DictConfig, path: str) -> list[tuple[str, Any, An
     if not isinstance(stored, dict):
         return []
     ignore = [*runtime_keys(cfg), "hydra"]
-    want, have = _flat(stored, ""), _flat(OmegaConf.to_container(cfg, resolve=True), "")
-    diff = [
-        (k.lstrip("."), want[k], have[k])
-        for k in sorted(set(want) & set(have))
-        if want[k] != have[k] and not _under(k.lstrip("."), ignore)
-    ]
-    shaping = [d for d in diff if _under(d[0], SHAPING_KEYS)]
+    want, have = flat(stored), flat(OmegaConf.to_container(cfg, resolve=True))
+    diff = [(k, want[k], have[k]) for k in sorted(set(want) & set(have)) if want[k] != have[k] and not under(k, ignore)]
+    shaping = [d for d in diff if under(d[0], SHAPING_KEYS)]
     if shaping:
         what = ", ".join(f"{k}: {old!r} (checkpoint) -> {new!r} (now)" for k, old, new in shaping[:4])
         more = f" and {len(shaping) - 4} more" if len(shaping) > 4 else ""
@@ -263,4 +262,4 @@ def check_resume_settings(cfg: DictConfig, path: str) -> list[tuple[str, Any, An
             f"a resumed run continues them. Fix: {fix} (the checkpoint's values), or drop ckpt_path "
             f"to train these settings from scratch in a new folder"
         )
-    return [d for d in diff if not _under(d[0], QUIET_KEYS)]
+    return [d for d in diff if not under(d[0], QUIET_KEYS)]

@@ -12,7 +12,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from .checkpoints import last_checkpoint, runtime_keys
+from .checkpoints import flat, last_checkpoint, runtime_keys, under
 from .record import FILE, Status, read_record
 
 #: The configs recorded in the job folders when this invocation started (``{num: config}``).
@@ -36,17 +36,8 @@ class Plan:
 def comparable(cfg: DictConfig | dict, ignore: list[str]) -> dict:
     """The unresolved task config as flat ``{dotted key: value}`` without ``hydra`` and the ``ignore`` keys."""
     tree = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else cfg
-    flat: dict[str, Any] = {}
-
-    def walk(node: Any, prefix: str) -> None:
-        if isinstance(node, dict) and node:
-            for k, v in node.items():
-                walk(v, f"{prefix}.{k}" if prefix else str(k))
-        else:
-            flat[prefix] = node
-
-    walk({k: v for k, v in tree.items() if k != "hydra"}, "")
-    return {k: v for k, v in flat.items() if not any(k == i or k.startswith(i + ".") for i in ignore)}
+    leaves = flat({k: v for k, v in tree.items() if k != "hydra"}, empty=True)
+    return {k: v for k, v in leaves.items() if not under(k, ignore)}
 
 
 def config_diff(recorded: dict, current: DictConfig | dict, ignore: list[str]) -> list[tuple[str, Any, Any]]:
