@@ -506,22 +506,13 @@ def _first_values(args: list[str]) -> list[str] | None:
     """The overrides with each sweep replaced by its first value; ``None`` for a flag other than ``-m`` or an
     override Hydra's grammar refuses."""
     out = []
-    for arg in args:
-        if arg in FLAGS:
-            continue
-        if arg.startswith("-"):
+    for arg in (a for a in args if a not in FLAGS):
+        override = None if arg.startswith("-") else parse(arg)
+        if override is None or override.is_interval_sweep():
             return None
-        override = parse(arg)
-        if override is None:
-            return None
-        if override.is_sweep_override():
-            if override.is_interval_sweep():
-                return None
-            first = next(iter(override.sweep_iterator()), None)
-            key = arg.split("=", 1)[0]
-            out.append(f"{key}={first}")
-        else:
-            out.append(arg)
+        if override.is_sweep_override():  # its first value
+            arg = f"{arg.split('=', 1)[0]}={next(iter(override.sweep_iterator()), None)}"
+        out.append(arg)
     return out
 
 
