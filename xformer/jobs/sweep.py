@@ -116,7 +116,6 @@ def write_sweep_summary(sweep_dir: Path, cfg: DictConfig, sweeper: Any, exit_on_
     (sweep_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=str))
     print(format_summary(summary), flush=True)
     if (failed or no_value) and exit_on_failure:
-        sys.stdout.flush()
         sys.exit(1)
 
 
