@@ -73,7 +73,7 @@ def refresh_csv_headers(trainer: Any) -> None:
             writer.metrics_keys = sorted(set(writer.metrics_keys) | set(header))
 
 
-# -- the Rich bar (xformer.jobs.console) ------------------------------------------------------------
+# -- the Rich bar (xformer.jobs.driver) -------------------------------------------------------------
 class RichBarWithDescription(RichProgressBar):
     """Lightning's Rich bar whose training description comes from the public :meth:`train_description`."""
 

@@ -244,7 +244,7 @@ def test_the_progress_bar_names_the_loss_read_at_the_last_logging_step(tmp_path,
     objective says so and has the unsmoothed NLL beside it (the number val/loss compares with)."""
     import lightning as L
 
-    from xformer.jobs.console import RichBar
+    from xformer.jobs.driver import RichBar
 
     module, batch = _module(["data.n_long=2", f"loss.label_smoothing={smoothing}"], tmp_path)
     bar = RichBar()

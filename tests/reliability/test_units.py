@@ -120,7 +120,7 @@ def test_sweep_expansion_matches_the_basic_sweeper():
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from xformer.jobs.sweep_check import sweep_jobs
+    from xformer.jobs.sweep import sweep_jobs
 
     task = [
         "model.n_heads=2",

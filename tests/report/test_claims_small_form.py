@@ -8,7 +8,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from tests.conftest import REPO
-from xformer.jobs.sweep_check import sweep_jobs
+from xformer.jobs.sweep import sweep_jobs
 from xformer.report import claims_run
 from xformer.report.rules.stability import MIN_POINTS
 from xformer.report.sweeps import claim_names

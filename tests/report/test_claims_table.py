@@ -153,7 +153,7 @@ def test_list_reads_each_job_folder_of_the_stable_sweep_dir(tmp_path, monkeypatc
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from xformer.jobs.sweep_check import sweep_jobs
+    from xformer.jobs.sweep import sweep_jobs
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         base = compose(

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests.train.test_run import TINY, run
-from xformer.jobs.console import RichBar, epoch_label, single_log_lines
+from xformer.jobs.driver import RichBar, epoch_label, single_log_lines
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,8 @@ from omegaconf import OmegaConf
 
 from tests.conftest import REPO
 from xformer.errors import ConfigError
-from xformer.jobs import sweep_check, sweep_resume
-from xformer.jobs.sweep_check import sweep_jobs
+from xformer.jobs import sweep, sweep_resume
+from xformer.jobs.sweep import sweep_jobs
 from xformer.report import claims_run
 
 CLAIM = "c6_pe_in_distribution"
@@ -54,14 +54,14 @@ def test_a_folder_where_a_job_trained_refuses_another_config(tmp_path, monkeypat
 
 def test_a_problem_every_job_shares_is_one_line():
     err = ConfigError("data.root=${oc.env:X}: the environment variable X is not set. Fix: export X=<value>")
-    lines = sweep_check.error_lines(3, [(n, [f"seed={n}"], err) for n in range(3)])
+    lines = sweep.error_lines(3, [(n, [f"seed={n}"], err) for n in range(3)])
     assert lines == [f"error: {err} (all 3 sweep jobs; nothing was run)"]
 
 
 def test_problems_of_some_jobs_name_a_job_and_count_the_others():
     a, b = ConfigError("model.n_heads=3: not a divisor. Fix: 2"), ConfigError("optim.lr=-1: must be > 0. Fix: 1")
     bad = [(1, ["n=1"], a), (2, ["n=2"], a), (4, ["n=4"], b)]
-    assert sweep_check.error_lines(6, bad) == [
+    assert sweep.error_lines(6, bad) == [
         f"error: sweep job 1 (n=1) and 1 more job: {a}",
         f"error: sweep job 4 (n=4): {b}",
         "error: 3 of 6 sweep jobs have an invalid config; nothing was run. Fix the overrides above "

@@ -14,8 +14,6 @@ from omegaconf import DictConfig, OmegaConf
 from xformer.errors import ConfigError
 from xformer.train.checkpoint_file import UnreadableCheckpoint, arch_name, build_model, read_checkpoint
 
-__all__ = ["UnreadableCheckpoint", "read_checkpoint"]
-
 log = logging.getLogger("xformer")
 
 
@@ -25,12 +23,6 @@ def slurm_job_key() -> str | None:
     if not job:
         return None
     return f"{os.environ.get('SLURM_CLUSTER_NAME', '')}/{job}"
-
-
-def slurm_restart_count() -> int:
-    """How often SLURM has requeued and restarted this job (``SLURM_RESTART_COUNT``; 0 when unset)."""
-    value = os.environ.get("SLURM_RESTART_COUNT", "")
-    return int(value) if value.isdigit() else 0
 
 
 def last_checkpoint(out_dir: str | Path) -> Path:
@@ -65,7 +57,8 @@ def requeued_checkpoint(out_dir: str | Path | None) -> Path | None:
     """``<out_dir>/checkpoints/last.ckpt`` when this process is a requeued SLURM job and this same job wrote that
     checkpoint (its ``xformer.slurm_job``), else None."""
     key = slurm_job_key()
-    if out_dir is None or key is None or slurm_restart_count() < 1:
+    restarts = os.environ.get("SLURM_RESTART_COUNT", "")  # how often SLURM requeued and restarted this job
+    if out_dir is None or key is None or not restarts.isdigit() or int(restarts) < 1:
         return None
     last = last_checkpoint(out_dir)
     if not last.is_file():
@@ -84,6 +77,16 @@ def requeued_checkpoint(out_dir: str | Path | None) -> Path | None:
         )
         return None
     return last
+
+
+def checkpoint_step(path: str | Path) -> int | None:
+    """``global_step`` stored in a Lightning checkpoint (memory-mapped: tensors are not read)."""
+    try:
+        ckpt = read_checkpoint(path)
+    except UnreadableCheckpoint:  # Lightning reports it when it loads the checkpoint
+        return None
+    step = ckpt.get("global_step") if isinstance(ckpt, dict) else None
+    return int(step) if step is not None else None
 
 
 def runtime_keys(cfg: DictConfig) -> list[str]:
@@ -135,19 +138,21 @@ def model_shape(model_cfg, src_vocab_size: int | None = None, tgt_vocab_size: in
     return f"{arch_name(target)} ({', '.join(parts)})"
 
 
-def _flat(node, prefix: str) -> dict[str, object]:
-    out: dict[str, object] = {}
+def flat(node: dict | None, prefix: str = "", empty: bool = False) -> dict[str, Any]:
+    """``{dotted key: value}`` of a nested dict's leaves; an empty dict is a leaf when ``empty``, else dropped."""
+    out: dict[str, Any] = {}
     for key, value in (node or {}).items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}.{key}"))
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, dict) and (value or not empty):
+            out.update(flat(value, path, empty))
         else:
-            out[f"{prefix}.{key}"] = value
+            out[path] = value
     return out
 
 
 def _overrides_to(stored: dict, current: dict, prefix: str) -> list[str]:
     """``key=value`` overrides that turn ``current`` into ``stored`` (a model class as ``model/arch``)."""
-    want, have = _flat(stored, prefix), _flat(current, prefix)
+    want, have = flat(stored, prefix), flat(current, prefix)
     out = []
     for key in sorted(set(want) | set(have)):
         if want.get(key) == have.get(key) or key.endswith("._partial_"):
@@ -225,7 +230,8 @@ SHAPING_KEYS = ("model", "data", "loss", "seed", "optim.optimizer._target_")
 QUIET_KEYS = ("mode", "task_name", "callbacks", "module", "trainer.default_root_dir")
 
 
-def _under(key: str, prefixes) -> bool:
+def under(key: str, prefixes) -> bool:
+    """``key`` is one of ``prefixes`` or lies below one."""
     return any(key == p or key.startswith(p + ".") for p in prefixes)
 
 
@@ -244,13 +250,9 @@ def check_resume_settings(cfg: DictConfig, path: str) -> list[tuple[str, Any, An
     if not isinstance(stored, dict):
         return []
     ignore = [*runtime_keys(cfg), "hydra"]
-    want, have = _flat(stored, ""), _flat(OmegaConf.to_container(cfg, resolve=True), "")
-    diff = [
-        (k.lstrip("."), want[k], have[k])
-        for k in sorted(set(want) & set(have))
-        if want[k] != have[k] and not _under(k.lstrip("."), ignore)
-    ]
-    shaping = [d for d in diff if _under(d[0], SHAPING_KEYS)]
+    want, have = flat(stored), flat(OmegaConf.to_container(cfg, resolve=True))
+    diff = [(k, want[k], have[k]) for k in sorted(set(want) & set(have)) if want[k] != have[k] and not under(k, ignore)]
+    shaping = [d for d in diff if under(d[0], SHAPING_KEYS)]
     if shaping:
         what = ", ".join(f"{k}: {old!r} (checkpoint) -> {new!r} (now)" for k, old, new in shaping[:4])
         more = f" and {len(shaping) - 4} more" if len(shaping) > 4 else ""
@@ -260,10 +262,4 @@ def check_resume_settings(cfg: DictConfig, path: str) -> list[tuple[str, Any, An
             f"a resumed run continues them. Fix: {fix} (the checkpoint's values), or drop ckpt_path "
             f"to train these settings from scratch in a new folder"
         )
-    return [d for d in diff if not _under(d[0], QUIET_KEYS)]
-
-
-def describe_resume_changes(path: str, step: int | None, changes: list[tuple[str, Any, Any]]) -> str:
-    items = ", ".join(f"{k}: {old!r} -> {new!r}" for k, old, new in changes)
-    at = f" from step {step}" if step is not None else ""
-    return f"resuming {path} with settings changed from the checkpoint's (they take effect{at}): {items}"
+    return [d for d in diff if not under(d[0], QUIET_KEYS)]

@@ -506,22 +506,13 @@ def _first_values(args: list[str]) -> list[str] | None:
     """The overrides with each sweep replaced by its first value; ``None`` for a flag other than ``-m`` or an
     override Hydra's grammar refuses."""
     out = []
-    for arg in args:
-        if arg in FLAGS:
-            continue
-        if arg.startswith("-"):
+    for arg in (a for a in args if a not in FLAGS):
+        override = None if arg.startswith("-") else parse(arg)
+        if override is None or override.is_interval_sweep():
             return None
-        override = parse(arg)
-        if override is None:
-            return None
-        if override.is_sweep_override():
-            if override.is_interval_sweep():
-                return None
-            first = next(iter(override.sweep_iterator()), None)
-            key = arg.split("=", 1)[0]
-            out.append(f"{key}={first}")
-        else:
-            out.append(arg)
+        if override.is_sweep_override():  # its first value
+            arg = f"{arg.split('=', 1)[0]}={next(iter(override.sweep_iterator()), None)}"
+        out.append(arg)
     return out
 
 
@@ -580,20 +571,15 @@ def _line_for(arg: str, conf: Path, err: BaseException, others: list[str], loade
             return f"{arg}: there is no config group {key}. Fix: {fix} (groups in {parent}: {', '.join(groups)})"
     if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and f"'{key}'" in str(err):
         parent, _, leaf = key.rpartition(".")
-        root, _ = _keys("", others)
+        root, keys = _keys(parent, others)
         head = key.split(".")[0]
         if head not in root:
             close = difflib.get_close_matches(head, root, n=3, cutoff=0.6)
             fix = f"did you mean {' or '.join(close)}?" if close else f"known: {', '.join(root)}"
             return f"{arg}: the root config has no key {head!r}. Fix: {fix}"
-        _, keys = _keys(parent, others)
-        owners = [
-            o
-            for o in loader.get_group_options(parent.replace(".", "/"))
-            if leaf in _yaml_keys(conf / parent.replace(".", "/") / f"{o}.yaml")
-        ]
+        group = parent.replace(".", "/")
+        owners = [o for o in loader.get_group_options(group) if leaf in _yaml_keys(conf / group / f"{o}.yaml")]
         if owners:
-            group = parent.replace(".", "/")
             fix = f"{leaf} is a key of {group}={', '.join(owners)}: choose one (e.g. {group}={owners[0]} {arg})"
         else:
             fix = f"{hint(leaf, keys)} (or +{arg} to add a key the node does not declare)"
@@ -603,20 +589,17 @@ def _line_for(arg: str, conf: Path, err: BaseException, others: list[str], loade
 
 def _yaml_keys(path: Path) -> set[str]:
     """The top-level keys of a YAML file (empty when unreadable)."""
-    import yaml
-
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError):
+        data = OmegaConf.load(path)
+    except Exception:  # missing or not YAML: only for the message
         return set()
-    return {str(k) for k in data} if isinstance(data, dict) else set()
+    return {str(k) for k in data} if isinstance(data, DictConfig) else set()
 
 
 def _keys(node: str, overrides: list[str]) -> tuple[list[str], list[str]]:
     """``(root keys, keys of node)`` of the config the ``overrides`` compose (with a ``_target_`` class's
     parameters), private keys left out."""
     from hydra import compose
-    from omegaconf import OmegaConf
 
     try:
         cfg = compose("config", overrides=overrides)

@@ -81,12 +81,9 @@ def job_context(cfg: DictConfig) -> JobContext:
     num = int(hc.job.num) if sweep_dir is not None else None
     plan = None
     if sweep_dir is not None and not dry and OmegaConf.select(cfg, "sweep.resume", default=True):
-        from .sweep_resume import Plan, plan_job, recorded_for
+        from .sweep_resume import plan_job, recorded_for
 
-        try:
-            plan = plan_job(cfg, out_dir, recorded_for(sweep_dir, num))
-        except ConfigError as err:
-            plan = Plan("refuse", reason=str(err))
+        plan = plan_job(cfg, out_dir, recorded_for(sweep_dir, num))
         if plan.action == "resume":
             cfg.ckpt_path = "last"
     ckpt = None if dry or (plan and plan.action == "skip") else resolve_ckpt_path(cfg, out_dir, warn=True)

@@ -19,7 +19,7 @@ import threading
 import traceback
 from typing import Any, Callable
 
-from .overrides import key_of
+from .overrides import key_of, quoted
 
 CHILD_GRACE_S = 60.0  # after one rank fails, how long the others get to leave before they are killed
 
@@ -35,11 +35,6 @@ def env_rank() -> int:
     return 0
 
 
-def _quote(value: str) -> str:
-    """A Hydra override value that parses back to ``value`` (single-quoted, escaped)."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def external_rank_argv(argv: list[str]) -> list[str]:
     """Command line for this process when ranks are created externally: ranks > 0 save no ``.hydra/``, log to
     ``<name>_rank<r>``, and without ``hydra.run.dir`` into a fresh temporary folder (their timestamps differ
@@ -50,7 +45,7 @@ def external_rank_argv(argv: list[str]) -> list[str]:
     out = list(argv)
     keys = {key_of(a) for a in argv[1:] if "=" in a}
     if "hydra.run.dir" not in keys:
-        out.append("hydra.run.dir=" + _quote(tempfile.mkdtemp(prefix=f"xformer-rank{rank}-")))
+        out.append("hydra.run.dir=" + quoted(tempfile.mkdtemp(prefix=f"xformer-rank{rank}-")))
     if "hydra.output_subdir" not in keys:
         out.append("hydra.output_subdir=null")
     if "hydra.job.name" not in keys:

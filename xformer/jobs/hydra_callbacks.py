@@ -4,13 +4,14 @@ Imports neither torch nor Lightning."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
@@ -20,6 +21,17 @@ from xformer.errors import ConfigError
 from xformer.jobs.config_check import check_resolves
 
 log = logging.getLogger("xformer")
+
+
+def refuse(text: str, err: BaseException | None = None, logged: bool = False) -> NoReturn:
+    """Print ``text`` (its ``error:`` lines) on stderr and exit 2 before any job runs; with ``HYDRA_FULL_ERROR=1``
+    raise ``err`` instead, when given (its traceback); ``logged``: the line goes to the sweep's log too."""
+    if err is not None and os.environ.get("HYDRA_FULL_ERROR") == "1":
+        raise err
+    if logged:
+        log.error("%s", text.removeprefix("error: "))
+    print(text, file=sys.stderr, flush=True)
+    sys.exit(2)
 
 
 def check_output_dir(path: str | os.PathLike, key: str = "hydra.run.dir", keep: bool = True) -> None:
@@ -49,10 +61,8 @@ def check_output_dir(path: str | os.PathLike, key: str = "hydra.run.dir", keep: 
             f"there or set {key} to a writable folder, e.g. {key}=outputs/my_run"
         ) from None
     finally:
-        try:
+        with contextlib.suppress(OSError):
             probe.unlink()
-        except OSError:
-            pass
         for made in created if not keep else []:  # deepest first
             try:
                 made.rmdir()
@@ -68,8 +78,7 @@ class OutputDirCheck(Callback):
         try:
             check_output_dir(OmegaConf.select(config, key), key, keep)
         except ConfigError as err:
-            print(f"error: {err}", file=sys.stderr)
-            sys.exit(2)
+            refuse(f"error: {err}")
 
     @override
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
@@ -99,22 +108,16 @@ class ValidateSweep(Callback):
         try:  # what every job shares (an environment variable not set): one line, before composing each job
             check_resolves(config)
         except ConfigError as err:
-            if os.environ.get("HYDRA_FULL_ERROR") == "1":
-                raise
-            print(f"error: {err} (every job of the sweep; nothing was run)", file=sys.stderr, flush=True)
-            sys.exit(2)
-        from . import sweep_check
+            refuse(f"error: {err} (every job of the sweep; nothing was run)", err)
+        from .sweep import check_sweep, error_lines
 
-        n_jobs, bad = sweep_check.check_sweep(config)
+        n_jobs, bad = check_sweep(config)
         if not bad:
             log.info(
                 "sweep: the configs of all %d jobs are valid (checked in %.1f s)", n_jobs, time.perf_counter() - t0
             )
             return
-        if os.environ.get("HYDRA_FULL_ERROR") == "1":
-            raise bad[0][2]
-        print("\n".join(sweep_check.error_lines(n_jobs, bad, self.max_listed)), file=sys.stderr, flush=True)
-        sys.exit(2)
+        refuse("\n".join(error_lines(n_jobs, bad, self.max_listed)), bad[0][2])
 
 
 class ResumeSweep(Callback):
@@ -127,6 +130,7 @@ class ResumeSweep(Callback):
     @override
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from . import sweep_resume
+        from .sweep import sweep_mismatches
 
         sweep_dir = Path(str(config.hydra.sweep.dir))
         record = sweep_dir / sweep_resume.RECORDED_FILE
@@ -146,7 +150,7 @@ class ResumeSweep(Callback):
         tmp.replace(record)
         if not recorded:
             return
-        checked = sweep_resume.sweep_mismatches(config, recorded)
+        checked = sweep_mismatches(config, recorded)
         if checked is None:  # a sweeper that cannot be enumerated: every job checks itself
             return
         n_jobs, bad = checked
@@ -168,9 +172,7 @@ class ResumeSweep(Callback):
             f"new hydra.sweep.dir, or restore the recorded values (sweep.resume=false reruns every job "
             f"from scratch)"
         )
-        log.error("%s", line.removeprefix("error: "))
-        print(line, file=sys.stderr, flush=True)
-        sys.exit(2)
+        refuse(line, logged=True)
 
 
 class SweepSummary(Callback):
@@ -207,18 +209,14 @@ class SlurmSweepCheck(Callback):
 
     @override
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from . import slurm, sweep_check
+        from . import slurm
+        from .sweep import sweep_jobs
 
         if not slurm.is_slurm_sweep(config):
             return
         slurm.quiet_sacct_warnings()
         if OmegaConf.select(config, "sweep.dry_run", default=False):
             return
-        problem = slurm.sweep_problem(config, sweep_check.sweep_jobs(config))
-        if problem is None:
-            return
-        if os.environ.get("HYDRA_FULL_ERROR") == "1":
-            raise ConfigError(problem)
-        log.error("%s", problem)
-        print(f"error: {problem}", file=sys.stderr, flush=True)
-        sys.exit(2)
+        problem = slurm.sweep_problem(config, sweep_jobs(config))
+        if problem is not None:
+            refuse(f"error: {problem}", ConfigError(problem), logged=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -79,22 +80,10 @@ def added_overrides(overrides) -> list[tuple[str, str]]:
     return out
 
 
-def _quoted(text: str) -> str:
+def quoted(text: str) -> str:
     """``text`` single-quoted for Hydra: quotes escaped, and backslash runs before a quote or the end doubled
     (the only places Hydra reads escapes)."""
-    out, i = [], 0
-    while i < len(text):
-        j = i
-        while j < len(text) and text[j] == "\\":
-            j += 1
-        if j > i:  # a run of backslashes
-            before_quote = j == len(text) or text[j] == "'"
-            out.append(text[i:j] * (2 if before_quote else 1))
-            i = j
-            continue
-        out.append("\\'" if text[i] == "'" else text[i])
-        i += 1
-    return "'" + "".join(out) + "'"
+    return "'" + re.sub(r"\\+(?='|\Z)", lambda m: m.group(0) * 2, text).replace("'", "\\'") + "'"
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -120,7 +109,7 @@ def _text(value: Any) -> str:
     plain = parse(f"k={text}")  # a plain word, path or interpolation stays as written
     if plain is not None and not plain.is_sweep_override() and _same(plain.value(), text):
         return text
-    return _quoted(text)
+    return quoted(text)
 
 
 def hydra_literal(value: Any) -> str:
@@ -174,15 +163,8 @@ def resume_command(job_dir: Path) -> str:
                 return sweep_resume_command(HydraConfig.instance().cfg)
     except Exception:  # outside Hydra, or no sweep folder to read: the job's own command below
         pass
-    return " ".join(
-        [
-            "python",
-            shlex.quote(_script()),
-            *map(shlex.quote, overrides),
-            "ckpt_path=last",
-            shlex.quote(f"hydra.run.dir={job_dir}"),
-        ]
-    )
+    command = [*overrides, "ckpt_path=last", f"hydra.run.dir={job_dir}"]
+    return " ".join(["python", *map(shlex.quote, [_script(), *command])])
 
 
 def sweep_resume_command(config: DictConfig) -> str:
@@ -195,8 +177,7 @@ def sweep_resume_command(config: DictConfig) -> str:
         recorded = config.hydra.overrides
     overrides = [str(o) for o in [*(recorded.get("hydra") or []), *(recorded.get("task") or [])]]
     overrides = [o for o in overrides if key_of(o) not in ("hydra.sweep.dir", "hydra.mode")]
-    sweep = shlex.quote(f"hydra.sweep.dir={sweep_dir}")
-    return " ".join(["python", shlex.quote(_script()), *map(shlex.quote, overrides), sweep, "-m"])
+    return " ".join(["python", *map(shlex.quote, [_script(), *overrides, f"hydra.sweep.dir={sweep_dir}"]), "-m"])
 
 
 def _script() -> str:

@@ -1,20 +1,10 @@
-"""Exact resume: what lets a stopped run continue as if it had never stopped.
-
-**The guarantee.** A training job restarted in its own folder from any of its checkpoints, wherever it fell
-(mid-epoch, an epoch's last batch, inside an accumulation window), trains the same batches in the same order
-with the same epoch numbers, dropout masks, learning rate and ``tokens_seen`` as the uninterrupted run, and
-validates after the same optimizer steps (docs/troubleshooting.md, "Resuming a killed run";
-tests/reliability/test_resume_matrix.py). Where each piece of state lives:
-
-- weights, optimizer, schedule, step: Lightning's checkpoint, written atomically (:mod:`xformer.jobs.callbacks`);
-- data position: :class:`xformer.data.loader.ResumableDataLoader`;
-- loop counters: :class:`ConsistentResume`, agreeing with the data position;
-- validation schedule: :class:`OptimizerStepIntervals`, a function of the optimizer step;
-- dropout RNG: :class:`xformer.jobs.callbacks.StepSeed`, reseeded per batch (nothing stored);
-- tokens, loss normaliser: the module's ``on_save_checkpoint``;
-- logs: :class:`ResumableCSVLogger` and the W&B run id (:func:`xformer.jobs.wandb_run.wandb_resume_kwargs`);
-- which checkpoint: :func:`own_checkpoint`; a sweep's jobs: :mod:`xformer.jobs.sweep_resume`;
-- best checkpoint of a moved job folder: :class:`RerootCheckpoints`."""
+"""Exact resume. **The guarantee:** a training job restarted in its own folder from any of its checkpoints
+trains the same batches in the same order, with the same epochs, dropout, learning rate and ``tokens_seen``, and
+validates after the same optimizer steps as the uninterrupted run (docs/troubleshooting.md, "Resuming a killed
+run"). Here: the loop counters (:class:`ConsistentResume`), the validation schedule
+(:class:`OptimizerStepIntervals`), a moved folder's best checkpoint (:class:`RerootCheckpoints`), the CSV log
+(:class:`ResumableCSVLogger`); elsewhere: the data position (:class:`xformer.data.loader.ResumableDataLoader`),
+the dropout RNG (:class:`xformer.jobs.callbacks.StepSeed`)."""
 
 from __future__ import annotations
 
@@ -32,15 +22,9 @@ from typing_extensions import override
 from xformer import lightning_compat as compat
 from xformer.lightning_compat import logger_started
 
-__all__ = [
-    "ConsistentResume",
-    "OptimizerStepIntervals",
-    "RerootCheckpoints",
-    "ResumableCSVLogger",
-    "checkpoint_step",
-    "optimizer_steps_in_epoch",
-    "own_checkpoint",
-]
+from .checkpoints import resolve_ckpt_path
+
+_COUNTERS = ("ready", "started", "processed", "completed")
 
 
 # -- loop progress ------------------------------------------------------------------------------
@@ -74,17 +58,15 @@ class ConsistentResume(L.Callback):
             states[0]["batches_done"] = done
             totals = (fit.get("epoch_loop.batch_progress") or {}).get("total") or {}
             for counters in (batch_progress, totals):
-                for key in ("ready", "started", "processed", "completed"):
+                for key in _COUNTERS:
                     if key in counters:
                         counters[key] = int(counters[key]) - inside
         if n_batches and done >= n_batches:  # stopped on an epoch's last batch: the next epoch starts
             if int(batch_progress.get("completed", -1)) != done:
                 return  # saved inside the last batch (periodic save): Lightning restores that itself
             for counters in (progress["current"], progress["total"]):
-                for key in ("ready", "started", "processed", "completed"):
-                    counters[key] = epoch + 1
-            for key in ("ready", "started", "processed", "completed"):
-                batch_progress[key] = 0
+                counters.update(dict.fromkeys(_COUNTERS, epoch + 1))
+            batch_progress.update(dict.fromkeys(_COUNTERS, 0))
             fit["epoch_loop.batch_progress"]["is_last_batch"] = False
             return
         if not n_batches:
@@ -146,8 +128,6 @@ class RerootCheckpoints(L.Callback):
 def own_checkpoint(cfg: DictConfig, out_dir: Path) -> Path | None:
     """The checkpoint this job resumes from when it is one of its own (``ckpt_path=last`` with an
     existing ``checkpoints/last.ckpt``, or a path inside ``out_dir``), else None."""
-    from .checkpoints import resolve_ckpt_path
-
     ckpt = resolve_ckpt_path(cfg, out_dir)
     if cfg.get("mode", "train") != "train" or ckpt is None:
         return None
@@ -156,18 +136,6 @@ def own_checkpoint(cfg: DictConfig, out_dir: Path) -> Path | None:
         return path if path.is_file() and path.is_relative_to(out_dir.resolve()) else None
     except OSError:
         return None
-
-
-def checkpoint_step(path: Path) -> int | None:
-    """``global_step`` stored in a Lightning checkpoint (memory-mapped: tensors are not read)."""
-    from .checkpoints import UnreadableCheckpoint, read_checkpoint
-
-    try:
-        ckpt = read_checkpoint(path)
-    except UnreadableCheckpoint:  # Lightning reports it when it loads the checkpoint
-        return None
-    step = ckpt.get("global_step") if isinstance(ckpt, dict) else None
-    return int(step) if step is not None else None
 
 
 class ResumableCSVLogger(CSVLogger):

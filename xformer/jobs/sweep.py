@@ -1,9 +1,12 @@
-"""Sweep-level behaviour of ``run.py -m``: each job records itself in ``<sweep dir>/.xformer/jobs/<num>.json``
-when it ends, :class:`~.hydra_callbacks.SweepSummary` writes and prints ``sweep_summary.json`` at the end,
-and a job stopped by Ctrl-C or SIGTERM ends the sweep with the command that continues it."""
+"""Sweep-level behaviour of ``run.py -m``: every job's config is checked before the first job starts
+(:func:`check_sweep`, run by :class:`~.hydra_callbacks.ValidateSweep`: a refused sweep leaves no folder and
+trains nothing); each job records itself in ``<sweep dir>/.xformer/jobs/<num>.json`` when it ends,
+:class:`~.hydra_callbacks.SweepSummary` writes and prints ``sweep_summary.json`` at the end, and a job stopped
+by Ctrl-C or SIGTERM ends the sweep with the command that continues it."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -13,8 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from .checkpoints import runtime_keys
 from .overrides import sweep_resume_command
 from .record import RunRecord, Status, finite_or_none
+from .sweep_resume import config_diff
 
 if TYPE_CHECKING:
     from .context import JobContext, Outcome
@@ -111,7 +116,6 @@ def write_sweep_summary(sweep_dir: Path, cfg: DictConfig, sweeper: Any, exit_on_
     (sweep_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=str))
     print(format_summary(summary), flush=True)
     if (failed or no_value) and exit_on_failure:
-        sys.stdout.flush()
         sys.exit(1)
 
 
@@ -139,3 +143,112 @@ def format_summary(summary: dict) -> str:
     if summary.get("error"):
         lines.append(f"error: {summary['error']}")
     return "\n".join(lines)
+
+
+def _interval_ends(sweep: Any) -> list[str]:
+    ends = [sweep.start, sweep.end]
+    if all(isinstance(v, int) for v in ends):
+        return [str(v) for v in ends]
+    return [repr(float(v)) for v in ends]
+
+
+def sweep_jobs(config: DictConfig) -> list[list[str]]:
+    """The overrides of every job of multirun ``config`` in Hydra's ``BasicSweeper`` order (``hydra.sweeper.params``
+    first, then the command line, the cartesian product), so job numbers match; an ``interval(a, b)`` gives
+    both ends."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = OmegaConf.select(config, "hydra.sweeper.params") or {}
+    lines = [f"{k}={v}" for k, v in params.items()] if isinstance(params, DictConfig) else []
+    lines += list(config.hydra.overrides.task)
+    per_key: dict[str, list[str]] = {}
+    for ov in OverridesParser.create().parse_overrides(lines):
+        key = ov.get_key_element()
+        if ov.is_delete() and ov.value() is None:  # ~key
+            per_key[key] = [key]
+            continue
+        if ov.is_discrete_sweep():
+            values = list(ov.sweep_string_iterator())
+        elif ov.is_interval_sweep():
+            values = _interval_ends(ov.value())
+        else:
+            values = [ov.get_value_element_as_str()]
+        per_key[key] = [f"{key}={v}" for v in values]  # a later override of a key replaces it in place
+    return [list(job) for job in itertools.product(*per_key.values())]
+
+
+def _swept(jobs: list[list[str]]) -> list[list[str]]:
+    """Each job's overrides of the keys that vary across the sweep (all of them for one job)."""
+    if len(jobs) < 2:
+        return jobs
+    varying = [i for i in range(len(jobs[0])) if len({job[i] for job in jobs}) > 1]
+    return [[job[i] for i in varying] for job in jobs]
+
+
+def check_sweep(config: DictConfig) -> tuple[int, list[tuple[int, list[str], BaseException]]]:
+    """Compose and check every job; return ``(number of jobs, [(job number, swept overrides, error)])``."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from xformer.data.errors import DataError
+    from xformer.jobs.config_check import check_config
+    from xformer.model import ConfigError
+
+    loader = GlobalHydra.instance().config_loader()
+    jobs = sweep_jobs(config)
+    shown = _swept(jobs)
+    bad = []
+    for num, overrides in enumerate(jobs):
+        try:
+            check_config(loader.load_sweep_config(config, overrides))
+        except (ConfigError, DataError) as err:
+            bad.append((num, shown[num], err))
+        except Exception as err:  # composition errors (bad group option, missing key, ...)
+            if type(err).__module__.startswith(("hydra", "omegaconf")):
+                bad.append((num, shown[num], err))
+            else:
+                raise
+    return len(jobs), bad
+
+
+def sweep_mismatches(config: DictConfig, recorded: dict) -> tuple[int, list] | None:
+    """``(number of jobs, [(num, overrides, diff)])`` for the jobs whose folder records another config, or None
+    when the sweeper's jobs cannot be listed in advance (Optuna: each job checks itself)."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    sweeper = str(OmegaConf.select(config, "hydra.sweeper._target_", default=""))
+    if "BasicSweeper" not in sweeper:
+        return None
+    loader = GlobalHydra.instance().config_loader()
+    bad, jobs = [], sweep_jobs(config)
+    shown = _swept(jobs)
+    for num, overrides in enumerate(jobs):
+        rec = recorded.get(str(num))
+        if rec is None:
+            continue
+        job_cfg = loader.load_sweep_config(config, list(overrides))
+        diff = config_diff(rec, job_cfg, runtime_keys(job_cfg))
+        if diff:
+            bad.append((num, shown[num], diff))
+    return len(jobs), bad
+
+
+def error_lines(n_jobs: int, bad: list[tuple[int, list[str], BaseException]], max_listed: int = 20) -> list[str]:
+    """One ``error:`` line per distinct problem of the invalid jobs ``bad`` (a problem every job shares is one
+    line), at most ``max_listed``, then a count."""
+    by_problem: dict[str, list[tuple[int, list[str]]]] = {}
+    for num, overrides, err in bad:
+        by_problem.setdefault(" ".join(str(err).replace("\nerror: ", "; ").split()), []).append((num, overrides))
+    if len(by_problem) == 1 and len(bad) == n_jobs:
+        return [f"error: {next(iter(by_problem))} (all {n_jobs} sweep jobs; nothing was run)"]
+    lines = []
+    for msg, jobs in list(by_problem.items())[:max_listed]:
+        num, overrides = jobs[0]
+        more = f" and {len(jobs) - 1} more job{'s' if len(jobs) > 2 else ''}" if len(jobs) > 1 else ""
+        lines.append(f"error: sweep job {num} ({' '.join(overrides) or 'defaults'}){more}: {msg}")
+    if len(by_problem) > max_listed:
+        lines.append(f"error: ... and {len(by_problem) - max_listed} more problems")
+    lines.append(
+        f"error: {len(bad)} of {n_jobs} sweep jobs have an invalid config; nothing was run. "
+        "Fix the overrides above (HYDRA_FULL_ERROR=1 shows a stack trace)"
+    )
+    return lines

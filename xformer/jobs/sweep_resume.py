@@ -12,7 +12,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from .checkpoints import last_checkpoint, runtime_keys
+from .checkpoints import flat, last_checkpoint, runtime_keys, under
 from .record import FILE, Status, read_record
 
 #: The configs recorded in the job folders when this invocation started (``{num: config}``).
@@ -36,17 +36,8 @@ class Plan:
 def comparable(cfg: DictConfig | dict, ignore: list[str]) -> dict:
     """The unresolved task config as flat ``{dotted key: value}`` without ``hydra`` and the ``ignore`` keys."""
     tree = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else cfg
-    flat: dict[str, Any] = {}
-
-    def walk(node: Any, prefix: str) -> None:
-        if isinstance(node, dict) and node:
-            for k, v in node.items():
-                walk(v, f"{prefix}.{k}" if prefix else str(k))
-        else:
-            flat[prefix] = node
-
-    walk({k: v for k, v in tree.items() if k != "hydra"}, "")
-    return {k: v for k, v in flat.items() if not any(k == i or k.startswith(i + ".") for i in ignore)}
+    leaves = flat({k: v for k, v in tree.items() if k != "hydra"}, empty=True)
+    return {k: v for k, v in leaves.items() if not under(k, ignore)}
 
 
 def config_diff(recorded: dict, current: DictConfig | dict, ignore: list[str]) -> list[tuple[str, Any, Any]]:
@@ -90,16 +81,14 @@ def recorded_config(job_dir: Path) -> dict | None:
 
 def plan_job(cfg: DictConfig, out_dir: Path, recorded: dict | None) -> Plan:
     """What the job with config ``cfg`` and folder ``out_dir`` does; ``recorded``: the config recorded there when
-    this invocation started (None: the job runs). Raises: ConfigError when it differs in a non-run-time key."""
-    from xformer.model import ConfigError
-
+    this invocation started (None: the job runs); ``refuse`` when it differs in a non-run-time key."""
     if recorded is None:
         return Plan("run")
-    diff = config_diff(recorded, cfg, runtime_keys(cfg))
-    if diff:
-        raise ConfigError(
-            f"hydra.sweep.dir: the folder {out_dir} holds a job with another config "
-            f"({describe_diff(diff)}); give the sweep a new hydra.sweep.dir, or the recorded values"
+    if diff := config_diff(recorded, cfg, runtime_keys(cfg)):
+        return Plan(
+            "refuse",
+            reason=f"hydra.sweep.dir: the folder {out_dir} holds a job with another config "
+            f"({describe_diff(diff)}); give the sweep a new hydra.sweep.dir, or the recorded values",
         )
     record = read_record(out_dir)
     if record is not None and record.status == Status.FINISHED:
@@ -116,30 +105,6 @@ def recorded_for(sweep_dir: Path, num: int) -> dict | None:
         return json.loads((sweep_dir / RECORDED_FILE).read_text()).get(str(num))
     except (OSError, ValueError):
         return None
-
-
-def sweep_mismatches(config: DictConfig, recorded: dict) -> tuple[int, list] | None:
-    """``(number of jobs, [(num, overrides, diff)])`` for the jobs whose folder records another config, or None
-    when the sweeper's jobs cannot be listed in advance (Optuna: each job checks itself)."""
-    from hydra.core.global_hydra import GlobalHydra
-
-    from .sweep_check import _swept, sweep_jobs
-
-    sweeper = str(OmegaConf.select(config, "hydra.sweeper._target_", default=""))
-    if "BasicSweeper" not in sweeper:
-        return None
-    loader = GlobalHydra.instance().config_loader()
-    bad, jobs = [], sweep_jobs(config)
-    shown = _swept(jobs)
-    for num, overrides in enumerate(jobs):
-        rec = recorded.get(str(num))
-        if rec is None:
-            continue
-        job_cfg = loader.load_sweep_config(config, list(overrides))
-        diff = config_diff(rec, job_cfg, runtime_keys(job_cfg))
-        if diff:
-            bad.append((num, shown[num], diff))
-    return len(jobs), bad
 
 
 def sweep_counts(sweep_dir: Path, recorded: dict, n_jobs: int) -> tuple[int, int, int]:

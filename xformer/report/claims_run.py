@@ -133,8 +133,8 @@ def inspect(name: str, scale: str, extra: list[str] = ()) -> ClaimSweep:
     :class:`xformer.jobs.hydra_callbacks.ResumeSweep`)."""
     from hydra import compose, initialize_config_dir
 
-    from xformer.jobs.sweep_check import sweep_jobs
-    from xformer.jobs.sweep_resume import describe_diff, recorded_config, sweep_mismatches
+    from xformer.jobs.sweep import sweep_jobs, sweep_mismatches
+    from xformer.jobs.sweep_resume import describe_diff, recorded_config
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose(

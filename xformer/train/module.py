@@ -172,7 +172,7 @@ class TransformerLitModule(L.LightningModule):
         self._watched: bool | None = None  # a callback reads a train-time key (see _logs_this_step)
         self._late_logs = False  # this epoch, on_train_batch_end logs train/loss (on_before_optimizer_step)
         self._step_before_batch = -1  # global_step when the current micro-batch started
-        #: shown by the progress bar (:class:`xformer.jobs.console.RichBar`): the training loss of the
+        #: shown by the progress bar (:class:`xformer.jobs.driver.RichBar`): the training loss of the
         #: last logging step, a host float read once per logging window
         self.progress_metrics: dict[str, float] = {}
         self._eval: dict[str, dict] = {}
