@@ -50,7 +50,8 @@ def env_for(tmp: Path, **extra: str | None) -> dict:
         "no_proxy": "127.0.0.1,localhost",
         "PYTHONPATH": str(REPO),
     }
-    for key in ("WANDB_API_KEY", "WANDB_BASE_URL", "WANDB_INIT_TIMEOUT"):
+    # WANDB_SERVICE: a W&B service an in-process test started; each job starts (and owns) its own
+    for key in ("WANDB_API_KEY", "WANDB_BASE_URL", "WANDB_INIT_TIMEOUT", "WANDB_SERVICE"):
         env.pop(key, None)
     for key, value in extra.items():
         if value is None:
