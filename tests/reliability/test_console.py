@@ -5,6 +5,8 @@ end; an error line is printed once; a config warning is given once per sweep, no
 
 from __future__ import annotations
 
+import pytest
+
 from tests.reliability.conftest import TINY, run_py
 
 SHORT = [*TINY, "trainer.max_steps=4", "trainer.val_check_interval=2", "trainer.enable_progress_bar=true"]
@@ -43,6 +45,7 @@ def test_an_error_line_is_printed_once(tmp_path):
     assert "the root config has no key 'sed'" in (tmp_path / "job" / "run.log").read_text()  # kept in the log
 
 
+@pytest.mark.slow  # suite time: ~17 s, a 2-job sweep
 def test_a_config_warning_is_given_once_per_sweep(tmp_path):
     res = run_py(
         [

@@ -84,6 +84,7 @@ def test_sigkill_mid_epoch_then_ckpt_path_last_matches_uninterrupted_run(tmp_pat
     assert _wandb_ids(job) == {first_id}, "the resumed part continues the same W&B run"
 
 
+@pytest.mark.slow  # suite time: ~25 s; in CI the whole-job SIGTERM test below saves and resumes on SIGTERM
 def test_sigterm_saves_last_ckpt_at_batch_boundary_and_resume_matches(tmp_path, reference_run):
     job = tmp_path / "job"
     proc = start_py([*RESUMABLE, *SLOW_STEPS, f"hydra.run.dir={job}"], tmp_path)

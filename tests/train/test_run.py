@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO
 from tests.conftest import TINY as BASE_TINY
 
@@ -55,6 +57,7 @@ def test_single_run_writes_metrics_checkpoints_history_and_offline_wandb(tmp_pat
     assert "wandb sync" in res.stderr + res.stdout
 
 
+@pytest.mark.slow  # suite time: ~17 s; in CI the sweep tests of tests/scaling run -m jobs
 def test_multirun_gives_one_dir_and_one_wandb_run_per_job(tmp_path):
     sweep = tmp_path / "sweep"
     res = run([*TINY, "model.ffn_ratio=2,4", f"hydra.sweep.dir={sweep}", "-m"], tmp_path, timeout=400)
