@@ -231,6 +231,21 @@ def test_slurm_sweep_bad_input_is_one_error_line_nothing_queued(slurm_cluster, t
     assert not slurm_cluster.queued(tmp_path)
 
 
+def test_slurm_sweep_dry_run_asks_slurm_and_queues_nothing(slurm_cluster, tmp_path):
+    """`sweep.dry_run=true` under `hydra/launcher=slurm`: every job's config checked, SLURM asked
+    (`sbatch --test-only`), one line per job, exit 0, no job queued; with a partition SLURM does not
+    have, the dry run says so in one line (exit 2)."""
+    sweep = tmp_path / "sweep"
+    args = ["-m", *SLURM_LAUNCHER, *BASE_TINY, "model.ffn_ratio=1,2", "sweep.dry_run=true"]
+    res = run_py(slurm_cluster, [*args, f"hydra.sweep.dir={sweep}"], tmp_path)
+    assert res.returncode == 0, fail_msg(res)
+    assert len([line for line in res.stdout.splitlines() if line.startswith("[dry run] job ")]) == 2
+    assert not (sweep / ".submitit").exists()
+    assert not slurm_cluster.queued(tmp_path)
+    bad = run_py(slurm_cluster, [*args, "hydra.launcher.partition=nope", f"hydra.sweep.dir={sweep}"], tmp_path)
+    assert bad.returncode == 2 and "Invalid partition" in bad.stderr, fail_msg(bad)
+
+
 @pytest.mark.slow
 def test_ddp_two_tasks_over_srun_equals_two_local_processes(slurm_cluster, tmp_path):
     """`srun` starts both ranks (Lightning's SLURM environment, nothing relaunched); the job trains

@@ -119,3 +119,23 @@ def test_sacct_warnings_become_one_line(caplog):
     assert [r.getMessage() for r in seen] == ["Starting with JobEnvironment(...)"]
     notes = [r for r in caplog.records if "keeps no job accounting" in r.getMessage()]
     assert len(notes) == 1 and notes[0].name == "xformer"
+
+
+def test_a_dry_run_of_a_slurm_sweep_checks_every_job_here_and_queues_nothing(tmp_path):
+    """``sweep.dry_run=true`` under ``hydra/launcher=slurm`` on a machine without SLURM (no ``sbatch`` on
+    PATH): one line per job, exit 0, no submitit folder (was: submitit called sbatch for every job and
+    the sweep failed with its traceback; with SLURM reachable it queued the jobs)."""
+    from tests.conftest import TINY
+    from tests.scaling.common import fail_msg, run_py
+
+    bin_dir = tmp_path / "bin"  # PATH without SLURM's commands
+    bin_dir.mkdir()
+    sweep = tmp_path / "sweep"
+    args = ["-m", "hydra/launcher=slurm", "hydra.launcher.partition=gpu", *TINY, "model.ffn_ratio=1,2"]
+    res = run_py([*args, "sweep.dry_run=true", f"hydra.sweep.dir={sweep}"], tmp_path, tmp_path, PATH=str(bin_dir))
+    assert res.returncode == 0, fail_msg(res)
+    lines = [line for line in res.stdout.splitlines() if line.startswith("[dry run] job ")]
+    assert [line.split(":")[0] for line in lines] == ["[dry run] job 0", "[dry run] job 1"]
+    assert "model.ffn_ratio=1" in lines[0] and "model.ffn_ratio=2" in lines[1]
+    assert "nothing was queued" in res.stdout
+    assert not (sweep / ".submitit").exists()

@@ -205,7 +205,9 @@ class SweepSummary(Callback):
 
 class SlurmSweepCheck(Callback):
     """Under ``hydra/launcher=slurm``: stop the sweep before anything is queued when SLURM would refuse its jobs
-    (one ``error:`` line, exit 2), and reduce submitit's repeated sacct warnings to one line."""
+    (one ``error:`` line, exit 2), and reduce submitit's repeated sacct warnings to one line. A dry run
+    (``sweep.dry_run=true``) ends here, after :class:`ValidateSweep` checked every job's config and SLURM
+    its request: one line per job, exit 0, nothing queued."""
 
     @override
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -215,8 +217,12 @@ class SlurmSweepCheck(Callback):
         if not slurm.is_slurm_sweep(config):
             return
         slurm.quiet_sacct_warnings()
-        if OmegaConf.select(config, "sweep.dry_run", default=False):
-            return
-        problem = slurm.sweep_problem(config, sweep_jobs(config))
+        jobs = sweep_jobs(config)
+        problem = slurm.sweep_problem(config, jobs)
         if problem is not None:
             refuse(f"error: {problem}", ConfigError(problem), logged=True)
+        if OmegaConf.select(config, "sweep.dry_run", default=False):
+            for num, overrides in enumerate(jobs):
+                print(f"[dry run] job {num}: {' '.join(overrides) or '(defaults)'} -> config ok", flush=True)
+            print(f"[dry run] hydra/launcher=slurm: {len(jobs)} jobs checked here; nothing was queued", flush=True)
+            sys.exit(0)
