@@ -28,7 +28,7 @@ log = logging.getLogger("xformer")
 def main(cfg: DictConfig) -> float | None:
     """One job, top to bottom: its context, the config check, training and testing (or a dry run), its end."""
     from xformer.errors import ConfigError
-    from xformer.jobs.config_check import check_config, check_config_first
+    from xformer.jobs.config_check import check_config, check_config_first, check_devices
     from xformer.jobs.context import Outcome, fallback, job_context, outcome_of
     from xformer.jobs.record import Status, read_record
 
@@ -49,6 +49,7 @@ def main(cfg: DictConfig) -> float | None:
             end = Outcome(Status.VALIDATED, 0)
         else:
             check_config_first(cfg, ctx.ckpt)  # the config alone and the model on the meta device: no Lightning yet
+            check_devices(cfg)  # the GPUs it asks for are here (a dry run or a sweep's check may run without)
             from xformer.jobs.distributed import run_job
             from xformer.jobs.driver import run
 

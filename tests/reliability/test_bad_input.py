@@ -219,3 +219,17 @@ def test_fsdp_without_a_device_count_is_one_line_with_one_fix(tmp_path):
     errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in res.stderr, res.stderr
     assert "trainer.devices=auto" in errors[0] and errors[0].count("Fix:") == 1, errors[0]
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has a GPU")
+def test_a_gpu_experiment_on_a_machine_without_one_is_one_line_before_any_data(tmp_path):
+    """``experiment=multi30k`` (``trainer=gpu``) where no GPU is: one line naming trainer.accelerator and the
+    fix, exit 2, before the data is fetched (an empty cache, no network here: a download would fail
+    first) and before the model is built (was: the 48 M-parameter model, then Lightning's "No supported
+    gpu backend found!")."""
+    res = run_py(["experiment=multi30k", f"hydra.run.dir={tmp_path / 'job'}"], tmp_path)
+    assert res.returncode == 2, res.stderr[-3000:]
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith("error: trainer.accelerator=gpu:"), res.stderr[-3000:]
+    assert "Fix: " in errors[0] and "trainer.accelerator=cpu" in errors[0]
+    assert "parameters:" not in res.stdout + res.stderr  # no model was built

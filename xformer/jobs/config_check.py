@@ -477,6 +477,31 @@ def check_config_first(cfg: DictConfig, ckpt: str | None = None) -> None:
     check_model(cfg, ckpt)
 
 
+def check_devices(cfg: DictConfig) -> None:
+    """The accelerator ``trainer.accelerator`` names, and ``trainer.devices`` of them, exist on this machine.
+    Checked by the run that trains, not by a dry run or a sweep's check of its jobs (a login node may have
+    no GPU). Raises: ConfigError."""
+    import torch
+
+    acc = str(_get(cfg, "trainer.accelerator", "auto"))
+    have = {"gpu": torch.cuda.device_count(), "cuda": torch.cuda.device_count()}
+    if acc == "mps":
+        have["mps"] = int(torch.backends.mps.is_available())
+    if acc not in have:
+        return
+    want = _get(cfg, "trainer.devices", "auto")
+    if have[acc] == 0:
+        raise ConfigError(
+            f"trainer.accelerator={acc}: this machine has no such device. Fix: run it where one is, or set "
+            f"trainer.accelerator=cpu (an experiment's CPU form is experiment=<name>_cpu where one exists)"
+        )
+    if isinstance(want, int) and want > have[acc]:
+        raise ConfigError(
+            f"trainer.devices={want}: this machine has {have[acc]} {acc} device(s). Fix: "
+            f"trainer.devices={have[acc]} or fewer, or run it where {want} are"
+        )
+
+
 def check_config(cfg: DictConfig, ckpt: str | None = None) -> None:
     """Stages 1-3 (a dry run, every job of a sweep). Raises: ConfigError, one line per problem."""
     check_config_first(cfg, ckpt)
