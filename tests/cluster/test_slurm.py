@@ -227,6 +227,7 @@ def test_slurm_sweep_bad_input_is_one_error_line_nothing_queued(slurm_cluster, t
     assert res.returncode == 2, fail_msg(res)
     errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and says in errors[0], res.stderr
+    assert (res.stdout + res.stderr).count(says) == 1  # not also as a log line
     assert not (sweep / ".submitit").exists()
     assert not slurm_cluster.queued(tmp_path)
 

@@ -126,6 +126,7 @@ def test_changed_lr_is_refused_before_any_job_runs(tmp_path):
     assert len(errors) == 1, res.stderr[-3000:]
     assert "job 0 (seed=1)" in errors[0] and "optim.lr: 0.001 (recorded) -> 0.002 (now)" in errors[0]
     assert "hydra.sweep.dir" in errors[0]
+    assert (res.stdout + res.stderr).count("optim.lr: 0.001 (recorded)") == 1  # not also as a log line
     assert not (sweep / "1").exists() and not (sweep / "0" / "metrics.json").exists()
     assert (sweep / "0" / ".hydra" / "config.yaml").read_text() == before
 

@@ -23,13 +23,12 @@ from xformer.jobs.config_check import check_resolves
 log = logging.getLogger("xformer")
 
 
-def refuse(text: str, err: BaseException | None = None, logged: bool = False) -> NoReturn:
+def refuse(text: str, err: BaseException | None = None) -> NoReturn:
     """Print ``text`` (its ``error:`` lines) on stderr and exit 2 before any job runs; with ``HYDRA_FULL_ERROR=1``
-    raise ``err`` instead, when given (its traceback); ``logged``: the line goes to the sweep's log too."""
+    raise ``err`` instead, when given (its traceback). Not logged as well: the sweep's process logs to the
+    console only, so the line would show twice."""
     if err is not None and os.environ.get("HYDRA_FULL_ERROR") == "1":
         raise err
-    if logged:
-        log.error("%s", text.removeprefix("error: "))
     print(text, file=sys.stderr, flush=True)
     sys.exit(2)
 
@@ -172,7 +171,7 @@ class ResumeSweep(Callback):
             f"new hydra.sweep.dir, or restore the recorded values (sweep.resume=false reruns every job "
             f"from scratch)"
         )
-        refuse(line, logged=True)
+        refuse(line)
 
 
 class SweepSummary(Callback):
@@ -220,7 +219,7 @@ class SlurmSweepCheck(Callback):
         jobs = sweep_jobs(config)
         problem = slurm.sweep_problem(config, jobs)
         if problem is not None:
-            refuse(f"error: {problem}", ConfigError(problem), logged=True)
+            refuse(f"error: {problem}", ConfigError(problem))
         if OmegaConf.select(config, "sweep.dry_run", default=False):
             for num, overrides in enumerate(jobs):
                 print(f"[dry run] job {num}: {' '.join(overrides) or '(defaults)'} -> config ok", flush=True)
