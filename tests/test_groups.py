@@ -252,3 +252,44 @@ def test_loss_and_decode_options_name_their_class(group, tmp_path):
             torch.testing.assert_close(module.loss(logits, labels), want)
         else:
             assert module.decode_cfg["beam_size"] == node.beam_size and module.decode_cfg["alpha"] == node.alpha
+
+
+def test_a_factory_variant_yaml_without_partial_is_one_line_naming_the_fix(tmp_path):
+    """An FFN variant whose YAML leaves out ``_partial_: true`` (the model passes ``d_model, d_ff, dropout``
+    when it builds each layer): one ``error:`` line naming the node, the arguments and the fix, exit 2,
+    checked against the class's own signature (was: Hydra's TypeError from the instantiation, exit 1)."""
+    import inspect
+
+    pkg = tmp_path / "my_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "my_ffn.py").write_text(
+        textwrap.dedent("""
+        import torch
+
+        class SquaredReLU(torch.nn.Module):
+            def __init__(self, d_model, d_ff, dropout):
+                super().__init__()
+                self.up, self.down = torch.nn.Linear(d_model, d_ff), torch.nn.Linear(d_ff, d_model)
+            def forward(self, x):
+                return self.down(self.up(x).relu() ** 2)
+    """)
+    )
+    conf = tmp_path / "my_conf" / "model" / "ffn"
+    conf.mkdir(parents=True)
+    (conf / "sqrelu.yaml").write_text("_target_: my_pkg.my_ffn.SquaredReLU\n")
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    args = [f"hydra.searchpath=[file://{tmp_path / 'my_conf'}]", "model/ffn=sqrelu", "sweep.dry_run=true"]
+    res = subprocess.run(
+        [sys.executable, str(REPO / "run.py"), *args], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 2, res.stderr[-3000:]
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith("error: model.ffn._target_=my_pkg.my_ffn.SquaredReLU"), errors
+    sys.path.insert(0, str(tmp_path))
+    try:
+        from my_pkg.my_ffn import SquaredReLU
+    finally:
+        sys.path.remove(str(tmp_path))
+    needed = [p for p in inspect.signature(SquaredReLU).parameters]
+    assert f"it needs {', '.join(needed)}," in errors[0] and "Fix: add `_partial_: true`" in errors[0]

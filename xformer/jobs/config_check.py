@@ -158,6 +158,21 @@ def fit_problems(node: DictConfig, path: str, obj: Any, name: str, skip=(), stri
     return out
 
 
+def unbound_arguments(node: DictConfig, obj: Any) -> list[str]:
+    """The required parameters of ``obj`` that ``node`` leaves out when Hydra calls it with the node's keys
+    alone (no ``_partial_: true``, no ``_args_``): the call would fail with a ``TypeError``."""
+    import inspect
+
+    if node.get("_partial_", False) or "_args_" in node:
+        return []
+    try:
+        params = inspect.signature(obj).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: Hydra's own error then
+        return []
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [p.name for p in params if p.kind in kinds and p.default is p.empty and p.name not in node]
+
+
 def check_targets(cfg: DictConfig, early: bool | None = None) -> None:
     """Every node with a ``_target_`` (outside ``hydra``) against what it names: ``early=True`` the :data:`EARLY`
     roots, ``False`` the others, ``None`` all. Raises: ConfigError, every problem of the config, one line each."""
@@ -169,6 +184,13 @@ def check_targets(cfg: DictConfig, early: bool | None = None) -> None:
                 obj, why = import_target(target := str(node._target_))
                 bad = [f"{path}._target_={target}{_source(path, '_target_')}: {why}"]
                 problems.extend(bad if obj is None else fit_problems(node, path, obj, target, CONSUMED.get(target, ())))
+                if obj is not None and "." in path and (missing := unbound_arguments(node, obj)):
+                    # a nested node is built from its own keys; a factory group's YAML says _partial_: true
+                    problems.append(
+                        f"{path}._target_={target}{_source(path, '_target_')}: it needs {', '.join(missing)}, "
+                        f"which its YAML does not give. Fix: add `_partial_: true` to the YAML, so xformer "
+                        f"passes them when it builds the parent (docs/variants.md, Constructors), or give them there"
+                    )
             for key in node:
                 if not path and (str(key) in SKIP or (early is not None and (str(key) in EARLY) != early)):
                     continue
