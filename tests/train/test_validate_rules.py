@@ -1,7 +1,6 @@
 """Single-key ranges and choices come from annotations: one home per range, one line per mistake."""
 
 import re
-from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -63,13 +62,12 @@ def test_the_config_check_names_no_option_of_a_config_group():
     options = {
         p.stem for p in conf.rglob("*.yaml") if p.parent != conf and p.relative_to(conf).parts[0] not in skip
     } - {"default", "none", "full"}  # ordinary words of Python code
-    package = Path(REPO / "xformer" / "jobs" / "config_check")
-    for path in package.glob("*.py"):
-        text = path.read_text()
-        if path.name == "rules.py":  # the logger rule names pip packages (tensorboard, ...)
-            text = re.sub(r"_LOGGER_PACKAGES = \{.*?\n\}", "", text, flags=re.S)
-        named = sorted(o for o in options if re.search(rf"\b{re.escape(o)}\b", text))
-        assert not named, (path.name, named)
+    path = REPO / "xformer" / "jobs" / "config_check.py"
+    # pip package names and Lightning's accelerator names, not options of a group
+    text = re.sub(r"_(LOGGER_PACKAGES|ACCELERATORS) = \{.*?\n\}", "", path.read_text(), flags=re.S)
+    assert "def check_static" in text  # the module that holds the rules
+    named = sorted(o for o in options if re.search(rf"\b{re.escape(o)}\b", text))
+    assert not named, (path.name, named)
 
 
 # -- the attention mechanism against the stacks it serves ---------------------------------------------

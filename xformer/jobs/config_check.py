@@ -499,6 +499,14 @@ def check_config_first(cfg: DictConfig, ckpt: str | None = None) -> None:
     check_model(cfg, ckpt)
 
 
+#: Lightning's accelerator names (values of ``trainer.accelerator``) for devices torch can count
+_ACCELERATORS = {
+    "gpu": "cuda",
+    "cuda": "cuda",
+    "mps": "mps",
+}
+
+
 def check_devices(cfg: DictConfig) -> None:
     """The accelerator ``trainer.accelerator`` names, and ``trainer.devices`` of them, exist on this machine.
     Checked by the run that trains, not by a dry run or a sweep's check of its jobs (a login node may have
@@ -506,21 +514,19 @@ def check_devices(cfg: DictConfig) -> None:
     import torch
 
     acc = str(_get(cfg, "trainer.accelerator", "auto"))
-    have = {"gpu": torch.cuda.device_count(), "cuda": torch.cuda.device_count()}
-    if acc == "mps":
-        have["mps"] = int(torch.backends.mps.is_available())
-    if acc not in have:
+    if acc not in _ACCELERATORS:
         return
+    have = torch.cuda.device_count() if _ACCELERATORS[acc] == "cuda" else int(torch.backends.mps.is_available())
     want = _get(cfg, "trainer.devices", "auto")
-    if have[acc] == 0:
+    if have == 0:
         raise ConfigError(
             f"trainer.accelerator={acc}: this machine has no such device. Fix: run it where one is, or set "
             f"trainer.accelerator=cpu (an experiment's CPU form is experiment=<name>_cpu where one exists)"
         )
-    if isinstance(want, int) and want > have[acc]:
+    if isinstance(want, int) and want > have:
         raise ConfigError(
-            f"trainer.devices={want}: this machine has {have[acc]} {acc} device(s). Fix: "
-            f"trainer.devices={have[acc]} or fewer, or run it where {want} are"
+            f"trainer.devices={want}: this machine has {have} {acc} device(s). Fix: "
+            f"trainer.devices={have} or fewer, or run it where {want} are"
         )
 
 
