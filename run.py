@@ -48,14 +48,15 @@ def main(cfg: DictConfig) -> float | None:
             print(f"[dry run] {label}: {' '.join(ctx.overrides) or '(defaults)'} -> config ok", flush=True)
             end = Outcome(Status.VALIDATED, 0)
         else:
-            check_config_first(cfg, ctx.ckpt)  # the config alone and the model on the meta device: no Lightning yet
-            check_devices(cfg)  # the GPUs it asks for are here (a dry run or a sweep's check may run without)
+            if ctx.job is None:  # not a rank of a -m job, whose process checked both
+                check_config_first(cfg, ctx.ckpt)  # the config alone and the model on the meta device: no Lightning
+                check_devices(cfg)  # the GPUs it asks for are here (a dry run or a sweep's check may run without)
             from xformer.jobs.distributed import run_job
             from xformer.jobs.driver import run
 
             # data and model built once; metrics.json written however it ends; a -m job on several
-            # devices runs in ranks started here (xformer.jobs.distributed)
-            end, record = run_job(run, cfg, ctx=ctx)
+            # devices runs under torchrun (xformer.jobs.distributed)
+            end, record = run_job(run, cfg, ctx, script=__file__)
     except (Exception, KeyboardInterrupt) as err:  # before training: invalid config or data, Ctrl-C
         end = outcome_of(err, out_dir=ctx.out_dir)
 

@@ -61,9 +61,9 @@ def test_ddp_multirun_two_jobs_each_once_one_wandb_run_each(tmp_path):
 @pytest.mark.slow
 def test_multi_gpu_sweep_command_equals_each_job_run_alone(tmp_path):
     """The README's multi-GPU sweep on one machine (``trainer=ddp trainer.devices=2 model.ffn_ratio=2,4
-    -m``) on 2 CPU ranks, which the job's process spawns, against the same job run alone, whose rank 1
-    Lightning's own launcher starts: the same numbers bit for bit, one folder and one metrics.json per
-    job, nothing else in the sweep's folder."""
+    -m``) on 2 CPU ranks, which run under ``torchrun`` started by the job's process, against the same job run
+    alone, whose rank 1 Lightning's own launcher starts: the same numbers bit for bit, one folder and one
+    metrics.json per job, nothing else in the sweep's folder."""
     args = [*TINY, *DDP_CPU, "trainer.max_steps=6", "logger=csv"]
     sweep = tmp_path / "sweep"
     res = run_py([*args, "model.ffn_ratio=2,4", f"hydra.sweep.dir={sweep}", "-m"], cwd=tmp_path, tmp_path=tmp_path)

@@ -77,3 +77,27 @@ def test_external_ranks_above_zero_write_no_hydra_output(monkeypatch, tmp_path):
     assert distributed.env_rank() == 2
     monkeypatch.setenv("SLURM_NTASKS", "1")  # a single-task allocation is not a launcher
     assert distributed.env_rank() == 0
+
+
+def test_the_ranks_of_a_sweep_job_write_only_into_its_folder(monkeypatch, tmp_path):
+    """Under the ``torchrun`` a ``-m`` job starts, rank 0 writes into the job's folder with no ``.hydra/`` of
+    its own, and ranks > 0 into a temporary folder, although the job's overrides name none."""
+    import json
+    import tempfile
+
+    from xformer.jobs.overrides import SWEEP_JOB_ENV, quoted
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    for key in ("RANK", "SLURM_PROCID", "LOCAL_RANK", "SLURM_NTASKS"):
+        monkeypatch.delenv(key, raising=False)
+    job = tmp_path / "sweep" / "3"
+    monkeypatch.setenv(SWEEP_JOB_ENV, json.dumps({"info": {"output_dir": str(job)}, "resume": "python run.py -m"}))
+    argv = ["run.py", "trainer=ddp", "hydra.run.dir=/elsewhere"]
+    monkeypatch.setenv("RANK", "0")
+    out = distributed.external_rank_argv(argv)
+    assert out[-2:] == [f"hydra.run.dir={quoted(str(job))}", "hydra.output_subdir=null"]  # the last value of a key wins
+    monkeypatch.setenv("RANK", "1")
+    out = distributed.external_rank_argv(argv)
+    run_dirs = [a for a in out if a.startswith("hydra.run.dir=")]
+    assert str(tmp_path) in run_dirs[-1] and "xformer-rank1-" in run_dirs[-1]
+    assert "hydra.output_subdir=null" in out and "hydra.job.name=run_rank1" in out

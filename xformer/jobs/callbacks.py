@@ -196,6 +196,11 @@ class StopCheckpoint(L.Callback):
     During ``fit`` a SIGINT handler sets the same stop flag, so Ctrl-C saves too; a second Ctrl-C quits at
     once (exit 130); an ignored SIGINT stays ignored.
 
+    With several ranks, SIGTERM and Ctrl-C only mark this rank, and the ranks agree after each batch whether
+    any was marked, so all stop after the same step. Lightning's own SIGTERM handler is replaced during
+    ``fit``: it calls a collective inside the signal handler, which deadlocks when the ranks get the signal
+    at different moments (Lightning#20806). The signal is still passed on to the ranks Lightning started.
+
     Args:
         dirpath: folder of ``last.ckpt`` (default: the first checkpoint callback's folder).
         filename: checkpoint file name.
@@ -205,23 +210,29 @@ class StopCheckpoint(L.Callback):
         self.dirpath = dirpath
         self.filename = filename
         self.save_on_train_end = save_on_train_end
-        self._previous_sigint = None
+        self._previous: dict[int, Any] = {}  # the handlers this fit replaced
         self._sigints = 0  # Ctrl-C presses during this fit
+        self._marked = False  # several ranks: a stop signal reached this rank, not yet agreed
 
     def _path(self, trainer: L.Trainer) -> Path | None:
         dirpath = self.dirpath or (trainer.checkpoint_callback.dirpath if trainer.checkpoint_callback else None)
         return Path(dirpath) / self.filename if dirpath else None
 
-    # -- Ctrl-C ---------------------------------------------------------------------------------
+    # -- Ctrl-C and SIGTERM ---------------------------------------------------------------------
     @override
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._sigints = 0
+        self._sigints, self._marked = 0, False
         if threading.current_thread() is not threading.main_thread():
             return
-        if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-            return  # ignored (background job) or someone else's handler: leave it
+        ranks = trainer.world_size > 1
 
-        def on_sigint(_signum, _frame) -> None:
+        def stop(_signum: int) -> None:
+            if ranks:
+                self._marked = True  # agreed in on_train_batch_end
+            else:
+                request_stop(trainer)  # Lightning's stop flag, as on SIGTERM
+
+        def on_sigint(signum, _frame) -> None:
             self._sigints += 1
             if self._sigints > 1:
                 print("\nsecond Ctrl-C: quitting now, nothing more saved", file=sys.stderr, flush=True)
@@ -231,28 +242,45 @@ class StopCheckpoint(L.Callback):
                 file=sys.stderr,
                 flush=True,
             )
-            request_stop(trainer)  # Lightning's stop flag, as on SIGTERM
+            stop(signum)
 
-        self._previous_sigint = signal.signal(signal.SIGINT, on_sigint)
+        def on_sigterm(signum, _frame) -> None:
+            log.info("received SIGTERM: stopping after this batch and saving last.ckpt")
+            if not self._marked and trainer.strategy.launcher is not None:
+                trainer.strategy.launcher.kill(signum)  # the ranks Lightning started (none under torchrun/srun)
+            stop(signum)
 
-    def _restore_sigint(self) -> None:
-        if self._previous_sigint is not None and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, self._previous_sigint)
-        self._previous_sigint = None
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # else ignored or someone else's
+            self._previous[signal.SIGINT] = signal.signal(signal.SIGINT, on_sigint)
+        if ranks:
+            self._previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, on_sigterm)
+
+    @override
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if signal.SIGTERM in self._previous and trainer.strategy.reduce_boolean_decision(self._marked, all=False):
+            request_stop(trainer)
+
+    def _restore_handlers(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            for signum, handler in self._previous.items():
+                signal.signal(signum, handler)
+        self._previous = {}
 
     @override
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         path = self._path(trainer)
         if self.save_on_train_end and path is not None and trainer.global_step > 0:
             trainer.save_checkpoint(path)
-        self._restore_sigint()
+        self._restore_handlers()
 
     @override
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         try:
             self._save_on_stop(trainer, exception)
         finally:
-            self._restore_sigint()
+            self._restore_handlers()
 
     def _save_on_stop(self, trainer: L.Trainer, exception: BaseException) -> None:
         if not isinstance(exception, SIGTERMException):

@@ -4,6 +4,8 @@ the one mapping to a status and an exit code)."""
 from __future__ import annotations
 
 import errno
+import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -13,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from xformer.errors import ConfigError
 
 from .checkpoints import resolve_ckpt_path
+from .overrides import SWEEP_JOB_ENV
 from .record import Status
 
 if TYPE_CHECKING:
@@ -31,6 +34,7 @@ class JobContext:
         plan: under ``-m`` with ``sweep.resume``: skip (finished earlier), resume or run (:mod:`.sweep_resume`).
         dry_run: ``sweep.dry_run``: validate and print, no training.
         in_hydra: the job runs under Hydra (False when the driver is called directly, as tests do).
+        job: the ``-m`` job's own ``info()`` for the ranks it runs under ``torchrun`` (None otherwise).
     """
 
     out_dir: Path
@@ -42,6 +46,7 @@ class JobContext:
     plan: Plan | None = None
     dry_run: bool = False
     in_hydra: bool = False
+    job: dict | None = None
 
     @property
     def multirun(self) -> bool:
@@ -49,6 +54,8 @@ class JobContext:
 
     def info(self) -> dict:
         """The ``job`` section of ``metrics.json``."""
+        if self.job is not None:
+            return dict(self.job)
         if not self.in_hydra:
             return {"overrides": [], "multirun": False}
         return {
@@ -87,8 +94,9 @@ def job_context(cfg: DictConfig) -> JobContext:
         if plan.action == "resume":
             cfg.ckpt_path = "last"
     ckpt = None if dry or (plan and plan.action == "skip") else resolve_ckpt_path(cfg, out_dir, warn=True)
+    sweep_job = json.loads(os.environ.get(SWEEP_JOB_ENV) or "{}").get("info") if sweep_dir is None else None
     return JobContext(
-        out_dir, ckpt, tuple(hc.overrides.task), dict(hc.runtime.choices), sweep_dir, num, plan, dry, in_hydra=True
+        out_dir, ckpt, tuple(hc.overrides.task), dict(hc.runtime.choices), sweep_dir, num, plan, dry, True, sweep_job
     )
 
 

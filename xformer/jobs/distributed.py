@@ -1,27 +1,30 @@
 """Multi-process training under Hydra: who creates a job's ranks, and the FSDP strategy (docs/scaling.md).
 
-Lightning starts the ranks of a single run; in a ``-m`` job whose trainer would re-run the script (that
-would start the whole sweep again in every rank) :func:`run_job` spawns them; under an external launcher
-(``torchrun``, ``srun``) every rank runs ``run.py`` and :func:`external_rank_argv` keeps ranks > 0 from
-writing Hydra output. Only global rank 0 writes ``metrics.json`` and owns the W&B run."""
+Lightning starts the ranks of a single run. In a ``-m`` job whose trainer would re-run the script (which would
+start the whole sweep again in every rank), :func:`run_job` runs the job under ``torchrun`` instead: every rank
+is a ``run.py`` process of this job alone, and the job's process waits for them. Under an external launcher
+(``torchrun``, ``srun``) :func:`external_rank_argv` keeps ranks > 0 from writing Hydra output. Only global
+rank 0 writes ``metrics.json`` and owns the W&B run."""
 
 from __future__ import annotations
 
-import copy
-import importlib
+import json
 import logging
 import os
-import pickle
 import signal
 import sys
 import tempfile
-import threading
-import traceback
-from typing import Any, Callable
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
 
-from .overrides import key_of, quoted
+from .overrides import SWEEP_JOB_ENV, key_of, quoted
 
-CHILD_GRACE_S = 60.0  # after one rank fails, how long the others get to leave before they are killed
+CHILD_GRACE_S = 60  # after a stop or a failed rank, how long the ranks get to leave before they are killed
+
+if TYPE_CHECKING:
+    from .context import JobContext, Outcome
+    from .record import RunRecord
 
 
 def env_rank() -> int:
@@ -37,14 +40,20 @@ def env_rank() -> int:
 
 def external_rank_argv(argv: list[str]) -> list[str]:
     """Command line for this process when ranks are created externally: ranks > 0 save no ``.hydra/``, log to
-    ``<name>_rank<r>``, and without ``hydra.run.dir`` into a fresh temporary folder (their timestamps differ
-    from rank 0's). Rank 0 and ``-m`` are unchanged."""
+    ``<name>_rank<r>``, and without ``hydra.run.dir`` (or under a sweep job's ``torchrun``) into a fresh
+    temporary folder; rank 0 of a sweep job's ``torchrun`` writes into the job's folder. Other rank 0s and
+    ``-m`` are unchanged."""
     rank = env_rank()
-    if rank == 0 or any(a in ("-m", "--multirun") for a in argv[1:]):
+    sweep_job = json.loads(os.environ.get(SWEEP_JOB_ENV) or "{}")
+    if any(a in ("-m", "--multirun") for a in argv[1:]):
         return list(argv)
+    if rank == 0:
+        if not sweep_job:
+            return list(argv)
+        return [*argv, "hydra.run.dir=" + quoted(sweep_job["info"]["output_dir"]), "hydra.output_subdir=null"]
     out = list(argv)
     keys = {key_of(a) for a in argv[1:] if "=" in a}
-    if "hydra.run.dir" not in keys:
+    if "hydra.run.dir" not in keys or sweep_job:
         out.append("hydra.run.dir=" + quoted(tempfile.mkdtemp(prefix=f"xformer-rank{rank}-")))
     if "hydra.output_subdir" not in keys:
         out.append("hydra.output_subdir=null")
@@ -77,98 +86,82 @@ def ranks_to_start(trainer_cfg: Any) -> int:
     return trainer.num_devices if trainer.num_devices > 1 and env and not env.creates_processes_externally else 0
 
 
-def run_job(fn: Callable[..., Any], cfg: Any, **kwargs: Any) -> Any:
-    """``fn(cfg, **kwargs)`` for one Hydra job; in a ``-m`` job that needs :func:`ranks_to_start` processes, in
-    that many spawned ranks (with Lightning's launch variables, this job's Hydra config and logging), returning
-    rank 0's value.
+def run_job(fn: Callable[..., Any], cfg: Any, ctx: JobContext, script: str | Path) -> tuple[Outcome, RunRecord | None]:
+    """``fn(cfg, ctx=ctx)`` for one Hydra job. A ``-m`` job that needs :func:`ranks_to_start` processes runs
+    as ``torchrun --standalone --nproc_per_node=<n> <script> <this job's overrides>`` does (PyTorch's
+    ``elastic_launch``, in this process); rank 0 writes the job's folder and record, which this returns.
 
-    Raises:
-        rank 0's exception (its traceback as a note); ``ProcessRaisedException`` when another rank failed and
-        rank 0 reported nothing."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-    n = ranks_to_start(cfg.trainer) if multirun else 0
+    The ranks learn the job's facts (``metrics.json``'s ``job``, the sweep's resume command) from the
+    environment variable ``XFORMER_SWEEP_JOB``. Ctrl-C or SIGTERM to this process is passed on to every rank
+    once; they save ``last.ckpt`` and get ``CHILD_GRACE_S`` to leave. When a rank fails, the others are
+    stopped and the job is ``failed`` (the sweep goes on)."""
+    n = ranks_to_start(cfg.trainer) if ctx.multirun else 0
     if n <= 1:
-        return fn(cfg, **kwargs)
+        return fn(cfg, ctx=ctx)
+    from uuid import uuid4
 
-    import torch.multiprocessing as mp
-    from lightning.fabric.plugins.environments.lightning import find_free_network_port
-    from omegaconf import OmegaConf
-
-    env = {
-        "MASTER_ADDR": os.environ.get("MASTER_ADDR", "127.0.0.1"),
-        "MASTER_PORT": os.environ.get("MASTER_PORT") or str(find_free_network_port()),
-        "NODE_RANK": os.environ.get("NODE_RANK", "0"),
-        "WORLD_SIZE": str(n * int(cfg.trainer.get("num_nodes") or 1)),
-        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // n)),
-    }
-    hydra_cfg = copy.deepcopy(HydraConfig.instance().cfg)
-    OmegaConf.set_readonly(hydra_cfg.hydra, False)
-    hydra_cfg.hydra.launcher = hydra_cfg.hydra.sweeper = None  # plugin classes a new process cannot unpickle
-    result = mp.get_context("spawn").SimpleQueue()
-    target = f"{fn.__module__}:{fn.__qualname__}"
-    args = (target, cfg, kwargs, hydra_cfg, logging_spec(), env, result)
-    ranks = mp.start_processes(_rank_main, args=args, nprocs=n, join=False, start_method="spawn")
-
-    def forward(signum: int, _frame: Any) -> None:  # SIGTERM to this process: the ranks stop and save
-        for p in ranks.processes:
-            if p.is_alive():
-                os.kill(p.pid, signum)
-
-    handlers = {}
-    if threading.current_thread() is threading.main_thread():
-        # Ctrl-C reaches every rank from the terminal: this process waits for rank 0 to save and report
-        handlers = {signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN)}
-        handlers[signal.SIGTERM] = signal.signal(signal.SIGTERM, forward)
-    failure: BaseException | None = None
-    try:
-        while not ranks.join(grace_period=CHILD_GRACE_S):
-            pass
-    except (mp.ProcessRaisedException, mp.ProcessExitedException) as err:
-        failure = err
-    finally:
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
-    if result.empty():
-        raise failure or RuntimeError("rank 0 of the job ended without a result")
-    ok, value = result.get()
-    if not ok:
-        raise value
-    return value
-
-
-def _rank_main(
-    local_rank: int, target: str, cfg: Any, kwargs: dict, hydra_cfg: Any, spec: dict, env: dict, result: Any
-) -> None:
-    """One rank of :func:`run_job`: launch variables set before Lightning is imported (it reads them on import),
-    Hydra config and logging restored, ``target`` run. Rank 0 puts ``(ok, value or exception)`` in ``result``."""
-    os.environ.update(env, LOCAL_RANK=str(local_rank))
     from hydra.core.hydra_config import HydraConfig
-    from hydra.core.utils import setup_globals
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    setup_globals()  # Hydra's resolvers (``${hydra:...}``, ``${now:...}``)
-    HydraConfig.instance().set_config(hydra_cfg)
-    if local_rank > 0:  # the job's log file is rank 0's
-        spec = {**spec, "handlers": [h for h in spec["handlers"] if h[0] != "file"]}
-    replay_logging(spec)
-    module, name = target.split(":")
-    fn = getattr(importlib.import_module(module), name)
-    if local_rank > 0:
-        fn(cfg, **kwargs)
-        return
+    from .overrides import sweep_resume_command
+    from .record import FILE, Status, read_record
+
+    hc = HydraConfig.get()
+    given = [o for o in [*hc.overrides.hydra, *hc.overrides.task] if key_of(o) not in ("hydra.mode", "hydra.sweep.dir")]
+    ckpt = "ckpt_path=" + (quoted(str(Path(ctx.ckpt).resolve())) if ctx.ckpt else "null")  # the job's resume plan
+    facts = {"info": ctx.info(), "resume": sweep_resume_command(HydraConfig.instance().cfg)}
+    env = {SWEEP_JOB_ENV: json.dumps(facts), "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // n))}
+    env = {k: os.environ.get(k, v) if k == "OMP_NUM_THREADS" else v for k, v in env.items()}
+    config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=n,
+        run_id=str(uuid4()),
+        rdzv_backend="c10d",  # torchrun --standalone: a store on a free local port
+        rdzv_endpoint="localhost:0",
+        max_restarts=0,
+        signals_to_handle="SIGTERM,SIGINT",
+        shutdown_timeout=CHILD_GRACE_S,
+    )
+    saved_env = {k: os.environ.get(k) for k in env}
+    saved_handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    started, failure = time.time(), None
+    os.environ.update(env)  # the ranks' environment is this process's
     try:
-        value = fn(cfg, **kwargs)
-    except BaseException as err:
-        err.add_note(f"rank 0 of the job:\n{traceback.format_exc()[-8000:]}")
-        try:
-            pickle.loads(pickle.dumps(err))
-        except Exception:
-            err = RuntimeError(f"{type(err).__name__}: {err}")
-        result.put((False, err))
-        sys.exit(1)
-    result.put((True, value))
+        elastic_launch(config, sys.executable)(str(script), *given, ckpt)
+    except ChildFailedError as err:  # a rank failed; the others were stopped
+        rank, first = err.get_first_failure()
+        failure = f"rank {rank} of {n} ended with exit code {first.exitcode} ({first.signal_name() or 'no signal'})"
+    except SignalException:  # Ctrl-C or SIGTERM: the ranks saved and left; rank 0's record says so
+        pass
+    finally:
+        for key, value in saved_env.items():
+            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
+        for signum, handler in saved_handlers.items():
+            signal.signal(signum, handler)
+    path = ctx.out_dir / FILE
+    record = read_record(ctx.out_dir) if path.is_file() and path.stat().st_mtime >= started else None
+    if failure is not None and record is not None:  # rank 0 stopped because another rank failed
+        record.status, record.error = Status.FAILED, failure
+        record.write(path)
+    return _outcome(record, failure, n), record
+
+
+def _outcome(record: RunRecord | None, failure: str | None, n: int) -> Outcome:
+    """How a job whose ranks :func:`run_job` started ended, from the record rank 0 wrote (``None``: none)."""
+    from .context import Outcome, first_line
+    from .record import Status
+
+    if record is None:
+        err = RuntimeError(failure or f"the job's {n} ranks ended before rank 0 wrote metrics.json")
+        return Outcome(Status.FAILED, 1, err, None, first_line(err))
+    stopped = {Status.INTERRUPTED: 130, Status.PREEMPTED: 143}
+    code = stopped.get(record.status, 0 if record.status in (Status.FINISHED, Status.DIVERGED) else 1)
+    code = code or (1 if record.error else 0)  # a non-finite loss: diverged, with an error
+    err = RuntimeError(record.error or f"the job ended {record.status}") if code else None
+    return Outcome(record.status, code, err, None, record.error, record.diverged)
 
 
 def fsdp_strategy(devices: Any = 1, num_nodes: int = 1, save_distributed_checkpoint: bool = False, **kwargs: Any):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shlex
 import sys
@@ -12,6 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+
+#: Set by a ``-m`` job for the ranks it runs under ``torchrun`` (xformer.jobs.distributed.run_job): JSON with
+#: the job's ``info`` (``metrics.json``'s ``job``) and the sweep's ``resume`` command.
+SWEEP_JOB_ENV = "XFORMER_SWEEP_JOB"
 
 #: Sweep functions of sweeper plugins that Hydra's grammar does not know (Optuna's ``tag(...)``, ...).
 _SWEEP_FUNCS = ("range(", "choice(", "interval(", "glob(")
@@ -150,7 +155,9 @@ def expand_json_args(argv: list[str]) -> list[str]:
 
 def resume_command(job_dir: Path) -> str:
     """The shell command that continues the current Hydra job from its ``last.ckpt`` (``ckpt_path=last
-    hydra.run.dir=<job_dir>``); for a ``-m`` job, :func:`sweep_resume_command`."""
+    hydra.run.dir=<job_dir>``); for a ``-m`` job and the ranks it runs, :func:`sweep_resume_command`."""
+    if sweep_job := os.environ.get(SWEEP_JOB_ENV):
+        return json.loads(sweep_job)["resume"]
     overrides: list[str] = []
     try:
         from hydra.core.hydra_config import HydraConfig
