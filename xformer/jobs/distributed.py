@@ -112,8 +112,9 @@ def run_job(fn: Callable[..., Any], cfg: Any, ctx: JobContext, script: str | Pat
     given = [o for o in [*hc.overrides.hydra, *hc.overrides.task] if key_of(o) not in ("hydra.mode", "hydra.sweep.dir")]
     ckpt = "ckpt_path=" + (quoted(str(Path(ctx.ckpt).resolve())) if ctx.ckpt else "null")  # the job's resume plan
     facts = {"info": ctx.info(), "resume": sweep_resume_command(HydraConfig.instance().cfg)}
-    env = {SWEEP_JOB_ENV: json.dumps(facts), "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // n))}
-    env = {k: os.environ.get(k, v) if k == "OMP_NUM_THREADS" else v for k, v in env.items()}
+    env = {SWEEP_JOB_ENV: json.dumps(facts)}
+    if not os.environ.get("OMP_NUM_THREADS"):
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // n))
     config = LaunchConfig(
         min_nodes=1,
         max_nodes=1,
@@ -127,18 +128,21 @@ def run_job(fn: Callable[..., Any], cfg: Any, ctx: JobContext, script: str | Pat
     )
     saved_env = {k: os.environ.get(k) for k in env}
     saved_handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-    started, failure = time.time(), None
+    started, failure, stopped_by = time.time(), None, None
     os.environ.update(env)  # the ranks' environment is this process's
     try:
         elastic_launch(config, sys.executable)(str(script), *given, ckpt)
     except ChildFailedError as err:  # a rank failed; the others were stopped
         rank, first = err.get_first_failure()
         failure = f"rank {rank} of {n} ended with exit code {first.exitcode} ({first.signal_name() or 'no signal'})"
-    except SignalException:  # Ctrl-C or SIGTERM: the ranks saved and left; rank 0's record says so
-        pass
+    except SignalException as err:  # Ctrl-C or SIGTERM: the ranks saved and left; rank 0's record says so
+        stopped_by = signal.Signals(err.sigval)
     finally:
         for key, value in saved_env.items():
-            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
         for signum, handler in saved_handlers.items():
             signal.signal(signum, handler)
     path = ctx.out_dir / FILE
@@ -146,16 +150,20 @@ def run_job(fn: Callable[..., Any], cfg: Any, ctx: JobContext, script: str | Pat
     if failure is not None and record is not None:  # rank 0 stopped because another rank failed
         record.status, record.error = Status.FAILED, failure
         record.write(path)
-    return _outcome(record, failure, n), record
+    return _outcome(record, failure, stopped_by, n), record
 
 
-def _outcome(record: RunRecord | None, failure: str | None, n: int) -> Outcome:
-    """How a job whose ranks :func:`run_job` started ended, from the record rank 0 wrote (``None``: none)."""
+def _outcome(record: RunRecord | None, failure: str | None, stopped_by: signal.Signals | None, n: int) -> Outcome:
+    """How a job whose ranks :func:`run_job` started ended, from the record rank 0 wrote (``None``: none, then
+    from the signal that stopped it or the rank that failed)."""
     from .context import Outcome, first_line
     from .record import Status
 
     if record is None:
         err = RuntimeError(failure or f"the job's {n} ranks ended before rank 0 wrote metrics.json")
+        if stopped_by is not None and failure is None:  # stopped before rank 0 had a record: the sweep stops
+            status, code = (Status.INTERRUPTED, 130) if stopped_by == signal.SIGINT else (Status.PREEMPTED, 143)
+            return Outcome(status, code, err, None, f"{status}: stopped by {stopped_by.name} before training")
         return Outcome(Status.FAILED, 1, err, None, first_line(err))
     stopped = {Status.INTERRUPTED: 130, Status.PREEMPTED: 143}
     code = stopped.get(record.status, 0 if record.status in (Status.FINISHED, Status.DIVERGED) else 1)
