@@ -55,7 +55,9 @@ def _summary(run_file) -> dict:
 
 
 def _fit(tmp_path, max_steps: int, ckpt_path=None):
-    logger = WandbLogger(project="t", id="resumed1", save_dir=str(tmp_path), offline=True, resume="allow")
+    # one folder per process: two starts within a second would share W&B's run folder and file
+    save_dir = tmp_path / ("resumed" if ckpt_path else "first")
+    logger = WandbLogger(project="t", id="resumed1", save_dir=str(save_dir), offline=True, resume="allow")
     trainer = L.Trainer(
         max_steps=max_steps,
         val_check_interval=2,
