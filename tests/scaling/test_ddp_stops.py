@@ -90,8 +90,8 @@ def _rank_pid(root: int, rank: int) -> int:
 
 def test_sigterm_to_rank_one_alone_stops_both_ranks_after_the_same_step(tmp_path):
     """A single DDP run (rank 1 started by Lightning's launcher) whose rank 1 alone gets SIGTERM: the ranks
-    agree after each batch, so both stop after the same step and rank 0 saves ``last.ckpt``. With Lightning's
-    own handler rank 1 left the loop a step before rank 0, which then waited in the next step forever."""
+    agree after each batch, so both stop after the same step and rank 0 saves ``last.ckpt``. Lightning's own
+    handler lets rank 1 leave the loop a step before rank 0, which then waits in the next step forever."""
     out = tmp_path / "run"
     proc = _start([*LONG, f"hydra.run.dir={out}"], tmp_path)
     lines = _wait_for(proc, "validation at step 4/")

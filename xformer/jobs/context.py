@@ -4,8 +4,6 @@ the one mapping to a status and an exit code)."""
 from __future__ import annotations
 
 import errno
-import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,10 +13,11 @@ from omegaconf import DictConfig, OmegaConf
 from xformer.errors import ConfigError
 
 from .checkpoints import resolve_ckpt_path
-from .overrides import SWEEP_JOB_ENV
+from .overrides import sweep_job_facts
 from .record import Status
 
 if TYPE_CHECKING:
+    from .record import RunRecord
     from .sweep_resume import Plan
 
 
@@ -94,11 +93,14 @@ def job_context(cfg: DictConfig) -> JobContext:
         if plan.action == "resume":
             cfg.ckpt_path = "last"
     ckpt = None if dry or (plan and plan.action == "skip") else resolve_ckpt_path(cfg, out_dir, warn=True)
-    sweep_job = json.loads(os.environ.get(SWEEP_JOB_ENV) or "{}").get("info") if sweep_dir is None else None
+    sweep_job = sweep_job_facts().get("info") if sweep_dir is None else None
     return JobContext(
         out_dir, ckpt, tuple(hc.overrides.task), dict(hc.runtime.choices), sweep_dir, num, plan, dry, True, sweep_job
     )
 
+
+#: The exit codes of a job stopped by a signal, after last.ckpt was saved (128 + the signal's number).
+STOPPED_EXIT_CODES = {Status.INTERRUPTED: 130, Status.PREEMPTED: 143}
 
 #: A write refused for lack of space or permission: the run says how to resume, not a traceback.
 DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
@@ -155,9 +157,26 @@ def outcome_of(
         )
     if isinstance(err, (SIGTERMException, KeyboardInterrupt)) or ctrl_c:  # last.ckpt was saved (StopCheckpoint)
         sigint = not isinstance(err, SIGTERMException) or interrupt_signal(err) == "SIGINT"
-        status, code, how = (Status.INTERRUPTED, 130, "Ctrl-C") if sigint else (Status.PREEMPTED, 143, "SIGTERM")
-        return Outcome(status, code, err, None, f"{status}: stopped by {how} at step {step}; last.ckpt was saved")
+        status, how = (Status.INTERRUPTED, "Ctrl-C") if sigint else (Status.PREEMPTED, "SIGTERM")
+        message = f"{status}: stopped by {how} at step {step}; last.ckpt was saved"
+        return Outcome(status, STOPPED_EXIT_CODES[status], err, None, message)
     return Outcome(Status.FAILED, 1, err, None, first_line(err))
+
+
+def outcome_of_record(record: RunRecord | None, failure: str | None, stopped_by: str | None, n: int) -> Outcome:
+    """The outcome of a ``-m`` job whose ``n`` ranks ran under ``torchrun`` (xformer.jobs.distributed.run_job),
+    from the record its rank 0 wrote; without one (``None``), from the signal that stopped the job
+    (``stopped_by``: ``"SIGINT"``/``"SIGTERM"``) or the rank that failed (``failure``)."""
+    if record is None:
+        err = RuntimeError(failure or f"the job's {n} ranks ended before rank 0 wrote metrics.json")
+        if stopped_by is not None and failure is None:  # stopped before rank 0 had a record: the sweep stops
+            status = Status.INTERRUPTED if stopped_by == "SIGINT" else Status.PREEMPTED
+            return Outcome(status, STOPPED_EXIT_CODES[status], err, None, f"{status}: stopped by {stopped_by}")
+        return Outcome(Status.FAILED, 1, err, None, first_line(err))
+    code = STOPPED_EXIT_CODES.get(record.status, 0 if record.status in (Status.FINISHED, Status.DIVERGED) else 1)
+    code = code or (1 if record.error else 0)  # a non-finite loss: diverged, with an error
+    err = RuntimeError(record.error or f"the job ended {record.status}") if code else None
+    return Outcome(record.status, code, err, None, record.error, record.diverged)
 
 
 def fallback(cfg: DictConfig) -> float:

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from .overrides import SWEEP_JOB_ENV, key_of, quoted
+from .overrides import SWEEP_JOB_ENV, key_of, quoted, sweep_job_facts
 
 CHILD_GRACE_S = 60  # after a stop or a failed rank, how long the ranks get to leave before they are killed
 
@@ -44,7 +44,7 @@ def external_rank_argv(argv: list[str]) -> list[str]:
     temporary folder; rank 0 of a sweep job's ``torchrun`` writes into the job's folder. Other rank 0s and
     ``-m`` are unchanged."""
     rank = env_rank()
-    sweep_job = json.loads(os.environ.get(SWEEP_JOB_ENV) or "{}")
+    sweep_job = sweep_job_facts()
     if any(a in ("-m", "--multirun") for a in argv[1:]):
         return list(argv)
     if rank == 0:
@@ -105,6 +105,7 @@ def run_job(fn: Callable[..., Any], cfg: Any, ctx: JobContext, script: str | Pat
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+    from .context import outcome_of_record
     from .overrides import sweep_resume_command
     from .record import FILE, Status, read_record
 
@@ -136,7 +137,7 @@ def run_job(fn: Callable[..., Any], cfg: Any, ctx: JobContext, script: str | Pat
         rank, first = err.get_first_failure()
         failure = f"rank {rank} of {n} ended with exit code {first.exitcode} ({first.signal_name() or 'no signal'})"
     except SignalException as err:  # Ctrl-C or SIGTERM: the ranks saved and left; rank 0's record says so
-        stopped_by = signal.Signals(err.sigval)
+        stopped_by = signal.Signals(err.sigval).name
     finally:
         for key, value in saved_env.items():
             if value is None:
@@ -150,26 +151,7 @@ def run_job(fn: Callable[..., Any], cfg: Any, ctx: JobContext, script: str | Pat
     if failure is not None and record is not None:  # rank 0 stopped because another rank failed
         record.status, record.error = Status.FAILED, failure
         record.write(path)
-    return _outcome(record, failure, stopped_by, n), record
-
-
-def _outcome(record: RunRecord | None, failure: str | None, stopped_by: signal.Signals | None, n: int) -> Outcome:
-    """How a job whose ranks :func:`run_job` started ended, from the record rank 0 wrote (``None``: none, then
-    from the signal that stopped it or the rank that failed)."""
-    from .context import Outcome, first_line
-    from .record import Status
-
-    if record is None:
-        err = RuntimeError(failure or f"the job's {n} ranks ended before rank 0 wrote metrics.json")
-        if stopped_by is not None and failure is None:  # stopped before rank 0 had a record: the sweep stops
-            status, code = (Status.INTERRUPTED, 130) if stopped_by == signal.SIGINT else (Status.PREEMPTED, 143)
-            return Outcome(status, code, err, None, f"{status}: stopped by {stopped_by.name} before training")
-        return Outcome(Status.FAILED, 1, err, None, first_line(err))
-    stopped = {Status.INTERRUPTED: 130, Status.PREEMPTED: 143}
-    code = stopped.get(record.status, 0 if record.status in (Status.FINISHED, Status.DIVERGED) else 1)
-    code = code or (1 if record.error else 0)  # a non-finite loss: diverged, with an error
-    err = RuntimeError(record.error or f"the job ended {record.status}") if code else None
-    return Outcome(record.status, code, err, None, record.error, record.diverged)
+    return outcome_of_record(record, failure, stopped_by, n), record
 
 
 def fsdp_strategy(devices: Any = 1, num_nodes: int = 1, save_distributed_checkpoint: bool = False, **kwargs: Any):

@@ -18,6 +18,12 @@ from omegaconf import DictConfig, OmegaConf
 #: the job's ``info`` (``metrics.json``'s ``job``) and the sweep's ``resume`` command.
 SWEEP_JOB_ENV = "XFORMER_SWEEP_JOB"
 
+
+def sweep_job_facts() -> dict:
+    """What :data:`SWEEP_JOB_ENV` holds (``{"info", "resume"}``); ``{}`` outside the ranks of a ``-m`` job."""
+    return json.loads(os.environ.get(SWEEP_JOB_ENV) or "{}")
+
+
 #: Sweep functions of sweeper plugins that Hydra's grammar does not know (Optuna's ``tag(...)``, ...).
 _SWEEP_FUNCS = ("range(", "choice(", "interval(", "glob(")
 
@@ -156,8 +162,8 @@ def expand_json_args(argv: list[str]) -> list[str]:
 def resume_command(job_dir: Path) -> str:
     """The shell command that continues the current Hydra job from its ``last.ckpt`` (``ckpt_path=last
     hydra.run.dir=<job_dir>``); for a ``-m`` job and the ranks it runs, :func:`sweep_resume_command`."""
-    if sweep_job := os.environ.get(SWEEP_JOB_ENV):
-        return json.loads(sweep_job)["resume"]
+    if sweep_job := sweep_job_facts():
+        return sweep_job["resume"]
     overrides: list[str] = []
     try:
         from hydra.core.hydra_config import HydraConfig
