@@ -186,12 +186,20 @@ def test_weight_decay_set_where_no_optimizer_reads_it_is_refused():
     check_static(_compose(["optim=adam", "+optim.weight_decay=0"]))
 
 
-def test_a_trainer_value_lightning_refuses_is_one_error_line(tmp_path):
+@pytest.mark.parametrize(
+    ("override", "says"),
+    [
+        ("trainer.gradient_clip_algorithm=max", r"^trainer: `gradient_clip_algorithm` max is invalid.*Fix: "),
+        ("trainer.devices=two", r"^trainer: `devices` selected with `CPUAccelerator` should be an int > 0.*Fix: "),
+    ],
+)
+def test_a_trainer_value_lightning_refuses_is_one_error_line(override, says, tmp_path):
     """``trainer.*`` keys are typed by Lightning's signature; a value of the right type that Lightning's
-    constructor refuses (a choice, a range) is one ``ConfigError`` line, not a traceback."""
+    constructor refuses (a choice, a range, a device count given as a word: a ``TypeError``) is one
+    ``ConfigError`` line, not a traceback."""
     from xformer.jobs.driver import build_trainer
 
-    cfg = _compose(["trainer.gradient_clip_algorithm=max", f"paths.output_dir={tmp_path}", "logger=none"])
-    with pytest.raises(ConfigError, match=r"^trainer: `gradient_clip_algorithm` max is invalid.*Fix: ") as err:
+    cfg = _compose([override, "trainer.accelerator=cpu", f"paths.output_dir={tmp_path}", "logger=none"])
+    with pytest.raises(ConfigError, match=says) as err:
         build_trainer(cfg, [])
     assert "\n" not in str(err.value)

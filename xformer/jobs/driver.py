@@ -140,10 +140,10 @@ def build_trainer(cfg: DictConfig, loggers: list) -> L.Trainer:
         callbacks.append(progress_bar())  # Lightning's default bar, reading "Epoch N" when max_epochs=-1
     try:
         return instantiate(trainer_cfg, logger=loggers, callbacks=callbacks)
-    except Exception as err:  # Lightning refuses a value its signature's type allows (a range, a choice)
+    except Exception as err:  # Lightning refuses a value its signature allows (a range, a choice, a count as a word)
         from lightning.fabric.utilities.exceptions import MisconfigurationException
 
-        if (why := refusal(err, (ValueError, MisconfigurationException))) is None:
+        if (why := refusal(err, (ValueError, TypeError, MisconfigurationException))) is None:
             raise
         fix = "" if "Fix:" in why else " Fix: correct that trainer.* key"  # a strategy's refusal names its own fix
         raise ConfigError(f"trainer: {why}{fix}") from None
