@@ -6,7 +6,7 @@ and the sweep goes on.
 Invalid configurations and inputs print one line naming the key/file and the fix, and exit with
 status 2 (set ``HYDRA_FULL_ERROR=1`` for the stack trace). The config is checked before torch's
 training stack, Lightning and W&B are imported and before any data is built
-(:func:`xformer.jobs.config_check.check_config_first`), so such a line comes within seconds. A NaN/Inf
+(:func:`xformer.config.check.check_config_first`), so such a line comes within seconds. A NaN/Inf
 training loss prints one line naming the step and exits 1; SIGTERM saves ``last.ckpt`` and exits
 143, Ctrl-C (SIGINT) saves it too and exits 130, printing the command that resumes the run (a
 second Ctrl-C quits at once); every exit status: docs/troubleshooting.md.
@@ -27,8 +27,8 @@ log = logging.getLogger("xformer")
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
     """One job, top to bottom: its context, the config check, training and testing (or a dry run), its end."""
+    from xformer.config.check import check_config, check_config_first, check_devices
     from xformer.errors import ConfigError
-    from xformer.jobs.config_check import check_config, check_config_first, check_devices
     from xformer.jobs.context import Outcome, fallback, job_context, outcome_of
     from xformer.jobs.record import Status, read_record
 
@@ -88,8 +88,8 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
+    from xformer.config.overrides import expand_json_args
     from xformer.jobs.distributed import external_rank_argv
-    from xformer.jobs.overrides import expand_json_args
 
     try:  # a W&B sweep agent's ${args_json}: the sweep's values as Hydra overrides (docs/scaling.md)
         sys.argv = [sys.argv[0], *expand_json_args(sys.argv[1:])]
@@ -101,7 +101,7 @@ if __name__ == "__main__":
     if os.environ.get("HYDRA_FULL_ERROR") != "1":  # an unknown option or key: one line, not Hydra's dump
         from pathlib import Path
 
-        from xformer.jobs.config_check import first_error
+        from xformer.config.check import first_error
 
         line = first_error(sys.argv[1:], Path(__file__).resolve().parent / "conf")
         if line:

@@ -1,4 +1,4 @@
-"""Layers import down only: model <- data <- train <- jobs <- report / cli. A module of a lower layer
+"""Layers import down only: model <- data <- train <- config <- jobs <- report / cli. A module of a lower layer
 never imports one of a higher layer, at module level or inside a function (read with ``ast``)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "xformer"
-LAYERS = ("model", "data", "train", "jobs", "report")
+LAYERS = ("model", "data", "train", "config", "jobs", "report")
 
 
 def _layer(module: str) -> int | None:

@@ -115,7 +115,7 @@ def test_the_config_check_reads_lightnings_precision_list():
     """No copy of the list: ``trainer.precision`` is checked against the ``Trainer``'s own annotation."""
     from omegaconf import OmegaConf
 
-    from xformer.jobs.config_check import check_targets
+    from xformer.config.check import check_targets
     from xformer.model import ConfigError
 
     for precision in ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true"):

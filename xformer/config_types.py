@@ -1,4 +1,4 @@
-"""Annotations that the config check reads from a component's signature (:mod:`xformer.jobs.config_check`),
+"""Annotations that the config check reads from a component's signature (:mod:`xformer.config.check`),
 and the small library that reads them: :func:`import_target`, :func:`parameters`, :func:`value_problem`.
 
 A parameter annotated ``Annotated[float, Range(ge=0, lt=1)]`` has its range checked before training,

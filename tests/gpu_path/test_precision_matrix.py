@@ -20,7 +20,7 @@ from hydra.utils import instantiate
 from typing_extensions import override
 
 from tests.conftest import REPO
-from xformer.jobs.config_check import check_config
+from xformer.config.check import check_config
 from xformer.jobs.driver import run as run_job
 from xformer.model import ConfigError
 from xformer.train.checkpoint_file import build_model

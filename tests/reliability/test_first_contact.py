@@ -99,7 +99,7 @@ def test_check_config_first_on_a_valid_config_loads_no_training_stack(tmp_path):
     code = f"""
 import json, sys
 from hydra import compose, initialize_config_dir
-from xformer.jobs.config_check import check_config_first
+from xformer.config.check import check_config_first
 with initialize_config_dir(config_dir={str(REPO / "conf")!r}, version_base="1.3"):
     cfg = compose("config", overrides={TINY!r})
 check_config_first(cfg)
@@ -117,7 +117,7 @@ print(json.dumps(sorted(sys.modules)))
 
 
 def test_sequence_metric_names_are_those_the_module_computes():
-    from xformer.jobs.config_check import SEQUENCE_METRICS
+    from xformer.config.check import SEQUENCE_METRICS
     from xformer.train.module import corpus_metrics
 
     out, _ = corpus_metrics([(1.0, 2, 1)], {0: ("a b", "a b")}, list(SEQUENCE_METRICS), "val")
@@ -125,7 +125,7 @@ def test_sequence_metric_names_are_those_the_module_computes():
 
 
 def test_objective_typo_fails_without_the_data_and_a_metric_the_data_lacks_fails_with_it():
-    from xformer.jobs.config_check import check_objective
+    from xformer.config.check import check_objective
 
     cfg = OmegaConf.create({"objective": {"metric": "val/blue"}, "decode": {"val_batches": None}})
     with pytest.raises(ConfigError, match="objective.metric=val/blue.*no such metric"):
@@ -245,7 +245,7 @@ def test_decoder_only_checkpoint_into_an_encoder_decoder_run_is_one_error_line(t
     ],
 )
 def test_checkpoint_of_another_model_shape_names_both_and_the_fix(tmp_path, other, fix):
-    from xformer.jobs.checkpoints import check_checkpoint_model
+    from xformer.config.checkpoint import check_checkpoint_model
 
     ckpt = _fake_checkpoint(tmp_path / "other.ckpt", _compose([*TINY, *other]))
     with pytest.raises(ConfigError) as info:
@@ -257,7 +257,7 @@ def test_checkpoint_of_another_model_shape_names_both_and_the_fix(tmp_path, othe
 
 
 def test_a_non_xformer_lightning_checkpoint_is_refused_in_one_line(tmp_path):
-    from xformer.jobs.checkpoints import check_checkpoint_model
+    from xformer.config.checkpoint import check_checkpoint_model
 
     cfg = _compose(TINY)
     foreign = _fake_checkpoint(tmp_path / "foreign.ckpt", cfg, xformer=False)
@@ -273,7 +273,7 @@ def test_a_non_xformer_lightning_checkpoint_is_refused_in_one_line(tmp_path):
 
 
 def test_checkpoint_with_another_vocabulary_is_refused_with_both_sizes(tmp_path):
-    from xformer.jobs.checkpoints import check_checkpoint_vocab
+    from xformer.config.checkpoint import check_checkpoint_vocab
 
     cfg = _compose(TINY)
     ckpt = _fake_checkpoint(tmp_path / "v50.ckpt", cfg, src_vocab=50, tgt_vocab=50)

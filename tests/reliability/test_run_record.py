@@ -80,3 +80,35 @@ def test_an_unreadable_record_is_none(tmp_path):
     assert read_record(tmp_path) is None  # none written
     (tmp_path / "metrics.json").write_text('{"status": "finis')  # killed while writing
     assert read_record(tmp_path) is None
+
+
+@pytest.mark.parametrize("stop", ["budget", "sigterm"])
+def test_a_resumed_jobs_wall_time_counts_the_run_before_its_checkpoint(tmp_path, stop):
+    """``wall_time_s`` of a job resumed from its own ``last.ckpt`` holds the seconds of the run that wrote it:
+    the first run sleeps 2 s after each of its 3 batches, so the resumed job's wall time is at least the 6 s
+    slept; it is no more than the two runs' wall time measured from outside. Evaluating that checkpoint
+    counts only the evaluation."""
+    import time
+
+    from tests.reliability.conftest import TINY, run_py
+
+    job = tmp_path / "job"
+    slow = ["+callbacks.slow._target_=tests.reliability.first_contact_probe.SlowSteps", "+callbacks.slow.seconds=2"]
+    first = [*TINY, f"hydra.run.dir={job}", "trainer.max_steps=3", *slow]
+    if stop == "sigterm":  # stopped after its third batch of 6
+        first[-3:-2] = ["trainer.max_steps=6"]
+        first += ["+callbacks.stop._target_=tests.reliability.stoppers.SigtermAt", "+callbacks.stop.batches=3"]
+    t0 = time.monotonic()
+    res = run_py(first, tmp_path)
+    assert res.returncode == (143 if stop == "sigterm" else 0), res.stderr[-2000:]
+    res = run_py([*TINY, f"hydra.run.dir={job}", "trainer.max_steps=6", "ckpt_path=last"], tmp_path)
+    outside = time.monotonic() - t0
+    assert res.returncode == 0, res.stderr[-2000:]
+    resumed = read_record(job)
+    assert resumed.status == Status.FINISHED and resumed.global_step == 6
+    assert 6.0 <= resumed.wall_time_s <= outside
+
+    evaluated = tmp_path / "eval"
+    res = run_py([*TINY, f"hydra.run.dir={evaluated}", "mode=eval", f"ckpt_path={job}/checkpoints/last.ckpt"], tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert read_record(evaluated).wall_time_s < 6.0

@@ -34,6 +34,7 @@ def test_ctrl_c_in_a_sweep_records_the_job_writes_the_summary_and_prints_the_swe
     summary = json.loads((sweep / "sweep_summary.json").read_text())
     assert [(j["num"], j["status"]) for j in summary["jobs"]] == [(0, "interrupted")]
     assert summary["jobs"][0]["error"] == m["error"]
+    assert "error" not in summary and "no job produced" not in log  # a stopped job has not ended
     hints = [
         line.split("resume the whole sweep with: ", 1)[1] for line in log.splitlines() if "whole sweep with" in line
     ]

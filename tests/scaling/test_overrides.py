@@ -3,7 +3,7 @@ list value is one value, a quoted comma is no sweep, and numbers come back as nu
 
 import pytest
 
-from xformer.jobs.overrides import added_overrides, key_of, override_values, sweep_override_keys, sweep_values
+from xformer.config.overrides import added_overrides, key_of, override_values, sweep_override_keys, sweep_values
 
 
 def test_sweep_keys_values_and_single_values():

@@ -101,3 +101,27 @@ def test_basic_sweep_whose_jobs_all_fail_writes_summary_and_exits_1(tmp_path):
     s = _summary(sweep)
     assert [j["status"] for j in s["jobs"]] == ["diverged", "diverged"]  # NaN loss: an outcome, not a crash
     assert s["n_failed"] == 0 and s["n_diverged"] == 2
+
+
+@pytest.mark.parametrize(
+    "err, ended",
+    [(KeyboardInterrupt(), False), ("sigterm", False), (RuntimeError("a crash"), True)],
+    ids=["ctrl-c", "sigterm", "crash"],
+)
+def test_a_sweep_summary_says_no_job_produced_a_value_only_of_jobs_that_ended(tmp_path, err, ended):
+    """A job stopped by a signal resumes with the sweep's command: the summary of a sweep stopped in its first
+    job does not say that no job produced a value; a crashed job did end without one."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+    from omegaconf import OmegaConf
+
+    from xformer.jobs.context import JobContext, outcome_of
+    from xformer.jobs.sweep import SUMMARY_FILE, record_job, write_sweep_summary
+
+    cfg = OmegaConf.create({"objective": {"metric": "val/loss", "mode": "min"}})
+    ctx = JobContext(tmp_path / "0", sweep_dir=tmp_path, num=0, in_hydra=True)
+    end = outcome_of(SIGTERMException() if err == "sigterm" else err, step=3)
+    record_job(cfg, ctx, end, None)
+    write_sweep_summary(tmp_path, cfg, None, exit_on_failure=False)
+    summary = json.loads((tmp_path / SUMMARY_FILE).read_text())
+    assert summary["jobs"][0]["status"] == str(end.status)
+    assert ("error" in summary) == ended

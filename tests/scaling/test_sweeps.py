@@ -257,8 +257,8 @@ def test_wandb_sweep_commands_are_accepted_by_run_py(tmp_path):
     overrides; run.py parses and validates them (dry run)."""
     from hydra import compose, initialize_config_dir
 
-    from xformer.jobs.config_check import check_config
-    from xformer.jobs.overrides import expand_json_args
+    from xformer.config.check import check_config
+    from xformer.config.overrides import expand_json_args
 
     command = agent_command("wandb_ffn_ratio")
     args = command[2:]

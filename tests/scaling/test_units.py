@@ -85,7 +85,8 @@ def test_the_ranks_of_a_sweep_job_write_only_into_its_folder(monkeypatch, tmp_pa
     import json
     import tempfile
 
-    from xformer.jobs.overrides import SWEEP_JOB_ENV, quoted
+    from xformer.config.overrides import quoted
+    from xformer.jobs.overrides import SWEEP_JOB_ENV
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     for key in ("RANK", "SLURM_PROCID", "LOCAL_RANK", "SLURM_NTASKS"):

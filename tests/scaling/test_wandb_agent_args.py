@@ -2,7 +2,7 @@
 
 The agent's command is built with wandb's own ``create_sweep_command_args`` (what ``wandb agent``
 calls) and its macro substitution; run.py expands the ``${args_json}`` argument
-(:func:`xformer.jobs.overrides.expand_json_args`) and Hydra composes the config. Reference: the
+(:func:`xformer.config.overrides.expand_json_args`) and Hydra composes the config. Reference: the
 sweep file's values as YAML reads them (the W&B CLI reads it the same way).
 """
 
@@ -16,7 +16,7 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from xformer.jobs.overrides import expand_json_args, hydra_literal
+from xformer.config.overrides import expand_json_args, hydra_literal
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -1,7 +1,7 @@
 """Hydra's composition errors (an unknown option of any group, top-level, nested or ``experiment``; an
 unknown group; a key the chosen option lacks) and interpolations that cannot resolve (an environment
 variable not set) are one ``error:`` line with the fix, from ``run.py`` before ``@hydra.main`` and before
-any folder is made (xformer/jobs/config_check.py)."""
+any folder is made (xformer/config/check.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from xformer.jobs.config_check import first_error
+from xformer.config.check import first_error
 
 REPO = Path(__file__).resolve().parents[2]
 CONF = REPO / "conf"

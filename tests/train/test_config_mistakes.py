@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
+from xformer.config.check import check_config_first, check_static
 from xformer.errors import ConfigError
-from xformer.jobs.config_check import check_config_first, check_static
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -49,7 +49,7 @@ def test_the_default_config_passes_stage_one():
 def test_a_string_that_some_option_of_the_group_also_sets_passes():
     """``trainer.strategy=fsdp`` is Lightning's own strategy string (``trainer/default.yaml`` sets a string
     there too), so only a key that every option of its group sets to a node is refused."""
-    from xformer.jobs.config_check import check_group_nodes
+    from xformer.config.check import check_group_nodes
 
     check_group_nodes(_compose(["trainer.strategy=fsdp"]))
     with pytest.raises(ConfigError, match=r"^optim.optimizer=adamw: .*Fix: optim=adamw$"):
@@ -126,7 +126,7 @@ def test_a_warmup_as_long_as_the_run_is_a_warning(overrides, words, caplog):
 def test_a_misspelled_model_key_added_with_plus_names_the_closest_argument(override, fix):
     """Hydra's "not in struct" hint says to add the key with ``+``; the model then failed with
     ``TypeError: unexpected keyword argument`` after the data was built."""
-    from xformer.jobs.config_check import check_model
+    from xformer.config.check import check_model
 
     with pytest.raises(
         ConfigError, match=rf"^{override[1:].split('=')[0]}: not a parameter of .* did you mean {fix}\?$"
@@ -148,7 +148,7 @@ def _every_shipped_config() -> list[list[str]]:
 def test_every_shipped_config_passes_the_stage_one_rules_and_every_target_signature(monkeypatch):
     """Every node with a ``_target_`` of every shipped config (model, data, trainer, callbacks, logger,
     optimizer, ...) fits the signature of what it names (the schema read from the code)."""
-    from xformer.jobs.config_check import check_targets
+    from xformer.config.check import check_targets
 
     monkeypatch.setenv("XFORMER_DATA", "/tmp")
     for overrides in _every_shipped_config():
@@ -162,7 +162,7 @@ def test_every_shipped_config_passes_the_stage_one_rules_and_every_target_signat
 
 def test_check_config_runs_each_stage_once_and_sees_a_changed_config(monkeypatch):
     """No process-wide cache of checked configs: each call checks the config it is given, each stage once."""
-    from xformer.jobs import config_check as stages
+    from xformer.config import check as stages
 
     cfg = _compose(["trainer.max_steps=5"])
     calls = []

@@ -71,7 +71,7 @@ def test_objective_that_is_never_logged_is_rejected_before_training(tmp_path, ov
 def test_check_objective_names_the_key_and_the_choices(metric):
     from omegaconf import OmegaConf
 
-    from xformer.jobs.config_check import check_objective
+    from xformer.config.check import check_objective
     from xformer.model import ConfigError
 
     with pytest.raises(
@@ -84,7 +84,7 @@ def test_check_objective_names_the_key_and_the_choices(metric):
 def test_valid_objectives_of_the_data_are_accepted():
     from omegaconf import OmegaConf
 
-    from xformer.jobs.config_check import check_objective, objective_keys
+    from xformer.config.check import check_objective, objective_keys
 
     assert objective_keys(["exact_match"]) == ["val/loss", "val/ppl", "val/acc", "val/exact_match", "train/loss"]
     for metric in objective_keys(["bleu"]):

@@ -148,7 +148,7 @@ def test_eval_mode_accepts_data_longer_than_the_checkpoint_and_train_mode_refuse
 
     from omegaconf import OmegaConf
 
-    from xformer.jobs.config_check import check_with_data
+    from xformer.config.check import check_with_data
     from xformer.model import ConfigError
 
     cls = EncoderDecoder if arch == "encoder_decoder" else DecoderOnly

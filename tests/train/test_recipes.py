@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from torch import nn
 
-from xformer.jobs.config_check import check_config_first as check_rules
+from xformer.config.check import check_config_first as check_rules
 from xformer.model import GELUFFN, ConfigError, DecoderOnly, Learned, PreNorm
 from xformer.model.init import GPT2, residual_projections
 from xformer.train import schedules

@@ -1,5 +1,5 @@
 """The config checked against the code it configures
-(``xformer/jobs/config_check.py``).
+(``xformer/config/check.py``).
 
 Through ``run.py`` as a user runs it: the mistakes that would otherwise train silently (a ``+`` typo of a group,
 of a root key, of a key of a node without ``_target_``) and the extension mistakes that would end in a
@@ -168,8 +168,8 @@ def test_a_callback_choice_is_read_from_its_literal_annotation():
     from hydra import compose, initialize_config_dir
 
     from tests.conftest import REPO
+    from xformer.config.check import check_targets
     from xformer.errors import ConfigError
-    from xformer.jobs.config_check import check_targets
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=["callbacks.validation_line.mode=maximum"])

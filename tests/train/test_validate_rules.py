@@ -6,7 +6,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from tests.conftest import REPO
-from xformer.jobs.config_check import check_config_first, check_static
+from xformer.config.check import check_config_first, check_static
 from xformer.model import ConfigError
 
 
@@ -48,7 +48,7 @@ def test_each_range_and_choice_comes_from_an_annotation(overrides, message):
 
 def test_keys_without_a_class_are_checked_in_stage_one():
     """The root's ``seed``/``mode``, ``objective.*`` and ``optim.lr`` are declared as signatures in
-    :mod:`xformer.jobs.config_check`, so their mistakes come before torch is imported."""
+    :mod:`xformer.config.check`, so their mistakes come before torch is imported."""
     with pytest.raises(ConfigError) as err:
         check_static(_compose(["seed=-1", "objective.mode=best", "optim.lr=0"]))
     assert str(err.value).count("\nerror: ") == 2  # all three at once
@@ -62,7 +62,7 @@ def test_the_config_check_names_no_option_of_a_config_group():
     options = {
         p.stem for p in conf.rglob("*.yaml") if p.parent != conf and p.relative_to(conf).parts[0] not in skip
     } - {"default", "none", "full"}  # ordinary words of Python code
-    path = REPO / "xformer" / "jobs" / "config_check.py"
+    path = REPO / "xformer" / "config" / "check.py"
     # pip package names and Lightning's accelerator names, not options of a group
     text = re.sub(r"_(LOGGER_PACKAGES|ACCELERATORS) = \{.*?\n\}", "", path.read_text(), flags=re.S)
     assert "def check_static" in text  # the module that holds the rules
@@ -91,7 +91,7 @@ def test_a_mixer_that_cannot_apply_is_refused_before_training(overrides, message
     from hydra import compose, initialize_config_dir
 
     from tests.conftest import REPO
-    from xformer.jobs.config_check import check_config
+    from xformer.config.check import check_config
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose(
@@ -121,7 +121,7 @@ def test_mixers_that_apply_pass(overrides, tmp_path):
     from hydra import compose, initialize_config_dir
 
     from tests.conftest import REPO
-    from xformer.jobs.config_check import check_config
+    from xformer.config.check import check_config
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose(

@@ -18,7 +18,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from .overrides import SWEEP_JOB_ENV, key_of, quoted, sweep_job_facts
+from xformer.config.overrides import key_of, quoted
+
+from .overrides import SWEEP_JOB_ENV, sweep_job_facts
 
 CHILD_GRACE_S = 60  # after a stop or a failed rank, how long the ranks get to leave before they are killed
 

@@ -23,20 +23,17 @@ from hydra.utils import instantiate
 from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
 from omegaconf import DictConfig, OmegaConf
+from typing_extensions import override
 
+from xformer.config.check import check_data_options, check_with_data
+from xformer.config.checkpoint import check_checkpoint_vocab, check_resume_settings
 from xformer.errors import ConfigError
 from xformer.lightning_compat import RichBarWithDescription
 from xformer.train.checkpoint_file import build_model, read_checkpoint, refusal
 from xformer.train.module import TransformerLitModule
 
 from .callbacks import NonFiniteLossGuard
-from .checkpoints import (
-    check_checkpoint_vocab,
-    check_resume_settings,
-    checkpoint_step,
-    slurm_job_key,
-)
-from .config_check import check_data_options, check_with_data
+from .checkpoints import checkpoint_step, slurm_job_key
 from .context import JobContext, Outcome, job_context, outcome_of
 from .distributed import logging_spec, replay_logging
 from .record import FILE, RunRecord
@@ -125,11 +122,12 @@ def build_module(cfg: DictConfig, dm, model: torch.nn.Module) -> TransformerLitM
     return module
 
 
-def build_trainer(cfg: DictConfig, loggers: list) -> L.Trainer:
-    """``cfg.trainer`` with the configured callbacks plus xformer's own."""
+def build_trainer(cfg: DictConfig, loggers: list, clock: WallClock | None = None) -> L.Trainer:
+    """``cfg.trainer`` with the configured callbacks plus xformer's own (``clock``: the job's :class:`WallClock`)."""
     callbacks = [
         instantiate(c) for c in (cfg.get("callbacks") or {}).values() if isinstance(c, DictConfig) and "_target_" in c
     ]
+    callbacks += [clock or WallClock()]
     callbacks.append(OptimizerStepIntervals())  # "every N steps" = optimizer steps under accumulation
     callbacks.append(ConsistentResume())
     callbacks.append(RerootCheckpoints())
@@ -149,7 +147,7 @@ def build_trainer(cfg: DictConfig, loggers: list) -> L.Trainer:
         raise ConfigError(f"trainer: {why}{fix}") from None
 
 
-def build(cfg: DictConfig, ctx: JobContext) -> Job:
+def build(cfg: DictConfig, ctx: JobContext, clock: WallClock | None = None) -> Job:
     """Stages 3-4 of the config check around building data, model, module, loggers and trainer, each once.
     Raises: ConfigError / DataError before anything is trained."""
     record = RunRecord(job=ctx.info(), config=OmegaConf.to_container(cfg, resolve=True))
@@ -180,7 +178,7 @@ def build(cfg: DictConfig, ctx: JobContext) -> Job:
         "slurm_job": slurm_job_key(),  # a requeued SLURM job resumes only its own checkpoints
     }
     loggers = build_loggers(cfg, ctx)
-    trainer = build_trainer(cfg, loggers)
+    trainer = build_trainer(cfg, loggers, clock)
     for lg in trainer.loggers:
         lg.log_hyperparams(record.config)
         lg.log_metrics({f"model/params_{k}": float(v) for k, v in record.params.items()}, step=0)
@@ -212,7 +210,7 @@ def _test(trainer: L.Trainer, module, dm, ckpt: str | None) -> dict:
     return results
 
 
-def complete_record(cfg: DictConfig, job: Job, end: Outcome, final: dict, tokens_seen: int | None, wall: float) -> None:
+def complete_record(cfg: DictConfig, job: Job, end: Outcome, final: dict, tokens_seen: int | None) -> None:
     """Fill ``job.record`` with how the job ended, its metrics, best checkpoint, objective and numerics."""
     record, trainer, module = job.record, job.trainer, job.module
     objective_value = final.get(cfg.objective.metric)
@@ -227,9 +225,35 @@ def complete_record(cfg: DictConfig, job: Job, end: Outcome, final: dict, tokens
         "checkpoint": cb.best_model_path if cb is not None else None,
     }
     record.objective = {"metric": cfg.objective.metric, "value": objective_value}
-    record.wall_time_s, record.global_step = wall, trainer.global_step
+    clock = next(cb for cb in trainer.callbacks if isinstance(cb, WallClock))
+    record.wall_time_s, record.global_step = clock.elapsed(), trainer.global_step
     record.tokens_seen = tokens_seen if tokens_seen is not None else module.tokens_seen
     record.bleu_signature, record.numerics = module.bleu_signature, numerics()
+
+
+class WallClock(L.Callback):
+    """The job's wall-clock seconds (``metrics.json``'s ``wall_time_s``): this run's since the clock was made,
+    plus, when ``fit`` resumes a checkpoint, the seconds that checkpoint had counted when it was saved (the time
+    between a stop and the resume, and after the last save of a stopped run, is not counted)."""
+
+    def __init__(self) -> None:
+        self.start = time.time()
+        self.before = 0.0  # counted by the runs before the checkpoint this fit resumed
+        self._loaded = 0.0
+
+    def elapsed(self) -> float:
+        return self.before + time.time() - self.start
+
+    def state_dict(self) -> dict:
+        return {"elapsed_s": self.elapsed()}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self._loaded = float(state_dict.get("elapsed_s", 0.0))
+
+    @override
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # fit only: testing a best checkpoint loads callback states too, which must not reset the count
+        self.before = self._loaded
 
 
 def numerics() -> dict:
@@ -271,7 +295,7 @@ def run(cfg: DictConfig, ctx: JobContext | None = None) -> tuple[Outcome, RunRec
     Raises:
         ConfigError / DataError: invalid configuration or input, before training starts (no record)."""
     ctx = ctx or job_context(cfg)
-    t_start = time.time()
+    clock = WallClock()  # from here: building the data and model counts
     single_log_lines()  # Lightning's lines once, through Hydra's handlers
     quiet_console(resuming=own_checkpoint(cfg, ctx.out_dir) is not None)
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
@@ -282,7 +306,7 @@ def run(cfg: DictConfig, ctx: JobContext | None = None) -> tuple[Outcome, RunRec
         print(f"[resume] job {ctx.num}: resuming from {ctx.plan.checkpoint} (step {step})", flush=True)
     if cfg.mode == "eval":
         cfg = config_from_checkpoint(cfg, ctx.overrides, ctx.ckpt)
-    job = build(cfg, ctx)
+    job = build(cfg, ctx, clock)
     final, tokens_seen = {}, None
     try:
         fit_metrics, test_metrics, tokens_seen = fit_and_test(cfg, job, ctx.ckpt)
@@ -291,7 +315,7 @@ def run(cfg: DictConfig, ctx: JobContext | None = None) -> tuple[Outcome, RunRec
     except BaseException as err:  # recorded; SIGTERM (preemption) and Ctrl-C saved last.ckpt
         ctrl_c = type(err) is SystemExit and job.trainer.interrupted  # Lightning's exit(1) after a KeyboardInterrupt
         end = outcome_of(err, ctrl_c=ctrl_c, step=job.trainer.global_step, out_dir=ctx.out_dir)
-    complete_record(cfg, job, end, final, tokens_seen, time.time() - t_start)
+    complete_record(cfg, job, end, final, tokens_seen)
     if job.trainer.is_global_zero:
         job.record.write(ctx.out_dir / FILE)
         finish_runs(job.loggers, job.record.metrics, end.exit_code)

@@ -17,8 +17,8 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 from typing_extensions import override
 
+from xformer.config.check import check_resolves
 from xformer.errors import ConfigError
-from xformer.jobs.config_check import check_resolves
 
 log = logging.getLogger("xformer")
 

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from .checkpoints import runtime_keys
+from xformer.config.checkpoint import runtime_keys
+
 from .overrides import sweep_resume_command
 from .record import RunRecord, Status, finite_or_none
 from .sweep_resume import config_diff
@@ -77,8 +78,8 @@ def stop_sweep(cfg: DictConfig, ctx: JobContext, code: int) -> None:
 
 def write_sweep_summary(sweep_dir: Path, cfg: DictConfig, sweeper: Any, exit_on_failure: bool = True) -> None:
     """Write ``<sweep_dir>/sweep_summary.json`` from the job records and print it; exit 1 (``exit_on_failure``)
-    when a job failed (a diverged job is an outcome, not a failure) or, outside a dry run, no job produced an
-    objective value. ``sweeper`` (``hydra.sweeper``) names an Optuna study."""
+    when a job failed (a diverged job is an outcome, not a failure) or, outside a dry run, no job that ended
+    (not stopped by a signal) produced an objective value. ``sweeper`` (``hydra.sweeper``) names an Optuna study."""
     jobs = []
     for f in sorted((sweep_dir / JOBS_DIR).glob("*.json"), key=lambda p: int(p.stem)):
         try:
@@ -89,7 +90,9 @@ def write_sweep_summary(sweep_dir: Path, cfg: DictConfig, sweeper: Any, exit_on_
     diverged = [j for j in jobs if j["status"] == Status.DIVERGED]  # an outcome (NaN loss), not a crash
     dry = bool(OmegaConf.select(cfg, "sweep.dry_run", default=False))
     valued = [j for j in jobs if finite_or_none(j["objective"]["value"]) is not None]
-    no_value = bool(jobs) and not dry and not valued  # nothing for a sweeper to pick from
+    # nothing for a sweeper to pick from; a job stopped by a signal has not ended and resumes
+    ended = [j for j in jobs if j["status"] not in (Status.INTERRUPTED, Status.PREEMPTED)]
+    no_value = bool(ended) and not dry and not valued
     summary: dict[str, Any] = {
         "sweep_dir": str(sweep_dir),
         "n_jobs": len(jobs),
@@ -189,8 +192,8 @@ def check_sweep(config: DictConfig) -> tuple[int, list[tuple[int, list[str], Bas
     """Compose and check every job; return ``(number of jobs, [(job number, swept overrides, error)])``."""
     from hydra.core.global_hydra import GlobalHydra
 
+    from xformer.config.check import check_config
     from xformer.data.errors import DataError
-    from xformer.jobs.config_check import check_config
     from xformer.model import ConfigError
 
     loader = GlobalHydra.instance().config_loader()

@@ -12,7 +12,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from .checkpoints import flat, last_checkpoint, runtime_keys, under
+from xformer.config.checkpoint import flat, runtime_keys, under
+
+from .checkpoints import last_checkpoint
 from .record import FILE, Status, read_record
 
 #: The configs recorded in the job folders when this invocation started (``{num: config}``).

@@ -9,9 +9,10 @@ import lightning as L
 from lightning.pytorch.loggers import WandbLogger
 from typing_extensions import override
 
+from xformer.config.overrides import override_values
 from xformer.config_types import Range
 
-from .overrides import override_values, swept_keys
+from .overrides import swept_keys
 from .wandb_run import wandb_call
 
 #: summary kind per validation metric (W&B keeps this aggregate in the run's summary)

@@ -47,7 +47,9 @@ def run_fields(node: DictConfig, info: dict) -> tuple[dict[str, Any], dict[str, 
     """The W&B ``(kwargs, full)`` (:func:`fit_wandb_fields`) of this job's run from the logger's ``node`` and the
     job ``info``. Values in ``node`` win; else the name is the overrides that differ between a sweep's jobs,
     the group the sweep folder, the tags ``node.tags`` plus every override."""
-    from .overrides import key_of, swept_keys
+    from xformer.config.overrides import key_of
+
+    from .overrides import swept_keys
 
     swept = [o for o in info["overrides"] if not o.startswith(("hydra.", "trainer.max_steps"))]
     varying = set(swept_keys(info.get("sweep_dir")))

@@ -32,7 +32,7 @@ from typing import Any, Iterable
 
 from omegaconf import OmegaConf
 
-from xformer.jobs.overrides import parse
+from xformer.config.overrides import parse
 from xformer.jobs.record import FILE, RunRecord, Status
 
 log = logging.getLogger(__name__)
@@ -141,7 +141,7 @@ def parse_override(text: str) -> tuple[str, Any] | None:
     a deletion without value (``~key``) or a string without ``=`` gives ``None``."""
     if "=" not in text:
         return None
-    override = parse(text)  # Hydra's own grammar (xformer.jobs.overrides)
+    override = parse(text)  # Hydra's own grammar (xformer.config.overrides)
     if override is not None and not override.is_sweep_override() and not override.is_delete():
         return (override.key_or_group, override.value())
     key, _, val = text.partition("=")  # a value Hydra's grammar refuses (an extension's syntax)

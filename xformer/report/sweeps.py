@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from xformer.jobs.overrides import sweep_values
+from xformer.config.overrides import sweep_values
 
 REPO = Path(__file__).resolve().parents[2]
 CLAIMS_DIR = REPO / "conf" / "experiment" / "claims"
@@ -27,7 +27,7 @@ SWEEPS_DIR = REPO / "sweeps"
 
 def _values(text) -> list:
     """A Hydra sweep value list (``"1,2,4"``, ``"pre,post"``, ``"true,false"``) as Python values, read
-    by Hydra's own override grammar (:func:`xformer.jobs.overrides.sweep_values`)."""
+    by Hydra's own override grammar (:func:`xformer.config.overrides.sweep_values`)."""
     return sweep_values(str(text))
 
 

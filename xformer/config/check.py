@@ -19,10 +19,10 @@ from typing import Annotated, Any, Literal
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from xformer.config.checkpoint import check_checkpoint_model, check_ckpt_file
+from xformer.config.overrides import added_overrides, key_of, parse
 from xformer.config_types import Range, closest, describe, hint, import_target, parameters, value_problem
 from xformer.errors import ConfigError, warn_once
-from xformer.jobs.checkpoints import check_checkpoint_model, check_ckpt_file
-from xformer.jobs.overrides import added_overrides, key_of, parse
 from xformer.train.checkpoint_file import build_model, refusal
 
 # -- the schema: each node against its class --------------------------------------------------------
