@@ -40,7 +40,6 @@ def main(cfg: DictConfig) -> float | None:
         if ctx.plan is not None and ctx.plan.action == "skip":  # finished in an earlier invocation of the sweep
             record = read_record(ctx.out_dir)
             log.info("sweep resume: job %d finished earlier (%s), skipped", ctx.num, ctx.out_dir / "metrics.json")
-            print(f"[resume] job {ctx.num}: finished earlier, skipped", flush=True)
             end = Outcome(Status.FINISHED, 0)
         elif ctx.dry_run:
             check_config(cfg)

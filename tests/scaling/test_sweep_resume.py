@@ -163,7 +163,10 @@ def test_sigkilled_sweep_continues_where_it_stopped_and_matches_uninterrupted(tm
     assert [j.get("resume") for j in s["jobs"]] == ["skipped", "skipped", "resumed", "new"]
     assert [j["status"] for j in s["jobs"]] == ["finished"] * 4
     assert {n: (sweep / n / "metrics.json").read_text() for n in ("0", "1")} == first  # not rerun
-    assert f"job 2: resuming from {sweep / '2' / 'checkpoints' / 'last.ckpt'} (step {stopped_at})" in res.stdout
+    out = res.stdout + res.stderr  # each job's plan is said once on the console
+    assert out.count(f"job 2 continues from {sweep / '2' / 'checkpoints' / 'last.ckpt'} (step {stopped_at})") == 1
+    assert [out.count(f"job {n} finished earlier") for n in (0, 1)] == [1, 1]
+    assert out.count("2 finished jobs skipped, 1 resumed from last.ckpt, 1 to run") == 1
     for n in ("0", "1", "2", "3"):
         got, want = metrics(sweep / n), metrics(ref / n)
         assert got["status"] == "finished" and got["global_step"] == 16

@@ -155,3 +155,15 @@ def test_a_claim_sweep_without_its_data_variable_writes_nothing(tmp_path):
     assert res.returncode == 2 and len(lines) == 1, lines
     assert lines[0].startswith("error: data.root=${oc.env:XFORMER_DATA}") and "export XFORMER_DATA=" in lines[0]
     assert list(tmp_path.iterdir()) == []  # neither the sweep folder, a job folder nor a summary
+
+
+def test_a_key_of_other_options_also_names_the_keys_of_the_chosen_one():
+    """``data.batch_size`` on the default task (which sizes batches in tokens): the line names the data options
+    that have the key and every key of the chosen data node, ``tokens_per_batch`` among them."""
+    from hydra import compose, initialize_config_dir
+
+    line = first_error(["data.batch_size=32"], CONF)
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        chosen = [str(k) for k in compose("config").data if not str(k).startswith("_")]
+    assert line is not None and "batch_size is a key of data=" in line and "\n" not in line
+    assert "tokens_per_batch" in chosen and all(key in line.rsplit("keys: ", 1)[1].split(", ") for key in chosen)

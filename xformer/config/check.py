@@ -632,8 +632,9 @@ def _line_for(arg: str, conf: Path, err: BaseException, others: list[str], loade
             return f"{arg}: the root config has no key {head!r}. Fix: {fix}"
         group = parent.replace(".", "/")
         owners = [o for o in loader.get_group_options(group) if leaf in _yaml_keys(conf / group / f"{o}.yaml")]
-        if owners:
+        if owners:  # and the keys of the chosen option, where the setting may have another name
             fix = f"{leaf} is a key of {group}={', '.join(owners)}: choose one (e.g. {group}={owners[0]} {arg})"
+            fix += f", or set one of this {parent}'s keys: {', '.join(keys)}" if keys else ""
         else:
             fix = f"{hint(leaf, keys)} (or +{arg} to add a key the node does not declare)"
         return f"{arg}: {parent} has no key {leaf!r}. Fix: {fix}"

@@ -303,7 +303,6 @@ def run(cfg: DictConfig, ctx: JobContext | None = None) -> tuple[Outcome, RunRec
     if ctx.plan is not None and ctx.plan.action == "resume":  # a sweep job killed earlier
         step = checkpoint_step(ctx.plan.checkpoint)
         log.info("sweep resume: job %d continues from %s (step %s)", ctx.num, ctx.plan.checkpoint, step)
-        print(f"[resume] job {ctx.num}: resuming from {ctx.plan.checkpoint} (step {step})", flush=True)
     if cfg.mode == "eval":
         cfg = config_from_checkpoint(cfg, ctx.overrides, ctx.ckpt)
     job = build(cfg, ctx, clock)

@@ -158,10 +158,6 @@ class ResumeSweep(Callback):
             log.info(
                 "sweep resume: %s: %d finished jobs skipped, %d resumed from last.ckpt, %d to run", sweep_dir, *counts
             )
-            print(
-                f"[resume] {sweep_dir}: {counts[0]} finished (skipped), {counts[1]} resumed, {counts[2]} new",
-                flush=True,
-            )
             return
         num, overrides, diff = bad[0]
         more = f" (and {len(bad) - 1} more jobs)" if len(bad) > 1 else ""
