@@ -366,5 +366,5 @@ def test_scancel_of_running_sweep_then_its_printed_command_resumes_it(slurm_clus
     summary = {job["num"]: job for job in json.loads((sweep / "sweep_summary.json").read_text())["jobs"]}
     assert summary[0]["resume"] == "skipped" and summary[1]["resume"] == "resumed"
     logs = "".join(p.read_text() for p in sweep.glob(".submitit/*/*_log.out"))
-    assert f"resuming from {sweep / '1' / 'checkpoints' / 'last.ckpt'} (step {stopped['global_step']})" in logs
+    assert f"job 1 continues from {sweep / '1' / 'checkpoints' / 'last.ckpt'} (step {stopped['global_step']})" in logs
     assert_same_numbers(sweep / "1", reference)
