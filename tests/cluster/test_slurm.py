@@ -327,7 +327,16 @@ def test_scancel_of_running_sweep_then_its_printed_command_resumes_it(slurm_clus
     # the default W&B logger: scancel's SIGTERM reaches every process of the job, W&B's service too
     cmd = [PYTHON, str(REPO / "run.py"), "-m", *SLURM_LAUNCHER, *TRAIN, *slow, f"hydra.sweep.dir={sweep}"]
     cmd = [*cmd, "trainer.max_steps=4,30"]
-    first = subprocess.Popen(cmd, cwd=tmp_path, env=slurm_cluster.env(tmp_path), stdout=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        cmd,
+        cwd=tmp_path,
+        env=slurm_cluster.env(tmp_path),
+        stdout=subprocess.PIPE,
+        text=True,
+        # Ctrl-C reaches it as from a terminal also when the test session runs in the background (`&`,
+        # nohup), whose ignored SIGINT the sweep's process would inherit and keep
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     csv = sweep / "1" / "csv" / "metrics.csv"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:

@@ -30,6 +30,8 @@ def _start(args: list[str], tmp_path: Path) -> subprocess.Popen:
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,  # a signal to the group reaches only this run, as Ctrl-C at its terminal
+        # SIGINT as at a terminal, also when the test session runs in the background (its SIGINT is ignored)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
