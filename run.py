@@ -28,7 +28,7 @@ log = logging.getLogger("xformer")
 def main(cfg: DictConfig) -> float | None:
     """One job, top to bottom: its context, the config check, training and testing (or a dry run), its end."""
     from xformer.config.check import check_config, check_config_first, check_devices
-    from xformer.errors import ConfigError
+    from xformer.errors import ConfigError, held_warnings
     from xformer.jobs.context import Outcome, fallback, job_context, outcome_of
     from xformer.jobs.record import Status, read_record
 
@@ -42,14 +42,16 @@ def main(cfg: DictConfig) -> float | None:
             log.info("sweep resume: job %d finished earlier (%s), skipped", ctx.num, ctx.out_dir / "metrics.json")
             end = Outcome(Status.FINISHED, 0)
         elif ctx.dry_run:
-            check_config(cfg)
+            with held_warnings():  # a refused config prints its error line alone
+                check_config(cfg)
             label = f"job {ctx.num}" if ctx.multirun else "run"
             print(f"[dry run] {label}: {' '.join(ctx.overrides) or '(defaults)'} -> config ok", flush=True)
             end = Outcome(Status.VALIDATED, 0)
         else:
             if ctx.job is None:  # not a rank of a -m job, whose process checked both
-                check_config_first(cfg, ctx.ckpt)  # the config alone and the model on the meta device: no Lightning
-                check_devices(cfg)  # the GPUs it asks for are here (a dry run or a sweep's check may run without)
+                with held_warnings():  # a refused config prints its error line alone
+                    check_config_first(cfg, ctx.ckpt)  # the config alone, the model on the meta device: no Lightning
+                    check_devices(cfg)  # the GPUs it asks for are here (a dry run or a sweep's check may run without)
             from xformer.jobs.distributed import run_job
             from xformer.jobs.driver import run
 

@@ -3,6 +3,9 @@ config before it imports either), and the one-per-sweep config warning."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -40,3 +43,23 @@ def warn_once(message: str, cfg: DictConfig | None = None) -> None:
         return
     os.environ["XFORMER_WARNED"] = ",".join([*seen, key])
     log.warning("%s", message)
+
+
+@contextlib.contextmanager
+def held_warnings(logger: str = "xformer") -> Iterator[None]:
+    """Hold the records ``logger`` gets inside the block, and log them when the block ends without an exception;
+    when it raises (a refused config) they are dropped, so the refusal's ``error:`` line is all that is printed."""
+    held: list[logging.LogRecord] = []
+
+    def hold(record: logging.LogRecord) -> bool:
+        held.append(record)
+        return False
+
+    log = logging.getLogger(logger)
+    log.addFilter(hold)
+    try:
+        yield
+    finally:
+        log.removeFilter(hold)
+    for record in held:
+        log.handle(record)

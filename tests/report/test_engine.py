@@ -494,6 +494,20 @@ def test_only_the_claims_a_sweep_asks_about_are_decided(tmp_path):
     assert [r.claim for r in results] == ["C1"] and "guessed" in note
 
 
+def test_jobs_of_one_setting_without_an_experiment_decide_no_claim(tmp_path):
+    """Three seeds of the default run (no swept key, no ``experiment=claims/...``): nothing is compared, so no
+    claim is guessed, though the default task logs a metric some claims' thresholds read (C13's exact match)."""
+    root = tmp_path / "one"
+    for seed in (1, 2, 3):
+        job(
+            root, seed - 1, [f"seed={seed}"], {"test/loss": 2.0, "val/exact_match": 0.95}, flat(0.95, "val/exact_match")
+        )
+    sweep = aggregate([root])
+    assert sweep.swept_keys == [] and "val/exact_match" in sweep.metric_keys
+    results, note = evaluate(sweep)
+    assert results == [] and "vary no setting" in note
+
+
 def test_a_throwaway_claim_is_one_yaml_and_decides_with_no_other_file(tmp_path):
     from xformer.report.catalog import claims_markdown
     from xformer.report.claims_table import render

@@ -203,3 +203,68 @@ def test_a_trainer_value_lightning_refuses_is_one_error_line(override, says, tmp
     with pytest.raises(ConfigError, match=says) as err:
         build_trainer(cfg, [])
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("devices", "two"), ("devices", "0"), ("strategy", "bogus"), ("accelerator", "tpu")],
+)
+def test_a_trainer_value_lightning_refuses_is_named_by_its_key_before_any_data(key, value, tmp_path):
+    """Stage 3 builds the trainer from its node before the data is read: the line names the one key whose value
+    Lightning's own ``Trainer`` refuses (checked here against ``lightning.Trainer`` with that key alone)."""
+    import lightning as L
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    from xformer.config.check import trainer_accepts
+
+    with pytest.raises((ValueError, TypeError, ImportError, MisconfigurationException)):  # Lightning refuses it
+        L.Trainer(**{key: int(value) if value.isdigit() else value}, logger=False, enable_checkpointing=False)
+    cfg = _compose([f"trainer.{key}={value}", f"paths.output_dir={tmp_path}", "logger=none"])
+    with pytest.raises(ConfigError, match=rf"^trainer\.{key}={value}: .+ Fix: another trainer\.{key} ") as err:
+        trainer_accepts(cfg)
+    assert "\n" not in str(err.value)
+    trainer_accepts(_compose([f"paths.output_dir={tmp_path}", "logger=none"]))  # the default trainer passes
+
+
+def test_run_py_refuses_a_trainer_value_in_one_line_before_reading_data(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    res = subprocess.run(
+        [sys.executable, str(REPO / "run.py"), "trainer.devices=two", f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "HYDRA_FULL_ERROR": "0"},
+    )
+    out = res.stdout + res.stderr
+    assert res.returncode == 2, out[-2000:]
+    errors = [ln for ln in out.splitlines() if "error" in ln.lower()]
+    assert len(errors) == 1 and errors[0].startswith("error: trainer.devices=two: "), out[-2000:]
+    assert "parameters:" not in out and "Traceback" not in out  # no data read, no model built
+
+
+def test_a_refused_run_prints_its_error_line_alone_and_a_valid_one_keeps_its_warnings(tmp_path):
+    """``trainer.max_steps=5`` draws the warm-up warning (stage 1); ``model.dropout=2`` is refused in stage 2:
+    the refused run prints only its ``error:`` line, the same settings without the mistake print the warning."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "HYDRA_FULL_ERROR": "0"}
+        cmd = [sys.executable, str(REPO / "run.py"), "trainer.max_steps=5", f"hydra.run.dir={tmp_path}", *args]
+        return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=env)
+
+    refused = run("model.dropout=2")
+    lines = [ln for ln in (refused.stdout + refused.stderr).splitlines() if ln.strip()]
+    assert refused.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: model.dropout=2"), lines
+    valid = run("sweep.dry_run=true")
+    out = valid.stdout + valid.stderr
+    assert valid.returncode == 0 and "optim.warmup_steps=400 > trainer.max_steps=5" in out, out[-2000:]
+    assert "warmup_steps=400 > trainer.max_steps=5" in (tmp_path / "run.log").read_text()  # the job's log keeps it

@@ -476,12 +476,77 @@ def check_model(cfg: DictConfig, ckpt: str | None = None) -> None:
         check_checkpoint_model(cfg, ckpt)
 
 
-def check_data_options(cfg: DictConfig):
-    """Stage 3: the remaining nodes, and ``cfg.data`` built (nothing read). Returns the data module, not set up.
+def bare_trainer(target: str, keys: dict):
+    """Lightning's ``target`` trainer built from ``keys`` alone (no logger, callbacks or checkpoints), without
+    its device summary or warnings. Raises: what the trainer's constructor raises."""
+    import warnings
+
+    from hydra.utils import instantiate
+
+    quiet = [logging.getLogger(f"lightning.{p}.utilities.rank_zero") for p in ("pytorch", "fabric")]
+    for lg in quiet:  # the device summary: printed once, by the run's own trainer
+        lg.disabled = True
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return instantiate({"_target_": target, **keys}, logger=False, enable_checkpointing=False, callbacks=[])
+    finally:
+        for lg in quiet:
+            lg.disabled = False
+
+
+def trainer_accepts(cfg: DictConfig) -> None:
+    """Lightning's own checks of the ``trainer`` node (an accelerator it cannot use, a device count given as a
+    word, an unknown strategy), run by building the trainer before any data is read; a refusal names the first
+    key whose value Lightning refuses, adding the node's keys one by one in their order. A GPU accelerator is
+    left to :func:`check_devices`, which only the training run applies (a login node may have no GPU).
     Raises: ConfigError."""
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    node = _get(cfg, "trainer")
+    if not isinstance(node, DictConfig) or "_target_" not in node or str(node.get("accelerator")) in _ACCELERATORS:
+        return
+    target = str(node._target_)
+    keys: dict[str, Any] = {}
+    for key in (str(k) for k in node if k != "_target_" and k not in CONSUMED.get(target, ())):
+        try:
+            value = node[key]
+            keys[key] = (
+                OmegaConf.to_container(value, resolve=True) if isinstance(value, (DictConfig, ListConfig)) else value
+            )
+        except Exception:  # ${hydra:...} outside a job (a sweep's check), or a reference named by another check
+            continue
+    kinds = (ValueError, TypeError, MisconfigurationException, ImportError)
+    try:
+        bare_trainer(target, keys)
+        return
+    except Exception as err:
+        if refusal(err, kinds) is None:
+            raise
+    given: dict = {}
+    for key, value in keys.items():
+        given[key] = value
+        try:
+            bare_trainer(target, given)
+        except Exception as err:
+            if (own := refusal(err, (ConfigError,))) is not None:  # a strategy of xformer's: its line as it is
+                raise ConfigError(own) from None
+            if (why := refusal(err, kinds)) is None:
+                raise
+            sub = node.get(key)
+            shown = f"{key} ({sub._target_})" if isinstance(sub, DictConfig) and "_target_" in sub else f"{key}={sub}"
+            raise ConfigError(
+                f"trainer.{shown}: {why.rstrip('.')}. Fix: another trainer.{key} (lightning.Trainer {key})"
+            ) from None
+
+
+def check_data_options(cfg: DictConfig):
+    """Stage 3: the remaining nodes, the trainer's settings as Lightning checks them, and ``cfg.data`` built
+    (nothing read). Returns the data module, not set up. Raises: ConfigError."""
     from hydra.utils import instantiate
 
     check_targets(cfg, early=False)
+    trainer_accepts(cfg)
     try:
         dm = instantiate(cfg.data)
     except Exception as err:

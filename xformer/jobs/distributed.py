@@ -68,21 +68,16 @@ def ranks_to_start(trainer_cfg: Any) -> int:
     """How many processes :func:`run_job` starts for a ``-m`` job: the trainer's devices when Lightning's
     launcher would re-run the script to start them, else 0 (also for a config Lightning refuses: the job
     reports it). Lightning decides: a ``Trainer`` is built from ``trainer_cfg`` and asked for its launcher."""
-    from hydra.utils import instantiate
     from omegaconf import OmegaConf
+
+    from xformer.config.check import bare_trainer
 
     keys = [k for k in ("accelerator", "devices", "num_nodes", "strategy", "plugins") if k in trainer_cfg]
     kwargs = OmegaConf.to_container(OmegaConf.masked_copy(trainer_cfg, keys), resolve=True)
-    quiet = [logging.getLogger(f"lightning.{p}.utilities.rank_zero") for p in ("pytorch", "fabric")]
-    for lg in quiet:  # the device summary is printed once, by the job's trainer
-        lg.disabled = True
     try:
-        trainer = instantiate({"_target_": "lightning.Trainer", **kwargs}, logger=False, enable_checkpointing=False)
-    except Exception:
+        trainer = bare_trainer("lightning.Trainer", kwargs)
+    except Exception:  # the job's own trainer reports it
         return 0
-    finally:
-        for lg in quiet:
-            lg.disabled = False
     # only Lightning's script launcher holds a cluster environment (ddp_spawn forks, which works in a sweep)
     env = getattr(trainer.strategy.launcher, "cluster_environment", None)
     return trainer.num_devices if trainer.num_devices > 1 and env and not env.creates_processes_externally else 0

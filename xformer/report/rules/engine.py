@@ -147,6 +147,8 @@ def applicable(
     names = sweep_names(sweep)
     if names:
         return [(c, None) for c in claims if set(c.sweeps) & names], ""
+    if not sweep.swept_keys and bench is None:  # one setting: there is nothing to compare
+        return [], "the jobs vary no setting and record no experiment, so no claim is decided (sweep a key with -m)"
     ctx = Context(sweep, bench)
     found: list[tuple[Claim, list[Part] | None]] = []
     for c in claims:
