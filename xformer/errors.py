@@ -24,16 +24,17 @@ def warn_once(message: str, cfg: DictConfig | None = None) -> None:
     import logging
     import os
 
-    from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
+
+    from xformer.hydra_job import sweep_dir
 
     log = logging.getLogger("xformer")
 
     scope = ""
     if cfg is not None and "hydra" in cfg:  # a job's config checked by the sweep before it starts
         scope = str(OmegaConf.select(cfg, "hydra.sweep.dir", default="") or "")
-    elif HydraConfig.initialized() and str(HydraConfig.get().mode) == "RunMode.MULTIRUN":
-        scope = str(HydraConfig.get().sweep.dir)
+    elif (folder := sweep_dir()) is not None:
+        scope = str(folder)
     if not scope:
         log.warning("%s", message)
         return

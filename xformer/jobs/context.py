@@ -6,11 +6,12 @@ from __future__ import annotations
 import errno
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig, OmegaConf
 
 from xformer.errors import ConfigError
+from xformer.hydra_job import sweep_dir as hydra_sweep_dir
 
 from .checkpoints import resolve_ckpt_path
 from .overrides import sweep_job_facts
@@ -67,11 +68,6 @@ class JobContext:
         }
 
 
-def sweep_dir_of(hc: Any) -> Path | None:
-    """The sweep folder of the job whose Hydra config is ``hc`` (``HydraConfig.get()``), None for a single run."""
-    return Path(str(hc.sweep.dir)) if str(hc.mode) == "RunMode.MULTIRUN" else None
-
-
 def job_context(cfg: DictConfig) -> JobContext:
     """The context of the job ``cfg`` describes. A sweep job with a ``last.ckpt`` to resume gets
     ``cfg.ckpt_path=last``; one whose folder records another config gets the plan ``refuse``."""
@@ -83,7 +79,7 @@ def job_context(cfg: DictConfig) -> JobContext:
         return JobContext(out_dir, None if dry else resolve_ckpt_path(cfg, out_dir, warn=True), dry_run=dry)
     hc = HydraConfig.get()
     out_dir = Path(hc.runtime.output_dir)
-    sweep_dir = sweep_dir_of(hc)
+    sweep_dir = hydra_sweep_dir(hc)
     num = int(hc.job.num) if sweep_dir is not None else None
     plan = None
     if sweep_dir is not None and not dry and OmegaConf.select(cfg, "sweep.resume", default=True):

@@ -12,6 +12,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from xformer.config.overrides import key_of, sweep_override_keys
+from xformer.hydra_job import sweep_dir
 
 #: Set by a ``-m`` job for the ranks it runs under ``torchrun`` (xformer.jobs.distributed.run_job): JSON with
 #: the job's ``info`` (``metrics.json``'s ``job``) and the sweep's ``resume`` command.
@@ -36,7 +37,7 @@ def resume_command(job_dir: Path) -> str:
             hydra = HydraConfig.get()
             given = [*hydra.overrides.hydra, *hydra.overrides.task]
             overrides = [o for o in given if key_of(o) not in ("ckpt_path", "hydra.run.dir", "hydra.mode")]
-            if str(hydra.mode) == "RunMode.MULTIRUN":
+            if sweep_dir(hydra) is not None:
                 return sweep_resume_command(HydraConfig.instance().cfg)
     except Exception:  # outside Hydra, or no sweep folder to read: the job's own command below
         pass

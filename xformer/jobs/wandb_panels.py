@@ -103,7 +103,7 @@ class WandbPanels(L.Callback):
         """``params/<part>``, ``claim``, ``swept`` and each swept key's value (:func:`top_level_key`)."""
         from hydra.core.hydra_config import HydraConfig
 
-        from .context import sweep_dir_of
+        from xformer.hydra_job import sweep_dir as sweep_dir_of
 
         out: dict[str, Any] = {}
         breakdown = getattr(getattr(pl_module, "model", None), "param_breakdown", None)
