@@ -1,6 +1,6 @@
 """Test callbacks that stop a ``run.py`` job after a given number of training micro-batches, the way
-a real stop would: ``SigtermAt`` sends the process SIGTERM (as SLURM preemption does; Lightning stops
-after the batch and ``StopCheckpoint`` saves), ``TimeUpAt`` makes Lightning's ``max_time`` timer
+a real stop would: ``SigtermAt`` sends the process SIGTERM (as SLURM preemption does; the run stops at
+the end of the optimizer step in flight and ``StopCheckpoint`` saves), ``TimeUpAt`` makes Lightning's ``max_time`` timer
 expire (``trainer.max_time`` must be set so the timer exists), ``SigkillAt`` kills the process with
 SIGKILL as a crash, the OOM killer or a lost node does (nothing runs after it: the job folder keeps
 what the periodic ``last.ckpt`` saved before)."""
@@ -16,13 +16,14 @@ from typing_extensions import override
 
 
 class SigtermAt(L.Callback):
-    """Send SIGTERM to this process at the end of its ``batches``-th training micro-batch."""
+    """Send SIGTERM to this process as its ``batches``-th training micro-batch starts (the signal arrives
+    while that micro-batch is in flight)."""
 
     def __init__(self, batches: int) -> None:
         self.batches, self.seen = int(batches), 0
 
     @override
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:  # noqa: D102
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:  # noqa: D102
         self.seen += 1
         if self.seen == self.batches:
             os.kill(os.getpid(), signal.SIGTERM)
@@ -60,7 +61,7 @@ class SigkillAt(L.Callback):
 
 
 class SigintAt(L.Callback):
-    """Press Ctrl-C (SIGINT to this process) at the end of its ``batches``-th training micro-batch.
+    """Press Ctrl-C (SIGINT to this process) as its ``batches``-th training micro-batch starts.
 
     SIGINT gets Python's default handler when this callback is built (before ``fit``), as in a
     terminal, also when the test session runs in the background (which would leave it ignored):
@@ -71,7 +72,7 @@ class SigintAt(L.Callback):
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
     @override
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:  # noqa: D102
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:  # noqa: D102
         self.seen += 1
         if self.seen == self.batches:
             os.kill(os.getpid(), signal.SIGINT)

@@ -9,13 +9,14 @@ the best checkpoint
 (``best-<step>.ckpt`` of a validation), SIGTERM and Ctrl-C (``StopCheckpoint``), the end of ``fit``
 (``max_steps``) and ``max_time`` (Lightning's timer). Positions: inside an epoch, an epoch's last
 batch, the last batch of an epoch shortened by ``trainer.limit_train_batches``, inside an
-accumulation window (SIGTERM or ``max_time`` between micro-batches), and with ``data.num_workers=2``;
+accumulation window (SIGTERM or ``max_time`` between micro-batches: the run finishes the window's step
+before it stops), and with ``data.num_workers=2``;
 with ``trainer.accumulate_grad_batches`` 1 and 2. The resumed run must train the same batches in
 the same order with the same epoch numbers as the uninterrupted run: per micro-batch
 ``(step, epoch, batch index, tokens seen)``, every step's ``train/loss`` and the final
 ``tokens_seen`` are compared exactly, and so are the steps validated after the checkpoint's and the
-step labels of their CSV rows. The data position stored is that of the last batch whose update is in
-the saved weights.
+step labels of their CSV rows. Every checkpoint holds whole optimizer steps, and the data position
+stored is that of the last batch whose update is in the saved weights.
 
 Fast set: resumes from the checkpoint of a final validation and of a validation step; the single
 cases before them and the whole matrix are ``slow``.
@@ -99,14 +100,22 @@ def _check(
     step: int | None = None,
     micro_batches: int | None = None,
 ) -> None:
-    """Stop by ``trigger`` with the checkpoint at optimizer ``step`` (or, for SIGTERM/max_time, after
-    ``micro_batches`` micro-batches), resume with ``max_steps=TOTAL``, compare with the reference."""
+    """Stop by ``trigger`` with the checkpoint at optimizer ``step`` (or, for SIGTERM, Ctrl-C and max_time,
+    signalled during micro-batch ``micro_batches``), resume with ``max_steps=TOTAL``, compare with the
+    reference."""
     data = [*data, f"trainer.accumulate_grad_batches={accumulate}"]
     ref_batches, ref_losses, ref_tokens, ref_vals, ref_val_rows = _reference(tmp_path_factory, data)
     if micro_batches is None:  # the micro-batch that completes optimizer step `step`
         micro_batches = next(i for i, b in enumerate(ref_batches) if b[0] == step) + 1
-    step = ref_batches[micro_batches - 1][0]
-    kept = next(i for i, b in enumerate(ref_batches) if b[0] == step) + 1  # updates in the checkpoint
+    after_batch = [b[0] for b in ref_batches]  # global_step after each micro-batch
+    # a stop lands at the end of the optimizer step in flight: the first micro-batch from `micro_batches`
+    # on that completes a step (in the reference, its global_step is one more than the batch before's)
+    kept = next(
+        i
+        for i in range(micro_batches, len(ref_batches) + 1)
+        if after_batch[i - 1] > (after_batch[i - 2] if i > 1 else 0)
+    )
+    step = after_batch[kept - 1]  # the checkpoint holds micro-batches 1..kept, optimizer steps 1..step
     job = tmp_path / "job"
     resume = [*data, f"trainer.max_steps={TOTAL}", "ckpt_path=last"]
     if trigger == "periodic":
@@ -150,6 +159,7 @@ def _check(
         ]
         status = 143 if trigger == "sigterm" else 130
         before = _run(tmp_path, job, [*data, f"trainer.max_steps={TOTAL}", *stop], "first", status=status)
+        assert len(before) == kept  # trained on to the end of the step in flight, and no further
     elif trigger == "max_time":
         timed = ["trainer.max_time=00:01:00:00"]
         stop = [
@@ -157,6 +167,7 @@ def _check(
             f"+callbacks.stop.batches={micro_batches}",
         ]
         before = _run(tmp_path, job, [*data, *timed, f"trainer.max_steps={TOTAL}", *stop], "first")
+        assert len(before) == kept
         resume = [*resume, *timed]
     else:
         raise AssertionError(trigger)
@@ -196,7 +207,8 @@ def test_resume_at_the_end_of_an_epoch_shortened_by_limit_train_batches(tmp_path
 @pytest.mark.slow  # suite time: ~17 s; the matrix covers it
 def test_sigterm_inside_an_accumulation_window_resumes_the_whole_window(tmp_path, tmp_path_factory):
     """6 batches per epoch, accumulation 2: SIGTERM after micro-batch 5 (the first of step 3's window):
-    the checkpoint holds step 2, and the resumed run accumulates micro-batches 5 and 6 into step 3."""
+    the run trains micro-batch 6 and steps before it stops, so the checkpoint holds step 3 and the resumed
+    run goes on with micro-batch 7."""
     _check(tmp_path, tmp_path_factory, "sigterm", ["data.tokens_per_batch=1024"], 2, micro_batches=5)
 
 

@@ -268,3 +268,19 @@ def test_a_refused_run_prints_its_error_line_alone_and_a_valid_one_keeps_its_war
     out = valid.stdout + valid.stderr
     assert valid.returncode == 0 and "optim.warmup_steps=400 > trainer.max_steps=5" in out, out[-2000:]
     assert "warmup_steps=400 > trainer.max_steps=5" in (tmp_path / "run.log").read_text()  # the job's log keeps it
+
+
+def test_a_timed_checkpoint_under_accumulation_is_refused():
+    """A save by wall time can fall between the micro-batches of a step, whose gradients no checkpoint
+    holds: refused with accumulation, named with the step-counted fix; without accumulation it passes."""
+    timed = [
+        "+callbacks.last_checkpoint.train_time_interval={seconds: 60}",
+        "callbacks.last_checkpoint.every_n_train_steps=null",
+    ]
+    with pytest.raises(
+        ConfigError,
+        match=r"^callbacks.last_checkpoint.train_time_interval: with trainer.accumulate_grad_batches=2 .*"
+        r"Fix: callbacks.last_checkpoint.every_n_train_steps=<steps> instead$",
+    ):
+        check_static(_compose([*timed, "trainer.accumulate_grad_batches=2"]))
+    check_static(_compose(timed))

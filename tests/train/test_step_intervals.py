@@ -90,3 +90,38 @@ def test_log_every_n_steps_counts_optimizer_steps_with_accumulation(tmp_path):
 )
 def test_optimizer_steps_in_epoch(done, accumulate, steps):
     assert optimizer_steps_in_epoch(done, accumulate) == steps
+
+
+@pytest.mark.parametrize(
+    "interval, epochs",
+    [("0.5", "1"), pytest.param("'00:00:00:00'", "null", marks=pytest.mark.slow)],
+    ids=["fraction", "time"],
+)
+def test_a_fraction_or_a_time_interval_validates_at_the_end_of_an_optimizer_step(tmp_path, interval, epochs):
+    """3 batches per epoch, accumulation 2 (2 steps per epoch). Half an epoch is 1 of its 2 steps (in
+    Lightning's count, 1 of 3 batches: a validation inside the first step's window), and a zero time is
+    due after every micro-batch: both validate once after each optimizer step and never between the
+    micro-batches of one, so no best checkpoint falls inside an accumulation window."""
+    probe = tmp_path / "probe.json"
+    res = run_py(
+        [
+            *T,
+            "trainer.max_steps=4",
+            f"trainer.val_check_interval={interval}",
+            f"trainer.check_val_every_n_epoch={epochs}",
+            "trainer.accumulate_grad_batches=2",
+            f"hydra.run.dir={tmp_path / 'job'}",
+            "+callbacks.probe._target_=tests.train.step_probe.Probe",
+            f"+callbacks.probe.path={probe}",
+        ],
+        tmp_path,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    ev = [e for e in events(probe) if e["kind"] in ("batch", "val")]
+    assert [e["step"] for e in ev if e["kind"] == "val"] == [1, 2, 3, 4]
+    stepped = [e["step"] for e in ev if e["kind"] == "batch"]
+    assert len(stepped) == 6  # the run did accumulate
+    for i, e in enumerate(ev):
+        if e["kind"] == "val":  # the micro-batch before it ended an optimizer step
+            before = [b["step"] for b in ev[:i] if b["kind"] == "batch"]
+            assert before[-1] > (before[-2] if len(before) > 1 else 0)

@@ -330,6 +330,21 @@ def mode_and_checkpoint(cfg: DictConfig) -> None:
         check_ckpt_file(str(path))
 
 
+def saves_on_whole_steps(cfg: DictConfig) -> None:
+    """Accumulation vs timed saves: a ``ModelCheckpoint`` saving by wall time can fall inside an
+    accumulation window, whose gradients no checkpoint holds, so its resume would not continue exactly."""
+    accumulate, callbacks = _get(cfg, "trainer.accumulate_grad_batches", 1), _get(cfg, "callbacks")
+    if not isinstance(accumulate, int) or accumulate <= 1 or not isinstance(callbacks, DictConfig):
+        return
+    for name, node in callbacks.items():
+        if isinstance(node, DictConfig) and node.get("train_time_interval") is not None:
+            raise ConfigError(
+                f"callbacks.{name}.train_time_interval: with trainer.accumulate_grad_batches={accumulate} it can "
+                "save between the micro-batches of a step, which a resume cannot continue. Fix: "
+                f"callbacks.{name}.every_n_train_steps=<steps> instead"
+            )
+
+
 def installed_and_present(cfg: DictConfig) -> None:
     """Each logger's optional package is installed (looked up, not imported); ``data.root`` exists."""
     from importlib.util import find_spec
@@ -384,7 +399,7 @@ def objective_named(cfg: DictConfig) -> None:
 
 
 STATIC = (schedule_length, weight_decay_is_read, precision_and_strategy, mode_and_checkpoint)
-STATIC += (installed_and_present, objective_named)
+STATIC += (saves_on_whole_steps, installed_and_present, objective_named)
 
 
 def optimizer_builds(cfg: DictConfig) -> None:

@@ -20,6 +20,7 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.pytorch.callbacks import Timer
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
@@ -190,16 +191,19 @@ class NonFiniteLossGuard(L.Callback):
 class StopCheckpoint(L.Callback):
     """Save ``<dirpath>/last.ckpt`` when training stops: on SIGTERM, on Ctrl-C, and when ``fit`` ends.
 
-    On Lightning's ``SIGTERMException`` (raised after the current batch) it saves at that consistent point;
-    other exceptions save nothing, so a NaN loss never replaces the last good state (why not Lightning's
-    ``OnExceptionCheckpoint``, which saves on every exception to a file ``ckpt_path=last`` does not find).
-    During ``fit`` a SIGINT handler sets the same stop flag, so Ctrl-C saves too; a second Ctrl-C quits at
-    once (exit 130); an ignored SIGINT stays ignored.
+    SIGTERM and Ctrl-C stop training at the end of the optimizer step in flight: under gradient accumulation
+    the window's remaining micro-batches are trained first, so the checkpoint holds whole steps and a resume
+    needs no rewinding. The stop is Lightning's own (its ``SIGTERMException``, raised after that batch), and
+    this callback saves at that point; other exceptions save nothing, so a NaN loss never replaces the last
+    good state (why not Lightning's ``OnExceptionCheckpoint``, which saves on every exception to a file
+    ``ckpt_path=last`` does not find). A second Ctrl-C quits at once (exit 130); an ignored SIGINT stays
+    ignored.
 
-    With several ranks, SIGTERM and Ctrl-C only mark this rank, and the ranks agree after each batch whether
-    any was marked, so all stop after the same step. Lightning's own SIGTERM handler is replaced during
-    ``fit``: it calls a collective inside the signal handler, which deadlocks when the ranks get the signal
-    at different moments (Lightning#20806). The signal is still passed on to the ranks Lightning started.
+    During ``fit`` the SIGTERM and SIGINT handlers only mark this rank; at each optimizer step's end the
+    ranks agree whether any was marked, so all stop after the same step. Lightning's own SIGTERM handler is
+    replaced during ``fit``: it stops after any micro-batch, and with several ranks it calls a collective
+    inside the signal handler, which deadlocks when the ranks get the signal at different moments
+    (Lightning#20806). The signal is still passed on to the ranks Lightning started.
 
     Args:
         dirpath: folder of ``last.ckpt`` (default: the first checkpoint callback's folder).
@@ -212,7 +216,8 @@ class StopCheckpoint(L.Callback):
         self.save_on_train_end = save_on_train_end
         self._previous: dict[int, Any] = {}  # the handlers this fit replaced
         self._sigints = 0  # Ctrl-C presses during this fit
-        self._marked = False  # several ranks: a stop signal reached this rank, not yet agreed
+        self._marked = False  # a stop signal reached this rank, not yet acted on
+        self._step_before_batch = 0  # global_step when the current micro-batch started
 
     def _path(self, trainer: L.Trainer) -> Path | None:
         dirpath = self.dirpath or (trainer.checkpoint_callback.dirpath if trainer.checkpoint_callback else None)
@@ -224,13 +229,9 @@ class StopCheckpoint(L.Callback):
         self._sigints, self._marked = 0, False
         if threading.current_thread() is not threading.main_thread():
             return
-        ranks = trainer.world_size > 1
 
         def stop(_signum: int) -> None:
-            if ranks:
-                self._marked = True  # agreed in on_train_batch_end
-            else:
-                request_stop(trainer)  # Lightning's stop flag, as on SIGTERM
+            self._marked = True  # acted on at the end of the optimizer step in flight (on_train_batch_end)
 
         def on_sigint(signum, _frame) -> None:
             self._sigints += 1
@@ -238,28 +239,35 @@ class StopCheckpoint(L.Callback):
                 print("\nsecond Ctrl-C: quitting now, nothing more saved", file=sys.stderr, flush=True)
                 os._exit(130)
             print(
-                "\nCtrl-C: stopping after this batch and saving last.ckpt (Ctrl-C again to quit at once)",
+                "\nCtrl-C: stopping after this optimizer step and saving last.ckpt (Ctrl-C again to quit at once)",
                 file=sys.stderr,
                 flush=True,
             )
             stop(signum)
 
         def on_sigterm(signum, _frame) -> None:
-            log.info("received SIGTERM: stopping after this batch and saving last.ckpt")
+            log.info("received SIGTERM: stopping after this optimizer step and saving last.ckpt")
             if not self._marked and trainer.strategy.launcher is not None:
                 trainer.strategy.launcher.kill(signum)  # the ranks Lightning started (none under torchrun/srun)
             stop(signum)
 
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # else ignored or someone else's
             self._previous[signal.SIGINT] = signal.signal(signal.SIGINT, on_sigint)
-        if ranks:
-            self._previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, on_sigterm)
+        self._previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, on_sigterm)
+
+    @override
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        self._step_before_batch = trainer.global_step
 
     @override
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if signal.SIGTERM in self._previous and trainer.strategy.reduce_boolean_decision(self._marked, all=False):
+        if signal.SIGTERM not in self._previous or trainer.global_step == self._step_before_batch:
+            return  # no handlers of ours, or inside an accumulation window
+        if trainer.strategy.reduce_boolean_decision(self._marked, all=False):
             request_stop(trainer)
 
     def _restore_handlers(self) -> None:
@@ -318,15 +326,16 @@ class SlurmRequeue(L.Callback):
     """On SLURM's requeue signal (submitit's USR2, else Lightning's ``SLURMEnvironment`` one): stop after the
     step in flight, let :class:`StopCheckpoint` save ``last.ckpt`` (listed before this callback in the
     config), and requeue the job at exit; the requeued job resumes by itself. Installed at ``setup``, before
-    Lightning, which then leaves the signal alone. Ranks agree after each batch, so all stop at the same
-    step; rank 0 requeues. Does nothing outside SLURM."""
+    Lightning, which then leaves the signal alone. The ranks agree at the end of each optimizer step, so all
+    stop after the same step, never inside an accumulation window; rank 0 requeues. Does nothing outside
+    SLURM."""
 
     def __init__(self) -> None:
-        self._current: L.Trainer | None = None
         self._installed = False
         self._engine_handler: Any = None
         self._received: int | None = None
         self._requeue_registered = False
+        self._step_before_batch = 0  # global_step when the current micro-batch started
 
     @property
     def received_signal(self) -> str | None:
@@ -334,7 +343,6 @@ class SlurmRequeue(L.Callback):
 
     @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        self._current = trainer
         if self._installed or "SLURM_JOB_ID" not in os.environ:  # no requeue signal outside a SLURM job
             return
         from . import slurm
@@ -355,17 +363,20 @@ class SlurmRequeue(L.Callback):
                 "SLURM sent %s: saving last.ckpt after the step in flight, then requeueing this job",
                 signal.Signals(signum).name,
             )
-        trainer = self._current
-        if trainer is not None and trainer.world_size == 1:
-            request_stop(trainer)  # one process: stop after this step (or this validation batch)
+
+    @override
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        self._step_before_batch = trainer.global_step
 
     @override
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if not self._installed or trainer.world_size == 1:
-            return
-        # the ranks get the signal at different moments: agree after the same batch
+        if not self._installed or trainer.global_step == self._step_before_batch:
+            return  # outside SLURM, or inside an accumulation window
+        # the ranks get the signal at different moments: agree at the end of the same step
         if trainer.strategy.reduce_boolean_decision(self._received is not None, all=False):
             request_stop(trainer)
 
@@ -378,6 +389,35 @@ class SlurmRequeue(L.Callback):
         if not self._requeue_registered:
             self._requeue_registered = True
             atexit.register(slurm.requeue, self._received, self._engine_handler)
+
+
+class OptimizerStepTimer(Timer):
+    """Lightning's ``Timer`` (``trainer.max_time``) whose time is checked at the end of each optimizer step
+    only, so a run stopped by the clock ends on a whole step, never inside an accumulation window (Lightning's
+    own checks after every micro-batch). Its state keeps the key of Lightning's ``Timer``, so the elapsed time
+    of a checkpoint either wrote carries over to the resumed run.
+
+    Args:
+        duration: the time budget, as ``trainer.max_time`` takes it (``"DD:HH:MM:SS"``, a ``timedelta`` or a
+            dict of its keyword arguments)."""
+
+    def __init__(self, duration: Any, **kwargs: Any) -> None:
+        super().__init__(duration=duration, interval="step", **kwargs)
+        self._step_before_batch = 0
+
+    @property
+    @override
+    def state_key(self) -> str:
+        return Timer.__qualname__
+
+    @override
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
+        self._step_before_batch = trainer.global_step
+
+    @override
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
+        if trainer.global_step != self._step_before_batch:  # this micro-batch ended an optimizer step
+            super().on_train_batch_end(trainer, *args, **kwargs)
 
 
 class StepSeed(L.Callback):

@@ -32,7 +32,7 @@ from xformer.lightning_compat import RichBarWithDescription
 from xformer.train.checkpoint_file import build_model, read_checkpoint, refusal
 from xformer.train.module import TransformerLitModule
 
-from .callbacks import NonFiniteLossGuard
+from .callbacks import NonFiniteLossGuard, OptimizerStepTimer
 from .checkpoints import checkpoint_step, slurm_job_key
 from .context import JobContext, Outcome, job_context, outcome_of
 from .distributed import logging_spec, replay_logging
@@ -133,6 +133,8 @@ def build_trainer(cfg: DictConfig, loggers: list, clock: WallClock | None = None
     callbacks.append(RerootCheckpoints())
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     trainer_cfg.pop("compile", None)
+    if (max_time := trainer_cfg.pop("max_time", None)) is not None:
+        callbacks.append(OptimizerStepTimer(max_time))  # Lightning's timer, checked at optimizer steps' ends
     trainer_cfg.setdefault("use_distributed_sampler", False)  # the data modules shard batches across ranks
     if trainer_cfg.get("enable_progress_bar", True) and not any(isinstance(c, ProgressBar) for c in callbacks):
         callbacks.append(progress_bar())  # Lightning's default bar, reading "Epoch N" when max_epochs=-1

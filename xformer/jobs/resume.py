@@ -36,9 +36,11 @@ class ConsistentResume(L.Callback):
     * ``max_steps`` or ``max_time`` ending ``fit`` mid-epoch marks the epoch finished: the epoch counters are
       rewound to the loader's epoch;
     * a stop on an epoch's last batch (also of an epoch cut by ``limit_train_batches``) becomes "epoch ``e``
-      done, nothing of ``e + 1`` started";
-    * a save inside an accumulation window is rewound to the window's start, so the resumed run accumulates
-      the same micro-batches into the same step."""
+      done, nothing of ``e + 1`` started".
+
+    No checkpoint falls inside an accumulation window: stops (:class:`~xformer.jobs.callbacks.StopCheckpoint`,
+    :class:`~xformer.jobs.callbacks.OptimizerStepTimer`) and validations (:class:`OptimizerStepIntervals`)
+    wait for the end of the optimizer step in flight."""
 
     @override
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
@@ -50,17 +52,6 @@ class ConsistentResume(L.Callback):
         epoch, done = int(states[0]["epoch"]), int(states[0]["batches_done"])
         n_batches = int(states[0].get("epoch_batches", 0))
         batch_progress = (fit.get("epoch_loop.batch_progress") or {}).get("current") or {}
-        accumulate = int(getattr(trainer, "accumulate_grad_batches", 1) or 1)
-        inside = done % accumulate
-        if n_batches and 0 < done < n_batches and inside and int(batch_progress.get("completed", -1)) == done:
-            # saved inside an accumulation window: rewind to the last batch whose update the weights hold
-            done -= inside
-            states[0]["batches_done"] = done
-            totals = (fit.get("epoch_loop.batch_progress") or {}).get("total") or {}
-            for counters in (batch_progress, totals):
-                for key in _COUNTERS:
-                    if key in counters:
-                        counters[key] = int(counters[key]) - inside
         if n_batches and done >= n_batches:  # stopped on an epoch's last batch: the next epoch starts
             if int(batch_progress.get("completed", -1)) != done:
                 return  # saved inside the last batch (periodic save): Lightning restores that itself
@@ -203,9 +194,17 @@ def optimizer_steps_in_epoch(batches_done: int, accumulate: int) -> int:
 
 
 def _step_interval(trainer: L.Trainer) -> int | None:
-    """The integer ``val_check_interval`` (optimizer steps); None for a fraction of an epoch or a time."""
+    """``trainer.val_check_interval`` in optimizer steps: an int as given, a fraction of an epoch as that
+    fraction of the epoch's optimizer steps (at least 1); None for a time."""
     interval = getattr(trainer, "val_check_interval", None)  # unset when it is a time
-    return interval if isinstance(interval, int) and not isinstance(interval, bool) else None
+    if isinstance(interval, bool) or getattr(trainer, "val_check_batch", 1) is None:
+        return None
+    if isinstance(interval, int):
+        return interval
+    if isinstance(interval, float) and math.isfinite(trainer.num_training_batches):
+        steps = optimizer_steps_in_epoch(int(trainer.num_training_batches), trainer.accumulate_grad_batches)
+        return max(1, int(steps * interval))
+    return None
 
 
 def _budget_reached(trainer: L.Trainer) -> bool:
@@ -226,12 +225,14 @@ def _may_stop_early(trainer: L.Trainer) -> bool:
 
 
 class OptimizerStepIntervals(L.Callback):
-    """Make an integer ``trainer.val_check_interval`` count optimizer steps (Lightning counts batches, which
-    differ under gradient accumulation, and has no hook for the decision), and validate after the last step
-    so the objective and best checkpoint always exist.
+    """Make ``trainer.val_check_interval`` count optimizer steps (Lightning counts batches, which differ under
+    gradient accumulation, and has no hook for the decision), and validate after the last step so the
+    objective and best checkpoint always exist. Every validation, and so every checkpoint written by one,
+    falls at the end of an optimizer step, never inside an accumulation window.
 
-    The interval counts ``global_step``, or the steps inside the epoch when ``check_val_every_n_epoch`` is
-    set; a fraction of an epoch or a time is left to Lightning. At a restart Lightning asks once whether the
+    An integer counts ``global_step``, or the steps inside the epoch when ``check_val_every_n_epoch`` is
+    set; a fraction of an epoch is that fraction of the epoch's optimizer steps; a time is Lightning's
+    decision, taken at the first optimizer step's end once it is due. At a restart Lightning asks once whether the
     checkpoint's own step was due for validation; each checkpoint records whether it was written inside one
     (:meth:`state_dict`), which is the right answer."""
 
@@ -265,8 +266,8 @@ class OptimizerStepIntervals(L.Callback):
 
         def interval_decision(data_fetcher: Any, stepped: bool) -> bool:
             interval = _step_interval(trainer)
-            if interval is None:
-                return lightning_decision(data_fetcher)  # a fraction of an epoch or a time: Lightning's
+            if interval is None:  # a time: Lightning's decision, taken at the end of an optimizer step
+                return stepped and lightning_decision(data_fetcher)
             epochs = trainer.check_val_every_n_epoch
             if not trainer.enable_validation or (epochs is not None and (trainer.current_epoch + 1) % epochs):
                 return False
