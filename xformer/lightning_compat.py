@@ -21,7 +21,7 @@ PRIVATE_NAMES: tuple[tuple[str, str], ...] = (
     ("lightning.pytorch.loggers.Logger (WandbLogger, CSVLogger)", "_experiment"),
     # the Rich bar's training description has no public hook (it reads "Epoch 3/-2" without an epoch limit)
     ("lightning.pytorch.callbacks.RichProgressBar", "_get_train_description"),
-    # no public setter: the one stop at a batch boundary that raises SIGTERMException with no extra validation
+    # no public setter: the stop after this batch that raises SIGTERMException (should_stop validates once more)
     ("trainer", "_signal_connector"),
     # WandbLogger keeps its wandb.init arguments only privately; settings after construction go there
     ("lightning.pytorch.loggers.WandbLogger", "_wandb_init"),

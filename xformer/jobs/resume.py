@@ -31,12 +31,17 @@ _COUNTERS = ("ready", "started", "processed", "completed")
 class ConsistentResume(L.Callback):
     """Make Lightning's loop counters in a checkpoint agree with the data loader's stored position.
 
-    Lightning stores three positions inconsistently, and its loop state has no hook to say so:
+    The counters matter because Lightning sets the batch sampler's epoch from its own epoch counter at each
+    epoch start, and its accumulation windows and ``batch_idx`` from its batch counter. Lightning restores a
+    save taken in ``on_train_batch_end`` exactly at any position; two other kinds of save it does not, and
+    its loop state has no hook to say so:
 
-    * ``max_steps`` or ``max_time`` ending ``fit`` mid-epoch marks the epoch finished: the epoch counters are
-      rewound to the loader's epoch;
-    * a stop on an epoch's last batch (also of an epoch cut by ``limit_train_batches``) becomes "epoch ``e``
-      done, nothing of ``e + 1`` started".
+    * a save after ``fit`` ends (``max_steps`` or ``max_time`` mid-epoch; also ``ModelCheckpoint(save_last=
+      True)``, which saves in ``on_train_end`` when it has not saved before) marks the epoch finished: the
+      epoch counters are rewound to the loader's epoch;
+    * a save after an epoch's last batch completed (a validation there, SIGTERM; also of an epoch cut by
+      ``limit_train_batches``) restores into epoch ``e`` with its batch counter at the end, so epoch
+      ``e + 1`` would continue that count: it becomes "epoch ``e`` done, nothing of ``e + 1`` started".
 
     No checkpoint falls inside an accumulation window: stops (:class:`~xformer.jobs.callbacks.StopCheckpoint`,
     :class:`~xformer.jobs.callbacks.OptimizerStepTimer`) and validations (:class:`OptimizerStepIntervals`)
