@@ -69,20 +69,23 @@ class DiskFull(L.Callback):
 
 
 class SigtermWholeJob(L.Callback):
-    """At the end of training step ``step``: SIGTERM to W&B's service process (a child of this process)
-    and, once it has exited, to this process, as SLURM's ``scancel`` signals every process of a job."""
+    """While training step ``step`` is in flight (as its first micro-batch starts): SIGTERM to W&B's
+    service process (a child of this process) and, once it has exited, to this process, as SLURM's
+    ``scancel`` signals every process of a job."""
 
     def __init__(self, step: int) -> None:
         self.step = int(step)
+        self.sent = False
 
     @override
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:  # noqa: D102
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:  # noqa: D102
         import os
         import signal
         from pathlib import Path
 
-        if trainer.global_step != self.step or trainer.received_sigterm:
+        if trainer.global_step != self.step - 1 or self.sent:
             return
+        self.sent = True
         services = []
         for proc in Path("/proc").iterdir():
             try:

@@ -39,7 +39,7 @@ def _wandb_ids(job) -> set[str]:
 
 def test_sigterm_to_the_whole_job_saves_and_resumes_although_wandbs_service_died(tmp_path, reference_run):
     """SIGTERM to every process of the job (what SLURM's scancel and preemption send), W&B's service
-    first, at the end of step 6: the job goes on without W&B for the step in flight, saves last.ckpt at
+    first, while step 6 is in flight: the job goes on without W&B for that step, saves last.ckpt at
     step 6 and exits 143; resumed, it ends as the uninterrupted run, in the same W&B run (was: the next
     W&B call failed the job, nothing saved)."""
     job = tmp_path / "job"
