@@ -76,3 +76,18 @@ class SigintAt(L.Callback):
         self.seen += 1
         if self.seen == self.batches:
             os.kill(os.getpid(), signal.SIGINT)
+
+
+class SigtermInValidation(L.Callback):
+    """Send SIGTERM to this process as the ``validations``-th validation of ``fit`` starts."""
+
+    def __init__(self, validations: int) -> None:
+        self.validations, self.seen = int(validations), 0
+
+    @override
+    def on_validation_start(self, trainer, pl_module) -> None:  # noqa: D102
+        if trainer.sanity_checking:
+            return
+        self.seen += 1
+        if self.seen == self.validations:
+            os.kill(os.getpid(), signal.SIGTERM)

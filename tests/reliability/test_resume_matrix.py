@@ -230,6 +230,23 @@ def test_a_resume_from_a_validation_step_validates_at_the_uninterrupted_runs_ste
     _check(tmp_path, tmp_path_factory, trigger, ["data.tokens_per_batch=1024"], 1, step=3)
 
 
+def test_sigterm_during_a_validation_stops_right_after_it(tmp_path, tmp_path_factory):
+    """6 batches per epoch, accumulation 2, validation every 2 steps: SIGTERM as the validation after
+    step 2 starts. No micro-batch is in flight, so the run stops after that validation, at step 2 (not
+    after one more step), saves there, and the resumed run equals the uninterrupted one."""
+    data = ["data.tokens_per_batch=1024", "trainer.accumulate_grad_batches=2", "trainer.val_check_interval=2"]
+    ref_batches, ref_losses, ref_tokens, ref_vals, _ = _reference(tmp_path_factory, data)
+    job = tmp_path / "job"
+    stop = ["+callbacks.stop._target_=tests.reliability.stoppers.SigtermInValidation", "+callbacks.stop.validations=1"]
+    before = _run(tmp_path, job, [*data, f"trainer.max_steps={TOTAL}", *stop], "first", status=143)
+    assert [b[0] for b in before] == [b[0] for b in ref_batches[:4]] and before[-1][0] == 2
+    assert _validations(tmp_path, "first") == [2]
+    after = _run(tmp_path, job, [*data, f"trainer.max_steps={TOTAL}", "ckpt_path=last"], "resumed")
+    assert after == ref_batches[4:]
+    assert train_losses(job) == ref_losses and metrics(job)["tokens_seen"] == ref_tokens
+    assert _validations(tmp_path, "resumed") == [s for s in ref_vals if s > 2]
+
+
 # -- the whole matrix --------------------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.parametrize("accumulate", [1, 2])
@@ -248,19 +265,32 @@ def test_stop_inside_an_accumulation_window(tmp_path, tmp_path_factory, trigger,
 
 
 @pytest.mark.slow  # three runs
-def test_a_finished_job_resumed_with_a_larger_budget_validates_as_the_uninterrupted_run(tmp_path):
-    """A job finished at ``max_steps=5`` (validated after 2, 4 and its last step 5) resumed in place with
-    ``max_steps=8`` and an uninterrupted ``max_steps=8`` run (validating after 2, 4, 6, 8) end with the
-    same validations: in the CSV history, in the divergence guard's record, in the best checkpoint."""
+@pytest.mark.parametrize(
+    "schedule, first",
+    [
+        (["trainer.val_check_interval=2"], 5),  # after steps 2, 4, 6, 8
+        # counted inside each epoch (3 steps): after steps 2, 5, 8
+        (["trainer.val_check_interval=2", "trainer.check_val_every_n_epoch=1"], 4),
+        # two thirds of an epoch's 3 steps is 2 steps, counted inside each epoch: after steps 2, 5, 8
+        (["trainer.val_check_interval=0.67", "trainer.check_val_every_n_epoch=1"], 4),
+    ],
+    ids=["steps", "steps_in_epoch", "fraction"],
+)
+def test_a_finished_job_resumed_with_a_larger_budget_validates_as_the_uninterrupted_run(tmp_path, schedule, first):
+    """A job finished at ``max_steps=first``, a step its schedule does not validate (validated there only
+    because it was the last), resumed in place with ``max_steps=8``, and an uninterrupted ``max_steps=8``
+    run end with the same validations: in the CSV history, in the divergence guard's record, in the best
+    checkpoint."""
     import torch
 
-    data = ["data.tokens_per_batch=2048", "trainer.val_check_interval=2"]
+    data = ["data.tokens_per_batch=2048", *schedule]
     ref, job = tmp_path / "ref", tmp_path / "job"
     ref_batches = _run(tmp_path, ref, [*data, "trainer.max_steps=8"], "ref")
-    _run(tmp_path, job, [*data, "trainer.max_steps=5"], "first")
+    _run(tmp_path, job, [*data, f"trainer.max_steps={first}"], "first")
+    assert first not in _validations(tmp_path, "ref") and _validations(tmp_path, "first")[-1] == first
     after = _run(tmp_path, job, [*data, "trainer.max_steps=8", "ckpt_path=last"], "resumed")
-    assert after == ref_batches[5:]
-    assert _validations(tmp_path, "resumed") == [s for s in _validations(tmp_path, "ref") if s > 5]
+    assert after == ref_batches[first:]
+    assert _validations(tmp_path, "resumed") == [s for s in _validations(tmp_path, "ref") if s > first]
     assert _val_rows(job) == _val_rows(ref)
     assert sorted(p.name for p in (job / "checkpoints").iterdir()) == sorted(
         p.name for p in (ref / "checkpoints").iterdir()

@@ -125,3 +125,29 @@ def test_a_fraction_or_a_time_interval_validates_at_the_end_of_an_optimizer_step
         if e["kind"] == "val":  # the micro-batch before it ended an optimizer step
             before = [b["step"] for b in ev[:i] if b["kind"] == "batch"]
             assert before[-1] > (before[-2] if len(before) > 1 else 0)
+
+
+@pytest.mark.parametrize("interval", [3, 4])
+def test_an_interval_counted_in_an_epoch_longer_than_its_steps_is_refused_before_training(tmp_path, interval):
+    """3 batches per epoch, accumulation 2: an epoch has 2 optimizer steps, so an interval of 3 counted
+    inside each epoch would never validate (Lightning accepts it: 3 batches fit), and 4 would end in
+    Lightning's traceback about batches. Both: one ``error:`` line naming the key and the epoch's steps."""
+    res = run_py(
+        [
+            *T,
+            "trainer.max_steps=6",
+            f"trainer.val_check_interval={interval}",
+            "trainer.check_val_every_n_epoch=1",
+            "trainer.accumulate_grad_batches=2",
+            f"hydra.run.dir={tmp_path / 'job'}",
+        ],
+        tmp_path,
+    )
+    assert res.returncode == 2, res.stderr[-3000:]
+    errors = [line for line in (res.stdout + res.stderr).splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in res.stderr, res.stderr[-3000:]
+    assert (
+        errors[0].startswith(f"error: trainer.val_check_interval={interval}: ") and "has 2 optimizer steps" in errors[0]
+    )
+    fix = "Fix: trainer.val_check_interval=2 or less, or trainer.check_val_every_n_epoch=null"
+    assert errors[0].endswith(f"{fix} to count steps across epochs")

@@ -458,6 +458,7 @@ def _optim(lr: Annotated[float, Range(gt=0)]): ...  # warm-up and decay: the sch
 def _unchecked_by_lightning(  # keys Lightning reads late (clipping) or accepts out of range (a negative interval)
     gradient_clip_algorithm: Literal["norm", "value"] | None,
     log_every_n_steps: Annotated[int, Range(ge=0)] | None,
+    max_time: str | None,  # "DD:HH:MM:SS", or a node of timedelta keys (not checked here), as Timer takes it
 ): ...
 
 
@@ -504,7 +505,8 @@ def bare_trainer(target: str, keys: dict):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return instantiate({"_target_": target, **keys}, logger=False, enable_checkpointing=False, callbacks=[])
+            node = {"_target_": target, "_convert_": "all", **keys}  # plain dicts (max_time as a timedelta's keys)
+            return instantiate(node, logger=False, enable_checkpointing=False, callbacks=[])
     finally:
         for lg in quiet:
             lg.disabled = False
@@ -616,11 +618,38 @@ def check_config(cfg: DictConfig, ckpt: str | None = None) -> None:
     check_data_options(cfg)
 
 
+def interval_fits_an_epoch(cfg: DictConfig, dm) -> None:
+    """An integer ``trainer.val_check_interval`` counted inside each epoch (``check_val_every_n_epoch`` set)
+    is at most the optimizer steps of an epoch: a larger one would never validate inside one (the epoch's
+    length as the training loader of ``dm`` has it, under ``limit_train_batches``). Raises: ConfigError."""
+    import math
+
+    interval, epochs = _get(cfg, "trainer.val_check_interval"), _get(cfg, "trainer.check_val_every_n_epoch")
+    if epochs is None or not isinstance(interval, int) or isinstance(interval, bool):
+        return
+    batches, limit = len(dm.train_dataloader()), _get(cfg, "trainer.limit_train_batches")
+    if isinstance(limit, int) and not isinstance(limit, bool):
+        batches = min(batches, limit)
+    elif isinstance(limit, float):
+        batches = int(batches * limit)
+    accumulate = _get(cfg, "trainer.accumulate_grad_batches", 1)
+    steps = math.ceil(batches / accumulate) if isinstance(accumulate, int) and accumulate > 0 else batches
+    if 0 < steps < interval:
+        raise ConfigError(
+            f"trainer.val_check_interval={interval}: counted inside each epoch (trainer.check_val_every_n_epoch="
+            f"{epochs}), and an epoch here has {steps} optimizer steps ({batches} batches, accumulate_grad_batches="
+            f"{accumulate}), so it would never validate. Fix: trainer.val_check_interval={steps} or less, or "
+            "trainer.check_val_every_n_epoch=null to count steps across epochs"
+        )
+
+
 def check_with_data(cfg: DictConfig, dm, model) -> None:
-    """Stage 4: objective vs the data's metrics, the model's ``check_data``, the longest sequence vs
-    ``model.max_len`` (a warning in ``mode=eval``, which cuts them). Raises: ConfigError."""
+    """Stage 4: objective vs the data's metrics, an interval counted inside each epoch vs the epoch's steps,
+    the model's ``check_data``, the longest sequence vs ``model.max_len`` (a warning in ``mode=eval``, which
+    cuts them). Raises: ConfigError."""
     if cfg.mode == "train":
         check_objective(cfg, list(dm.metrics), type(dm).__name__)
+        interval_fits_an_epoch(cfg, dm)
     model.check_data(dm)
     limit, need = model.position_limit, model.positions_needed(dm)
     if limit is None or limit >= need:

@@ -188,7 +188,46 @@ class NonFiniteLossGuard(L.Callback):
         return f"The last good checkpoint {lasts[0]}{step} was kept; the failed step was not saved."
 
 
-class StopCheckpoint(L.Callback):
+class _StopAtStepEnd(L.Callback):
+    """What :class:`StopCheckpoint` and :class:`SlurmRequeue` share: a stop requested at the end of an
+    optimizer step, never between the micro-batches of one. :meth:`stepped` tells whether the micro-batch
+    that just ended completed a step (``global_step`` moved during it); :meth:`stop_now` requests Lightning's
+    stop at once when one process is validating after a step (no micro-batch is in flight, and Lightning
+    stops right after that validation)."""
+
+    def __init__(self) -> None:
+        self._step_before_batch = 0  # global_step when the current micro-batch started
+        self._validating = False  # inside a validation of fit, which follows an optimizer step
+        self._trainer: L.Trainer | None = None
+
+    def stepped(self, trainer: L.Trainer) -> bool:
+        return trainer.global_step != self._step_before_batch
+
+    def stop_now(self) -> None:
+        trainer = self._trainer
+        if self._validating and trainer is not None and trainer.world_size == 1:
+            request_stop(trainer)
+
+    @override
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._trainer = trainer
+
+    @override
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        self._step_before_batch = trainer.global_step
+
+    @override
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._validating = trainer.state.fn == "fit" and not trainer.sanity_checking
+
+    @override
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._validating = False
+
+
+class StopCheckpoint(_StopAtStepEnd):
     """Save ``<dirpath>/last.ckpt`` when training stops: on SIGTERM, on Ctrl-C, and when ``fit`` ends.
 
     SIGTERM and Ctrl-C stop training at the end of the optimizer step in flight: under gradient accumulation
@@ -200,7 +239,8 @@ class StopCheckpoint(L.Callback):
     ignored.
 
     During ``fit`` the SIGTERM and SIGINT handlers only mark this rank; at each optimizer step's end the
-    ranks agree whether any was marked, so all stop after the same step. Lightning's own SIGTERM handler is
+    ranks agree whether any was marked, so all stop after the same step (one process that gets the signal
+    while it validates after a step stops right after that validation). Lightning's own SIGTERM handler is
     replaced during ``fit``: it stops after any micro-batch, and with several ranks it calls a collective
     inside the signal handler, which deadlocks when the ranks get the signal at different moments
     (Lightning#20806). The signal is still passed on to the ranks Lightning started.
@@ -211,13 +251,13 @@ class StopCheckpoint(L.Callback):
         save_on_train_end: also save when ``fit`` ends normally."""
 
     def __init__(self, dirpath: str | None = None, filename: str = "last.ckpt", save_on_train_end: bool = True) -> None:
+        super().__init__()
         self.dirpath = dirpath
         self.filename = filename
         self.save_on_train_end = save_on_train_end
         self._previous: dict[int, Any] = {}  # the handlers this fit replaced
         self._sigints = 0  # Ctrl-C presses during this fit
         self._marked = False  # a stop signal reached this rank, not yet acted on
-        self._step_before_batch = 0  # global_step when the current micro-batch started
 
     def _path(self, trainer: L.Trainer) -> Path | None:
         dirpath = self.dirpath or (trainer.checkpoint_callback.dirpath if trainer.checkpoint_callback else None)
@@ -232,6 +272,7 @@ class StopCheckpoint(L.Callback):
 
         def stop(_signum: int) -> None:
             self._marked = True  # acted on at the end of the optimizer step in flight (on_train_batch_end)
+            self.stop_now()
 
         def on_sigint(signum, _frame) -> None:
             self._sigints += 1
@@ -256,16 +297,10 @@ class StopCheckpoint(L.Callback):
         self._previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, on_sigterm)
 
     @override
-    def on_train_batch_start(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
-    ) -> None:
-        self._step_before_batch = trainer.global_step
-
-    @override
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if signal.SIGTERM not in self._previous or trainer.global_step == self._step_before_batch:
+        if signal.SIGTERM not in self._previous or not self.stepped(trainer):
             return  # no handlers of ours, or inside an accumulation window
         if trainer.strategy.reduce_boolean_decision(self._marked, all=False):
             request_stop(trainer)
@@ -322,7 +357,7 @@ class StopCheckpoint(L.Callback):
             )
 
 
-class SlurmRequeue(L.Callback):
+class SlurmRequeue(_StopAtStepEnd):
     """On SLURM's requeue signal (submitit's USR2, else Lightning's ``SLURMEnvironment`` one): stop after the
     step in flight, let :class:`StopCheckpoint` save ``last.ckpt`` (listed before this callback in the
     config), and requeue the job at exit; the requeued job resumes by itself. Installed at ``setup``, before
@@ -331,11 +366,11 @@ class SlurmRequeue(L.Callback):
     SLURM."""
 
     def __init__(self) -> None:
+        super().__init__()
         self._installed = False
         self._engine_handler: Any = None
         self._received: int | None = None
         self._requeue_registered = False
-        self._step_before_batch = 0  # global_step when the current micro-batch started
 
     @property
     def received_signal(self) -> str | None:
@@ -343,6 +378,7 @@ class SlurmRequeue(L.Callback):
 
     @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
         if self._installed or "SLURM_JOB_ID" not in os.environ:  # no requeue signal outside a SLURM job
             return
         from . import slurm
@@ -363,18 +399,13 @@ class SlurmRequeue(L.Callback):
                 "SLURM sent %s: saving last.ckpt after the step in flight, then requeueing this job",
                 signal.Signals(signum).name,
             )
-
-    @override
-    def on_train_batch_start(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
-    ) -> None:
-        self._step_before_batch = trainer.global_step
+        self.stop_now()
 
     @override
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if not self._installed or trainer.global_step == self._step_before_batch:
+        if not self._installed or not self.stepped(trainer):
             return  # outside SLURM, or inside an accumulation window
         # the ranks get the signal at different moments: agree at the end of the same step
         if trainer.strategy.reduce_boolean_decision(self._received is not None, all=False):

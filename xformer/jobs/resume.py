@@ -229,6 +229,9 @@ def _may_stop_early(trainer: L.Trainer) -> bool:
     return epochs_met and (not fit.min_steps or trainer.global_step >= fit.min_steps)
 
 
+_UNRECORDED = object()  # a checkpoint written before OptimizerStepIntervals recorded its unscheduled step
+
+
 class OptimizerStepIntervals(L.Callback):
     """Make ``trainer.val_check_interval`` count optimizer steps (Lightning counts batches, which differ under
     gradient accumulation, and has no hook for the decision), and validate after the last step so the
@@ -239,20 +242,29 @@ class OptimizerStepIntervals(L.Callback):
     set; a fraction of an epoch is that fraction of the epoch's optimizer steps; a time is Lightning's
     decision, taken at the first optimizer step's end once it is due. At a restart Lightning asks once whether the
     checkpoint's own step was due for validation; each checkpoint records whether it was written inside one
-    (:meth:`state_dict`), which is the right answer."""
+    (:meth:`state_dict`), which is the right answer.
+
+    A validation the schedule did not ask for (after the budget's last step, or once more at a stop that
+    early stopping or ``max_time`` requested) is recorded by its step in each checkpoint; a run resumed
+    from that step with a larger budget takes it back (:meth:`on_train_start`)."""
 
     def __init__(self) -> None:
         self._current: L.Trainer | None = None  # the trainer of this fit
         self._trained = False  # this fit has trained a batch
         self._step_before_batch = 0
         self._restored_in_validation = False
+        self._unscheduled_step: int | None = None  # the step of the last validation the schedule did not ask for
+        self._restored_unscheduled: int | None | object = _UNRECORDED
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"in_validation"}``: whether the checkpoint is written inside a validation of ``fit``."""
-        return {"in_validation": bool(self._current is not None and self._current.validating)}
+        """``{"in_validation", "unscheduled_step"}``: whether the checkpoint is written inside a validation of
+        ``fit``, and the step of the last validation the schedule did not ask for (None: none yet)."""
+        in_validation = bool(self._current is not None and self._current.validating)
+        return {"in_validation": in_validation, "unscheduled_step": self._unscheduled_step}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._restored_in_validation = bool(state_dict.get("in_validation", False))
+        self._restored_unscheduled = state_dict.get("unscheduled_step", _UNRECORDED)
 
     @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -267,18 +279,27 @@ class OptimizerStepIntervals(L.Callback):
             if not self._trained and epoch_loop.restarting and epoch_loop.restarted_on_last:
                 return self._restored_in_validation  # the restart question
             stepped = trainer.global_step != self._step_before_batch  # this micro-batch ended a step
-            return interval_decision(data_fetcher, stepped) or (stepped and _budget_reached(trainer))
+            if interval_decision(data_fetcher, stepped):
+                return True
+            if (stepped and _budget_reached(trainer)) or stopping():
+                self._unscheduled_step = trainer.global_step
+                return True
+            return False
+
+        def epoch_validates() -> bool:
+            epochs = trainer.check_val_every_n_epoch
+            return trainer.enable_validation and (epochs is None or (trainer.current_epoch + 1) % epochs == 0)
+
+        def stopping() -> bool:  # early stopping or max_time: Lightning validates once more at a stop
+            interval = _step_interval(trainer)
+            return interval is not None and epoch_validates() and trainer.should_stop and _may_stop_early(trainer)
 
         def interval_decision(data_fetcher: Any, stepped: bool) -> bool:
             interval = _step_interval(trainer)
             if interval is None:  # a time: Lightning's decision, taken at the end of an optimizer step
                 return stepped and lightning_decision(data_fetcher)
             epochs = trainer.check_val_every_n_epoch
-            if not trainer.enable_validation or (epochs is not None and (trainer.current_epoch + 1) % epochs):
-                return False
-            if trainer.should_stop and _may_stop_early(trainer):
-                return True  # early stopping validates once more, as in Lightning
-            if not stepped:
+            if not stepped or not epoch_validates():
                 return False
             if epochs is None:
                 steps = trainer.global_step
@@ -292,12 +313,17 @@ class OptimizerStepIntervals(L.Callback):
 
     @override
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """A larger budget resumed from a step validated only because it was the old budget's last: take that
+        """A larger budget resumed from a step validated only because the old run ended there: take that
         validation back from the loggers and callbacks that keep one (``forget_validation``)."""
-        step, interval = trainer.global_step, _step_interval(trainer)
-        if step == 0 or interval is None or trainer.check_val_every_n_epoch is not None:
+        step, restored = trainer.global_step, self._restored_unscheduled
+        if step == 0 or _budget_reached(trainer):
             return
-        if step % interval == 0 or _budget_reached(trainer):
+        if restored is _UNRECORDED:  # a checkpoint without the record: an interval counted over all epochs
+            interval = _step_interval(trainer)
+            unscheduled = interval is not None and trainer.check_val_every_n_epoch is None and step % interval != 0
+        else:
+            unscheduled = restored == step
+        if not unscheduled:
             return
         for keeper in [*trainer.loggers, *trainer.callbacks]:
             if callable(getattr(keeper, "forget_validation", None)):
