@@ -91,3 +91,16 @@ class SigtermInValidation(L.Callback):
         self.seen += 1
         if self.seen == self.validations:
             os.kill(os.getpid(), signal.SIGTERM)
+
+
+class RaiseAt(L.Callback):
+    """Raise ``RuntimeError`` at the end of training step ``step`` when ``enabled`` (a failure inside
+    training that no config check can foresee; sweep ``enabled`` to fail one job of several)."""
+
+    def __init__(self, step: int, enabled: bool = True) -> None:
+        self.step, self.enabled = int(step), bool(enabled)
+
+    @override
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:  # noqa: D102
+        if self.enabled and trainer.global_step == self.step:
+            raise RuntimeError(f"a failure inside training at step {self.step}")

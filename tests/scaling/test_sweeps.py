@@ -88,14 +88,15 @@ def test_multi_gpu_sweep_command_equals_each_job_run_alone(tmp_path):
 
 @pytest.mark.slow  # suite time: ~11 s; failing sweeps: tests/scaling/test_sweep_outcomes.py
 def test_failing_job_does_not_stop_the_sweep(tmp_path):
-    """Job 1 fails inside training: Lightning refuses, when fit sets up its data, a per-epoch
-    validation interval longer than an epoch (the epoch's length is known only once the data is built)."""
+    """Job 1 fails inside training (a test callback raises at its second step), which no check before
+    training can foresee; jobs 0 and 2 finish."""
     sweep = tmp_path / "sweep"
     res = run_py(
         [
             *FAST,
-            "trainer.check_val_every_n_epoch=1",
-            "trainer.val_check_interval=2,100000,2",
+            "+callbacks.fail._target_=tests.reliability.stoppers.RaiseAt",
+            "+callbacks.fail.step=2",
+            "+callbacks.fail.enabled=false,true,false",
             f"hydra.sweep.dir={sweep}",
             "-m",
         ],
@@ -108,8 +109,8 @@ def test_failing_job_does_not_stop_the_sweep(tmp_path):
     assert s["n_jobs"] == 3 and s["n_failed"] == 1
     assert [j["status"] for j in s["jobs"]] == ["finished", "failed", "finished"]
     failed = s["jobs"][1]
-    assert "trainer.val_check_interval=100000" in failed["overrides"]
-    assert "must be less than or equal to the number of the training batches" in failed["error"]
+    assert "+callbacks.fail.enabled=True" in failed["overrides"]  # as Hydra writes a swept value
+    assert "a failure inside training at step 2" in failed["error"]
     assert "sweep summary: 3 jobs, 1 failed" in res.stdout
     for job, ok in zip(job_dirs(sweep), (True, False, True), strict=False):
         m = metrics(job)
