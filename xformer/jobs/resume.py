@@ -229,7 +229,7 @@ def _may_stop_early(trainer: L.Trainer) -> bool:
     return epochs_met and (not fit.min_steps or trainer.global_step >= fit.min_steps)
 
 
-_UNRECORDED = object()  # a checkpoint written before OptimizerStepIntervals recorded its unscheduled step
+_UNRECORDED = object()  # a checkpoint whose OptimizerStepIntervals state holds no unscheduled step
 
 
 class OptimizerStepIntervals(L.Callback):
