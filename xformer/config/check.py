@@ -744,6 +744,8 @@ def _line_for(arg: str, conf: Path, err: BaseException, others: list[str], loade
         if owners:  # and the keys of the chosen option, where the setting may have another name
             fix = f"{leaf} is a key of {group}={', '.join(owners)}: choose one (e.g. {group}={owners[0]} {arg})"
             fix += f", or set one of this {parent}'s keys: {', '.join(keys)}" if keys else ""
+        elif leaf in keys:  # a parameter of the node's class that its YAML leaves out
+            fix = f"+{arg} ({parent}'s class takes {leaf!r}; '+' adds a key the node does not declare)"
         else:
             fix = f"{hint(leaf, keys)} (or +{arg} to add a key the node does not declare)"
         return f"{arg}: {parent} has no key {leaf!r}. Fix: {fix}"
