@@ -11,7 +11,7 @@ import pytest
 
 from tests.reliability.conftest import metrics, run_py
 from tests.train.step_probe import events
-from xformer.jobs.resume import optimizer_steps_in_epoch
+from xformer.data.loader import optimizer_steps_in_epoch
 
 # 3 training batches per epoch: with accumulation, Lightning also steps on an epoch's last batch, so
 # accumulate=2 gives 2 steps per epoch and accumulate=3 one step

@@ -622,7 +622,7 @@ def interval_fits_an_epoch(cfg: DictConfig, dm) -> None:
     """An integer ``trainer.val_check_interval`` counted inside each epoch (``check_val_every_n_epoch`` set)
     is at most the optimizer steps of an epoch: a larger one would never validate inside one (the epoch's
     length as the training loader of ``dm`` has it, under ``limit_train_batches``). Raises: ConfigError."""
-    import math
+    from xformer.data.loader import optimizer_steps_in_epoch
 
     interval, epochs = _get(cfg, "trainer.val_check_interval"), _get(cfg, "trainer.check_val_every_n_epoch")
     if epochs is None or not isinstance(interval, int) or isinstance(interval, bool):
@@ -633,7 +633,7 @@ def interval_fits_an_epoch(cfg: DictConfig, dm) -> None:
     elif isinstance(limit, float):
         batches = int(batches * limit)
     accumulate = _get(cfg, "trainer.accumulate_grad_batches", 1)
-    steps = math.ceil(batches / accumulate) if isinstance(accumulate, int) and accumulate > 0 else batches
+    steps = optimizer_steps_in_epoch(batches, accumulate if isinstance(accumulate, int) else 1)
     if 0 < steps < interval:
         raise ConfigError(
             f"trainer.val_check_interval={interval}: counted inside each epoch (trainer.check_val_every_n_epoch="

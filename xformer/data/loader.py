@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 import lightning as L
 from torch.utils.data import DataLoader
 
-__all__ = ["ResumableDataLoader", "trainer_batches_done", "trainer_epoch_batches"]
+__all__ = ["ResumableDataLoader", "optimizer_steps_in_epoch", "trainer_batches_done", "trainer_epoch_batches"]
 
 
 def trainer_batches_done(trainer: L.Trainer | None) -> int:
@@ -26,6 +27,12 @@ def trainer_epoch_batches(trainer: L.Trainer | None, n: int) -> int:
     if isinstance(limit, int) and 0 < limit < n:
         return limit
     return n
+
+
+def optimizer_steps_in_epoch(batches_done: int, accumulate: int) -> int:
+    """Optimizer steps after ``batches_done`` batches of an epoch with ``accumulate`` batches per step (Lightning
+    steps on an epoch's last batch, so a trailing partial window counts as one step)."""
+    return math.ceil(batches_done / max(1, accumulate))
 
 
 class ResumableDataLoader(DataLoader):

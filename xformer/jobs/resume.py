@@ -20,6 +20,7 @@ from omegaconf import DictConfig
 from typing_extensions import override
 
 from xformer import lightning_compat as compat
+from xformer.data.loader import optimizer_steps_in_epoch
 from xformer.lightning_compat import logger_started
 
 from .checkpoints import resolve_ckpt_path
@@ -190,12 +191,6 @@ class ResumableCSVLogger(CSVLogger):
             out = csv.DictWriter(f, fieldnames=fields)
             out.writeheader()
             out.writerows(rows)
-
-
-def optimizer_steps_in_epoch(batches_done: int, accumulate: int) -> int:
-    """Optimizer steps after ``batches_done`` batches of an epoch with ``accumulate`` batches per step (Lightning
-    steps on an epoch's last batch, so a trailing partial window counts as one step)."""
-    return math.ceil(batches_done / max(1, accumulate))
 
 
 def _step_interval(trainer: L.Trainer) -> int | None:
