@@ -34,8 +34,7 @@ CONF = REPO / "conf"
         (["modle.d_model=3"], "modle.d_model=3: the root config has no key 'modle'. Fix: did you mean"),
         (["model/pe=rope", "model.pe.bse=3"], "model.pe.bse=3: model.pe has no key 'bse'. Fix: did you mean base?"),
         (["optim.lrr=3"], "optim.lrr=3: optim has no key 'lrr'. Fix: did you mean lr?"),
-        # a parameter of lightning.Trainer that trainer/default.yaml leaves out: '+' adds it (was: "did you
-        # mean limit_train_batches?", the same key)
+        # a parameter of lightning.Trainer that trainer/default.yaml leaves out: '+' adds it, not the same key
         (
             ["trainer.limit_train_batches=5"],
             "trainer.limit_train_batches=5: trainer has no key 'limit_train_batches'. Fix: "

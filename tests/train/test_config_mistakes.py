@@ -288,8 +288,8 @@ def test_a_timed_checkpoint_under_accumulation_is_refused():
 
 def test_max_time_as_a_number_is_refused_and_as_timedelta_keys_is_accepted():
     """``trainer.max_time`` is a ``DD:HH:MM:SS`` string or a node of ``timedelta`` keys, as Lightning's
-    ``Timer`` takes it: a bare number is one line at stage 1 (was Lightning's traceback on an ``int``), and
-    the keys pass the stage-3 trainer check (was a traceback: Lightning got an OmegaConf node, not a dict)."""
+    ``Timer`` takes it: a bare number is one line at stage 1, not Lightning's traceback on an ``int``, and
+    the keys pass the stage-3 trainer check, which hands Lightning a plain dict."""
     from xformer.config.check import trainer_accepts
 
     with pytest.raises(ConfigError, match=r"^trainer.max_time=5: must be a string"):
