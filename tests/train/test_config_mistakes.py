@@ -297,3 +297,12 @@ def test_max_time_as_a_number_is_refused_and_as_timedelta_keys_is_accepted():
     trainer_accepts(_compose(["trainer.max_time={minutes: 1}"]))
     with pytest.raises(ConfigError, match=r"^trainer.max_time=bogus: .*not a valid duration"):
         trainer_accepts(_compose(["trainer.max_time=bogus"]))
+
+
+@pytest.mark.parametrize("value", [0, -1])
+def test_an_accumulation_below_one_is_refused_at_stage_one(value):
+    """Lightning annotates ``accumulate_grad_batches`` as a bare ``int``: 0 would divide by zero inside its
+    training loop and -1 would train as 1. Both are one line naming the key and its range."""
+    with pytest.raises(ConfigError, match=rf"^trainer.accumulate_grad_batches={value}: must be >= 1\. Fix: "):
+        check_static(_compose([f"trainer.accumulate_grad_batches={value}"]))
+    check_static(_compose(["trainer.accumulate_grad_batches=2"]))

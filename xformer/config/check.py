@@ -459,6 +459,7 @@ def _unchecked_by_lightning(  # keys Lightning reads late (clipping) or accepts 
     gradient_clip_algorithm: Literal["norm", "value"] | None,
     log_every_n_steps: Annotated[int, Range(ge=0)] | None,
     max_time: str | None,  # "DD:HH:MM:SS", or a node of timedelta keys (not checked here), as Timer takes it
+    accumulate_grad_batches: Annotated[int, Range(ge=1)],  # Lightning's annotation is a bare int
 ): ...
 
 
