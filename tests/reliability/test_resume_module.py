@@ -65,8 +65,7 @@ def test_the_module_states_the_guarantee_and_names_every_piece():
     doc = resume.__doc__ or ""
     assert "The guarantee" in doc
     for piece in (
-        "ResumableDataLoader",
-        "ConsistentResume",
+        "EpochStream",
         "StepSeed",
         "OptimizerStepIntervals",
         "ResumableCSVLogger",

@@ -87,38 +87,3 @@ def test_resume_after_max_steps_continues_the_same_curve(tmp_path, tmp_path_fact
 @pytest.mark.parametrize("stop", [1, 2, 3, 4, 5])
 def test_resume_from_any_step_matches_the_uninterrupted_run(tmp_path, tmp_path_factory, tpb, stop, periodic):
     _check(tmp_path, tmp_path_factory, tpb, stop, periodic)
-
-
-def test_consistent_resume_leaves_other_checkpoints_alone():
-    """Checkpoints without the loader's epoch length (older ones) or without a loader state pass
-    unchanged; a mid-epoch stop marked finished is rewound to its epoch."""
-    import copy
-
-    from xformer.jobs.resume import ConsistentResume
-
-    def ckpt(loader_state, processed):
-        prog = {"ready": 2, "started": 2, "processed": processed, "completed": processed}
-        return {
-            "loops": {
-                "fit_loop": {
-                    "state_dict": {"combined_loader": [loader_state]} if loader_state else {},
-                    "epoch_progress": {"current": dict(prog), "total": dict(prog)},
-                    "epoch_loop.batch_progress": {
-                        "current": {"ready": 2, "started": 2, "processed": 2, "completed": 2},
-                        "is_last_batch": False,
-                    },
-                }
-            }
-        }
-
-    for unchanged in (
-        ckpt({"epoch": 1, "batches_done": 2}, 2),
-        ckpt(None, 2),
-        ckpt({"epoch": 1, "batches_done": 2, "epoch_batches": 3}, 1),
-    ):
-        before = copy.deepcopy(unchanged)
-        ConsistentResume().on_load_checkpoint(None, None, unchanged)
-        assert unchanged == before
-    stopped = ckpt({"epoch": 1, "batches_done": 2, "epoch_batches": 3}, 2)
-    ConsistentResume().on_load_checkpoint(None, None, stopped)
-    assert stopped["loops"]["fit_loop"]["epoch_progress"]["current"]["processed"] == 1

@@ -9,6 +9,8 @@ import json
 import lightning as L
 from typing_extensions import override
 
+from xformer.data.loader import data_index, data_position
+
 
 class Probe(L.Callback):
     """Append ``{"kind", "step", "epoch", ...}`` events to ``path`` as they happen.
@@ -22,7 +24,8 @@ class Probe(L.Callback):
         self.events: list[dict] = []
 
     def _add(self, kind: str, trainer: L.Trainer, **extra) -> None:
-        self.events.append({"kind": kind, "step": trainer.global_step, "epoch": trainer.current_epoch, **extra})
+        epoch = position[0] if (position := data_position(trainer)) is not None else trainer.current_epoch
+        self.events.append({"kind": kind, "step": trainer.global_step, "epoch": epoch, **extra})
         with open(self.path, "w") as f:
             json.dump(self.events, f)
 
@@ -31,7 +34,7 @@ class Probe(L.Callback):
         self._add(
             "batch",
             trainer,
-            batch_idx=batch_idx,
+            batch_idx=data_index(trainer, batch_idx)[1],  # the data's epoch and batch, as StepSeed reads them
             tokens_seen=int(getattr(pl_module, "tokens_seen", 0)),
             # the step label of its log rows: Lightning's own counter, read here to test the labels
             logged_step=trainer.fit_loop.epoch_loop._batches_that_stepped,

@@ -306,3 +306,23 @@ def test_an_accumulation_below_one_is_refused_at_stage_one(value):
     with pytest.raises(ConfigError, match=rf"^trainer.accumulate_grad_batches={value}: must be >= 1\. Fix: "):
         check_static(_compose([f"trainer.accumulate_grad_batches={value}"]))
     check_static(_compose(["trainer.accumulate_grad_batches=2"]))
+
+
+@pytest.mark.parametrize(
+    "override, key, fix",
+    [
+        ("+trainer.min_epochs=2", "trainer.min_epochs", "trainer.min_steps=<optimizer steps>"),
+        ("+trainer.reload_dataloaders_every_n_epochs=1", "trainer.reload_dataloaders_every_n_epochs", "remove it"),
+        (
+            "+callbacks.last_checkpoint.every_n_epochs=1",
+            "callbacks.last_checkpoint.every_n_epochs",
+            "callbacks.last_checkpoint.every_n_train_steps=<optimizer steps>",
+        ),
+    ],
+)
+def test_options_counted_in_lightnings_epochs_are_refused_with_the_step_counted_fix(override, key, fix):
+    """Lightning runs the data epochs back to back as one epoch, which ends with the run: an option that
+    counts its epochs would never act (or hold training forever), so it is refused at stage 1."""
+    with pytest.raises(ConfigError, match=rf"^{key}: .*Fix: {fix}"):
+        check_static(_compose([override]))
+    check_static(_compose(["trainer.max_epochs=2", "trainer.check_val_every_n_epoch=1"]))  # data epochs: fine

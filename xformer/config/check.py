@@ -345,6 +345,30 @@ def saves_on_whole_steps(cfg: DictConfig) -> None:
             )
 
 
+def counts_data_epochs(cfg: DictConfig) -> None:
+    """Options counted in Lightning's epochs: xformer runs the data epochs back to back as one Lightning epoch
+    (:class:`~xformer.data.loader.EpochStream`), which ends only with the run, so they are refused with the
+    option that counts what was meant. ``max_epochs``, ``limit_train_batches`` and
+    ``check_val_every_n_epoch`` count the data's epochs and are fine."""
+    if _get(cfg, "trainer.min_epochs"):
+        raise ConfigError(
+            "trainer.min_epochs: not supported (Lightning's epoch is the whole run here). "
+            "Fix: trainer.min_steps=<optimizer steps> instead"
+        )
+    if _get(cfg, "trainer.reload_dataloaders_every_n_epochs"):
+        raise ConfigError(
+            "trainer.reload_dataloaders_every_n_epochs: not supported (Lightning's epoch is the whole run here; "
+            "the samplers reshuffle every data epoch themselves). Fix: remove it"
+        )
+    callbacks = _get(cfg, "callbacks")
+    for name, node in callbacks.items() if isinstance(callbacks, DictConfig) else []:
+        if isinstance(node, DictConfig) and node.get("every_n_epochs"):
+            raise ConfigError(
+                f"callbacks.{name}.every_n_epochs: counts Lightning's epochs, and Lightning's epoch is the whole "
+                f"run here. Fix: callbacks.{name}.every_n_train_steps=<optimizer steps> instead"
+            )
+
+
 def installed_and_present(cfg: DictConfig) -> None:
     """Each logger's optional package is installed (looked up, not imported); ``data.root`` exists."""
     from importlib.util import find_spec
@@ -399,7 +423,7 @@ def objective_named(cfg: DictConfig) -> None:
 
 
 STATIC = (schedule_length, weight_decay_is_read, precision_and_strategy, mode_and_checkpoint)
-STATIC += (saves_on_whole_steps, installed_and_present, objective_named)
+STATIC += (saves_on_whole_steps, counts_data_epochs, installed_and_present, objective_named)
 
 
 def optimizer_builds(cfg: DictConfig) -> None:

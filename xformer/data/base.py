@@ -2,9 +2,10 @@
 
 Distributed training: loaders built after the Trainer is attached read ``trainer.world_size`` and
 ``trainer.global_rank`` and shard batches themselves (see :mod:`xformer.data.batching`), so the
-Trainer must be created with ``use_distributed_sampler=False``. Lightning calls ``set_epoch`` on
-``dataloader.batch_sampler.sampler`` at the start of every training epoch, which reseeds our
-samplers with ``(seed, epoch)``; no ``reload_dataloaders_every_n_epochs`` is needed.
+Trainer must be created with ``use_distributed_sampler=False``. The samplers are reseeded with ``(seed,
+epoch)`` every epoch: by Lightning's ``set_epoch`` on ``dataloader.batch_sampler.sampler`` for a plain
+Trainer, by the :class:`~xformer.data.loader.EpochStream` when the data epochs run back to back
+(:meth:`XformerDataModule.serve_epochs_back_to_back`, as xformer's driver runs them).
 """
 
 from __future__ import annotations
@@ -29,7 +30,13 @@ from xformer.data.batching import (
     collate_seq2seq,
 )
 from xformer.data.errors import DataError
-from xformer.data.loader import ResumableDataLoader, trainer_batches_done, trainer_epoch_batches
+from xformer.data.loader import (
+    EpochStream,
+    ResumableDataLoader,
+    trainer_batches_consumed,
+    trainer_batches_done,
+    trainer_epoch_batches,
+)
 from xformer.data.tokenizers import BOS, EOS, PAD, Tokenizer
 
 
@@ -321,10 +328,30 @@ class XformerDataModule(L.LightningDataModule):
         """Training batches the attached trainer takes from an epoch of ``n`` (``limit_train_batches``)."""
         return trainer_epoch_batches(getattr(self, "trainer", None), n)
 
-    def train_dataloader(self) -> DataLoader:
-        """Shuffled (per ``(seed, epoch)``) training loader, sharded across DDP ranks."""
+    _back_to_back: dict[str, Any] | None = None  # EpochStream options, set by serve_epochs_back_to_back
+
+    def serve_epochs_back_to_back(
+        self, max_epochs: int | None = None, limit_batches: int | float | None = None, accumulate: int = 1
+    ) -> None:
+        """Make :meth:`train_dataloader` an :class:`~xformer.data.loader.EpochStream`: ``max_epochs`` epochs (None
+        or -1: no end) of ``limit_batches`` batches each (an int or a fraction; None = all), filled to whole
+        windows of ``accumulate`` micro-batches, one after another, which the trainer runs as one endless
+        epoch. xformer's driver does this, with the trainer's ``max_epochs``, ``limit_train_batches`` and
+        ``accumulate_grad_batches``; a plain ``lightning.Trainer`` gets the epochs themselves."""
+        self._back_to_back = {"max_epochs": max_epochs, "limit_batches": limit_batches, "accumulate": accumulate}
+
+    def train_dataloader(self) -> DataLoader | EpochStream:
+        """Shuffled (per ``(seed, epoch)``) training loader, sharded across DDP ranks (its epochs back to back
+        after :meth:`serve_epochs_back_to_back`)."""
         self._require_setup()
-        return self._loader(self.train_set, train=True)
+        loader = self._loader(self.train_set, train=True)
+        if self._back_to_back is None:
+            return loader
+        return EpochStream(loader, consumed=self._train_batches_consumed, **self._back_to_back)
+
+    def _train_batches_consumed(self) -> int:
+        """Training micro-batches the attached trainer has processed over the run (0 without one)."""
+        return trainer_batches_consumed(getattr(self, "trainer", None))
 
     def val_dataloader(self) -> DataLoader:
         """Deterministic validation loader (sharded across ranks; duplicates share ``idx``)."""

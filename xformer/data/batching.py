@@ -391,6 +391,13 @@ def collate_seq2seq(examples: Sequence[dict[str, Any]], pad_id: int = PAD) -> di
     }
 
 
+def weightless_copy(batch: dict[str, Any]) -> dict[str, Any]:
+    """``batch`` with every row marked ``zero_weight`` (BoolTensor ``(B,)``, ``B`` read from ``batch["tgt"]``):
+    trained for its place in an accumulation window, with no loss and no tokens counted."""
+    rows = batch["tgt"].shape[0]
+    return {**batch, "zero_weight": torch.ones(rows, dtype=torch.bool)}
+
+
 def _zero_weight(examples: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """``{"zero_weight": BoolTensor (B,)}`` when the examples carry it (:class:`WeightlessCopies`), else ``{}``."""
     if examples and "zero_weight" in examples[0]:

@@ -25,6 +25,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
 from xformer.config_types import Range
+from xformer.data.loader import data_index
 from xformer.lightning_compat import request_stop
 
 from .overrides import resume_command
@@ -146,8 +147,9 @@ class NonFiniteLossGuard(L.Callback):
         new = (~torch.isfinite(loss)) & (self._first["step"] < 0)  # stays on the device
         f = self._first
         f["step"] = torch.where(new, trainer.global_step, f["step"])
-        f["epoch"] = torch.where(new, trainer.current_epoch, f["epoch"])
-        f["batch"] = torch.where(new, batch_idx, f["batch"])
+        epoch, index = data_index(trainer, batch_idx)
+        f["epoch"] = torch.where(new, epoch, f["epoch"])
+        f["batch"] = torch.where(new, index, f["batch"])
         f["loss"] = torch.where(new, loss, f["loss"])
         every = self.check_every_n_steps or max(1, int(trainer.log_every_n_steps or 1))
         step = trainer.global_step
@@ -452,8 +454,9 @@ class OptimizerStepTimer(Timer):
 
 
 class StepSeed(L.Callback):
-    """Reseed ``torch``, ``numpy`` and ``random`` at every training batch from ``(seed, epoch, batch index,
-    global rank)``, so a resumed run draws the same dropout masks with no RNG state stored."""
+    """Reseed ``torch``, ``numpy`` and ``random`` at every training batch from ``(seed, epoch, batch index in
+    the epoch, global rank)`` (the data's epoch and batch: :func:`~xformer.data.loader.data_index`), so a
+    resumed run draws the same dropout masks with no RNG state stored."""
 
     def __init__(self, seed: int = 0) -> None:
         self.seed = int(seed)
@@ -462,7 +465,8 @@ class StepSeed(L.Callback):
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        state = np.random.SeedSequence([self.seed, trainer.current_epoch, batch_idx, trainer.global_rank])
+        epoch, index = data_index(trainer, batch_idx)
+        state = np.random.SeedSequence([self.seed, epoch, index, trainer.global_rank])
         s = int(state.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
         if pl_module.device.type == "cpu":
             # the CPU generator alone: torch.manual_seed also queues a lazy CUDA seed with a stack trace

@@ -27,6 +27,8 @@ from typing_extensions import override
 
 from xformer.config.check import check_data_options, check_with_data
 from xformer.config.checkpoint import check_checkpoint_vocab, check_resume_settings
+from xformer.data.base import XformerDataModule
+from xformer.data.loader import data_position, epoch_budget
 from xformer.errors import ConfigError
 from xformer.lightning_compat import RichBarWithDescription
 from xformer.train.checkpoint_file import build_model, read_checkpoint, refusal
@@ -37,7 +39,7 @@ from .checkpoints import checkpoint_step, slurm_job_key
 from .context import JobContext, Outcome, job_context, outcome_of
 from .distributed import logging_spec, replay_logging
 from .record import FILE, RunRecord
-from .resume import ConsistentResume, OptimizerStepIntervals, RerootCheckpoints, ResumableCSVLogger, own_checkpoint
+from .resume import OptimizerStepIntervals, RerootCheckpoints, ResumableCSVLogger, own_checkpoint
 from .wandb_run import describe_runs, finish_runs, wandb_logger
 
 # Lightning warns whenever `srun` is on PATH; outside a SLURM job that says nothing about this run.
@@ -128,11 +130,21 @@ def build_trainer(cfg: DictConfig, loggers: list, clock: WallClock | None = None
         instantiate(c) for c in (cfg.get("callbacks") or {}).values() if isinstance(c, DictConfig) and "_target_" in c
     ]
     callbacks += [clock or WallClock()]
-    callbacks.append(OptimizerStepIntervals())  # "every N steps" = optimizer steps under accumulation
-    callbacks.append(ConsistentResume())
-    callbacks.append(RerootCheckpoints())
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     trainer_cfg.pop("compile", None)
+    # the data epochs run back to back as one Lightning epoch (EpochStream): the schedule counts them instead
+    for key in ("max_epochs", "limit_train_batches"):
+        trainer_cfg.pop(key, None)
+    interval = trainer_cfg.pop("val_check_interval", None)
+    interval = 1.0 if interval is None else interval  # Lightning's default: once an epoch
+    every_n_epochs = trainer_cfg.pop("check_val_every_n_epoch", None)
+    if isinstance(interval, (int, float)) and not isinstance(interval, bool):
+        callbacks.append(OptimizerStepIntervals(interval, every_n_epochs))
+    else:  # a time: Lightning's clock, checked at the end of optimizer steps
+        callbacks.append(OptimizerStepIntervals(None, every_n_epochs))
+        trainer_cfg["val_check_interval"] = interval
+    trainer_cfg.update(max_epochs=-1, check_val_every_n_epoch=None)
+    callbacks.append(RerootCheckpoints())
     if (max_time := trainer_cfg.pop("max_time", None)) is not None:
         callbacks.append(OptimizerStepTimer(max_time))  # Lightning's timer, checked at optimizer steps' ends
     trainer_cfg.setdefault("use_distributed_sampler", False)  # the data modules shard batches across ranks
@@ -155,6 +167,11 @@ def build(cfg: DictConfig, ctx: JobContext, clock: WallClock | None = None) -> J
     record = RunRecord(job=ctx.info(), config=OmegaConf.to_container(cfg, resolve=True))
     L.seed_everything(cfg.seed, workers=True)
     dm = check_data_options(cfg)  # stage 3
+    if not isinstance(dm, XformerDataModule):
+        raise ConfigError(
+            f"data._target_={cfg.data.get('_target_')}: run.py needs an xformer.data.base.XformerDataModule (it runs "
+            "the data's epochs back to back). Fix: subclass it"
+        )
     dm.prepare_data()
     dm.setup("fit")
     if ctx.ckpt is not None:
@@ -181,6 +198,9 @@ def build(cfg: DictConfig, ctx: JobContext, clock: WallClock | None = None) -> J
     }
     loggers = build_loggers(cfg, ctx)
     trainer = build_trainer(cfg, loggers, clock)
+    dm.serve_epochs_back_to_back(
+        cfg.trainer.get("max_epochs"), cfg.trainer.get("limit_train_batches"), trainer.accumulate_grad_batches
+    )
     for lg in trainer.loggers:
         lg.log_hyperparams(record.config)
         lg.log_metrics({f"model/params_{k}": float(v) for k, v in record.params.items()}, step=0)
@@ -340,22 +360,19 @@ class RichBar(RichBarWithDescription):
     logged with ``prog_bar=True`` would be read from the device at every batch)."""
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
-        """Set the total to the batches this epoch really runs (done plus left before the epoch or ``max_steps``
-        ends): with ``max_epochs=-1`` Lightning's total is the steps left, wrong after a mid-epoch resume."""
+        """Show the data's epoch (:func:`~xformer.data.loader.data_position`; Lightning runs the epochs as one
+        endless epoch): its label, its batches done, and its total, cut to where ``max_steps`` ends it."""
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
-        n = trainer.num_training_batches
-        if (
-            self.progress is None
-            or self.train_progress_bar_id is None
-            or not trainer.max_steps
-            or trainer.max_steps < 0
-            or trainer.max_epochs != -1
-            or math.isinf(n)
-        ):
+        if self.progress is None or self.train_progress_bar_id is None or (position := data_position(trainer)) is None:
             return
-        steps_left = max(0, trainer.max_steps - trainer.global_step)
-        batches_left = steps_left * max(1, int(trainer.accumulate_grad_batches or 1))
-        self.progress.update(self.train_progress_bar_id, total=min(n, batch_idx + 1 + batches_left))
+        epoch, done, n = position
+        total = n
+        if trainer.max_steps is not None and trainer.max_steps >= 0:
+            steps_left = max(0, trainer.max_steps - trainer.global_step)
+            total = min(n, done + steps_left * max(1, int(trainer.accumulate_grad_batches or 1)))
+        self.progress.update(
+            self.train_progress_bar_id, completed=done, total=total, description=self.train_description(epoch)
+        )
 
     def get_metrics(self, trainer, pl_module) -> dict:
         metrics = {**super().get_metrics(trainer, pl_module), **getattr(pl_module, "progress_metrics", {})}
@@ -363,7 +380,7 @@ class RichBar(RichBarWithDescription):
         return metrics
 
     def train_description(self, current_epoch: int) -> str:
-        label = epoch_label(current_epoch, self.trainer.max_epochs)
+        label = epoch_label(current_epoch, epoch_budget(self.trainer))
         width = len(self.validation_description)  # padded as Lightning does, so the bar does not jump
         return f"{label:{width}}" if width > len(label) else label
 

@@ -1,15 +1,14 @@
 """Exact resume. **The guarantee:** a training job restarted in its own folder from any of its checkpoints
 trains the same batches in the same order, with the same epochs, dropout, learning rate and ``tokens_seen``, and
 validates after the same optimizer steps as the uninterrupted run (docs/troubleshooting.md, "Resuming a killed
-run"). Here: the loop counters (:class:`ConsistentResume`), the validation schedule
-(:class:`OptimizerStepIntervals`), a moved folder's best checkpoint (:class:`RerootCheckpoints`), the CSV log
-(:class:`ResumableCSVLogger`); elsewhere: the data position (:class:`xformer.data.loader.ResumableDataLoader`),
-the dropout RNG (:class:`xformer.jobs.callbacks.StepSeed`)."""
+run"). Here: the validation schedule and the epoch budget (:class:`OptimizerStepIntervals`), a moved folder's
+best checkpoint (:class:`RerootCheckpoints`), the CSV log (:class:`ResumableCSVLogger`); elsewhere: the data
+position (:class:`xformer.data.loader.EpochStream`: Lightning runs the data epochs as one endless epoch, so
+no checkpoint holds an epoch boundary of its loop), the dropout RNG (:class:`xformer.jobs.callbacks.StepSeed`)."""
 
 from __future__ import annotations
 
 import csv
-import math
 import warnings
 from pathlib import Path
 from typing import Any
@@ -20,64 +19,10 @@ from omegaconf import DictConfig
 from typing_extensions import override
 
 from xformer import lightning_compat as compat
-from xformer.data.loader import optimizer_steps_in_epoch
+from xformer.data.loader import EpochStream, Position, data_position, last_epoch_ends, optimizer_steps_in_epoch
 from xformer.lightning_compat import logger_started
 
 from .checkpoints import resolve_ckpt_path
-
-_COUNTERS = ("ready", "started", "processed", "completed")
-
-
-# -- loop progress ------------------------------------------------------------------------------
-class ConsistentResume(L.Callback):
-    """Make Lightning's loop counters in a checkpoint agree with the data loader's stored position.
-
-    The counters matter because Lightning sets the batch sampler's epoch from its own epoch counter at each
-    epoch start, and its accumulation windows and ``batch_idx`` from its batch counter. Lightning restores a
-    save taken in ``on_train_batch_end`` exactly at any position; two other kinds of save it does not, and
-    its loop state has no hook to say so:
-
-    * a save after ``fit`` ends (``max_steps`` or ``max_time`` mid-epoch; also ``ModelCheckpoint(save_last=
-      True)``, which saves in ``on_train_end`` when it has not saved before) marks the epoch finished: the
-      epoch counters are rewound to the loader's epoch;
-    * a save after an epoch's last batch completed (a validation there, SIGTERM; also of an epoch cut by
-      ``limit_train_batches``) restores into epoch ``e`` with its batch counter at the end, so epoch
-      ``e + 1`` would continue that count: it becomes "epoch ``e`` done, nothing of ``e + 1`` started".
-
-    No checkpoint falls inside an accumulation window: stops (:class:`~xformer.jobs.callbacks.StopCheckpoint`,
-    :class:`~xformer.jobs.callbacks.OptimizerStepTimer`) and validations (:class:`OptimizerStepIntervals`)
-    wait for the end of the optimizer step in flight."""
-
-    @override
-    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
-        fit = (checkpoint.get("loops") or {}).get("fit_loop") or {}
-        states = (fit.get("state_dict") or {}).get("combined_loader") or []
-        progress = fit.get("epoch_progress")
-        if not states or not isinstance(states[0], dict) or "batches_done" not in states[0] or not progress:
-            return
-        epoch, done = int(states[0]["epoch"]), int(states[0]["batches_done"])
-        n_batches = int(states[0].get("epoch_batches", 0))
-        batch_progress = (fit.get("epoch_loop.batch_progress") or {}).get("current") or {}
-        if n_batches and done >= n_batches:  # stopped on an epoch's last batch: the next epoch starts
-            if int(batch_progress.get("completed", -1)) != done:
-                return  # saved inside the last batch (periodic save): Lightning restores that itself
-            for counters in (progress["current"], progress["total"]):
-                counters.update(dict.fromkeys(_COUNTERS, epoch + 1))
-            batch_progress.update(dict.fromkeys(_COUNTERS, 0))
-            fit["epoch_loop.batch_progress"]["is_last_batch"] = False
-            return
-        if not n_batches:
-            return
-        if done <= 0 or int(batch_progress.get("completed", done)) != done:
-            return  # at an epoch start, or a position this callback cannot vouch for
-        current, total = progress["current"], progress["total"]
-        finished = int(current["processed"])
-        if finished <= epoch or int(current["started"]) != epoch + 1:
-            return  # the epoch is not marked finished: Lightning restores it as it is
-        shift = finished - epoch
-        for counters in (current, total):
-            counters["processed"] = int(counters["processed"]) - shift
-            counters["completed"] = int(counters["completed"]) - shift
 
 
 # -- a moved job folder ---------------------------------------------------------------------------
@@ -193,28 +138,17 @@ class ResumableCSVLogger(CSVLogger):
             out.writerows(rows)
 
 
-def _step_interval(trainer: L.Trainer) -> int | None:
-    """``trainer.val_check_interval`` in optimizer steps: an int as given, a fraction of an epoch as that
-    fraction of the epoch's optimizer steps (at least 1); None for a time."""
-    interval = getattr(trainer, "val_check_interval", None)  # unset when it is a time
-    if isinstance(interval, bool) or getattr(trainer, "val_check_batch", 1) is None:
-        return None
-    if isinstance(interval, int):
-        return interval
-    if isinstance(interval, float) and math.isfinite(trainer.num_training_batches):
-        steps = optimizer_steps_in_epoch(int(trainer.num_training_batches), trainer.accumulate_grad_batches)
-        return max(1, int(steps * interval))
-    return None
+def _stream(trainer: L.Trainer) -> EpochStream | None:
+    stream = trainer.train_dataloader
+    return stream if isinstance(stream, EpochStream) else None
 
 
-def _budget_reached(trainer: L.Trainer) -> bool:
-    """True once the run's last optimizer step (``max_steps``, or the last batch under ``max_epochs``) is done."""
+def budget_reached(trainer: L.Trainer) -> bool:
+    """True once the run's last optimizer step (``max_steps``, or the last batch of the data's ``max_epochs``)
+    is done (read in ``on_train_batch_end``)."""
     if trainer.max_steps is not None and trainer.max_steps != -1 and trainer.global_step >= trainer.max_steps:
         return True
-    if trainer.max_epochs is None or trainer.max_epochs == -1 or trainer.current_epoch + 1 < trainer.max_epochs:
-        return False
-    progress = trainer.fit_loop.epoch_loop.batch_progress
-    return progress.is_last_batch or progress.current.ready == trainer.num_training_batches
+    return last_epoch_ends(trainer)
 
 
 def _may_stop_early(trainer: L.Trainer) -> bool:
@@ -228,22 +162,33 @@ _UNRECORDED = object()  # a checkpoint whose OptimizerStepIntervals state holds 
 
 
 class OptimizerStepIntervals(L.Callback):
-    """Make ``trainer.val_check_interval`` count optimizer steps (Lightning counts batches, which differ under
-    gradient accumulation, and has no hook for the decision), and validate after the last step so the
-    objective and best checkpoint always exist. Every validation, and so every checkpoint written by one,
-    falls at the end of an optimizer step, never inside an accumulation window.
+    """The validation schedule and the epoch budget, as functions of the optimizer step and the data position
+    (:func:`~xformer.data.loader.data_position`); Lightning counts batches of its own epochs, which differ
+    under gradient accumulation and, with the data epochs run back to back, are one endless epoch. Every
+    validation, and so every checkpoint written by one, falls at the end of an optimizer step.
 
-    An integer counts ``global_step``, or the steps inside the epoch when ``check_val_every_n_epoch`` is
-    set; a fraction of an epoch is that fraction of the epoch's optimizer steps; a time is Lightning's
-    decision, taken at the first optimizer step's end once it is due. At a restart Lightning asks once whether the
-    checkpoint's own step was due for validation; each checkpoint records whether it was written inside one
-    (:meth:`state_dict`), which is the right answer.
+    ``val_check_interval``: an integer counts ``global_step``, or the steps inside each epoch when
+    ``check_val_every_n_epoch`` is set; a fraction of an epoch is that fraction of the epoch's optimizer
+    steps; a time is Lightning's decision, taken at the first optimizer step's end once it is due.
+    ``check_val_every_n_epoch``: only epochs whose number + 1 it divides validate. After the last step
+    (``max_steps``, or the last batch of the data's ``max_epochs``) the run validates, so the objective and
+    best checkpoint always exist, and stops.
 
+    At a restart Lightning asks once whether the checkpoint's own step was due for validation; each
+    checkpoint records whether it was written inside one (:meth:`state_dict`), which is the right answer.
     A validation the schedule did not ask for (after the budget's last step, or once more at a stop that
     early stopping or ``max_time`` requested) is recorded by its step in each checkpoint; a run resumed
-    from that step with a larger budget takes it back (:meth:`on_train_start`)."""
+    from that step with a larger budget takes it back (:meth:`on_train_start`).
 
-    def __init__(self) -> None:
+    Args:
+        val_check_interval: the trainer's ``val_check_interval`` (None: Lightning's, a time).
+        check_val_every_n_epoch: the trainer's ``check_val_every_n_epoch``."""
+
+    def __init__(
+        self, val_check_interval: int | float | None = 1.0, check_val_every_n_epoch: int | None = None
+    ) -> None:
+        self.val_check_interval = val_check_interval
+        self.check_val_every_n_epoch = check_val_every_n_epoch
         self._current: L.Trainer | None = None  # the trainer of this fit
         self._trained = False  # this fit has trained a batch
         self._step_before_batch = 0
@@ -261,6 +206,36 @@ class OptimizerStepIntervals(L.Callback):
         self._restored_in_validation = bool(state_dict.get("in_validation", False))
         self._restored_unscheduled = state_dict.get("unscheduled_step", _UNRECORDED)
 
+    def step_interval(self, trainer: L.Trainer, position: Position | None) -> int | None:
+        """The interval in optimizer steps: an int as given, a fraction as that fraction of the optimizer steps
+        of ``position``'s epoch (at least 1); None for a time."""
+        interval = self.val_check_interval
+        if isinstance(interval, bool) or interval is None:
+            return None
+        if isinstance(interval, int):
+            return interval
+        if isinstance(interval, float) and position is not None:
+            steps = optimizer_steps_in_epoch(position[2], trainer.accumulate_grad_batches)
+            return max(1, int(steps * interval))
+        return None
+
+    def _epoch_validates(self, trainer: L.Trainer, epoch: int) -> bool:
+        every = self.check_val_every_n_epoch
+        return trainer.enable_validation and (every is None or (epoch + 1) % every == 0)
+
+    def scheduled(self, trainer: L.Trainer, position: Position | None) -> bool:
+        """Whether the optimizer step that just ended at ``position`` is one the schedule validates after."""
+        interval = self.step_interval(trainer, position)
+        if interval is None:
+            return False
+        if self.check_val_every_n_epoch is None:
+            return trainer.enable_validation and trainer.global_step % interval == 0
+        if position is None:
+            return False
+        epoch, done, _ = position  # epochs hold whole windows: a step ends at a multiple of accumulate
+        steps = optimizer_steps_in_epoch(done, trainer.accumulate_grad_batches)
+        return done > 0 and steps % interval == 0 and self._epoch_validates(trainer, epoch)
+
     @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         """Install the optimizer-step validation decision on ``trainer`` (fit only)."""
@@ -274,35 +249,25 @@ class OptimizerStepIntervals(L.Callback):
             if not self._trained and epoch_loop.restarting and epoch_loop.restarted_on_last:
                 return self._restored_in_validation  # the restart question
             stepped = trainer.global_step != self._step_before_batch  # this micro-batch ended a step
-            if interval_decision(data_fetcher, stepped):
+            position = data_position(trainer)
+            if stepped and self.step_interval(trainer, position) is None:  # a time: Lightning's decision
+                if lightning_decision(data_fetcher):
+                    return True
+            elif stepped and self.scheduled(trainer, position):
                 return True
-            if (stepped and _budget_reached(trainer)) or stopping():
+            if (stepped and budget_reached(trainer)) or stopping(position):
                 self._unscheduled_step = trainer.global_step
                 return True
             return False
 
-        def epoch_validates() -> bool:
-            epochs = trainer.check_val_every_n_epoch
-            return trainer.enable_validation and (epochs is None or (trainer.current_epoch + 1) % epochs == 0)
-
-        def stopping() -> bool:  # early stopping or max_time: Lightning validates once more at a stop
-            interval = _step_interval(trainer)
-            return interval is not None and epoch_validates() and trainer.should_stop and _may_stop_early(trainer)
-
-        def interval_decision(data_fetcher: Any, stepped: bool) -> bool:
-            interval = _step_interval(trainer)
-            if interval is None:  # a time: Lightning's decision, taken at the end of an optimizer step
-                return stepped and lightning_decision(data_fetcher)
-            epochs = trainer.check_val_every_n_epoch
-            if not stepped or not epoch_validates():
-                return False
-            if epochs is None:
-                steps = trainer.global_step
-            else:
-                steps = optimizer_steps_in_epoch(
-                    epoch_loop.batch_progress.current.ready, trainer.accumulate_grad_batches
-                )
-            return steps > 0 and steps % interval == 0
+        def stopping(position: Position | None) -> bool:  # early stopping or max_time: one more validation
+            epoch = position[0] if position is not None else 0
+            return (
+                self.step_interval(trainer, position) is not None
+                and self._epoch_validates(trainer, epoch)
+                and trainer.should_stop
+                and _may_stop_early(trainer)
+            )
 
         compat.set_val_check_decision(trainer, should_check_val)
 
@@ -311,11 +276,11 @@ class OptimizerStepIntervals(L.Callback):
         """A larger budget resumed from a step validated only because the old run ended there: take that
         validation back from the loggers and callbacks that keep one (``forget_validation``)."""
         step, restored = trainer.global_step, self._restored_unscheduled
-        if step == 0 or _budget_reached(trainer):
+        if step == 0 or budget_reached(trainer):
             return
         if restored is _UNRECORDED:  # a checkpoint without the record: an interval counted over all epochs
-            interval = _step_interval(trainer)
-            unscheduled = interval is not None and trainer.check_val_every_n_epoch is None and step % interval != 0
+            interval = self.step_interval(trainer, data_position(trainer))
+            unscheduled = interval is not None and self.check_val_every_n_epoch is None and step % interval != 0
         else:
             unscheduled = restored == step
         if not unscheduled:
@@ -323,6 +288,15 @@ class OptimizerStepIntervals(L.Callback):
         for keeper in [*trainer.loggers, *trainer.callbacks]:
             if callable(getattr(keeper, "forget_validation", None)):
                 keeper.forget_validation(step)
+
+    @override
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        """Stop after the last batch of the data's ``max_epochs`` (Lightning's own epoch never ends)."""
+        stream = _stream(trainer)
+        if stream is not None and stream.max_epochs is not None and budget_reached(trainer):
+            trainer.should_stop = True
 
     @override
     def on_train_batch_start(

@@ -48,6 +48,7 @@ from torch import Tensor
 from typing_extensions import override
 
 from xformer import lightning_compat
+from xformer.data.loader import data_position, last_epoch_ends
 from xformer.train.decode import DecodeSettings
 from xformer.train.losses import CrossEntropy
 
@@ -382,11 +383,8 @@ class TransformerLitModule(L.LightningModule):
             return True
         if trainer.max_steps is not None and 0 < trainer.max_steps <= trainer.global_step + (not stepped):
             return True  # the last step
-        epochs = trainer.max_epochs is not None and trainer.max_epochs > 0
-        if epochs and trainer.current_epoch + 1 >= trainer.max_epochs:
-            progress = trainer.fit_loop.epoch_loop.batch_progress
-            if progress.is_last_batch or progress.current.ready == trainer.num_training_batches:
-                return True  # the last step of the last epoch
+        if last_epoch_ends(trainer):
+            return True  # the last step of the last epoch
         # the loggers write this step (Lightning's rule: every log_every_n_steps-th step, and at a stop)
         every = trainer.log_every_n_steps
         return (every > 0 and (trainer.global_step + (not stepped)) % every == 0) or trainer.should_stop
@@ -394,7 +392,16 @@ class TransformerLitModule(L.LightningModule):
     def _log_step_loss(self) -> None:
         self.log("train/loss", self._step_loss)
         self.log("train/nll", self._step_nll)
+        self._log_data_epoch()
         self._step_logged = True
+
+    def _log_data_epoch(self) -> None:
+        """Log ``epoch`` as the data's epoch of the last trained batch (Lightning would log its own counter,
+        which counts one endless epoch when the data epochs run back to back)."""
+        position = data_position(self.trainer) if self._attached() else None
+        if position is not None and self.trainer.state.fn == "fit":
+            # the same on every rank; sync_dist only tells Lightning so at a validation (an epoch-level value)
+            self.log("epoch", float(position[0]), sync_dist=not self.trainer.training)
 
     @override
     def on_train_batch_start(self, batch, batch_idx) -> None:
@@ -694,6 +701,7 @@ class TransformerLitModule(L.LightningModule):
 
     def on_validation_epoch_end(self) -> None:
         self._eval_end("val")
+        self._log_data_epoch()
 
     @override
     def test_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> None:
