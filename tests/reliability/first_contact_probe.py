@@ -2,8 +2,8 @@
 
 * :class:`SlowSteps` -- sleeps after every training batch, so a test can send a second signal
   while the run is still stopping from the first.
-* :class:`BarProbe` -- records the Rich progress bar's ``(completed, total)`` after every
-  training batch, in a JSON file.
+* :class:`BarProbe` -- records the Rich progress bar's ``(completed, total)`` and the data's epoch
+  after every training batch, in a JSON file.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import time
 
 import lightning as L
 from typing_extensions import override
+
+from xformer.data.loader import data_position
 
 
 class SlowSteps(L.Callback):
@@ -39,7 +41,8 @@ class BarProbe(L.Callback):
         if bar is None or bar.progress is None or bar.train_progress_bar_id is None:
             return
         task = next(t for t in bar.progress.tasks if t.id == bar.train_progress_bar_id)
-        self.rows.append({"epoch": trainer.current_epoch, "completed": task.completed, "total": task.total})
+        epoch = position[0] if (position := data_position(trainer)) is not None else trainer.current_epoch
+        self.rows.append({"epoch": epoch, "completed": task.completed, "total": task.total})
         with open(self.path, "w") as f:
             json.dump(self.rows, f)
 
