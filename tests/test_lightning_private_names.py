@@ -122,3 +122,15 @@ def test_the_config_check_reads_lightnings_precision_list():
         check_targets(OmegaConf.create({"trainer": {"_target_": "lightning.Trainer", "precision": precision}}))
     with pytest.raises(ConfigError, match=r"^trainer.precision=bf17: must be one of .*32-true"):
         check_targets(OmegaConf.create({"trainer": {"_target_": "lightning.Trainer", "precision": "bf17"}}))
+
+
+def test_no_module_edits_lightnings_loop_state_in_a_checkpoint():
+    """A resume is Lightning's own restore: no xformer module reads or rewrites the ``loops`` entry of a
+    checkpoint (the data's epochs run as one Lightning epoch, so there is no epoch boundary to correct)."""
+    offenders = [
+        f"{p.relative_to(PACKAGE.parent)}:{i}: {line.strip()}"
+        for p in sorted(PACKAGE.rglob("*.py"))
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if re.search(r"""["']loops["']""", line)
+    ]
+    assert offenders == []
