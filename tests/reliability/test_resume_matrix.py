@@ -278,7 +278,7 @@ def test_stop_inside_an_accumulation_window(tmp_path, tmp_path_factory, trigger,
 )
 def test_a_finished_job_resumed_with_a_larger_budget_validates_as_the_uninterrupted_run(tmp_path, schedule, first):
     """A job finished at ``max_steps=first``, a step its schedule does not validate (validated there only
-    because it was the last), resumed in place with ``max_steps=8``, and an uninterrupted ``max_steps=8``
+    because it was the last), resumed in place with the same budget and then with ``max_steps=8``, and an uninterrupted ``max_steps=8``
     run end with the same validations: in the CSV history, in the divergence guard's record, in the best
     checkpoint."""
     import torch
@@ -288,6 +288,8 @@ def test_a_finished_job_resumed_with_a_larger_budget_validates_as_the_uninterrup
     ref_batches = _run(tmp_path, ref, [*data, "trainer.max_steps=8"], "ref")
     _run(tmp_path, job, [*data, f"trainer.max_steps={first}"], "first")
     assert first not in _validations(tmp_path, "ref") and _validations(tmp_path, "first")[-1] == first
+    # resumed with the same budget first: nothing to train, and its checkpoint keeps the record
+    assert _run(tmp_path, job, [*data, f"trainer.max_steps={first}", "ckpt_path=last"], "same") == []
     after = _run(tmp_path, job, [*data, "trainer.max_steps=8", "ckpt_path=last"], "resumed")
     assert after == ref_batches[first:]
     assert _validations(tmp_path, "resumed") == [s for s in _validations(tmp_path, "ref") if s > first]
@@ -302,3 +304,25 @@ def test_a_finished_job_resumed_with_a_larger_budget_validates_as_the_uninterrup
         return next([s for s, _ in v["validations"]] for k, v in states.items() if "NonFiniteLossGuard" in k)
 
     assert guard_steps(job) == guard_steps(ref)
+
+
+@pytest.mark.parametrize("accumulate", [pytest.param(1, marks=pytest.mark.slow), 2])
+def test_an_epoch_budget_continued_with_a_larger_one_matches_the_uninterrupted_run(tmp_path, accumulate):
+    """3 batches per epoch, ``max_steps=-1``: a job that ran ``max_epochs=1``, resumed in place with the same
+    budget (it trains nothing and still ends), then with ``max_epochs=3``, equals an uninterrupted
+    ``max_epochs=3`` run per micro-batch (under accumulation 2 each epoch ends with a weightless copy),
+    per step loss, validations and CSV rows."""
+    data = ["data.tokens_per_batch=2048", f"trainer.accumulate_grad_batches={accumulate}", "trainer.max_steps=-1"]
+    ref, job = tmp_path / "ref", tmp_path / "job"
+    ref_batches = _run(tmp_path, ref, [*data, "trainer.max_epochs=3"], "ref")
+    assert {b[1] for b in ref_batches} == {0, 1, 2} and len(ref_batches) == 3 * (3 + (accumulate == 2))
+    first = _run(tmp_path, job, [*data, "trainer.max_epochs=1"], "first")
+    assert _run(tmp_path, job, [*data, "trainer.max_epochs=1", "ckpt_path=last"], "same") == []
+    after = _run(tmp_path, job, [*data, "trainer.max_epochs=3", "ckpt_path=last"], "resumed")
+    assert first + after == ref_batches
+    assert train_losses(job) == train_losses(ref)
+    ref_vals, stop = _validations(tmp_path, "ref"), first[-1][0]
+    assert _validations(tmp_path, "first")[-1] == stop  # the budget's end validates
+    assert _validations(tmp_path, "resumed") == [s for s in ref_vals if s > stop]
+    assert _val_rows(job) == _val_rows(ref)
+    assert metrics(job)["tokens_seen"] == metrics(ref)["tokens_seen"]

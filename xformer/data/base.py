@@ -329,6 +329,8 @@ class XformerDataModule(L.LightningDataModule):
         return trainer_epoch_batches(getattr(self, "trainer", None), n)
 
     _back_to_back: dict[str, Any] | None = None  # EpochStream options, set by serve_epochs_back_to_back
+    _stream: EpochStream | None = None  # the training stream of the current fit
+    _restored_position: dict[str, int] | None = None  # from a checkpoint, for the next stream
 
     def serve_epochs_back_to_back(
         self, max_epochs: int | None = None, limit_batches: int | float | None = None, accumulate: int = 1
@@ -347,7 +349,22 @@ class XformerDataModule(L.LightningDataModule):
         loader = self._loader(self.train_set, train=True)
         if self._back_to_back is None:
             return loader
-        return EpochStream(loader, consumed=self._train_batches_consumed, **self._back_to_back)
+        self._stream = EpochStream(loader, consumed=self._train_batches_consumed, **self._back_to_back)
+        if self._restored_position is not None:
+            self._stream.load_state_dict(self._restored_position)
+            self._restored_position = None
+        return self._stream
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"train_position": ...}``: the :class:`~xformer.data.loader.EpochStream`'s position, in every
+        checkpoint (Lightning also keeps a loader's state, but restores it only into an epoch it considers
+        unfinished; after a run that ended by ``max_epochs`` its one epoch is finished). Empty without a
+        stream."""
+        return {"train_position": self._stream.state_dict()} if self._stream is not None else {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Keep a checkpoint's training position for the next :meth:`train_dataloader` stream."""
+        self._restored_position = state_dict.get("train_position")
 
     def _train_batches_consumed(self) -> int:
         """Training micro-batches the attached trainer has processed over the run (0 without one)."""

@@ -179,6 +179,10 @@ class EpochStream:
             )
         return min(n, taken)
 
+    def _windows(self, batches: int) -> int:
+        """``batches`` rounded up to whole accumulation windows."""
+        return -(-batches // self.accumulate) * self.accumulate
+
     def position(self, consumed: int) -> Position:
         """``(epoch, batches done, epoch's batches)`` once ``consumed`` training micro-batches (the trainer's
         count) are done. Raises: LookupError for a count this stream has not yielded or has forgotten."""
@@ -186,7 +190,7 @@ class EpochStream:
             return self._seen[consumed]
         if consumed == self._base and not self._iterating:  # restored, not iterated yet
             self.loader.batch_sampler.set_epoch(self._start[0])
-            return (*self._start, self.epoch_batches())
+            return (*self._start, self._windows(self.epoch_batches()))
         raise LookupError(f"training micro-batch {consumed} is not among the ones this stream yielded last")
 
     def __iter__(self):
@@ -198,11 +202,12 @@ class EpochStream:
         count, sampler = self._base, self.loader.batch_sampler
         self._seen.clear()
         self._iterating = True
+        sampler.set_epoch(epoch)
+        self._seen[count] = (epoch, done, self._windows(self.epoch_batches()))  # the start (also past the end)
         while self.max_epochs is None or epoch < self.max_epochs:
             sampler.resume(epoch, done)
             real = self.epoch_batches()
-            n = -(-real // self.accumulate) * self.accumulate  # whole accumulation windows
-            self._seen.setdefault(count, (epoch, done, n))  # the start, before any batch of this iteration
+            n = self._windows(real)
             last = None
             for last in itertools.islice(iter(self.loader), max(0, real - done)):
                 done, count = done + 1, count + 1

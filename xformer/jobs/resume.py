@@ -205,6 +205,8 @@ class OptimizerStepIntervals(L.Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._restored_in_validation = bool(state_dict.get("in_validation", False))
         self._restored_unscheduled = state_dict.get("unscheduled_step", _UNRECORDED)
+        if self._restored_unscheduled is not _UNRECORDED:  # still the last one until this fit validates so
+            self._unscheduled_step = self._restored_unscheduled
 
     def step_interval(self, trainer: L.Trainer, position: Position | None) -> int | None:
         """The interval in optimizer steps: an int as given, a fraction as that fraction of the optimizer steps
@@ -274,8 +276,11 @@ class OptimizerStepIntervals(L.Callback):
     @override
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """A larger budget resumed from a step validated only because the old run ended there: take that
-        validation back from the loggers and callbacks that keep one (``forget_validation``)."""
+        validation back from the loggers and callbacks that keep one (``forget_validation``). A run resumed
+        after the data's last epoch stops at once (Lightning's own epoch has no end to reach)."""
         step, restored = trainer.global_step, self._restored_unscheduled
+        if step > 0 and _stream(trainer) is not None and last_epoch_ends(trainer):
+            trainer.should_stop = True  # resumed after the data's last epoch: nothing to train
         if step == 0 or budget_reached(trainer):
             return
         if restored is _UNRECORDED:  # a checkpoint without the record: an interval counted over all epochs
