@@ -278,9 +278,9 @@ def test_stop_inside_an_accumulation_window(tmp_path, tmp_path_factory, trigger,
 )
 def test_a_finished_job_resumed_with_a_larger_budget_validates_as_the_uninterrupted_run(tmp_path, schedule, first):
     """A job finished at ``max_steps=first``, a step its schedule does not validate (validated there only
-    because it was the last), resumed in place with the same budget and then with ``max_steps=8``, and an uninterrupted ``max_steps=8``
-    run end with the same validations: in the CSV history, in the divergence guard's record, in the best
-    checkpoint."""
+    because it was the last), resumed in place with the same budget and then with ``max_steps=8``, and an
+    uninterrupted ``max_steps=8`` run end with the same validations: in the CSV history, in the divergence
+    guard's record, in the best checkpoint."""
     import torch
 
     data = ["data.tokens_per_batch=2048", *schedule]
