@@ -326,3 +326,21 @@ def test_an_epoch_budget_continued_with_a_larger_one_matches_the_uninterrupted_r
     assert _validations(tmp_path, "resumed") == [s for s in ref_vals if s > stop]
     assert _val_rows(job) == _val_rows(ref)
     assert metrics(job)["tokens_seen"] == metrics(ref)["tokens_seen"]
+
+
+def test_a_resumed_run_saves_periodically_only_at_the_end_of_a_step(tmp_path, tmp_path_factory):
+    """Accumulation 2, ``last.ckpt`` every 3 steps: a run stopped at step 3 is resumed and SIGKILLed as its
+    second micro-batch starts, then resumed again. The periodic save must not fire after the resumed run's
+    first micro-batch (``global_step`` is still the saved 3 there: a checkpoint inside a window, which the
+    second resume would continue a micro-batch off), so the second resume starts at step 3 again and equals
+    the uninterrupted run."""
+    data = ["data.tokens_per_batch=1024", "trainer.accumulate_grad_batches=2"]
+    ref_batches, ref_losses, ref_tokens, _, _ = _reference(tmp_path_factory, data)
+    job, periodic = tmp_path / "job", ["callbacks.last_checkpoint.every_n_train_steps=3"]
+    before = _run(tmp_path, job, [*data, *periodic, "trainer.max_steps=3"], "first")
+    kill = ["+callbacks.kill._target_=tests.reliability.stoppers.SigkillAt", "+callbacks.kill.batches=2"]
+    killed = _run(tmp_path, job, [*data, *periodic, f"trainer.max_steps={TOTAL}", "ckpt_path=last", *kill], "k", -9)
+    assert len(killed) == 1
+    after = _run(tmp_path, job, [*data, *periodic, f"trainer.max_steps={TOTAL}", "ckpt_path=last"], "resumed")
+    assert before + after == ref_batches
+    assert train_losses(job) == ref_losses and metrics(job)["tokens_seen"] == ref_tokens

@@ -270,20 +270,28 @@ def test_a_refused_run_prints_its_error_line_alone_and_a_valid_one_keeps_its_war
     assert "warmup_steps=400 > trainer.max_steps=5" in (tmp_path / "run.log").read_text()  # the job's log keeps it
 
 
-def test_a_timed_checkpoint_under_accumulation_is_refused():
-    """A save by wall time can fall between the micro-batches of a step, whose gradients no checkpoint
-    holds: refused with accumulation, named with the step-counted fix; without accumulation it passes."""
-    timed = [
-        "+callbacks.last_checkpoint.train_time_interval={seconds: 60}",
+@pytest.mark.parametrize("key, value", [("train_time_interval", "{seconds: 60}"), ("every_n_train_steps", "10")])
+def test_lightnings_periodic_checkpoint_under_accumulation_is_refused(key, value):
+    """Lightning's ``ModelCheckpoint`` saving by time, or by steps after a resume, can save between the
+    micro-batches of a step, whose gradients no checkpoint holds: refused with accumulation, with the fix
+    (xformer's ``StepEndCheckpoint``, the default, which passes); without accumulation it passes."""
+    plain = [
+        "callbacks.last_checkpoint._target_=lightning.pytorch.callbacks.ModelCheckpoint",
         "callbacks.last_checkpoint.every_n_train_steps=null",
+        f"+callbacks.last_checkpoint.{key}={value}"
+        if key == "train_time_interval"
+        else f"callbacks.last_checkpoint.{key}={value}",
     ]
     with pytest.raises(
         ConfigError,
-        match=r"^callbacks.last_checkpoint.train_time_interval: with trainer.accumulate_grad_batches=2 .*"
-        r"Fix: callbacks.last_checkpoint.every_n_train_steps=<steps> instead$",
+        match=rf"^callbacks.last_checkpoint.{key}: with trainer.accumulate_grad_batches=2 .*"
+        r"Fix: callbacks.last_checkpoint._target_=xformer.jobs.callbacks.StepEndCheckpoint$",
     ):
-        check_static(_compose([*timed, "trainer.accumulate_grad_batches=2"]))
-    check_static(_compose(timed))
+        check_static(_compose([*plain, "trainer.accumulate_grad_batches=2"]))
+    check_static(_compose(plain))
+    check_static(
+        _compose(["trainer.accumulate_grad_batches=2", "+callbacks.last_checkpoint.train_time_interval={seconds: 60}"])
+    )
 
 
 def test_max_time_as_a_number_is_refused_and_as_timedelta_keys_is_accepted():

@@ -331,18 +331,23 @@ def mode_and_checkpoint(cfg: DictConfig) -> None:
 
 
 def saves_on_whole_steps(cfg: DictConfig) -> None:
-    """Accumulation vs timed saves: a ``ModelCheckpoint`` saving by wall time can fall inside an
-    accumulation window, whose gradients no checkpoint holds, so its resume would not continue exactly."""
+    """Accumulation vs Lightning's own ``ModelCheckpoint`` saving by step count or wall time: after a resume it
+    can save between the micro-batches of a step (a time save anywhere), whose gradients no checkpoint
+    holds, so a resume from that save would not continue exactly. ``xformer.jobs.callbacks.StepEndCheckpoint``
+    (the default) saves at steps' ends only."""
     accumulate, callbacks = _get(cfg, "trainer.accumulate_grad_batches", 1), _get(cfg, "callbacks")
     if not isinstance(accumulate, int) or accumulate <= 1 or not isinstance(callbacks, DictConfig):
         return
     for name, node in callbacks.items():
-        if isinstance(node, DictConfig) and node.get("train_time_interval") is not None:
-            raise ConfigError(
-                f"callbacks.{name}.train_time_interval: with trainer.accumulate_grad_batches={accumulate} it can "
-                "save between the micro-batches of a step, which a resume cannot continue. Fix: "
-                f"callbacks.{name}.every_n_train_steps=<steps> instead"
-            )
+        if not isinstance(node, DictConfig) or str(node.get("_target_", "")).rsplit(".", 1)[-1] != "ModelCheckpoint":
+            continue
+        for key in ("train_time_interval", "every_n_train_steps"):
+            if node.get(key) is not None:
+                raise ConfigError(
+                    f"callbacks.{name}.{key}: with trainer.accumulate_grad_batches={accumulate} Lightning's "
+                    "ModelCheckpoint can save between the micro-batches of a step, which a resume cannot continue. "
+                    f"Fix: callbacks.{name}._target_=xformer.jobs.callbacks.StepEndCheckpoint"
+                )
 
 
 def counts_data_epochs(cfg: DictConfig) -> None:

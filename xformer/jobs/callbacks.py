@@ -20,7 +20,7 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
-from lightning.pytorch.callbacks import Timer
+from lightning.pytorch.callbacks import ModelCheckpoint, Timer
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
@@ -227,6 +227,31 @@ class _StopAtStepEnd(L.Callback):
     @override
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._validating = False
+
+
+class StepEndCheckpoint(ModelCheckpoint):
+    """Lightning's ``ModelCheckpoint`` whose saves by ``every_n_train_steps`` or ``train_time_interval`` fall at
+    the end of an optimizer step only. Lightning's skips a save at a step it has saved already, but does not
+    keep that step in its checkpoint state: under gradient accumulation a run resumed from a step that
+    ``every_n_train_steps`` divides would save again after the first micro-batch of the next window, a
+    checkpoint inside a window whose gradients no checkpoint holds. Everything else is ``ModelCheckpoint``'s
+    (same arguments, state and files)."""
+
+    saves_at_step_ends = True  # what the config check looks for under accumulation
+    _step_before_batch = 0  # global_step when the current micro-batch started
+
+    @override
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        self._step_before_batch = trainer.global_step
+
+    @override
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if trainer.global_step != self._step_before_batch:  # this micro-batch ended an optimizer step
+            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
 
 
 class StopCheckpoint(_StopAtStepEnd):
