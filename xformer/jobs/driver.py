@@ -216,7 +216,8 @@ def fit_and_test(cfg: DictConfig, job: Job, ckpt: str | None) -> tuple[dict, dic
     if cfg.mode != "train":
         return {}, _test(trainer, module, dm, ckpt), None
     trainer.fit(module, datamodule=dm, ckpt_path=ckpt)
-    fit_metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    # `epoch` is the data position the loggers' rows carry (the module logs it), not a metric of the run
+    fit_metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k != "epoch"}
     # the last step's train-time values, also where that step was not logged
     fit_metrics.update(getattr(module, "last_step_metrics", dict)())
     tokens_seen = module.tokens_seen  # testing the best checkpoint reloads its (older) count
@@ -226,7 +227,8 @@ def fit_and_test(cfg: DictConfig, job: Job, ckpt: str | None) -> tuple[dict, dic
 
 def _test(trainer: L.Trainer, module, dm, ckpt: str | None) -> dict:
     """``trainer.test`` with the results printed as one column per test split."""
-    results = {k: v for d in trainer.test(module, datamodule=dm, ckpt_path=ckpt, verbose=False) for k, v in d.items()}
+    tested = trainer.test(module, datamodule=dm, ckpt_path=ckpt, verbose=False)
+    results = {k: v for d in tested for k, v in d.items() if k != "epoch"}  # the rows' data position, not a metric
     if trainer.is_global_zero and (table := test_table(results, list(dm.test_split_names))):
         print(table, end="", flush=True)
     return results

@@ -395,13 +395,25 @@ class TransformerLitModule(L.LightningModule):
         self._log_data_epoch()
         self._step_logged = True
 
+    _trained_epoch: int | None = None  # the data's epoch of the last batch of the last fit
+
     def _log_data_epoch(self) -> None:
-        """Log ``epoch`` as the data's epoch of the last trained batch (Lightning would log its own counter,
-        which counts one endless epoch when the data epochs run back to back)."""
-        position = data_position(self.trainer) if self._attached() else None
-        if position is not None and self.trainer.state.fn == "fit":
-            # the same on every rank; sync_dist only tells Lightning so at a validation (an epoch-level value)
-            self.log("epoch", float(position[0]), sync_dist=not self.trainer.training)
+        """Log ``epoch`` as the data's epoch of the last trained batch, in training, validation and the test
+        after ``fit`` (Lightning would log its own counter, which counts one endless epoch when the data
+        epochs run back to back)."""
+        if not self._attached() or self.trainer.state.fn not in ("fit", "test"):
+            return
+        if self.trainer.state.fn == "fit":
+            epoch = position[0] if (position := data_position(self.trainer)) is not None else None
+        else:
+            epoch = self._trained_epoch
+        if epoch is None:
+            return
+        # the same value on every rank: Lightning's advice to all-reduce an epoch-level value does not apply
+        warnings.filterwarnings(
+            "ignore", message=r"It is recommended to use `self\.log\('epoch'", category=PossibleUserWarning
+        )
+        self.log("epoch", float(epoch), add_dataloader_idx=False)
 
     @override
     def on_train_batch_start(self, batch, batch_idx) -> None:
@@ -506,6 +518,8 @@ class TransformerLitModule(L.LightningModule):
 
     def on_train_end(self) -> None:
         self.tokens_seen = int(self._all_reduce([float(self.tokens_seen)])[0])  # over all ranks
+        position = data_position(self.trainer)
+        self._trained_epoch = position[0] if position is not None else None  # for the test's log rows
 
     def configure_model(self) -> None:
         """FSDP2 (``trainer=fsdp``): shard every Transformer layer, then the rest (embeddings, head).
@@ -708,6 +722,7 @@ class TransformerLitModule(L.LightningModule):
         self._eval_step(batch, f"test#{dataloader_idx}", decode=True)
 
     def on_test_epoch_end(self) -> None:
+        self._log_data_epoch()
         for i, name in enumerate(self.test_split_names):
             acc = self._eval.pop(f"test#{i}", None)
             if acc is None:
