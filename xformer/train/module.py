@@ -401,13 +401,11 @@ class TransformerLitModule(L.LightningModule):
         """Log ``epoch`` as the data's epoch of the last trained batch, in training, validation and the test
         after ``fit`` (Lightning would log its own counter, which counts one endless epoch when the data
         epochs run back to back)."""
-        if not self._attached() or self.trainer.state.fn not in ("fit", "test"):
+        if not self._attached():
             return
-        if self.trainer.state.fn == "fit":
-            epoch = position[0] if (position := data_position(self.trainer)) is not None else None
-        else:
-            epoch = self._trained_epoch
-        if epoch is None:
+        position = data_position(self.trainer)  # in fit; the test after it reads the fit's last one
+        epoch = position[0] if position is not None else self._trained_epoch
+        if epoch is None or self.trainer.state.fn not in ("fit", "test"):
             return
         # the same value on every rank: Lightning's advice to all-reduce an epoch-level value does not apply
         warnings.filterwarnings(
