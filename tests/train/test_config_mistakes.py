@@ -270,17 +270,19 @@ def test_a_refused_run_prints_its_error_line_alone_and_a_valid_one_keeps_its_war
     assert "warmup_steps=400 > trainer.max_steps=5" in (tmp_path / "run.log").read_text()  # the job's log keeps it
 
 
-@pytest.mark.parametrize("key, value", [("train_time_interval", "{seconds: 60}"), ("every_n_train_steps", "10")])
+TIMED = "{_target_: datetime.timedelta, seconds: 60}"  # Lightning's ModelCheckpoint takes a timedelta
+
+
+@pytest.mark.parametrize("key, value", [("train_time_interval", TIMED), ("every_n_train_steps", "10")])
 def test_lightnings_periodic_checkpoint_under_accumulation_is_refused(key, value):
     """Lightning's ``ModelCheckpoint`` saving by time, or by steps after a resume, can save between the
     micro-batches of a step, whose gradients no checkpoint holds: refused with accumulation, with the fix
     (xformer's ``StepEndCheckpoint``, the default, which passes); without accumulation it passes."""
+    add = "+" if key == "train_time_interval" else ""
     plain = [
         "callbacks.last_checkpoint._target_=lightning.pytorch.callbacks.ModelCheckpoint",
         "callbacks.last_checkpoint.every_n_train_steps=null",
-        f"+callbacks.last_checkpoint.{key}={value}"
-        if key == "train_time_interval"
-        else f"callbacks.last_checkpoint.{key}={value}",
+        f"{add}callbacks.last_checkpoint.{key}={value}",
     ]
     with pytest.raises(
         ConfigError,
@@ -290,8 +292,19 @@ def test_lightnings_periodic_checkpoint_under_accumulation_is_refused(key, value
         check_static(_compose([*plain, "trainer.accumulate_grad_batches=2"]))
     check_static(_compose(plain))
     check_static(
-        _compose(["trainer.accumulate_grad_batches=2", "+callbacks.last_checkpoint.train_time_interval={seconds: 60}"])
+        _compose(["trainer.accumulate_grad_batches=2", f"+callbacks.last_checkpoint.train_time_interval={TIMED}"])
     )
+
+
+def test_a_checkpoint_time_interval_as_a_mapping_is_refused_with_the_timedelta_form():
+    """Lightning's ``ModelCheckpoint`` calls ``timedelta`` methods on ``train_time_interval``: a bare mapping
+    would fail at the first save, mid-run; it is refused at stage 1 with the form that builds one."""
+    with pytest.raises(
+        ConfigError,
+        match=r"^callbacks.last_checkpoint.train_time_interval: ModelCheckpoint takes a datetime.timedelta.*"
+        r"Fix: callbacks.last_checkpoint.train_time_interval=\{_target_: datetime.timedelta, minutes: 5\}$",
+    ):
+        check_static(_compose(["+callbacks.last_checkpoint.train_time_interval={minutes: 5}"]))
 
 
 def test_max_time_as_a_number_is_refused_and_as_timedelta_keys_is_accepted():

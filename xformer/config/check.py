@@ -334,9 +334,20 @@ def saves_on_whole_steps(cfg: DictConfig) -> None:
     """Accumulation vs Lightning's own ``ModelCheckpoint`` saving by step count or wall time: after a resume it
     can save between the micro-batches of a step (a time save anywhere), whose gradients no checkpoint
     holds, so a resume from that save would not continue exactly. ``xformer.jobs.callbacks.StepEndCheckpoint``
-    (the default) saves at steps' ends only."""
+    (the default) saves at steps' ends only. Also: ``train_time_interval`` is a ``datetime.timedelta`` (a bare
+    mapping would reach Lightning as one and fail at the first save)."""
     accumulate, callbacks = _get(cfg, "trainer.accumulate_grad_batches", 1), _get(cfg, "callbacks")
-    if not isinstance(accumulate, int) or accumulate <= 1 or not isinstance(callbacks, DictConfig):
+    if not isinstance(callbacks, DictConfig):
+        return
+    for name, node in callbacks.items():
+        timed = node.get("train_time_interval") if isinstance(node, DictConfig) else None
+        if isinstance(timed, DictConfig) and "_target_" not in timed:  # Lightning calls timedelta methods on it
+            keys = ", ".join(f"{k}: {v}" for k, v in timed.items())
+            raise ConfigError(
+                f"callbacks.{name}.train_time_interval: ModelCheckpoint takes a datetime.timedelta, not a mapping. "
+                f"Fix: callbacks.{name}.train_time_interval={{_target_: datetime.timedelta, {keys}}}"
+            )
+    if not isinstance(accumulate, int) or accumulate <= 1:
         return
     for name, node in callbacks.items():
         if not isinstance(node, DictConfig) or str(node.get("_target_", "")).rsplit(".", 1)[-1] != "ModelCheckpoint":

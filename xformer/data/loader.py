@@ -162,6 +162,7 @@ class EpochStream:
         self._base = 0  # the trainer's consumed count at that start
         self._seen: dict[int, Position] = {}  # consumed count -> position after that micro-batch
         self._iterating = False  # an iteration has started (the batch sampler follows it)
+        self._restored: Position | None = None  # the position a checkpoint stored, as stored
 
     def epoch_batches(self) -> int:
         """Batches taken from the batch sampler's current epoch (its length, or fewer under ``limit_batches``),
@@ -179,6 +180,14 @@ class EpochStream:
             )
         return min(n, taken)
 
+    def _at_base(self) -> Position:
+        """The position the stream starts from: a restored one as it was stored (an epoch's last batch stays
+        that, the next iteration starts the next epoch), else the start epoch's beginning."""
+        if self._restored is not None:
+            return self._restored
+        self.loader.batch_sampler.set_epoch(self._start[0])
+        return (*self._start, self._windows(self.epoch_batches()))
+
     def _windows(self, batches: int) -> int:
         """``batches`` rounded up to whole accumulation windows."""
         return -(-batches // self.accumulate) * self.accumulate
@@ -189,21 +198,19 @@ class EpochStream:
         if consumed in self._seen:
             return self._seen[consumed]
         if consumed == self._base and not self._iterating:  # restored, not iterated yet
-            self.loader.batch_sampler.set_epoch(self._start[0])
-            return (*self._start, self._windows(self.epoch_batches()))
+            return self._at_base()
         raise LookupError(f"training micro-batch {consumed} is not among the ones this stream yielded last")
 
     def __iter__(self):
         consumed = self._consumed()
         if consumed != self._base or consumed in self._seen:  # iterated before: continue where training is
-            epoch, done, n = self.position(consumed)
+            epoch, done, n = self._restored = self.position(consumed)
             self._start, self._base = ((epoch + 1, 0) if done >= n else (epoch, done)), consumed
         epoch, done = self._start
         count, sampler = self._base, self.loader.batch_sampler
         self._seen.clear()
+        self._seen[count] = self._at_base()  # the start (also past the last epoch)
         self._iterating = True
-        sampler.set_epoch(epoch)
-        self._seen[count] = (epoch, done, self._windows(self.epoch_batches()))  # the start (also past the end)
         while self.max_epochs is None or epoch < self.max_epochs:
             sampler.resume(epoch, done)
             real = self.epoch_batches()
@@ -233,6 +240,7 @@ class EpochStream:
         epoch, done = int(state["epoch"]), int(state["batches_done"])
         n = int(state.get("epoch_batches") or 0)
         self._start = (epoch + 1, 0) if n and done >= n else (epoch, done)
+        self._restored = (epoch, done, n) if n else None
         self._base = self._consumed()
         self._seen.clear()
         self._iterating = False

@@ -38,7 +38,7 @@ from .callbacks import NonFiniteLossGuard, OptimizerStepTimer
 from .checkpoints import checkpoint_step, slurm_job_key
 from .context import JobContext, Outcome, job_context, outcome_of
 from .distributed import logging_spec, replay_logging
-from .record import FILE, RunRecord
+from .record import FILE, RunRecord, read_record
 from .resume import OptimizerStepIntervals, RerootCheckpoints, ResumableCSVLogger, own_checkpoint
 from .wandb_run import describe_runs, finish_runs, wandb_logger
 
@@ -219,7 +219,11 @@ def fit_and_test(cfg: DictConfig, job: Job, ckpt: str | None) -> tuple[dict, dic
     # `epoch` is the data position the loggers' rows carry (the module logs it), not a metric of the run
     fit_metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k != "epoch"}
     # the last step's train-time values, also where that step was not logged
-    fit_metrics.update(getattr(module, "last_step_metrics", dict)())
+    last_step = getattr(module, "last_step_metrics", dict)()
+    if ckpt is not None and not last_step and (before := read_record(job.record.job["output_dir"])) is not None:
+        # a resume with nothing left to train: the fit's values are those the job's last run recorded
+        fit_metrics = {**{k: v for k, v in before.metrics.items() if not k.startswith("test/")}, **fit_metrics}
+    fit_metrics.update(last_step)
     tokens_seen = module.tokens_seen  # testing the best checkpoint reloads its (older) count
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     return fit_metrics, _test(trainer, module, dm, best or None), tokens_seen
@@ -275,8 +279,9 @@ class WallClock(L.Callback):
         self._loaded = float(state_dict.get("elapsed_s", 0.0))
 
     @override
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # fit only: testing a best checkpoint loads callback states too, which must not reset the count
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # fit only (testing a best checkpoint loads callback states too, which must not reset the count); also
+        # a fit with nothing left to train, which never starts training
         self.before = self._loaded
 
 

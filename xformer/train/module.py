@@ -514,10 +514,12 @@ class TransformerLitModule(L.LightningModule):
         if self._attached():
             lightning_compat.refresh_csv_headers(self.trainer)  # ddp_spawn: the logger copies missed the ranks' columns
 
+    def on_fit_end(self) -> None:
+        position = data_position(self.trainer)  # also after a fit with nothing left to train
+        self._trained_epoch = position[0] if position is not None else None  # for the test's log rows
+
     def on_train_end(self) -> None:
         self.tokens_seen = int(self._all_reduce([float(self.tokens_seen)])[0])  # over all ranks
-        position = data_position(self.trainer)
-        self._trained_epoch = position[0] if position is not None else None  # for the test's log rows
 
     def configure_model(self) -> None:
         """FSDP2 (``trainer=fsdp``): shard every Transformer layer, then the rest (embeddings, head).
