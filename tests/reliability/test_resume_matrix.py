@@ -288,8 +288,13 @@ def test_a_finished_job_resumed_with_a_larger_budget_validates_as_the_uninterrup
     ref_batches = _run(tmp_path, ref, [*data, "trainer.max_steps=8"], "ref")
     _run(tmp_path, job, [*data, f"trainer.max_steps={first}"], "first")
     assert first not in _validations(tmp_path, "ref") and _validations(tmp_path, "first")[-1] == first
-    # resumed with the same budget first: nothing to train, and its checkpoint keeps the record
+    # resumed with the same budget first: nothing to train, and its checkpoint keeps the record; the job's
+    # record keeps its metrics and objective, and its wall time only grows
+    recorded = metrics(job)
     assert _run(tmp_path, job, [*data, f"trainer.max_steps={first}", "ckpt_path=last"], "same") == []
+    again = metrics(job)
+    assert again["metrics"] == recorded["metrics"] and again["objective"] == recorded["objective"]
+    assert again["status"] == "finished" and again["wall_time_s"] >= recorded["wall_time_s"]
     after = _run(tmp_path, job, [*data, "trainer.max_steps=8", "ckpt_path=last"], "resumed")
     assert after == ref_batches[first:]
     assert _validations(tmp_path, "resumed") == [s for s in _validations(tmp_path, "ref") if s > first]
