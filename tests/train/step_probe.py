@@ -30,6 +30,11 @@ class Probe(L.Callback):
             json.dump(self.events, f)
 
     @override
+    def on_fit_start(self, trainer, pl_module) -> None:  # noqa: D102
+        with open(self.path, "w") as f:  # a fit with nothing left to train records no event
+            json.dump(self.events, f)
+
+    @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:  # noqa: D102
         self._add(
             "batch",
