@@ -190,20 +190,31 @@ class NonFiniteLossGuard(L.Callback):
         return f"The last good checkpoint {lasts[0]}{step} was kept; the failed step was not saved."
 
 
-class _StopAtStepEnd(L.Callback):
-    """What :class:`StopCheckpoint` and :class:`SlurmRequeue` share: a stop requested at the end of an
-    optimizer step, never between the micro-batches of one. :meth:`stepped` tells whether the micro-batch
-    that just ended completed a step (``global_step`` moved during it); :meth:`stop_now` requests Lightning's
-    stop at once when one process is validating after a step (no micro-batch is in flight, and Lightning
-    stops right after that validation)."""
+class _StepEnds(L.Callback):
+    """Tells whether the training micro-batch that just ended completed an optimizer step (:meth:`stepped`:
+    ``global_step`` moved during it), from public hooks."""
 
-    def __init__(self) -> None:
-        self._step_before_batch = 0  # global_step when the current micro-batch started
-        self._validating = False  # inside a validation of fit, which follows an optimizer step
-        self._trainer: L.Trainer | None = None
+    _step_before_batch = 0  # global_step when the current micro-batch started
 
     def stepped(self, trainer: L.Trainer) -> bool:
         return trainer.global_step != self._step_before_batch
+
+    @override
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        self._step_before_batch = trainer.global_step
+
+
+class _StopAtStepEnd(_StepEnds):
+    """What :class:`StopCheckpoint` and :class:`SlurmRequeue` share: a stop requested at the end of an
+    optimizer step, never between the micro-batches of one (:meth:`stepped`); :meth:`stop_now` requests
+    Lightning's stop at once when one process is validating after a step (no micro-batch is in flight, and
+    Lightning stops right after that validation)."""
+
+    def __init__(self) -> None:
+        self._validating = False  # inside a validation of fit, which follows an optimizer step
+        self._trainer: L.Trainer | None = None
 
     def stop_now(self) -> None:
         trainer = self._trainer
@@ -215,12 +226,6 @@ class _StopAtStepEnd(L.Callback):
         self._trainer = trainer
 
     @override
-    def on_train_batch_start(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
-    ) -> None:
-        self._step_before_batch = trainer.global_step
-
-    @override
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._validating = trainer.state.fn == "fit" and not trainer.sanity_checking
 
@@ -229,7 +234,7 @@ class _StopAtStepEnd(L.Callback):
         self._validating = False
 
 
-class StepEndCheckpoint(ModelCheckpoint):
+class StepEndCheckpoint(_StepEnds, ModelCheckpoint):
     """Lightning's ``ModelCheckpoint`` whose saves by ``every_n_train_steps`` or ``train_time_interval`` fall at
     the end of an optimizer step only. Lightning's skips a save at a step it has saved already, but does not
     keep that step in its checkpoint state: under gradient accumulation a run resumed from a step that
@@ -237,20 +242,11 @@ class StepEndCheckpoint(ModelCheckpoint):
     checkpoint inside a window whose gradients no checkpoint holds. Everything else is ``ModelCheckpoint``'s
     (same arguments, state and files)."""
 
-    saves_at_step_ends = True  # what the config check looks for under accumulation
-    _step_before_batch = 0  # global_step when the current micro-batch started
-
-    @override
-    def on_train_batch_start(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
-    ) -> None:
-        self._step_before_batch = trainer.global_step
-
     @override
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if trainer.global_step != self._step_before_batch:  # this micro-batch ended an optimizer step
+        if self.stepped(trainer):
             super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
 
 
@@ -449,7 +445,7 @@ class SlurmRequeue(_StopAtStepEnd):
             atexit.register(slurm.requeue, self._received, self._engine_handler)
 
 
-class OptimizerStepTimer(Timer):
+class OptimizerStepTimer(_StepEnds, Timer):
     """Lightning's ``Timer`` (``trainer.max_time``) whose time is checked at the end of each optimizer step
     only, so a run stopped by the clock ends on a whole step, never inside an accumulation window (Lightning's
     own checks after every micro-batch). Its state keeps the key of Lightning's ``Timer``, so the elapsed time
@@ -461,7 +457,6 @@ class OptimizerStepTimer(Timer):
 
     def __init__(self, duration: Any, **kwargs: Any) -> None:
         super().__init__(duration=duration, interval="step", **kwargs)
-        self._step_before_batch = 0
 
     @property
     @override
@@ -469,12 +464,8 @@ class OptimizerStepTimer(Timer):
         return Timer.__qualname__
 
     @override
-    def on_train_batch_start(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
-        self._step_before_batch = trainer.global_step
-
-    @override
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
-        if trainer.global_step != self._step_before_batch:  # this micro-batch ended an optimizer step
+        if self.stepped(trainer):
             super().on_train_batch_end(trainer, *args, **kwargs)
 
 
