@@ -152,3 +152,18 @@ def test_an_interval_counted_in_an_epoch_longer_than_its_steps_is_refused_before
     )
     fix = "Fix: trainer.val_check_interval=2 or less, or trainer.check_val_every_n_epoch=null"
     assert errors[0].endswith(f"{fix} to count steps across epochs")
+
+
+def test_a_limit_that_takes_no_batch_of_an_epoch_is_refused_before_training(tmp_path):
+    """3 batches per epoch: ``limit_train_batches=0.1`` takes int(0.3) = 0 of them (Lightning's rounding), so
+    the stream would have nothing to train: one ``error:`` line with the smallest fraction that takes one."""
+    res = run_py(
+        [*T, "trainer.max_steps=6", "+trainer.limit_train_batches=0.1", f"hydra.run.dir={tmp_path / 'job'}"], tmp_path
+    )
+    assert res.returncode == 2, res.stderr[-3000:]
+    errors = [line for line in (res.stdout + res.stderr).splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in res.stderr, res.stderr[-3000:]
+    assert errors[0] == (
+        "error: trainer.limit_train_batches=0.1: takes none of an epoch's 3 batches (0.333 or more takes one). "
+        "Fix: trainer.limit_train_batches=0.333 or an int"
+    )

@@ -660,19 +660,22 @@ def check_config(cfg: DictConfig, ckpt: str | None = None) -> None:
 
 
 def interval_fits_an_epoch(cfg: DictConfig, dm) -> None:
-    """An integer ``trainer.val_check_interval`` counted inside each epoch (``check_val_every_n_epoch`` set)
-    is at most the optimizer steps of an epoch: a larger one would never validate inside one (the epoch's
-    length as the training loader of ``dm`` has it, under ``limit_train_batches``). Raises: ConfigError."""
-    from xformer.data.loader import optimizer_steps_in_epoch
+    """``trainer.limit_train_batches`` takes at least one batch of an epoch, and an integer
+    ``trainer.val_check_interval`` counted inside each epoch (``check_val_every_n_epoch`` set) is at most the
+    optimizer steps of an epoch: a larger one would never validate inside one (the epoch's length as the
+    training loader of ``dm`` has it, under the limit, as the training stream takes it). Raises: ConfigError."""
+    from xformer.data.loader import batches_taken, optimizer_steps_in_epoch
 
+    limit, n = _get(cfg, "trainer.limit_train_batches"), len(dm.train_dataloader())
+    try:
+        batches = batches_taken(n, limit)
+    except ValueError as err:
+        raise ConfigError(
+            f"trainer.limit_train_batches={limit}: {err}. Fix: trainer.limit_train_batches={1 / n:.3g} or an int"
+        ) from None
     interval, epochs = _get(cfg, "trainer.val_check_interval"), _get(cfg, "trainer.check_val_every_n_epoch")
     if epochs is None or not isinstance(interval, int) or isinstance(interval, bool):
         return
-    batches, limit = len(dm.train_dataloader()), _get(cfg, "trainer.limit_train_batches")
-    if isinstance(limit, int) and not isinstance(limit, bool):
-        batches = min(batches, limit)
-    elif isinstance(limit, float):
-        batches = int(batches * limit)
     accumulate = _get(cfg, "trainer.accumulate_grad_batches", 1)
     steps = optimizer_steps_in_epoch(batches, accumulate if isinstance(accumulate, int) else 1)
     if 0 < steps < interval:

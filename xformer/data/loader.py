@@ -16,6 +16,7 @@ from xformer.data.batching import weightless_copy
 
 __all__ = [
     "EpochStream",
+    "batches_taken",
     "ResumableDataLoader",
     "data_index",
     "data_position",
@@ -112,6 +113,19 @@ class ResumableDataLoader(DataLoader):
         self.batch_sampler.resume(epoch, done)
 
 
+def batches_taken(n: int, limit: int | float | None) -> int:
+    """Batches taken from an epoch of ``n`` under ``limit`` (``limit_train_batches``: an int, or a fraction,
+    rounded down as Lightning does; None = all). Raises: ValueError when a fraction takes none."""
+    if limit is None or isinstance(limit, bool):
+        return n
+    if isinstance(limit, int):
+        return min(n, max(0, limit))
+    taken = int(n * float(limit))
+    if taken < 1 and float(limit) > 0:
+        raise ValueError(f"takes none of an epoch's {n} batches ({1 / n:.3g} or more takes one)")
+    return min(n, taken)
+
+
 Position = tuple[int, int, int]  # (epoch, batches of it done, batches the epoch has)
 
 
@@ -167,18 +181,7 @@ class EpochStream:
     def epoch_batches(self) -> int:
         """Batches taken from the batch sampler's current epoch (its length, or fewer under ``limit_batches``),
         before the weightless copies that fill its last window."""
-        n = len(self.loader.batch_sampler)
-        limit = self.limit_batches
-        if limit is None or isinstance(limit, bool):
-            return n
-        if isinstance(limit, int):
-            return min(n, max(0, limit))
-        taken = int(n * float(limit))
-        if taken < 1 and float(limit) > 0:
-            raise ValueError(
-                f"limit_train_batches={limit} of an epoch of {n} batches takes none: raise it to at least {1 / n:.3g}"
-            )
-        return min(n, taken)
+        return batches_taken(len(self.loader.batch_sampler), self.limit_batches)
 
     def _at_base(self) -> Position:
         """The position the stream starts from: a restored one as it was stored (an epoch's last batch stays
