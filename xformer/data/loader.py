@@ -27,6 +27,7 @@ __all__ = [
     "trainer_batches_consumed",
     "trainer_batches_done",
     "trainer_epoch_batches",
+    "training_stream",
 ]
 
 
@@ -257,12 +258,18 @@ def trainer_batches_consumed(trainer: L.Trainer | None) -> int:
     return int(trainer.fit_loop.epoch_loop.batch_progress.total.processed)
 
 
+def training_stream(trainer: L.Trainer) -> EpochStream | None:
+    """The :class:`EpochStream` ``trainer`` trains on, or None (another loader, or none yet)."""
+    stream = getattr(trainer, "train_dataloader", None)
+    return stream if isinstance(stream, EpochStream) else None
+
+
 def data_position(trainer: L.Trainer) -> Position | None:
     """``(epoch, batches done, epoch's batches)`` of the training micro-batch in flight (during its hooks, from
     ``on_train_batch_start`` to ``on_train_batch_end``), counted by the :class:`EpochStream` the trainer runs;
     None when it runs another loader."""
-    stream = getattr(trainer, "train_dataloader", None)
-    if not isinstance(stream, EpochStream):
+    stream = training_stream(trainer)
+    if stream is None:
         return None
     return stream.position(int(trainer.fit_loop.epoch_loop.batch_progress.total.ready))
 
@@ -270,8 +277,8 @@ def data_position(trainer: L.Trainer) -> Position | None:
 def last_epoch_ends(trainer: L.Trainer) -> bool:
     """Whether the training micro-batch in flight is the last batch of the last epoch (``max_epochs``): of the
     :class:`EpochStream`'s epochs, or of Lightning's own when the trainer runs another loader."""
-    stream = getattr(trainer, "train_dataloader", None)
-    if isinstance(stream, EpochStream):
+    stream = training_stream(trainer)
+    if stream is not None:
         position = data_position(trainer)
         return stream.max_epochs is not None and position is not None and epochs_done(position) >= stream.max_epochs
     if not trainer.max_epochs or trainer.max_epochs < 0 or trainer.current_epoch + 1 < trainer.max_epochs:
@@ -282,8 +289,8 @@ def last_epoch_ends(trainer: L.Trainer) -> bool:
 
 def epoch_budget(trainer: L.Trainer) -> int | None:
     """The run's epoch budget: the :class:`EpochStream`'s, else Lightning's (None: none)."""
-    stream = getattr(trainer, "train_dataloader", None)
-    limit = stream.max_epochs if isinstance(stream, EpochStream) else getattr(trainer, "max_epochs", None)
+    stream = training_stream(trainer)
+    limit = stream.max_epochs if stream is not None else getattr(trainer, "max_epochs", None)
     return None if limit is None or limit < 0 else int(limit)
 
 

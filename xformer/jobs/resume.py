@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 from typing_extensions import override
 
 from xformer import lightning_compat as compat
-from xformer.data.loader import EpochStream, Position, data_position, last_epoch_ends, optimizer_steps_in_epoch
+from xformer.data.loader import Position, data_position, last_epoch_ends, optimizer_steps_in_epoch, training_stream
 from xformer.lightning_compat import logger_started
 
 from .checkpoints import resolve_ckpt_path
@@ -136,11 +136,6 @@ class ResumableCSVLogger(CSVLogger):
             out = csv.DictWriter(f, fieldnames=fields)
             out.writeheader()
             out.writerows(rows)
-
-
-def _stream(trainer: L.Trainer) -> EpochStream | None:
-    stream = trainer.train_dataloader
-    return stream if isinstance(stream, EpochStream) else None
 
 
 def budget_reached(trainer: L.Trainer) -> bool:
@@ -279,7 +274,7 @@ class OptimizerStepIntervals(L.Callback):
         validation back from the loggers and callbacks that keep one (``forget_validation``). A run resumed
         after the data's last epoch stops at once (Lightning's own epoch has no end to reach)."""
         step, restored = trainer.global_step, self._restored_unscheduled
-        if step > 0 and _stream(trainer) is not None and last_epoch_ends(trainer):
+        if step > 0 and training_stream(trainer) is not None and last_epoch_ends(trainer):
             trainer.should_stop = True  # resumed after the data's last epoch: nothing to train
         if step == 0 or budget_reached(trainer):
             return
@@ -299,8 +294,7 @@ class OptimizerStepIntervals(L.Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         """Stop after the last batch of the data's ``max_epochs`` (Lightning's own epoch never ends)."""
-        stream = _stream(trainer)
-        if stream is not None and stream.max_epochs is not None and budget_reached(trainer):
+        if training_stream(trainer) is not None and last_epoch_ends(trainer):
             trainer.should_stop = True
 
     @override
