@@ -666,15 +666,19 @@ def interval_fits_an_epoch(cfg: DictConfig, dm) -> None:
     training loader of ``dm`` has it, under the limit, as the training stream takes it). Raises: ConfigError."""
     from xformer.data.loader import batches_taken, optimizer_steps_in_epoch
 
-    limit, n = _get(cfg, "trainer.limit_train_batches"), len(dm.train_dataloader())
+    limit = _get(cfg, "trainer.limit_train_batches")
+    interval, epochs = _get(cfg, "trainer.val_check_interval"), _get(cfg, "trainer.check_val_every_n_epoch")
+    counted_in_epoch = epochs is not None and isinstance(interval, int) and not isinstance(interval, bool)
+    if not counted_in_epoch and not isinstance(limit, float):  # no epoch length needed
+        return
+    n = len(dm.train_dataloader())
     try:
         batches = batches_taken(n, limit)
     except ValueError as err:
         raise ConfigError(
             f"trainer.limit_train_batches={limit}: {err}. Fix: trainer.limit_train_batches={1 / n:.3g} or an int"
         ) from None
-    interval, epochs = _get(cfg, "trainer.val_check_interval"), _get(cfg, "trainer.check_val_every_n_epoch")
-    if epochs is None or not isinstance(interval, int) or isinstance(interval, bool):
+    if not counted_in_epoch:
         return
     accumulate = _get(cfg, "trainer.accumulate_grad_batches", 1)
     steps = optimizer_steps_in_epoch(batches, accumulate if isinstance(accumulate, int) else 1)
