@@ -494,7 +494,8 @@ def mixer_fits(cfg: DictConfig) -> None:
 
 def _root(seed: Annotated[int, Range(ge=0)], mode: Literal["train", "eval"], ckpt_path: str | None): ...
 def _objective(metric: str, mode: Literal["min", "max"]): ...
-def _optim(lr: Annotated[float, Range(gt=0)]): ...  # warm-up and decay: the schedule's and optimizer's own
+def _optim(lr: Annotated[float, Range(gt=0)]): ...
+def _val_dense(every: Annotated[int, Range(ge=1)] | None, until: Annotated[int, Range(ge=0)]): ...  # warm-up and decay: the schedule's and optimizer's own
 def _unchecked_by_lightning(  # keys Lightning reads late (clipping) or accepts out of range (a negative interval)
     gradient_clip_algorithm: Literal["norm", "value"] | None,
     log_every_n_steps: Annotated[int, Range(ge=0)] | None,
@@ -504,7 +505,13 @@ def _unchecked_by_lightning(  # keys Lightning reads late (clipping) or accepts 
 
 
 #: Nodes without a ``_target_`` that run.py and the driver read (and a key Lightning checks late), as signatures.
-DECLARED = {"": _root, "objective": _objective, "optim": _optim, "trainer": _unchecked_by_lightning}
+DECLARED = {
+    "": _root,
+    "objective": _objective,
+    "optim": _optim,
+    "val_dense": _val_dense,
+    "trainer": _unchecked_by_lightning,
+}
 
 
 def check_static(cfg: DictConfig) -> None:

@@ -138,10 +138,12 @@ def build_trainer(cfg: DictConfig, loggers: list, clock: WallClock | None = None
     interval = trainer_cfg.pop("val_check_interval", None)
     interval = 1.0 if interval is None else interval  # Lightning's default: once an epoch
     every_n_epochs = trainer_cfg.pop("check_val_every_n_epoch", None)
+    dense = cfg.get("val_dense") or {}
+    dense = (dense.get("every"), dense.get("until") or 0)
     if isinstance(interval, (int, float)) and not isinstance(interval, bool):
-        callbacks.append(OptimizerStepIntervals(interval, every_n_epochs))
+        callbacks.append(OptimizerStepIntervals(interval, every_n_epochs, *dense))
     else:  # a time: Lightning's clock, checked at the end of optimizer steps
-        callbacks.append(OptimizerStepIntervals(None, every_n_epochs))
+        callbacks.append(OptimizerStepIntervals(None, every_n_epochs, *dense))
         trainer_cfg["val_check_interval"] = interval
     trainer_cfg.update(max_epochs=-1, check_val_every_n_epoch=None)
     callbacks.append(RerootCheckpoints())

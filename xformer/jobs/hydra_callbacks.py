@@ -170,6 +170,43 @@ class ResumeSweep(Callback):
         refuse(line)
 
 
+class FreezeClaims(Callback):
+    """Freeze the declarations that read this sweep (``claims/*.yaml`` whose ``sweeps`` list the experiment's
+    name) into ``<sweep dir>/preregistration.json`` before its first job (:mod:`.preregister`): the report
+    says per claim whether what it decides was declared before the data. ``enabled=false`` skips it."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+
+    @override
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from . import preregister
+
+        experiment = OmegaConf.select(config, "hydra.runtime.choices.experiment", default=None)
+        if not self.enabled or not experiment or OmegaConf.select(config, "sweep.dry_run", default=False):
+            return
+        declarations = preregister.declarations_reading(str(experiment).rsplit("/", 1)[-1])
+        if not declarations:
+            return
+        from .sweep import sweep_jobs
+
+        try:
+            n_jobs: int | None = len(sweep_jobs(config))
+        except Exception:  # a sweeper whose jobs cannot be listed up front (Optuna): the count stays unknown
+            n_jobs = None
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        record = preregister.freeze(sweep_dir, declarations, n_jobs)
+        for name in declarations:
+            frozen = record["claims"][name]
+            log.info(
+                "preregistration: %s frozen into %s (sha256 %s, %s jobs finished then)",
+                name,
+                sweep_dir / preregister.FILE,
+                frozen["sha256"][:12],
+                frozen["jobs_finished"],
+            )
+
+
 class SweepSummary(Callback):
     """Write ``<sweep dir>/sweep_summary.json`` (:mod:`.sweep`); ``exit_on_failure``: exit 1 after it when a
     job failed or no job produced an objective value."""

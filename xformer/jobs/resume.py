@@ -177,13 +177,22 @@ class OptimizerStepIntervals(L.Callback):
 
     Args:
         val_check_interval: the trainer's ``val_check_interval`` (None: Lightning's, a time).
-        check_val_every_n_epoch: the trainer's ``check_val_every_n_epoch``."""
+        check_val_every_n_epoch: the trainer's ``check_val_every_n_epoch``.
+        dense_every, dense_until: also validate every ``dense_every`` optimizer steps up to step ``dense_until``
+            (``val_dense`` in the config), so that an outcome such as the steps to reach a level is measured,
+            not bounded by the first regular validation; None or 0: no extra validations."""
 
     def __init__(
-        self, val_check_interval: int | float | None = 1.0, check_val_every_n_epoch: int | None = None
+        self,
+        val_check_interval: int | float | None = 1.0,
+        check_val_every_n_epoch: int | None = None,
+        dense_every: int | None = None,
+        dense_until: int = 0,
     ) -> None:
         self.val_check_interval = val_check_interval
         self.check_val_every_n_epoch = check_val_every_n_epoch
+        self.dense_every = dense_every
+        self.dense_until = dense_until or 0
         self._current: L.Trainer | None = None  # the trainer of this fit
         self._trained = False  # this fit has trained a batch
         self._step_before_batch = 0
@@ -223,6 +232,9 @@ class OptimizerStepIntervals(L.Callback):
     def scheduled(self, trainer: L.Trainer, position: Position | None) -> bool:
         """Whether the optimizer step that just ended at ``position`` is one the schedule validates after."""
         interval = self.step_interval(trainer, position)
+        step = trainer.global_step
+        if self.dense_every and 0 < step <= self.dense_until and step % self.dense_every == 0:
+            return trainer.enable_validation
         if interval is None:
             return False
         if self.check_val_every_n_epoch is None:

@@ -1,0 +1,154 @@
+"""Pre-registration by construction: a claim's declaration is frozen into its sweep's folder when the sweep starts.
+
+When a ``-m`` sweep of ``experiment=claims/<name>`` (or any experiment a declaration lists under ``sweeps:``)
+starts, every declaration in ``claims/*.yaml`` that reads that sweep is written to
+``<sweep dir>/preregistration.json``::
+
+    {"format": 1, "claims": {"C13": {"file": "claims/C13.yaml", "sha256": "...", "parts_sha256": [...],
+                                     "declaration": {...}, "frozen_at": "2026-12-07T05:50:00+00:00",
+                                     "jobs_finished": 0, "n_jobs": 165}},
+     "observations": [{"claim": "C13", "sha256": "...", "parts_sha256": [...], "at": "...", "jobs_finished": 12}]}
+
+The first freeze is never overwritten: a resumed sweep whose declaration has changed since appends an
+observation (the new hash and how many jobs had finished when it was first seen), which the report reads as
+"changed after k of n jobs had finished". The hash is that of the declaration's canonical JSON (sorted keys), so
+reformatting the YAML does not change it; each part has its own hash, so the report names the parts that changed.
+A researcher's own hypotheses file is frozen the same way by the report the first time it decides a folder
+(:func:`freeze` with ``jobs_finished`` counted then).
+
+Imports neither torch nor Lightning (a Hydra callback runs it before the first job)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+FILE = "preregistration.json"
+REPO = Path(__file__).resolve().parents[2]
+CLAIMS_DIR = REPO / "claims"
+"""The project's claim declarations (``claims/*.yaml``)."""
+
+
+def digest(body: Any) -> str:
+    """sha256 of ``body``'s canonical JSON (sorted keys, no spaces): the same for any YAML spelling of it."""
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def fingerprint(body: dict) -> tuple[str, list[str]]:
+    """``(sha256 of the whole declaration, [sha256 of each part])``."""
+    parts = body.get("parts") if isinstance(body, dict) else None
+    return digest(body), [digest(p) for p in parts] if isinstance(parts, list) else []
+
+
+def declarations_reading(sweep_name: str, folder: Path = CLAIMS_DIR) -> dict[str, tuple[str, dict]]:
+    """``{claim id: (file, declaration)}`` of the declarations in ``folder`` whose ``sweeps`` list ``sweep_name``.
+    A file that does not parse is skipped here (the report refuses it with its own error line)."""
+    out: dict[str, tuple[str, dict]] = {}
+    for path in sorted(Path(folder).glob("*.yaml")):
+        try:
+            data = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError):
+            continue
+        for name, body in (data or {}).items() if isinstance(data, dict) else ():
+            if isinstance(body, dict) and sweep_name in (body.get("sweeps") or []):
+                rel = path.relative_to(REPO) if path.is_relative_to(REPO) else path
+                out[str(name)] = (str(rel), body)
+    return out
+
+
+def finished_jobs(sweep_dir: Path) -> int:
+    """How many job folders of ``sweep_dir`` hold a finished run's record (``metrics.json``, status finished)."""
+    n = 0
+    for rec in Path(sweep_dir).glob("*/metrics.json"):
+        try:
+            n += json.loads(rec.read_text()).get("status") == "finished"
+        except (OSError, ValueError, AttributeError):
+            continue
+    return n
+
+
+def read(sweep_dir: Path) -> dict:
+    """The sweep's record (an empty one when there is none)."""
+    try:
+        data = json.loads((Path(sweep_dir) / FILE).read_text())
+    except (OSError, ValueError):
+        return {"format": 1, "claims": {}, "observations": []}
+    data.setdefault("claims", {})
+    data.setdefault("observations", [])
+    return data
+
+
+def _write(sweep_dir: Path, data: dict) -> None:
+    path = Path(sweep_dir) / FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{FILE}.{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    tmp.replace(path)
+
+
+def freeze(
+    sweep_dir: Path, declarations: dict[str, tuple[str, dict]], n_jobs: int | None, jobs_finished: int | None = None
+) -> dict:
+    """Freeze each of ``declarations`` (``{id: (file, body)}``) into ``sweep_dir``'s record, or, when it was
+    frozen before with another hash, record the first sighting of the new one; returns the record.
+    ``jobs_finished``: counted in ``sweep_dir`` when None."""
+    data = read(sweep_dir)
+    done = finished_jobs(sweep_dir) if jobs_finished is None else jobs_finished
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    changed = False
+    for name, (file, body) in declarations.items():
+        sha, parts = fingerprint(body)
+        frozen = data["claims"].get(name)
+        if frozen is None:
+            data["claims"][name] = {
+                "file": file,
+                "sha256": sha,
+                "parts_sha256": parts,
+                "declaration": body,
+                "frozen_at": now,
+                "jobs_finished": done,
+                "n_jobs": n_jobs,
+            }
+            changed = True
+            continue
+        seen = {frozen["sha256"]} | {o["sha256"] for o in data["observations"] if o.get("claim") == name}
+        if sha not in seen:
+            data["observations"].append(
+                {"claim": name, "sha256": sha, "parts_sha256": parts, "at": now, "jobs_finished": done, "n_jobs": n_jobs}
+            )
+            changed = True
+    if changed:
+        _write(sweep_dir, data)
+    return data
+
+
+def status(record: dict, name: str, body: dict, sweep_dir: Path | None = None) -> dict:
+    """The pre-registration status of claim ``name`` decided with declaration ``body`` against ``record``
+    (:func:`read`): ``{"status", "frozen_sha256", "changed_parts", "jobs_finished", "n_jobs"}``.
+
+    ``status`` is ``declared before the data`` (the same hash, frozen before any job finished),
+    ``frozen after k of n jobs had finished`` (the same hash, frozen late), ``changed after the data`` (another
+    hash; ``jobs_finished`` is how many jobs had finished when it was first seen, counted in ``sweep_dir`` now
+    when no sweep start saw it), or ``not frozen`` (no record: the sweep ran before freezing existed).
+    ``changed_parts``: 1-based numbers of the decided parts whose hash the frozen declaration lacks."""
+    frozen = record.get("claims", {}).get(name)
+    sha, parts = fingerprint(body)
+    if frozen is None:
+        return {"status": "not frozen", "frozen_sha256": None, "changed_parts": [], "jobs_finished": None}
+    out = {"frozen_sha256": frozen["sha256"], "n_jobs": frozen.get("n_jobs")}
+    if sha == frozen["sha256"]:
+        k = frozen.get("jobs_finished") or 0
+        label = "declared before the data" if k == 0 else f"frozen after {k} of {frozen.get('n_jobs')} jobs had finished"
+        return {**out, "status": label, "changed_parts": [], "jobs_finished": k}
+    seen = [o for o in record.get("observations", []) if o.get("claim") == name and o.get("sha256") == sha]
+    k = seen[0]["jobs_finished"] if seen else (finished_jobs(sweep_dir) if sweep_dir is not None else None)
+    old = set(frozen.get("parts_sha256") or [])
+    changed = [i + 1 for i, p in enumerate(parts) if p not in old]
+    return {**out, "status": "changed after the data", "changed_parts": changed, "jobs_finished": k}
