@@ -120,9 +120,8 @@ def freeze(
             continue
         seen = {frozen["sha256"]} | {o["sha256"] for o in data["observations"] if o.get("claim") == name}
         if sha not in seen:
-            data["observations"].append(
-                {"claim": name, "sha256": sha, "parts_sha256": parts, "at": now, "jobs_finished": done, "n_jobs": n_jobs}
-            )
+            seen_now = {"claim": name, "sha256": sha, "parts_sha256": parts, "at": now}
+            data["observations"].append({**seen_now, "jobs_finished": done, "n_jobs": n_jobs})
             changed = True
     if changed:
         _write(sweep_dir, data)
@@ -145,7 +144,8 @@ def status(record: dict, name: str, body: dict, sweep_dir: Path | None = None) -
     out = {"frozen_sha256": frozen["sha256"], "n_jobs": frozen.get("n_jobs")}
     if sha == frozen["sha256"]:
         k = frozen.get("jobs_finished") or 0
-        label = "declared before the data" if k == 0 else f"frozen after {k} of {frozen.get('n_jobs')} jobs had finished"
+        n = frozen.get("n_jobs")
+        label = "declared before the data" if k == 0 else f"frozen after {k} of {n} jobs had finished"
         return {**out, "status": label, "changed_parts": [], "jobs_finished": k}
     seen = [o for o in record.get("observations", []) if o.get("claim") == name and o.get("sha256") == sha]
     k = seen[0]["jobs_finished"] if seen else (finished_jobs(sweep_dir) if sweep_dir is not None else None)
