@@ -11,7 +11,6 @@ import sys
 import yaml
 
 from tests.conftest import REPO
-
 from xformer.jobs import preregister
 
 
