@@ -85,6 +85,11 @@ def read(sweep_dir: Path) -> dict:
     return data
 
 
+def write(sweep_dir: Path, data: dict) -> None:
+    """Write ``data`` as ``sweep_dir``'s record (atomically: a temporary file renamed over it)."""
+    _write(sweep_dir, data)
+
+
 def _write(sweep_dir: Path, data: dict) -> None:
     path = Path(sweep_dir) / FILE
     path.parent.mkdir(parents=True, exist_ok=True)
