@@ -35,7 +35,7 @@ def test_report_md_has_table_verdicts_failed_jobs_and_plots(sweep_dir, tmp_path,
     assert "**supported** at 40 steps, 1 k tokens" in text and "### C2: supported" in text
     assert "25.4 / 25.8 / 26.2" in text  # published numbers beside the measured
     assert "| failed | – | model.ffn_ratio=8 seed=4 trainer.max_steps=40 experiment=claims/c1_ffn_ratio |" in text
-    assert "| (i) | claim | trend |" in text and "| (ii) | claim | trend |" in text
+    assert "| (i) `c1_ffn_ratio` | claim | trend |" in text and "| (ii) `c1_ffn_ratio` | claim | trend |" in text
     assert "- step model.ffn_ratio=4 vs model.ffn_ratio=2: Δ +0.0586 [95%" in text
     assert "](curves.png)" in text and (out / "curves.png").is_file()
     assert "xformer report " in text

@@ -233,13 +233,29 @@ def test_a_diverged_seed_inside_a_contrast_ranks_below_every_finished_seed(tmp_p
     r = decide(_grid(tmp_path / "s", cells, diverged={("post", 0, 3)}), CONTRAST)
     post0 = [x for x in r.arms if x.name.startswith("model/norm=post, optim.warmup_steps=0")][0]
     assert post0.n == 3 and post0.diverged == 1 and post0.values == [2.0, 2.05]
-    # independent: mid-ranks of −loss over the 12 seeds (the diverged one at −inf), Welch–Satterthwaite
+    # independent: mid-ranks of −loss over the 12 seeds (the diverged one at −inf), the weighted mean ranks
     order = [cells["post", 300], [2.0, 2.05, math.inf], cells["pre", 300], cells["pre", 0]]
     ranks = st.rankdata([-v for arm in order for v in arm])
-    samples = [list(ranks[3 * i : 3 * i + 3]) for i in range(4)]
-    lo, d, hi = _hand_contrast([[-x for x in s] for s in samples], [1, -1, -1, 1])
-    assert r.scale == "ranks" and (r.lo, r.estimate, r.hi) == pytest.approx((lo, d, hi))
+    means = [np.mean(ranks[3 * i : 3 * i + 3]) for i in range(4)]
+    assert r.scale == "ranks" and r.estimate == pytest.approx(means[0] - means[1] - means[2] + means[3])
     assert "too few seeds" not in r.problems
+
+
+def test_a_diverged_seed_in_a_two_arm_comparison_is_an_exact_rank_test(tmp_path):
+    # 4 seeds a side; one of arm b's diverged: every arrangement of the 8 ranks (C(8, 4) = 70) counted
+    cells = {("post", 300): [1.8, 1.81, 1.79, 1.78], ("post", 0): [2.0, 2.05, 1.95, 9.0]}
+    root = _grid(tmp_path / "s", cells, diverged={("post", 0, 4)})
+    sup = {
+        "test": "superiority",
+        "metric": "test/loss",
+        "a": {"model/norm": "post", "optim.warmup_steps": 300},
+        "b": {"model/norm": "post", "optim.warmup_steps": 0},
+    }
+    r = decide(root, sup)
+    # a's four seeds hold the four best ranks: only 1 of the 70 arrangements is as extreme
+    assert r.verdict == SUPPORTED and f"exact p {1 / 70:.3g}" in r.reason and r.scale == "ranks"
+    three = decide(_grid(tmp_path / "t", {k: v[:3] for k, v in cells.items()}, diverged={("post", 0, 3)}), sup)
+    assert three.verdict == INCONCLUSIVE and three.seeds_needed == 4  # 1/C(6, 3) = 0.05 is the least p at 3
 
 
 def test_a_setting_whose_every_seed_diverged_is_decided_by_the_count(tmp_path):

@@ -33,8 +33,10 @@ REASONS: dict[str, str] = {
     # diverged seeds
     "divergence count": "{counts}: the divergence count decides (exact p {p})",
     "divergence count open": "{counts}: the divergence count does not decide (exact p {p})",
-    "ranks": "with diverged seeds ranked below every finished one, the rank interval lies {side} {boundary}",
-    "ranks open": "with diverged seeds ranked below every finished one, the rank interval contains {boundary}",
+    "ranks": "with diverged seeds ranked below every finished one, the ranks lie {side} {boundary} (exact p {p})",
+    "ranks open": (
+        "with diverged seeds ranked below every finished one, the ranks do not decide against {boundary} (exact p {p})"
+    ),
     "ranks margin": "diverged seeds leave only ranks, which a margin of a contrast cannot be applied to",
     # checks every comparison gets
     "too few seeds": "too few seeds ({arms}; needs ≥ {need})",

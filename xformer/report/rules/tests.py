@@ -36,7 +36,9 @@ detectable effect at 80 % power.
 from __future__ import annotations
 
 import inspect
+import itertools
 import math
+import random
 import sys
 from dataclasses import dataclass, replace
 from typing import Any, Callable
@@ -44,7 +46,7 @@ from typing import Any, Callable
 from xformer.config_types import import_target
 
 from ..aggregate import Sweep, fmt_value, read_curves, value_sort_key
-from ..stats import CONFIDENCE, contrast, detectable_for, welch
+from ..stats import CONFIDENCE, contrast, detectable_for, detectable_planned, welch
 from . import measures
 from .evidence import Arm, SelectionError, arm, bounds, higher_is_better, job_value, same, select, selector_text
 from .part import Part
@@ -158,11 +160,14 @@ def finish(
     boundary: float | None,
     se_df: tuple[float, float] | None,
     weights: list[float] | None = None,
+    detect: dict | None = None,
 ) -> PartResult:
     """The checks every comparison gets: seeds, saturation, power, the second-half trend, and the seeds
     a side that would decide an undecided part (``terms``: the weighted arms' jobs; ``boundary``: what
     Δ was decided against; ``se_df``: Δ's standard error and degrees of freedom, for the detectable
-    effect; ``weights``: the arms' weights, default ``+1, −1``).
+    effect; ``weights``: the arms' weights, default ``+1, −1``; ``detect``: options of
+    :func:`~xformer.report.stats.detectable_planned` for the decision's own power, e.g. two one-sided
+    tests).
 
     The final interval decides. The trend of the gap over the second half is measured and printed;
     for a claim stated as a stable ranking (``at: stable ranking``) a gap *shown* to close (the trend's
@@ -172,7 +177,7 @@ def finish(
     res.arms = arms
     res.evidence = [a.text() for a in arms] + res.evidence
     if se_df is not None and se_df[0] > 0:
-        res.detectable = detectable_for(*se_df)
+        res.detectable = detectable_planned(*se_df, **(detect or {}))
     elif se_df is not None:
         res.detectable = 0.0
     if res.detectable is not None:
@@ -231,11 +236,18 @@ def seeds_for(sd: float, weights: list[float], effect: float, most: int = 1000) 
     if sd == 0:
         return 2
     w2 = sum(w * w for w in weights)
-    for n in range(2, most + 1):
+
+    def enough(n: int) -> bool:
         d = detectable_for(sd * math.sqrt(w2 / n), len(weights) * (n - 1))
-        if d is not None and d <= abs(effect):
-            return n
-    return most + 1
+        return d is not None and d <= abs(effect)
+
+    if not enough(most):
+        return most + 1
+    lo, hi = 1, most  # the detectable effect shrinks with n: bisect for the first n that is enough
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if enough(mid) else (mid, hi)
+    return max(hi, 2)
 
 
 def _seeds_to_decide(
@@ -382,17 +394,83 @@ def diverged_decision(
     shifts = [0.0] * len(arms)
     shifts[first] = -boundary / weights[first]
     ranks = _ranks(arms, shifts, _hb(part))
-    iv = contrast(ranks, weights, confidence)
-    verdict = _decide(iv.lo, iv.hi, 0.0)
+    stat, p_up, p_down = rank_permutation(ranks, weights)
+    if p_up <= alpha:
+        verdict = SUPPORTED
+    elif p_down <= alpha:
+        verdict = NOT_SUPPORTED
+    else:
+        verdict = INCONCLUSIVE
+    b = f"{boundary:.3g}" if boundary else "0"
+    p = min(p_up, p_down)
     why = (
-        reason("ranks open", boundary=f"{boundary:.3g}" if boundary else "0")
+        reason("ranks open", boundary=b, p=f"{p:.3g}")
         if verdict == INCONCLUSIVE
-        else reason("ranks", side="above" if verdict == SUPPORTED else "below", boundary=f"{boundary:.3g}" or "0")
+        else reason("ranks", side="above" if verdict == SUPPORTED else "below", boundary=b, p=f"{p:.3g}")
     )
-    res = _base(part, verdict, why, estimate=iv.delta, lo=iv.lo, hi=iv.hi, confidence=iv.confidence)
+    res = _base(part, verdict, why, estimate=stat)
     res.scale = "ranks"
-    res.evidence.append(f"{counts}; mean ranks " + ", ".join(f"{sum(r) / len(r):.3g}" for r in ranks))
+    res.evidence.append(
+        f"{counts}; mean ranks " + ", ".join(f"{sum(r) / len(r):.3g}" for r in ranks) + f"; exact permutation "
+        f"p {p_up:.3g} for, {p_down:.3g} against"
+    )
+    if verdict == INCONCLUSIVE:
+        n = next((n for n in range(max(a.n for a in arms), 51) if _least_p(n) <= alpha), None)
+        if n is not None and n > min(a.n for a in arms):
+            res.seeds_needed = n
+            res.evidence.append(
+                f"a rank decision needs ≥ {n} seeds a side (the smallest exact p with fewer is above {alpha:g})"
+            )
     return res
+
+
+def _least_p(n: int) -> float:
+    """The smallest one-sided p an exact permutation test of two arms of ``n`` seeds can give:
+    1/C(2n, n), the most extreme arrangement."""
+    return 1.0 / math.comb(2 * n, n)
+
+
+def rank_permutation(ranks: list[list[float]], weights: list[float], most: int = 20000) -> tuple[float, float, float]:
+    """``(T, p_up, p_down)``: T = Σ wᵢ·mean(ranksᵢ) and its one-sided p-values under every arrangement
+    of the pooled ranks among the arms being equally likely (exact when there are at most ``most``
+    arrangements, else ``most`` random ones drawn with a fixed seed, so a report is reproducible)."""
+    sizes = [len(r) for r in ranks]
+    pooled = [x for r in ranks for x in r]
+    t_obs = sum(w * sum(r) / len(r) for w, r in zip(weights, ranks, strict=True))
+
+    def stat(order: list[float]) -> float:
+        out, i = 0.0, 0
+        for w, n in zip(weights, sizes, strict=True):
+            out += w * sum(order[i : i + n]) / n
+            i += n
+        return out
+
+    total = math.factorial(len(pooled))
+    for n in sizes:
+        total //= math.factorial(n)
+    ts: list[float] = []
+    if total <= most:
+
+        def place(i: int, left: list[int], acc: list[list[int]]) -> None:
+            if i == len(sizes) - 1:
+                acc.append(left)
+                ts.append(stat([pooled[j] for grp in [*groups, left] for j in grp]))
+                return
+            for combo in itertools.combinations(left, sizes[i]):
+                groups.append(list(combo))
+                place(i + 1, [j for j in left if j not in combo], acc)
+                groups.pop()
+
+        groups: list[list[int]] = []
+        place(0, list(range(len(pooled))), [])
+    else:
+        rng = random.Random(0)
+        for _ in range(most):
+            order = pooled[:]
+            rng.shuffle(order)
+            ts.append(stat(order))
+    eps = 1e-9
+    return t_obs, sum(t >= t_obs - eps for t in ts) / len(ts), sum(t <= t_obs + eps for t in ts) / len(ts)
 
 
 def _diverged_result(
@@ -422,7 +500,7 @@ def superiority(part: Part, ctx: Context) -> PartResult:
     res = _base(part, verdict, words[verdict], estimate=d, lo=lo, hi=hi, confidence=iv.confidence, margin=m or None)
     effect = part.published_effect
     boundary = m
-    detectable = detectable_for(iv.se, iv.df) if iv.se > 0 else 0.0
+    detectable = detectable_planned(iv.se, iv.df) if iv.se > 0 else 0.0
     if verdict == INCONCLUSIVE and effect is not None and effect > m and hi < effect:
         if detectable is not None and detectable <= abs(effect):
             res.verdict, boundary = NOT_SUPPORTED, effect
@@ -506,7 +584,9 @@ def equivalence(part: Part, ctx: Context) -> PartResult:
         why = reason("straddles both", m=f"{m:.3g}")
     res = _base(part, verdict, why, estimate=d, lo=lo, hi=hi, confidence=iv90.confidence, margin=m)
     res.evidence.append(f"95 % interval [{lo95:+.3g}, {hi95:+.3g}]")
-    return finish(part, res, [a, b], [(1.0, a.jobs), (-1.0, b.jobs)], boundary, (iv.se, iv.df))
+    # two one-sided tests at 5 % each, both passing at a true difference of 0: the margin they need
+    tost = {"alpha": 2 * (1 - CONFIDENCE), "power": 1 - (1 - 0.8) / 2}
+    return finish(part, res, [a, b], [(1.0, a.jobs), (-1.0, b.jobs)], boundary, (iv.se, iv.df), detect=tost)
 
 
 equivalence.check = _needs(
@@ -647,6 +727,7 @@ def trend(part: Part, ctx: Context) -> PartResult:
     if part.get("shape") == "diminishing":
         return _diminishing(part, arms, values, hb)
     steps, step_names = [], []
+    k_steps = len(arms) - 1  # every step must be shown: each one's detectable effect is at 80 % ** (1 / k)
     for lo_arm, hi_arm in zip(arms, arms[1:], strict=False):
         step = f"{fmt_value(hi_arm.name.split('=')[-1])} vs {fmt_value(lo_arm.name.split('=')[-1])}"
         step_names.append(f"{hi_arm.name} vs {lo_arm.name}")
@@ -663,13 +744,28 @@ def trend(part: Part, ctx: Context) -> PartResult:
         iv = welch(hi_arm.values, lo_arm.values)
         lo, d, hi = _oriented(iv.lo, iv.delta, iv.hi, hb)
         v = _decide(lo, hi, 0.0)
+        if v == NOT_SUPPORTED and k_steps > 1:
+            # one refuted step refutes the trend: each step refutes at α / (number of steps) (Bonferroni)
+            strict = welch(hi_arm.values, lo_arm.values, 1 - (1 - CONFIDENCE) / k_steps)
+            if _oriented(strict.lo, strict.delta, strict.hi, hb)[2] >= 0.0:
+                v = INCONCLUSIVE
         words = {
             SUPPORTED: reason("better", a=hi_arm.name, b=lo_arm.name, by=""),
             NOT_SUPPORTED: reason("not better", a=hi_arm.name, b=lo_arm.name, by=""),
             INCONCLUSIVE: reason("within noise", boundary="0"),
         }
         r = _base(sub, v, words[v], estimate=d, lo=lo, hi=hi, confidence=iv.confidence)
-        steps.append(finish(sub, r, [hi_arm, lo_arm], [(1.0, hi_arm.jobs), (-1.0, lo_arm.jobs)], 0.0, (iv.se, iv.df)))
+        steps.append(
+            finish(
+                sub,
+                r,
+                [hi_arm, lo_arm],
+                [(1.0, hi_arm.jobs), (-1.0, lo_arm.jobs)],
+                0.0,
+                (iv.se, iv.df),
+                detect={"tests": k_steps},
+            )
+        )
     worst = min(steps, key=lambda s: s.lo if s.lo is not None else -math.inf)
     verdicts = [s.verdict for s in steps]
 
@@ -744,7 +840,7 @@ def _diminishing(part: Part, arms: list[Arm], values: list[Any], hb: bool) -> Pa
     )
     d = [_unit(part, arms, values, i) for i in range(len(arms) - 1)]
     sign = 1.0 if hb else -1.0
-    pairs = []
+    pairs, strict = [], []
     for i in range(len(arms) - 2):
         trio = arms[i : i + 3]
         if any(len(x.values) < 2 or x.diverged for x in trio):
@@ -754,9 +850,14 @@ def _diminishing(part: Part, arms: list[Arm], values: list[Any], hb: bool) -> Pa
         iv = contrast([x.values for x in trio], w)
         gains = [sign * (trio[k + 1].mean - trio[k].mean) / d[i + k] for k in range(2)]
         pairs.append((i, iv, gains))
+        strict.append(contrast([x.values for x in trio], w, 1 - (1 - CONFIDENCE) / max(1, len(arms) - 2)))
     if not pairs:
         return _few_result(part, arms, math.nan, None)
-    verdicts = [_decide(iv.lo, iv.hi, 0.0) for _, iv, _ in pairs]
+    # support needs every pair; one pair refutes, each at α / (number of pairs) (Bonferroni)
+    verdicts = [
+        v if v != NOT_SUPPORTED or st.hi < 0.0 else INCONCLUSIVE
+        for v, st in zip((_decide(iv.lo, iv.hi, 0.0) for _, iv, _ in pairs), strict, strict=True)
+    ]
     names = [f"{fmt_value(values[i])}→{fmt_value(values[i + 1])}→{fmt_value(values[i + 2])}" for i, _, _ in pairs]
     if all(v == SUPPORTED for v in verdicts):
         verdict, why = SUPPORTED, reason("gains shrink", unit=unit, axis=part.get("axis"))
@@ -777,7 +878,9 @@ def _diminishing(part: Part, arms: list[Arm], values: list[Any], hb: bool) -> Pa
         )
     res.evidence.append("decided on the final values (a contrast of three settings: no second-half trend)")
     w = [1.0, -2.0, 1.0]
-    return finish(part, res, arms[worst[0] : worst[0] + 3], None, 0.0, (worst[1].se, worst[1].df), w)
+    return finish(
+        part, res, arms[worst[0] : worst[0] + 3], None, 0.0, (worst[1].se, worst[1].df), w, {"tests": len(pairs)}
+    )
 
 
 def _need(part: Part, n: int) -> int:
@@ -960,7 +1063,7 @@ def _steps(part: Part, ctx: Context) -> PartResult:
         return res
     iv = contrast([a.values for a in res.arms], [w for w, _ in cells])
     res.estimate, res.lo, res.hi, res.confidence = iv.delta, iv.lo, iv.hi, iv.confidence
-    res.detectable = detectable_for(iv.se, iv.df) if iv.se > 0 else 0.0
+    res.detectable = detectable_planned(iv.se, iv.df) if iv.se > 0 else 0.0
     # a lower bound (censored) pushes the estimate down where its weight is positive; an upper bound
     # (reached at the first validation) pushes it up there
     push_down = sum(
