@@ -141,7 +141,9 @@ def status(record: dict, name: str, body: dict, sweep_dir: Path | None = None) -
     ``frozen after k of n jobs had finished`` (the same hash, frozen late), ``changed after the data`` (another
     hash; ``jobs_finished`` is how many jobs had finished when it was first seen, counted in ``sweep_dir`` now
     when no sweep start saw it), or ``not frozen`` (no record: the sweep ran before freezing existed).
-    ``changed_parts``: 1-based numbers of the decided parts whose hash the frozen declaration lacks."""
+    ``changed_parts``: 1-based numbers of the decided parts whose hash the frozen declaration lacks;
+    ``changed_parts_jobs_finished``: for each of them (by its number as text), the jobs finished when its
+    present text was first seen."""
     frozen = record.get("claims", {}).get(name)
     sha, parts = fingerprint(body)
     if frozen is None:
@@ -162,7 +164,18 @@ def status(record: dict, name: str, body: dict, sweep_dir: Path | None = None) -
     k = seen[0]["jobs_finished"] if seen else (finished_jobs(sweep_dir) if sweep_dir is not None else None)
     old = set(frozen.get("parts_sha256") or [])
     changed = [i + 1 for i, p in enumerate(parts) if p not in old]
-    return {**out, "status": "changed after the data", "changed_parts": changed, "jobs_finished": k}
+    obs = [o for o in record.get("observations", []) if o.get("claim") == name]
+    first_seen = {}
+    for i in changed:  # jobs finished when this part's present text was first seen
+        hits = [o for o in obs if parts[i - 1] in (o.get("parts_sha256") or [])]
+        first_seen[str(i)] = hits[0].get("jobs_finished") if hits else k
+    return {
+        **out,
+        "status": "changed after the data",
+        "changed_parts": changed,
+        "jobs_finished": k,
+        "changed_parts_jobs_finished": first_seen,
+    }
 
 
 def derive(

@@ -181,7 +181,8 @@ def part_preregistration(record: dict | None, number: int, changed: set) -> str:
     status = record.get("status", "")
     if status == "changed after the data":
         if number in changed:
-            k, n = record.get("jobs_finished"), record.get("n_jobs")
+            k = (record.get("changed_parts_jobs_finished") or {}).get(str(number), record.get("jobs_finished"))
+            n = record.get("n_jobs")
             return f"changed after {k} of {n} jobs had finished" if k is not None and n else "changed after the data"
         return "as frozen"
     return status
@@ -213,7 +214,14 @@ def claim_item(r: ClaimResult, plot: str | None = None) -> str:
         if r.at == "stable ranking"
         else "a result at its budget (the final interval decides; the trend is printed)"
     )
-    lines = [f"### {r.claim}: {r.verdict}", "", f"{r.statement}", "", f"**{r.verdict}**{at}: {r.reason}.", ""]
+    scope = f" (on the parts reading {r.scope})" if r.scope else ""
+    lines = [f"### {r.claim}{scope}: {r.verdict}", "", f"{r.statement}", "", f"**{r.verdict}**{at}: {r.reason}.", ""]
+    if r.scope:
+        lines += [
+            "The other parts read sweeps not among these jobs; the claim's one verdict over all its sweeps is in "
+            "`docs/results/README.md` (or: `xformer report` with every sweep's folder).",
+            "",
+        ]
     lines += [f"The claim states {states}."]
     pre = r.preregistration or {}
     if pre:

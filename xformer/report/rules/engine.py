@@ -161,7 +161,8 @@ def decide_claim(
         r = decide_part(p, contexts[want], strict)
         r.sweep = want if len(claim.sweeps) > 1 else ""
         results.append(r)
-    verdict, why = combine(results)
+    present = [r for r in results if "other sweep" not in r.problems]
+    verdict, why = combine(present)
     jobs = [j for p in results for a in p.arms for j in a.jobs]
     here = sorted({p.sweep for p in results if "other sweep" not in p.problems and p.sweep}) or sorted(names)
     return ClaimResult(
@@ -177,6 +178,7 @@ def decide_claim(
         source=claim.source,
         file=claim.file,
         at=claim.at,
+        scope="" if len(present) == len(results) else ", ".join(sorted({r.sweep for r in present if r.sweep})),
     )
 
 

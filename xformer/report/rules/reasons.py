@@ -79,7 +79,7 @@ REASONS: dict[str, str] = {
     "precondition fails": "precondition {parts} fails",
     "cannot show": "cannot show it: precondition {parts} not established, so {refuted} cannot refute the claim",
     "precondition open": "precondition {parts} not established",
-    "no claim part": "no claim part",
+    "no claim part": "no claim part among these parts (they are printed, not decided)",
 }
 
 

@@ -197,15 +197,19 @@ class ClaimResult:
     file: str = ""
     at: str = "budget"
     preregistration: dict | None = None
+    scope: str = ""
+    """Empty when the verdict is over every part of the claim; else the sweep(s) whose parts it is over
+    (the other parts read sweeps not among these jobs: the claim's one verdict needs them all)."""
 
     def line(self) -> str:
         """One console line: the claim, its verdict and each part's verdict in a few words."""
         parts = "; ".join(
             f"{p.label} {p.verdict}" + (f" {p.interval_text()}" if p.estimate is not None else "")
             for p in self.parts
-            if p.role != "descriptive"
+            if p.role != "descriptive" and "other sweep" not in p.problems
         )
-        return f"{self.claim}: {self.verdict}" + (f" — {parts}" if parts else "")
+        scope = f" (on the parts reading {self.scope})" if self.scope else ""
+        return f"{self.claim}{scope}: {self.verdict}" + (f" — {parts}" if parts else "")
 
     def record(self) -> dict:
         return {
@@ -218,6 +222,7 @@ class ClaimResult:
             "published": self.headline or self.published,
             "note": self.note,
             "at": self.at,
+            "scope": self.scope,
             "preregistration": self.preregistration,
             "parts": [p.record() for p in self.parts],
         }
