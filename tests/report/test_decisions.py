@@ -70,7 +70,7 @@ def _c1_root(root):
     return root
 
 
-def test_a_guessed_part_needs_its_levels_and_equal_parameters(tmp_path, capsys):
+def test_a_guessed_part_needs_its_levels_and_equal_parameters(tmp_path):
     # no experiment recorded: C1 (i), (ii) fit ratios 1-8; (iii) says "at an equal parameter count" and
     # the arms grow from 200 k to 620 k parameters, so it is not guessed
     root = tmp_path / "plain"
@@ -102,9 +102,7 @@ def test_a_missing_level_is_not_covered_naming_it(tmp_path):
     (c1,) = [r for r in evaluate(aggregate([root]))[0] if r.claim == "C1"]
     first = c1.parts[0]
     assert first.verdict == "inconclusive" and "not covered" in first.problems
-    assert first.reason == (
-        "not covered: level(s) 8 of model.ffn_ratio missing at every job (the sweep has 1, 2, 4)"
-    )
+    assert first.reason == ("not covered: level(s) 8 of model.ffn_ratio missing at every job (the sweep has 1, 2, 4)")
     assert c1.verdict == "inconclusive"
 
 
@@ -190,7 +188,7 @@ def test_every_reason_the_engine_gave_reads_back_to_one_template(tmp_path):
     assert len(REASONS) == len(set(REASONS.values()))  # one template per reason
 
 
-def test_the_curves_plot_names_a_label_smoothed_training_loss(tmp_path):
+def test_the_curves_plot_names_a_label_smoothed_training_loss():
     from xformer.report.plots import curve_name
 
     assert curve_name("train/loss", [0.1]) == "train/loss, label-smoothed (ε = 0.1): not comparable with val/loss"
