@@ -27,10 +27,11 @@ Every decision reads an interval, never a point estimate against a threshold alo
   ``target ± tolerance`` (not supported beyond ``refute_beyond``), or at least ``at_least``.
 
 Checks every comparison gets (:func:`finish`): each arm needs :data:`MIN_SEEDS` seeds that count (a
-diverged seed counts, as its setting's worst outcome: :func:`.evidence.worst_value`); a saturated
-bounded metric makes a supported or undecided part inconclusive but never a refutation; a decided
-part is checked over the second half of training (:mod:`.stability`); every part states its
-detectable effect at 80 % power.
+diverged seed counts, as an outcome worse than every finished one: :func:`diverged_decision`); a
+saturated bounded metric makes a supported or undecided part inconclusive but never a refutation; the
+trend of the gap over the second half is measured (:mod:`.stability`) and blocks a decided part only
+for a claim stated as a stable ranking, where it shows the gap closing; every part states its
+detectable effect at 80 % power and, undecided, the seeds a side that would decide it.
 """
 
 from __future__ import annotations
