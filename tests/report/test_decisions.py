@@ -15,7 +15,6 @@ from xformer.jobs import preregister
 from xformer.report.aggregate import aggregate
 from xformer.report.cli import main
 from xformer.report.rules.engine import evaluate, project_claims
-from xformer.report.rules.reasons import REASONS, parse
 
 from .conftest import PARAMS, write_job
 
@@ -163,6 +162,9 @@ def test_every_published_claim_carries_its_preregistration_record():
 
 
 def test_every_reason_the_engine_gave_reads_back_to_one_template(tmp_path):
+    from xformer.report.claims import load_file
+    from xformer.report.rules.reasons import REASONS, parse
+
     reasons = []
     for f in (REPO / "docs" / "results").glob("*/verdicts.json"):
         for c in json.loads(f.read_text())["claims"]:
@@ -178,7 +180,7 @@ def test_every_reason_the_engine_gave_reads_back_to_one_template(tmp_path):
         + "H2:\n  statement: t\n  parts:\n    - {test: trend, axis: model.ffn_ratio, values: all, shape: monotone,"
         " metric: test/loss}\n"
     )
-    (h1, h2), _ = evaluate(aggregate([root]), __import__("xformer.report.claims", fromlist=["x"]).load_file(f), True)
+    (h1, h2), _ = evaluate(aggregate([root]), load_file(f), True)
     reasons += [h1.reason, h1.parts[0].reason, h2.reason, h2.parts[0].reason]
     assert h1.parts[0].reason == "too few seeds (model.ffn_ratio=4: 2 seed(s); model.ffn_ratio=2: 2 seed(s); needs ≥ 3)"
     for text in reasons:
