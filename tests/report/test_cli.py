@@ -28,7 +28,9 @@ def test_report_md_has_table_verdicts_failed_jobs_and_plots(sweep_dir, tmp_path,
     assert stdout[-1] == str(out / "report.md")
     # the console: one line per claim the sweep asks about (its experiment), details in report.md
     claims = [line for line in stdout if line.startswith("C")]
-    assert [c.split(":")[0] for c in claims] == ["C1", "C2"] and claims[0].startswith("C1: supported — (i) supported")
+    assert [c.split(" ")[0].rstrip(":") for c in claims] == ["C1", "C2"]
+    # C1's part (iii) reads another sweep: the verdict says it is over the parts reading this one
+    assert claims[0].startswith("C1 (on the parts reading c1_ffn_ratio): supported — (i) supported")
     text = (out / "report.md").read_text()
     assert "| model.ffn_ratio | n | diverged | failed | test/loss | val/loss | val/ppl | test/bleu | params |" in text
     assert "| 4 | 3 | 0 | 0 | 1.804 ± 0.002 (n=3) |" in text and "25.85 ± 0.05 (n=3)" in text
@@ -102,7 +104,7 @@ def test_summary_table_comes_first_with_each_claims_parts(sweep_dir, tmp_path):
     )
     assert "Table 3 C" in cells[4]
     # the claim's own plot sits under its parts
-    c1 = text.index("### C1: supported")
+    c1 = text.index("### C1 (on the parts reading c1_ffn_ratio): supported")
     assert text.index("](claim_C1_1.png)") - c1 < 2000 and (out / "claim_C1_1.png").is_file()
 
 
