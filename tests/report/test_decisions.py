@@ -225,3 +225,16 @@ def test_the_full_simulation_meets_the_bounds_for_every_test_type():
         if "diverging" in case.name:  # the exact rank test: valid, and short of the power (docs/report.md)
             continue
         assert row.power + 2 * row.power_se >= 0.80, case.name
+
+
+def test_every_template_is_used_and_every_reason_names_a_template():
+    import re
+
+    from xformer.report.rules.reasons import REASONS
+
+    source = "".join(p.read_text() for p in (REPO / "xformer" / "report" / "rules").glob("*.py"))
+    used = set(re.findall(r'reason\(\s*"([^"]+)"', source))
+    used |= set(re.findall(r'reason\(\s*"([^"]+)" if', source))
+    used |= {k for k in re.findall(r'"([a-z -]+)" if partly else "([a-z -]+)"', source) for k in k}
+    assert used <= set(REASONS), used - set(REASONS)
+    assert set(REASONS) <= used, set(REASONS) - used
