@@ -94,7 +94,7 @@ def _published(r: ClaimResult) -> str:
 def summary_table(results: list[ClaimResult]) -> str:
     """One row per claim: claim | verdict | parts | budget | published."""
     rows = [[r.claim, f"**{r.verdict}**", parts_text(r), r.budget or "–", _published(r)] for r in results]
-    return table(["claim", "verdict", "parts", "budget", "published"], rows)
+    return table(["claim", "verdict", "parts", "budget", "published (the paper's setting)"], rows)
 
 
 def trend_text(p: PartResult) -> str:
