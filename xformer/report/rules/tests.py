@@ -1109,6 +1109,15 @@ def _steps(part: Part, ctx: Context) -> PartResult:
             res.reason = reason("growth open", growth=growth, side="within", factor=f"{factor:g}", censored=unknown)
     if n_left or n_right:
         res.problems += ["censored"] if res.verdict == INCONCLUSIVE and (not lower_ok or not upper_ok) else []
+    sd = _pooled_sd(res.arms)
+    if res.verdict == INCONCLUSIVE and sd and abs(iv.delta - g) > 0:
+        res.seeds_needed = seeds_for(sd, [w for w, _ in cells], abs(iv.delta - g))
+        words = f"~{res.seeds_needed}" if res.seeds_needed <= 1000 else "more than 1000"
+        res.evidence.append(
+            f"{words} seeds a side would decide it (80 % power at the growth observed against ×{factor:g}, "
+            f"seed spread {sd:.3g} in log2 steps)"
+            + ("; censored runs would still bound one side" if "censored" in res.problems else "")
+        )
     return res
 
 
