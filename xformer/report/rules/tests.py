@@ -1110,7 +1110,8 @@ def _steps(part: Part, ctx: Context) -> PartResult:
     if n_left or n_right:
         res.problems += ["censored"] if res.verdict == INCONCLUSIVE and (not lower_ok or not upper_ok) else []
     sd = _pooled_sd(res.arms)
-    if res.verdict == INCONCLUSIVE and sd and abs(iv.delta - g) > 0:
+    straddles = iv.lo <= g < iv.hi  # where the interval already decides, censoring, not seeds, holds it back
+    if res.verdict == INCONCLUSIVE and sd and straddles and abs(iv.delta - g) > 0:
         res.seeds_needed = seeds_for(sd, [w for w, _ in cells], abs(iv.delta - g))
         words = f"~{res.seeds_needed}" if res.seeds_needed <= 1000 else "more than 1000"
         res.evidence.append(
