@@ -47,14 +47,14 @@ def _publish(results: Path, name: str, report: str, summary: dict | None = None,
 
 def _rows(results: Path, claim: str, sweep: str) -> list:
     (c,) = [c for c in project_claims() if c.name == claim]
-    return claims_table.claim_rows(c, sweep, results)
+    return [r for r in claims_table.claim_rows(c, results) if r.sweep == sweep]
 
 
 def test_rows_come_from_verdicts_json_never_from_the_markdown(tmp_path):
     top = "# report\n\n| claim | verdict |\n|---|---|\n| C4 | not supported |\n"
     _publish(tmp_path, "c4_norm_warmup", top)
     (row,) = _rows(tmp_path, "C4", "c4_norm_warmup")
-    assert row.verdict == "not run" and row.where == "`xformer claims run c4_norm_warmup`"
+    assert row.part_verdict == "not run" and row.where == "`xformer claims run c4_norm_warmup`"
     summary = {
         "format": 2,
         "claims": [
@@ -87,6 +87,7 @@ def test_rows_come_from_verdicts_json_never_from_the_markdown(tmp_path):
     }
     _publish(tmp_path, "c9_attn_scale", top, summary)
     first, second = _rows(tmp_path, "C9", "c9_attn_scale")
+    # the claim's one verdict is recomputed from its parts (the record's own "inconclusive" is not copied)
     assert (first.claim, first.verdict, first.part, first.test, first.part_verdict) == (
         "C9",
         "**inconclusive**",
@@ -95,13 +96,13 @@ def test_rows_come_from_verdicts_json_never_from_the_markdown(tmp_path):
         "supported",
     )
     assert first.interval == "+0.1 [+0.05, +0.15] test/loss" and second.margin == "0.02 (m)" and second.claim == ""
-    assert "| C9 | `c9_attn_scale` | **inconclusive** | (i) | superiority | supported |" in render(tmp_path)
+    assert "| C9 | **inconclusive** | (i) | `c9_attn_scale` | superiority | supported |" in render(tmp_path)
 
 
 def test_a_report_made_before_claims_had_parts_asks_to_be_re_rendered(tmp_path):
     _publish(tmp_path, "c6_pe_in_distribution", "old\n", {"format": 1, "claims": [{"claim": "C6", "verdict": "x"}]})
     (row,) = _rows(tmp_path, "C6", "c6_pe_in_distribution")
-    assert row.verdict.startswith("made before claims had parts: re-render it, `xformer report docs/results/c6")
+    assert row.part_verdict.startswith("made before claims had parts: re-render it, `xformer report docs/results/c6")
 
 
 def test_a_report_writes_verdicts_json_with_portable_paths(tmp_path, monkeypatch):
@@ -131,9 +132,9 @@ def test_a_report_writes_verdicts_json_with_portable_paths(tmp_path, monkeypatch
 def test_unpublished_claims_are_not_run_rows_with_their_command(tmp_path):
     _publish(tmp_path, "c5_pe_length", "old form\n", {"format": 2, "claims": []}, run_md=False)
     (row,) = _rows(tmp_path, "C5", "c5_pe_length")
-    assert row.verdict == "not run" and row.where == "`xformer claims run c5_pe_length`"
+    assert row.part_verdict == "not run" and row.where == "`xformer claims run c5_pe_length`"
     rows = render(tmp_path).splitlines()[2:]
-    assert len(rows) == sum(len(c.sweeps) for c in project_claims())  # one row per claim and sweep
+    assert len(rows) == sum(len(c.sweeps) for c in project_claims())  # one row per claim and sweep not run
 
 
 def test_names_resolve_to_claim_configs():

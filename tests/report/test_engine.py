@@ -53,10 +53,10 @@ def sweep_of(root: Path, key: str, table: dict, metric: str = "test/loss", curve
     return root
 
 
-def decide(root: Path, spec: dict, name: str = "H") -> PartResult:
-    """The one part of ``spec`` decided on the sweep in ``root`` (as a researcher's file)."""
+def decide(root: Path, spec: dict, name: str = "H", at: str = "budget") -> PartResult:
+    """The one part of ``spec`` decided on the sweep in ``root`` (as a researcher's file stating ``at``)."""
     f = root.parent / f"{root.name}_claims.yaml"
-    f.write_text(yaml.safe_dump({name: {"statement": "s", "parts": [spec]}}))
+    f.write_text(yaml.safe_dump({name: {"statement": "s", "at": at, "parts": [spec]}}))
     (res,), _ = evaluate(aggregate([root]), load_file(f), strict=True)
     return res.parts[0]
 
@@ -223,7 +223,7 @@ def test_contrast_is_a_welch_satterthwaite_interaction(tmp_path, post0, verdict)
     assert (r.lo, r.estimate, r.hi) == pytest.approx((lo, d, hi))
 
 
-def test_a_diverged_seed_inside_a_contrast_counts_as_its_settings_worst_outcome(tmp_path):
+def test_a_diverged_seed_inside_a_contrast_ranks_below_every_finished_seed(tmp_path):
     cells = {
         ("post", 300): [1.8, 1.81, 1.79],
         ("post", 0): [2.0, 2.05, 1.95],
@@ -232,18 +232,66 @@ def test_a_diverged_seed_inside_a_contrast_counts_as_its_settings_worst_outcome(
     }
     r = decide(_grid(tmp_path / "s", cells, diverged={("post", 0, 3)}), CONTRAST)
     post0 = [x for x in r.arms if x.name.startswith("model/norm=post, optim.warmup_steps=0")][0]
-    worst = 2.05  # the worst test/loss a finished job of the sweep reached
-    assert post0.n == 3 and post0.diverged == 1 and post0.values[-1] == worst
-    lo, d, hi = _hand_contrast(
-        [cells["post", 300], [2.0, 2.05, worst], cells["pre", 300], cells["pre", 0]], [1, -1, -1, 1]
-    )
-    assert (r.lo, r.estimate, r.hi) == pytest.approx((lo, d, hi))
-    # dropping the diverged seed instead would leave 2 seeds: "too few seeds" would hide the divergence
-    assert r.verdict == SUPPORTED and "too few seeds" not in r.problems
+    assert post0.n == 3 and post0.diverged == 1 and post0.values == [2.0, 2.05]
+    # independent: mid-ranks of −loss over the 12 seeds (the diverged one at −inf), the weighted mean ranks
+    order = [cells["post", 300], [2.0, 2.05, math.inf], cells["pre", 300], cells["pre", 0]]
+    ranks = st.rankdata([-v for arm in order for v in arm])
+    means = [np.mean(ranks[3 * i : 3 * i + 3]) for i in range(4)]
+    assert r.scale == "ranks" and r.estimate == pytest.approx(means[0] - means[1] - means[2] + means[3])
+    assert "too few seeds" not in r.problems
+
+
+def test_a_diverged_seed_in_a_two_arm_comparison_is_an_exact_rank_test(tmp_path):
+    # 4 seeds a side; one of arm b's diverged: every arrangement of the 8 ranks (C(8, 4) = 70) counted
+    cells = {("post", 300): [1.8, 1.81, 1.79, 1.78], ("post", 0): [2.0, 2.05, 1.95, 9.0]}
+    root = _grid(tmp_path / "s", cells, diverged={("post", 0, 4)})
+    sup = {
+        "test": "superiority",
+        "metric": "test/loss",
+        "a": {"model/norm": "post", "optim.warmup_steps": 300},
+        "b": {"model/norm": "post", "optim.warmup_steps": 0},
+    }
+    r = decide(root, sup)
+    # a's four seeds hold the four best ranks: only 1 of the 70 arrangements is as extreme
+    assert r.verdict == SUPPORTED and f"exact p {1 / 70:.3g}" in r.reason and r.scale == "ranks"
+    three = decide(_grid(tmp_path / "t", {k: v[:3] for k, v in cells.items()}, diverged={("post", 0, 3)}), sup)
+    assert three.verdict == INCONCLUSIVE and three.seeds_needed == 4  # 1/C(6, 3) = 0.05 is the least p at 3
+
+
+def test_a_setting_whose_every_seed_diverged_is_decided_by_the_count(tmp_path):
+    # C4's case: Post-LN without warm-up diverged in 3 of 3 seeds, every other setting finished
+    cells = {
+        ("post", 300): [1.705, 1.701, 1.709],
+        ("post", 0): [1.709, 1.709, 1.709],
+        ("pre", 300): [1.70, 1.71, 1.705],
+        ("pre", 0): [1.70, 1.705, 1.71],
+    }
+    root = _grid(tmp_path / "s", cells, diverged={("post", 0, 1), ("post", 0, 2), ("post", 0, 3)})
+    r = decide(root, CONTRAST)
+    # exact: placements of the 3 divergences among the 12 runs at least as favourable to the contrast
+    # (all 3 in the two arms weighted −1 on the loss: C(6, 3) of C(12, 3)) — 0.091, not decisive at 0.025
+    assert r.verdict == INCONCLUSIVE and r.scale == "divergence share"
+    assert f"exact p {math.comb(6, 3) / math.comb(12, 3):.3g}" in r.reason
+    assert r.seeds_needed == 5  # C(10, 5) / C(20, 5) = 0.016
+    # two arms: all n diverged against 0 of n has p = 1 / C(2n, n): 0.05 at n = 3, 0.014 at n = 4
+    sup = {
+        "test": "superiority",
+        "metric": "test/loss",
+        "a": {"model/norm": "post", "optim.warmup_steps": 300},
+        "b": {"model/norm": "post", "optim.warmup_steps": 0},
+    }
+    two = decide(root, sup)
+    assert two.verdict == INCONCLUSIVE and f"exact p {1 / math.comb(6, 3):.3g}" in two.reason and two.seeds_needed == 4
+    cells4 = {k: v + [v[0]] for k, v in cells.items()}
+    root4 = _grid(tmp_path / "four", cells4, diverged={("post", 0, s) for s in (1, 2, 3, 4)})
+    four = decide(root4, sup)
+    assert four.verdict == SUPPORTED and f"exact p {1 / math.comb(8, 4):.3g}" in four.reason
+    # the other way round the count refutes
+    assert decide(root4, {**sup, "a": sup["b"], "b": sup["a"]}).verdict == NOT_SUPPORTED
 
 
 # -- trend -----------------------------------------------------------------------------------------
-TREND = {"test": "trend", "axis": "model.ffn_ratio", "metric": "test/loss"}
+TREND = {"test": "trend", "axis": "model.ffn_ratio", "metric": "test/loss", "values": "all"}
 
 
 @pytest.mark.parametrize(
@@ -284,13 +332,14 @@ def test_one_slow_seed_is_counted_not_averaged_against_a_per_seed_threshold(tmp_
     assert r.verdict == NOT_SUPPORTED and "2 of 3" in r.reason
 
 
-def _steps_sweep(root: Path, table: dict, stop: int = 400) -> Path:
-    """Exact-match curves that reach 0.9 at the given step (``None``: never, stopping at ``stop``)."""
+def _steps_sweep(root: Path, table: dict, stop: int = 400, every: int = 10) -> Path:
+    """Exact-match curves validated every ``every`` steps that reach 0.9 at the given step (``None``:
+    never, stopping at ``stop``)."""
     num = 0
     for (mixer, k), steps in table.items():
         for seed, s in enumerate(steps, start=1):
             last = s if s is not None else stop
-            curve = [(x, 0.95 if s is not None and x >= s else 0.3) for x in range(50, last + 1, 50)]
+            curve = [(x, 0.95 if s is not None and x >= s else 0.3) for x in range(every, last + 1, every)]
             job(
                 root,
                 num,
@@ -335,9 +384,9 @@ def test_steps_to_level_grow_or_stay_flat_on_log2_steps(tmp_path, hi_steps, expe
 def test_censored_runs_are_lower_bounds_that_cannot_show_flatness(tmp_path):
     root = _steps_sweep(tmp_path / "s", {("mha", 8): [100, 100, 150], ("mha", 64): [100, 150, None]})
     r = decide(root, {**STEPS, "at": {"model/mixer": "mha"}, "expect": "flat", "factor": 8})
-    assert r.hi < 3 and r.verdict == INCONCLUSIVE and "censored run(s) make the other bound unknown" in r.reason
+    assert r.hi < 3 and r.verdict == INCONCLUSIVE and "leave the deciding bound unknown" in r.reason
     (sweep_job,) = [j for j in aggregate([root]).jobs if j.value("data.distance") == 64 and j.seed == 3]
-    assert steps_to_level(sweep_job, "val/exact_match", 0.9, True) == (400.0, False)
+    assert steps_to_level(sweep_job, "val/exact_match", 0.9, True) == (400.0, "censored")
 
 
 def test_the_growth_of_steps_is_compared_between_mixers_and_censoring_keeps_lower_bounds(tmp_path):
@@ -356,7 +405,46 @@ def test_the_growth_of_steps_is_compared_between_mixers_and_censoring_keeps_lowe
     # censored where it is subtracted (attention at k = 64), the lower bound is no longer a bound
     table[("mha", 64)] = [100, None, 100]
     r = decide(_steps_sweep(tmp_path / "t", table, stop=1600), part)
-    assert r.verdict == INCONCLUSIVE and "censored" in r.reason
+    assert r.verdict == INCONCLUSIVE and "censored" in r.problems
+
+
+def test_a_level_reached_at_the_first_validation_is_an_upper_bound(tmp_path):
+    # C13's case: attention reaches 0.9 at its first validation (step 50), so its steps are only ≤ 50;
+    # counted + in the contrast (attention at k = 8), they may overstate the lower bound
+    table = {
+        ("lstm", 8): [200, 250, 250],
+        ("lstm", 64): [1400, 1500, 1500],
+        ("mha", 8): [50, 50, 50],
+        ("mha", 64): [100, 100, 100],
+    }
+    part = {**STEPS, "at": {"model/mixer": "lstm"}, "versus": {"model/mixer": "mha"}, "expect": "grows"}
+    coarse = decide(_steps_sweep(tmp_path / "c", table, every=50), part)
+    assert coarse.lo > 1 and coarse.verdict == INCONCLUSIVE and "3 reaching it at the first validation" in coarse.reason
+    assert "attention" not in coarse.reason and "≤50" in "".join(coarse.evidence)
+    # validated densely (every 10 steps), the same steps are measured and decide
+    assert decide(_steps_sweep(tmp_path / "d", table, every=10), part).verdict == SUPPORTED
+
+
+def test_a_run_stopped_before_its_budget_is_censored_not_a_miss(tmp_path):
+    # C13 (v)'s case: LSTM runs stopped by the plateau stop at ~2 050 of 4 000 steps, never reaching 0.9
+    root = tmp_path / "s"
+    for seed, (step, em) in enumerate([(2050, 0.3), (2100, 0.31), (4000, 0.3)], start=1):
+        path = job(
+            root, seed - 1, ["data.distance=256", f"seed={seed}"], {"val/exact_match": em}, flat(em, "val/exact_match")
+        )
+        summary = json.loads((path / "metrics.json").read_text())
+        summary["global_step"], summary["config"]["trainer"]["max_steps"] = step, 4000
+        (path / "metrics.json").write_text(json.dumps(summary))
+    part = {
+        "test": "threshold",
+        "a": {"data.distance": 256},
+        "metric": "val/exact_match",
+        "level": 0.9,
+        "expect": "miss",
+    }
+    r = decide(root, part)
+    assert r.verdict == INCONCLUSIVE and "censored" in r.problems, r.reason
+    assert "1 ran the budget without, 2 stopped early without (censored)" in r.evidence[0]
 
 
 def test_a_part_can_expect_most_seeds_to_miss_a_level(tmp_path):
@@ -412,10 +500,22 @@ def test_a_verdict_is_its_parts():
     assert combine([_p(SUPPORTED), _p(SUPPORTED, label="(ii)")])[0] == SUPPORTED
     assert combine([_p(SUPPORTED), _p(NOT_SUPPORTED, label="(ii)")])[0] == NOT_SUPPORTED
     verdict, reason = combine([_p(SUPPORTED), _p(INCONCLUSIVE, label="(ii)")])
-    assert verdict == INCONCLUSIVE and reason.startswith("partly supported: (i) supported, (ii) inconclusive")
+    assert verdict == INCONCLUSIVE and reason == "partly supported: (i) supported; (ii) inconclusive"
     assert combine([_p(NOT_SUPPORTED, "precondition"), _p(SUPPORTED, label="(ii)")])[0] == CANNOT_SHOW
     assert combine([_p(INCONCLUSIVE, "precondition"), _p(SUPPORTED, label="(ii)")])[0] == INCONCLUSIVE
     assert combine([_p(SUPPORTED), _p(NOT_SUPPORTED, "descriptive", "(ii)")])[0] == SUPPORTED
+
+
+def test_an_unestablished_precondition_gates_a_refutation():
+    # C12's case: the no-dropout arm's over-fitting is not established, (ii) is refuted
+    verdict, reason = combine([_p(INCONCLUSIVE, "precondition"), _p(NOT_SUPPORTED, label="(ii)")])
+    assert verdict == CANNOT_SHOW and reason.startswith("cannot show it: precondition (i) not established")
+    # a precondition of another sweep does not gate it
+    pre, part = _p(INCONCLUSIVE, "precondition"), _p(NOT_SUPPORTED, label="(ii)")
+    pre.sweep, part.sweep = "a", "b"
+    assert combine([pre, part])[0] == NOT_SUPPORTED
+    # an established precondition lets it stand
+    assert combine([_p(SUPPORTED, "precondition"), _p(NOT_SUPPORTED, label="(ii)")])[0] == NOT_SUPPORTED
 
 
 # -- the second-half check ------------------------------------------------------------------------------
@@ -457,24 +557,37 @@ def _closing_sweep(root: Path, slopes_a: list[float]) -> Path:
     return root
 
 
-def test_a_trend_interval_straddling_the_limit_is_too_close_to_call(tmp_path):
+def test_a_decisive_final_interval_with_an_undetermined_trend_is_supported(tmp_path):
     # the gap is 0.1 at the end; the limit is a quarter of it per doubling (−0.025). Per-seed slopes of
     # ratio 4's loss: 0.01, 0.04, 0.07 per doubling (the gap shrinks by −0.04 on average, its 95 %
-    # interval straddles −0.025).
+    # interval straddles −0.025): the trend is undetermined, the final interval decides.
     slopes = [0.01, 0.04, 0.07]
     root = _closing_sweep(tmp_path / "s", slopes)
     part = {"test": "superiority", "a": {"model.ffn_ratio": 4}, "b": {"model.ffn_ratio": 2}, "metric": "val/loss"}
-    r = decide(root, part)
-    stab = r.stability
     steps = [50, 60, 70, 80, 90, 100]
     fitted = [np.polyfit(np.log2(steps), [1.9 + s * math.log2(x / 100) for x in steps], 1)[0] for s in slopes]
     lo, hi = st.ttest_1samp(-np.array(fitted), 0).confidence_interval(0.95)  # ratio 2 is flat: slopes 0
-    assert stab.outcome == "too close to call" and r.verdict == INCONCLUSIVE
-    assert (stab.slope_lo, stab.slope_hi) == pytest.approx((lo, hi))
-    assert stab.limit == pytest.approx(-0.25 * 0.1) and lo < stab.limit < hi
-    # a gap that shrinks clearly faster than the limit is "closing", one that holds is stable
-    assert decide(_closing_sweep(tmp_path / "c", [0.06, 0.065, 0.07]), part).stability.outcome == "closing"
-    assert decide(_closing_sweep(tmp_path / "f", [0.0, 0.001, -0.001]), part).verdict == SUPPORTED
+    for at in ("stable ranking", "budget"):
+        r = decide(root, part, at=at)
+        stab = r.stability
+        assert stab.outcome == "trend undetermined" and r.verdict == SUPPORTED and r.caveats == ["trend undetermined"]
+        assert (stab.slope_lo, stab.slope_hi) == pytest.approx((lo, hi))
+        assert stab.limit == pytest.approx(-0.25 * 0.1) and lo < stab.limit < hi
+    assert decide(_closing_sweep(tmp_path / "f", [0.0, 0.001, -0.001]), part).caveats == []
+
+
+def test_a_gap_shown_closing_blocks_a_stable_ranking_and_is_a_caveat_at_a_budget(tmp_path):
+    root = _closing_sweep(tmp_path / "c", [0.06, 0.065, 0.07])
+    part = {"test": "superiority", "a": {"model.ffn_ratio": 4}, "b": {"model.ffn_ratio": 2}, "metric": "val/loss"}
+    ranked = decide(root, part, at="stable ranking")
+    assert ranked.stability.outcome == "closing" and ranked.stability.slope_hi < ranked.stability.limit
+    assert (
+        ranked.verdict == INCONCLUSIVE
+        and "closing" in ranked.problems
+        and "final interval alone reads supported" in " ".join(ranked.evidence)
+    )
+    budget = decide(root, part, at="budget")
+    assert budget.verdict == SUPPORTED and budget.caveats[0].startswith("closing")
 
 
 # -- choosing the claims a sweep asks about -------------------------------------------------------
@@ -490,7 +603,11 @@ def test_only_the_claims_a_sweep_asks_about_are_decided(tmp_path):
         )
     results, note = evaluate(aggregate([root]))
     assert [r.claim for r in results] == ["C1", "C2"] and note == ""
+    # a sweep of ratios 2 and 4 lacks the levels C1's trend declares (1, 2, 4, 8): nothing is guessed
     results, note = evaluate(aggregate([sweep_of(tmp_path / "n", "model.ffn_ratio", {2: A_GOOD, 4: B})]))
+    assert results == []
+    table = {1: [2.1, 2.11, 2.09], 2: [2.0, 2.01, 1.99], 4: A_GOOD, 8: [0.9, 0.91, 0.89]}
+    results, note = evaluate(aggregate([sweep_of(tmp_path / "g", "model.ffn_ratio", table)]))
     assert [r.claim for r in results] == ["C1"] and "guessed" in note
 
 
@@ -537,7 +654,7 @@ def test_a_throwaway_claim_is_one_yaml_and_decides_with_no_other_file(tmp_path):
     (res,), _ = evaluate(aggregate([root]), declared)
     assert res.claim == "C14" and res.verdict == SUPPORTED
     assert "## C14: GELU beats ReLU" in claims_markdown(declared)
-    assert "| C14 | `c14_gelu` | not run |" in render(tmp_path / "results", declared)
+    assert "| C14 | not run |  | `c14_gelu` |  | not run |" in render(tmp_path / "results", declared)
 
 
 def test_verdicts_json_lists_each_claims_parts(tmp_path):

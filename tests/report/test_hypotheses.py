@@ -76,6 +76,90 @@ BAD = {
         HYPOTHESES.replace("a: {model.ffn_ratio: 4}", "a: {model.ffn_ratio: 4"),
         ": YAML syntax error at line ",
     ),
+    # declarations checked for meaning: each was accepted silently (main at a7fe2e1)
+    "a claim id declared twice": (
+        HYPOTHESES + HYPOTHESES.split("H2:")[0],
+        "duplicate key 'H1' at line 16 (a claim id or a key declared twice: YAML would keep the last silently); "
+        "fix: rename or remove one of them",
+    ),
+    "a claim with no claim part": (
+        HYPOTHESES.replace("      metric: test/loss\nH2", "      metric: test/loss\n      role: precondition\nH2"),
+        "claim H1, key 'parts': no claim part (only preconditions or descriptive parts), so nothing can decide "
+        "it; fix:",
+    ),
+    "contrast weights that do not sum to zero": (
+        HYPOTHESES
+        + """H3:
+  statement: a C9-shaped contrast
+  parts:
+    - test: contrast
+      terms:
+        - {weight: 1, arm: {model.ffn_ratio: 4}}
+        - {weight: 1, arm: {model.ffn_ratio: 2}}
+      metric: test/loss
+""",
+        "claim H3, part (i), key 'terms': the weights sum to 2, so the contrast compares a sum of means, not a "
+        "difference; fix: make them sum to 0",
+    ),
+    "a relative margin on a contrast": (
+        HYPOTHESES
+        + """H3:
+  statement: a contrast with a percentage
+  parts:
+    - test: contrast
+      terms:
+        - {weight: 1, arm: {model.ffn_ratio: 4}}
+        - {weight: -1, arm: {model.ffn_ratio: 2}}
+      margin: "50%"
+      metric: test/loss
+""",
+        "claim H3, part (i), key 'margin': a contrast has no reference arm to take a percentage of; fix: give the "
+        "margin in the metric's units",
+    ),
+    "a margin on a trend": (
+        HYPOTHESES
+        + """H3:
+  statement: wider is better
+  parts:
+    - test: trend
+      axis: model.ffn_ratio
+      values: all
+      shape: monotone
+      margin: 0.01
+      metric: test/loss
+""",
+        "claim H3, part (i), key 'margin': a trend part does not read a margin (it would be ignored); fix: remove it",
+    ),
+    "a trend that does not name its levels": (
+        HYPOTHESES
+        + """H3:
+  statement: wider is better
+  parts:
+    - test: trend
+      axis: model.ffn_ratio
+      shape: monotone
+      metric: test/loss
+""",
+        "claim H3, part (i), key 'values': a trend names the levels it needs; fix: add 'values: [1, 2, 4, 8]'",
+    ),
+    "a level the sweep lacks": (
+        HYPOTHESES
+        + """H3:
+  statement: wider is better
+  parts:
+    - test: trend
+      axis: model.ffn_ratio
+      values: [1, 2, 4, 8, 16]
+      shape: monotone
+      metric: test/loss
+""",
+        "claim H3, part (i), key 'values': level(s) 16 of model.ffn_ratio missing at every job (the sweep has "
+        "1, 2, 4, 8); fix: select values the sweep ran",
+    ),
+    "an unknown statement kind": (
+        HYPOTHESES.replace("H1:\n  statement: FFN", "H1:\n  at: forever\n  statement: FFN"),
+        "claim H1, key 'at': 'forever' is not what a claim can state; fix: use one of 'budget', 'stable ranking'",
+    ),
 }
 
 

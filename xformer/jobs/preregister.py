@@ -85,6 +85,11 @@ def read(sweep_dir: Path) -> dict:
     return data
 
 
+def write(sweep_dir: Path, data: dict) -> None:
+    """Write ``data`` as ``sweep_dir``'s record (atomically: a temporary file renamed over it)."""
+    _write(sweep_dir, data)
+
+
 def _write(sweep_dir: Path, data: dict) -> None:
     path = Path(sweep_dir) / FILE
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -136,19 +141,76 @@ def status(record: dict, name: str, body: dict, sweep_dir: Path | None = None) -
     ``frozen after k of n jobs had finished`` (the same hash, frozen late), ``changed after the data`` (another
     hash; ``jobs_finished`` is how many jobs had finished when it was first seen, counted in ``sweep_dir`` now
     when no sweep start saw it), or ``not frozen`` (no record: the sweep ran before freezing existed).
-    ``changed_parts``: 1-based numbers of the decided parts whose hash the frozen declaration lacks."""
+    ``changed_parts``: 1-based numbers of the decided parts whose hash the frozen declaration lacks;
+    ``changed_parts_jobs_finished``: for each of them (by its number as text), the jobs finished when its
+    present text was first seen."""
     frozen = record.get("claims", {}).get(name)
     sha, parts = fingerprint(body)
     if frozen is None:
         return {"status": "not frozen", "frozen_sha256": None, "changed_parts": [], "jobs_finished": None}
     out = {"frozen_sha256": frozen["sha256"], "n_jobs": frozen.get("n_jobs")}
     if sha == frozen["sha256"]:
-        k = frozen.get("jobs_finished") or 0
+        k = frozen.get("jobs_finished")
         n = frozen.get("n_jobs")
-        label = "declared before the data" if k == 0 else f"frozen after {k} of {n} jobs had finished"
+        label = (
+            "frozen at the sweep's start (jobs finished then: not recorded)"
+            if k is None
+            else "declared before the data"
+            if k == 0
+            else f"frozen after {k} of {n} jobs had finished"
+        )
         return {**out, "status": label, "changed_parts": [], "jobs_finished": k}
     seen = [o for o in record.get("observations", []) if o.get("claim") == name and o.get("sha256") == sha]
     k = seen[0]["jobs_finished"] if seen else (finished_jobs(sweep_dir) if sweep_dir is not None else None)
     old = set(frozen.get("parts_sha256") or [])
     changed = [i + 1 for i, p in enumerate(parts) if p not in old]
-    return {**out, "status": "changed after the data", "changed_parts": changed, "jobs_finished": k}
+    obs = [o for o in record.get("observations", []) if o.get("claim") == name]
+    first_seen = {}
+    for i in changed:  # jobs finished when this part's present text was first seen
+        hits = [o for o in obs if parts[i - 1] in (o.get("parts_sha256") or [])]
+        first_seen[str(i)] = hits[0].get("jobs_finished") if hits else k
+    return {
+        **out,
+        "status": "changed after the data",
+        "changed_parts": changed,
+        "jobs_finished": k,
+        "changed_parts_jobs_finished": first_seen,
+    }
+
+
+def derive(
+    sweep_dir: Path,
+    name: str,
+    versions: list[tuple[str, dict, int | None]],
+    n_jobs: int,
+    note: str,
+) -> dict:
+    """A record for a sweep that ran before freezing existed, derived from the history of the declaration:
+    ``versions`` are ``(commit, declaration, jobs finished when it was committed)`` in commit order (the
+    first is taken as frozen; ``None``: not recorded), ``note`` says how the counts were read. Written to
+    ``sweep_dir`` (a report folder) with ``derived: note`` beside the claim; returns the record."""
+    data = read(sweep_dir)
+    commit, body, done = versions[0]
+    sha, parts = fingerprint(body)
+    data["claims"][name] = {
+        "file": f"claims/{name}.yaml@{commit}",
+        "sha256": sha,
+        "parts_sha256": parts,
+        "declaration": body,
+        "frozen_at": commit,
+        "jobs_finished": done,
+        "n_jobs": n_jobs,
+        "derived": note,
+    }
+    data["observations"] = [o for o in data["observations"] if o.get("claim") != name]
+    seen = {sha}
+    for commit, body, done in versions[1:]:
+        sha, parts = fingerprint(body)
+        if sha in seen:
+            continue
+        seen.add(sha)
+        data["observations"].append(
+            {"claim": name, "sha256": sha, "parts_sha256": parts, "at": commit, "jobs_finished": done, "n_jobs": n_jobs}
+        )
+    _write(sweep_dir, data)
+    return data

@@ -26,10 +26,11 @@ import sys
 from pathlib import Path
 
 from xformer.help import PlainHelpFormatter
+from xformer.jobs import preregister
 
 from .aggregate import Job, NoJobsError, Sweep, aggregate_jobs, find_job_dirs, load_jobs_once, main_metrics
 from .benchjson import load_bench
-from .claims import DeclarationError, evaluate, load_file
+from .claims import Claim, ClaimResult, DeclarationError, evaluate, load_file, project_claims
 from .export import is_report_folder, portable, read_report_folder, write_seed_files, write_verdicts
 from .markdown import render
 from .plots import length_metrics, plot_claim, write_plots
@@ -129,6 +130,43 @@ def collect_jobs(dirs: list[Path], wandb_spec: str | None, has_bench: set[Path])
     return jobs
 
 
+def preregistration(
+    verdicts: list[ClaimResult], claims: list[Claim], dirs: list[Path], out: Path, own: bool, jobs: list[Job]
+) -> dict:
+    """Each verdict's pre-registration (``ClaimResult.preregistration``) against the declarations frozen
+    in ``preregistration.json`` of ``dirs`` (and ``out``), which is written to ``out`` so a report
+    folder carries it. A researcher's own declarations (``own``) are frozen the first time they decide
+    a folder: into the sweep folder ``dirs[0]`` (into ``out`` when that is a report folder), with the
+    jobs finished by then. Returns the merged record."""
+    folders = list(dict.fromkeys([*dirs, out]))
+    record: dict = {"format": 1, "claims": {}, "observations": []}
+    for d in folders:
+        got = preregister.read(d)
+        for name, frozen in got["claims"].items():
+            record["claims"].setdefault(name, frozen)
+        record["observations"] += [o for o in got["observations"] if o not in record["observations"]]
+    by_name = {c.name: c for c in claims}
+    sweep_dir = dirs[0] if dirs and find_job_dirs(dirs[0]) else None
+    if own:
+        target = sweep_dir or out
+        mine = {v.claim: (by_name[v.claim].file, by_name[v.claim].body) for v in verdicts if v.claim in by_name}
+        n_done = sum(j.finished for j in jobs)
+        got = preregister.freeze(target, mine, len(jobs), n_done)
+        for name, frozen in got["claims"].items():
+            record["claims"].setdefault(name, frozen)
+        record["observations"] += [o for o in got["observations"] if o not in record["observations"]]
+    for v in verdicts:
+        c = by_name.get(v.claim)
+        if c is None or not c.body:
+            continue
+        st = preregister.status(record, v.claim, c.body, sweep_dir)
+        derived = (record["claims"].get(v.claim) or {}).get("derived")
+        v.preregistration = {**st, **({"derived": derived} if derived else {})}
+    if record["claims"] and (record["claims"] != preregister.read(out)["claims"] or own):
+        preregister.write(out, record)
+    return record
+
+
 def run(args: argparse.Namespace, command: str) -> Path:
     """Build the report described by ``args``; return the path of report.md.
 
@@ -163,6 +201,7 @@ def run(args: argparse.Namespace, command: str) -> Path:
         raise UsageError(str(e)) from e
     out = args.out or (args.dirs[0] if args.dirs else Path("report"))
     out.mkdir(parents=True, exist_ok=True)
+    preregistration(verdicts, own if own is not None else project_claims(), list(args.dirs), out, own is not None, jobs)
     declared = [p.metric for r in verdicts for p in r.parts if p.metric in sweep.metric_keys]
     decision = args.metric or next(iter(declared), None) or next((m for m in PREFERRED if m in sweep.metric_keys), None)
     metrics = main_metrics(sweep, decision)

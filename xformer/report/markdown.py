@@ -12,6 +12,7 @@ from pathlib import Path
 from .aggregate import Job, Sweep, fmt_value
 from .claims import ClaimResult
 from .rules.measures import block_share
+from .rules.results import PartResult
 
 RULES_DOC = Path(__file__).resolve().parents[2] / "docs" / "report.md"
 """Where the test types and the checks every part gets are documented (linked from every report)."""
@@ -82,32 +83,76 @@ def parts_text(r: ClaimResult) -> str:
     return "; ".join(f"{p.label} {p.verdict}" for p in r.parts if p.role != "descriptive") or "–"
 
 
+def _published(r: ClaimResult) -> str:
+    """The published figure, labelled as the paper's setting where the claim was guessed onto other jobs."""
+    text = r.headline or r.published
+    if not text:
+        return "–"
+    return f"paper's setting, not these jobs' task: {text}" if r.note else text
+
+
 def summary_table(results: list[ClaimResult]) -> str:
     """One row per claim: claim | verdict | parts | budget | published."""
-    rows = [
-        [r.claim, f"**{r.verdict}**", parts_text(r), r.budget or "–", r.headline or r.published or "–"] for r in results
-    ]
-    return table(["claim", "verdict", "parts", "budget", "published"], rows)
+    rows = [[r.claim, f"**{r.verdict}**", parts_text(r), r.budget or "–", _published(r)] for r in results]
+    return table(["claim", "verdict", "parts", "budget", "published (the paper's setting)"], rows)
+
+
+def trend_text(p: PartResult) -> str:
+    """The second-half trend of a part's gap: its slope per doubling of steps with its 95 % interval,
+    the limit and what it shows (``–`` where none was measured)."""
+    st = p.stability
+    if st is None:
+        return "–"
+    if st.slope is None:
+        return st.outcome
+    return (
+        f"{st.slope:+.3g} [95% {st.slope_lo:+.3g}, {st.slope_hi:+.3g}] per doubling vs limit {st.limit:+.3g}: "
+        f"{st.outcome}"
+    )
+
+
+def verdict_text(p: PartResult) -> str:
+    """``**supported**``, with its caveats and qualifiers (``not supported (not reproduced at this budget)``)."""
+    out = f"**{p.verdict}**"
+    if "not reproduced at this budget" in p.problems:
+        out += " (not reproduced at this budget)"
+    if p.caveats:
+        out += " (" + "; ".join(p.caveats) + ")"
+    return out
+
+
+def interval_header(r: ClaimResult) -> str:
+    """``estimate [95 % interval]``, naming every confidence level the parts use."""
+    levels = sorted({p.confidence for p in r.parts if p.confidence and p.lo is not None}, reverse=True)
+    return "estimate [" + " or ".join(f"{c:.0%}" for c in levels) + " interval]" if levels else "estimate"
 
 
 def parts_table(r: ClaimResult) -> str:
     """One row per part: part | role | test | says | verdict | estimate [interval] | margin (source) |
-    detectable at 80 % | reason."""
+    detectable at 80 % | trend over the second half | declared | reason."""
     rows = []
-    for p in r.parts:
+    changed = set((r.preregistration or {}).get("changed_parts") or [])
+    for i, p in enumerate(r.parts):
         margin = "–" if p.margin is None else f"{p.margin:.3g}"
         if p.margin_source:
             margin += f" ({p.margin_source})"
+        detect = "–" if p.detectable is None else f"{p.detectable:.3g}"
+        if p.seeds_needed is not None:
+            detect += (
+                f"; ~{p.seeds_needed} seeds a side decide it" if p.seeds_needed <= 1000 else "; > 1000 seeds a side"
+            )
         rows.append(
             [
-                p.label,
+                p.label + (f" `{p.sweep}`" if p.sweep else ""),
                 p.role,
                 p.test,
                 p.says or "–",
-                f"**{p.verdict}**",
+                verdict_text(p),
                 f"{p.interval_text()} {p.metric or ''}".strip(),
                 margin,
-                "–" if p.detectable is None else f"{p.detectable:.3g}",
+                detect,
+                trend_text(p),
+                part_preregistration(r.preregistration, i + 1, changed),
                 p.reason,
             ]
         )
@@ -118,13 +163,29 @@ def parts_table(r: ClaimResult) -> str:
             "test",
             "says",
             "verdict",
-            "estimate [interval]",
+            interval_header(r),
             "margin (source)",
             "detectable (80 %)",
+            "trend of the gap (second half)",
+            "declared",
             "reason",
         ],
         rows,
     )
+
+
+def part_preregistration(record: dict | None, number: int, changed: set) -> str:
+    """A part's pre-registration in words, from its claim's record (``verdicts.json``'s ``preregistration``)."""
+    if not record:
+        return "–"
+    status = record.get("status", "")
+    if status == "changed after the data":
+        if number in changed:
+            k = (record.get("changed_parts_jobs_finished") or {}).get(str(number), record.get("jobs_finished"))
+            n = record.get("n_jobs")
+            return f"changed after {k} of {n} jobs had finished" if k is not None and n else "changed after the data"
+        return "as frozen"
+    return status
 
 
 def params_table(sweep: Sweep) -> str:
@@ -148,7 +209,24 @@ def claim_item(r: ClaimResult, plot: str | None = None) -> str:
     """A claim: its verdict at its budget and reason, the parts table, the plot, each part's evidence
     in a collapsed block, and the published figures."""
     at = f" at {r.budget}" if r.budget else ""
-    lines = [f"### {r.claim}: {r.verdict}", "", f"{r.statement}", "", f"**{r.verdict}**{at}: {r.reason}.", ""]
+    states = (
+        "a stable ranking (a gap shown to close over the second half makes a part inconclusive)"
+        if r.at == "stable ranking"
+        else "a result at its budget (the final interval decides; the trend is printed)"
+    )
+    scope = f" (on the parts reading {r.scope})" if r.scope else ""
+    lines = [f"### {r.claim}{scope}: {r.verdict}", "", f"{r.statement}", "", f"**{r.verdict}**{at}: {r.reason}.", ""]
+    if r.scope:
+        lines += [
+            "The other parts read sweeps not among these jobs; the claim's one verdict over all its sweeps is in "
+            "`docs/results/README.md` (or: `xformer report` with every sweep's folder).",
+            "",
+        ]
+    lines += [f"The claim states {states}."]
+    pre = r.preregistration or {}
+    if pre:
+        lines += [f"Pre-registration: {preregistration_text(pre)}."]
+    lines += [""]
     lines += [parts_table(r), ""]
     if plot:
         lines += [f"![{r.claim}]({plot})", ""]
@@ -159,6 +237,18 @@ def claim_item(r: ClaimResult, plot: str | None = None) -> str:
     if r.published:
         lines.append(f"Published: {r.published}" + (f" ({r.source})" if r.source else ""))
     return "\n".join(lines)
+
+
+def preregistration_text(pre: dict) -> str:
+    """One sentence on a claim's declaration against the one frozen before its sweep's data."""
+    status = pre.get("status", "not frozen")
+    sha = (pre.get("frozen_sha256") or "")[:12]
+    out = status + (f" (frozen declaration sha256 {sha}…)" if sha else "")
+    if pre.get("changed_parts"):
+        out += "; changed parts: " + ", ".join(str(i) for i in pre["changed_parts"])
+    if pre.get("derived"):
+        out += f"; {pre['derived']}"
+    return out
 
 
 def _rel(path: Path, root: Path) -> str:

@@ -6,8 +6,9 @@
 - ``length_<metric>.png``: ``@Nx`` test metrics against the test-length multiple N, one line per group.
 - ``params_<metric>.png``: a metric against the total parameter count, one point per group (width at
   equal size).
-- ``curves.png``: ``train/loss`` and ``val/loss`` against step from each job's ``csv/metrics.csv``,
-  one line per group, the mean over its seeds, with a band from the lowest to the highest seed.
+- ``curves.png``: ``train/loss`` (named label-smoothed where it is), ``train/nll`` where logged, and
+  ``val/loss`` against step from each job's ``csv/metrics.csv``, one line per group, the mean over its
+  seeds, with a band from the lowest to the highest seed.
 - ``claim_<claim>_<n>.png`` (:func:`plot_claim`, shown next to its claim): each compared part's arms
   with their intervals, and Δ over the second half of training where a part was checked there.
 
@@ -28,7 +29,9 @@ from .aggregate import Group, Stat, Sweep, fmt_value, read_curves, value_sort_ke
 from .rules.evidence import bounds
 from .stats import mean_interval
 
-CURVE_KEYS = ("train/loss", "val/loss")
+CURVE_KEYS = ("train/loss", "train/nll", "val/loss")
+"""The curves drawn when logged: ``train/nll`` is the unsmoothed training loss, drawn beside ``train/loss``
+(the objective, label-smoothed where ``loss.label_smoothing`` > 0) so the two are never confused."""
 LENGTH_RE = re.compile(r"^(?P<base>.+)@(?P<n>\d+(?:\.\d+)?)x$")
 
 
@@ -212,6 +215,18 @@ def mean_curve(curves: list[tuple[list[float], list[float]]]) -> tuple[np.ndarra
     return None if band is None else (band[0], band[1])
 
 
+def curve_name(key: str, smoothing: list[float]) -> str:
+    """What a curve is: ``train/loss`` with label smoothing ε > 0 is the smoothed objective, above the
+    NLL by construction (so above ``val/loss`` without any generalisation gap); ``train/nll`` is the
+    unsmoothed training loss."""
+    if key == "train/loss" and smoothing:
+        eps = "/".join(f"{e:g}" for e in smoothing)
+        return f"train/loss, label-smoothed (ε = {eps}): not comparable with val/loss"
+    if key == "train/nll":
+        return "train/nll (unsmoothed training loss)"
+    return key
+
+
 def plot_curves(sweep: Sweep, out: Path, keys: tuple[str, ...] = CURVE_KEYS) -> Path | None:
     """``keys`` against step (one panel each), one line per group: the mean over its seeds, with the
     band between its lowest and highest seed."""
@@ -223,6 +238,14 @@ def plot_curves(sweep: Sweep, out: Path, keys: tuple[str, ...] = CURVE_KEYS) -> 
             per_group.append((g, bands))
     if not per_group:
         return None
+    keys = tuple(k for k in keys if k == "val/loss" or any(k in b for _, b in per_group)) or keys
+    smoothing = sorted(
+        {
+            float(eps)
+            for j in sweep.jobs
+            if isinstance(eps := ((j.config or {}).get("loss") or {}).get("label_smoothing"), (int, float)) and eps > 0
+        }
+    )
     fig = Figure(figsize=(6 * len(keys), 4))
     axes = [fig.add_subplot(1, len(keys), i + 1) for i in range(len(keys))]
     for ax, k in zip(axes, keys, strict=True):
@@ -236,8 +259,9 @@ def plot_curves(sweep: Sweep, out: Path, keys: tuple[str, ...] = CURVE_KEYS) -> 
         if not ax.get_lines():  # e.g. fewer steps than trainer.log_every_n_steps
             ax.text(0.5, 0.5, f"no {k} points logged", ha="center", va="center", transform=ax.transAxes)
         ax.set_xlabel("step")
-        ax.set_ylabel(k)
-        ax.set_title(f"{k} (mean over seeds; band: lowest to highest seed)")
+        name = curve_name(k, smoothing)
+        ax.set_ylabel(name)
+        ax.set_title(f"{name}\n(mean over seeds; band: lowest to highest seed)", fontsize="small")
         ax.grid(alpha=0.3)
     for ax in axes:
         if ax.get_lines():

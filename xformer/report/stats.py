@@ -10,6 +10,7 @@ difference lies inside ``(-m, m)``.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -171,14 +172,40 @@ def contrast(samples: list[list[float]], weights: list[float], confidence: float
 
 def detectable_for(se: float, df: float, alpha: float = 1 - CONFIDENCE, power: float = POWER) -> float | None:
     """The detectable |difference| (``power``, two-sided ``alpha``) of an estimate with standard
-    error ``se`` and ``df`` degrees of freedom (as :func:`detectable_difference`, for a contrast)."""
+    error ``se`` and ``df`` degrees of freedom (as :func:`detectable_difference`, for a contrast).
+    The multiple of ``se`` depends on ``df`` alone; it is solved once per ``df`` rounded to 0.01."""
     if not math.isfinite(se) or not df or df < 1:
         return None
-    nu = min(df, 1e6)
+    return _noncentrality(round(min(df, 1e6), 2), alpha, power) * se
+
+
+def c4(df: float) -> float:
+    """E[s]/σ for a sample standard deviation with ``df`` degrees of freedom (normal data):
+    ``sqrt(2/df)·Γ((df+1)/2)/Γ(df/2)``; 1 for ``df`` infinite."""
+    if not math.isfinite(df) or df > 1e6:
+        return 1.0
+    return math.sqrt(2.0 / df) * math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2))
+
+
+def detectable_planned(
+    se: float, df: float, alpha: float = 1 - CONFIDENCE, power: float = POWER, tests: int = 1
+) -> float | None:
+    """The detectable effect the report prints: :func:`detectable_for` at the standard error
+    corrected for its bias (an observed ``se`` underestimates the true one by :func:`c4` on average, so
+    a detectable effect read from it has less than ``power``), and for ``tests`` steps that must all be
+    detected (each at ``power ** (1 / tests)``)."""
+    if not math.isfinite(se) or not df or df < 1:
+        return None
+    return detectable_for(se / c4(df), df, alpha, power ** (1.0 / tests))
+
+
+@functools.lru_cache(maxsize=4096)
+def _noncentrality(nu: float, alpha: float, power: float) -> float:
+    """The noncentrality at which a two-sided t-test at ``alpha`` with ``nu`` degrees of freedom has ``power``."""
     crit = float(_st.t.ppf(1 - alpha / 2, nu))
 
     def short(nc: float) -> float:
         lower = float(_st.nct.cdf(-crit, nu, nc))
         return float(_st.nct.sf(crit, nu, nc)) + (lower if math.isfinite(lower) else 0.0) - power
 
-    return float(_brentq(short, 0.0, 30.0)) * se
+    return float(_brentq(short, 0.0, 30.0))

@@ -39,7 +39,12 @@ ROLES = ("claim", "precondition", "descriptive")
 """A part decides the claim (``claim``), says whether this setting can show it (``precondition``, a
 positive control: failing it makes the claim "cannot show it"), or is printed only (``descriptive``)."""
 
-CLAIM_KEYS = ("statement", "source", "published", "headline", "sweeps", "bench", "rule", "parts")
+CLAIM_KEYS = ("statement", "source", "published", "headline", "sweeps", "bench", "rule", "at", "parts")
+AT = ("budget", "stable ranking")
+"""What a claim states (``at``): ``budget``, the result at the stated budget (the final interval decides,
+the trend is printed: the default of a researcher's own hypotheses), or ``stable ranking``, a ranking
+that holds (a gap shown to close over the second half makes a part inconclusive: the default of the
+project's claims, whose ablations compare settings at one budget)."""
 PART_KEYS = (
     "test",
     "label",
@@ -74,6 +79,8 @@ PART_KEYS = (
     "at_least",
     "sweep",
     "note",
+    "unbalanced",
+    "equal_params",
 )
 
 
@@ -95,6 +102,8 @@ class Claim:
     bench: bool = False
     rule: str = ""
     file: str = ""
+    at: str = "budget"
+    body: dict = field(default_factory=dict, hash=False, compare=False)
     extra: dict = field(default_factory=dict, hash=False, compare=False)
 
     def parts_for(self, sweep_name: str | None) -> list[Part]:
@@ -109,18 +118,45 @@ def _yaml_error_line(e: yaml.YAMLError) -> str:
     return f"{where}: {problem}"
 
 
-def load_file(path: Path) -> list[Claim]:
-    """The claims declared in ``path``, checked for shape (not yet against a sweep).
+class _UniqueKeys(yaml.SafeLoader):
+    """A safe YAML loader that refuses a mapping key given twice (PyYAML keeps the last silently)."""
+
+
+def _unique_mapping(loader: _UniqueKeys, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: set = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeys.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
+def load_file(path: Path, at: str = "budget") -> list[Claim]:
+    """The claims declared in ``path``, checked for shape and meaning (not yet against a sweep); ``at``:
+    what a claim states when it does not say (:data:`AT`).
 
     Raises:
-        DeclarationError: unreadable file, YAML syntax error, or a claim or part of the wrong shape.
+        DeclarationError: unreadable file, YAML syntax error, a claim id or key given twice, or a claim
+            or part of the wrong shape or meaning (no claim part, unbalanced contrast weights, a margin
+            its test type cannot use or cannot take a percentage of).
     """
     try:
         text = Path(path).read_text()
     except OSError as e:
         raise DeclarationError(f"{path}: cannot read it ({e.strerror}); fix: give the path of a YAML file") from e
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeys)  # noqa: S506 - a SafeLoader subclass
+    except yaml.constructor.ConstructorError as e:
+        mark = e.problem_mark
+        where = f"line {mark.line + 1}" if mark is not None else "somewhere"
+        raise DeclarationError(
+            f"{path}: {e.problem} at {where} (a claim id or a key declared twice: YAML would keep the last "
+            f"silently); fix: rename or remove one of them"
+        ) from e
     except yaml.YAMLError as e:
         raise DeclarationError(
             f"{path}: YAML syntax error at {_yaml_error_line(e)}; fix: correct the YAML there "
@@ -131,10 +167,10 @@ def load_file(path: Path) -> list[Claim]:
             f"{path}: expected a mapping of claim names to claims (e.g. 'H1: {{statement: ..., parts: [...]}}'); "
             f"fix: start the file with a claim name followed by ':'"
         )
-    return [_claim(str(name), body, str(path)) for name, body in data.items()]
+    return [_claim(str(name), body, str(path), at) for name, body in data.items()]
 
 
-def _claim(name: str, body: Any, file: str) -> Claim:
+def _claim(name: str, body: Any, file: str, default_at: str = "budget") -> Claim:
     if not isinstance(body, dict):
         raise DeclarationError(
             f"{file}: claim {name}: expected a mapping with 'statement' and 'parts'; fix: indent them"
@@ -152,15 +188,26 @@ def _claim(name: str, body: Any, file: str) -> Claim:
             f"{file}: claim {name}, key 'parts': missing or empty; fix: add 'parts:' with at least one "
             f"'- test: superiority' (or another test type)"
         )
+    at = body.get("at", default_at)
+    if at not in AT:
+        raise DeclarationError(
+            f"{file}: claim {name}, key 'at': {at!r} is not what a claim can state; fix: use one of "
+            f"{', '.join(repr(a) for a in AT)}"
+        )
     parts = []
     for i, spec in enumerate(raw_parts):
         if not isinstance(spec, dict):
             raise DeclarationError(
                 f"{file}: claim {name}, part {i + 1}: expected a mapping; fix: start it with '- test: ...'"
             )
-        part = Part(name, i, dict(spec), file)
+        part = Part(name, i, dict(spec), file, at)
         _check_part(part)
         parts.append(part)
+    if not any(p.role == "claim" for p in parts):
+        raise DeclarationError(
+            f"{file}: claim {name}, key 'parts': no claim part (only preconditions or descriptive parts), so "
+            f"nothing can decide it; fix: give at least one part 'role: claim' (the default when 'role' is omitted)"
+        )
     sweeps = body.get("sweeps") or ()
     if isinstance(sweeps, str):
         sweeps = (sweeps,)
@@ -175,6 +222,8 @@ def _claim(name: str, body: Any, file: str) -> Claim:
         bench=bool(body.get("bench")),
         rule=str(body.get("rule") or "").strip(),
         file=file,
+        at=at,
+        body=body,
     )
 
 
@@ -198,6 +247,17 @@ def _check_part(part: Part) -> None:
         raise DeclarationError(
             f"{part.where('margin')}: {e}; fix: give a number (0.01) or a percentage ('1.5%')"
         ) from e
+    if part.margin is not None and part.test in tests.NAMES and part.test not in tests.MARGIN_TESTS:
+        raise DeclarationError(
+            f"{part.where('margin')}: a {part.test} part does not read a margin (it would be ignored); fix: remove "
+            f"it, or state the limit with the test's own key ("
+            + {
+                "trend": "a trend decides each step against 0",
+                "threshold": "'level' or 'factor'",
+                "quantity": "'tolerance'",
+            }.get(part.test, "see docs/report.md")
+            + ")"
+        )
     for key in ("a", "b", "at", "versus"):
         if key in part.spec and not isinstance(part.spec[key], dict):
             raise DeclarationError(
@@ -215,8 +275,9 @@ def _check_part(part: Part) -> None:
 CLAIM_ID = re.compile(r"^[A-Za-z][\w.-]*$")
 
 
-def load_dir(folder: Path) -> list[Claim]:
-    """Every claim declared in the ``*.yaml`` files of ``folder`` (sorted by name, numbers numerically).
+def load_dir(folder: Path, at: str = "stable ranking") -> list[Claim]:
+    """Every claim declared in the ``*.yaml`` files of ``folder`` (sorted by name, numbers numerically);
+    ``at``: what a claim states when it does not say (the project's claims: a stable ranking).
 
     Raises:
         DeclarationError: as :func:`load_file`, or one name declared twice.
@@ -226,7 +287,7 @@ def load_dir(folder: Path) -> list[Claim]:
         Path(folder).glob("*.yaml"), key=lambda p: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.stem)]
     )
     for f in files:
-        for c in load_file(f):
+        for c in load_file(f, at):
             if any(o.name == c.name for o in out):
                 raise DeclarationError(f"{f}: claim {c.name}: declared twice; fix: rename one of them")
             out.append(c)

@@ -17,10 +17,11 @@ from pathlib import Path
 
 from xformer.config_types import import_target
 
-from ..aggregate import Sweep
+from ..aggregate import Sweep, aggregate_jobs
 from .declare import Claim, DeclarationError, load_dir
 from .evidence import missing_metric
 from .part import Part
+from .reasons import reason
 from .results import CANNOT_SHOW, INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimResult, PartResult
 from .tests import Context, NotCovered, test_type
 
@@ -48,6 +49,22 @@ def _curve_metric(part: Part) -> bool:
     return part.test == "threshold" and part.get("mode") == "steps"
 
 
+def _not_covered(part: Part, what: str, sweep: str = "") -> PartResult:
+    return PartResult(
+        part.label,
+        part.test,
+        part.role,
+        part.says,
+        INCONCLUSIVE,
+        reason("not covered", what=what),
+        metric=part.metric,
+        margin_source=part.margin_source,
+        published_effect=part.published_effect,
+        problems=["not covered"],
+        sweep=sweep,
+    )
+
+
 def decide_part(part: Part, ctx: Context, strict: bool = False) -> PartResult:
     """One part decided by its test type. The sweep lacking what it needs makes it inconclusive
     ("not covered"), or with ``strict`` (a researcher's own file) a :class:`DeclarationError`."""
@@ -67,65 +84,101 @@ def decide_part(part: Part, ctx: Context, strict: bool = False) -> PartResult:
                 else "fix: select values the sweep ran (or run them)"
             )
             raise DeclarationError(f"{part.where(e.key)}: {e}; {fix}") from e
-        return PartResult(
-            part.label,
-            part.test,
-            part.role,
-            part.says,
-            INCONCLUSIVE,
-            f"not covered: {e}",
-            metric=part.metric,
-            margin_source=part.margin_source,
-            published_effect=part.published_effect,
-            problems=["not covered"],
-        )
+        return _not_covered(part, str(e))
+
+
+def _labels(parts: list[PartResult]) -> str:
+    return ", ".join(p.label for p in parts)
 
 
 def combine(parts: list[PartResult]) -> tuple[str, str]:
-    """A claim's verdict and reason from its decided parts."""
+    """A claim's verdict and reason from its decided parts (over all its sweeps).
+
+    A failed precondition makes the claim "cannot show it". A refuted claim part counts toward "not
+    supported" only when every precondition of its own sweep is supported; otherwise the claim is
+    "cannot show it", naming the precondition not established. Support needs every claim part
+    supported and every precondition established; anything else is inconclusive."""
     pre = [p for p in parts if p.role == "precondition"]
     main = [p for p in parts if p.role == "claim"]
     failed = [p for p in pre if p.verdict == NOT_SUPPORTED]
     if failed:
-        return CANNOT_SHOW, "; ".join(f"precondition {p.label} fails: {p.reason}" for p in failed)
-    undecided_pre = [p for p in pre if p.verdict != SUPPORTED]
+        return CANNOT_SHOW, reason("precondition fails", parts=_labels(failed))
     if not main:
-        return INCONCLUSIVE, "no claim part"
-    if any(p.verdict == NOT_SUPPORTED for p in main):
-        bad = [p for p in main if p.verdict == NOT_SUPPORTED]
-        return NOT_SUPPORTED, "; ".join(f"{p.label} not supported: {p.reason}" for p in bad)
-    if undecided_pre:
-        return INCONCLUSIVE, "; ".join(f"precondition {p.label} not established: {p.reason}" for p in undecided_pre)
-    if all(p.verdict == SUPPORTED for p in main):
-        return SUPPORTED, "every part is supported: " + "; ".join(f"{p.label} {p.reason}" for p in main)
-    words = ", ".join(f"{p.label} {p.verdict}" + (f" ({p.reason})" if p.verdict != SUPPORTED else "") for p in main)
+        return INCONCLUSIVE, reason("no claim part")
+
+    def gate(p: PartResult) -> list[PartResult]:
+        return [q for q in pre if q.verdict != SUPPORTED and (not q.sweep or not p.sweep or q.sweep == p.sweep)]
+
+    refuted = [p for p in main if p.verdict == NOT_SUPPORTED]
+    standing = [p for p in refuted if not gate(p)]
+    if standing:
+        return NOT_SUPPORTED, reason("claim refuted", parts=_labels(standing))
+    if refuted:
+        open_pre = list({id(q): q for p in refuted for q in gate(p)}.values())
+        return CANNOT_SHOW, reason("cannot show", parts=_labels(open_pre), refuted=_labels(refuted))
+    undecided_pre = [p for p in pre if p.verdict != SUPPORTED]
+    if all(p.verdict == SUPPORTED for p in main) and not undecided_pre:
+        return SUPPORTED, reason("claim supported", parts=_labels(main))
+    if undecided_pre and all(p.verdict == SUPPORTED for p in main):
+        return INCONCLUSIVE, reason("precondition open", parts=_labels(undecided_pre))
+    words = "; ".join(f"{p.label} {p.verdict}" + (f" ({p.problems[0]})" if p.problems else "") for p in main)
     partly = any(p.verdict == SUPPORTED for p in main)
-    return INCONCLUSIVE, ("partly supported: " if partly else "") + words
+    return INCONCLUSIVE, reason("claim partly" if partly else "claim open", parts=words)
+
+
+def _experiment(job) -> str:
+    exp = job.choices.get("experiment") or job.overrides.get("experiment")
+    return str(exp).rsplit("/", 1)[-1] if exp else ""
+
+
+def sub_sweep(sweep: Sweep, name: str) -> Sweep:
+    """The jobs of ``sweep`` that ran experiment ``name`` (all of them when they record one experiment)."""
+    names = sweep_names(sweep)
+    if len(names) <= 1:
+        return sweep
+    return aggregate_jobs([j for j in sweep.jobs if _experiment(j) == name], sweep.dirs)
 
 
 def decide_claim(
     claim: Claim, sweep: Sweep, bench: dict | None = None, strict: bool = False, parts: list[Part] | None = None
 ) -> ClaimResult:
-    """``claim`` decided on ``sweep``: ``parts`` (default: the parts that read this sweep)."""
+    """``claim`` decided on ``sweep`` over all its parts (``parts``: only these, for a guessed claim):
+    each part on the jobs of the sweep it reads; a part whose sweep is not among the jobs is "not
+    covered", naming it."""
     names = sweep_names(sweep)
-    name = next((s for s in claim.sweeps if s in names), next(iter(sorted(names)), ""))
-    ctx = Context(sweep, bench)
-    chosen = claim.parts_for(name or None) if parts is None else parts
-    results = [decide_part(p, ctx, strict) for p in chosen]
-    verdict, reason = combine(results)
+    chosen = list(claim.parts) if parts is None else parts
+    contexts: dict[str, Context] = {}
+    results = []
+    for p in chosen:
+        want = p.get("sweep") or next((s for s in claim.sweeps if s in names), "")
+        if names and want and want not in names:
+            r = _not_covered(p, f"it reads sweep {want}, which is not among these jobs", want)
+            r.problems.append("other sweep")
+            results.append(r)
+            continue
+        if want not in contexts:
+            contexts[want] = Context(sub_sweep(sweep, want) if want else sweep, bench)
+        r = decide_part(p, contexts[want], strict)
+        r.sweep = want if len(claim.sweeps) > 1 else ""
+        results.append(r)
+    present = [r for r in results if "other sweep" not in r.problems]
+    verdict, why = combine(present)
     jobs = [j for p in results for a in p.arms for j in a.jobs]
+    here = sorted({p.sweep for p in results if "other sweep" not in p.problems and p.sweep}) or sorted(names)
     return ClaimResult(
         claim=claim.name,
         statement=claim.statement,
         verdict=verdict,
-        reason=reason,
+        reason=why,
         parts=results,
         budget=budget(jobs),
-        sweep=name,
+        sweep=", ".join(here),
         published=claim.published,
         headline=claim.headline,
         source=claim.source,
         file=claim.file,
+        at=claim.at,
+        scope="" if len(present) == len(results) else ", ".join(sorted({r.sweep for r in present if r.sweep})),
     )
 
 
@@ -161,9 +214,11 @@ def applicable(
             found.append((c, arms))
     note = (
         "the jobs record no experiment (no `experiment=claims/<sweep>`), so the claims were guessed: each "
-        "is decided on its parts whose arms and metric this sweep has"
+        "is decided on its parts whose arms, levels, metric and preconditions (such as equal parameter counts) "
+        "this sweep has; the published figures are the paper's setting, not this task's"
         if found
-        else ""
+        else "the jobs record no experiment, and no declared claim finds here the levels, settings and metric its "
+        "parts need, so none is decided (decide your own with --claims FILE)"
     )
     return found, note
 

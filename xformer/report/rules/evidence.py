@@ -153,18 +153,17 @@ def select(sweep: Sweep, selector: dict, key: str = "a") -> list[Job]:
 
 def arm(sweep: Sweep, selector: dict, metric: str, name: str | None = None, key: str = "a") -> Arm:
     """The per-seed values of ``metric`` in the setting ``selector`` picks: each finished seed's value,
-    and for each diverged seed (or a finished one with a non-finite value) :func:`worst_value`."""
+    and the count of diverged seeds (or finished ones with a non-finite value), which the tests rank
+    below every finished value (:func:`.tests.diverged_decision`)."""
     jobs = select(sweep, selector, key)
-    worst = worst_value(sweep, metric)
     values, div = [], 0
     for j in jobs:
         v = job_value(j, metric) if j.finished else math.nan
         if v is None:
             continue
         if not math.isfinite(v):
-            if not math.isfinite(worst):
-                continue
-            v, div = worst, div + 1
+            div += 1
+            continue
         values.append(v)
     totals = [j.params.get("total") for j in jobs if j.params.get("total")]
     params = sum(totals) / len(totals) if totals else None

@@ -36,6 +36,9 @@ class Part:
     index: int
     spec: dict
     file: str = ""
+    at: str = "budget"
+    """What the claim states: ``budget`` (the final interval decides) or ``stable ranking`` (a gap shown
+    to close over the second half makes a decided part inconclusive)."""
 
     @property
     def test(self) -> str:

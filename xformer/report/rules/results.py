@@ -27,9 +27,9 @@ SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, CANNOT_SHOW = (
 
 @dataclass
 class Arm:
-    """One arm's per-seed outcomes on a part's metric: ``values`` (finished seeds, and one substituted
-    worst value per diverged seed), ``diverged`` (how many of ``values`` are substituted), ``jobs`` and
-    the ``name`` it is printed as."""
+    """One arm's per-seed outcomes on a part's metric: ``values`` (the finished seeds' finite values),
+    ``diverged`` (seeds that diverged or ended non-finite: an outcome worse than every finished one),
+    ``jobs`` and the ``name`` it is printed as. ``n`` counts both."""
 
     name: str
     values: list[float]
@@ -39,7 +39,7 @@ class Arm:
 
     @property
     def n(self) -> int:
-        return len(self.values)
+        return len(self.values) + self.diverged
 
     @property
     def mean(self) -> float:
@@ -48,9 +48,12 @@ class Arm:
     def text(self) -> str:
         if not self.values:
             return f"{self.name}: no run"
-        sd = math.sqrt(sum((v - self.mean) ** 2 for v in self.values) / (self.n - 1)) if self.n > 1 else None
+        k = len(self.values)
+        if not k:
+            return f"{self.name}: every seed diverged (n={self.n})"
+        sd = math.sqrt(sum((v - self.mean) ** 2 for v in self.values) / (k - 1)) if k > 1 else None
         out = f"{self.name}: {self.mean:.4g}" + (f" ± {sd:.3g}" if sd is not None else "") + f" (n={self.n}"
-        return out + (f", {self.diverged} diverged counted as worst)" if self.diverged else ")")
+        return out + (f", {self.diverged} diverged, ranked below every finished seed)" if self.diverged else ")")
 
 
 @dataclass
@@ -67,8 +70,8 @@ class StabilityPoint:
 class Stability:
     """The second-half check of one comparison: the curve read (``metric``; ``running_best``: the value
     at the best checkpoint so far), the points, the per-doubling trend of Δ with its 95 % interval,
-    the limit it is held against, the ``outcome`` (stable | closing | too close to call | late crossing
-    | few points | no curve) and a sentence."""
+    the limit it is held against, the ``outcome`` (not closing | closing | trend undetermined | late
+    crossing | few points | no curve) and a sentence."""
 
     metric: str
     running_best: bool = False
@@ -77,13 +80,14 @@ class Stability:
     slope_lo: float | None = None
     slope_hi: float | None = None
     limit: float | None = None
-    outcome: str = "stable"
+    outcome: str = "not closing"
     text: str = ""
 
     @property
-    def blocks(self) -> bool:
-        """Whether the check makes a decided part inconclusive."""
-        return self.outcome not in ("stable", "no curve")
+    def shown_closing(self) -> bool:
+        """Whether the curves show the gap closing (the trend's whole interval beyond the limit, or a
+        late crossing): what makes a stable-ranking part inconclusive."""
+        return self.outcome in ("closing", "late crossing")
 
 
 @dataclass
@@ -119,6 +123,10 @@ class PartResult:
     stability: Stability | None = None
     evidence: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    caveats: list[str] = field(default_factory=list)
+    seeds_needed: int | None = None
+    scale: str = "metric"
+    sweep: str = ""
 
     def interval_text(self) -> str:
         if self.estimate is None:
@@ -126,7 +134,8 @@ class PartResult:
         if self.lo is None or self.hi is None:
             return f"{self.estimate:+.3g}"
         conf = f"{self.confidence:.0%} " if self.confidence else ""
-        return f"{self.estimate:+.3g} [{conf}{self.lo:+.3g}, {self.hi:+.3g}]"
+        ranks = " (ranks)" if self.scale == "ranks" else ""
+        return f"{self.estimate:+.3g} [{conf}{self.lo:+.3g}, {self.hi:+.3g}]{ranks}"
 
     def record(self) -> dict:
         """The part as ``verdicts.json`` stores it."""
@@ -158,6 +167,10 @@ class PartResult:
                 "outcome": self.stability.outcome,
             },
             "problems": list(self.problems),
+            "caveats": list(self.caveats),
+            "seeds_needed": self.seeds_needed,
+            "scale": self.scale,
+            "sweep": self.sweep,
         }
 
     def line(self) -> str:
@@ -182,15 +195,21 @@ class ClaimResult:
     source: str = ""
     note: str = ""
     file: str = ""
+    at: str = "budget"
+    preregistration: dict | None = None
+    scope: str = ""
+    """Empty when the verdict is over every part of the claim; else the sweep(s) whose parts it is over
+    (the other parts read sweeps not among these jobs: the claim's one verdict needs them all)."""
 
     def line(self) -> str:
         """One console line: the claim, its verdict and each part's verdict in a few words."""
         parts = "; ".join(
             f"{p.label} {p.verdict}" + (f" {p.interval_text()}" if p.estimate is not None else "")
             for p in self.parts
-            if p.role != "descriptive"
+            if p.role != "descriptive" and "other sweep" not in p.problems
         )
-        return f"{self.claim}: {self.verdict}" + (f" — {parts}" if parts else "")
+        scope = f" (on the parts reading {self.scope})" if self.scope else ""
+        return f"{self.claim}{scope}: {self.verdict}" + (f" — {parts}" if parts else "")
 
     def record(self) -> dict:
         return {
@@ -202,5 +221,8 @@ class ClaimResult:
             "sweep": self.sweep,
             "published": self.headline or self.published,
             "note": self.note,
+            "at": self.at,
+            "scope": self.scope,
+            "preregistration": self.preregistration,
             "parts": [p.record() for p in self.parts],
         }

@@ -9,8 +9,10 @@ step ≥ half the last are read (at least :data:`MIN_POINTS`).
 
 Outcomes: **late crossing** (at a point the 95 % interval of Δ lies on the other side of the decision
 boundary), **closing** (the trend of the gap to the boundary, per doubling of steps, is below
-``−CLOSING_SHARE × final gap`` with its whole 95 % interval), **too close to call** (that interval
-straddles the limit), **stable** (the interval lies above the limit). The trend's interval is Welch's
+``−CLOSING_SHARE × final gap`` with its whole 95 % interval), **trend undetermined** (that interval
+straddles the limit), **not closing** (the interval lies above the limit). Only a gap *shown* to close
+(closing, late crossing) can change a verdict, and only for a claim stated as a stable ranking
+(:func:`.tests.finish`); the final interval decides. The trend's interval is Welch's
 (Welch–Satterthwaite for a contrast) over the per-seed least-squares slopes of the curve against
 log2(step), so the seeds' own spread sets its width.
 """
@@ -120,8 +122,8 @@ def check(
         out.outcome = "few points"
         out.text = (
             f"{name}: {len(chosen)} validation(s) of {key} shared by every seed in the second half (steps "
-            f"{last / 2:g}–{last:g}); needs ≥ {MIN_POINTS}. Fix: set trainer.val_check_interval to at most "
-            f"{max(1, int(last // 8))}"
+            f"{last / 2:g}–{last:g}); a trend needs ≥ {MIN_POINTS} (trainer.val_check_interval at most "
+            f"{max(1, int(last // 8))} gives them)"
         )
         return out
     sign = 1.0 if hb else -1.0
@@ -164,8 +166,8 @@ def check(
     if gap_hi < out.limit:
         out.outcome = "closing"
     elif gap_lo >= out.limit:
-        out.outcome = "stable"
+        out.outcome = "not closing"
     else:
-        out.outcome = "too close to call"
+        out.outcome = "trend undetermined"
     out.text = f"{head}; {trend} → {out.outcome}"
     return out

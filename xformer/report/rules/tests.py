@@ -27,29 +27,36 @@ Every decision reads an interval, never a point estimate against a threshold alo
   ``target ± tolerance`` (not supported beyond ``refute_beyond``), or at least ``at_least``.
 
 Checks every comparison gets (:func:`finish`): each arm needs :data:`MIN_SEEDS` seeds that count (a
-diverged seed counts, as its setting's worst outcome: :func:`.evidence.worst_value`); a saturated
-bounded metric makes a supported or undecided part inconclusive but never a refutation; a decided
-part is checked over the second half of training (:mod:`.stability`); every part states its
-detectable effect at 80 % power.
+diverged seed counts, as an outcome worse than every finished one: :func:`diverged_decision`); a
+saturated bounded metric makes a supported or undecided part inconclusive but never a refutation; the
+trend of the gap over the second half is measured (:mod:`.stability`) and blocks a decided part only
+for a claim stated as a stable ranking, where it shows the gap closing; every part states its
+detectable effect at 80 % power and, undecided, the seeds a side that would decide it.
 """
 
 from __future__ import annotations
 
 import inspect
+import itertools
 import math
+import random
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from xformer.config_types import import_target
 
 from ..aggregate import Sweep, fmt_value, read_curves, value_sort_key
-from ..stats import CONFIDENCE, contrast, detectable_for, seeds_needed, welch
+from ..stats import CONFIDENCE, contrast, detectable_for, detectable_planned, welch
 from . import measures
 from .evidence import Arm, SelectionError, arm, bounds, higher_is_better, job_value, same, select, selector_text
 from .part import Part
+from .reasons import reason
 from .results import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, PartResult, Status
 from .stability import check as stability_check
+
+STABLE_RANKING, BUDGET = "stable ranking", "budget"
+"""What a claim states (its ``at``): a ranking that holds over the second half, or a result at its budget."""
 
 MIN_SEEDS = 3
 """Seeds per arm below which no comparison decides anything."""
@@ -85,6 +92,10 @@ def _needs(*keys: str, hint: dict | None = None) -> Callable[[Part], tuple[str, 
         return None
 
     return check
+
+
+MARGIN_TESTS = ("superiority", "non_inferiority", "equivalence", "contrast")
+"""The test types that read ``margin`` (the others decide against their own keys: level, factor, target)."""
 
 
 # -- shared pieces ------------------------------------------------------------------------------------
@@ -149,30 +160,44 @@ def finish(
     terms: list[tuple[float, list]] | None,
     boundary: float | None,
     se_df: tuple[float, float] | None,
+    weights: list[float] | None = None,
+    detect: dict | None = None,
 ) -> PartResult:
-    """The checks every comparison gets: seeds, saturation, power, the second-half check (``terms``:
-    the weighted arms' jobs; ``boundary``: what Δ was decided against; ``se_df``: Δ's standard error
-    and degrees of freedom, for the detectable effect)."""
+    """The checks every comparison gets: seeds, saturation, power, the second-half trend, and the seeds
+    a side that would decide an undecided part (``terms``: the weighted arms' jobs; ``boundary``: what
+    Δ was decided against; ``se_df``: Δ's standard error and degrees of freedom, for the detectable
+    effect; ``weights``: the arms' weights, default ``+1, −1``; ``detect``: options of
+    :func:`~xformer.report.stats.detectable_planned` for the decision's own power, e.g. two one-sided
+    tests).
+
+    The final interval decides. The trend of the gap over the second half is measured and printed;
+    for a claim stated as a stable ranking (``at: stable ranking``) a gap *shown* to close (the trend's
+    whole interval beyond the limit, or a late crossing) makes a decided part inconclusive ("closing");
+    a trend that cannot be told from that limit leaves the verdict with the caveat "trend undetermined".
+    For a claim stated at its budget (``at: budget``) the trend is a caveat only."""
     res.arms = arms
     res.evidence = [a.text() for a in arms] + res.evidence
     if se_df is not None and se_df[0] > 0:
-        res.detectable = detectable_for(*se_df)
+        res.detectable = detectable_planned(*se_df, **(detect or {}))
     elif se_df is not None:
         res.detectable = 0.0
     if res.detectable is not None:
         res.evidence.append(f"detectable effect at 80 % power: |Δ| ≥ {res.detectable:.3g} ({res.metric})")
+    weights = weights or [1.0, -1.0][: len(arms)]
     few = _few(arms)
     if few:
+        if res.verdict != INCONCLUSIVE:
+            res.evidence.append(f"with at least {MIN_SEEDS} seeds a side, this interval would read {res.verdict}")
         res.problems.append("too few seeds")
-        res.reason = (
-            f"too few seeds ({'; '.join(few)}; needs ≥ {MIN_SEEDS}); the interval alone would say: {res.verdict}"
-        )
+        res.reason = reason("too few seeds", arms="; ".join(few), need=MIN_SEEDS)
         res.verdict = INCONCLUSIVE
-        return res
+        return _seeds_to_decide(part, res, arms, weights, boundary)
     sat = saturated(str(part.metric), arms)
     if sat and res.verdict != NOT_SUPPORTED:
+        if res.verdict != INCONCLUSIVE:
+            res.evidence.append(f"unsaturated, this interval would read {res.verdict}")
         res.problems.append("saturated")
-        res.reason = f"{sat}: it cannot separate the arms (the interval alone would say: {res.verdict})"
+        res.reason = reason("saturated", what=sat)
         res.verdict = INCONCLUSIVE
         return res
     if sat:
@@ -185,23 +210,72 @@ def finish(
         and res.detectable > abs(effect)
         and not res.problems
     ):
-        sd = _pooled_sd(arms)
-        n = seeds_needed(sd, effect) if sd is not None else None
         res.problems.append("underpowered")
-        res.reason = (
-            f"underpowered: the seeds detect only |Δ| ≥ {res.detectable:.3g} at 80 % power, above the published "
-            f"effect {abs(effect):.3g}" + (f"; ~{n} seeds an arm would detect it" if n else "")
-        )
-    if terms is not None and boundary is not None and res.verdict in (SUPPORTED, NOT_SUPPORTED):
-        side = 1.0 if (res.estimate or 0.0) > boundary else -1.0
+        res.reason = reason("underpowered", detectable=f"{res.detectable:.3g}", effect=f"{abs(effect):.3g}")
+    if terms is not None and boundary is not None and res.estimate is not None and res.scale == "metric":
+        side = 1.0 if res.estimate > boundary else -1.0
         st = stability_check(terms, str(part.metric), boundary, side, part.label)
         res.stability = st
         if st is not None:
-            res.evidence.append(f"stability: {st.text}")
-            if st.blocks:
-                res.problems.append(st.outcome)
-                res.reason = f"{st.outcome} over the second half of training (the final interval alone: {res.verdict})"
+            res.evidence.append(f"trend: {st.text}")
+            decided = res.verdict in (SUPPORTED, NOT_SUPPORTED)
+            if decided and st.shown_closing and part.at == STABLE_RANKING:
+                res.evidence.append(f"the final interval alone reads {res.verdict}")
+                res.problems.append("closing")
+                res.reason = reason("closing", outcome=st.outcome)
                 res.verdict = INCONCLUSIVE
+            elif decided and st.shown_closing:
+                res.caveats.append(f"{st.outcome}: the gap is shown to close over the second half")
+            elif decided and st.outcome not in ("not closing",):
+                res.caveats.append("trend undetermined")
+    return _seeds_to_decide(part, res, arms, weights, boundary)
+
+
+def seeds_for(sd: float, weights: list[float], effect: float, most: int = 1000) -> int:
+    """Seeds a side for which a contrast ``Σ wᵢ·mean`` (equal seeds per arm, per-seed spread ``sd``) has
+    80 % power at ``|effect|`` (``most + 1`` when even ``most`` do not)."""
+    if sd == 0:
+        return 2
+    w2 = sum(w * w for w in weights)
+
+    def enough(n: int) -> bool:
+        d = detectable_for(sd * math.sqrt(w2 / n), len(weights) * (n - 1))
+        return d is not None and d <= abs(effect)
+
+    if not enough(most):
+        return most + 1
+    lo, hi = 1, most  # the detectable effect shrinks with n: bisect for the first n that is enough
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if enough(mid) else (mid, hi)
+    return max(hi, 2)
+
+
+def _seeds_to_decide(
+    part: Part, res: PartResult, arms: list[Arm], weights: list[float], boundary: float | None
+) -> PartResult:
+    """An undecided part says how many seeds a side would decide it: 80 % power at its margin, else at
+    its published effect, else at the effect observed (all from the measured seed spread)."""
+    if res.verdict != INCONCLUSIVE or "saturated" in res.problems:
+        return res
+    sd = _pooled_sd(arms)
+    if sd is None or not math.isfinite(sd):
+        return res
+    m = res.margin or 0.0
+    effect, what = None, ""
+    if m:
+        effect, what = m, f"its margin {m:.3g}"
+    elif part.published_effect:
+        effect, what = part.published_effect, f"the published effect {abs(part.published_effect):.3g}"
+    elif res.estimate is not None and res.scale == "metric" and abs(res.estimate - (boundary or 0.0)) > 0:
+        effect = abs(res.estimate - (boundary or 0.0))
+        what = f"the effect observed ({effect:.3g})"
+    if not effect:
+        return res
+    n = seeds_for(sd, weights, effect)
+    res.seeds_needed = n
+    words = f"~{n}" if n <= 1000 else "more than 1000"
+    res.evidence.append(f"{words} seeds a side would decide it (80 % power at {what}, seed spread {sd:.3g})")
     return res
 
 
@@ -217,7 +291,7 @@ def _pooled_sd(arms: list[Arm]) -> float | None:
 
 def _two(part: Part, ctx: Context, confidence: float = CONFIDENCE) -> tuple[Arm, Arm, tuple[float, float, float], Any]:
     a, b = _arm(ctx, part, "a"), _arm(ctx, part, "b")
-    if a.n < 2 or b.n < 2:
+    if len(a.values) < 2 or len(b.values) < 2 or a.diverged or b.diverged:
         return a, b, (math.nan, math.nan, math.nan), None
     iv = welch(a.values, b.values, confidence)
     return a, b, _oriented(iv.lo, iv.delta, iv.hi, _hb(part)), iv
@@ -233,30 +307,217 @@ def _few_result(part: Part, arms: list[Arm], delta: float, margin: float | None)
     return finish(part, res, arms, None, None, None)
 
 
+def _count_p(arms: list[Arm], weights: list[float]) -> tuple[float, float, float]:
+    """``(T, p_up, p_down)``: T = −Σ wᵢ·(diverged share of armᵢ) (positive: the divergences favour the
+    contrast), and its exact one-sided p-values when the diverged runs fall on the arms at random
+    (every way of placing them among the runs equally likely: the multivariate hypergeometric law)."""
+    ns = [a.n for a in arms]
+    d_tot = sum(a.diverged for a in arms)
+    t_obs = -sum(w * a.diverged / a.n for w, a in zip(weights, arms, strict=True))
+    total = math.comb(sum(ns), d_tot)
+    up = down = 0.0
+
+    def walk(i: int, left: int, prob: float, t: float) -> None:
+        nonlocal up, down
+        if i == len(ns):
+            if left == 0:
+                up += prob if t >= t_obs - 1e-12 else 0.0
+                down += prob if t <= t_obs + 1e-12 else 0.0
+            return
+        for k in range(0, min(left, ns[i]) + 1):
+            walk(i + 1, left - k, prob * math.comb(ns[i], k), t - weights[i] * k / ns[i])
+
+    walk(0, d_tot, 1.0, 0.0)
+    return t_obs, up / total, down / total
+
+
+def _ranks(arms: list[Arm], shifts: list[float], hb: bool) -> list[list[float]]:
+    """Each arm's seeds as mid-ranks over every seed of ``arms`` (oriented: a higher rank is better;
+    finished values shifted by ``shifts``; a diverged seed ranks below every finished one)."""
+    sign = 1.0 if hb else -1.0
+    pooled = [(sign * v + sh, i) for i, (a, sh) in enumerate(zip(arms, shifts, strict=True)) for v in a.values]
+    pooled += [(-math.inf, i) for i, a in enumerate(arms) for _ in range(a.diverged)]
+    pooled.sort(key=lambda x: x[0])
+    out: list[list[float]] = [[] for _ in arms]
+    k = 0
+    while k < len(pooled):
+        j = k
+        while j + 1 < len(pooled) and pooled[j + 1][0] == pooled[k][0]:
+            j += 1
+        for x in range(k, j + 1):
+            out[pooled[x][1]].append((k + j) / 2 + 1)
+        k = j + 1
+    return out
+
+
+def diverged_decision(
+    part: Part, arms: list[Arm], weights: list[float], boundary: float, confidence: float = CONFIDENCE
+) -> PartResult:
+    """A comparison with diverged seeds: a diverged seed is an outcome worse than every finished one.
+
+    Where an arm has no finished seed, the divergence count decides: the share of diverged seeds per
+    arm, weighted as the contrast, against its exact distribution when divergence does not depend on the
+    arm (one-sided p ≤ (1 − ``confidence``)/2 decides, as the interval would). Otherwise each seed is
+    ranked over all arms (diverged ones below every finished one, the first positively weighted arm's
+    values shifted by the oriented ``boundary``) and the contrast of mean ranks gets Welch's interval
+    (the rank transform, Conover & Iman 1981), decided against 0."""
+    alpha = (1 - confidence) / 2
+    counts = ", ".join(f"{a.name}: {a.diverged} of {a.n} diverged" for a in arms)
+    if any(not a.values for a in arms):
+        t, p_up, p_down = _count_p(arms, weights)
+        p = min(p_up, p_down)
+        if p_up <= alpha and t > 0:
+            verdict, why = SUPPORTED, reason("divergence count", counts=counts, p=f"{p_up:.3g}")
+        elif p_down <= alpha and t < 0:
+            verdict, why = NOT_SUPPORTED, reason("divergence count", counts=counts, p=f"{p_down:.3g}")
+        else:
+            verdict, why = INCONCLUSIVE, reason("divergence count open", counts=counts, p=f"{p:.3g}")
+        res = _base(part, verdict, why, estimate=t)
+        res.scale = "divergence share"
+        res.evidence.append(
+            f"a setting without a finished seed: decided by the count (−Σ w·share diverged = {t:+.3g}; "
+            f"exact one-sided p {p_up:.3g} for, {p_down:.3g} against)"
+        )
+        if verdict == INCONCLUSIVE and t != 0:
+            for n in range(max(a.n for a in arms) + 1, 51):
+                scaled = [
+                    Arm(a.name, [0.0] * (n - round(n * a.diverged / a.n)), round(n * a.diverged / a.n)) for a in arms
+                ]
+                _, up, down = _count_p(scaled, weights)
+                if min(up, down) <= alpha:
+                    res.seeds_needed = n
+                    res.evidence.append(f"~{n} seeds a side with the same shares diverged would decide it by the count")
+                    break
+        return res
+    first = next(i for i, w in enumerate(weights) if w > 0)
+    if boundary and len(arms) > 2:
+        return _base(part, INCONCLUSIVE, reason("ranks margin"))
+    shifts = [0.0] * len(arms)
+    shifts[first] = -boundary / weights[first]
+    ranks = _ranks(arms, shifts, _hb(part))
+    stat, p_up, p_down = rank_permutation(ranks, weights)
+    if p_up <= alpha:
+        verdict = SUPPORTED
+    elif p_down <= alpha:
+        verdict = NOT_SUPPORTED
+    else:
+        verdict = INCONCLUSIVE
+    b = f"{boundary:.3g}" if boundary else "0"
+    p = min(p_up, p_down)
+    why = (
+        reason("ranks open", boundary=b, p=f"{p:.3g}")
+        if verdict == INCONCLUSIVE
+        else reason("ranks", side="above" if verdict == SUPPORTED else "below", boundary=b, p=f"{p:.3g}")
+    )
+    res = _base(part, verdict, why, estimate=stat)
+    res.scale = "ranks"
+    res.evidence.append(
+        f"{counts}; mean ranks " + ", ".join(f"{sum(r) / len(r):.3g}" for r in ranks) + f"; exact permutation "
+        f"p {p_up:.3g} for, {p_down:.3g} against"
+    )
+    if verdict == INCONCLUSIVE:
+        n = next((n for n in range(max(a.n for a in arms), 51) if _least_p(n) <= alpha), None)
+        if n is not None and n > min(a.n for a in arms):
+            res.seeds_needed = n
+            res.evidence.append(
+                f"a rank decision needs ≥ {n} seeds a side (the smallest exact p with fewer is above {alpha:g})"
+            )
+    return res
+
+
+def _least_p(n: int) -> float:
+    """The smallest one-sided p an exact permutation test of two arms of ``n`` seeds can give:
+    1/C(2n, n), the most extreme arrangement."""
+    return 1.0 / math.comb(2 * n, n)
+
+
+def rank_permutation(ranks: list[list[float]], weights: list[float], most: int = 20000) -> tuple[float, float, float]:
+    """``(T, p_up, p_down)``: T = Σ wᵢ·mean(ranksᵢ) and its one-sided p-values under every arrangement
+    of the pooled ranks among the arms being equally likely (exact when there are at most ``most``
+    arrangements, else ``most`` random ones drawn with a fixed seed, so a report is reproducible)."""
+    sizes = [len(r) for r in ranks]
+    pooled = [x for r in ranks for x in r]
+    t_obs = sum(w * sum(r) / len(r) for w, r in zip(weights, ranks, strict=True))
+
+    def stat(order: list[float]) -> float:
+        out, i = 0.0, 0
+        for w, n in zip(weights, sizes, strict=True):
+            out += w * sum(order[i : i + n]) / n
+            i += n
+        return out
+
+    total = math.factorial(len(pooled))
+    for n in sizes:
+        total //= math.factorial(n)
+    ts: list[float] = []
+    if total <= most:
+
+        def place(i: int, left: list[int], acc: list[list[int]]) -> None:
+            if i == len(sizes) - 1:
+                acc.append(left)
+                ts.append(stat([pooled[j] for grp in [*groups, left] for j in grp]))
+                return
+            for combo in itertools.combinations(left, sizes[i]):
+                groups.append(list(combo))
+                place(i + 1, [j for j in left if j not in combo], acc)
+                groups.pop()
+
+        groups: list[list[int]] = []
+        place(0, list(range(len(pooled))), [])
+    else:
+        rng = random.Random(0)
+        for _ in range(most):
+            order = pooled[:]
+            rng.shuffle(order)
+            ts.append(stat(order))
+    eps = 1e-9
+    return t_obs, sum(t >= t_obs - eps for t in ts) / len(ts), sum(t <= t_obs + eps for t in ts) / len(ts)
+
+
+def _diverged_result(
+    part: Part, arms: list[Arm], weights: list[float], boundary: float, margin: float | None
+) -> PartResult:
+    res = diverged_decision(part, arms, weights, boundary)
+    res.margin = margin
+    return finish(part, res, arms, None, None, None, weights)
+
+
 # -- the test types ---------------------------------------------------------------------------------
 def superiority(part: Part, ctx: Context) -> PartResult:
     """Arm ``a`` better than ``b`` by more than ``margin`` (default 0) on ``metric``."""
     a, b, (lo, d, hi), iv = _two(part, ctx)
     m = _margin(part, b)
     if iv is None:
+        if (a.diverged or b.diverged) and a.n >= 2 and b.n >= 2:
+            return _diverged_result(part, [a, b], [1.0, -1.0], m, m or None)
         return _few_result(part, [a, b], d, m)
     verdict = _decide(lo, hi, m)
+    by = f" by more than {m:.3g}" if m else ""
     words = {
-        SUPPORTED: f"{a.name} is better than {b.name}" + (f" by more than {m:.3g}" if m else ""),
-        NOT_SUPPORTED: f"{a.name} is not better than {b.name}"
-        + (f" by {m:.3g}" if m else "")
-        + ": the interval lies below",
-        INCONCLUSIVE: "within the noise: the interval contains " + (f"{m:.3g}" if m else "0"),
+        SUPPORTED: reason("better", a=a.name, b=b.name, by=by),
+        NOT_SUPPORTED: reason("not better", a=a.name, b=b.name, by=f" by {m:.3g}" if m else ""),
+        INCONCLUSIVE: reason("within noise", boundary=f"{m:.3g}" if m else "0"),
     }
     res = _base(part, verdict, words[verdict], estimate=d, lo=lo, hi=hi, confidence=iv.confidence, margin=m or None)
     effect = part.published_effect
     boundary = m
+    detectable = detectable_planned(iv.se, iv.df) if iv.se > 0 else 0.0
     if verdict == INCONCLUSIVE and effect is not None and effect > m and hi < effect:
-        res.verdict, boundary = NOT_SUPPORTED, effect
-        res.reason = (
-            f"the interval [{lo:+.3g}, {hi:+.3g}] excludes the published effect {effect:+.3g}: an effect that large "
-            f"is ruled out at this budget"
-        )
+        if detectable is not None and detectable <= abs(effect):
+            res.verdict, boundary = NOT_SUPPORTED, effect
+            res.problems.append("not reproduced at this budget")
+            res.reason = reason(
+                "not reproduced",
+                lo=f"{lo:+.3g}",
+                hi=f"{hi:+.3g}",
+                effect=f"{effect:+.3g}",
+                detectable=f"{detectable:.3g}",
+            )
+        else:
+            res.evidence.append(
+                f"the interval excludes the published effect {effect:+.3g}, but the seeds detect only "
+                f"|Δ| ≥ {detectable:.3g}: not read as a refutation"
+            )
     return finish(part, res, [a, b], [(1.0, a.jobs), (-1.0, b.jobs)], boundary, (iv.se, iv.df))
 
 
@@ -269,12 +530,14 @@ def non_inferiority(part: Part, ctx: Context) -> PartResult:
     a, b, (lo, d, hi), iv = _two(part, ctx)
     m = _margin(part, b)
     if iv is None:
+        if (a.diverged or b.diverged) and a.n >= 2 and b.n >= 2:
+            return _diverged_result(part, [a, b], [1.0, -1.0], -m, m)
         return _few_result(part, [a, b], d, m)
     verdict = _decide(lo, hi, -m)
     words = {
-        SUPPORTED: f"{a.name} is at worst {-lo:.3g} worse than {b.name}, inside the margin {m:.3g}",
-        NOT_SUPPORTED: f"{a.name} is worse than {b.name} by more than the margin {m:.3g}",
-        INCONCLUSIVE: f"the interval straddles −{m:.3g}: neither shown within the margin nor beyond it",
+        SUPPORTED: reason("non-inferior", a=a.name, b=b.name, worst=f"{-lo:.3g}", m=f"{m:.3g}"),
+        NOT_SUPPORTED: reason("inferior", a=a.name, b=b.name, m=f"{m:.3g}"),
+        INCONCLUSIVE: reason("straddles margin", m=f"{m:.3g}"),
     }
     res = _base(part, verdict, words[verdict], estimate=d, lo=lo, hi=hi, confidence=iv.confidence, margin=m)
     return finish(part, res, [a, b], [(1.0, a.jobs), (-1.0, b.jobs)], -m, (iv.se, iv.df))
@@ -298,22 +561,33 @@ def equivalence(part: Part, ctx: Context) -> PartResult:
     a, b, (lo95, d, hi95), iv = _two(part, ctx)
     m = _margin(part, b)
     if iv is None:
+        if (a.diverged or b.diverged) and a.n >= 2 and b.n >= 2:
+            # a diverged seed is worse than every finished one: its arm can be shown different, never equal
+            res = diverged_decision(part, [a, b], [1.0, -1.0] if a.diverged else [-1.0, 1.0], m)
+            if res.verdict == SUPPORTED:  # the arm without divergence is shown better by more than the margin
+                res.verdict = NOT_SUPPORTED
+            elif res.verdict == NOT_SUPPORTED:
+                res.verdict = INCONCLUSIVE
+            res.margin = m
+            return finish(part, res, [a, b], None, None, None)
         return _few_result(part, [a, b], d, m)
     iv90 = welch(a.values, b.values, 1 - 2 * (1 - CONFIDENCE))
     lo, _, hi = _oriented(iv90.lo, iv90.delta, iv90.hi, _hb(part))
     if -m < lo and hi < m:
-        verdict, reason = SUPPORTED, f"the 90 % interval [{lo:+.3g}, {hi:+.3g}] lies inside ±{m:.3g}"
+        verdict, why = SUPPORTED, reason("equivalent", lo=f"{lo:+.3g}", hi=f"{hi:+.3g}", m=f"{m:.3g}")
         boundary = m if d >= 0 else -m
     elif lo95 > m or hi95 < -m:
         verdict = NOT_SUPPORTED
-        reason = f"the 95 % interval [{lo95:+.3g}, {hi95:+.3g}] lies entirely outside ±{m:.3g}"
+        why = reason("different", lo=f"{lo95:+.3g}", hi=f"{hi95:+.3g}", m=f"{m:.3g}")
         boundary = m if d > 0 else -m
     else:
-        verdict, boundary = INCONCLUSIVE, None
-        reason = f"the intervals straddle the margin ±{m:.3g}: neither equivalent nor different at this budget"
-    res = _base(part, verdict, reason, estimate=d, lo=lo, hi=hi, confidence=iv90.confidence, margin=m)
+        verdict, boundary = INCONCLUSIVE, m if d >= 0 else -m
+        why = reason("straddles both", m=f"{m:.3g}")
+    res = _base(part, verdict, why, estimate=d, lo=lo, hi=hi, confidence=iv90.confidence, margin=m)
     res.evidence.append(f"95 % interval [{lo95:+.3g}, {hi95:+.3g}]")
-    return finish(part, res, [a, b], [(1.0, a.jobs), (-1.0, b.jobs)], boundary, (iv.se, iv.df))
+    # two one-sided tests at 5 % each, both passing at a true difference of 0: the margin they need
+    tost = {"alpha": 2 * (1 - CONFIDENCE), "power": 1 - (1 - 0.8) / 2}
+    return finish(part, res, [a, b], [(1.0, a.jobs), (-1.0, b.jobs)], boundary, (iv.se, iv.df), detect=tost)
 
 
 equivalence.check = _needs(
@@ -330,43 +604,118 @@ def contrast_test(part: Part, ctx: Context) -> PartResult:
     raw = part.get("terms") or []
     arms = [_arm(ctx, part, "terms", dict(t.get("arm") or {}), t.get("name")) for t in raw]
     weights = [float(t.get("weight", 1.0)) for t in raw]
-    m = _margin(part, arms[0]) if part.margin is not None and not part.margin.relative else 0.0
-    if any(x.n < 2 for x in arms):
+    m = part.margin.value if part.margin is not None else 0.0
+    if any(x.diverged for x in arms) and all(x.n >= 2 for x in arms):
+        return _diverged_result(part, arms, weights, m, m or None)
+    if any(len(x.values) < 2 for x in arms):
         return _few_result(part, arms, math.nan, m)
     iv = contrast([x.values for x in arms], weights)
     lo, d, hi = _oriented(iv.lo, iv.delta, iv.hi, _hb(part))
     verdict = _decide(lo, hi, m)
     words = {
-        SUPPORTED: f"the contrast lies above {m:.3g}",
-        NOT_SUPPORTED: f"the contrast lies below {m:.3g}",
-        INCONCLUSIVE: f"within the noise: the interval contains {m:.3g}",
+        SUPPORTED: reason("contrast above", boundary=f"{m:.3g}"),
+        NOT_SUPPORTED: reason("contrast below", boundary=f"{m:.3g}"),
+        INCONCLUSIVE: reason("within noise", boundary=f"{m:.3g}"),
     }
     res = _base(part, verdict, words[verdict], estimate=d, lo=lo, hi=hi, confidence=iv.confidence, margin=m or None)
     res.evidence.append("contrast: " + " ".join(f"{w:+g}·[{x.name}]" for w, x in zip(weights, arms, strict=True)))
-    return finish(part, res, arms, [(w, x.jobs) for w, x in zip(weights, arms, strict=True)], m, (iv.se, iv.df))
+    return finish(
+        part, res, arms, [(w, x.jobs) for w, x in zip(weights, arms, strict=True)], m, (iv.se, iv.df), weights
+    )
 
 
-contrast_test.check = _needs("terms", "metric")
+def _contrast_check(part: Part) -> tuple[str, str] | None:
+    problem = _needs("terms", "metric")(part)
+    if problem:
+        return problem
+    raw = part.get("terms")
+    if not isinstance(raw, list) or len(raw) < 2 or not all(isinstance(t, dict) and "arm" in t for t in raw):
+        return "terms", "a contrast needs at least two terms '{weight: w, arm: {...}}'; fix: write them so"
+    weights = [t.get("weight", 1.0) for t in raw]
+    if not all(isinstance(w, (int, float)) and not isinstance(w, bool) for w in weights):
+        return "terms", "every weight must be a number; fix: write 'weight: 1' or 'weight: -1'"
+    if abs(sum(weights)) > 1e-9 and not part.get("unbalanced"):
+        return "terms", (
+            f"the weights sum to {sum(weights):g}, so the contrast compares a sum of means, not a difference; "
+            "fix: make them sum to 0 (e.g. 1, -1, -1, 1), or add 'unbalanced: true' if a sum is meant"
+        )
+    if part.margin is not None and part.margin.relative:
+        return "margin", (
+            "a contrast has no reference arm to take a percentage of; fix: give the margin in the metric's units"
+        )
+    return None
+
+
+contrast_test.check = _contrast_check
 contrast_test.__name__ = "contrast"
 
 
+ALL_LEVELS = "all"
+"""``values: all``: a part along an axis reads every level the sweep has (stated, not assumed)."""
+
+
 def _axis_values(ctx: Context, part: Part) -> list[Any]:
+    """The levels of ``axis`` a part reads: its declared ``values`` (each one must be in the sweep, else
+    :class:`NotCovered` naming the missing ones), or with ``values: all`` (or none declared, for a count
+    threshold) every level the sweep has at ``at``."""
     axis = str(part.get("axis"))
     declared = part.get("values")
-    if declared:
-        return list(declared)
     at = part.get("at") or {}
     seen = {}
     for j in ctx.sweep.jobs:
         if (j.finished or j.diverged) and all(same(j.value(k), v) for k, v in at.items()):
+            if not j.knows(axis):
+                continue
             v = j.value(axis)
             seen[fmt_value(v)] = v
+    if not seen:
+        raise NotCovered(f"the sweep has no axis {axis} at {selector_text(at)}", "axis")
+    if declared and declared != ALL_LEVELS:
+        missing = [fmt_value(v) for v in declared if not any(same(x, v) for x in seen.values())]
+        if missing:
+            have = ", ".join(fmt_value(v) for v in sorted(seen.values(), key=value_sort_key))
+            raise NotCovered(
+                f"level(s) {', '.join(missing)} of {axis} missing at {selector_text(at)} (the sweep has {have})",
+                "values",
+            )
+        return list(declared)
     return sorted(seen.values(), key=value_sort_key)
 
 
+def _levels_check(part: Part) -> tuple[str, str] | None:
+    vals = part.get("values")
+    if vals is None or vals == ALL_LEVELS:
+        return None
+    if not isinstance(vals, list) or len(vals) < 2:
+        return (
+            "values",
+            "expected the list of levels the part reads (at least 2); fix: e.g. 'values: [1, 2, 4, 8]' or "
+            "'values: all'",
+        )
+    return None
+
+
+def _equal_params(part: Part, arms: list[Arm]) -> None:
+    """``equal_params: 0.05``: the part compares arms of equal size; parameter counts farther apart
+    than that share make it :class:`NotCovered` (the setting cannot show what the part says)."""
+    tol = part.get("equal_params")
+    if tol is None:
+        return
+    counts = [a.params for a in arms]
+    if any(c is None for c in counts):
+        raise NotCovered("the part compares equal parameter counts, and these jobs record none", "equal_params")
+    lo, hi = min(counts), max(counts)
+    if hi > lo * (1 + float(tol)):
+        raise NotCovered(
+            f"the part compares equal parameter counts (within {float(tol):.0%}); these arms have "
+            f"{lo / 1e3:.4g} k to {hi / 1e3:.4g} k",
+            "equal_params",
+        )
+
+
 def trend(part: Part, ctx: Context) -> PartResult:
-    """Along ``axis``: ``shape: monotone`` (each step better) or ``shape: diminishing`` (gains per
-    unit shrink: ``per: parameter | value | doubling | step``)."""
+    """Along ``axis`` at the declared ``values``: ``shape: monotone`` (each step better) or ``shape:
+    diminishing`` (gains per unit shrink: ``per: parameter | value | doubling | step``)."""
     axis = str(part.get("axis"))
     values = _axis_values(ctx, part)
     if len(values) < (3 if part.get("shape") == "diminishing" else 2):
@@ -374,59 +723,101 @@ def trend(part: Part, ctx: Context) -> PartResult:
             f"the sweep has {len(values)} value(s) of {axis} at {selector_text(part.get('at') or {})}", "axis"
         )
     arms = [_arm(ctx, part, "axis", {axis: v}, f"{axis}={fmt_value(v)}") for v in values]
+    _equal_params(part, arms)
     hb = _hb(part)
     if part.get("shape") == "diminishing":
         return _diminishing(part, arms, values, hb)
-    steps = []
+    steps, step_names = [], []
+    k_steps = len(arms) - 1  # every step must be shown: each one's detectable effect is at 80 % ** (1 / k)
     for lo_arm, hi_arm in zip(arms, arms[1:], strict=False):
-        step = f"{part.label} {fmt_value(hi_arm.name.split('=')[-1])} vs {fmt_value(lo_arm.name.split('=')[-1])}"
-        sub = Part(part.claim, part.index, {**part.spec, "test": "superiority", "label": step}, part.file)
-        if lo_arm.n < 2 or hi_arm.n < 2:
+        step = f"{fmt_value(hi_arm.name.split('=')[-1])} vs {fmt_value(lo_arm.name.split('=')[-1])}"
+        step_names.append(f"{hi_arm.name} vs {lo_arm.name}")
+        sub = replace(part, spec={**part.spec, "test": "superiority", "label": f"{part.label} {step}"})
+        if hi_arm.diverged or lo_arm.diverged:
+            if hi_arm.n >= 2 and lo_arm.n >= 2:
+                steps.append(_diverged_result(sub, [hi_arm, lo_arm], [1.0, -1.0], 0.0, None))
+            else:
+                steps.append(_few_result(sub, [hi_arm, lo_arm], math.nan, 0.0))
+            continue
+        if len(lo_arm.values) < 2 or len(hi_arm.values) < 2:
             steps.append(_few_result(sub, [hi_arm, lo_arm], math.nan, 0.0))
             continue
         iv = welch(hi_arm.values, lo_arm.values)
         lo, d, hi = _oriented(iv.lo, iv.delta, iv.hi, hb)
-        r = _base(
-            sub,
-            _decide(lo, hi, 0.0),
-            f"{hi_arm.name} vs {lo_arm.name}",
-            estimate=d,
-            lo=lo,
-            hi=hi,
-            confidence=iv.confidence,
+        v = _decide(lo, hi, 0.0)
+        if v == NOT_SUPPORTED and k_steps > 1:
+            # one refuted step refutes the trend: each step refutes at α / (number of steps) (Bonferroni)
+            strict = welch(hi_arm.values, lo_arm.values, 1 - (1 - CONFIDENCE) / k_steps)
+            if _oriented(strict.lo, strict.delta, strict.hi, hb)[2] >= 0.0:
+                v = INCONCLUSIVE
+        words = {
+            SUPPORTED: reason("better", a=hi_arm.name, b=lo_arm.name, by=""),
+            NOT_SUPPORTED: reason("not better", a=hi_arm.name, b=lo_arm.name, by=""),
+            INCONCLUSIVE: reason("within noise", boundary="0"),
+        }
+        r = _base(sub, v, words[v], estimate=d, lo=lo, hi=hi, confidence=iv.confidence)
+        steps.append(
+            finish(
+                sub,
+                r,
+                [hi_arm, lo_arm],
+                [(1.0, hi_arm.jobs), (-1.0, lo_arm.jobs)],
+                0.0,
+                (iv.se, iv.df),
+                detect={"tests": k_steps},
+            )
         )
-        steps.append(finish(sub, r, [hi_arm, lo_arm], [(1.0, hi_arm.jobs), (-1.0, lo_arm.jobs)], 0.0, (iv.se, iv.df)))
     worst = min(steps, key=lambda s: s.lo if s.lo is not None else -math.inf)
     verdicts = [s.verdict for s in steps]
+
+    def named(s: PartResult) -> str:
+        return f"{step_names[steps.index(s)]}: {s.reason}"
+
     if all(v == SUPPORTED for v in verdicts):
-        verdict, reason = SUPPORTED, f"every step along {axis} is better than the one before"
+        verdict, why = SUPPORTED, reason("every step", axis=axis)
     elif any(v == NOT_SUPPORTED for v in verdicts):
-        bad = [s.reason for s in steps if s.verdict == NOT_SUPPORTED]
-        verdict, reason = NOT_SUPPORTED, "a step is not better: " + "; ".join(bad)
+        verdict, why = (
+            NOT_SUPPORTED,
+            reason("a step fails", steps="; ".join(named(s) for s in steps if s.verdict == NOT_SUPPORTED)),
+        )
     else:
-        open_ = [
-            f"{s.reason} ({s.verdict}{': ' + s.problems[0] if s.problems else ''})"
-            for s in steps
-            if s.verdict != SUPPORTED
-        ]
-        verdict, reason = INCONCLUSIVE, "not every step is decided: " + "; ".join(open_)
-    res = _base(part, verdict, reason, estimate=worst.estimate, lo=worst.lo, hi=worst.hi, confidence=worst.confidence)
+        verdict = INCONCLUSIVE
+        why = reason("steps open", steps="; ".join(named(s) for s in steps if s.verdict != SUPPORTED))
+    res = _base(part, verdict, why, estimate=worst.estimate, lo=worst.lo, hi=worst.hi, confidence=worst.confidence)
+    res.scale = worst.scale
     res.arms = arms
     res.detectable = max((s.detectable for s in steps if s.detectable is not None), default=None)
     res.evidence = [a.text() for a in arms] + [
-        f"step {s.reason}: Δ {s.interval_text()} → {s.verdict}" + (f" ({'; '.join(s.problems)})" if s.problems else "")
-        for s in steps
+        f"step {n}: Δ {s.interval_text()} → {s.verdict}"
+        + (f" ({'; '.join(s.problems)})" if s.problems else "")
+        + (f" [{'; '.join(s.caveats)}]" if s.caveats else "")
+        for n, s in zip(step_names, steps, strict=True)
     ]
-    res.evidence += [e for s in steps for e in s.evidence if e.startswith("stability:")]
+    res.evidence += [e for s in steps for e in s.evidence if e.startswith(("trend:", "~", "more than 1000"))]
     stab = [s.stability for s in steps if s.stability is not None]
     res.stability = stab[0] if stab else None
     res.problems = sorted({p for s in steps for p in s.problems})
+    res.caveats = sorted({c for s in steps for c in s.caveats})
+    needed = [s.seeds_needed for s in steps if s.seeds_needed is not None and s.verdict == INCONCLUSIVE]
+    res.seeds_needed = max(needed) if needed and verdict == INCONCLUSIVE else None
     if res.detectable is not None:
         res.evidence.append(f"detectable effect at 80 % power (the weakest step): |Δ| ≥ {res.detectable:.3g}")
     return res
 
 
-trend.check = _needs("axis", "metric", "shape")
+def _trend_check(part: Part) -> tuple[str, str] | None:
+    problem = _needs("axis", "metric", "shape")(part)
+    if problem:
+        return problem
+    if part.get("values") is None:
+        return "values", (
+            "a trend names the levels it needs; fix: add 'values: [1, 2, 4, 8]' (the levels, in order) or "
+            "'values: all' (every level the sweep has)"
+        )
+    return _levels_check(part)
+
+
+trend.check = _trend_check
 
 
 def _unit(part: Part, arms: list[Arm], values: list[Any], i: int) -> float:
@@ -450,39 +841,47 @@ def _diminishing(part: Part, arms: list[Arm], values: list[Any], hb: bool) -> Pa
     )
     d = [_unit(part, arms, values, i) for i in range(len(arms) - 1)]
     sign = 1.0 if hb else -1.0
-    pairs = []
+    pairs, strict = [], []
     for i in range(len(arms) - 2):
         trio = arms[i : i + 3]
-        if any(x.n < 2 for x in trio):
+        if any(len(x.values) < 2 or x.diverged for x in trio):
             continue
         # gain(i) − gain(i+1), each gain oriented (positive: better) and per unit: positive when they shrink
         w = [-sign / d[i], sign / d[i] + sign / d[i + 1], -sign / d[i + 1]]
         iv = contrast([x.values for x in trio], w)
         gains = [sign * (trio[k + 1].mean - trio[k].mean) / d[i + k] for k in range(2)]
         pairs.append((i, iv, gains))
+        strict.append(contrast([x.values for x in trio], w, 1 - (1 - CONFIDENCE) / max(1, len(arms) - 2)))
     if not pairs:
         return _few_result(part, arms, math.nan, None)
-    verdicts = [_decide(iv.lo, iv.hi, 0.0) for _, iv, _ in pairs]
+    # support needs every pair; one pair refutes, each at α / (number of pairs) (Bonferroni)
+    verdicts = [
+        v if v != NOT_SUPPORTED or st.hi < 0.0 else INCONCLUSIVE
+        for v, st in zip((_decide(iv.lo, iv.hi, 0.0) for _, iv, _ in pairs), strict, strict=True)
+    ]
     names = [f"{fmt_value(values[i])}→{fmt_value(values[i + 1])}→{fmt_value(values[i + 2])}" for i, _, _ in pairs]
     if all(v == SUPPORTED for v in verdicts):
-        verdict, reason = SUPPORTED, f"the gains {unit} shrink at every step along {part.get('axis')}"
+        verdict, why = SUPPORTED, reason("gains shrink", unit=unit, axis=part.get("axis"))
     elif any(v == NOT_SUPPORTED for v in verdicts):
-        verdict = NOT_SUPPORTED
-        reason = "the gain grows at " + ", ".join(n for n, v in zip(names, verdicts, strict=True) if v == NOT_SUPPORTED)
+        where = ", ".join(n for n, v in zip(names, verdicts, strict=True) if v == NOT_SUPPORTED)
+        verdict, why = NOT_SUPPORTED, reason("gain grows", where=where)
     else:
-        verdict = INCONCLUSIVE
-        reason = "within the noise at " + ", ".join(n for n, v in zip(names, verdicts, strict=True) if v != SUPPORTED)
+        where = ", ".join(n for n, v in zip(names, verdicts, strict=True) if v != SUPPORTED)
+        verdict, why = INCONCLUSIVE, reason("gains open", where=where)
     worst = min(pairs, key=lambda p: p[1].lo)
     res = _base(
-        part, verdict, reason, estimate=worst[1].delta, lo=worst[1].lo, hi=worst[1].hi, confidence=worst[1].confidence
+        part, verdict, why, estimate=worst[1].delta, lo=worst[1].lo, hi=worst[1].hi, confidence=worst[1].confidence
     )
     for n, (_, iv, gains), v in zip(names, pairs, verdicts, strict=True):
         res.evidence.append(
             f"{n}: gains {unit} {gains[0]:+.3g} then {gains[1]:+.3g}; their difference {iv.delta:+.3g} "
             f"[95 % {iv.lo:+.3g}, {iv.hi:+.3g}] → {v}"
         )
-    res.evidence.append("decided on the final values (a contrast of three settings: no second-half check)")
-    return finish(part, res, arms, None, None, (worst[1].se, worst[1].df))
+    res.evidence.append("decided on the final values (a contrast of three settings: no second-half trend)")
+    w = [1.0, -2.0, 1.0]
+    return finish(
+        part, res, arms[worst[0] : worst[0] + 3], None, 0.0, (worst[1].se, worst[1].df), w, {"tests": len(pairs)}
+    )
 
 
 def _need(part: Part, n: int) -> int:
@@ -509,38 +908,63 @@ def threshold(part: Part, ctx: Context) -> PartResult:
         arms = [_arm(ctx, part, "axis", {axis: v}, f"{axis}={fmt_value(v)}") for v in _axis_values(ctx, part)]
     else:
         arms = [_arm(ctx, part, "a")]
+    _equal_params(part, arms)
     miss = part.get("expect") == "miss"
     word = "miss" if miss else "reach"
-    rows, short = [], []
+    rows, short, open_ = [], [], []
+    censored_total = 0
     for x in arms:
-        finished = [v for j in x.jobs if j.finished and (v := job_value(j, str(part.metric))) is not None]
-        reached = sum(_reaches(v, level, hb) for v in finished if math.isfinite(v))
+        reached = stopped = 0
         n = len([j for j in x.jobs if j.finished or j.diverged])
-        count = n - reached if miss else reached
+        for j in x.jobs:
+            if not (j.finished or j.diverged):
+                continue
+            v = job_value(j, str(part.metric)) if j.finished else None
+            if v is not None and math.isfinite(v) and _reaches(v, level, hb):
+                reached += 1
+            elif j.diverged or _stopped_early(j):
+                stopped += 1  # censored at its stop: it might have reached the level with its budget
+        ran_out = n - reached - stopped  # ran the whole budget without reaching the level
+        count, could = (ran_out, ran_out + stopped) if miss else (reached, reached + stopped)
         need = _need(part, n)
-        rows.append(f"{x.name}: {reached} of {n} seeds reach {level:g} ({word} needed in {need})")
-        if count < need:
+        censored_total += stopped
+        rows.append(
+            f"{x.name}: {reached} of {n} seeds reach {level:g}, {ran_out} ran the budget without, {stopped} "
+            f"stopped early without (censored) ({word} needed in {need})"
+        )
+        if could < need:
             short.append(f"{x.name}: {count} of {n} {word}")
+        elif count < need:
+            open_.append(f"{x.name}: {stopped} of {n}")
     ns = [len(x.jobs) for x in arms]
     if min(ns, default=0) < MIN_SEEDS:
-        verdict, reason = INCONCLUSIVE, f"too few seeds (fewest: {min(ns, default=0)}; needs ≥ {MIN_SEEDS})"
+        verdict, why = INCONCLUSIVE, reason("count few", fewest=min(ns, default=0), need=MIN_SEEDS)
     elif short:
-        verdict, reason = NOT_SUPPORTED, f"too few seeds {word} {level:g}: " + "; ".join(short)
+        verdict, why = NOT_SUPPORTED, reason("count short", word=word, level=f"{level:g}", short="; ".join(short))
+    elif open_:
+        verdict, why = INCONCLUSIVE, reason("count censored", censored="; ".join(open_), level=f"{level:g}")
     else:
-        verdict, reason = (
-            SUPPORTED,
-            f"enough seeds {word} {level:g} in every setting (need: {part.get('need', 'majority')})",
-        )
-    res = _base(part, verdict, reason)
+        verdict = SUPPORTED
+        why = reason("count reached", word=word, level=f"{level:g}", need=part.get("need", "majority"))
+    res = _base(part, verdict, why)
+    if verdict == INCONCLUSIVE and open_:
+        res.problems.append("censored")
     res.arms = arms
     res.evidence = rows + [
-        "a per-seed threshold counts seeds (a diverged seed never reaches it); no mean is compared with it"
+        "a per-seed threshold counts seeds; a run that stopped before its budget (a plateau stop, a "
+        "divergence) without reaching the level is censored at its stop: neither a reach nor a miss"
     ]
     return res
 
 
+def _stopped_early(job: Any) -> bool:
+    """Whether ``job`` ended before its step budget (``trainer.max_steps``): a plateau or early stop."""
+    ms = ((job.config or {}).get("trainer") or {}).get("max_steps")
+    return isinstance(ms, int) and ms > 0 and job.global_step is not None and job.global_step < ms
+
+
 def _threshold_check(part: Part) -> tuple[str, str] | None:
-    problem = _needs("metric", "level")(part)
+    problem = _needs("metric", "level")(part) or _levels_check(part)
     if problem is None and part.get("mode") == "steps":
         problem = _needs(
             "axis", "from_value", "to_value", hint={"from_value": "add 'from_value:' and 'to_value:' (values of axis)"}
@@ -551,20 +975,28 @@ def _threshold_check(part: Part) -> tuple[str, str] | None:
 threshold.check = _threshold_check
 
 
-def steps_to_level(job: Any, curve: str, level: float, hb: bool) -> tuple[float, bool] | None:
-    """``(step, reached)``: the first validation step at which ``curve`` reaches ``level``, or the job's
-    last validation step with ``reached`` False (censored there); ``None`` without a curve. A diverged
-    job is censored at its last step."""
+REACHED, AT_FIRST, CENSORED = "reached", "at first", "censored"
+"""How a run's steps to a level are known: exactly (at the validation that first reaches it), only as
+"≤ the first validation" (reached there: left-censored), or only as "≥ its last step" (never reached
+before it stopped: right-censored)."""
+
+
+def steps_to_level(job: Any, curve: str, level: float, hb: bool) -> tuple[float, str] | None:
+    """``(step, how)``: the first validation step at which ``curve`` reaches ``level`` (``how``
+    :data:`REACHED`, or :data:`AT_FIRST` when that is the run's first validation, so the steps are only
+    known to be at most that), or the job's last validation step with :data:`CENSORED` (it stopped,
+    at its budget, on a plateau or diverged, before reaching it); ``None`` without a curve."""
     xs, ys = read_curves(job, (curve,)).get(curve, ([], []))
     if not xs:
         return None
+    first = min(xs)
     for x, y in sorted(zip(xs, ys, strict=False)):
         if math.isfinite(y) and _reaches(y, level, hb):
-            return x, True
-    return max(xs), False
+            return x, AT_FIRST if x == first else REACHED
+    return max(xs), CENSORED
 
 
-def _cell(ctx: Context, part: Part, selector: dict, level: float, hb: bool) -> list[tuple[float, bool]]:
+def _cell(ctx: Context, part: Part, selector: dict, level: float, hb: bool) -> list[tuple[float, str]]:
     try:
         jobs = select(ctx.sweep, selector, "axis")
     except SelectionError as e:
@@ -572,23 +1004,29 @@ def _cell(ctx: Context, part: Part, selector: dict, level: float, hb: bool) -> l
     return [s for j in jobs if (s := steps_to_level(j, str(part.metric), level, hb)) is not None]
 
 
-def _steps_row(name: str, got: list[tuple[float, bool]], level: float) -> str:
-    reached = sum(ok for _, ok in got)
+def _steps_text(s: float, how: str) -> str:
+    return {REACHED: f"{s:g}", AT_FIRST: f"≤{s:g}", CENSORED: f"≥{s:g}"}[how]
+
+
+def _steps_row(name: str, got: list[tuple[float, str]], level: float) -> str:
+    reached = sum(how != CENSORED for _, how in got)
     ordered = sorted(got)
     med = ordered[len(got) // 2] if got else None
     return (
         f"{name}: {reached} of {len(got)} seeds reach {level:g}; steps "
-        + ", ".join(f"{s:g}" if ok else f"≥{s:g}" for s, ok in ordered)
-        + (f" (median {'' if med[1] else '≥'}{med[0]:g})" if med else "")
+        + ", ".join(_steps_text(s, how) for s, how in ordered)
+        + (f" (median {_steps_text(*med)})" if med else "")
     )
 
 
 def _steps(part: Part, ctx: Context) -> PartResult:
-    """Steps to reach ``level``, censored: the growth of log2(steps) from ``from_value`` to ``to_value``
-    of ``axis`` at ``at``, minus the same growth at ``versus`` when given (a contrast of growths),
-    against log2(``factor``). A censored run enters at its last step, a lower bound: the interval's
-    lower bound stays valid where only the positively weighted cells are censored, its upper bound
-    where only the negatively weighted ones are."""
+    """Steps to reach ``level``, censored both ways: the growth of log2(steps) from ``from_value`` to
+    ``to_value`` of ``axis`` at ``at``, minus the same growth at ``versus`` when given (a contrast of
+    growths), against log2(``factor``). A run that never reaches the level enters at its last step (a
+    lower bound), one that reaches it at its first validation at that step (an upper bound). The
+    interval's lower bound stays valid where every bound pushes the contrast up (lower bounds in
+    positively weighted cells, upper bounds in negatively weighted ones), its upper bound where every
+    bound pushes it down; a bound on the wrong side leaves that side unknown."""
     axis, level, hb = str(part.get("axis")), float(part.get("level")), _hb(part)
     values = _axis_values(ctx, part)
     have = {fmt_value(v) for v in values}
@@ -617,19 +1055,31 @@ def _steps(part: Part, ctx: Context) -> PartResult:
             rows.append(_steps_row(f"{axis}={fmt_value(v)}", g, level))
         res.evidence = rows
     res.evidence.append(
-        "a run that never reaches the level enters at its last step (stopped on a plateau or at the budget), "
-        "a lower bound of the steps it needs"
+        "a run that never reaches the level enters at its last step (≥: stopped on a plateau, diverged or at "
+        "the budget), one that reaches it at its first validation at that step (≤): bounds, not measurements"
     )
     if any(len(g) < MIN_SEEDS for g in got):
-        res.reason = f"too few seeds with a {part.metric} curve (needs ≥ {MIN_SEEDS} in each of {', '.join(names)})"
+        res.reason = reason("steps few", metric=part.metric, need=MIN_SEEDS, cells=", ".join(names))
         res.problems.append("too few seeds")
         return res
     iv = contrast([a.values for a in res.arms], [w for w, _ in cells])
     res.estimate, res.lo, res.hi, res.confidence = iv.delta, iv.lo, iv.hi, iv.confidence
-    res.detectable = detectable_for(iv.se, iv.df) if iv.se > 0 else 0.0
-    censored_pos = sum(not ok for (w, _), g in zip(cells, got, strict=True) if w > 0 for _, ok in g)
-    censored_neg = sum(not ok for (w, _), g in zip(cells, got, strict=True) if w < 0 for _, ok in g)
-    lower_ok, upper_ok = censored_neg == 0, censored_pos == 0
+    res.detectable = detectable_planned(iv.se, iv.df) if iv.se > 0 else 0.0
+    # a lower bound (censored) pushes the estimate down where its weight is positive; an upper bound
+    # (reached at the first validation) pushes it up there
+    push_down = sum(
+        (how == CENSORED and w > 0) or (how == AT_FIRST and w < 0)
+        for (w, _), g in zip(cells, got, strict=True)
+        for _, how in g
+    )
+    push_up = sum(
+        (how == CENSORED and w < 0) or (how == AT_FIRST and w > 0)
+        for (w, _), g in zip(cells, got, strict=True)
+        for _, how in g
+    )
+    lower_ok, upper_ok = push_up == 0, push_down == 0
+    n_left = sum(how == AT_FIRST for g in got for _, how in g)
+    n_right = sum(how == CENSORED for g in got for _, how in g)
     factor = float(part.get("factor", 2.0))
     g = math.log2(factor)
     what = "the growth of steps" + (f" minus its growth at {selector_text(versus)}" if versus else "")
@@ -637,21 +1087,38 @@ def _steps(part: Part, ctx: Context) -> PartResult:
         f"{what} from {axis}={fmt_value(lo_v)} to {fmt_value(hi_v)}: ×{2**iv.delta:.3g} "
         f"[95 % ×{2**iv.lo:.3g}, ×{2**iv.hi:.3g}]"
     )
-    censored = f" ({censored_pos + censored_neg} censored run(s) make the other bound unknown)"
+    bounds_words = (
+        f" ({n_right} run(s) never reaching it and {n_left} reaching it at the first validation leave the "
+        "deciding bound unknown)"
+    )
     if part.get("expect", "grows") == "grows":
         if iv.lo > g and lower_ok:
-            res.verdict, res.reason = SUPPORTED, f"{growth}: more than ×{factor:g}"
+            res.verdict, res.reason = SUPPORTED, reason("growth more", growth=growth, factor=f"{factor:g}")
         elif iv.hi <= g and upper_ok:
-            res.verdict, res.reason = NOT_SUPPORTED, f"{growth}: at most ×{factor:g}"
+            res.verdict, res.reason = NOT_SUPPORTED, reason("growth at most", growth=growth, factor=f"{factor:g}")
         else:
-            res.reason = f"{growth}: not shown beyond ×{factor:g}" + (censored if not (lower_ok and upper_ok) else "")
+            unknown = bounds_words if (iv.lo > g and not lower_ok) or (iv.hi <= g and not upper_ok) else ""
+            res.reason = reason("growth open", growth=growth, side="beyond", factor=f"{factor:g}", censored=unknown)
     else:
         if iv.hi <= g and upper_ok:
-            res.verdict, res.reason = SUPPORTED, f"{growth}: at most ×{factor:g}"
+            res.verdict, res.reason = SUPPORTED, reason("growth at most", growth=growth, factor=f"{factor:g}")
         elif iv.lo > g and lower_ok:
-            res.verdict, res.reason = NOT_SUPPORTED, f"{growth}: more than ×{factor:g}"
+            res.verdict, res.reason = NOT_SUPPORTED, reason("growth more", growth=growth, factor=f"{factor:g}")
         else:
-            res.reason = f"{growth}: not shown within ×{factor:g}" + (censored if not (lower_ok and upper_ok) else "")
+            unknown = bounds_words if (iv.hi <= g and not upper_ok) or (iv.lo > g and not lower_ok) else ""
+            res.reason = reason("growth open", growth=growth, side="within", factor=f"{factor:g}", censored=unknown)
+    if n_left or n_right:
+        res.problems += ["censored"] if res.verdict == INCONCLUSIVE and (not lower_ok or not upper_ok) else []
+    sd = _pooled_sd(res.arms)
+    straddles = iv.lo <= g < iv.hi  # where the interval already decides, censoring, not seeds, holds it back
+    if res.verdict == INCONCLUSIVE and sd and straddles and abs(iv.delta - g) > 0:
+        res.seeds_needed = seeds_for(sd, [w for w, _ in cells], abs(iv.delta - g))
+        words = f"~{res.seeds_needed}" if res.seeds_needed <= 1000 else "more than 1000"
+        res.evidence.append(
+            f"{words} seeds a side would decide it (80 % power at the growth observed against ×{factor:g}, "
+            f"seed spread {sd:.3g} in log2 steps)"
+            + ("; censored runs would still bound one side" if "censored" in res.problems else "")
+        )
     return res
 
 
@@ -670,7 +1137,7 @@ def quantity(part: Part, ctx: Context) -> PartResult:
         floor = float(part.get("at_least"))
         low = [f"{label} = {v:.3g}" for label, v in found if v < floor]
         verdict = NOT_SUPPORTED if low else SUPPORTED
-        reason = f"below {floor:g}: {', '.join(low)}" if low else f"every value ≥ {floor:g}"
+        why = reason("below", floor=f"{floor:g}", low=", ".join(low)) if low else reason("at least", floor=f"{floor:g}")
     else:
         target, tol = float(part.get("target")), float(part.get("tolerance"))
         far = float(part.get("refute_beyond", tol))
@@ -679,14 +1146,20 @@ def quantity(part: Part, ctx: Context) -> PartResult:
         ok = all(abs(d) <= tol for _, d in dev)
         verdict = NOT_SUPPORTED if bad else SUPPORTED if ok else INCONCLUSIVE
         worst = max(dev, key=lambda x: abs(x[1]))
-        reason = (
-            f"off {target:g} by more than {far:g}: {', '.join(bad)}"
+        why = (
+            reason("quantity off", target=f"{target:g}", far=f"{far:g}", bad=", ".join(bad))
             if bad
-            else f"every value within {target:g} ± {tol:g} (largest deviation {worst[1]:+.3g})"
+            else reason("quantity within", target=f"{target:g}", tol=f"{tol:g}", worst=f"{worst[1]:+.3g}")
             if ok
-            else f"between ±{tol:g} and ±{far:g} of {target:g} (largest deviation {worst[0]} {worst[1]:+.3g})"
+            else reason(
+                "quantity between",
+                tol=f"{tol:g}",
+                far=f"{far:g}",
+                target=f"{target:g}",
+                worst=f"{worst[0]} {worst[1]:+.3g}",
+            )
         )
-    res = _base(part, verdict, reason, estimate=found[0][1])
+    res = _base(part, verdict, why, estimate=found[0][1])
     res.evidence = rows + ["a measured or counted number: no seeds, no interval"]
     return res
 
