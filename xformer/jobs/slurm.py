@@ -134,11 +134,41 @@ def sweep_problem(config: Any, jobs: list[list[str]]) -> str | None:
         return None
     lines = [ln.strip() for ln in (res.stderr or res.stdout).splitlines() if ln.strip()]
     why = (lines[-1] if lines else f"exit status {res.returncode}").removeprefix("sbatch: error: ")
+    if (nodes := int(launcher.get("nodes") or 1)) > 1:
+        have = partition_nodes(launcher.get("partition"))
+        if have is not None and have[1] < nodes:
+            part, count = have
+            return (
+                f"hydra/launcher=slurm: trainer.num_nodes={nodes} asks SLURM for {nodes} nodes, but partition "
+                f"{part} has {count} (sbatch --test-only --nodes={nodes}: {why}). Fix: trainer.num_nodes="
+                f"{count}, or hydra.launcher.partition=<a partition with {nodes} nodes> (sinfo -o '%P %D' lists "
+                f"them)"
+            )
     return (
         f"hydra/launcher=slurm: SLURM refuses the job request ({' '.join(request)}): {why}. Fix: set "
         f"hydra.launcher.partition / tasks_per_node / cpus_per_task / gpus_per_node / mem_gb to what the "
         f"cluster has (sinfo -o '%P %c %m %G' lists them)"
     )
+
+
+def partition_nodes(partition: str | None) -> tuple[str, int] | None:
+    """``(name, node count)`` of ``partition`` (None: the cluster's default one) as ``sinfo`` reports it, or None
+    when ``sinfo`` does not answer or knows no such partition."""
+    try:
+        res = subprocess.run(["sinfo", "-h", "-o", "%P %D"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    counts: dict[str, int] = {}
+    default = None
+    for line in res.stdout.splitlines():
+        name, _, count = line.strip().partition(" ")
+        if not count.strip().isdigit():
+            continue
+        if name.endswith("*"):  # sinfo marks the default partition
+            name = default = name[:-1]
+        counts[name] = counts.get(name, 0) + int(count)  # one line per node state
+    name = partition or default
+    return (name, counts[name]) if name in counts else None
 
 
 class _SacctNotice:
