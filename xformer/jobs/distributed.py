@@ -265,10 +265,11 @@ def peer_lost_line(err: BaseException, step: int | None, out_dir: Path | None) -
     last = last_checkpoint(out_dir) if out_dir is not None else None
     saved = checkpoint_step(last) if last is not None and last.is_file() else None
     kept = f"{last} (step {saved}) is kept" if saved is not None else "no checkpoint was saved yet"
+    folder = out_dir if out_dir is not None else "<the job's folder>"
     return (
         f"rank {rank} of {world}: a peer rank was lost at step {step} ({type(cause).__name__}: {what}); its node "
         f"or process stopped. {kept}. Fix: start the job again on every node with the same command and "
-        f"ckpt_path=last hydra.run.dir={out_dir} (a requeued SLURM job resumes by itself)"
+        f"ckpt_path=last hydra.run.dir={folder} (a requeued SLURM job resumes by itself)"
     )
 
 
