@@ -59,17 +59,16 @@ def node_commands(args: list[str], run_id: str) -> list[list[str]]:
     ]
 
 
-def start_nodes(commands: list[list[str]], cwd: Path, tmp: Path, **extra: str) -> list[subprocess.Popen]:
-    """Node 0 first (it hosts the rendezvous store, as the head node does), node 1 once the store listens."""
+def start_nodes(commands: list[list[str]], cwd: Path, tmp: Path, tag: str = "node") -> list[subprocess.Popen]:
+    """Node 0 first (it hosts the rendezvous store, as the head node does), node 1 once the store listens;
+    their consoles go to ``<tmp>/<tag><n>.log``."""
     procs: list[subprocess.Popen] = []
     endpoint = next(a for a in commands[0] if a.startswith("--rdzv_endpoint="))
     port = int(endpoint.rsplit(":", 1)[1])
     for node, cmd in enumerate(commands):
-        out = (tmp / f"node{node}.log").open("w")
+        out = (tmp / f"{tag}{node}.log").open("w")
         procs.append(
-            subprocess.Popen(
-                cmd, cwd=cwd, env=env(tmp, **extra), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
+            subprocess.Popen(cmd, cwd=cwd, env=env(tmp), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         )
         deadline = time.monotonic() + 60
         while node == 0 and not listening(port) and time.monotonic() < deadline:
@@ -77,7 +76,9 @@ def start_nodes(commands: list[list[str]], cwd: Path, tmp: Path, **extra: str) -
     return procs
 
 
-def wait_nodes(procs: list[subprocess.Popen], tmp: Path, timeout: float = 300) -> tuple[list[int], list[str]]:
+def wait_nodes(
+    procs: list[subprocess.Popen], tmp: Path, timeout: float = 300, tag: str = "node"
+) -> tuple[list[int], list[str]]:
     """Exit codes and console text of the node processes (each killed after ``timeout`` s)."""
     codes = []
     for proc in procs:
@@ -86,11 +87,11 @@ def wait_nodes(procs: list[subprocess.Popen], tmp: Path, timeout: float = 300) -
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, 9)
             codes.append(proc.wait())
-    return codes, [(tmp / f"node{n}.log").read_text() for n in range(len(procs))]
+    return codes, [(tmp / f"{tag}{n}.log").read_text() for n in range(len(procs))]
 
 
-def torchrun_two_nodes(args: list[str], cwd: Path, tmp: Path) -> tuple[list[int], list[str]]:
-    return wait_nodes(start_nodes(node_commands(args, tmp.name), cwd, tmp), tmp)
+def torchrun_two_nodes(args: list[str], cwd: Path, tmp: Path, tag: str = "node") -> tuple[list[int], list[str]]:
+    return wait_nodes(start_nodes(node_commands(args, tmp.name + tag), cwd, tmp, tag), tmp, tag=tag)
 
 
 def srun_env(node: int, job_id: str) -> dict[str, str]:
@@ -247,9 +248,7 @@ def test_lost_node_survivor_stops_with_one_line_and_same_command_resumes(how, on
     assert (job / "checkpoints" / "last.ckpt").is_file()
     quiet([console])
 
-    again = tmp_path / "again"
-    again.mkdir()
-    codes, consoles = wait_nodes(start_nodes(node_commands(args, "again"), again, again), again)
+    codes, consoles = torchrun_two_nodes(args, tmp_path, tmp_path, tag="again")
     assert codes == [0, 0], consoles
     assert "Restored all states from the checkpoint" in consoles[0]
     assert_same(job, one_node)
@@ -274,11 +273,9 @@ def test_fsdp_two_nodes_equals_one_node_and_resumes_exactly(tmp_path):
     assert res.returncode == 0, fail_msg(res)
 
     two = [*TINY, *fsdp, "trainer.devices=1", "trainer.num_nodes=2"]
-    whole = tmp_path / "whole"
-    whole.mkdir()
-    codes, consoles = torchrun_two_nodes([*two, f"hydra.run.dir={whole / 'job'}"], whole, whole)
+    codes, consoles = torchrun_two_nodes([*two, f"hydra.run.dir={tmp_path / 'whole'}"], tmp_path, tmp_path, "whole")
     assert codes == [0, 0], consoles
-    assert_same(whole / "job", ref)
+    assert_same(tmp_path / "whole", ref)
     quiet(consoles)
 
     job, marker = tmp_path / "job", tmp_path / "lost.json"
@@ -291,10 +288,9 @@ def test_fsdp_two_nodes_equals_one_node_and_resumes_exactly(tmp_path):
         "ckpt_path=last",
         f"hydra.run.dir={job}",
     ]
-    for attempt in ("first", "again"):
-        folder = tmp_path / attempt
-        folder.mkdir()
-        codes, consoles = torchrun_two_nodes(args, folder, folder)
-    assert marker.exists() and codes == [0, 0], consoles
+    codes, consoles = torchrun_two_nodes(args, tmp_path, tmp_path, "first")
+    assert marker.exists() and codes[0] != 0 and metrics(job)["status"] == "failed", consoles
+    codes, consoles = torchrun_two_nodes(args, tmp_path, tmp_path, "again")
+    assert codes == [0, 0], consoles
     assert "Restored all states from the checkpoint" in consoles[0]
     assert_same(job, ref)
