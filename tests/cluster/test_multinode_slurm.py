@@ -151,3 +151,39 @@ def test_requeued_sweep_job_log_says_it_resumes_by_itself(slurm_cluster, tmp_pat
     assert "at step 7" in text
     for wrong in ("resume the whole sweep", "sweep stopped", "resume with:", "not requeued"):
         assert wrong not in text + res.stdout + res.stderr, wrong
+
+
+@pytest.mark.slow  # ~70 s: the 2-node SLURM job, then the same script again
+def test_sbatch_two_nodes_lost_task_fails_with_one_line_and_same_script_resumes(
+    two_node_cluster,
+    one_node,  # noqa: F811
+    tmp_path,
+):
+    """Under a real 2-node ``srun``, task 1 (node2) is killed after step 5 of 6: the task on node1 stops with
+    the one ``error:`` line, SLURM ends the job FAILED, last.ckpt of step 4 is kept; the same script submitted
+    again resumes it to the numbers of 2 processes on one node."""
+    job, marker = tmp_path / "job", tmp_path / "lost.json"
+    args = [
+        *TINY,
+        *TWO_NODES,
+        "trainer.max_steps=6",
+        "callbacks.last_checkpoint.every_n_train_steps=2",
+        "+callbacks.lose_node._target_=tests.scaling.node_loss.LoseNodeAt",
+        "+callbacks.lose_node.step=5",
+        f"+callbacks.lose_node.marker={marker}",
+        "+callbacks.lose_node.parent=false",
+        "ckpt_path=last",
+        f"hydra.run.dir={job}",
+    ]
+    script = two_node_script(tmp_path / "job.sh", args)
+    first = two_node_cluster.sbatch(script, tmp_path)
+    two_node_cluster.wait_gone(first, tmp_path)
+    out = script.with_suffix(".out").read_text()
+    lines = [ln for ln in out.splitlines() if "a peer rank was lost" in ln]
+    assert len(lines) == 1 and lines[0].startswith("error: rank 0 of 2: a peer rank was lost at step 5 ("), out
+    assert "last.ckpt (step 4) is kept" in lines[0] and "GLHF" not in out and "Traceback" not in out
+    assert metrics(job)["status"] == "failed" and marker.exists()
+    again = two_node_cluster.sbatch(script, tmp_path)
+    two_node_cluster.wait_gone(again, tmp_path)
+    assert "Restored all states from the checkpoint" in script.with_suffix(".out").read_text()
+    assert_same(job, one_node)
