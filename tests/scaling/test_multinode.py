@@ -252,6 +252,7 @@ def test_lost_node_survivor_stops_with_one_line_and_same_command_resumes(how, on
     assert codes == [0, 0], consoles
     assert "Restored all states from the checkpoint" in consoles[0]
     assert_same(job, one_node)
+    assert len({p.name.rsplit("-", 1)[1] for p in job.glob("wandb/offline-run-*")}) == 1  # one W&B run, continued
     quiet(consoles)
 
 
