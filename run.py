@@ -70,7 +70,7 @@ def main(cfg: DictConfig) -> float | None:
         return fallback(cfg) if value is None and ctx.multirun else value
     if end.status in (Status.INTERRUPTED, Status.PREEMPTED):  # last.ckpt was saved
         if ctx.multirun:
-            stop_sweep(cfg, ctx, end.exit_code)  # the summary of what ran, and the command that goes on
+            stop_sweep(cfg, ctx, end)  # the summary of what ran, and the command that goes on
         sys.exit(end.exit_code)
     if ctx.multirun:  # the sweep goes on; the sweeper gets the worst objective
         err = end.error

@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         ],
     }
     port = _free_port()
-    strategy = "trainer.strategy={_target_:lightning.pytorch.strategies.DDPStrategy,process_group_backend:gloo}"
+    strategy = "+trainer.strategy.process_group_backend=gloo"  # xformer.jobs.distributed.ddp_strategy passes it on
     runs["ddp2"] = [
         [
             sys.executable,

@@ -7,6 +7,7 @@
 #   sinfo; sbatch ...; python run.py hydra/launcher=slurm ... -m
 #   sudo scripts/slurm-localhost.sh stop      # stops the daemons (the state folder is kept)
 #   scripts/slurm-localhost.sh status         # exit 0 when the node answers
+#   sudo XFORMER_SLURM_NODES=2 scripts/slurm-localhost.sh start   # a second cluster of 2 nodes (see below)
 #
 # The node is this machine (NodeName=localhost, every CPU it has, its memory), in one partition
 # named `cpu` (default) with no time limit. Daemons run as root (SlurmUser=root) with process
@@ -14,11 +15,22 @@
 # runs in a container too. No accounting database: `sacct` answers nothing (submitit then polls
 # with squeue). Everything lives under $XFORMER_SLURM_DIR (default /tmp/xformer-slurm); the system's
 # /etc/slurm is not touched, so clients need SLURM_CONF (the script prints it).
+# XFORMER_SLURM_NODES=N (N > 1) starts a separate cluster of N nodes named node1..nodeN, all on this
+# machine (one slurmd each, `slurmd -N nodeK`, on ports 17011.. with slurmctld on 17010; the machine's
+# CPUs and memory split between them), in partition `cpu` of its own $XFORMER_SLURM_DIR (default
+# /tmp/xformer-slurm-<N>nodes), beside the one-node cluster: `srun --nodes=2` gives each task its own
+# SLURM_NODEID, as on a real cluster. The node names resolve nowhere: jobs set MASTER_ADDR=127.0.0.1.
 # Requires root (the daemons) and, when slurm is not installed, apt-get. Exit 3 means "cannot
 # start here" with one line on stderr saying why (the tests skip on it).
 set -euo pipefail
 
-STATE="${XFORMER_SLURM_DIR:-/tmp/xformer-slurm}"
+NODES="${XFORMER_SLURM_NODES:-1}"
+[[ "$NODES" =~ ^[1-9][0-9]*$ ]] || { echo "slurm-localhost: XFORMER_SLURM_NODES=$NODES is not a node count" >&2; exit 2; }
+if [ "$NODES" = 1 ]; then
+  STATE="${XFORMER_SLURM_DIR:-/tmp/xformer-slurm}"
+else
+  STATE="${XFORMER_SLURM_DIR:-/tmp/xformer-slurm-${NODES}nodes}"
+fi
 CONF="$STATE/slurm.conf"
 PARTITION="${XFORMER_SLURM_PARTITION:-cpu}"
 export SLURM_CONF="$CONF"
@@ -41,20 +53,34 @@ write_conf() {
   cpus=$(nproc --all)
   mem=$(awk '/MemTotal/ {print int($2 / 1024 * 0.9)}' /proc/meminfo)
   mkdir -p "$STATE/ctld" "$STATE/d" "$STATE/log"
+  if [ "$NODES" = 1 ]; then
+    ports=""
+    nodes="NodeName=localhost CPUs=$cpus RealMemory=$mem State=UNKNOWN"
+    members=localhost
+  else  # N slurmd on this machine: own ports, own names, the CPUs and memory split
+    ports=$'SlurmctldPort=17010\nSlurmdPort=17011'
+    nodes=""
+    for k in $(seq 1 "$NODES"); do
+      nodes+="NodeName=node$k NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((17010 + k)) "
+      nodes+="CPUs=$(( cpus / NODES > 0 ? cpus / NODES : 1 )) RealMemory=$(( mem / NODES )) State=UNKNOWN"$'\n'
+    done
+    members="node[1-$NODES]"
+  fi
   cat >"$CONF" <<EOF
-ClusterName=xformer-localhost
+ClusterName=xformer-localhost$([ "$NODES" = 1 ] || echo "-$NODES")
 SlurmctldHost=localhost
+$ports
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 # a requeued job waits cred_expire seconds before it may start again (default 120)
 AuthInfo=cred_expire=10
 StateSaveLocation=$STATE/ctld
-SlurmdSpoolDir=$STATE/d
+SlurmdSpoolDir=$STATE/d/%n
 SlurmctldPidFile=$STATE/slurmctld.pid
-SlurmdPidFile=$STATE/slurmd.pid
+SlurmdPidFile=$STATE/slurmd-%n.pid
 SlurmctldLogFile=$STATE/log/slurmctld.log
-SlurmdLogFile=$STATE/log/slurmd.log
+SlurmdLogFile=$STATE/log/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
@@ -68,12 +94,17 @@ AccountingStorageType=accounting_storage/none
 MinJobAge=30
 KillWait=30
 SchedulerParameters=sched_interval=2
-NodeName=localhost CPUs=$cpus RealMemory=$mem State=UNKNOWN
-PartitionName=$PARTITION Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
+$nodes
+PartitionName=$PARTITION Nodes=$members Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 EOF
 }
 
-up() { timeout 5 sinfo -h -o %T 2>/dev/null | grep -qE '^(idle|mixed|allocated|completing)'; }
+# every node answers
+up() {
+  local n
+  n=$(timeout 5 sinfo -h -N -o %T 2>/dev/null | grep -cE '^(idle|mixed|allocated|completing)') || true
+  [ "${n:-0}" -ge "$NODES" ]
+}
 
 start() {
   [ "$(id -u)" = 0 ] || cannot "not root: slurmctld/slurmd/munged must run as root (run with sudo)"
@@ -87,10 +118,16 @@ start() {
     runuser -u munge -- munged || munged --force || cannot "munged did not start"
   fi
   slurmctld -f "$CONF" || cannot "slurmctld did not start (see $STATE/log/slurmctld.log)"
-  slurmd -f "$CONF" || cannot "slurmd did not start (see $STATE/log/slurmd.log)"
+  if [ "$NODES" = 1 ]; then
+    slurmd -f "$CONF" || cannot "slurmd did not start (see $STATE/log/slurmd-localhost.log)"
+  else
+    for k in $(seq 1 "$NODES"); do
+      slurmd -f "$CONF" -N "node$k" || cannot "slurmd -N node$k did not start (see $STATE/log/slurmd-node$k.log)"
+    done
+  fi
   for _ in $(seq 1 60); do
     if up; then
-      scontrol update NodeName=localhost State=RESUME >/dev/null 2>&1 || true
+      scontrol update NodeName="$(sinfo -h -o %N | head -n 1)" State=RESUME >/dev/null 2>&1 || true
       echo "export SLURM_CONF=$CONF"
       return
     fi
@@ -102,20 +139,21 @@ start() {
 stop() {
   # the daemons this script started, by their pid files (scancel first so no job is left running)
   if up; then scancel --full --quiet --user=root 2>/dev/null || true; fi
-  for pidfile in "$STATE/slurmd.pid" "$STATE/slurmctld.pid"; do
+  local pidfiles=("$STATE"/slurmd*.pid "$STATE/slurmctld.pid")
+  for pidfile in "${pidfiles[@]}"; do
     if [ -s "$pidfile" ]; then
       kill "$(cat "$pidfile")" 2>/dev/null || true
     fi
   done
   for _ in $(seq 1 20); do
     alive=0
-    for pidfile in "$STATE/slurmd.pid" "$STATE/slurmctld.pid"; do
+    for pidfile in "${pidfiles[@]}"; do
       [ -s "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null && alive=1
     done
     [ $alive = 0 ] && break
     sleep 0.5
   done
-  rm -f "$STATE/slurmd.pid" "$STATE/slurmctld.pid"
+  rm -f "${pidfiles[@]}"
 }
 
 case "${1:-}" in

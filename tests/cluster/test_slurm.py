@@ -187,6 +187,19 @@ def test_sbatch_job_requeues_on_lightning_signal_and_resumes_exactly(sbatch_requ
     assert "requeued SLURM job" in out.read_text()
 
 
+def test_sbatch_requeued_attempts_log_that_they_resume_by_themselves(sbatch_requeued):
+    """The attempt that got the signal says the job is requeued and resumes by itself, and where to see it
+    wait; the next attempt says from which checkpoint and step it resumes; none gives a command to run."""
+    run_dir, _, out = sbatch_requeued
+    text = out.read_text()
+    job = next(ln for ln in text.splitlines() if "requeued SLURM job" in ln).split("requeued SLURM job ")[1]
+    job = job.split(":")[0].split()[0]
+    assert f"requeued SLURM job {job}: it resumes from its last.ckpt by itself" in text
+    assert f"squeue -j {job} shows it PENDING" in text
+    assert f"requeued SLURM job {job} (restart 1): resuming by itself from {run_dir / 'checkpoints'}" in text
+    assert "resume with:" not in text and "not requeued" not in text
+
+
 @pytest.mark.slow  # the rule itself runs in CI: tests/scaling/test_slurm_units.py
 def test_fresh_job_never_resumes_another_jobs_checkpoint(slurm_cluster, sbatch_requeued, reference, tmp_path):
     """A new job in the same fixed folder, requeued before it saved anything (so SLURM_RESTART_COUNT

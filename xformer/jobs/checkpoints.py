@@ -35,7 +35,7 @@ def resolve_ckpt_path(cfg: DictConfig, out_dir: str | Path | None, warn: bool = 
     if not ckpt:
         if cfg.get("mode", "train") != "train":
             return None
-        own = requeued_checkpoint(out_dir)
+        own = requeued_checkpoint(out_dir, announce=warn)
         return str(own) if own is not None else None
     if ckpt != "last":
         return str(ckpt)
@@ -51,9 +51,10 @@ def resolve_ckpt_path(cfg: DictConfig, out_dir: str | Path | None, warn: bool = 
     return None
 
 
-def requeued_checkpoint(out_dir: str | Path | None) -> Path | None:
+def requeued_checkpoint(out_dir: str | Path | None, announce: bool = False) -> Path | None:
     """``<out_dir>/checkpoints/last.ckpt`` when this process is a requeued SLURM job and this same job wrote that
-    checkpoint (its ``xformer.slurm_job``), else None."""
+    checkpoint (its ``xformer.slurm_job``), else None. ``announce``: global rank 0 logs that the job resumes by
+    itself."""
     key = slurm_job_key()
     restarts = os.environ.get("SLURM_RESTART_COUNT", "")  # how often SLURM requeued and restarted this job
     if out_dir is None or key is None or not restarts.isdigit() or int(restarts) < 1:
@@ -62,7 +63,8 @@ def requeued_checkpoint(out_dir: str | Path | None) -> Path | None:
     if not last.is_file():
         return None
     try:
-        meta = (read_checkpoint(last) or {}).get("xformer") or {}
+        ckpt = read_checkpoint(last) or {}
+        meta = ckpt.get("xformer") or {}
     except UnreadableCheckpoint as err:
         log.warning("requeued SLURM job %s: %s is unreadable (%s); starting from scratch", key, last, err)
         return None
@@ -74,6 +76,14 @@ def requeued_checkpoint(out_dir: str | Path | None) -> Path | None:
             meta.get("slurm_job") or "a run outside SLURM",
         )
         return None
+    if announce and os.environ.get("SLURM_PROCID", "0") == "0":
+        log.warning(
+            "requeued SLURM job %s (restart %s): resuming by itself from %s at step %s",
+            key.split("/", 1)[1],
+            restarts,
+            last,
+            ckpt.get("global_step"),
+        )
     return last
 
 

@@ -128,7 +128,8 @@ def outcome_of(
 ) -> Outcome:
     """The outcome of a job that ended with ``err`` (None: ran to the end; ``rose``: its validation loss ended
     above the first; ``ctrl_c``: Lightning turned a KeyboardInterrupt into ``SystemExit``; ``step``: where it
-    stopped). Codes: finished/diverged-by-validation 0, invalid input 2, Ctrl-C 130, SIGTERM 143, else 1."""
+    stopped). Codes: finished/diverged-by-validation 0, invalid input 2, Ctrl-C 130, SIGTERM 143, else 1 (a lost
+    peer rank: its one line, :func:`xformer.jobs.distributed.peer_lost_line`)."""
     if err is None:
         return Outcome(Status.DIVERGED, 0, diverged=rose) if rose else Outcome(Status.FINISHED, 0)
     if isinstance(err, ConfigError):
@@ -156,6 +157,10 @@ def outcome_of(
         status, how = (Status.INTERRUPTED, "Ctrl-C") if sigint else (Status.PREEMPTED, "SIGTERM")
         message = f"{status}: stopped by {how} at step {step}; last.ckpt was saved"
         return Outcome(status, STOPPED_EXIT_CODES[status], err, None, message)
+    from .distributed import peer_lost_line
+
+    if (line := peer_lost_line(err, step, out_dir)) is not None:  # another rank was lost: the line, no traceback
+        return Outcome(Status.FAILED, 1, err, line, line)
     return Outcome(Status.FAILED, 1, err, None, first_line(err))
 
 

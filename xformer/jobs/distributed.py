@@ -23,6 +23,11 @@ from xformer.config.overrides import key_of, quoted
 from .overrides import SWEEP_JOB_ENV, sweep_job_facts
 
 CHILD_GRACE_S = 60  # after a stop or a failed rank, how long the ranks get to leave before they are killed
+#: How long a rank waits in a collective (all-reduce, barrier, the start's rendezvous) for the other ranks before
+#: it fails (``trainer.strategy.timeout_s`` of ``trainer=ddp`` / ``trainer=fsdp``). A peer whose process dies
+#: closes its connections and the others fail at their next collective; a peer that vanishes without closing
+#: them (a node's power or network lost; NCCL in every case) is noticed after this time, not torch's 30 minutes.
+COLLECTIVE_TIMEOUT_S = 600
 
 if TYPE_CHECKING:
     from .context import JobContext, Outcome
@@ -151,10 +156,50 @@ def run_job(fn: Callable[..., Any], cfg: Any, ctx: JobContext, script: str | Pat
     return outcome_of_record(record, failure, stopped_by, n), record
 
 
-def fsdp_strategy(devices: Any = 1, num_nodes: int = 1, save_distributed_checkpoint: bool = False, **kwargs: Any):
+def ddp_strategy(timeout_s: float = COLLECTIVE_TIMEOUT_S, **kwargs: Any):
+    """``trainer=ddp``: Lightning's ``DDPStrategy`` (``kwargs``: its own, e.g. ``find_unused_parameters``) whose
+    collectives give up after ``timeout_s`` seconds (:data:`COLLECTIVE_TIMEOUT_S`) instead of torch's default
+    30 minutes, so a rank whose peer was lost stops and says so (:func:`peer_lost_line`).
+
+    Raises:
+        ConfigError: ``timeout_s`` is not a positive number of seconds."""
+    from lightning.pytorch.strategies import DDPStrategy
+
+    return DDPStrategy(timeout=collective_timeout(timeout_s), **kwargs)
+
+
+def collective_timeout(timeout_s: Any):
+    """``timeout_s`` seconds as the ``timedelta`` Lightning's strategies pass to ``init_process_group``.
+
+    Raises:
+        ConfigError: not a positive number."""
+    from datetime import timedelta
+
+    from xformer.errors import ConfigError
+
+    try:
+        seconds = float(timeout_s)
+    except (TypeError, ValueError):
+        seconds = float("nan")
+    if not seconds > 0 or seconds == float("inf"):
+        raise ConfigError(
+            f"trainer.strategy.timeout_s={timeout_s}: the collective timeout must be a positive number of seconds. "
+            f"Fix: trainer.strategy.timeout_s={COLLECTIVE_TIMEOUT_S}"
+        )
+    return timedelta(seconds=seconds)
+
+
+def fsdp_strategy(
+    devices: Any = 1,
+    num_nodes: int = 1,
+    save_distributed_checkpoint: bool = False,
+    timeout_s: float = COLLECTIVE_TIMEOUT_S,
+    **kwargs: Any,
+):
     """``trainer=fsdp``: FSDP2 through Lightning's ``ModelParallelStrategy`` with every rank in one data-parallel
     group (``devices`` x ``num_nodes``); runs on GPUs and, unlike Lightning's FSDP1, on CPU.
-    ``save_distributed_checkpoint=False`` writes single-file checkpoints any run can load.
+    ``save_distributed_checkpoint=False`` writes single-file checkpoints any run can load; ``timeout_s``: the
+    collective timeout, as for :func:`ddp_strategy`.
 
     Raises:
         ConfigError: ``devices`` is not a device count or list (``auto``, ``-1``)."""
@@ -176,7 +221,55 @@ def fsdp_strategy(devices: Any = 1, num_nodes: int = 1, save_distributed_checkpo
         )
     kwargs.setdefault("tensor_parallel_size", 1)
     return ModelParallelStrategy(
-        data_parallel_size=count * int(num_nodes), save_distributed_checkpoint=save_distributed_checkpoint, **kwargs
+        data_parallel_size=count * int(num_nodes),
+        save_distributed_checkpoint=save_distributed_checkpoint,
+        timeout=collective_timeout(timeout_s),
+        **kwargs,
+    )
+
+
+def lost_peer(err: BaseException) -> BaseException | None:
+    """The error in ``err``'s chain that says a collective lost its peer rank: torch's ``DistError`` family
+    (NCCL, the store, the network; a timeout) or gloo's transport error, which torch raises as a plain
+    ``RuntimeError`` naming gloo's ``transport`` source file (no error type of its own). None otherwise."""
+    import torch.distributed as dist
+
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, dist.DistError) or (
+            isinstance(current, RuntimeError) and "gloo/transport" in str(current)
+        ):
+            return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def peer_lost_line(err: BaseException, step: int | None, out_dir: Path | None) -> str | None:
+    """The one ``error:`` line of a rank whose collective failed because another rank was lost (its process
+    killed, its node gone), or None when ``err`` is no such failure: which rank, where it stopped, the
+    checkpoint kept and how to resume. ``out_dir``: the job's folder."""
+    cause = lost_peer(err)
+    if cause is None:
+        return None
+    import torch.distributed as dist
+
+    from .checkpoints import checkpoint_step, last_checkpoint
+
+    rank, world = env_rank(), os.environ.get("WORLD_SIZE") or os.environ.get("SLURM_NTASKS") or "?"
+    if dist.is_available() and dist.is_initialized():
+        rank, world = dist.get_rank(), dist.get_world_size()
+    what = " ".join(str(cause).split())
+    what = what.split("] ", 1)[-1].split(" This is typically caused", 1)[0][:200]  # gloo's source location, advice
+    last = last_checkpoint(out_dir) if out_dir is not None else None
+    saved = checkpoint_step(last) if last is not None and last.is_file() else None
+    kept = f"{last} (step {saved}) is kept" if saved is not None else "no checkpoint was saved yet"
+    folder = out_dir if out_dir is not None else "<the job's folder>"
+    return (
+        f"rank {rank} of {world}: a peer rank was lost at step {step} ({type(cause).__name__}: {what}); its node "
+        f"or process stopped. {kept}. Fix: start the job again on every node with the same command and "
+        f"ckpt_path=last hydra.run.dir={folder} (a requeued SLURM job resumes by itself)"
     )
 
 

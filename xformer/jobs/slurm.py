@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import subprocess
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("xformer")
@@ -55,22 +56,43 @@ def global_rank() -> int:
 def requeue(signum: int, engine_handler: Any) -> None:
     """Requeue this SLURM job after signal ``signum``: under submitit through its own handler ``engine_handler``,
     else ``scontrol requeue`` as Lightning's SLURM handler does."""
+    job = os.environ.get("SLURM_JOB_ID", "")
+    if os.environ.get("SLURM_ARRAY_JOB_ID") and os.environ.get("SLURM_ARRAY_TASK_ID"):
+        job = f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ['SLURM_ARRAY_TASK_ID']}"
     if submitit_signal() is not None and callable(engine_handler):
         try:
             engine_handler(signum, None)  # requeues, then exits the process
         except SystemExit:
-            pass
+            log.warning(REQUEUED, job, job)
         except Exception as err:  # submitit declines: timed out too often, or not checkpointable
-            log.warning("not requeued: %s", err)
+            log.warning("SLURM job %s not requeued (%s); resume it with: %s", job, err, _resume_command())
         return
-    job = os.environ.get("SLURM_JOB_ID", "")
-    if os.environ.get("SLURM_ARRAY_JOB_ID") and os.environ.get("SLURM_ARRAY_TASK_ID"):
-        job = f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ['SLURM_ARRAY_TASK_ID']}"
     result = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
     if result.returncode == 0:
-        log.warning("requeued SLURM job %s; it resumes from last.ckpt when it starts again", job)
+        log.warning(REQUEUED, job, job)
     else:
-        log.warning("scontrol requeue %s failed: %s", job, (result.stderr or result.stdout).strip()[:300])
+        why = (result.stderr or result.stdout).strip()[:300]
+        log.warning("scontrol requeue %s failed (%s); resume it with: %s", job, why, _resume_command())
+
+
+#: What a requeued job's log says (the job id twice): it resumes by itself, and where to watch it wait.
+REQUEUED = (
+    "requeued SLURM job %s: it resumes from its last.ckpt by itself when SLURM starts it again (nothing to run "
+    "by hand; SLURM first holds it for its credential lifetime, AuthInfo cred_expire, 2-3 minutes by default: "
+    "squeue -j %s shows it PENDING (BeginTime))"
+)
+
+
+def _resume_command() -> str:
+    """The command that resumes this job by hand (the sweep's, for a sweep job)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from .overrides import resume_command
+
+    try:
+        return resume_command(Path(HydraConfig.get().runtime.output_dir))
+    except Exception:  # no Hydra config left at exit
+        return "the same command with ckpt_path=last hydra.run.dir=<its folder>"
 
 
 # -- hydra/launcher=slurm: before anything is queued ----------------------------------------------
@@ -134,11 +156,41 @@ def sweep_problem(config: Any, jobs: list[list[str]]) -> str | None:
         return None
     lines = [ln.strip() for ln in (res.stderr or res.stdout).splitlines() if ln.strip()]
     why = (lines[-1] if lines else f"exit status {res.returncode}").removeprefix("sbatch: error: ")
+    if (nodes := int(launcher.get("nodes") or 1)) > 1:
+        have = partition_nodes(launcher.get("partition"))
+        if have is not None and have[1] < nodes:
+            part, count = have
+            return (
+                f"hydra/launcher=slurm: trainer.num_nodes={nodes} asks SLURM for {nodes} nodes, but partition "
+                f"{part} has {count} (sbatch --test-only --nodes={nodes}: {why}). Fix: trainer.num_nodes="
+                f"{count}, or hydra.launcher.partition=<a partition with {nodes} nodes> (sinfo -o '%P %D' lists "
+                f"them)"
+            )
     return (
         f"hydra/launcher=slurm: SLURM refuses the job request ({' '.join(request)}): {why}. Fix: set "
         f"hydra.launcher.partition / tasks_per_node / cpus_per_task / gpus_per_node / mem_gb to what the "
         f"cluster has (sinfo -o '%P %c %m %G' lists them)"
     )
+
+
+def partition_nodes(partition: str | None) -> tuple[str, int] | None:
+    """``(name, node count)`` of ``partition`` (None: the cluster's default one) as ``sinfo`` reports it, or None
+    when ``sinfo`` does not answer or knows no such partition."""
+    try:
+        res = subprocess.run(["sinfo", "-h", "-o", "%P %D"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    counts: dict[str, int] = {}
+    default = None
+    for line in res.stdout.splitlines():
+        name, _, count = line.strip().partition(" ")
+        if not count.strip().isdigit():
+            continue
+        if name.endswith("*"):  # sinfo marks the default partition
+            name = default = name[:-1]
+        counts[name] = counts.get(name, 0) + int(count)  # one line per node state
+    name = partition or default
+    return (name, counts[name]) if name in counts else None
 
 
 class _SacctNotice:

@@ -63,10 +63,18 @@ def record_job(cfg: DictConfig, ctx: JobContext, end: Outcome, record: RunRecord
     tmp.replace(jobs / f"{ctx.num}.json")
 
 
-def stop_sweep(cfg: DictConfig, ctx: JobContext, code: int) -> None:
+def stop_sweep(cfg: DictConfig, ctx: JobContext, end: Outcome) -> None:
     """End the sweep after a job stopped by Ctrl-C or SIGTERM (Hydra's ``on_multirun_end`` does not run): write
-    ``sweep_summary.json`` for what ran and log the command that continues the sweep."""
+    ``sweep_summary.json`` for what ran and log the command that continues the sweep. A job stopped by SLURM's
+    requeue signal ends nothing: SLURM requeues it and it resumes by itself (:func:`xformer.jobs.slurm.requeue`
+    logs that), so this says nothing."""
     from hydra.core.hydra_config import HydraConfig
+
+    from .callbacks import interrupt_signal
+
+    if interrupt_signal(end.error) not in (None, "SIGTERM", "SIGINT"):  # SLURM's requeue signal
+        return
+    code = end.exit_code
 
     try:
         write_sweep_summary(ctx.sweep_dir, cfg, HydraConfig.get().sweeper, exit_on_failure=False)

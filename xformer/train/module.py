@@ -204,8 +204,11 @@ class TransformerLitModule(L.LightningModule):
             tokens -= int(self._step_window[3])
         per_rank = [tokens]
         if self._attached() and self.trainer.world_size > 1:
-            gathered = self.all_gather(torch.tensor(tokens, dtype=torch.int64, device=self._tokens.device))
-            per_rank = [int(t) for t in gathered.reshape(-1).tolist()]
+            # torch's own all_gather: LightningModule.all_gather calls torch.distributed.nn's deprecated one
+            mine = torch.tensor([tokens], dtype=torch.int64, device=self._tokens.device)
+            gathered = [torch.zeros_like(mine) for _ in range(self.trainer.world_size)]
+            torch.distributed.all_gather(gathered, mine)
+            per_rank = [int(t) for t in torch.cat(gathered).tolist()]
         checkpoint["xformer"] = {
             **self.checkpoint_meta,
             "tokens_seen": sum(per_rank),
