@@ -169,6 +169,22 @@ class ValidateSweep(Callback):
         refuse("\n".join(error_lines(n_jobs, bad, self.max_listed)), bad[0][2])
 
 
+class ReportNeeds(Callback):
+    """Log at a sweep's start what ``xformer report`` will need to decide it (seeds, second-half validations) when
+    its jobs have fewer, with the overrides that give them (:func:`.sweep.report_needs`); ``enabled=false``
+    skips it."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+
+    @override
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from .sweep import report_needs
+
+        if self.enabled and (line := report_needs(config)) is not None:
+            log.info("%s", line)
+
+
 class ResumeSweep(Callback):
     """Record the configs of the existing job folders and refuse a sweep whose jobs would mix configs
     (:mod:`.sweep_resume`); ``enabled=false`` skips the check and the record."""
