@@ -136,7 +136,7 @@ def readable(hint: Any) -> str:
     if origin in (list, tuple) or (origin is not None and getattr(origin, "__name__", "") == "Sequence"):
         if origin is tuple and args and args[-1] is not Ellipsis:
             return f"a list of {len(args)} values ({', '.join(readable(a) for a in args)})"
-        return f"a list of {readable(args[0])} values" if args else "a list"
+        return f"a list, each {readable(args[0])}" if args else "a list"
     if origin is dict:
         return "a mapping (key: value)"
     return describe(hint)

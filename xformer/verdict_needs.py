@@ -33,10 +33,9 @@ def late_validations(steps: list[int]) -> list[int]:
 def interval_for(max_steps: int, dense_every: int | None = None, dense_until: int = 0) -> int | None:
     """The largest ``trainer.val_check_interval`` that gives a run of ``max_steps`` at least
     :data:`MIN_LATE_VALIDATIONS` second-half validations; ``None`` when none does."""
-    for interval in range(max(1, max_steps // (2 * (MIN_LATE_VALIDATIONS - 1))) + 1, 0, -1):
-        if (
-            len(late_validations(validation_steps(max_steps, interval, dense_every, dense_until)))
-            >= MIN_LATE_VALIDATIONS
-        ):
+    dense = set(validation_steps(max_steps, 0, dense_every, dense_until))
+    for interval in range(max_steps, 0, -1):
+        steps = dense | set(range(interval, max_steps + 1, interval))
+        if len(late_validations(sorted(steps))) >= MIN_LATE_VALIDATIONS:
             return interval
     return None

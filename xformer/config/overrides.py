@@ -154,9 +154,5 @@ def sweep_without_multirun(args: list[str]) -> str | None:
     for arg in args:
         if arg.startswith("-") or not sweep_override_keys([arg]):  # a flag is Hydra's to read
             continue
-        key, _, value = arg.partition("=")
-        as_list = f", or {key}=[{value}] for one list value" if "," in value and "(" not in value else ""
-        return (
-            f"{arg}: a sweep (one job per value) runs only with -m. Fix: python run.py {shlex.join(args)} -m{as_list}"
-        )
+        return f"{arg}: a sweep (one job per value) runs only with -m. Fix: python run.py {shlex.join(args)} -m"
     return None

@@ -140,8 +140,8 @@ def _missing_line(what: str, key: str, target: str, module: str) -> str:
 
 def engine_problem(config: DictConfig, multirun: bool) -> str | None:
     """The first missing engine of ``config`` as one line (without ``error:``), or ``None``: under ``-m`` the
-    sweeper's and the launcher's packages and SLURM's programs; for every run each logger's package and, for
-    an online W&B logger, W&B's server."""
+    sweeper's and the launcher's packages and SLURM's programs (not for a dry run, which queues nothing); for
+    every run each logger's package and, for an online W&B logger, W&B's server."""
     from . import slurm
 
     if multirun:
@@ -153,7 +153,8 @@ def engine_problem(config: DictConfig, multirun: bool) -> str | None:
                     if group == "hydra/sweeper" and search != "hparams_search":  # the option that chose the sweeper
                         what = f"{search} ({what})"
                     return _missing_line(what, key, target, module)
-        if slurm.is_slurm_sweep(config) and (line := slurm.missing_programs()) is not None:
+        dry_run = OmegaConf.select(config, "sweep.dry_run", default=False)  # checks the jobs here, queues nothing
+        if slurm.is_slurm_sweep(config) and not dry_run and (line := slurm.missing_programs()) is not None:
             return line
     loggers = OmegaConf.select(config, "logger", default=None)
     for name, node in loggers.items() if isinstance(loggers, DictConfig) else []:
