@@ -1,7 +1,7 @@
 """First contact, as a new user types it (issue 53): a refused run leaves no folder, a mistyped option is found by
 meaning as well as spelling with its options listed once, a comma list without ``-m`` is one line, the text
 ``None`` for an optional key gets the fix ``null``, and a type error's fix is written in words. Each case runs
-``run.py``'s entry point as ``python run.py <args>`` would, all in one process (:mod:`.run_many`)."""
+``run.py`` as a script (its ``__main__`` block), each case from its own empty folder, all in one process."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import REPO
 from tests.reliability.conftest import TINY, env_for
-from xformer.config_types import Range, readable
+from xformer.config_types import Range
 
 CASES = {
     # item 6: refused at each stage of the check; none may leave a folder
@@ -173,4 +173,6 @@ def test_a_type_error_fix_is_written_in_words(outcomes):
     ],
 )
 def test_readable_annotations(hint, words):
+    from xformer.config_types import readable
+
     assert readable(hint) == words

@@ -298,9 +298,9 @@ def report_needs(config: DictConfig) -> str | None:
         late_counts.append((len(late), late, max_steps, dense))
     fix, has = [], [f"{seeds} seed{'s' if seeds != 1 else ''} per setting"]
     if seeds < need.MIN_SEEDS:
-        used = sorted({s for ss in settings.values() for s in ss}, key=str)
-        more = [s for s in range(1000) if s not in used][: need.MIN_SEEDS - len(used)]
-        fix.append(f"seed={','.join(str(s) for s in [*used, *more])}")
+        used = list(dict.fromkeys(s for ss in settings.values() for s in ss))
+        start = max((s for s in used if isinstance(s, int)), default=-1) + 1
+        fix.append(f"seed={','.join(map(str, [*used, *range(start, start + need.MIN_SEEDS - len(used))]))}")
     if late_counts:
         n, late, max_steps, dense = min(late_counts, key=lambda c: c[0])
         has.append(f"{n} second-half validation{'s' if n != 1 else ''} ({', '.join(map(str, late)) or 'none'})")
