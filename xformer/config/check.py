@@ -757,7 +757,7 @@ _ALIASES = re.compile(r"^#\s*aliases:\s*(.+)$")
 
 def option_aliases(conf: Path, group: str, options: list[str]) -> dict[str, list[str]]:
     """``alias -> [options]`` from the ``# aliases: a, b`` comment line of each option's YAML in ``conf/<group>``
-    (other common names of the option; one alias may name several options, ``layernorm``: post, pre)."""
+    (other common names of the option; one alias may name several options)."""
     out: dict[str, list[str]] = {}
     for option in options:
         try:
