@@ -1,5 +1,5 @@
 """A sweeper, launcher or logger whose engine is missing here is one ``error:`` line, exit 2, and no folder: SLURM
-without ``sbatch``/``srun`` (a PATH without them), Optuna, joblib or W&B not installed (the package made
+without ``sbatch``/``srun`` (a PATH without them), Optuna, joblib, submitit or W&B not installed (the package made
 unimportable in the subprocess: ``sys.modules[name] = None``, which ``import`` and ``find_spec`` both read as not
 installed), and an online W&B run whose server refuses the connection (a local port nothing listens on).
 On the old code each of these was a traceback (exit 1) or a run that went on, and left a folder behind."""
@@ -90,6 +90,14 @@ def test_joblib_not_installed_is_one_line_and_no_folder(tmp_path):
     res = run_without("joblib", ["hydra/launcher=joblib_cpu", "model.ffn_ratio=2,4", "-m"], tmp_path)
     line = one_line(res)
     assert line.startswith("error: hydra/launcher=joblib_cpu") and "joblib, which is not installed" in line, line
+    no_folder(tmp_path)
+
+
+def test_submitit_not_installed_is_one_line_and_no_folder(tmp_path):
+    """SLURM's launcher imports submitit only when it launches: its plugin's requirements are looked up."""
+    res = run_without("submitit", ["hydra/launcher=slurm", "model.ffn_ratio=2,4", "-m"], tmp_path)
+    line = one_line(res)
+    assert line.startswith("error: hydra/launcher=slurm") and "submitit, which is not installed" in line, line
     no_folder(tmp_path)
 
 

@@ -63,3 +63,31 @@ def test_a_sweep_of_one_setting_says_nothing(tmp_path):
     res = run_py(["seed=0,1", "sweep.dry_run=true", f"hydra.sweep.dir={tmp_path / 's'}", "-m"], tmp_path, tmp_path)
     assert res.returncode == 0, fail_msg(res)
     assert "report: a verdict" not in res.stdout + res.stderr, fail_msg(res)
+
+
+@pytest.mark.slow
+def test_a_sweep_with_the_suggested_overrides_is_one_the_report_can_decide(tmp_path):
+    """End to end, small: a two-setting sweep is told what it lacks, run with the overrides the line gives, and
+    ``xformer report`` then finds enough seeds and second-half validations for every comparison it decides
+    (was: one seed and 2 second-half validations, found out only by the report)."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import TINY
+
+    base = [*TINY, "model.ffn_ratio=2,4", "trainer.max_steps=24", "trainer.val_check_interval=12", "logger=csv"]
+    res = run_py([*base, "sweep.dry_run=true", f"hydra.sweep.dir={tmp_path / 'dry'}", "-m"], tmp_path, tmp_path)
+    assert res.returncode == 0, fail_msg(res)
+    line = next(ln for ln in (res.stdout + res.stderr).splitlines() if "report: a verdict" in ln)
+    fix = line.split("add: ", 1)[1].split()
+    sweep = tmp_path / "sweep"
+    res = run_py([*base, *fix, f"hydra.sweep.dir={sweep}", "-m"], tmp_path, tmp_path, timeout=1200)
+    assert res.returncode == 0, fail_msg(res)
+    assert "report: a verdict" not in res.stdout + res.stderr
+    rep = subprocess.run(
+        [sys.executable, "-m", "xformer.cli", "report", str(sweep)], capture_output=True, text=True, timeout=600
+    )
+    assert rep.returncode == 0, rep.stderr[-3000:]
+    text = (sweep / "report.md").read_text() + json.dumps(json.loads((sweep / "verdicts.json").read_text()))
+    assert "too few seeds" not in text and f"needs ≥ {stability.MIN_POINTS}" not in text, text[-3000:]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import netrc
 import os
+import re
 import socket
 import threading
 from importlib.util import find_spec
@@ -22,8 +23,6 @@ __all__ = ["DEFAULT_BASE_URL", "engine_problem", "missing_module", "wandb_has_ap
 DEFAULT_BASE_URL = "https://api.wandb.ai"
 #: Seconds an online W&B run waits for its server to accept a connection before the run is refused.
 REACH_TIMEOUT_S = 4.0
-#: pip's name for a module whose distribution is named otherwise.
-PIP_NAMES = {"hydra_plugins.hydra_optuna_sweeper": "hydra-optuna-sweeper", "submitit": "hydra-submitit-launcher"}
 
 
 def wandb_has_api_key() -> bool:
@@ -103,10 +102,40 @@ def missing_module(target: str) -> str | None:
                 modules += [info.name for info in pkgutil.iter_modules(plugin.__path__, plugin.__name__ + ".")]
         for name in modules:
             importlib.import_module(name)
+        if parts[0] == "hydra_plugins" and len(parts) > 1:
+            return _missing_requirement("/".join(parts[:2]) + "/")
     except ModuleNotFoundError as err:
         return err.name or module
     except Exception:  # the module is there but fails otherwise: its own error when it is built
         return None
+    return None
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _missing_requirement(folder: str) -> str | None:
+    """The first requirement of the distribution that installed the files under ``folder`` (a Hydra plugin,
+    ``hydra_plugins/<plugin>/``) none of whose modules can be found, or ``None``: a launcher may import its
+    engine only inside ``launch`` (submitit, joblib)."""
+    from importlib import metadata
+
+    provides = metadata.packages_distributions()  # top-level module -> distributions
+    modules: dict[str, list[str]] = {}
+    for module, dists in provides.items():
+        for dist in dists:
+            modules.setdefault(_norm(dist), []).append(module)
+    for dist in provides.get("hydra_plugins", []):
+        if not any(str(f).startswith(folder) for f in metadata.distribution(dist).files or []):
+            continue
+        for req in metadata.requires(dist) or []:
+            name = re.match(r"[A-Za-z0-9_.-]+", req)
+            if name is None or "extra ==" in req.replace('"', "").replace("'", ""):
+                continue
+            found = [m for m in modules.get(_norm(name.group(0)), []) if not m.startswith("_")]
+            if not found or all(find_spec(m) is None for m in found):
+                return found[0] if found else name.group(0)
     return None
 
 
@@ -131,7 +160,8 @@ def _chosen_by(config: DictConfig, group: str) -> str:
 
 
 def _missing_line(what: str, key: str, target: str, module: str) -> str:
-    pip = PIP_NAMES.get(module, module.split(".")[0].replace("_", "-"))
+    parts = module.split(".")
+    pip = (parts[1] if parts[0] == "hydra_plugins" and len(parts) > 1 else parts[0]).replace("_", "-")
     return (
         f"{what}: {target} ({key}) needs the Python package {module}, which is not installed. Fix: "
         f"pip install {pip}, or choose another option"
