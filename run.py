@@ -85,6 +85,10 @@ def main(cfg: DictConfig) -> float | None:
         if isinstance(handler, logging.FileHandler):
             handler.handle(entry)
     print(f"error: {end.line}", file=sys.stderr)
+    if end.exit_code == 2:  # refused before training: the folder made for it goes too
+        from xformer.jobs.hydra_callbacks import forget_refused_run
+
+        forget_refused_run(ctx.out_dir)
     sys.exit(end.exit_code)
 
 
@@ -103,8 +107,11 @@ if __name__ == "__main__":
         from pathlib import Path
 
         from xformer.config.check import first_error
+        from xformer.config.overrides import sweep_without_multirun
 
-        line = first_error(sys.argv[1:], Path(__file__).resolve().parent / "conf")
+        line = sweep_without_multirun(sys.argv[1:]) or first_error(
+            sys.argv[1:], Path(__file__).resolve().parent / "conf"
+        )
         if line:
             print(f"error: {line}", file=sys.stderr)
             sys.exit(2)

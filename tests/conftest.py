@@ -32,6 +32,32 @@ TINY = [
 ]
 
 
+#: Folders a run makes relative to where it starts; a test runs its jobs under its tmp_path, never here.
+LEFT_BEHIND = ("outputs", "multirun", "lightning_logs", "wandb")
+
+
+def _run_folders() -> set[Path]:
+    return {p for name in LEFT_BEHIND for p in (REPO / name).glob("*/*")} | {
+        REPO / n for n in LEFT_BEHIND if (REPO / n).exists() and not any((REPO / n).iterdir())
+    }
+
+
+def pytest_sessionstart(session) -> None:
+    session.config._xformer_folders_before = _run_folders()
+
+
+def pytest_sessionfinish(session) -> None:
+    """Fail the session when a test left a run folder in the checkout (a job started without ``cwd=tmp_path`` or
+    ``hydra.run.dir`` under it)."""
+    before = getattr(session.config, "_xformer_folders_before", None)
+    if before is None or hasattr(session.config, "workerinput"):  # an xdist worker: the controller checks
+        return
+    left = sorted(_run_folders() - before)
+    if left:
+        print(f"\nerror: the tests left {len(left)} run folder(s) in the checkout: {', '.join(map(str, left[:5]))}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 @pytest.fixture
 def shared_data() -> Path:
     """``../shared/data`` beside the checkout; skips the test when it is missing."""

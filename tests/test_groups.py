@@ -281,7 +281,12 @@ def test_a_factory_variant_yaml_without_partial_is_one_line_naming_the_fix(tmp_p
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     args = [f"hydra.searchpath=[file://{tmp_path / 'my_conf'}]", "model/ffn=sqrelu", "sweep.dry_run=true"]
     res = subprocess.run(
-        [sys.executable, str(REPO / "run.py"), *args], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, str(REPO / "run.py"), *args],
+        cwd=tmp_path,  # the run's folder, if any, under the test's own folder
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert res.returncode == 2, res.stderr[-3000:]
     errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]

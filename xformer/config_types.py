@@ -68,6 +68,8 @@ def value_problem(value: Any, hint: Any) -> str | None:
     if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
         if value is None and type(None) in args:
             return None
+        if value == "None" and type(None) in args and all(value_problem(value, a) for a in args if a is not type(None)):
+            return "is the text 'None', not null"
         whys = [value_problem(value, a) for a in args if a is not type(None)]
         if any(w is None for w in whys):
             return None
@@ -102,6 +104,54 @@ def describe(hint: Any) -> str:
         return " ".join([describe(base), *map(repr, meta)])
     text = str(hint).replace("typing.", "")
     return text.replace("xformer.config_types.", "")
+
+
+def _range_words(r: Range) -> str:
+    """``≥ 1``, ``in [0, 1)``: a :class:`Range` as people write it."""
+    lo = (f"{r.ge:g}", "[") if r.ge is not None else (f"{r.gt:g}", "(") if r.gt is not None else None
+    hi = (f"{r.le:g}", "]") if r.le is not None else (f"{r.lt:g}", ")") if r.lt is not None else None
+    if lo and hi:
+        return f"in {lo[1]}{lo[0]}, {hi[0]}{hi[1]}"
+    if lo:
+        return f"{'≥' if lo[1] == '[' else '>'} {lo[0]}"
+    return f"{'≤' if hi[1] == ']' else '<'} {hi[0]}" if hi else ""
+
+
+def readable(hint: Any) -> str:
+    """An annotation in words for a fix line: ``an integer ≥ 1, or null``, ``a number in [0, 1)``, ``one of a,
+    b``; :func:`describe`'s text for a type it does not know."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    words = {bool: "true or false", int: "an integer", float: "a number", str: "a string", type(None): "null"}
+    if hint in words:
+        return words[hint]
+    if origin is typing.Annotated:
+        ranges = [_range_words(m) for m in args[1:] if isinstance(m, Range)]
+        return " ".join([readable(args[0]), *filter(None, ranges)])
+    if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
+        parts = [readable(a) for a in args if a is not type(None)]
+        text = " or ".join(dict.fromkeys(parts))
+        return f"{text}, or null" if type(None) in args else text
+    if origin is typing.Literal:
+        return "one of " + ", ".join("null" if a is None else str(a) for a in args)
+    if origin in (list, tuple) or (origin is not None and getattr(origin, "__name__", "") == "Sequence"):
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            return f"a list of {len(args)} values ({', '.join(readable(a) for a in args)})"
+        return f"a list, each {readable(args[0])}" if args else "a list"
+    if origin is dict:
+        return "a mapping (key: value)"
+    return describe(hint)
+
+
+def fix_for(value: Any, hint: Any, key: str) -> str:
+    """The ``Fix:`` text for a ``value`` of ``key`` that does not fit ``hint``: ``key=null`` for the text
+    ``None`` where null is allowed (a W&B agent's ``${args_no_hyphens}`` writes Python's ``None``), else the
+    annotation in words (:func:`readable`)."""
+    if value == "None" and value_problem(None, hint) is None:
+        return (
+            f"{key}=null (None is read as text; a W&B sweep's command should end in ${{args_json}}, which writes "
+            f"null: docs/scaling.md)"
+        )
+    return f"give {readable(hint)}"
 
 
 def parameters(fn: Any) -> tuple[dict[str, inspect.Parameter], dict[str, Any], bool]:

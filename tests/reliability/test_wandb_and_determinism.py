@@ -1,6 +1,7 @@
-"""W&B never blocks training (no key: offline; unreachable server: one warning, then offline), no
-secret reaches the job folder, and runs are deterministic on CPU (same seed → identical metrics,
-other seed → different ones)."""
+"""W&B never blocks training (no key: offline; a server that takes the connection but does not answer: one
+warning, then offline; one that refuses it is one ``error:`` line before the run, tests/scaling/
+test_missing_engines.py), no secret reaches the job folder, and runs are deterministic on CPU (same seed →
+identical metrics, other seed → different ones)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,14 @@ from tests.reliability.conftest import RESUMABLE, metrics, quality, run_py, trai
 SECRET = "secret-xyz-" + "0123456789" * 4  # W&B wants keys of 40+ characters
 
 
-def _closed_port() -> int:
+@pytest.fixture(scope="module")
+def silent_port():
+    """A local port that takes TCP connections (the kernel completes them: it listens) and never answers, as a
+    proxy or an overloaded server does: the start-up check passes, W&B's own start times out."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        s.listen(64)
+        yield s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +36,8 @@ def offline_with_key(tmp_path_factory) -> tuple[Path, str]:
 
 
 @pytest.fixture(scope="module")
-def unreachable(tmp_path_factory) -> tuple[Path, str, float]:
-    """Seed 1, an API key and a W&B server that refuses connections, WANDB_MODE unset."""
+def unreachable(tmp_path_factory, silent_port) -> tuple[Path, str, float]:
+    """Seed 1, an API key and a W&B server that does not answer, WANDB_MODE unset."""
     tmp = tmp_path_factory.mktemp("unreachable")
     t0 = time.monotonic()
     res = run_py(
@@ -40,7 +45,7 @@ def unreachable(tmp_path_factory) -> tuple[Path, str, float]:
         tmp,
         WANDB_MODE=None,
         WANDB_API_KEY=SECRET,
-        WANDB_BASE_URL=f"http://127.0.0.1:{_closed_port()}",
+        WANDB_BASE_URL=f"http://127.0.0.1:{silent_port}",
         WANDB_INIT_TIMEOUT="3",
     )
     assert res.returncode == 0, res.stderr[-3000:]
@@ -80,7 +85,7 @@ def test_same_seed_same_metrics_other_seed_differs(reference_run, offline_with_k
 @pytest.mark.parametrize(
     "stop", [pytest.param("finished", marks=pytest.mark.slow), pytest.param("sigkill", marks=pytest.mark.slow)]
 )
-def test_resume_with_unreachable_wandb_continues_offline_under_the_same_run_id(tmp_path, stop):
+def test_resume_with_unreachable_wandb_continues_offline_under_the_same_run_id(tmp_path, stop, silent_port):
     """The online attempt of a resumed job fails; the offline retry keeps the run id (without W&B's
     "run ID ... is in use" error) and training continues to the end."""
     import os
@@ -104,7 +109,7 @@ def test_resume_with_unreachable_wandb_continues_offline_under_the_same_run_id(t
         tmp_path,
         WANDB_MODE=None,
         WANDB_API_KEY=SECRET,
-        WANDB_BASE_URL=f"http://127.0.0.1:{_closed_port()}",
+        WANDB_BASE_URL=f"http://127.0.0.1:{silent_port}",
         WANDB_INIT_TIMEOUT="2",
     )
     output = res.stdout + res.stderr

@@ -150,7 +150,7 @@ def test_a_throwaway_option_has_its_annotated_range_enforced(tmp_path):
     errors = _errors(bad)
     assert bad.returncode == 2 and len(errors) == 1, bad.stderr[-2000:]
     assert (
-        "model.ffn.gate=1.5 (from the command line): must be < 1. Fix: a value of float Range(ge=0, lt=1) "
+        "model.ffn.gate=1.5 (from the command line): must be < 1. Fix: give a number in [0, 1) "
         "(my_pkg.my_ffn.Gated gate)" in errors[0]
     )
     ok = run_py(

@@ -20,14 +20,14 @@ def _compose(overrides):
     [
         (
             ["model.n_heads=four"],
-            r"^model.n_heads=four: must be an integer\. Fix: a value of int Range\(ge=1\) "
+            r"^model.n_heads=four: must be an integer\. Fix: give an integer ≥ 1 "
             r"\(xformer.model.\w+ n_heads\)$",
         ),
         (["model.attn_scale=1"], r"^model.attn_scale=1: must be true or false"),
         (["loss.label_smoothing=x"], r"^loss.label_smoothing=x: must be a number"),
         (
             ["loss.label_smoothing=1.0"],
-            r"^loss.label_smoothing=1.0: must be < 1\. Fix: a value of float Range\(ge=0, lt=1\) \(.*\)$",
+            r"^loss.label_smoothing=1.0: must be < 1\. Fix: give a number in \[0, 1\) \(.*\)$",
         ),
         (["optim.lr=0"], r"^optim.lr=0: must be > 0"),
         (["objective.mode=best"], r"^objective.mode=best: must be one of min, max"),

@@ -21,7 +21,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from xformer.config.checkpoint import check_checkpoint_model, check_ckpt_file
 from xformer.config.overrides import added_overrides, key_of, parse
-from xformer.config_types import Range, closest, describe, hint, import_target, parameters, value_problem
+from xformer.config_types import Range, closest, fix_for, hint, import_target, parameters, value_problem
 from xformer.errors import ConfigError, warn_once
 from xformer.train.checkpoint_file import build_model, refusal
 
@@ -151,7 +151,7 @@ def fit_problems(node: DictConfig, path: str, obj: Any, name: str, skip=(), stri
             src = f" (from {node._get_node(key)._value()})"
         if not isinstance(value, DictConfig) and (why := value_problem(value, hints[key])):
             shown = f"[{','.join(map(str, value))}]" if isinstance(value, list) else value
-            fix = f"a value of {describe(hints[key])}"
+            fix = fix_for(value, hints[key], f"{path}.{key}")
             if why.startswith("must be one of "):
                 fix = (f"{path}.{key}=" + close) if (close := closest(value, why[15:].split(", "))) else "one of those"
             out.append(f"{path}.{key}={shown}{src}: {why}. Fix: {fix} ({name} {key})")
@@ -752,6 +752,42 @@ def _listing(options: list[str]) -> str:
     return ", ".join(top + [f"{head}/{{{', '.join(rest)}}}" for head, rest in subs.items()])
 
 
+_ALIASES = re.compile(r"^#\s*aliases:\s*(.+)$")
+
+
+def option_aliases(conf: Path, group: str, options: list[str]) -> dict[str, list[str]]:
+    """``alias -> [options]`` from the ``# aliases: a, b`` comment line of each option's YAML in ``conf/<group>``
+    (other common names of the option; one alias may name several options)."""
+    out: dict[str, list[str]] = {}
+    for option in options:
+        try:
+            lines = (Path(conf) / group / f"{option}.yaml").read_text().splitlines()
+        except OSError:  # an option from another search path: no aliases
+            continue
+        for line in lines:
+            if m := _ALIASES.match(line.strip()):
+                for alias in (a.strip().lower() for a in m.group(1).split(",")):
+                    out.setdefault(alias, []).append(option)
+    return out
+
+
+def _option_fix(value: str, options: list[str], group: str, conf: Path) -> str:
+    """The fix for an unknown option ``value`` of ``group``: the option it names by meaning (an alias) or
+    spelling, then the options, each listed once."""
+    aliases = option_aliases(conf, group, options)
+    word = value.strip().lower().replace("-", "_")
+    meant = aliases.get(word)
+    why = f"{value!r} is another name for {' and '.join(meant)}" if meant else ""
+    if not meant:
+        close = closest(word, [*options, *aliases])
+        meant = [close] if close in options else aliases.get(close or "", [])
+        why = f"{close!r} is another name for {' and '.join(meant)}" if close and close not in options else ""
+    listed = f"options: {_listing(options)}"
+    if not meant:
+        return f"choose one of the {listed}"
+    return f"did you mean {' or '.join(f'{group}={o}' for o in meant)}? ({why + '; ' if why else ''}{listed})"
+
+
 def _line_for(arg: str, conf: Path, err: BaseException, others: list[str], loader) -> str | None:
     """One line for the failure ``err`` of override ``arg``, or ``None`` when it is not one this knows."""
     from hydra.errors import ConfigCompositionException, MissingConfigException
@@ -769,10 +805,7 @@ def _line_for(arg: str, conf: Path, err: BaseException, others: list[str], loade
         and loader.list_groups(key) + loader.get_group_options(key)
     ):
         options = _options(loader, key)
-        return (
-            f"{arg}: config group {key} has no option {value!r}. Fix: "
-            f"{hint(value, options, key + '=')} (options: {_listing(options)})"
-        )
+        return f"{arg}: config group {key} has no option {value!r}. Fix: {_option_fix(value, options, key, conf)}"
     if (
         isinstance(err, ConfigCompositionException)
         and "/" in key

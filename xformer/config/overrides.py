@@ -141,3 +141,18 @@ def expand_json_args(argv: list[str]) -> list[str]:
                 continue
         out.append(arg)
     return out
+
+
+def sweep_without_multirun(args: list[str]) -> str | None:
+    """The ``error:`` line (without ``error:``) for a command line ``args`` that sweeps a key (``key=a,b``,
+    ``choice(...)``, ``range(...)``) without ``-m``/``--multirun``, which Hydra refuses in several lines; ``None``
+    when no key is swept or the command runs in multirun mode."""
+    import shlex
+
+    if any(a in ("-m", "--multirun") or a.replace(" ", "") == "hydra.mode=MULTIRUN" for a in args):
+        return None
+    for arg in args:
+        if arg.startswith("-") or not sweep_override_keys([arg]):  # a flag is Hydra's to read
+            continue
+        return f"{arg}: a sweep (one job per value) runs only with -m. Fix: python run.py {shlex.join(args)} -m"
+    return None

@@ -259,6 +259,10 @@ def complete_record(cfg: DictConfig, job: Job, end: Outcome, final: dict, tokens
     record.wall_time_s, record.global_step = clock.elapsed(), trainer.global_step
     record.tokens_seen = tokens_seen if tokens_seen is not None else module.tokens_seen
     record.bleu_signature, record.numerics = module.bleu_signature, numerics()
+    # the precision that ran, which Lightning may change (16-mixed on a CPU runs bf16-mixed), and the one asked for
+    record.numerics["precision"] = str(trainer.precision)
+    if str(cfg.trainer.get("precision")) != record.numerics["precision"]:
+        record.numerics["precision_asked"] = str(cfg.trainer.get("precision"))
 
 
 class WallClock(L.Callback):

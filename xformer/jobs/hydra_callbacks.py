@@ -33,10 +33,11 @@ def refuse(text: str, err: BaseException | None = None) -> NoReturn:
     sys.exit(2)
 
 
-def check_output_dir(path: str | os.PathLike, key: str = "hydra.run.dir", keep: bool = True) -> None:
+def check_output_dir(path: str | os.PathLike, key: str = "hydra.run.dir", keep: bool = True) -> list[Path]:
     """Make the job's output folder and write, flush and remove a probe file in it, so an unwritable folder fails
     here with its name, not as a traceback from the first file written. ``keep=False`` removes the folders it
-    created (a sweep's folder appears only once its configs are valid). Raises: ConfigError."""
+    created (a sweep's folder appears only once its configs are valid). Returns the folders it created, deepest
+    first (kept or not). Raises: ConfigError."""
     folder = Path(str(path)).expanduser()
     created = [p for p in (folder, *folder.parents) if not p.exists()]
     try:
@@ -67,25 +68,74 @@ def check_output_dir(path: str | os.PathLike, key: str = "hydra.run.dir", keep: 
                 made.rmdir()
             except OSError:
                 break
+    return created
+
+
+#: The folders :class:`OutputDirCheck` created for this process's single run (``hydra.run.dir`` and the parents
+#: that did not exist), deepest first: what :func:`forget_refused_run` may remove.
+_MADE_FOR_RUN: list[Path] = []
+
+
+def forget_refused_run(out_dir: str | os.PathLike) -> bool:
+    """Remove the folder of a single run refused before it trained (an ``error:`` line, exit 2), with the parents
+    made for it that are left empty, so a refused command leaves nothing behind. Only a folder this process
+    created (:class:`OutputDirCheck`) that holds no checkpoint is removed: a resumed run's folder, or one named
+    with ``hydra.run.dir`` that existed, is kept. Returns whether it was removed."""
+    import shutil
+
+    folder = Path(out_dir).resolve()
+    made = [p.resolve() for p in _MADE_FOR_RUN]
+    if not made or made[0] != folder or any(folder.rglob("*.ckpt")):
+        return False
+    shutil.rmtree(folder, ignore_errors=True)
+    for parent in made[1:]:
+        try:
+            parent.rmdir()
+        except OSError:  # holds other runs
+            break
+    return not folder.exists()
 
 
 class OutputDirCheck(Callback):
     """:func:`check_output_dir` on ``hydra.run.dir`` or ``hydra.sweep.dir`` before Hydra creates it; on failure
     one ``error:`` line and exit 2."""
 
-    def _check(self, config: DictConfig, key: str, keep: bool = True) -> None:
+    def _check(self, config: DictConfig, key: str, keep: bool = True) -> list[Path]:
         try:
-            check_output_dir(OmegaConf.select(config, key), key, keep)
+            return check_output_dir(OmegaConf.select(config, key), key, keep)
         except ConfigError as err:
             refuse(f"error: {err}")
 
     @override
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
-        self._check(config, "hydra.run.dir")
+        _MADE_FOR_RUN[:] = self._check(config, "hydra.run.dir")
 
     @override
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         self._check(config, "hydra.sweep.dir", keep=False)  # the launcher makes it when the first job starts
+
+
+class EngineCheck(Callback):
+    """Refuse a command whose sweeper, launcher or logger cannot run here (:func:`.engines.engine_problem`: a
+    package not installed, no SLURM, W&B's server out of reach for an online run) with one ``error:`` line and
+    exit 2, before any folder is made. ``enabled=false`` skips the check."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+
+    def _check(self, config: DictConfig, multirun: bool) -> None:
+        from .engines import engine_problem
+
+        if self.enabled and (problem := engine_problem(config, multirun)) is not None:
+            refuse(f"error: {problem}", ConfigError(problem))
+
+    @override
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._check(config, multirun=False)
+
+    @override
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._check(config, multirun=True)
 
 
 class ValidateSweep(Callback):
@@ -117,6 +167,22 @@ class ValidateSweep(Callback):
             )
             return
         refuse("\n".join(error_lines(n_jobs, bad, self.max_listed)), bad[0][2])
+
+
+class ReportNeeds(Callback):
+    """Log at a sweep's start what ``xformer report`` will need to decide it (seeds, second-half validations) when
+    its jobs have fewer, with the overrides that give them (:func:`.sweep.report_needs`); ``enabled=false``
+    skips it."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+
+    @override
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from .sweep import report_needs
+
+        if self.enabled and (line := report_needs(config)) is not None:
+            log.info("%s", line)
 
 
 class ResumeSweep(Callback):

@@ -17,6 +17,7 @@ log = logging.getLogger("xformer")
 __all__ = [
     "global_rank",
     "is_slurm_sweep",
+    "missing_programs",
     "quiet_sacct_warnings",
     "sbatch_request",
     "sweep_problem",
@@ -107,6 +108,21 @@ def is_slurm_sweep(config: Any) -> bool:
     return str(OmegaConf.select(config, "hydra.launcher._target_", default="")).endswith(".SlurmLauncher")
 
 
+def missing_programs() -> str | None:
+    """The line saying which of SLURM's ``sbatch`` (submits) and ``srun`` (submitit starts each job with it) are
+    not on PATH, or ``None`` when both are."""
+    import shutil
+
+    missing = [cmd for cmd in ("sbatch", "srun") if shutil.which(cmd) is None]
+    if not missing:
+        return None
+    return (
+        f"hydra/launcher=slurm: {' and '.join(missing)} not found on PATH, so this is not a SLURM login node; "
+        f"nothing was queued. Fix: run the command on the cluster (or load its SLURM module), or drop "
+        f"hydra/launcher=slurm to run the jobs here (hydra/launcher=joblib_cpu runs them side by side)"
+    )
+
+
 def sbatch_request(launcher: dict) -> list[str]:
     """The ``sbatch`` options submitit derives from the resolved ``hydra.launcher`` settings for each job."""
     opts = {
@@ -156,6 +172,11 @@ def sweep_problem(config: Any, jobs: list[list[str]]) -> str | None:
         return None
     lines = [ln.strip() for ln in (res.stderr or res.stdout).splitlines() if ln.strip()]
     why = (lines[-1] if lines else f"exit status {res.returncode}").removeprefix("sbatch: error: ")
+    if why.startswith("sbatch: fatal:"):  # no cluster answers (no slurm.conf, controller down): not the request
+        return (
+            f"hydra/launcher=slurm: sbatch cannot reach a SLURM cluster from here ({why}); nothing was queued. "
+            f"Fix: run the command on the cluster's login node, or drop hydra/launcher=slurm to run the jobs here"
+        )
     if (nodes := int(launcher.get("nodes") or 1)) > 1:
         have = partition_nodes(launcher.get("partition"))
         if have is not None and have[1] < nodes:

@@ -263,3 +263,61 @@ def error_lines(n_jobs: int, bad: list[tuple[int, list[str], BaseException]], ma
         "Fix the overrides above (HYDRA_FULL_ERROR=1 shows a stack trace)"
     )
     return lines
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def report_needs(config: DictConfig) -> str | None:
+    """One line saying what ``xformer report`` needs to decide the comparisons of multirun ``config``
+    (:mod:`xformer.verdict_needs`: seeds per setting, second-half validations) when its jobs have fewer, with the
+    overrides that give them; ``None`` when they have enough, when the sweep compares no settings (one setting,
+    ``mode=eval``) or its jobs cannot be listed up front (Optuna). Validations are counted where
+    ``trainer.max_steps`` and ``trainer.val_check_interval`` are step counts."""
+    from xformer import verdict_needs as need
+    from xformer.config.overrides import key_of, override_values
+
+    if "BasicSweeper" not in str(OmegaConf.select(config, "hydra.sweeper._target_", default="")):
+        return None
+    if OmegaConf.select(config, "mode", default="train") != "train":
+        return None
+    jobs = sweep_jobs(config)
+    base_seed = OmegaConf.select(config, "seed", default=0)
+    settings: dict[tuple[str, ...], list[Any]] = {}
+    for job in jobs:
+        seed = override_values(job).get("seed", base_seed)
+        settings.setdefault(tuple(o for o in job if key_of(o) != "seed"), []).append(seed)
+    if len(settings) < 2:
+        return None
+    seeds = min(len(set(s)) for s in settings.values())
+    late_counts = []
+    for job in jobs:
+        values = override_values(job)
+
+        def get(key: str, values: dict = values) -> Any:
+            return values[key] if key in values else OmegaConf.select(config, key, default=None)
+
+        max_steps, interval = _int(get("trainer.max_steps")), _int(get("trainer.val_check_interval"))
+        if max_steps is None or interval is None or max_steps <= 0:
+            continue
+        dense = (_int(get("val_dense.every")), _int(get("val_dense.until")) or 0)
+        late = need.late_validations(need.validation_steps(max_steps, interval, *dense))
+        late_counts.append((len(late), late, max_steps, dense))
+    fix, has = [], [f"{seeds} seed{'s' if seeds != 1 else ''} per setting"]
+    if seeds < need.MIN_SEEDS:
+        used = list(dict.fromkeys(s for ss in settings.values() for s in ss))
+        start = max((s for s in used if isinstance(s, int)), default=-1) + 1
+        fix.append(f"seed={','.join(map(str, [*used, *range(start, start + need.MIN_SEEDS - len(used))]))}")
+    if late_counts:
+        n, late, max_steps, dense = min(late_counts, key=lambda c: c[0])
+        has.append(f"{n} second-half validation{'s' if n != 1 else ''} ({', '.join(map(str, late)) or 'none'})")
+        if n < need.MIN_LATE_VALIDATIONS and (interval := need.interval_for(max_steps, *dense)) is not None:
+            fix.append(f"trainer.val_check_interval={interval}")
+    if not fix:
+        return None
+    return (
+        f"report: a verdict on this sweep needs ≥ {need.MIN_SEEDS} seeds per setting and ≥ "
+        f"{need.MIN_LATE_VALIDATIONS} validations in the second half of training; it has {', '.join(has)}. For a "
+        f"sweep `xformer report` can decide, add: {' '.join(fix)}"
+    )

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import netrc
 import os
 from pathlib import Path
 from typing import Any, Callable
-from urllib.parse import urlsplit
 
 from hydra.utils import instantiate
 from lightning.pytorch.loggers import WandbLogger as LightningWandbLogger
@@ -19,28 +17,12 @@ from typing_extensions import override
 
 from xformer.lightning_compat import logger_started, wandb_init_kwargs
 
+from .engines import wandb_has_api_key
 from .resume import own_checkpoint
 
 log = logging.getLogger("xformer")
 
 WANDB_ID_FILE = "wandb_id.txt"
-DEFAULT_BASE_URL = "https://api.wandb.ai"
-
-
-def wandb_has_api_key() -> bool:
-    """True when ``WANDB_API_KEY`` is set, or ``$NETRC`` (else ``~/.netrc``) has a password for the host of
-    ``WANDB_BASE_URL``."""
-    if os.environ.get("WANDB_API_KEY"):
-        return True
-    host = urlsplit(os.environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL).netloc
-    path = Path(os.environ.get("NETRC") or "~/.netrc").expanduser()
-    if not host:
-        return False
-    try:
-        entry = netrc.netrc(str(path)).authenticators(host)
-    except (FileNotFoundError, netrc.NetrcParseError, OSError):
-        return False
-    return entry is not None and bool(entry[2])
 
 
 def run_fields(node: DictConfig, info: dict) -> tuple[dict[str, Any], dict[str, Any]]:
