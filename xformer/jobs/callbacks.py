@@ -30,6 +30,11 @@ from xformer.lightning_compat import request_stop
 
 from .overrides import resume_command
 
+FIX = (  # what a diverged run tries next
+    "Fix: lower optim.lr, raise optim.warmup_steps, keep trainer.gradient_clip_val > 0, "
+    "or use trainer.precision=32-true"
+)
+
 log = logging.getLogger("xformer")
 
 
@@ -173,8 +178,7 @@ class NonFiniteLossGuard(L.Callback):
             where = f"at step {f['step']} (epoch {f['epoch']}, batch {f['batch']})"
             value, step = f["loss"], int(f["step"])
         raise NonFiniteLossError(
-            f"train/loss is {value} {where}; training stopped. {self._kept(trainer)} Fix: lower optim.lr, "
-            f"raise optim.warmup_steps, keep trainer.gradient_clip_val > 0, or use trainer.precision=32-true",
+            f"train/loss is {value} {where}; training stopped. {self._kept(trainer)} {FIX}",
             step=step if step is not None else int(trainer.global_step),
         )
 
