@@ -29,6 +29,7 @@ from xformer.data.loader import data_index
 from xformer.lightning_compat import request_stop
 
 from .overrides import resume_command
+from .resume import reroot
 
 FIX = (  # what a diverged run tries next
     "Fix: lower optim.lr, raise optim.warmup_steps, keep trainer.gradient_clip_val > 0, "
@@ -243,8 +244,9 @@ class StepEndCheckpoint(_StepEnds, ModelCheckpoint):
     the end of an optimizer step only. Lightning's skips a save at a step it has saved already, but does not
     keep that step in its checkpoint state: under gradient accumulation a run resumed from a step that
     ``every_n_train_steps`` divides would save again after the first micro-batch of the next window, a
-    checkpoint inside a window whose gradients no checkpoint holds. Everything else is ``ModelCheckpoint``'s
-    (same arguments, state and files)."""
+    checkpoint inside a window whose gradients no checkpoint holds. A job folder moved since the checkpoint was
+    written keeps its best checkpoint (:func:`~xformer.jobs.resume.reroot`). Everything else is
+    ``ModelCheckpoint``'s (same arguments, state and files)."""
 
     @override
     def on_train_batch_end(
@@ -252,6 +254,10 @@ class StepEndCheckpoint(_StepEnds, ModelCheckpoint):
     ) -> None:
         if self.stepped(trainer):
             super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+
+    @override
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        reroot(trainer, self, checkpoint)  # a moved job folder keeps its best checkpoint
 
 
 class StopCheckpoint(_StopAtStepEnd):

@@ -52,6 +52,16 @@ class JobContext:
     def multirun(self) -> bool:
         return self.sweep_dir is not None
 
+    def own_checkpoint(self, mode: str = "train") -> Path | None:
+        """:attr:`ckpt` when ``mode=train`` resumes one of this job's own checkpoints (inside :attr:`out_dir`)."""
+        if mode != "train" or self.ckpt is None:
+            return None
+        try:
+            path = Path(self.ckpt).resolve()
+            return path if path.is_file() and path.is_relative_to(self.out_dir.resolve()) else None
+        except OSError:
+            return None
+
     def info(self) -> dict:
         """The ``job`` section of ``metrics.json``."""
         if self.job is not None:
