@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from typing_extensions import override
 
 from xformer.data.batching import RandomBatchSampler, TokenBudgetBatchSampler
-from xformer.jobs.callbacks import AtomicCheckpointIO, AtomicCheckpoints
+from xformer.jobs.callbacks import AtomicCheckpointIO, StepEndCheckpoint
 
 
 def _fail_midway(real_save):
@@ -55,10 +55,10 @@ class _Tiny(L.LightningModule):
 
 
 def test_trainer_checkpoints_go_through_the_atomic_writer(tmp_path, monkeypatch):
-    ckpt_cb = L.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, save_top_k=0, save_last=True)
+    ckpt_cb = StepEndCheckpoint(dirpath=tmp_path, every_n_train_steps=1, save_top_k=0, save_last=True)
     trainer = L.Trainer(
         max_steps=2,
-        callbacks=[AtomicCheckpoints(), ckpt_cb],
+        callbacks=[ckpt_cb],
         logger=False,
         enable_progress_bar=False,
         enable_model_summary=False,
