@@ -76,3 +76,48 @@ def test_a_run_without_a_terminal_prints_plain_step_lines_and_each_lightning_lin
     assert steps == list(range(1, 11)), lines  # a tenth of 10 steps: every step, and the last
     assert all(re.match(r"epoch \d+ · step \d+/10 · [\d.]+ steps/s · \d:\d\d:\d\d elapsed · ", x) for x in lines)
     assert "\r" not in res.stdout and "\x1b[" not in res.stdout
+
+
+def test_on_a_terminal_the_bar_is_a_rich_bar_ending_at_the_budget(tmp_path, monkeypatch):
+    """stdout a terminal: a Rich bar whose task counts optimizer steps (2 micro-batches a step here) up to
+    ``max_steps``, with nothing left at the end."""
+    import lightning as L
+    import torch
+
+    from xformer.jobs.console import StepBar
+
+    class Tiny(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):  # noqa: ARG002 - hook signature
+            return self.layer(batch).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    monkeypatch.setattr("sys.stdout.isatty", lambda: True)
+    bar = StepBar()
+    seen = []
+    real_stop = None
+
+    def on_train_end(trainer, pl_module):
+        task = bar._progress.tasks[0]
+        seen.append((task.completed, task.total, task.fields["text"]))
+        real_stop(trainer, pl_module)
+
+    real_stop, bar.on_train_end = bar.on_train_end, on_train_end
+    trainer = L.Trainer(
+        max_steps=3,
+        accumulate_grad_batches=2,
+        callbacks=[bar],
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        default_root_dir=str(tmp_path),
+    )
+    trainer.fit(Tiny(), torch.utils.data.DataLoader(torch.randn(16, 4), batch_size=2))
+    completed, total, text = seen[0]
+    assert (completed, total) == (3, 3) and " step 3/3 " in f" {text} " and "0:00:00 left" in text

@@ -157,6 +157,7 @@ _LIGHTNING_NOISE = (
     "Restoring states from the checkpoint path",
     "Loaded model weights from the checkpoint",
     "Seed set to",
+    "Ignoring `Trainer(max_time=",  # xformer's timer (the same max_time, checked at optimizer steps' ends) is the one
 )
 
 
