@@ -201,7 +201,7 @@ def test_a_trainer_value_lightning_refuses_is_one_error_line(override, says, tmp
 
     cfg = _compose([override, "trainer.accelerator=cpu", f"paths.output_dir={tmp_path}", "logger=none"])
     with pytest.raises(ConfigError, match=says) as err:
-        build_trainer(cfg, [])
+        build_trainer(cfg)
     assert "\n" not in str(err.value)
 
 
@@ -226,7 +226,7 @@ def test_a_trainer_value_lightning_refuses_is_named_by_its_key_before_any_data(k
     trainer_accepts(_compose([f"paths.output_dir={tmp_path}", "logger=none"]))  # the default trainer passes
 
 
-def test_run_py_refuses_a_trainer_value_in_one_line_before_reading_data(tmp_path):
+def test_run_py_refuses_a_trainer_value_in_one_line_before_building_the_model(tmp_path):
     import os
     import subprocess
     import sys
@@ -243,8 +243,9 @@ def test_run_py_refuses_a_trainer_value_in_one_line_before_reading_data(tmp_path
     out = res.stdout + res.stderr
     assert res.returncode == 2, out[-2000:]
     errors = [ln for ln in out.splitlines() if "error" in ln.lower()]
-    assert len(errors) == 1 and errors[0].startswith("error: trainer.devices=two: "), out[-2000:]
-    assert "parameters:" not in out and "Traceback" not in out  # no data read, no model built
+    # the run's one trainer refuses it, before the model is built (a dry run names the key before any data)
+    assert len(errors) == 1 and errors[0].startswith("error: trainer: `devices` "), out[-2000:]
+    assert "parameters:" not in out and "Traceback" not in out  # no model built
 
 
 def test_a_refused_run_prints_its_error_line_alone_and_a_valid_one_keeps_its_warnings(tmp_path):

@@ -662,14 +662,17 @@ def trainer_accepts(cfg: DictConfig) -> None:
             ) from None
 
 
-def check_data_options(cfg: DictConfig):
-    """Stage 3: the remaining nodes, the trainer's settings as Lightning checks them, and ``cfg.data`` built
-    (nothing read). Returns the data module, not set up. Raises: ConfigError."""
+def check_data_options(cfg: DictConfig, trainer: bool = True):
+    """Stage 3: the remaining nodes, the callbacks against steps, the trainer's settings as Lightning checks them
+    (``trainer``: a check without training, a dry run or a sweep's check of its jobs; a training run builds its
+    one trainer instead), and ``cfg.data`` built (nothing read). Returns the data module, not set up.
+    Raises: ConfigError."""
     from hydra.utils import instantiate
 
     check_targets(cfg, early=False)
     epoch_keyed_callbacks(cfg)
-    trainer_accepts(cfg)
+    if trainer:
+        trainer_accepts(cfg)
     try:
         dm = instantiate(cfg.data)
     except Exception as err:

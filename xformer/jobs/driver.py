@@ -115,9 +115,10 @@ def build_module(cfg: DictConfig, dm, model: torch.nn.Module) -> TransformerLitM
     return module
 
 
-def build_trainer(cfg: DictConfig, loggers: list, clock: WallClock | None = None) -> L.Trainer:
+def build_trainer(cfg: DictConfig, clock: WallClock | None = None) -> L.Trainer:
     """``cfg.trainer`` as it stands (its epoch keys converted to steps: :func:`~xformer.jobs.steps.steps_from_epochs`)
-    with the configured callbacks plus xformer's validation schedule, clock and progress bar."""
+    with the configured callbacks plus xformer's validation schedule, clock and progress bar; no loggers yet.
+    Raises: ConfigError, one line, for a value Lightning refuses."""
     callbacks = [
         instantiate(c) for c in (cfg.get("callbacks") or {}).values() if isinstance(c, DictConfig) and "_target_" in c
     ]
@@ -127,12 +128,12 @@ def build_trainer(cfg: DictConfig, loggers: list, clock: WallClock | None = None
     dense = cfg.get("val_dense") or {}
     steps = interval if isinstance(interval, int) and not isinstance(interval, bool) else None  # else a time
     callbacks += [clock or WallClock(), OptimizerStepIntervals(steps, dense.get("every"), dense.get("until") or 0)]
-    if (max_time := trainer_cfg.get("max_time")) is not None:
-        callbacks.append(OptimizerStepTimer(max_time))  # Lightning's timer, checked at optimizer steps' ends
     if trainer_cfg.get("enable_progress_bar", True) and not any(isinstance(c, ProgressBar) for c in callbacks):
         callbacks.append(StepBar())
     try:
-        return instantiate(trainer_cfg, logger=loggers, callbacks=callbacks)
+        if (max_time := trainer_cfg.get("max_time")) is not None:  # Lightning's timer, checked at steps' ends
+            callbacks.append(OptimizerStepTimer(max_time))  # (Lightning then leaves trainer.max_time to it)
+        return instantiate(trainer_cfg, logger=False, callbacks=callbacks)
     except Exception as err:  # Lightning refuses a value its signature allows (a range, a choice, a count as a word)
         from lightning.fabric.utilities.exceptions import MisconfigurationException
 
@@ -146,7 +147,7 @@ def build(cfg: DictConfig, ctx: JobContext, clock: WallClock | None = None) -> J
     """Stages 3-4 of the config check around building data, model, module, loggers and trainer, each once.
     Raises: ConfigError / DataError before anything is trained."""
     L.seed_everything(cfg.seed, workers=True)
-    dm = check_data_options(cfg)  # stage 3
+    dm = check_data_options(cfg, trainer=False)  # stage 3; Lightning checks the trainer's values as it builds it
     if not isinstance(dm, XformerDataModule):
         raise ConfigError(
             f"data._target_={cfg.data.get('_target_')}: run.py needs an xformer.data.base.XformerDataModule (it runs "
@@ -158,6 +159,7 @@ def build(cfg: DictConfig, ctx: JobContext, clock: WallClock | None = None) -> J
         devices, nodes = cfg.trainer.get("devices"), cfg.trainer.get("num_nodes") or 1
         cfg = steps_from_epochs(cfg, dm, devices * nodes if isinstance(devices, int) else 1)
     record = RunRecord(job=ctx.info(), config=OmegaConf.to_container(cfg, resolve=True))
+    trainer = build_trainer(cfg, clock)  # the run's one trainer, its loggers given once they are built
     if ctx.ckpt is not None:
         check_checkpoint_vocab(cfg, ctx.ckpt, dm)
         if changes := check_resume_settings(cfg, ctx.ckpt):
@@ -180,8 +182,7 @@ def build(cfg: DictConfig, ctx: JobContext, clock: WallClock | None = None) -> J
         "pad_id": dm.pad_id,
         "slurm_job": slurm_job_key(),  # a requeued SLURM job resumes only its own checkpoints
     }
-    loggers = build_loggers(cfg, ctx)
-    trainer = build_trainer(cfg, loggers, clock)
+    trainer.loggers = loggers = build_loggers(cfg, ctx)  # after every check: no W&B run for a refused config
     dm.serve_epochs_back_to_back(cfg.get("data_epoch_batches"), trainer.accumulate_grad_batches)
     for lg in trainer.loggers:
         lg.log_hyperparams(record.config)
