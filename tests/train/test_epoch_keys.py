@@ -260,3 +260,13 @@ def test_a_run_by_epochs_trains_whole_data_epochs_and_logs_the_epoch_as_an_integ
     with open(job / "csv" / "metrics.csv") as f:
         epochs = [r["epoch"] for r in csv.DictReader(f) if r.get("epoch")]
     assert epochs and all(re.fullmatch(r"\d+", e) for e in epochs) and {"0", "1"} <= set(epochs)
+
+
+@pytest.mark.parametrize("epochs", ["-1", "null"])
+def test_a_run_without_a_budget_is_refused(tmp_path, epochs):
+    """``max_steps=-1`` and no epochs or time: the data's epochs never end a run, so it would train forever."""
+    from xformer.config.check import check_static
+
+    with pytest.raises(ConfigError, match=r"^trainer.max_steps=-1: no budget .* Fix: trainer.max_steps="):
+        check_static(_compose(["trainer.max_steps=-1", f"trainer.max_epochs={epochs}"], tmp_path))
+    check_static(_compose(["trainer.max_steps=-1", "trainer.max_epochs=2"], tmp_path))

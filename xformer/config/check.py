@@ -324,6 +324,12 @@ def mode_and_checkpoint(cfg: DictConfig) -> None:
             "trainer.max_steps=0: would train nothing and test an untrained model. Fix: "
             "max_steps >= 1 (or -1 with trainer.max_epochs), or mode=eval ckpt_path=..."
         )
+    budget = [_get(cfg, f"trainer.{k}") for k in ("max_steps", "max_epochs", "max_time")]
+    if cfg.get("mode") == "train" and budget[0] in (None, -1) and not (budget[1] or 0) > 0 and budget[2] is None:
+        raise ConfigError(
+            f"trainer.max_steps={budget[0]}: no budget (nor trainer.max_epochs or trainer.max_time): the run would "
+            "train forever. Fix: trainer.max_steps=<optimizer steps> or trainer.max_epochs=<data epochs>"
+        )
     if cfg.get("mode") == "eval" and not cfg.get("ckpt_path"):
         raise ConfigError("ckpt_path: mode=eval needs ckpt_path=/path/to/checkpoint.ckpt")
     if (path := cfg.get("ckpt_path")) and path != "last":  # a file named; ``last`` is the job's own
