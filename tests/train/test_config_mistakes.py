@@ -74,15 +74,14 @@ def test_recipe_options_are_type_checked(overrides, message):
         check_config_first(_compose(overrides))
 
 
-def test_training_by_epochs_asks_for_the_schedule_length():
-    """``total_steps`` follows ``trainer.max_steps``; with ``-1`` the message names the key the user set
-    (``trainer.max_steps=-1``, not ``total_steps=-1``) and the fix."""
-    cfg = _compose(["optim=adamw", "trainer.max_steps=-1", "trainer.max_epochs=1"])
+def test_a_schedule_that_follows_a_missing_step_budget_is_refused():
+    """``total_steps`` follows ``trainer.max_steps``; with ``-1`` and no epoch budget the message names the key the
+    user set (``trainer.max_steps=-1``, not ``total_steps=-1``) and the fix; with ``max_epochs`` it follows the
+    converted budget (tests/train/test_epoch_keys.py)."""
+    cfg = _compose(["optim=adamw", "trainer.max_steps=-1", "trainer.max_epochs=-1"])
     with pytest.raises(ConfigError, match=r"^optim.scheduler.total_steps: follows trainer.max_steps=-1.*Fix: set "):
         check_static(cfg)
-    check_static(
-        _compose(["optim=adamw", "trainer.max_steps=-1", "trainer.max_epochs=1", "optim.scheduler.total_steps=50"])
-    )
+    check_static(_compose(["optim=adamw", "trainer.max_steps=-1", "trainer.max_epochs=1"]))
 
 
 def test_a_logger_whose_package_is_missing_fails_first(monkeypatch):

@@ -159,6 +159,14 @@ def test_max_epochs_becomes_the_steps_of_that_many_epochs_with_one_line(tmp_path
     ]
 
 
+def test_the_schedule_follows_the_converted_budget(tmp_path, numbers):
+    """``optim=adamw``'s schedule ends at ``${trainer.max_steps}``: by epochs, at the converted step budget."""
+    n = _batches_an_epoch(numbers)
+    cfg = _compose(["optim=adamw", "trainer.max_steps=-1", "trainer.max_epochs=2"], tmp_path)
+    out = steps_from_epochs(cfg, numbers)
+    assert out.optim.scheduler.total_steps == out.trainer.max_steps == 2 * n
+
+
 def test_a_smaller_max_steps_stays_the_budget(tmp_path, numbers):
     out = steps_from_epochs(_compose(["trainer.max_epochs=100", "trainer.max_steps=4"], tmp_path), numbers)
     assert out.trainer.max_steps == 4

@@ -287,10 +287,11 @@ def schedule_length(cfg: DictConfig) -> None:
         warn_once(f"optim.warmup_steps={warmup} {why}", cfg)
     follows = isinstance(node, DictConfig) and "total_steps" in node and OmegaConf.is_interpolation(node, "total_steps")
     follows = follows and node._get_node("total_steps")._value() == "${trainer.max_steps}"
-    if follows and isinstance(max_steps, int) and max_steps < 1:
+    epochs = _get(cfg, "trainer.max_epochs")  # converted to max_steps once the data is known (xformer.jobs.steps)
+    if follows and isinstance(max_steps, int) and max_steps < 1 and not (isinstance(epochs, int) and epochs > 0):
         raise ConfigError(
             f"optim.scheduler.total_steps: follows trainer.max_steps={max_steps}, which gives the schedule no "
-            "length. Fix: set optim.scheduler.total_steps=<steps> (training by epochs), or trainer.max_steps"
+            "length. Fix: set optim.scheduler.total_steps=<steps>, trainer.max_steps or trainer.max_epochs"
         )
 
 
