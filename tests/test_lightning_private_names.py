@@ -85,16 +85,6 @@ def test_csv_headers_refreshed_from_the_file(tmp_path):
     assert writer.metrics_keys == ["a", "b", "step"]
 
 
-def test_the_bar_description():
-    assert callable(getattr(L.pytorch.callbacks.RichProgressBar, "_get_train_description", None))
-
-    class Bar(compat.RichBarWithDescription):
-        def train_description(self, current_epoch):
-            return f"E{current_epoch}"
-
-    assert Bar()._get_train_description(3) == "E3"  # Lightning's call reaches the public hook
-
-
 def test_request_stop_sets_the_flag_the_training_loop_reads(tmp_path):
     trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, default_root_dir=tmp_path)
     assert trainer.received_sigterm is False

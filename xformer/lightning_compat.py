@@ -11,16 +11,12 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from lightning.pytorch.callbacks import RichProgressBar
-
 #: ``(owner, name)`` of every private Lightning name used here, each with why no public API does it.
 PRIVATE_NAMES: tuple[tuple[str, str], ...] = (
     # no hook or option validates every N optimizer steps (an int interval counts batches) and after the last
     ("trainer.fit_loop.epoch_loop", "_should_check_val_fx"),
     # `logger.experiment` starts the experiment it is asked about (a W&B run, a CSV file deleted)
     ("lightning.pytorch.loggers.Logger (WandbLogger, CSVLogger)", "_experiment"),
-    # the Rich bar's training description has no public hook (it reads "Epoch 3/-2" without an epoch limit)
-    ("lightning.pytorch.callbacks.RichProgressBar", "_get_train_description"),
     # no public setter: the stop after this batch that raises SIGTERMException (should_stop validates once more)
     ("trainer", "_signal_connector"),
     # WandbLogger keeps its wandb.init arguments only privately; settings after construction go there
@@ -71,18 +67,6 @@ def refresh_csv_headers(trainer: Any) -> None:
             with open(path, newline="") as f:
                 header = next(csv.reader(f), [])
             writer.metrics_keys = sorted(set(writer.metrics_keys) | set(header))
-
-
-# -- the Rich bar (xformer.jobs.driver) -------------------------------------------------------------
-class RichBarWithDescription(RichProgressBar):
-    """Lightning's Rich bar whose training description comes from the public :meth:`train_description`."""
-
-    def _get_train_description(self, current_epoch: int) -> str:
-        return self.train_description(current_epoch)
-
-    def train_description(self, current_epoch: int) -> str:
-        """The text before the training bar (default: Lightning's own)."""
-        return super()._get_train_description(current_epoch)
 
 
 # -- the trainer's stop flag (xformer.jobs.callbacks.StopCheckpoint) ---------------------------------

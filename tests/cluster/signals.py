@@ -12,7 +12,7 @@ from pathlib import Path
 import lightning as L
 from typing_extensions import override
 
-from xformer.jobs.callbacks import SlurmRequeue
+from xformer.jobs.callbacks import StopCheckpoint
 
 
 class SlurmSignalAt(L.Callback):
@@ -49,7 +49,7 @@ class SlurmSignalAt(L.Callback):
         if self._rank0(trainer):
             subprocess.run(["scancel", f"--signal={self.signal}", os.environ["SLURM_JOB_ID"]], check=True)
         self._sent = True
-        requeue = [cb for cb in trainer.callbacks if isinstance(cb, SlurmRequeue)]
+        requeue = [cb for cb in trainer.callbacks if isinstance(cb, StopCheckpoint)]
         deadline = time.monotonic() + self.wait_s
         while time.monotonic() < deadline:  # the handler runs between these sleeps
             time.sleep(0.05)

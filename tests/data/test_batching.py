@@ -14,6 +14,7 @@ from xformer.data.batching import (
     collate_seq2seq,
     padding_fraction,
     shard_batches,
+    spread_order,
 )
 
 
@@ -74,8 +75,30 @@ def test_eval_order_is_sorted_and_unshuffled(lengths):
     e0 = list(s)
     s.set_epoch(9)
     assert list(s) == e0
-    flat_lens = [lengths[i] for i in _flat(e0)]
+    by_length = sorted(e0, key=lambda b: (lengths[b[0]], lengths[b[-1]]))  # as cut from the sorted split
+    flat_lens = [lengths[i] for i in _flat(by_length)]
     assert flat_lens == sorted(flat_lens)
+
+
+@pytest.mark.parametrize("fraction", [0.25, 0.5])
+def test_a_fraction_of_the_eval_batches_represents_the_split(fraction):
+    """``limit_val_batches=0.25`` (and the decode subset) take the first batches of the eval loader: their
+    examples' mean length is the split's (within 10 %), not the shortest examples' (issue 51, row 6)."""
+    lengths = np.random.default_rng(0).integers(2, 12, size=96).tolist()
+    batches = list(TokenBudgetBatchSampler(lengths, 40, shuffle=False, seed=0))
+    taken = _flat(batches[: int(len(batches) * fraction)])  # Lightning's fractional limit
+    mean = float(np.mean([lengths[i] for i in taken]))
+    assert abs(mean - float(np.mean(lengths))) <= 0.1 * float(np.mean(lengths))
+    assert sorted(_flat(batches)) == list(range(96))  # every example once
+
+
+def test_spread_order_is_a_permutation_whose_prefixes_spread():
+    assert spread_order(8) == [0, 4, 2, 6, 1, 5, 3, 7]
+    for n in (1, 5, 6, 13):
+        order = spread_order(n)
+        assert sorted(order) == list(range(n))
+        half = order[: n // 2]
+        assert n < 4 or (min(half) < n / 4 and max(half) >= n / 2)
 
 
 @pytest.mark.parametrize("world", [2, 3, 4])

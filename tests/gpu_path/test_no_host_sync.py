@@ -244,10 +244,10 @@ def test_the_progress_bar_names_the_loss_read_at_the_last_logging_step(tmp_path,
     objective says so and has the unsmoothed NLL beside it (the number val/loss compares with)."""
     import lightning as L
 
-    from xformer.jobs.driver import RichBar
+    from xformer.jobs.console import StepBar
 
     module, batch = _module(["data.n_long=2", f"loss.label_smoothing={smoothing}"], tmp_path)
-    bar = RichBar()
+    bar = StepBar()
     trainer = L.Trainer(
         accelerator="cpu",
         max_steps=6,

@@ -400,7 +400,7 @@ def test_default_run_console_is_quiet_and_true_and_the_bar_is_sane_after_resume(
 
 
 def test_test_table_has_one_column_per_split():
-    from xformer.jobs.driver import test_table
+    from xformer.jobs.console import test_table
 
     text = test_table({"test/loss": 1.5, "test/loss@long": 2.25, "test/bleu": 30.0, "val/loss": 9.0}, ["test", "long"])
     lines = text.splitlines()

@@ -48,3 +48,20 @@ def test_nan_loss_fails_its_job_only_and_keeps_the_last_good_checkpoint(tmp_path
 
     assert wandb_exit_code(sweep / "0") == 0
     assert wandb_exit_code(sweep / "1") not in (None, 0), "the W&B run is marked failed"
+
+
+def test_a_run_diverged_in_anomaly_mode_is_recorded_as_diverged_as_a_nan_loss_is(tmp_path):
+    """``+trainer.detect_anomaly=true`` turns the same blow-up into torch's NaN-in-backward error: the job is
+    ``diverged`` with the same record keys, exit code and reason kind as the NaN-loss run, not ``failed`` with a
+    traceback (issue 51, row 7)."""
+    runs = {}
+    for name, extra in (("loss", []), ("anomaly", ["+trainer.detect_anomaly=true"])):
+        job = tmp_path / name
+        res = run_py([*TINY, "trainer.max_steps=4", "optim.lr=1e30", f"hydra.run.dir={job}", *extra], tmp_path)
+        assert res.returncode == 1, res.stderr[-2000:]
+        assert "Traceback (most recent call last)" not in res.stderr and "error: " in res.stderr  # one line, no crash
+        runs[name] = metrics(job)
+    for record in runs.values():
+        assert record["status"] == "diverged"
+        assert set(record["diverged"]) == {"step", "reason"} and record["diverged"]["reason"].startswith("non-finite")
+        assert 1 <= record["diverged"]["step"] <= 4

@@ -269,12 +269,12 @@ def test_stop_inside_an_accumulation_window(tmp_path, tmp_path_factory, trigger,
     "schedule, first",
     [
         (["trainer.val_check_interval=2"], 5),  # after steps 2, 4, 6, 8
-        # counted inside each epoch (3 steps): after steps 2, 5, 8
-        (["trainer.val_check_interval=2", "trainer.check_val_every_n_epoch=1"], 4),
-        # two thirds of an epoch's 3 steps is 2 steps, counted inside each epoch: after steps 2, 5, 8
-        (["trainer.val_check_interval=0.67", "trainer.check_val_every_n_epoch=1"], 4),
+        # one epoch of 3 steps, converted to val_check_interval=3: after steps 3, 6 and the last, 8
+        (["trainer.val_check_interval=1.0", "trainer.check_val_every_n_epoch=1"], 4),
+        # val_dense every step up to 3, then every 2: after steps 1, 2, 3, 4, 6, 8
+        (["trainer.val_check_interval=2", "val_dense.every=1", "val_dense.until=3"], 5),
     ],
-    ids=["steps", "steps_in_epoch", "fraction"],
+    ids=["steps", "epochs", "dense"],
 )
 def test_a_finished_job_resumed_with_a_larger_budget_validates_as_the_uninterrupted_run(tmp_path, schedule, first):
     """A job finished at ``max_steps=first``, a step its schedule does not validate (validated there only

@@ -12,8 +12,7 @@ from omegaconf import OmegaConf
 from typing_extensions import override
 
 from xformer.data.batching import RandomBatchSampler, TokenBudgetBatchSampler
-from xformer.data.loader import ResumableDataLoader
-from xformer.jobs.callbacks import AtomicCheckpointIO, AtomicCheckpoints
+from xformer.jobs.callbacks import AtomicCheckpointIO, StepEndCheckpoint
 
 
 def _fail_midway(real_save):
@@ -56,10 +55,10 @@ class _Tiny(L.LightningModule):
 
 
 def test_trainer_checkpoints_go_through_the_atomic_writer(tmp_path, monkeypatch):
-    ckpt_cb = L.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, save_top_k=0, save_last=True)
+    ckpt_cb = StepEndCheckpoint(dirpath=tmp_path, every_n_train_steps=1, save_top_k=0, save_last=True)
     trainer = L.Trainer(
         max_steps=2,
-        callbacks=[AtomicCheckpoints(), ckpt_cb],
+        callbacks=[ckpt_cb],
         logger=False,
         enable_progress_bar=False,
         enable_model_summary=False,
@@ -99,21 +98,6 @@ def test_sampler_resume_continues_the_epoch(make):
     s = make()
     s.resume(2, len(epoch2))  # the epoch was complete: continue with the next one
     assert list(s) == epoch3
-
-
-def test_resumable_loader_state_round_trip():
-    consumed = {"n": 0}
-    loader = ResumableDataLoader(
-        list(range(50)), batch_sampler=RandomBatchSampler(50, 5, 6, seed=0), batches_done=lambda: consumed["n"]
-    )
-    loader.batch_sampler.set_epoch(1)
-    batches = [b.tolist() for b in loader]
-    consumed["n"] = 4
-    state = loader.state_dict()
-    assert state == {"epoch": 1, "batches_done": 4, "epoch_batches": 6}
-    fresh = ResumableDataLoader(list(range(50)), batch_sampler=RandomBatchSampler(50, 5, 6, seed=0))
-    fresh.load_state_dict(state)
-    assert [b.tolist() for b in fresh] == batches[4:]
 
 
 def test_sweep_expansion_matches_the_basic_sweeper():

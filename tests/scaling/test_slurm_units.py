@@ -50,9 +50,20 @@ def test_requeued_job_resumes_only_its_own_checkpoint(monkeypatch, job_folder, j
     assert resolve_ckpt_path(cfg, job_folder) == (str(want) if want else None)
 
 
-def test_requeued_job_keeps_an_explicit_ckpt_path_and_eval_mode(monkeypatch, job_folder):
+@pytest.mark.parametrize("given", ["/x/started-from.ckpt", "last"])
+def test_a_requeued_job_resumes_its_own_checkpoint_whatever_its_command_line_names(monkeypatch, job_folder, given):
+    """Started with ``ckpt_path=<file>`` (or ``last``), preempted, requeued with the same command line: the job's
+    own ``last.ckpt`` (where it is now), not the file it started from (issue 51, row 8)."""
     _env(monkeypatch, SLURM_JOB_ID="5", SLURM_CLUSTER_NAME="c", SLURM_RESTART_COUNT="1")
+    cfg = OmegaConf.create({"ckpt_path": given, "mode": "train"})
+    assert resolve_ckpt_path(cfg, job_folder) == str(job_folder / "checkpoints" / "last.ckpt")
+
+
+def test_a_fresh_job_and_eval_mode_keep_an_explicit_ckpt_path(monkeypatch, job_folder):
+    _env(monkeypatch, SLURM_JOB_ID="5", SLURM_CLUSTER_NAME="c", SLURM_RESTART_COUNT="0")  # not requeued
     assert resolve_ckpt_path(OmegaConf.create({"ckpt_path": "/x/y.ckpt", "mode": "train"}), job_folder) == "/x/y.ckpt"
+    _env(monkeypatch, SLURM_JOB_ID="5", SLURM_CLUSTER_NAME="c", SLURM_RESTART_COUNT="1")
+    assert resolve_ckpt_path(OmegaConf.create({"ckpt_path": "/x/y.ckpt", "mode": "eval"}), job_folder) == "/x/y.ckpt"
     assert resolve_ckpt_path(OmegaConf.create({"ckpt_path": None, "mode": "eval"}), job_folder) is None
     assert requeued_checkpoint(None) is None
 

@@ -287,10 +287,11 @@ def schedule_length(cfg: DictConfig) -> None:
         warn_once(f"optim.warmup_steps={warmup} {why}", cfg)
     follows = isinstance(node, DictConfig) and "total_steps" in node and OmegaConf.is_interpolation(node, "total_steps")
     follows = follows and node._get_node("total_steps")._value() == "${trainer.max_steps}"
-    if follows and isinstance(max_steps, int) and max_steps < 1:
+    epochs = _get(cfg, "trainer.max_epochs")  # converted to max_steps once the data is known (xformer.jobs.steps)
+    if follows and isinstance(max_steps, int) and max_steps < 1 and not (isinstance(epochs, int) and epochs > 0):
         raise ConfigError(
             f"optim.scheduler.total_steps: follows trainer.max_steps={max_steps}, which gives the schedule no "
-            "length. Fix: set optim.scheduler.total_steps=<steps> (training by epochs), or trainer.max_steps"
+            "length. Fix: set optim.scheduler.total_steps=<steps>, trainer.max_steps or trainer.max_epochs"
         )
 
 
@@ -323,6 +324,12 @@ def mode_and_checkpoint(cfg: DictConfig) -> None:
         raise ConfigError(
             "trainer.max_steps=0: would train nothing and test an untrained model. Fix: "
             "max_steps >= 1 (or -1 with trainer.max_epochs), or mode=eval ckpt_path=..."
+        )
+    budget = [_get(cfg, f"trainer.{k}") for k in ("max_steps", "max_epochs", "max_time")]
+    if cfg.get("mode") == "train" and budget[0] in (None, -1) and not (budget[1] or 0) > 0 and budget[2] is None:
+        raise ConfigError(
+            f"trainer.max_steps={budget[0]}: no budget (nor trainer.max_epochs or trainer.max_time): the run would "
+            "train forever. Fix: trainer.max_steps=<optimizer steps> or trainer.max_epochs=<data epochs>"
         )
     if cfg.get("mode") == "eval" and not cfg.get("ckpt_path"):
         raise ConfigError("ckpt_path: mode=eval needs ckpt_path=/path/to/checkpoint.ckpt")
@@ -362,27 +369,84 @@ def saves_on_whole_steps(cfg: DictConfig) -> None:
 
 
 def counts_data_epochs(cfg: DictConfig) -> None:
-    """Options counted in Lightning's epochs: xformer runs the data epochs back to back as one Lightning epoch
-    (:class:`~xformer.data.loader.EpochStream`), which ends only with the run, so they are refused with the
-    option that counts what was meant. ``max_epochs``, ``limit_train_batches`` and
-    ``check_val_every_n_epoch`` count the data's epochs and are fine."""
+    """Trainer keys counted in Lightning's epochs with no step equivalent: xformer trains by optimizer steps over
+    the data's epochs run back to back as one Lightning epoch, which ends only with the run (the epoch keys that
+    have one are converted: :mod:`xformer.jobs.steps`)."""
     if _get(cfg, "trainer.min_epochs"):
         raise ConfigError(
-            "trainer.min_epochs: not supported (Lightning's epoch is the whole run here). "
+            "trainer.min_epochs: not supported (xformer counts optimizer steps). "
             "Fix: trainer.min_steps=<optimizer steps> instead"
         )
     if _get(cfg, "trainer.reload_dataloaders_every_n_epochs"):
         raise ConfigError(
-            "trainer.reload_dataloaders_every_n_epochs: not supported (Lightning's epoch is the whole run here; "
-            "the samplers reshuffle every data epoch themselves). Fix: remove it"
+            "trainer.reload_dataloaders_every_n_epochs: not supported (xformer counts optimizer steps; the samplers "
+            "reshuffle every data epoch themselves). Fix: remove it"
         )
     callbacks = _get(cfg, "callbacks")
     for name, node in callbacks.items() if isinstance(callbacks, DictConfig) else []:
         if isinstance(node, DictConfig) and node.get("every_n_epochs"):
             raise ConfigError(
-                f"callbacks.{name}.every_n_epochs: counts Lightning's epochs, and Lightning's epoch is the whole "
-                f"run here. Fix: callbacks.{name}.every_n_train_steps=<optimizer steps> instead"
+                f"callbacks.{name}.every_n_epochs: counts epochs (xformer counts optimizer steps). "
+                f"Fix: callbacks.{name}.every_n_train_steps=<optimizer steps> instead"
             )
+
+
+def _epoch_keyed(name: str, node: DictConfig, cls: type) -> str | None:
+    """Why callback ``cls`` (config ``node`` at ``callbacks.<name>``) would act on Lightning's epoch, which is the
+    whole run here, with the step-counted fix; None when it works on steps."""
+    from lightning.pytorch.callbacks import (
+        BaseFinetuning,
+        EarlyStopping,
+        GradientAccumulationScheduler,
+        LearningRateMonitor,
+        ProgressBar,
+        StochasticWeightAveraging,
+    )
+
+    key = f"callbacks.{name}"
+    if issubclass(cls, EarlyStopping) and node.get("check_on_train_epoch_end"):
+        return (
+            f"{key}.check_on_train_epoch_end=true: checks at an epoch's end. Fix: {key}.check_on_train_epoch_end=false"
+            " (it then checks after every validation, every trainer.val_check_interval optimizer steps)"
+        )
+    if issubclass(cls, LearningRateMonitor) and node.get("logging_interval") == "epoch":
+        return f"{key}.logging_interval=epoch: logs at an epoch's end. Fix: {key}.logging_interval=step"
+    why = {
+        StochasticWeightAveraging: "averages the weights from an epoch on and swaps them in at an epoch's end. Fix: "
+        "remove it (Lightning's SWA has no step-counted form; torch.optim.swa_utils.AveragedModel in a module "
+        "averages by step)",
+        GradientAccumulationScheduler: "changes the accumulation at epochs. Fix: remove it and set "
+        "trainer.accumulate_grad_batches=<micro-batches a step> (one value for the run)",
+        BaseFinetuning: "unfreezes layers at epochs. Fix: remove it (or unfreeze in your module's "
+        "on_train_batch_start at a trainer.global_step)",
+        ProgressBar: "shows Lightning's epoch (always 0 here). Fix: remove it: xformer's bar shows optimizer steps, "
+        "the data's epoch, the rate and the time left (trainer.enable_progress_bar=false for none)",
+    }
+    for base, text in why.items():
+        if issubclass(cls, base) and not cls.__module__.startswith("xformer."):
+            return f"{key} ({cls.__name__}): {text}"
+    import lightning as L
+
+    hooks = [h for h in ("on_train_epoch_start", "on_train_epoch_end") if getattr(cls, h) is not getattr(L.Callback, h)]
+    owners = {getattr(cls, h).__module__.split(".")[0] for h in hooks}
+    if hooks and owners - {"lightning", "xformer"}:
+        return (
+            f"{key} ({cls.__name__}): its {' and '.join(hooks)} run once, at the end of the run. Fix: act in "
+            "on_train_batch_end every N optimizer steps (trainer.global_step), or in on_validation_end"
+        )
+    return None
+
+
+def epoch_keyed_callbacks(cfg: DictConfig) -> None:
+    """Each configured callback works on optimizer steps (an epoch-keyed Lightning feature is refused with its
+    step-counted fix; docs/scaling.md, "Steps are the unit"). Raises: ConfigError, the first one."""
+    callbacks = _get(cfg, "callbacks")
+    for name, node in callbacks.items() if isinstance(callbacks, DictConfig) else []:
+        if not isinstance(node, DictConfig) or "_target_" not in node:
+            continue
+        cls, _ = import_target(str(node._target_))
+        if isinstance(cls, type) and (why := _epoch_keyed(str(name), node, cls)):
+            raise ConfigError(why)
 
 
 def installed_and_present(cfg: DictConfig) -> None:
@@ -605,13 +669,17 @@ def trainer_accepts(cfg: DictConfig) -> None:
             ) from None
 
 
-def check_data_options(cfg: DictConfig):
-    """Stage 3: the remaining nodes, the trainer's settings as Lightning checks them, and ``cfg.data`` built
-    (nothing read). Returns the data module, not set up. Raises: ConfigError."""
+def check_data_options(cfg: DictConfig, trainer: bool = True):
+    """Stage 3: the remaining nodes, the callbacks against steps, the trainer's settings as Lightning checks them
+    (``trainer``: a check without training, a dry run or a sweep's check of its jobs; a training run builds its
+    one trainer instead), and ``cfg.data`` built (nothing read). Returns the data module, not set up.
+    Raises: ConfigError."""
     from hydra.utils import instantiate
 
     check_targets(cfg, early=False)
-    trainer_accepts(cfg)
+    epoch_keyed_callbacks(cfg)
+    if trainer:
+        trainer_accepts(cfg)
     try:
         dm = instantiate(cfg.data)
     except Exception as err:
@@ -666,45 +734,11 @@ def check_config(cfg: DictConfig, ckpt: str | None = None) -> None:
     check_data_options(cfg)
 
 
-def interval_fits_an_epoch(cfg: DictConfig, dm) -> None:
-    """``trainer.limit_train_batches`` takes at least one batch of an epoch, and an integer
-    ``trainer.val_check_interval`` counted inside each epoch (``check_val_every_n_epoch`` set) is at most the
-    optimizer steps of an epoch: a larger one would never validate inside one (the epoch's length as the
-    training loader of ``dm`` has it, under the limit, as the training stream takes it). Raises: ConfigError."""
-    from xformer.data.loader import batches_taken, optimizer_steps_in_epoch
-
-    limit = _get(cfg, "trainer.limit_train_batches")
-    interval, epochs = _get(cfg, "trainer.val_check_interval"), _get(cfg, "trainer.check_val_every_n_epoch")
-    counted_in_epoch = epochs is not None and isinstance(interval, int) and not isinstance(interval, bool)
-    if not counted_in_epoch and not isinstance(limit, float):  # no epoch length needed
-        return
-    n = len(dm.train_dataloader())
-    try:
-        batches = batches_taken(n, limit)
-    except ValueError as err:
-        raise ConfigError(
-            f"trainer.limit_train_batches={limit}: {err}. Fix: trainer.limit_train_batches={1 / n:.3g} or an int"
-        ) from None
-    if not counted_in_epoch:
-        return
-    accumulate = _get(cfg, "trainer.accumulate_grad_batches", 1)
-    steps = optimizer_steps_in_epoch(batches, accumulate if isinstance(accumulate, int) else 1)
-    if 0 < steps < interval:
-        raise ConfigError(
-            f"trainer.val_check_interval={interval}: counted inside each epoch (trainer.check_val_every_n_epoch="
-            f"{epochs}), and an epoch here has {steps} optimizer steps ({batches} batches, accumulate_grad_batches="
-            f"{accumulate}), so it would never validate. Fix: trainer.val_check_interval={steps} or less, or "
-            "trainer.check_val_every_n_epoch=null to count steps across epochs"
-        )
-
-
 def check_with_data(cfg: DictConfig, dm, model) -> None:
-    """Stage 4: objective vs the data's metrics, an interval counted inside each epoch vs the epoch's steps,
-    the model's ``check_data``, the longest sequence vs ``model.max_len`` (a warning in ``mode=eval``, which
-    cuts them). Raises: ConfigError."""
+    """Stage 4: objective vs the data's metrics, the model's ``check_data``, the longest sequence vs
+    ``model.max_len`` (a warning in ``mode=eval``, which cuts them). Raises: ConfigError."""
     if cfg.mode == "train":
         check_objective(cfg, list(dm.metrics), type(dm).__name__)
-        interval_fits_an_epoch(cfg, dm)
     model.check_data(dm)
     limit, need = model.position_limit, model.positions_needed(dm)
     if limit is None or limit >= need:

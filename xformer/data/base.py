@@ -24,19 +24,14 @@ from xformer.config_types import NonNegative, Positive
 from xformer.data.batching import (
     RandomBatchSampler,
     SequentialBatchSampler,
+    SpreadSubset,
     TokenBudgetBatchSampler,
     WeightlessCopies,
     collate_lm,
     collate_seq2seq,
 )
 from xformer.data.errors import DataError
-from xformer.data.loader import (
-    EpochStream,
-    ResumableDataLoader,
-    trainer_batches_consumed,
-    trainer_batches_done,
-    trainer_epoch_batches,
-)
+from xformer.data.loader import EpochStream, trainer_batches_consumed
 from xformer.data.tokenizers import BOS, EOS, PAD, Tokenizer
 
 
@@ -297,16 +292,10 @@ class XformerDataModule(L.LightningDataModule):
         if weightless:
             dataset = WeightlessCopies(dataset)
         collate = collate_seq2seq if self.task == "seq2seq" else collate_lm
-        return self._make_loader(
-            dataset, sampler, functools.partial(collate, pad_id=self.pad_id), persistent, train=train
-        )
+        return self._make_loader(dataset, sampler, functools.partial(collate, pad_id=self.pad_id), persistent)
 
-    def _make_loader(
-        self, dataset: Dataset, batch_sampler, collate_fn, persistent: bool, train: bool = False
-    ) -> DataLoader:
-        """DataLoader over ``batch_sampler``; workers persist across epochs for train/val only. The
-        training loader is a :class:`~xformer.data.loader.ResumableDataLoader`: checkpoints record
-        its position in the epoch."""
+    def _make_loader(self, dataset: Dataset, batch_sampler, collate_fn, persistent: bool) -> DataLoader:
+        """DataLoader over ``batch_sampler``; workers persist across epochs for train/val only."""
         kwargs = dict(
             batch_sampler=batch_sampler,
             collate_fn=collate_fn,
@@ -314,33 +303,18 @@ class XformerDataModule(L.LightningDataModule):
             pin_memory=self.pin_memory,
             persistent_workers=persistent and self.num_workers > 0,
         )
-        if train:
-            return ResumableDataLoader(
-                dataset, batches_done=self._train_batches_done, epoch_batches=self._train_epoch_batches, **kwargs
-            )
         return DataLoader(dataset, **kwargs)
-
-    def _train_batches_done(self) -> int:
-        """Training batches of the current epoch the attached trainer has consumed (0 without one)."""
-        return trainer_batches_done(getattr(self, "trainer", None))
-
-    def _train_epoch_batches(self, n: int) -> int:
-        """Training batches the attached trainer takes from an epoch of ``n`` (``limit_train_batches``)."""
-        return trainer_epoch_batches(getattr(self, "trainer", None), n)
 
     _back_to_back: dict[str, Any] | None = None  # EpochStream options, set by serve_epochs_back_to_back
     _stream: EpochStream | None = None  # the training stream of the current fit
     _restored_position: dict[str, int] | None = None  # from a checkpoint, for the next stream
 
-    def serve_epochs_back_to_back(
-        self, max_epochs: int | None = None, limit_batches: int | float | None = None, accumulate: int = 1
-    ) -> None:
-        """Make :meth:`train_dataloader` an :class:`~xformer.data.loader.EpochStream`: ``max_epochs`` epochs (None
-        or -1: no end) of ``limit_batches`` batches each (an int or a fraction; None = all), filled to whole
-        windows of ``accumulate`` micro-batches, one after another, which the trainer runs as one endless
-        epoch. xformer's driver does this, with the trainer's ``max_epochs``, ``limit_train_batches`` and
-        ``accumulate_grad_batches``; a plain ``lightning.Trainer`` gets the epochs themselves."""
-        self._back_to_back = {"max_epochs": max_epochs, "limit_batches": limit_batches, "accumulate": accumulate}
+    def serve_epochs_back_to_back(self, epoch_batches: int | None = None, accumulate: int = 1) -> None:
+        """Make :meth:`train_dataloader` an :class:`~xformer.data.loader.EpochStream`: epochs of ``epoch_batches``
+        batches (None = all), filled to whole windows of ``accumulate`` micro-batches, one after another, which the
+        trainer runs as one endless epoch ended by ``max_steps``. xformer's driver does this; a plain
+        ``lightning.Trainer`` gets the epochs themselves."""
+        self._back_to_back = {"epoch_batches": epoch_batches, "accumulate": accumulate}
 
     def train_dataloader(self) -> DataLoader | EpochStream:
         """Shuffled (per ``(seed, epoch)``) training loader, sharded across DDP ranks (its epochs back to back
@@ -369,6 +343,14 @@ class XformerDataModule(L.LightningDataModule):
     def _train_batches_consumed(self) -> int:
         """Training micro-batches the attached trainer has processed over the run (0 without one)."""
         return trainer_batches_consumed(getattr(self, "trainer", None))
+
+    def limit_val_examples(self, fraction: float) -> tuple[int, int]:
+        """Validate on ``fraction`` of the validation examples, evenly spread over their lengths
+        (:class:`~xformer.data.batching.SpreadSubset`). Returns ``(examples kept, examples in the split)``."""
+        self._require_setup()
+        full = len(self.val_set)
+        self.val_set = SpreadSubset(self.val_set, fraction)
+        return len(self.val_set), full
 
     def val_dataloader(self) -> DataLoader:
         """Deterministic validation loader (sharded across ranks; duplicates share ``idx``)."""
@@ -498,9 +480,7 @@ class WindowLMDataModule(XformerDataModule):
             sampler = RandomBatchSampler(len(dataset), self.batch_size, n_batches, self.seed, num_replicas, rank)
         else:
             sampler = SequentialBatchSampler(len(dataset), self.batch_size, num_replicas, rank)
-        return self._make_loader(
-            dataset, sampler, functools.partial(collate_lm, pad_id=self.pad_id), persistent, train=train
-        )
+        return self._make_loader(dataset, sampler, functools.partial(collate_lm, pad_id=self.pad_id), persistent)
 
 
 def _until_eos(ids: list[int]) -> list[int]:

@@ -11,10 +11,9 @@ itself) at the start of every training epoch. Outside Lightning call ``set_epoch
 
 Resuming mid-epoch: :class:`TokenBudgetBatchSampler` and :class:`RandomBatchSampler` have
 ``resume(epoch, batches_done)``, after which their next iteration continues ``epoch`` after its first
-``batches_done`` batches. :class:`xformer.data.loader.ResumableDataLoader` (exact resume as a whole:
-:mod:`xformer.jobs.resume`) exposes that as the ``state_dict`` /
-``load_state_dict`` pair Lightning stores in (and restores from) every checkpoint, so a run restarted
-from a mid-epoch ``last.ckpt`` sees exactly the batches an uninterrupted run would have seen.
+``batches_done`` batches. :class:`xformer.data.loader.EpochStream` (exact resume as a whole:
+:mod:`xformer.jobs.resume`) stores its position in every checkpoint and resumes the sampler there, so a run
+restarted from a mid-epoch ``last.ckpt`` sees exactly the batches an uninterrupted run would have seen.
 """
 
 from __future__ import annotations
@@ -113,6 +112,40 @@ class WeightlessCopies(Dataset):
         if name == "base":
             raise AttributeError(name)
         return getattr(self.base, name)
+
+
+class SpreadSubset(Dataset):
+    """``fraction`` of ``dataset``'s examples, evenly spread over their lengths (``dataset.lengths()``, else
+    over their order): of the examples sorted by length, the middle one of each of ``k = int(n * fraction)``
+    equal strata. A fractional ``trainer.limit_val_batches`` becomes this subset, so validation on a fraction
+    represents the split instead of taking the first (shortest) batches. Items keep their own ``idx``.
+
+    Raises:
+        ValueError: ``fraction`` outside ``(0, 1]``."""
+
+    def __init__(self, dataset: Dataset, fraction: float) -> None:
+        if not 0 < fraction <= 1:
+            raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+        self.dataset = dataset
+        n = len(dataset)
+        lengths = np.asarray(dataset.lengths() if hasattr(dataset, "lengths") else np.zeros(n), dtype=np.int64)
+        by_length = np.argsort(lengths, kind="stable")
+        k = max(1, int(n * fraction))
+        self.indices = np.sort(by_length[(2 * np.arange(k) + 1) * n // (2 * k)]).tolist()
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, i: int) -> Any:
+        return self.dataset[self.indices[i]]
+
+    def lengths(self) -> list[int]:
+        lengths = self.dataset.lengths() if hasattr(self.dataset, "lengths") else [0] * len(self.dataset)
+        return [lengths[i] for i in self.indices]
+
+    def sort_keys(self) -> list[list[int]]:
+        keys = self.dataset.sort_keys() if hasattr(self.dataset, "sort_keys") else ()
+        return [[k[i] for i in self.indices] for k in keys]
 
 
 class TokenBudgetBatchSampler(Sampler[list[int]]):
@@ -220,9 +253,10 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             keys = [k[idx] for k in reversed(self.sort_keys)] + [self.lengths[idx]]
             idx = idx[np.lexsort(keys)]  # stable; last key is the primary one
             batches.extend(_greedy_batches(idx, self.lengths[idx], self.tokens_per_batch))
-        if self.shuffle:
-            perm = rng.permutation(len(batches))
-            batches = [batches[i] for i in perm]
+        # shuffled, or for evaluation in spread order: a fraction of the batches (``limit_val_batches``, the
+        # decode subset) then spans the lengths instead of taking the shortest examples
+        perm = rng.permutation(len(batches)) if self.shuffle else spread_order(len(batches))
+        batches = [batches[i] for i in perm]
         self._cache = (epoch, batches)
         return batches
 
@@ -235,6 +269,21 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         """Number of batches this rank yields in the current epoch."""
         n, r = len(self.all_batches()), self.num_replicas
         return n // r if self.drop_last else -(-n // r)
+
+
+def spread_order(n: int) -> list[int]:
+    """``range(n)`` in van der Corput order (the j-th item is ``floor(n * x_j)``, ``x_j`` = j's bits mirrored
+    after the binary point: 0, 1/2, 1/4, 3/4, ...; repeats skipped): every prefix is spread evenly over
+    ``range(n)`` (8 -> 0 4 2 6 1 5 3 7), so the first ``k`` of ``n`` length-sorted batches span the lengths."""
+    order: list[int] = []
+    seen: set[int] = set()
+    bits = max(1, (n - 1).bit_length())
+    for j in range(2**bits):
+        i = n * int(f"{j:0{bits}b}"[::-1], 2) >> bits
+        if i not in seen:
+            seen.add(i)
+            order.append(i)
+    return order
 
 
 def _greedy_batches(idx: np.ndarray, lens: np.ndarray, budget: int) -> list[list[int]]:

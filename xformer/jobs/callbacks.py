@@ -1,6 +1,7 @@
 """Lightning callbacks that keep long runs safe (all on in ``conf/callbacks/default.yaml``): stop at the first
-non-finite loss, save ``last.ckpt`` where training stops, requeue on SLURM's signal, seed dropout from the
-position in training, and write checkpoints atomically. Exact resume as a whole: :mod:`xformer.jobs.resume`."""
+non-finite loss, save ``last.ckpt`` where training stops (and requeue on SLURM's signal), seed dropout from the
+position in training, and write checkpoints at optimizer steps' ends, atomically. Exact resume as a whole:
+:mod:`xformer.jobs.resume`."""
 
 from __future__ import annotations
 
@@ -29,6 +30,12 @@ from xformer.data.loader import data_index
 from xformer.lightning_compat import request_stop
 
 from .overrides import resume_command
+from .resume import reroot
+
+FIX = (  # what a diverged run tries next
+    "Fix: lower optim.lr, raise optim.warmup_steps, keep trainer.gradient_clip_val > 0, "
+    "or use trainer.precision=32-true"
+)
 
 log = logging.getLogger("xformer")
 
@@ -173,8 +180,7 @@ class NonFiniteLossGuard(L.Callback):
             where = f"at step {f['step']} (epoch {f['epoch']}, batch {f['batch']})"
             value, step = f["loss"], int(f["step"])
         raise NonFiniteLossError(
-            f"train/loss is {value} {where}; training stopped. {self._kept(trainer)} Fix: lower optim.lr, "
-            f"raise optim.warmup_steps, keep trainer.gradient_clip_val > 0, or use trainer.precision=32-true",
+            f"train/loss is {value} {where}; training stopped. {self._kept(trainer)} {FIX}",
             step=step if step is not None else int(trainer.global_step),
         )
 
@@ -206,41 +212,16 @@ class _StepEnds(L.Callback):
         self._step_before_batch = trainer.global_step
 
 
-class _StopAtStepEnd(_StepEnds):
-    """What :class:`StopCheckpoint` and :class:`SlurmRequeue` share: a stop requested at the end of an
-    optimizer step, never between the micro-batches of one (:meth:`stepped`); :meth:`stop_now` requests
-    Lightning's stop at once when one process is validating after a step (no micro-batch is in flight, and
-    Lightning stops right after that validation)."""
-
-    def __init__(self) -> None:
-        self._validating = False  # inside a validation of fit, which follows an optimizer step
-        self._trainer: L.Trainer | None = None
-
-    def stop_now(self) -> None:
-        trainer = self._trainer
-        if self._validating and trainer is not None and trainer.world_size == 1:
-            request_stop(trainer)
-
-    @override
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        self._trainer = trainer
-
-    @override
-    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._validating = trainer.state.fn == "fit" and not trainer.sanity_checking
-
-    @override
-    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._validating = False
-
-
 class StepEndCheckpoint(_StepEnds, ModelCheckpoint):
     """Lightning's ``ModelCheckpoint`` whose saves by ``every_n_train_steps`` or ``train_time_interval`` fall at
     the end of an optimizer step only. Lightning's skips a save at a step it has saved already, but does not
     keep that step in its checkpoint state: under gradient accumulation a run resumed from a step that
     ``every_n_train_steps`` divides would save again after the first micro-batch of the next window, a
-    checkpoint inside a window whose gradients no checkpoint holds. Everything else is ``ModelCheckpoint``'s
-    (same arguments, state and files)."""
+    checkpoint inside a window whose gradients no checkpoint holds. It installs :class:`AtomicCheckpointIO` on the
+    trainer's strategy (unless another ``CheckpointIO`` is configured), so no checkpoint of the run is ever
+    half-written. A job folder moved since the checkpoint was written keeps its best checkpoint
+    (:func:`~xformer.jobs.resume.reroot`). Everything else is ``ModelCheckpoint``'s (same arguments, state and
+    files)."""
 
     @override
     def on_train_batch_end(
@@ -249,9 +230,20 @@ class StepEndCheckpoint(_StepEnds, ModelCheckpoint):
         if self.stepped(trainer):
             super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
 
+    @override
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
+        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # unless another CheckpointIO is configured
+            trainer.strategy.checkpoint_io = AtomicCheckpointIO()  # every checkpoint of the run, written atomically
 
-class StopCheckpoint(_StopAtStepEnd):
-    """Save ``<dirpath>/last.ckpt`` when training stops: on SIGTERM, on Ctrl-C, and when ``fit`` ends.
+    @override
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        reroot(trainer, self, checkpoint)  # a moved job folder keeps its best checkpoint
+
+
+class StopCheckpoint(_StepEnds):
+    """Save ``<dirpath>/last.ckpt`` when training stops: on SIGTERM, on Ctrl-C, on SLURM's requeue signal (then
+    requeue the job), and when ``fit`` ends.
 
     SIGTERM and Ctrl-C stop training at the end of the optimizer step in flight: under gradient accumulation
     the window's remaining micro-batches are trained first, so the checkpoint holds whole steps and a resume
@@ -268,6 +260,10 @@ class StopCheckpoint(_StopAtStepEnd):
     inside the signal handler, which deadlocks when the ranks get the signal at different moments
     (Lightning#20806). The signal is still passed on to the ranks Lightning started.
 
+    Under SLURM, the requeue signal (submitit's USR2, else Lightning's ``SLURMEnvironment`` one, installed at
+    ``setup``, before Lightning, which then leaves it alone) stops after the step in flight the same way, and
+    rank 0 requeues the job at exit; the requeued job resumes its own ``last.ckpt`` by itself.
+
     Args:
         dirpath: folder of ``last.ckpt`` (default: the first checkpoint callback's folder).
         filename: checkpoint file name.
@@ -281,6 +277,57 @@ class StopCheckpoint(_StopAtStepEnd):
         self._previous: dict[int, Any] = {}  # the handlers this fit replaced
         self._sigints = 0  # Ctrl-C presses during this fit
         self._marked = False  # a stop signal reached this rank, not yet acted on
+        self._validating = False  # inside a validation of fit, which follows an optimizer step
+        self._trainer: L.Trainer | None = None
+        self._slurm: int | None = None  # SLURM's requeue signal, installed
+        self._engine_handler: Any = None
+        self._received: int | None = None  # SLURM's requeue signal, received
+        self._requeue_registered = False
+
+    @property
+    def received_signal(self) -> str | None:
+        """SLURM's requeue signal once received (``"SIGUSR2"``/``"SIGUSR1"``), else None."""
+        return None if self._received is None else signal.Signals(self._received).name
+
+    def stop_now(self) -> None:
+        """Request Lightning's stop at once when one process is validating after a step (no micro-batch is in
+        flight, and Lightning stops right after that validation)."""
+        trainer = self._trainer
+        if self._validating and trainer is not None and trainer.world_size == 1:
+            request_stop(trainer)
+
+    @override
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._trainer = trainer
+        if self._slurm is not None or "SLURM_JOB_ID" not in os.environ:  # no requeue signal outside SLURM
+            return
+        from . import slurm
+
+        signum = slurm.submitit_signal() or slurm.lightning_requeue_signal(trainer)
+        if signum is None or threading.current_thread() is not threading.main_thread():
+            return
+        self._engine_handler = signal.signal(signum, self._on_slurm_signal)
+        self._slurm = signum
+
+    def _on_slurm_signal(self, signum: int, _frame: Any) -> None:
+        first = self._received is None
+        self._received = signum
+        from . import slurm
+
+        if first and slurm.global_rank() == 0:
+            log.warning(
+                "SLURM sent %s: saving last.ckpt after the step in flight, then requeueing this job",
+                signal.Signals(signum).name,
+            )
+        self.stop_now()
+
+    @override
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._validating = trainer.state.fn == "fit" and not trainer.sanity_checking
+
+    @override
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._validating = False
 
     def _path(self, trainer: L.Trainer) -> Path | None:
         dirpath = self.dirpath or (trainer.checkpoint_callback.dirpath if trainer.checkpoint_callback else None)
@@ -323,9 +370,10 @@ class StopCheckpoint(_StopAtStepEnd):
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if signal.SIGTERM not in self._previous or not self.stepped(trainer):
+        if (signal.SIGTERM not in self._previous and self._slurm is None) or not self.stepped(trainer):
             return  # no handlers of ours, or inside an accumulation window
-        if trainer.strategy.reduce_boolean_decision(self._marked, all=False):
+        # the ranks get a signal at different moments: they agree at the end of the same step
+        if trainer.strategy.reduce_boolean_decision(self._marked or self._received is not None, all=False):
             request_stop(trainer)
 
     def _restore_handlers(self) -> None:
@@ -347,12 +395,18 @@ class StopCheckpoint(_StopAtStepEnd):
             self._save_on_stop(trainer, exception)
         finally:
             self._restore_handlers()
+        from . import slurm
+
+        if self._received is None or not isinstance(exception, SIGTERMException) or slurm.global_rank() != 0:
+            return
+        if not self._requeue_registered:  # after last.ckpt is saved
+            self._requeue_registered = True
+            atexit.register(slurm.requeue, self._received, self._engine_handler)
 
     def _save_on_stop(self, trainer: L.Trainer, exception: BaseException) -> None:
         if not isinstance(exception, SIGTERMException):
             return
-        requeue = next((cb.received_signal for cb in trainer.callbacks if isinstance(cb, SlurmRequeue)), None)
-        name = "SIGINT" if self._sigints else requeue or "SIGTERM"
+        name = "SIGINT" if self._sigints else self.received_signal or "SIGTERM"
         exception.stop_signal = name  # for interrupt_signal
         if trainer.state.fn != "fit":
             # testing a best checkpoint's weights, or validating: keep the last.ckpt training wrote
@@ -378,71 +432,6 @@ class StopCheckpoint(_StopAtStepEnd):
                 trainer.global_step,
                 resume_command(path.parent.parent),
             )
-
-
-class SlurmRequeue(_StopAtStepEnd):
-    """On SLURM's requeue signal (submitit's USR2, else Lightning's ``SLURMEnvironment`` one): stop after the
-    step in flight, let :class:`StopCheckpoint` save ``last.ckpt`` (listed before this callback in the
-    config), and requeue the job at exit; the requeued job resumes by itself. Installed at ``setup``, before
-    Lightning, which then leaves the signal alone. The ranks agree at the end of each optimizer step, so all
-    stop after the same step, never inside an accumulation window; rank 0 requeues. Does nothing outside
-    SLURM."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._installed = False
-        self._engine_handler: Any = None
-        self._received: int | None = None
-        self._requeue_registered = False
-
-    @property
-    def received_signal(self) -> str | None:
-        return None if self._received is None else signal.Signals(self._received).name
-
-    @override
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        super().setup(trainer, pl_module, stage)
-        if self._installed or "SLURM_JOB_ID" not in os.environ:  # no requeue signal outside a SLURM job
-            return
-        from . import slurm
-
-        signum = slurm.submitit_signal() or slurm.lightning_requeue_signal(trainer)
-        if signum is None or threading.current_thread() is not threading.main_thread():
-            return
-        self._engine_handler = signal.signal(signum, self._on_signal)
-        self._installed = True
-
-    def _on_signal(self, signum: int, _frame: Any) -> None:
-        first = self._received is None
-        self._received = signum
-        from . import slurm
-
-        if first and slurm.global_rank() == 0:
-            log.warning(
-                "SLURM sent %s: saving last.ckpt after the step in flight, then requeueing this job",
-                signal.Signals(signum).name,
-            )
-        self.stop_now()
-
-    @override
-    def on_train_batch_end(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
-        if not self._installed or not self.stepped(trainer):
-            return  # outside SLURM, or inside an accumulation window
-        # the ranks get the signal at different moments: agree at the end of the same step
-        if trainer.strategy.reduce_boolean_decision(self._received is not None, all=False):
-            request_stop(trainer)
-
-    @override
-    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        from . import slurm
-
-        if self._received is None or not isinstance(exception, SIGTERMException) or slurm.global_rank() != 0:
-            return
-        if not self._requeue_registered:
-            self._requeue_registered = True
-            atexit.register(slurm.requeue, self._received, self._engine_handler)
 
 
 class OptimizerStepTimer(_StepEnds, Timer):
@@ -491,16 +480,6 @@ class StepSeed(L.Callback):
             torch.manual_seed(s)
         np.random.seed(s % 2**32)
         random.seed(s)
-
-
-class AtomicCheckpoints(L.Callback):
-    """Install :class:`AtomicCheckpointIO` on the trainer's strategy at ``setup``, unless another
-    ``CheckpointIO`` is configured."""
-
-    @override
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
-            trainer.strategy.checkpoint_io = AtomicCheckpointIO()
 
 
 def _is_local(path: Any) -> bool:

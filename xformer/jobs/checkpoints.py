@@ -29,14 +29,14 @@ def last_checkpoint(out_dir: str | Path) -> Path:
 
 
 def resolve_ckpt_path(cfg: DictConfig, out_dir: str | Path | None, warn: bool = False) -> str | None:
-    """The checkpoint file a run loads: ``ckpt_path`` as given; for ``last`` the job's :func:`last_checkpoint` if
-    it exists (else ``None``, warned when ``warn``); without ``ckpt_path``, a requeued SLURM job's own."""
+    """The checkpoint file a run loads: a requeued SLURM job's own ``last.ckpt`` first, in ``mode=train``, whatever
+    ``ckpt_path`` says (a ``ckpt_path=<file>`` is where the job started, not where it is now); else ``ckpt_path``
+    as given; for ``last`` the job's :func:`last_checkpoint` if it exists (else ``None``, warned when ``warn``)."""
     ckpt = cfg.get("ckpt_path")
+    if cfg.get("mode", "train") == "train" and (own := requeued_checkpoint(out_dir, announce=warn)) is not None:
+        return str(own)
     if not ckpt:
-        if cfg.get("mode", "train") != "train":
-            return None
-        own = requeued_checkpoint(out_dir, announce=warn)
-        return str(own) if own is not None else None
+        return None
     if ckpt != "last":
         return str(ckpt)
     last = last_checkpoint(out_dir or ".")

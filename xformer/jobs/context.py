@@ -52,6 +52,16 @@ class JobContext:
     def multirun(self) -> bool:
         return self.sweep_dir is not None
 
+    def own_checkpoint(self, mode: str = "train") -> Path | None:
+        """:attr:`ckpt` when ``mode=train`` resumes one of this job's own checkpoints (inside :attr:`out_dir`)."""
+        if mode != "train" or self.ckpt is None:
+            return None
+        try:
+            path = Path(self.ckpt).resolve()
+            return path if path.is_file() and path.is_relative_to(self.out_dir.resolve()) else None
+        except OSError:
+            return None
+
     def info(self) -> dict:
         """The ``job`` section of ``metrics.json``."""
         if self.job is not None:
@@ -146,12 +156,12 @@ def outcome_of(
         return Outcome(Status.FAILED, 1, err, line, first_line(err))
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-    from .callbacks import NonFiniteLossError, interrupt_signal
+    from .callbacks import FIX, NonFiniteLossError, interrupt_signal
 
-    if isinstance(err, NonFiniteLossError):  # an outcome of the setting, not a crash
-        return Outcome(
-            Status.DIVERGED, 1, err, str(err), first_line(err), {"step": err.step, "reason": "non-finite train/loss"}
-        )
+    if (reason := non_finite(err)) is not None:  # an outcome of the setting, not a crash
+        at = err.step if isinstance(err, NonFiniteLossError) else None if step is None else step + 1  # in flight
+        line = str(err) if isinstance(err, NonFiniteLossError) else f"{reason} at step {at}; training stopped. {FIX}"
+        return Outcome(Status.DIVERGED, 1, err, line, line.splitlines()[0], {"step": at, "reason": reason})
     if isinstance(err, (SIGTERMException, KeyboardInterrupt)) or ctrl_c:  # last.ckpt was saved (StopCheckpoint)
         sigint = not isinstance(err, SIGTERMException) or interrupt_signal(err) == "SIGINT"
         status, how = (Status.INTERRUPTED, "Ctrl-C") if sigint else (Status.PREEMPTED, "SIGTERM")
@@ -162,6 +172,27 @@ def outcome_of(
     if (line := peer_lost_line(err, step, out_dir)) is not None:  # another rank was lost: the line, no traceback
         return Outcome(Status.FAILED, 1, err, line, line)
     return Outcome(Status.FAILED, 1, err, None, first_line(err))
+
+
+#: torch's errors for non-finite training values: anomaly mode's NaN in backward, and the non-finite gradient norm
+#: of ``clip_grad_norm_(error_if_nonfinite=True)``
+_NON_FINITE = {
+    "returned nan values": "non-finite gradient (anomaly detection)",
+    "returned inf values": "non-finite gradient (anomaly detection)",
+    "is non-finite, so it cannot be clipped": "non-finite gradient norm",
+}
+
+
+def non_finite(err: BaseException) -> str | None:
+    """The divergence reason when ``err`` says a training value became NaN or Inf (a NaN/Inf loss, anomaly mode's
+    NaN in backward, a non-finite gradient norm), else None: one status and one record however it diverged."""
+    from .callbacks import NonFiniteLossError
+
+    if isinstance(err, NonFiniteLossError):
+        return "non-finite train/loss"
+    if isinstance(err, RuntimeError):
+        return next((why for text, why in _NON_FINITE.items() if text in str(err)), None)
+    return None
 
 
 def outcome_of_record(record: RunRecord | None, failure: str | None, stopped_by: str | None, n: int) -> Outcome:

@@ -1,26 +1,21 @@
 """One job of ``run.py`` after its config passed stages 1-2 of the check: :func:`run` builds the data module
-and the model once each, fits and tests, and writes the job's ``metrics.json`` however it ends (the job
-folder's layout: docs/running.md). What it prints: each Lightning log line once, only library messages true
-about this run, a progress bar that reads right with ``max_epochs=-1`` and after a mid-epoch resume, a test
-table with one column per test split, one line per validation (:class:`ValidationLine`)."""
+and the model once each, converts the config's epoch keys to optimizer steps (:mod:`xformer.jobs.steps`), fits
+and tests, and writes the job's ``metrics.json`` however it ends (the job folder's layout: docs/running.md).
+What it prints: :mod:`xformer.jobs.console`."""
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import logging
-import math
 import os
 import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import lightning as L
 import torch
 from hydra.utils import instantiate
-from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
 from omegaconf import DictConfig, OmegaConf
 from typing_extensions import override
@@ -28,18 +23,17 @@ from typing_extensions import override
 from xformer.config.check import check_data_options, check_with_data
 from xformer.config.checkpoint import check_checkpoint_vocab, check_resume_settings
 from xformer.data.base import XformerDataModule
-from xformer.data.loader import data_position, epoch_budget
 from xformer.errors import ConfigError
-from xformer.lightning_compat import RichBarWithDescription
 from xformer.train.checkpoint_file import build_model, read_checkpoint, refusal
 from xformer.train.module import TransformerLitModule
 
 from .callbacks import NonFiniteLossGuard, OptimizerStepTimer
 from .checkpoints import checkpoint_step, slurm_job_key
+from .console import StepBar, quiet_console, single_log_lines, test_table
 from .context import JobContext, Outcome, job_context, outcome_of
-from .distributed import logging_spec, replay_logging
 from .record import FILE, RunRecord, read_record
-from .resume import OptimizerStepIntervals, RerootCheckpoints, ResumableCSVLogger, own_checkpoint
+from .resume import OptimizerStepIntervals, ResumableCSVLogger
+from .steps import steps_from_epochs
 from .wandb_run import describe_runs, finish_runs, wandb_logger
 
 # Lightning warns whenever `srun` is on PATH; outside a SLURM job that says nothing about this run.
@@ -50,18 +44,13 @@ log = logging.getLogger("xformer")
 
 def build_loggers(cfg: DictConfig, ctx: JobContext) -> list:
     """The configured loggers plus the always-on CSV logger, which keeps its history before a resumed checkpoint."""
-    out_dir = ctx.out_dir
-    resumed = own_checkpoint(cfg, out_dir)  # resuming this job: keep its history before the checkpoint
-    loggers: list = [
-        ResumableCSVLogger(
-            save_dir=str(out_dir), name="csv", version="", keep_before=checkpoint_step(resumed) if resumed else None
-        )
-    ]
+    resumed = ctx.own_checkpoint(cfg.mode)  # resuming this job: keep its history before the checkpoint
+    keep_before = checkpoint_step(resumed) if resumed else None
+    loggers: list = [ResumableCSVLogger(save_dir=str(ctx.out_dir), name="csv", version="", keep_before=keep_before)]
     for node in (cfg.get("logger") or {}).values():
-        if not isinstance(node, DictConfig) or "_target_" not in node:
-            continue
-        is_wandb = node._target_.endswith("WandbLogger")
-        loggers.append(wandb_logger(node, cfg, ctx.info(), out_dir) if is_wandb else instantiate(node))
+        if isinstance(node, DictConfig) and "_target_" in node:
+            is_wandb = node._target_.endswith("WandbLogger")
+            loggers.append(wandb_logger(node, ctx.info(), ctx.out_dir, resumed) if is_wandb else instantiate(node))
     return loggers
 
 
@@ -95,8 +84,10 @@ def config_from_checkpoint(cfg: DictConfig, overrides: tuple[str, ...], ckpt: st
 
 @dataclass
 class Job:
-    """What :func:`build` makes for one job, with the job's run record so far."""
+    """What :func:`build` makes for one job (``cfg``: the job's config with its epoch keys in steps), with the job's
+    run record so far."""
 
+    cfg: DictConfig
     dm: L.LightningDataModule
     module: TransformerLitModule
     trainer: L.Trainer
@@ -124,36 +115,25 @@ def build_module(cfg: DictConfig, dm, model: torch.nn.Module) -> TransformerLitM
     return module
 
 
-def build_trainer(cfg: DictConfig, loggers: list, clock: WallClock | None = None) -> L.Trainer:
-    """``cfg.trainer`` with the configured callbacks plus xformer's own (``clock``: the job's :class:`WallClock`)."""
+def build_trainer(cfg: DictConfig, clock: WallClock | None = None) -> L.Trainer:
+    """``cfg.trainer`` as it stands (its epoch keys converted to steps: :func:`~xformer.jobs.steps.steps_from_epochs`)
+    with the configured callbacks plus xformer's validation schedule, clock and progress bar; no loggers yet.
+    Raises: ConfigError, one line, for a value Lightning refuses."""
     callbacks = [
         instantiate(c) for c in (cfg.get("callbacks") or {}).values() if isinstance(c, DictConfig) and "_target_" in c
     ]
-    callbacks += [clock or WallClock()]
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
-    trainer_cfg.pop("compile", None)
-    # the data epochs run back to back as one Lightning epoch (EpochStream): the schedule counts them instead
-    for key in ("max_epochs", "limit_train_batches"):
-        trainer_cfg.pop(key, None)
-    interval = trainer_cfg.pop("val_check_interval", None)
-    interval = 1.0 if interval is None else interval  # Lightning's default: once an epoch
-    every_n_epochs = trainer_cfg.pop("check_val_every_n_epoch", None)
+    trainer_cfg.pop("compile", None)  # xformer's key (build_module)
+    interval = trainer_cfg.get("val_check_interval")
     dense = cfg.get("val_dense") or {}
-    dense = (dense.get("every"), dense.get("until") or 0)
-    if isinstance(interval, (int, float)) and not isinstance(interval, bool):
-        callbacks.append(OptimizerStepIntervals(interval, every_n_epochs, *dense))
-    else:  # a time: Lightning's clock, checked at the end of optimizer steps
-        callbacks.append(OptimizerStepIntervals(None, every_n_epochs, *dense))
-        trainer_cfg["val_check_interval"] = interval
-    trainer_cfg.update(max_epochs=-1, check_val_every_n_epoch=None)
-    callbacks.append(RerootCheckpoints())
-    if (max_time := trainer_cfg.pop("max_time", None)) is not None:
-        callbacks.append(OptimizerStepTimer(max_time))  # Lightning's timer, checked at optimizer steps' ends
-    trainer_cfg.setdefault("use_distributed_sampler", False)  # the data modules shard batches across ranks
+    steps = interval if isinstance(interval, int) and not isinstance(interval, bool) else None  # else a time
+    callbacks += [clock or WallClock(), OptimizerStepIntervals(steps, dense.get("every"), dense.get("until") or 0)]
     if trainer_cfg.get("enable_progress_bar", True) and not any(isinstance(c, ProgressBar) for c in callbacks):
-        callbacks.append(progress_bar())  # Lightning's default bar, reading "Epoch N" when max_epochs=-1
+        callbacks.append(StepBar())
     try:
-        return instantiate(trainer_cfg, logger=loggers, callbacks=callbacks)
+        if (max_time := trainer_cfg.get("max_time")) is not None:  # Lightning's timer, checked at steps' ends
+            callbacks.append(OptimizerStepTimer(max_time))  # (Lightning then leaves trainer.max_time to it)
+        return instantiate(trainer_cfg, logger=False, callbacks=callbacks)
     except Exception as err:  # Lightning refuses a value its signature allows (a range, a choice, a count as a word)
         from lightning.fabric.utilities.exceptions import MisconfigurationException
 
@@ -166,9 +146,8 @@ def build_trainer(cfg: DictConfig, loggers: list, clock: WallClock | None = None
 def build(cfg: DictConfig, ctx: JobContext, clock: WallClock | None = None) -> Job:
     """Stages 3-4 of the config check around building data, model, module, loggers and trainer, each once.
     Raises: ConfigError / DataError before anything is trained."""
-    record = RunRecord(job=ctx.info(), config=OmegaConf.to_container(cfg, resolve=True))
     L.seed_everything(cfg.seed, workers=True)
-    dm = check_data_options(cfg)  # stage 3
+    dm = check_data_options(cfg, trainer=False)  # stage 3; Lightning checks the trainer's values as it builds it
     if not isinstance(dm, XformerDataModule):
         raise ConfigError(
             f"data._target_={cfg.data.get('_target_')}: run.py needs an xformer.data.base.XformerDataModule (it runs "
@@ -176,6 +155,11 @@ def build(cfg: DictConfig, ctx: JobContext, clock: WallClock | None = None) -> J
         )
     dm.prepare_data()
     dm.setup("fit")
+    if cfg.mode == "train":  # epoch keys -> optimizer steps, once, with a line each
+        devices, nodes = cfg.trainer.get("devices"), cfg.trainer.get("num_nodes") or 1
+        cfg = steps_from_epochs(cfg, dm, devices * nodes if isinstance(devices, int) else 1)
+    record = RunRecord(job=ctx.info(), config=OmegaConf.to_container(cfg, resolve=True))
+    trainer = build_trainer(cfg, clock)  # the run's one trainer, its loggers given once they are built
     if ctx.ckpt is not None:
         check_checkpoint_vocab(cfg, ctx.ckpt, dm)
         if changes := check_resume_settings(cfg, ctx.ckpt):
@@ -198,23 +182,20 @@ def build(cfg: DictConfig, ctx: JobContext, clock: WallClock | None = None) -> J
         "pad_id": dm.pad_id,
         "slurm_job": slurm_job_key(),  # a requeued SLURM job resumes only its own checkpoints
     }
-    loggers = build_loggers(cfg, ctx)
-    trainer = build_trainer(cfg, loggers, clock)
-    dm.serve_epochs_back_to_back(
-        cfg.trainer.get("max_epochs"), cfg.trainer.get("limit_train_batches"), trainer.accumulate_grad_batches
-    )
+    trainer.loggers = loggers = build_loggers(cfg, ctx)  # after every check: no W&B run for a refused config
+    dm.serve_epochs_back_to_back(cfg.get("data_epoch_batches"), trainer.accumulate_grad_batches)
     for lg in trainer.loggers:
         lg.log_hyperparams(record.config)
         lg.log_metrics({f"model/params_{k}": float(v) for k, v in record.params.items()}, step=0)
     if trainer.is_global_zero and (wandb_run := describe_runs(loggers)) is not None:
         record.job["wandb"] = wandb_run
-    return Job(dm, module, trainer, loggers, record)
+    return Job(cfg, dm, module, trainer, loggers, record)
 
 
-def fit_and_test(cfg: DictConfig, job: Job, ckpt: str | None) -> tuple[dict, dict, int | None]:
+def fit_and_test(job: Job, ckpt: str | None) -> tuple[dict, dict, int | None]:
     """``mode=train``: fit (resuming from ``ckpt``), then test the objective's best checkpoint; ``mode=eval``:
     test ``ckpt``. Returns ``(fit_metrics, test_metrics, tokens_seen)`` (``{}`` and ``None`` in eval)."""
-    trainer, module, dm = job.trainer, job.module, job.dm
+    cfg, trainer, module, dm = job.cfg, job.trainer, job.module, job.dm
     if cfg.mode != "train":
         return {}, _test(trainer, module, dm, ckpt), None
     trainer.fit(module, datamodule=dm, ckpt_path=ckpt)
@@ -240,9 +221,9 @@ def _test(trainer: L.Trainer, module, dm, ckpt: str | None) -> dict:
     return results
 
 
-def complete_record(cfg: DictConfig, job: Job, end: Outcome, final: dict, tokens_seen: int | None) -> None:
+def complete_record(job: Job, end: Outcome, final: dict, tokens_seen: int | None) -> None:
     """Fill ``job.record`` with how the job ended, its metrics, best checkpoint, objective and numerics."""
-    record, trainer, module = job.record, job.trainer, job.module
+    cfg, record, trainer, module = job.cfg, job.record, job.trainer, job.module
     objective_value = final.get(cfg.objective.metric)
     cb = trainer.checkpoint_callback
     best_score = cb.best_model_score if cb is not None and cb.best_model_score is not None else None
@@ -332,7 +313,7 @@ def run(cfg: DictConfig, ctx: JobContext | None = None) -> tuple[Outcome, RunRec
     ctx = ctx or job_context(cfg)
     clock = WallClock()  # from here: building the data and model counts
     single_log_lines()  # Lightning's lines once, through Hydra's handlers
-    quiet_console(resuming=own_checkpoint(cfg, ctx.out_dir) is not None)
+    quiet_console(resuming=ctx.own_checkpoint(cfg.mode) is not None)
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     apply_omp_threads()
     if ctx.plan is not None and ctx.plan.action == "resume":  # a sweep job killed earlier
@@ -343,193 +324,15 @@ def run(cfg: DictConfig, ctx: JobContext | None = None) -> tuple[Outcome, RunRec
     job = build(cfg, ctx, clock)
     final, tokens_seen = {}, None
     try:
-        fit_metrics, test_metrics, tokens_seen = fit_and_test(cfg, job, ctx.ckpt)
+        fit_metrics, test_metrics, tokens_seen = fit_and_test(job, ctx.ckpt)
         final = {**fit_metrics, **test_metrics}
         end = outcome_of(rose=divergence_of(job.trainer) if cfg.mode == "train" else None)
     except BaseException as err:  # recorded; SIGTERM (preemption) and Ctrl-C saved last.ckpt
         ctrl_c = type(err) is SystemExit and job.trainer.interrupted  # Lightning's exit(1) after a KeyboardInterrupt
         end = outcome_of(err, ctrl_c=ctrl_c, step=job.trainer.global_step, out_dir=ctx.out_dir)
-    complete_record(cfg, job, end, final, tokens_seen)
+    complete_record(job, end, final, tokens_seen)
     if job.trainer.is_global_zero:
         job.record.write(ctx.out_dir / FILE)
         finish_runs(job.loggers, job.record.metrics, end.exit_code)
         log.info("%s: the run's folder is %s (its summary: %s)", end.status, ctx.out_dir, ctx.out_dir / FILE)
     return end, job.record
-
-
-# -- what the job prints on the terminal ---------------------------------------------------------
-
-
-def epoch_label(current_epoch: int, max_epochs: int | None) -> str:
-    """``"Epoch N/M"`` (M the last epoch's index) with an epoch limit, else ``"Epoch N"`` (Lightning writes
-    ``Epoch 46/-2`` for ``max_epochs=-1``)."""
-    if max_epochs is None or max_epochs < 0:
-        return f"Epoch {current_epoch}"
-    return f"Epoch {current_epoch}/{max_epochs - 1}"
-
-
-class RichBar(RichBarWithDescription):
-    """Lightning's Rich bar with :func:`epoch_label`, showing the module's host-side ``progress_metrics`` (values
-    logged with ``prog_bar=True`` would be read from the device at every batch)."""
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
-        """Show the data's epoch (:func:`~xformer.data.loader.data_position`; Lightning runs the epochs as one
-        endless epoch): its label, its batches done, and its total, cut to where ``max_steps`` ends it."""
-        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
-        if self.progress is None or self.train_progress_bar_id is None or (position := data_position(trainer)) is None:
-            return
-        epoch, done, n = position
-        total = n
-        if trainer.max_steps is not None and trainer.max_steps >= 0:
-            steps_left = max(0, trainer.max_steps - trainer.global_step)
-            total = min(n, done + steps_left * max(1, int(trainer.accumulate_grad_batches or 1)))
-        self.progress.update(
-            self.train_progress_bar_id, completed=done, total=total, description=self.train_description(epoch)
-        )
-
-    def get_metrics(self, trainer, pl_module) -> dict:
-        metrics = {**super().get_metrics(trainer, pl_module), **getattr(pl_module, "progress_metrics", {})}
-        metrics.pop("v_num", None)  # the logger's version string: nothing a user reads
-        return metrics
-
-    def train_description(self, current_epoch: int) -> str:
-        label = epoch_label(current_epoch, epoch_budget(self.trainer))
-        width = len(self.validation_description)  # padded as Lightning does, so the bar does not jump
-        return f"{label:{width}}" if width > len(label) else label
-
-
-def progress_bar() -> ProgressBar:
-    """The bar Lightning would pick by default (Rich when installed, else tqdm), with the epoch label fixed."""
-    return RichBar() if importlib.util.find_spec("rich") is not None else TQDMProgressBar()
-
-
-def single_log_lines() -> None:
-    """Print each Lightning log record once: with root handlers (Hydra's), Lightning's own console handlers are
-    removed and its records go through the root's."""
-    if not logging.getLogger().hasHandlers():
-        return
-    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
-        logger = logging.getLogger(name)
-        for handler in list(logger.handlers):
-            if type(handler) is logging.StreamHandler:  # Lightning's console handlers, nothing else
-                logger.removeHandler(handler)
-        logger.propagate = True
-
-
-#: Lightning's lines that tell an xformer user nothing the config or the test table does not, and its
-#: litlogger advert (no option turns it off).
-_LIGHTNING_NOISE = (
-    "💡 Tip:",
-    "GPU available:",
-    "TPU available:",
-    "HPU available:",
-    "`weights_only` was not set",
-    "Restoring states from the checkpoint path",
-    "Loaded model weights from the checkpoint",
-    "Seed set to",
-)
-
-
-def _not_noise(record: logging.LogRecord) -> bool:
-    return not str(record.getMessage()).startswith(_LIGHTNING_NOISE)
-
-
-def quiet_console(resuming: bool = False) -> None:
-    """Keep library messages that are noise or false for this run off the console (idempotent); ``resuming``:
-    also Lightning's "Checkpoint directory ... exists and is not empty"."""
-    for name in (
-        "lightning.pytorch.utilities.rank_zero",
-        "lightning.fabric.utilities.rank_zero",
-        "lightning.pytorch.trainer.connectors.checkpoint_connector",
-        "lightning.fabric.utilities.seed",
-    ):
-        logging.getLogger(name).addFilter(_not_noise)  # a filter already there is not added twice
-    # false here: logging counts optimizer steps across epochs
-    warnings.filterwarnings(
-        "ignore", message=r"The number of training batches \(\d+\) is smaller than the logging interval"
-    )
-    warnings.filterwarnings(  # torch's deprecation, raised inside Lightning's own pytree helper
-        "ignore",
-        message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
-        category=FutureWarning,
-        module=r"lightning\.pytorch\.utilities\._pytree",
-    )
-    if resuming:
-        warnings.filterwarnings(
-            "ignore",
-            message=r"Checkpoint directory .* exists and is not empty",
-            module=r"lightning\.pytorch\.callbacks\.model_checkpoint",
-        )
-
-
-def test_table(results: dict[str, float], split_names: list[str]) -> str:
-    """The test results as a text table, one row per metric and one column per split (``test/<metric>`` is split
-    ``test``, ``test/<metric>@<split>`` is ``<split>``); keys outside ``test/`` ignored, ``""`` when none."""
-    cols = list(split_names) or ["test"]
-    cells: dict[str, dict[str, float]] = {}
-    for key, value in results.items():
-        if not key.startswith("test/"):
-            continue
-        metric, _, split = key[len("test/") :].partition("@")
-        split = split or "test"
-        if split not in cols:
-            cols.append(split)
-        cells.setdefault(metric, {})[split] = float(value)
-    if not cells:
-        return ""
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title="test results")
-    table.add_column("metric", style="cyan")
-    for split in cols:
-        table.add_column(split, justify="right", style="magenta")
-    for metric, row in cells.items():
-        table.add_row(metric, *(f"{row[s]:.4f}" if s in row else "-" for s in cols))
-    console = Console(width=max(60, 16 * (len(cols) + 1)), force_terminal=False, color_system=None)
-    with console.capture() as capture:
-        console.print(table)
-    return capture.get()
-
-
-class ValidationLine(L.Callback):
-    """One console line after each validation (rank 0): the step, the objective ``metric`` with its best so far
-    (``mode``: ``min`` or ``max``), and the task's own metric."""
-
-    TASK_METRICS = ("val/bleu", "val/exact_match", "val/acc")
-
-    def __init__(self, metric: str = "val/loss", mode: Literal["min", "max"] = "min") -> None:
-        self.metric, self.mode = metric, mode
-        self.best: tuple[float, int] | None = None
-        self._logging = logging_spec()  # the job's console and log file, for ranks ddp_spawn starts
-
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:  # noqa: ARG002 - hook signature
-        replay_logging(self._logging)  # a ddp_spawn rank: this callback is a pickled copy; else nothing to do
-
-    def state_dict(self) -> dict:
-        return {"best": self.best}
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        best = state_dict.get("best")
-        self.best = None if best is None else (float(best[0]), int(best[1]))
-
-    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:  # noqa: ARG002 - hook signature
-        if trainer.sanity_checking or not trainer.is_global_zero:
-            return
-        metrics = trainer.callback_metrics
-        step, total = trainer.global_step, trainer.max_steps
-        parts = []
-        value = metrics.get(self.metric)
-        if value is not None:
-            v = float(value)
-            better = self.best is None or (v < self.best[0] if self.mode == "min" else v > self.best[0])
-            if better and math.isfinite(v):
-                self.best = (v, step)
-            best = f" (best {self.best[0]:.4g} at step {self.best[1]})" if self.best else ""
-            parts.append(f"{self.metric} {v:.4g}{best}")
-        task = next((k for k in self.TASK_METRICS if k in metrics and k != self.metric), None)
-        if task:
-            parts.append(f"{task} {float(metrics[task]):.4g}")
-        if parts:
-            of = f"/{total}" if total and total > 0 else ""
-            log.info("validation at step %d%s: %s", step, of, " · ".join(parts))

@@ -1,8 +1,8 @@
 """Exact resume. **The guarantee:** a training job restarted in its own folder from any of its checkpoints
 trains the same batches in the same order, with the same epochs, dropout, learning rate and ``tokens_seen``, and
 validates after the same optimizer steps as the uninterrupted run (docs/troubleshooting.md, "Resuming a killed
-run"). Here: the validation schedule and the epoch budget (:class:`OptimizerStepIntervals`), a moved folder's
-best checkpoint (:class:`RerootCheckpoints`), the CSV log (:class:`ResumableCSVLogger`); elsewhere: the data
+run"). Here: the validation schedule (:class:`OptimizerStepIntervals`), a moved folder's
+best checkpoint (:func:`reroot`), the CSV log (:class:`ResumableCSVLogger`); elsewhere: the data
 position (:class:`xformer.data.loader.EpochStream`: Lightning runs the data epochs as one endless epoch, so
 no checkpoint holds an epoch boundary of its loop), the dropout RNG (:class:`xformer.jobs.callbacks.StepSeed`)."""
 
@@ -15,14 +15,10 @@ from typing import Any
 
 import lightning as L
 from lightning.pytorch.loggers import CSVLogger
-from omegaconf import DictConfig
 from typing_extensions import override
 
 from xformer import lightning_compat as compat
-from xformer.data.loader import Position, data_position, last_epoch_ends, optimizer_steps_in_epoch, training_stream
 from xformer.lightning_compat import logger_started
-
-from .checkpoints import resolve_ckpt_path
 
 
 # -- a moved job folder ---------------------------------------------------------------------------
@@ -36,50 +32,31 @@ def _rerooted(path: Any, old: str, new: str) -> Any:
     return new.rstrip("/") + "/" + path[len(prefix) :] if path.startswith(prefix) else path
 
 
-class RerootCheckpoints(L.Callback):
-    """Keep a moved job folder's best checkpoint, best score and top-k record when it resumes.
-
-    ``ModelCheckpoint`` stores absolute paths and drops its best score and top-k record when its folder differs
-    from the stored one (Lightning#15705). When the loaded checkpoint lies in a ``ModelCheckpoint``'s folder,
-    the stored paths are re-rooted to that folder first; a checkpoint of another folder is left as it is."""
-
-    @override
-    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
-        loaded = trainer.ckpt_path
-        states = checkpoint.get("callbacks") or {}
-        if not loaded or not isinstance(states, dict):
-            return
-        here = Path(loaded).resolve().parent
-        for cb in trainer.checkpoint_callbacks:
-            state = states.get(getattr(cb, "state_key", None))
-            dirpath = getattr(cb, "dirpath", None)
-            if not isinstance(state, dict) or not dirpath or Path(dirpath).resolve() != here:
-                continue
-            old = state.get("dirpath")
-            if not isinstance(old, str) or not old or old == dirpath:
-                continue
-            for key in ("best_model_path", "kth_best_model_path", "last_model_path"):
-                if key in state:
-                    state[key] = _rerooted(state[key], old, dirpath)
-            if isinstance(state.get("best_k_models"), dict):
-                state["best_k_models"] = {_rerooted(k, old, dirpath): v for k, v in state["best_k_models"].items()}
-            state["dirpath"] = dirpath
+def reroot(trainer: L.Trainer, callback: Any, checkpoint: dict) -> None:
+    """Keep a moved job folder's best checkpoint, best score and top-k record when it resumes: ``ModelCheckpoint``
+    stores absolute paths and drops its best score and top-k record when its folder differs from the stored one
+    (Lightning#15705). When the loaded checkpoint lies in ``callback``'s folder, its stored paths in
+    ``checkpoint`` are re-rooted to that folder (called from ``on_load_checkpoint``, before Lightning loads the
+    callback's state); a checkpoint of another folder is left as it is."""
+    loaded, states = trainer.ckpt_path, checkpoint.get("callbacks") or {}
+    dirpath = getattr(callback, "dirpath", None)
+    if not loaded or not isinstance(states, dict) or not dirpath:
+        return
+    state = states.get(callback.state_key)
+    if not isinstance(state, dict) or Path(dirpath).resolve() != Path(loaded).resolve().parent:
+        return
+    old = state.get("dirpath")
+    if not isinstance(old, str) or not old or old == dirpath:
+        return
+    for key in ("best_model_path", "kth_best_model_path", "last_model_path"):
+        if key in state:
+            state[key] = _rerooted(state[key], old, dirpath)
+    if isinstance(state.get("best_k_models"), dict):
+        state["best_k_models"] = {_rerooted(k, old, dirpath): v for k, v in state["best_k_models"].items()}
+    state["dirpath"] = dirpath
 
 
-# -- which checkpoint, and the job's logs --------------------------------------------------------
-def own_checkpoint(cfg: DictConfig, out_dir: Path) -> Path | None:
-    """The checkpoint this job resumes from when it is one of its own (``ckpt_path=last`` with an
-    existing ``checkpoints/last.ckpt``, or a path inside ``out_dir``), else None."""
-    ckpt = resolve_ckpt_path(cfg, out_dir)
-    if cfg.get("mode", "train") != "train" or ckpt is None:
-        return None
-    try:
-        path = Path(ckpt).resolve()
-        return path if path.is_file() and path.is_relative_to(out_dir.resolve()) else None
-    except OSError:
-        return None
-
-
+# -- the job's logs -------------------------------------------------------------------------------
 class ResumableCSVLogger(CSVLogger):
     """``CSVLogger`` that, with ``keep_before`` set, keeps the rows of an existing ``metrics.csv`` whose ``step``
     is below it instead of deleting the file; rows are flushed at every logged step, so a killed run's file
@@ -112,6 +89,12 @@ class ResumableCSVLogger(CSVLogger):
             writer.save()
         return writer
 
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        """Lightning's, with the data's ``epoch`` written as an integer, as Lightning writes its own."""
+        if "epoch" in metrics:
+            metrics = {**metrics, "epoch": int(metrics["epoch"])}
+        super().log_metrics(metrics, step)
+
     def forget_validation(self, step: int) -> None:
         """Remove the ``val/*`` rows of the validation after optimizer ``step`` (labelled ``step - 1``) from
         ``metrics.csv``."""
@@ -139,35 +122,27 @@ class ResumableCSVLogger(CSVLogger):
 
 
 def budget_reached(trainer: L.Trainer) -> bool:
-    """True once the run's last optimizer step (``max_steps``, or the last batch of the data's ``max_epochs``)
-    is done (read in ``on_train_batch_end``)."""
-    if trainer.max_steps is not None and trainer.max_steps != -1 and trainer.global_step >= trainer.max_steps:
-        return True
-    return last_epoch_ends(trainer)
+    """True once the run's last optimizer step (``max_steps``) is done (read in ``on_train_batch_end``)."""
+    return trainer.max_steps is not None and trainer.max_steps != -1 and trainer.global_step >= trainer.max_steps
 
 
 def _may_stop_early(trainer: L.Trainer) -> bool:
-    """True when the fit loop honours ``trainer.should_stop`` now (``min_epochs``/``min_steps`` met)."""
-    fit = trainer.fit_loop
-    epochs_met = not fit.min_epochs or fit.epoch_progress.current.processed >= fit.min_epochs
-    return epochs_met and (not fit.min_steps or trainer.global_step >= fit.min_steps)
+    """True when the fit loop honours ``trainer.should_stop`` now (``min_steps`` met)."""
+    return not trainer.fit_loop.min_steps or trainer.global_step >= trainer.fit_loop.min_steps
 
 
 _UNRECORDED = object()  # a checkpoint whose OptimizerStepIntervals state holds no unscheduled step
 
 
 class OptimizerStepIntervals(L.Callback):
-    """The validation schedule and the epoch budget, as functions of the optimizer step and the data position
-    (:func:`~xformer.data.loader.data_position`); Lightning counts batches of its own epochs, which differ
-    under gradient accumulation and, with the data epochs run back to back, are one endless epoch. Every
-    validation, and so every checkpoint written by one, falls at the end of an optimizer step.
+    """The validation schedule as a function of the optimizer step (Lightning counts batches, which differ
+    under gradient accumulation). Every validation, and so every checkpoint written by one, falls at the end
+    of an optimizer step.
 
-    ``val_check_interval``: an integer counts ``global_step``, or the steps inside each epoch when
-    ``check_val_every_n_epoch`` is set; a fraction of an epoch is that fraction of the epoch's optimizer
-    steps; a time is Lightning's decision, taken at the first optimizer step's end once it is due.
-    ``check_val_every_n_epoch``: only epochs whose number + 1 it divides validate. After the last step
-    (``max_steps``, or the last batch of the data's ``max_epochs``) the run validates, so the objective and
-    best checkpoint always exist, and stops.
+    ``val_check_interval``: an integer counts ``global_step`` (an epoch's fraction or count is converted to
+    one by :func:`xformer.jobs.steps.steps_from_epochs`); a time is Lightning's decision, taken at the first
+    optimizer step's end once it is due. After the last step (``max_steps``) the run validates, so the
+    objective and best checkpoint always exist, and stops.
 
     At a restart Lightning asks once whether the checkpoint's own step was due for validation; each
     checkpoint records whether it was written inside one (:meth:`state_dict`), which is the right answer.
@@ -176,21 +151,15 @@ class OptimizerStepIntervals(L.Callback):
     from that step with a larger budget takes it back (:meth:`on_train_start`).
 
     Args:
-        val_check_interval: the trainer's ``val_check_interval`` (None: Lightning's, a time).
-        check_val_every_n_epoch: the trainer's ``check_val_every_n_epoch``.
+        val_check_interval: the trainer's ``val_check_interval`` in optimizer steps (None: a time).
         dense_every, dense_until: also validate every ``dense_every`` optimizer steps up to step ``dense_until``
             (``val_dense`` in the config), so that an outcome such as the steps to reach a level is measured,
             not bounded by the first regular validation; None or 0: no extra validations."""
 
     def __init__(
-        self,
-        val_check_interval: int | float | None = 1.0,
-        check_val_every_n_epoch: int | None = None,
-        dense_every: int | None = None,
-        dense_until: int = 0,
+        self, val_check_interval: int | None = None, dense_every: int | None = None, dense_until: int = 0
     ) -> None:
         self.val_check_interval = val_check_interval
-        self.check_val_every_n_epoch = check_val_every_n_epoch
         self.dense_every = dense_every
         self.dense_until = dense_until or 0
         self._current: L.Trainer | None = None  # the trainer of this fit
@@ -212,38 +181,12 @@ class OptimizerStepIntervals(L.Callback):
         if self._restored_unscheduled is not _UNRECORDED:  # still the last one until this fit validates so
             self._unscheduled_step = self._restored_unscheduled
 
-    def step_interval(self, trainer: L.Trainer, position: Position | None) -> int | None:
-        """The interval in optimizer steps: an int as given, a fraction as that fraction of the optimizer steps
-        of ``position``'s epoch (at least 1); None for a time."""
-        interval = self.val_check_interval
-        if isinstance(interval, bool) or interval is None:
-            return None
-        if isinstance(interval, int):
-            return interval
-        if isinstance(interval, float) and position is not None:
-            steps = optimizer_steps_in_epoch(position[2], trainer.accumulate_grad_batches)
-            return max(1, int(steps * interval))
-        return None
-
-    def _epoch_validates(self, trainer: L.Trainer, epoch: int) -> bool:
-        every = self.check_val_every_n_epoch
-        return trainer.enable_validation and (every is None or (epoch + 1) % every == 0)
-
-    def scheduled(self, trainer: L.Trainer, position: Position | None) -> bool:
-        """Whether the optimizer step that just ended at ``position`` is one the schedule validates after."""
-        interval = self.step_interval(trainer, position)
-        step = trainer.global_step
+    def scheduled(self, trainer: L.Trainer) -> bool:
+        """Whether the optimizer step that just ended is one the schedule validates after."""
+        step, interval = trainer.global_step, self.val_check_interval
         if self.dense_every and 0 < step <= self.dense_until and step % self.dense_every == 0:
             return trainer.enable_validation
-        if interval is None:
-            return False
-        if self.check_val_every_n_epoch is None:
-            return trainer.enable_validation and trainer.global_step % interval == 0
-        if position is None:
-            return False
-        epoch, done, _ = position  # epochs hold whole windows: a step ends at a multiple of accumulate
-        steps = optimizer_steps_in_epoch(done, trainer.accumulate_grad_batches)
-        return done > 0 and steps % interval == 0 and self._epoch_validates(trainer, epoch)
+        return interval is not None and trainer.enable_validation and step % interval == 0
 
     @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -258,41 +201,29 @@ class OptimizerStepIntervals(L.Callback):
             if not self._trained and epoch_loop.restarting and epoch_loop.restarted_on_last:
                 return self._restored_in_validation  # the restart question
             stepped = trainer.global_step != self._step_before_batch  # this micro-batch ended a step
-            position = data_position(trainer)
-            if stepped and self.step_interval(trainer, position) is None:  # a time: Lightning's decision
+            if stepped and self.val_check_interval is None:  # a time: Lightning's decision
                 if lightning_decision(data_fetcher):
                     return True
-            elif stepped and self.scheduled(trainer, position):
+            elif stepped and self.scheduled(trainer):
                 return True
-            if (stepped and budget_reached(trainer)) or stopping(position):
+            stopping = self.val_check_interval is not None and trainer.should_stop and _may_stop_early(trainer)
+            if (stepped and budget_reached(trainer)) or stopping:  # early stopping or max_time: one more
                 self._unscheduled_step = trainer.global_step
                 return True
             return False
-
-        def stopping(position: Position | None) -> bool:  # early stopping or max_time: one more validation
-            epoch = position[0] if position is not None else 0
-            return (
-                self.step_interval(trainer, position) is not None
-                and self._epoch_validates(trainer, epoch)
-                and trainer.should_stop
-                and _may_stop_early(trainer)
-            )
 
         compat.set_val_check_decision(trainer, should_check_val)
 
     @override
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """A larger budget resumed from a step validated only because the old run ended there: take that
-        validation back from the loggers and callbacks that keep one (``forget_validation``). A run resumed
-        after the data's last epoch stops at once (Lightning's own epoch has no end to reach)."""
+        validation back from the loggers and callbacks that keep one (``forget_validation``)."""
         step, restored = trainer.global_step, self._restored_unscheduled
-        if step > 0 and training_stream(trainer) is not None and last_epoch_ends(trainer):
-            trainer.should_stop = True  # resumed after the data's last epoch: nothing to train
         if step == 0 or budget_reached(trainer):
             return
         if restored is _UNRECORDED:  # a checkpoint without the record: an interval counted over all epochs
-            interval = self.step_interval(trainer, data_position(trainer))
-            unscheduled = interval is not None and self.check_val_every_n_epoch is None and step % interval != 0
+            interval = self.val_check_interval
+            unscheduled = interval is not None and step % interval != 0
         else:
             unscheduled = restored == step
         if not unscheduled:
@@ -300,14 +231,6 @@ class OptimizerStepIntervals(L.Callback):
         for keeper in [*trainer.loggers, *trainer.callbacks]:
             if callable(getattr(keeper, "forget_validation", None)):
                 keeper.forget_validation(step)
-
-    @override
-    def on_train_batch_end(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
-        """Stop after the last batch of the data's ``max_epochs`` (Lightning's own epoch never ends)."""
-        if training_stream(trainer) is not None and last_epoch_ends(trainer):
-            trainer.should_stop = True
 
     @override
     def on_train_batch_start(

@@ -1,6 +1,6 @@
 """Running under SLURM: a job stopped by its requeue signal saves at the step boundary, requeues itself by
 the engine's own means, and, requeued, continues from its own ``last.ckpt`` (which checkpoint:
-:func:`xformer.jobs.checkpoints.requeued_checkpoint`; the signal: :class:`xformer.jobs.callbacks.SlurmRequeue`).
+:func:`xformer.jobs.checkpoints.requeued_checkpoint`; the signal: :class:`xformer.jobs.callbacks.StopCheckpoint`).
 Before a ``hydra/launcher=slurm`` sweep queues anything, a request SLURM would refuse is one ``error:`` line."""
 
 from __future__ import annotations

@@ -18,7 +18,6 @@ from typing_extensions import override
 from xformer.lightning_compat import logger_started, wandb_init_kwargs
 
 from .engines import wandb_has_api_key
-from .resume import own_checkpoint
 
 log = logging.getLogger("xformer")
 
@@ -46,13 +45,13 @@ def run_fields(node: DictConfig, info: dict) -> tuple[dict[str, Any], dict[str, 
     )
 
 
-def wandb_logger(node: DictConfig, cfg: DictConfig, info: dict, out_dir: Path) -> Any:
-    """The ``WandbLogger`` of ``node``, named by :func:`run_fields`, continuing this job's run when it resumes,
-    offline without a key, started now."""
+def wandb_logger(node: DictConfig, info: dict, out_dir: Path, resumed: Path | None = None) -> Any:
+    """The ``WandbLogger`` of ``node``, named by :func:`run_fields`, continuing this job's run when it resumes its
+    own checkpoint ``resumed``, offline without a key, started now."""
     if not wandb_has_api_key() and os.environ.get("WANDB_MODE") not in ("online", "disabled"):
         os.environ["WANDB_MODE"] = "offline"
     kwargs, full = run_fields(node, info)
-    kwargs.update(wandb_resume_kwargs(cfg, out_dir))
+    kwargs.update(wandb_resume_kwargs(out_dir, resumed))
     if "settings" not in node:
         # no summary dump at the end (finish_runs says how to upload an offline run); offline, no start-up lines
         import wandb
@@ -217,11 +216,11 @@ def fit_wandb_fields(
     return kwargs, full
 
 
-def wandb_resume_kwargs(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
-    """``{"id": <previous run id>, "resume": "allow"}`` when this job resumes its own checkpoint and
+def wandb_resume_kwargs(out_dir: Path, resumed: Path | None) -> dict[str, Any]:
+    """``{"id": <previous run id>, "resume": "allow"}`` when this job resumes its own checkpoint (``resumed``) and
     ``wandb_id.txt`` exists, else ``{}``."""
     id_file = out_dir / WANDB_ID_FILE
-    if not id_file.is_file() or own_checkpoint(cfg, out_dir) is None:
+    if not id_file.is_file() or resumed is None:
         return {}
     run_id = id_file.read_text().strip()
     return {"id": run_id, "resume": "allow"} if run_id else {}

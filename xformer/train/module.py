@@ -48,7 +48,7 @@ from torch import Tensor
 from typing_extensions import override
 
 from xformer import lightning_compat
-from xformer.data.loader import data_position, last_epoch_ends
+from xformer.data.loader import data_position
 from xformer.train.decode import DecodeSettings
 from xformer.train.losses import CrossEntropy
 
@@ -173,7 +173,7 @@ class TransformerLitModule(L.LightningModule):
         self._watched: bool | None = None  # a callback reads a train-time key (see _logs_this_step)
         self._late_logs = False  # this epoch, on_train_batch_end logs train/loss (on_before_optimizer_step)
         self._step_before_batch = -1  # global_step when the current micro-batch started
-        #: shown by the progress bar (:class:`xformer.jobs.driver.RichBar`): the training loss of the
+        #: shown by the progress bar (:class:`xformer.jobs.console.StepBar`): the training loss of the
         #: last logging step, a host float read once per logging window
         self.progress_metrics: dict[str, float] = {}
         self._eval: dict[str, dict] = {}
@@ -386,8 +386,6 @@ class TransformerLitModule(L.LightningModule):
             return True
         if trainer.max_steps is not None and 0 < trainer.max_steps <= trainer.global_step + (not stepped):
             return True  # the last step
-        if last_epoch_ends(trainer):
-            return True  # the last step of the last epoch
         # the loggers write this step (Lightning's rule: every log_every_n_steps-th step, and at a stop)
         every = trainer.log_every_n_steps
         return (every > 0 and (trainer.global_step + (not stepped)) % every == 0) or trainer.should_stop

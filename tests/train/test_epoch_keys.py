@@ -1,0 +1,280 @@
+"""Steps are the unit (issue 51): an epoch key is converted to optimizer steps once, with one console line, or
+refused in one line; every Lightning feature keyed to epochs is refused before anything is built, with the
+step-counted fix; ``val_dense`` adds validations early in training."""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+
+import lightning as L
+import pytest
+from hydra import compose, initialize_config_dir
+
+from tests.conftest import REPO
+from tests.reliability.conftest import run_py
+from tests.train.step_probe import events
+from xformer.config.check import check_config
+from xformer.errors import ConfigError
+from xformer.jobs.steps import steps_from_epochs
+
+SMALL = [
+    "data.n_train=500",
+    "data.n_val=20",
+    "data.n_test=10",
+    "data.n_long=5",
+    "model.d_model=32",
+    "model.n_heads=2",
+    "model.n_encoder_layers=1",
+    "model.n_decoder_layers=1",
+    "logger=csv",
+    "trainer.enable_progress_bar=false",
+]
+
+
+def _compose(overrides, tmp_path):
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return compose("config", overrides=[*overrides, f"paths.output_dir={tmp_path}", "logger=none"])
+
+
+class EpochEndCounter(L.Callback):
+    """A user's callback that acts at the end of each training epoch."""
+
+    def __init__(self) -> None:
+        self.ends = 0
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:  # noqa: ARG002 - hook signature
+        self.ends += 1
+
+
+EARLY_STOPPING = ["+callbacks.es._target_=lightning.pytorch.callbacks.EarlyStopping", "+callbacks.es.monitor=val/loss"]
+REFUSED = {
+    "early_stopping_at_epoch_end": (
+        [*EARLY_STOPPING, "+callbacks.es.check_on_train_epoch_end=true"],
+        "callbacks.es.check_on_train_epoch_end=true: ",
+        "Fix: callbacks.es.check_on_train_epoch_end=false",
+    ),
+    "lr_monitor_by_epoch": (
+        ["callbacks.lr_monitor.logging_interval=epoch"],
+        "callbacks.lr_monitor.logging_interval=epoch: ",
+        "Fix: callbacks.lr_monitor.logging_interval=step",
+    ),
+    "swa": (
+        [
+            "+callbacks.swa._target_=lightning.pytorch.callbacks.StochasticWeightAveraging",
+            "+callbacks.swa.swa_lrs=0.01",
+        ],
+        "callbacks.swa (StochasticWeightAveraging): ",
+        "Fix: remove it",
+    ),
+    "accumulation_schedule": (
+        [
+            "+callbacks.gas._target_=lightning.pytorch.callbacks.GradientAccumulationScheduler",
+            "+callbacks.gas.scheduling={0: 1, 1: 2}",
+        ],
+        "callbacks.gas (GradientAccumulationScheduler): ",
+        "Fix: remove it and set trainer.accumulate_grad_batches=",
+    ),
+    "backbone_finetuning": (
+        ["+callbacks.bb._target_=lightning.pytorch.callbacks.BackboneFinetuning"],
+        "callbacks.bb (BackboneFinetuning): ",
+        "Fix: remove it",
+    ),
+    "tqdm_bar": (
+        ["+callbacks.bar._target_=lightning.pytorch.callbacks.TQDMProgressBar"],
+        "callbacks.bar (TQDMProgressBar): ",
+        "Fix: remove it",
+    ),
+    "users_epoch_end_hook": (
+        ["+callbacks.mine._target_=tests.train.test_epoch_keys.EpochEndCounter"],
+        "callbacks.mine (EpochEndCounter): its on_train_epoch_end",
+        "Fix: act in on_train_batch_end",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_an_epoch_keyed_lightning_feature_is_refused_in_one_line_with_the_step_counted_fix(tmp_path, case):
+    """Each would silently act once, at the run's end, or never (issue 51's table, rows 1-5): refused by the
+    config check (stages 1-3, as a dry run and a sweep's check run it), before data or a trainer is built."""
+    overrides, starts, fix = REFUSED[case]
+    with pytest.raises(ConfigError) as err:
+        check_config(_compose(overrides, tmp_path))
+    line = str(err.value)
+    assert "\n" not in line and line.startswith(starts) and fix in line, line
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [*EARLY_STOPPING, "+callbacks.es.check_on_train_epoch_end=false", "+callbacks.es.patience=0"],
+        ["callbacks.lr_monitor.logging_interval=step"],
+    ],
+)
+def test_the_step_counted_forms_pass(tmp_path, overrides):
+    check_config(_compose(overrides, tmp_path))
+
+
+def test_a_refused_feature_stops_the_run_before_any_training(tmp_path):
+    """The run: exit 2, one ``error:`` line, nothing trained (issue 51, row 1: it trained all 15 steps)."""
+    job = tmp_path / "job"
+    res = run_py(
+        [*SMALL, *EARLY_STOPPING, "+callbacks.es.check_on_train_epoch_end=true", f"hydra.run.dir={job}"], tmp_path
+    )
+    assert res.returncode == 2, res.stderr[-2000:]
+    errors = [x for x in res.stderr.splitlines() if x.startswith("error:")]
+    assert len(errors) == 1 and "check_on_train_epoch_end" in errors[0]
+    assert not (job / "checkpoints").exists() and not (job / "metrics.json").exists()
+
+
+@pytest.fixture(scope="module")
+def numbers(tmp_path_factory):
+    from xformer.data.numbers import NumbersDataModule
+
+    dm = NumbersDataModule(n_train=500, n_val=20, n_test=10, n_long=5, cache_dir=str(tmp_path_factory.mktemp("cache")))
+    dm.prepare_data()
+    dm.setup("fit")
+    return dm
+
+
+def _batches_an_epoch(dm) -> int:
+    return len(dm.train_dataloader().batch_sampler)
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_max_epochs_becomes_the_steps_of_that_many_epochs_with_one_line(tmp_path, numbers, caplog, accumulate):
+    n = _batches_an_epoch(numbers)
+    steps = math.ceil(n / accumulate)  # an epoch ends with a whole optimizer step
+    cfg = _compose(
+        ["trainer.max_epochs=3", "trainer.max_steps=-1", f"trainer.accumulate_grad_batches={accumulate}"], tmp_path
+    )
+    with caplog.at_level(logging.INFO, logger="xformer"):
+        out = steps_from_epochs(cfg, numbers)
+    assert out.trainer.max_steps == 3 * steps and out.trainer.max_epochs == -1
+    assert cfg.trainer.max_epochs == 3  # the user's config is not edited in place
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        f"trainer.max_epochs=3 -> trainer.max_steps={3 * steps} ({steps} optimizer steps an epoch of {n} batches)"
+    ]
+
+
+def test_the_schedule_follows_the_converted_budget(tmp_path, numbers):
+    """``optim=adamw``'s schedule ends at ``${trainer.max_steps}``: by epochs, at the converted step budget."""
+    n = _batches_an_epoch(numbers)
+    cfg = _compose(["optim=adamw", "trainer.max_steps=-1", "trainer.max_epochs=2"], tmp_path)
+    out = steps_from_epochs(cfg, numbers)
+    assert out.optim.scheduler.total_steps == out.trainer.max_steps == 2 * n
+
+
+def test_a_smaller_max_steps_stays_the_budget(tmp_path, numbers):
+    out = steps_from_epochs(_compose(["trainer.max_epochs=100", "trainer.max_steps=4"], tmp_path), numbers)
+    assert out.trainer.max_steps == 4
+
+
+@pytest.mark.parametrize(
+    "interval, every, want",
+    [(1.0, 2, "2n"), (0.5, None, "n//2"), (1.0, 1, "n"), (None, None, None)],
+)
+def test_validation_by_epochs_becomes_an_interval_in_steps(tmp_path, numbers, interval, every, want):
+    n = _batches_an_epoch(numbers)
+    args = [f"trainer.check_val_every_n_epoch={'null' if every is None else every}"]
+    args += [f"trainer.val_check_interval={interval}"] if interval is not None else []
+    out = steps_from_epochs(_compose(args, tmp_path), numbers)
+    expected = {"2n": 2 * n, "n//2": max(1, int(n * 0.5)), "n": n, None: 500}[want]
+    assert out.trainer.val_check_interval == expected and out.trainer.check_val_every_n_epoch is None
+
+
+def test_limit_train_batches_makes_the_data_epochs_shorter(tmp_path, numbers):
+    n = _batches_an_epoch(numbers)
+    out = steps_from_epochs(_compose(["+trainer.limit_train_batches=0.5", "trainer.max_epochs=2"], tmp_path), numbers)
+    assert out.data_epoch_batches == int(n * 0.5) and out.trainer.limit_train_batches is None
+    assert out.trainer.max_steps == 2 * int(n * 0.5)
+
+
+def test_a_config_without_epoch_keys_is_left_as_it_is(tmp_path, numbers):
+    cfg = _compose([], tmp_path)
+    assert steps_from_epochs(cfg, numbers) is cfg
+
+
+def test_a_fraction_of_the_validation_examples_represents_the_split(tmp_path):
+    """``trainer.limit_val_batches=0.25`` on the numbers task's 96 validation examples: 24 of them, whose mean
+    target length is the split's within 5 % (issue 51, row 6: the 36 shortest, 3.92 against 4.98)."""
+    import numpy as np
+
+    from xformer.data.numbers import NumbersDataModule
+
+    dm = NumbersDataModule(n_train=300, n_val=96, n_test=40, n_long=10, tokens_per_batch=256, cache_dir=str(tmp_path))
+    dm.prepare_data()
+    dm.setup("fit")
+    lengths = np.array([len(dm.val_set[i]["tgt"]) for i in range(len(dm.val_set))])
+    out = steps_from_epochs(_compose(["trainer.limit_val_batches=0.25"], tmp_path), dm)
+    assert out.trainer.limit_val_batches is None  # the subset replaces Lightning's first batches
+    seen = [i for batch in dm.val_dataloader() for i in batch["idx"].tolist()]
+    assert len(seen) == len(set(seen)) == 24
+    assert abs(lengths[seen].mean() - lengths.mean()) <= 0.05 * lengths.mean()
+
+
+def _validated(tmp_path, name, args):
+    probe = tmp_path / f"{name}.json"
+    job = tmp_path / name
+    extra = [
+        f"hydra.run.dir={job}",
+        "+callbacks.probe._target_=tests.train.step_probe.Probe",
+        f"+callbacks.probe.path={probe}",
+    ]
+    res = run_py([*SMALL, *args, *extra], tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return [e["step"] for e in events(probe) if e["kind"] == "val"], res, job
+
+
+def test_val_dense_validates_every_n_steps_up_to_a_step_then_every_interval(tmp_path):
+    """``val_dense: {every: 2, until: 6}`` with ``val_check_interval=5`` and 12 steps: 2, 4, 6 from the dense
+    schedule, 5 and 10 from the interval, 12 as the run's last step."""
+    steps, _, _ = _validated(
+        tmp_path,
+        "dense",
+        ["trainer.max_steps=12", "trainer.val_check_interval=5", "val_dense.every=2", "val_dense.until=6"],
+    )
+    dense, regular = set(range(2, 7, 2)), set(range(5, 13, 5))
+    assert steps == sorted(dense | regular | {12})
+
+
+def test_a_run_by_epochs_trains_whole_data_epochs_and_logs_the_epoch_as_an_integer(tmp_path):
+    """``trainer.max_epochs=2`` (no max_steps): the run trains the data's epochs 0 and 1 exactly, says the
+    conversion once, and its CSV writes ``epoch`` as Lightning writes its own (an integer)."""
+    import csv
+
+    probe = tmp_path / "probe.json"
+    job = tmp_path / "job"
+    res = run_py(
+        [
+            *SMALL,
+            "trainer.max_steps=-1",
+            "trainer.max_epochs=2",
+            "trainer.log_every_n_steps=1",
+            f"hydra.run.dir={job}",
+            "+callbacks.probe._target_=tests.train.step_probe.Probe",
+            f"+callbacks.probe.path={probe}",
+        ],
+        tmp_path,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    batches = [e for e in events(probe) if e["kind"] == "batch"]
+    per_epoch = [sum(1 for b in batches if b["epoch"] == e) for e in (0, 1)]
+    assert {b["epoch"] for b in batches} == {0, 1} and per_epoch[0] == per_epoch[1]
+    said = re.findall(r"trainer\.max_epochs=2 -> trainer\.max_steps=(\d+) ", res.stdout + res.stderr)
+    assert said == [str(len(batches))]
+    with open(job / "csv" / "metrics.csv") as f:
+        epochs = [r["epoch"] for r in csv.DictReader(f) if r.get("epoch")]
+    assert epochs and all(re.fullmatch(r"\d+", e) for e in epochs) and {"0", "1"} <= set(epochs)
+
+
+@pytest.mark.parametrize("epochs", ["-1", "null"])
+def test_a_run_without_a_budget_is_refused(tmp_path, epochs):
+    """``max_steps=-1`` and no epochs or time: the data's epochs never end a run, so it would train forever."""
+    from xformer.config.check import check_static
+
+    with pytest.raises(ConfigError, match=r"^trainer.max_steps=-1: no budget .* Fix: trainer.max_steps="):
+        check_static(_compose(["trainer.max_steps=-1", f"trainer.max_epochs={epochs}"], tmp_path))
+    check_static(_compose(["trainer.max_steps=-1", "trainer.max_epochs=2"], tmp_path))

@@ -1,0 +1,126 @@
+"""Epoch keys converted to optimizer steps, once, when the data is known (the unit of a run: docs/scaling.md,
+"Steps are the unit"). xformer trains by optimizer steps over the data's epochs served back to back
+(:class:`~xformer.data.loader.EpochStream`): the budget, the validation interval and every stop count steps,
+and the data's epoch is a data-side count (logged, shown in the bar, seeding the shuffle). An epoch key a user
+sets is rewritten here into the step keys it means, with one console line each, or refused in one line; the
+trainer is then built from the rewritten config as it stands."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from omegaconf import DictConfig, OmegaConf
+
+from xformer.errors import ConfigError
+
+log = logging.getLogger("xformer")
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def batches_taken(n: int, limit: int | float | None) -> int:
+    """Batches taken from an epoch of ``n`` under ``limit`` (``limit_train_batches``: an int, or a fraction,
+    rounded down as Lightning does; None or 1.0 = all). Raises: ConfigError when it takes none."""
+    if not _number(limit) or limit == 1.0:
+        return n
+    taken = min(n, int(limit)) if isinstance(limit, int) else min(n, int(n * float(limit)))
+    if taken < 1:
+        raise ConfigError(
+            f"trainer.limit_train_batches={limit}: takes none of an epoch's {n} batches. "
+            f"Fix: trainer.limit_train_batches={1 / n:.3g} or more, or an int"
+        )
+    return taken
+
+
+def steps_from_epochs(cfg: DictConfig, dm, world_size: int = 1) -> DictConfig:
+    """``cfg`` with its epoch keys rewritten in optimizer steps of the training data ``dm`` (set up), each
+    rewrite logged in one line, e.g. ``trainer.max_epochs=3 -> trainer.max_steps=9 (3 optimizer steps an
+    epoch)``:
+
+    - ``trainer.max_epochs=E`` -> ``trainer.max_steps`` = E epochs of steps (or the smaller ``max_steps``
+      given), ``max_epochs=-1``;
+    - ``trainer.limit_train_batches`` -> the data's epochs are that many batches (``data_epoch_batches``);
+    - ``trainer.val_check_interval`` as a fraction, or with ``check_val_every_n_epoch=N`` -> an interval in
+      steps, when it is one (N epochs, or a fraction of an epoch that divides it);
+    - ``trainer.limit_val_batches`` as a fraction -> that fraction of the validation examples, evenly spread
+      over their lengths (:meth:`~xformer.data.base.XformerDataModule.limit_val_examples`).
+
+    Steps an epoch: ``ceil(batches / accumulate_grad_batches)`` (an epoch ends with a whole optimizer step),
+    with the batches one of ``world_size`` ranks takes. Raises: ConfigError for an epoch key with no step
+    equivalent (an interval counted inside epochs that does not divide one)."""
+    t = cfg.trainer
+    keys = ("max_epochs", "limit_train_batches", "val_check_interval", "check_val_every_n_epoch", "limit_val_batches")
+    given = {k: t.get(k) for k in keys}
+    epochs, limit, interval, every = (given[k] for k in keys[:4])
+    needs_epoch = (
+        (_number(epochs) and epochs > 0)
+        or (_number(limit) and limit != 1.0)
+        or (isinstance(interval, float) and every is None)
+        or every is not None
+    )
+    val_fraction = given["limit_val_batches"]
+    val_fraction = val_fraction if isinstance(val_fraction, float) and 0 < val_fraction < 1 else None
+    if not needs_epoch and val_fraction is None:
+        return cfg
+    cfg = cfg.copy()
+    OmegaConf.set_struct(cfg, False)
+    t = cfg.trainer
+    lines = []
+    if needs_epoch:
+        n = math.ceil(len(dm.train_dataloader().batch_sampler) / max(1, world_size))
+        batches = batches_taken(n, limit)
+        accumulate = int(t.get("accumulate_grad_batches") or 1)
+        steps = math.ceil(batches / accumulate)
+        per = f"({steps} optimizer steps an epoch of {batches} batches)"
+        if _number(limit) and limit != 1.0:
+            t.limit_train_batches = None
+            cfg.data_epoch_batches = batches
+            lines.append(f"trainer.limit_train_batches={limit} -> data epochs of {batches} of their {n} batches")
+        if _number(epochs) and epochs > 0:
+            budget = epochs * steps
+            max_steps = t.get("max_steps")
+            t.max_steps = budget if max_steps is None or max_steps < 0 else min(max_steps, budget)
+            t.max_epochs = -1
+            lines.append(f"trainer.max_epochs={epochs} -> trainer.max_steps={t.max_steps} {per}")
+        if every is not None or isinstance(interval, float):
+            t.val_check_interval = _interval(interval, every, steps)
+            t.check_val_every_n_epoch = None
+            was = ", ".join(f"trainer.{k}={given[k]}" for k in ("val_check_interval", "check_val_every_n_epoch"))
+            lines.append(f"{was} -> trainer.val_check_interval={t.val_check_interval} {per}")
+    if val_fraction is not None:
+        kept, total = dm.limit_val_examples(val_fraction)
+        t.limit_val_batches = None
+        lines.append(
+            f"trainer.limit_val_batches={val_fraction} -> validation on {kept} of {total} examples, evenly spread "
+            "over their lengths"
+        )
+    for line in lines:
+        log.info("%s", line)
+    return cfg
+
+
+def _interval(interval, every: int | None, steps: int) -> int:
+    """The validation interval in optimizer steps for ``val_check_interval`` (an int counting steps inside an
+    epoch when ``every`` is set, else across epochs; a fraction of an epoch) and ``check_val_every_n_epoch``
+    ``every``, with ``steps`` optimizer steps an epoch. Raises: ConfigError when that is no fixed interval."""
+    if not _number(interval):  # a time
+        raise ConfigError(
+            f"trainer.check_val_every_n_epoch={every}: counts epochs, and trainer.val_check_interval={interval} is a "
+            "time. Fix: trainer.check_val_every_n_epoch=null"
+        )
+    k = max(1, int(steps * interval)) if isinstance(interval, float) else int(interval)
+    if every is None:
+        return k
+    if k == steps:  # once an epoch, at its end: every N epochs
+        return every * steps
+    if every == 1 and steps % k == 0:
+        return k
+    raise ConfigError(
+        f"trainer.check_val_every_n_epoch={every}: with trainer.val_check_interval={interval} it validates after "
+        f"step {k} of every{'' if every == 1 else f' {every}th'} epoch of {steps} optimizer steps, which is no fixed "
+        f"interval in steps (xformer counts steps). Fix: trainer.check_val_every_n_epoch=null and "
+        f"trainer.val_check_interval=<optimizer steps> (e.g. {k}, or {every * steps} for every {every} epoch(s))"
+    )
