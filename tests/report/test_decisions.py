@@ -222,9 +222,75 @@ def test_the_full_simulation_meets_the_bounds_for_every_test_type():
     for i, case in enumerate(_cases()):
         row = run_case(case, reps=400, seed=i)
         assert row.wrong - 2 * row.wrong_se <= 0.05, case.name
-        if "diverging" in case.name:  # the exact rank test: valid, and short of the power (docs/report.md)
-            continue
         assert row.power + 2 * row.power_se >= 0.80, case.name
+
+
+def _rank_power(fa: int, da: int, fb: int, db: int, shift: float, draws: int, seed: int) -> float:
+    """The rate at which the engine's exact rank test decides ``a`` better at a true ``shift`` (in seed
+    spreads), counted directly over normal seeds with the given divergence counts."""
+    import random
+
+    from xformer.report.rules.evidence import Arm
+    from xformer.report.rules.tests import _ranks, rank_permutation
+
+    rng, hits = random.Random(seed), 0
+    for _ in range(draws):
+        a = Arm("a", [shift + rng.gauss(0, 1) for _ in range(fa)], da)
+        b = Arm("b", [rng.gauss(0, 1) for _ in range(fb)], db)
+        hits += rank_permutation(_ranks([a, b], [0.0, 0.0], True), [1.0, -1.0])[1] <= 0.025
+    return hits / draws
+
+
+@pytest.mark.parametrize("counts", [(5, 0, 5, 0), (5, 0, 3, 2), (4, 0, 3, 1)])
+def test_the_rank_tests_detectable_shift_has_80_percent_power(counts):
+    from xformer.report.rules.tests import rank_shift_needed
+
+    z = rank_shift_needed(*counts, 0.025)
+    assert math.isfinite(z) and z > 0
+    se = math.sqrt(0.8 * 0.2 / 400)
+    assert abs(_rank_power(*counts, z, 400, 3) - 0.8) <= 2.5 * se
+    assert _rank_power(*counts, 0.6 * z, 400, 4) < 0.8 - 2.5 * se  # not a loose upper bound: a smaller one misses
+
+
+def test_no_shift_decides_a_rank_test_whose_better_arm_diverged():
+    from xformer.report.rules.tests import rank_shift_needed
+
+    # a's diverged seed ranks below every finished one: no arrangement of 4 + 1 against 5 reaches p ≤ 0.025
+    assert rank_shift_needed(4, 1, 5, 0, 0.025) == math.inf
+    assert _rank_power(4, 1, 5, 0, 50.0, 50, 5) == 0.0
+
+
+def _rank_sweep(d: float, pattern: frozenset, seed: int):
+    import random
+
+    from xformer.report.rules.engine import decide_part
+    from xformer.report.rules.part import Part
+    from xformer.report.simulate import _sweep
+
+    spec = {"test": "superiority", "a": {"x": 1}, "b": {"x": 0}, "metric": "test/loss"}
+    ctx, _ = _sweep({0: 0.0, 1: -d}, random.Random(seed), 0.0, 5, pattern)
+    return decide_part(Part("S", 0, spec, "simulation", "stable ranking"), ctx)
+
+
+def test_a_rank_decided_part_prints_the_rank_tests_detectable_effect_and_has_its_power():
+    # 5 seeds a side, 2 of b's diverged: the exact rank test decides, and the effect printed is its own
+    pattern = frozenset({(0, 1), (0, 2)})
+    null = [_rank_sweep(0.0, pattern, s) for s in range(30)]
+    assert all(r.scale == "ranks" for r in null)
+    assert sum(r.verdict == "supported" for r in null) <= 3
+    dets = [r.detectable for r in null]
+    assert all(d is not None for d in dets)
+    det = sum(dets) / len(dets)
+    alt = [_rank_sweep(det, pattern, 100 + s) for s in range(40)]
+    power = sum(r.verdict == "supported" for r in alt) / 40
+    assert power >= 0.8 - 2 * math.sqrt(0.8 * 0.2 / 40)
+    assert any("detectable effect at 80 % power" in e for e in alt[0].evidence)
+
+
+def test_a_rank_part_whose_better_arm_diverged_prints_no_detectable_effect():
+    r = _rank_sweep(3.0, frozenset({(1, 1)}), 7)
+    assert r.scale == "ranks" and r.detectable is None
+    assert any("no effect decides it at 80 % power" in e for e in r.evidence)
 
 
 def test_every_template_is_used_and_every_reason_names_a_template():

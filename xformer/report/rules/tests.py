@@ -36,18 +36,23 @@ detectable effect at 80 % power and, undecided, the seeds a side that would deci
 
 from __future__ import annotations
 
+import bisect
+import functools
 import inspect
 import itertools
 import math
 import random
+import statistics
 import sys
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
+import numpy as np
+
 from xformer.config_types import import_target
 
 from ..aggregate import Sweep, fmt_value, read_curves, value_sort_key
-from ..stats import CONFIDENCE, contrast, detectable_for, detectable_planned, welch
+from ..stats import CONFIDENCE, c4, contrast, detectable_for, detectable_planned, welch
 from . import measures
 from .evidence import Arm, SelectionError, arm, bounds, higher_is_better, job_value, same, select, selector_text
 from .part import Part
@@ -270,7 +275,25 @@ def _seeds_to_decide(
     elif res.estimate is not None and res.scale == "metric" and abs(res.estimate - (boundary or 0.0)) > 0:
         effect = abs(res.estimate - (boundary or 0.0))
         what = f"the effect observed ({effect:.3g})"
+    elif res.scale == "ranks" and len(arms) == 2 and all(a.values for a in arms):
+        a, b = arms if weights[0] > 0 else arms[::-1]
+        sign = 1.0 if _hb(part) else -1.0
+        shift = sorted(sign * (x - y) for x in a.values for y in b.values)  # Hodges–Lehmann: their median
+        effect = abs(statistics.median(shift) - (boundary or 0.0))
+        what = f"the shift observed in the finished seeds ({effect:.3g})"
     if not effect:
+        return res
+    if res.scale == "ranks":
+        if len(arms) != 2:
+            return res
+        rn = _rank_seeds_for(arms, sd, effect)
+        if rn is not None:
+            res.seeds_needed = rn
+        words = f"~{rn}" if rn is not None else "more than 50"
+        res.evidence.append(
+            f"{words} seeds a side with the same shares diverged would decide it (the rank test's 80 % power at "
+            f"{what}, seed spread {sd:.3g})"
+        )
         return res
     n = seeds_for(sd, weights, effect)
     res.seeds_needed = n
@@ -435,9 +458,18 @@ def rank_permutation(ranks: list[list[float]], weights: list[float], most: int =
     """``(T, p_up, p_down)``: T = Σ wᵢ·mean(ranksᵢ) and its one-sided p-values under every arrangement
     of the pooled ranks among the arms being equally likely (exact when there are at most ``most``
     arrangements, else ``most`` random ones drawn with a fixed seed, so a report is reproducible)."""
-    sizes = [len(r) for r in ranks]
-    pooled = [x for r in ranks for x in r]
     t_obs = sum(w * sum(r) / len(r) for w, r in zip(weights, ranks, strict=True))
+    ts = _permutation_stats(tuple(x for r in ranks for x in r), tuple(len(r) for r in ranks), tuple(weights), most)
+    eps = 1e-9
+    return t_obs, sum(t >= t_obs - eps for t in ts) / len(ts), sum(t <= t_obs + eps for t in ts) / len(ts)
+
+
+@functools.lru_cache(maxsize=256)
+def _permutation_stats(
+    pooled: tuple[float, ...], sizes: tuple[int, ...], weights: tuple[float, ...], most: int
+) -> tuple[float, ...]:
+    """T = Σ wᵢ·mean(ranksᵢ) over every arrangement of ``pooled`` into arms of ``sizes`` (the first
+    ``sizes[0]`` to arm 0, ...), or over ``most`` random arrangements (seed 0) when there are more."""
 
     def stat(order: list[float]) -> float:
         out, i = 0.0, 0
@@ -452,33 +484,114 @@ def rank_permutation(ranks: list[list[float]], weights: list[float], most: int =
     ts: list[float] = []
     if total <= most:
 
-        def place(i: int, left: list[int], acc: list[list[int]]) -> None:
+        def place(i: int, left: list[int]) -> None:
             if i == len(sizes) - 1:
-                acc.append(left)
                 ts.append(stat([pooled[j] for grp in [*groups, left] for j in grp]))
                 return
             for combo in itertools.combinations(left, sizes[i]):
                 groups.append(list(combo))
-                place(i + 1, [j for j in left if j not in combo], acc)
+                place(i + 1, [j for j in left if j not in combo])
                 groups.pop()
 
         groups: list[list[int]] = []
-        place(0, list(range(len(pooled))), [])
+        place(0, list(range(len(pooled))))
     else:
         rng = random.Random(0)
         for _ in range(most):
-            order = pooled[:]
+            order = list(pooled)
             rng.shuffle(order)
             ts.append(stat(order))
-    eps = 1e-9
-    return t_obs, sum(t >= t_obs - eps for t in ts) / len(ts), sum(t <= t_obs + eps for t in ts) / len(ts)
+    return tuple(ts)
+
+
+RANK_POWER_DRAWS = 4000
+"""Normal samples (seed 0) from which the rank test's detectable shift is read (its 80 % quantile)."""
+
+
+@functools.lru_cache(maxsize=1024)
+def rank_shift_needed(fa: int, da: int, fb: int, db: int, alpha: float, power: float = 0.8) -> float:
+    """The location shift, in seed spreads, at which the exact rank test of :func:`diverged_decision`
+    (arm ``a`` with ``fa`` finished and ``da`` diverged seeds against ``b`` with ``fb``, ``db``;
+    one-sided at ``alpha``) decides ``a`` better with probability ``power``; ``inf`` when no shift does.
+
+    With the divergence counts fixed, the statistic depends on the finished seeds only through
+    U = #{(i, j): aᵢ > bⱼ}; the exact permutation law gives the smallest U that decides, u*, and the test
+    decides at shift δ exactly when δ exceeds the u*-th smallest of the differences bⱼ − aᵢ. That order
+    statistic is drawn :data:`RANK_POWER_DRAWS` times from normal seeds (fixed seed: reproducible; the
+    quantile's Monte-Carlo error is about 1 %), and its ``power`` quantile is the shift."""
+    na, nb, d = fa + da, fb + db, da + db
+    if fa < 1 or fb < 1:
+        return math.inf
+    pooled = tuple([(d + 1) / 2] * d + [float(r) for r in range(d + 1, na + nb + 1)])
+    ts = sorted(_permutation_stats(pooled, (na, nb), (1.0, -1.0), 20000))
+    total = sum(pooled)
+    base = da * (d + 1) / 2 + fa * d + fa * (fa + 1) / 2  # a's rank sum when its finished seeds are lowest
+    u_star = None
+    for u in range(fa * fb + 1):
+        s_a = base + u
+        t = s_a / na - (total - s_a) / nb
+        if (len(ts) - bisect.bisect_left(ts, t - 1e-9)) / len(ts) <= alpha:
+            u_star = u
+            break
+    if u_star is None:
+        return math.inf
+    if u_star == 0:
+        return 0.0
+    rng = np.random.default_rng(0)
+    need = []
+    for _ in range(0, RANK_POWER_DRAWS, 500):
+        xa, xb = rng.standard_normal((500, fa)), rng.standard_normal((500, fb))
+        diff = (xb[:, None, :] - xa[:, :, None]).reshape(500, fa * fb)
+        need.append(np.partition(diff, u_star - 1, axis=1)[:, u_star - 1])
+    return float(np.quantile(np.concatenate(need), power))
+
+
+def rank_detectable(arms: list[Arm], weights: list[float], sd: float | None, power: float = 0.8) -> float | None:
+    """The detectable effect of the rank test of two arms (weights ±1) in the metric's units: the shift
+    of :func:`rank_shift_needed` at the arms' counts times the pooled seed spread of the finished seeds,
+    corrected for its bias by :func:`~xformer.report.stats.c4` as the Welch detectable is."""
+    if len(arms) != 2 or sorted(weights) != [-1.0, 1.0] or sd is None or not math.isfinite(sd):
+        return None
+    a, b = arms if weights[0] > 0 else arms[::-1]
+    z = rank_shift_needed(len(a.values), a.diverged, len(b.values), b.diverged, (1 - CONFIDENCE) / 2, power)
+    df = len(a.values) + len(b.values) - 2
+    return z * sd / c4(df) if math.isfinite(z) and df >= 1 else z
+
+
+def _rank_seeds_for(arms: list[Arm], sd: float, effect: float, power: float = 0.8, most: int = 50) -> int | None:
+    """Seeds a side (the arms' shares of diverged seeds kept) at which the rank test's detectable effect
+    is at most ``|effect|``; ``None`` when even ``most`` are not enough."""
+
+    def enough(n: int) -> bool:
+        da, db = (round(n * x.diverged / x.n) for x in arms)
+        z = rank_shift_needed(n - da, da, n - db, db, (1 - CONFIDENCE) / 2, power)
+        return z * sd <= abs(effect)
+
+    lo = max(x.n for x in arms)
+    if not enough(most):
+        return None
+    hi = most  # the detectable shift shrinks with n: bisect for the first n that is enough
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if enough(mid) else (mid, hi)
+    return hi
 
 
 def _diverged_result(
-    part: Part, arms: list[Arm], weights: list[float], boundary: float, margin: float | None
+    part: Part, arms: list[Arm], weights: list[float], boundary: float, margin: float | None, tests: int = 1
 ) -> PartResult:
+    """A comparison decided by :func:`diverged_decision`, with the rank test's own detectable effect
+    (at 80 % power, each of ``tests`` steps at 80 % ** (1 / ``tests``))."""
     res = diverged_decision(part, arms, weights, boundary)
     res.margin = margin
+    if res.scale == "ranks":
+        res.detectable = rank_detectable(arms, weights, _pooled_sd(arms), 0.8 ** (1.0 / tests))
+        if res.detectable is not None and not math.isfinite(res.detectable):
+            res.detectable = None
+            res.evidence.append(
+                "no effect decides it at 80 % power with these divergences: the better arm's diverged seeds rank "
+                "below every finished one"
+            )
     return finish(part, res, arms, None, None, None, weights)
 
 
@@ -735,7 +848,7 @@ def trend(part: Part, ctx: Context) -> PartResult:
         sub = replace(part, spec={**part.spec, "test": "superiority", "label": f"{part.label} {step}"})
         if hi_arm.diverged or lo_arm.diverged:
             if hi_arm.n >= 2 and lo_arm.n >= 2:
-                steps.append(_diverged_result(sub, [hi_arm, lo_arm], [1.0, -1.0], 0.0, None))
+                steps.append(_diverged_result(sub, [hi_arm, lo_arm], [1.0, -1.0], 0.0, None, k_steps))
             else:
                 steps.append(_few_result(sub, [hi_arm, lo_arm], math.nan, 0.0))
             continue
