@@ -126,7 +126,7 @@ def combine(parts: list[PartResult]) -> tuple[str, str]:
     return INCONCLUSIVE, reason("claim partly" if partly else "claim open", parts=words)
 
 
-def _experiment(job) -> str:
+def _experiment_of(job) -> str:
     exp = job.choices.get("experiment") or job.overrides.get("experiment")
     return str(exp).rsplit("/", 1)[-1] if exp else ""
 
@@ -136,7 +136,7 @@ def sub_sweep(sweep: Sweep, name: str) -> Sweep:
     names = sweep_names(sweep)
     if len(names) <= 1:
         return sweep
-    return aggregate_jobs([j for j in sweep.jobs if _experiment(j) == name], sweep.dirs)
+    return aggregate_jobs([j for j in sweep.jobs if _experiment_of(j) == name], sweep.dirs)
 
 
 def decide_claim(
