@@ -93,12 +93,14 @@ def test_a_fraction_of_the_eval_batches_represents_the_split(fraction):
 
 
 def test_spread_order_is_a_permutation_whose_prefixes_spread():
-    assert spread_order(8) == [0, 4, 2, 6, 1, 5, 3, 7]
-    for n in (1, 5, 6, 13):
+    assert spread_order(8) == [4, 2, 6, 1, 5, 3, 7, 0]  # the binary fractions 1/2, 1/4, 3/4, ... of 8
+    for n in (1, 5, 6, 13, 18, 100):
         order = spread_order(n)
         assert sorted(order) == list(range(n))
-        half = order[: n // 2]
-        assert n < 4 or (min(half) < n / 4 and max(half) >= n / 2)
+        for k in range(4, n + 1):  # no stretch of the range left out by a prefix is much over n / k long
+            ends = [-1, *sorted(order[:k]), n]
+            assert max(b - a for a, b in zip(ends, ends[1:])) <= 2 * n / k + 1, (n, k)
+    assert max(spread_order(100)[:4]) < 90 and min(spread_order(100)[:4]) > 10  # a short prefix keeps off the ends
 
 
 @pytest.mark.parametrize("world", [2, 3, 4])

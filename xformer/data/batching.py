@@ -272,13 +272,16 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
 
 
 def spread_order(n: int) -> list[int]:
-    """``range(n)`` in van der Corput order (the j-th item is ``floor(n * x_j)``, ``x_j`` = j's bits mirrored
-    after the binary point: 0, 1/2, 1/4, 3/4, ...; repeats skipped): every prefix is spread evenly over
-    ``range(n)`` (8 -> 0 4 2 6 1 5 3 7), so the first ``k`` of ``n`` length-sorted batches span the lengths."""
+    """``range(n)`` in van der Corput order from its second point (the item for point ``x`` is
+    ``floor(n * x)``, the points are 1/2, 1/4, 3/4, 1/8, ... and 0 last; repeats skipped): every prefix is
+    spread evenly over ``range(n)`` and keeps off its ends (8 -> 4 2 6 1 5 3 7 0). For ``n`` length-sorted
+    batches the first ``k`` then span the lengths, and the shortest batch, which holds the most examples,
+    does not weigh on a short prefix. With ``2**bits >= n`` points spaced ``<= 1`` apart, every index is reached.
+    """
     order: list[int] = []
     seen: set[int] = set()
     bits = max(1, (n - 1).bit_length())
-    for j in range(2**bits):
+    for j in [*range(1, 2**bits), 0]:
         i = n * int(f"{j:0{bits}b}"[::-1], 2) >> bits
         if i not in seen:
             seen.add(i)
