@@ -99,7 +99,7 @@ def test_spread_order_is_a_permutation_whose_prefixes_spread():
         assert sorted(order) == list(range(n))
         for k in range(4, n + 1):  # no stretch of the range left out by a prefix is much over n / k long
             ends = [-1, *sorted(order[:k]), n]
-            assert max(b - a for a, b in zip(ends, ends[1:])) <= 2 * n / k + 1, (n, k)
+            assert max(b - a for a, b in zip(ends[:-1], ends[1:], strict=True)) <= 2 * n / k + 1, (n, k)
     assert max(spread_order(100)[:4]) < 90 and min(spread_order(100)[:4]) > 10  # a short prefix keeps off the ends
 
 

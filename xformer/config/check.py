@@ -422,9 +422,9 @@ def _epoch_keyed(name: str, node: DictConfig, cls: type) -> str | None:
         ProgressBar: "shows Lightning's epoch (always 0 here). Fix: remove it: xformer's bar shows optimizer steps, "
         "the data's epoch, the rate and the time left (trainer.enable_progress_bar=false for none)",
     }
-    for base, text in why.items():
+    for base, words in why.items():
         if issubclass(cls, base) and not cls.__module__.startswith("xformer."):
-            return f"{key} ({cls.__name__}): {text}"
+            return f"{key} ({cls.__name__}): {words}"
     import lightning as L
 
     hooks = [h for h in ("on_train_epoch_start", "on_train_epoch_end") if getattr(cls, h) is not getattr(L.Callback, h)]

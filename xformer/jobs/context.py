@@ -135,11 +135,13 @@ def outcome_of(
     ctrl_c: bool = False,
     step: int | None = None,
     out_dir: Path | None = None,
+    peer_lost: str | None = None,
 ) -> Outcome:
     """The outcome of a job that ended with ``err`` (None: ran to the end; ``rose``: its validation loss ended
     above the first; ``ctrl_c``: Lightning turned a KeyboardInterrupt into ``SystemExit``; ``step``: where it
-    stopped). Codes: finished/diverged-by-validation 0, invalid input 2, Ctrl-C 130, SIGTERM 143, else 1 (a lost
-    peer rank: its one line, :func:`xformer.jobs.distributed.peer_lost_line`)."""
+    stopped; ``out_dir``: the job's folder; ``peer_lost``: the line of
+    :func:`xformer.jobs.distributed.peer_lost_line` when ``err`` says another rank was lost).
+    Codes: finished/diverged-by-validation 0, invalid input 2, Ctrl-C 130, SIGTERM 143, else 1."""
     if err is None:
         return Outcome(Status.DIVERGED, 0, diverged=rose) if rose else Outcome(Status.FINISHED, 0)
     if isinstance(err, ConfigError):
@@ -167,10 +169,8 @@ def outcome_of(
         status, how = (Status.INTERRUPTED, "Ctrl-C") if sigint else (Status.PREEMPTED, "SIGTERM")
         message = f"{status}: stopped by {how} at step {step}; last.ckpt was saved"
         return Outcome(status, STOPPED_EXIT_CODES[status], err, None, message)
-    from .distributed import peer_lost_line
-
-    if (line := peer_lost_line(err, step, out_dir)) is not None:  # another rank was lost: the line, no traceback
-        return Outcome(Status.FAILED, 1, err, line, line)
+    if peer_lost is not None:  # another rank was lost: the line, no traceback
+        return Outcome(Status.FAILED, 1, err, peer_lost, peer_lost)
     return Outcome(Status.FAILED, 1, err, None, first_line(err))
 
 

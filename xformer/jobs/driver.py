@@ -31,6 +31,7 @@ from .callbacks import NonFiniteLossGuard, OptimizerStepTimer
 from .checkpoints import checkpoint_step, slurm_job_key
 from .console import StepBar, quiet_console, single_log_lines, test_table
 from .context import JobContext, Outcome, job_context, outcome_of
+from .distributed import peer_lost_line
 from .record import FILE, RunRecord, read_record
 from .resume import OptimizerStepIntervals, ResumableCSVLogger
 from .steps import steps_from_epochs
@@ -329,7 +330,8 @@ def run(cfg: DictConfig, ctx: JobContext | None = None) -> tuple[Outcome, RunRec
         end = outcome_of(rose=divergence_of(job.trainer) if cfg.mode == "train" else None)
     except BaseException as err:  # recorded; SIGTERM (preemption) and Ctrl-C saved last.ckpt
         ctrl_c = type(err) is SystemExit and job.trainer.interrupted  # Lightning's exit(1) after a KeyboardInterrupt
-        end = outcome_of(err, ctrl_c=ctrl_c, step=job.trainer.global_step, out_dir=ctx.out_dir)
+        step = job.trainer.global_step
+        end = outcome_of(err, ctrl_c, step, ctx.out_dir, peer_lost_line(err, step, ctx.out_dir))
     complete_record(job, end, final, tokens_seen)
     if job.trainer.is_global_zero:
         job.record.write(ctx.out_dir / FILE)
