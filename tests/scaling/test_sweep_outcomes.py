@@ -76,8 +76,8 @@ def test_optuna_sweep_whose_trials_all_fail_writes_summary_and_exits_1(tmp_path,
     assert s["n_with_objective"] == 0 and "no job produced a value of val/loss" in s["error"]
     assert "error: no job produced a value" in res.stdout
     if case == "diverged":
-        assert all("NonFiniteLossError" in j["error"] for j in s["jobs"])
-        assert s["n_failed"] == 0 and s["n_diverged"] == 2 and "[NonFiniteLossError" in res.stdout
+        assert all("train/loss is nan at step 2" in j["error"] for j in s["jobs"]), [j["error"] for j in s["jobs"]]
+        assert s["n_failed"] == 0 and s["n_diverged"] == 2 and "train/loss is nan at step 2" in res.stdout
         assert "0 failed, 2 diverged" in res.stdout
 
 
