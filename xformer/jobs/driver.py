@@ -331,7 +331,9 @@ def run(cfg: DictConfig, ctx: JobContext | None = None) -> tuple[Outcome, RunRec
     except BaseException as err:  # recorded; SIGTERM (preemption) and Ctrl-C saved last.ckpt
         ctrl_c = type(err) is SystemExit and job.trainer.interrupted  # Lightning's exit(1) after a KeyboardInterrupt
         step = job.trainer.global_step
-        end = outcome_of(err, ctrl_c, step, ctx.out_dir, peer_lost_line(err, step, ctx.out_dir))
+        end = outcome_of(
+            err, ctrl_c=ctrl_c, step=step, out_dir=ctx.out_dir, peer_lost=peer_lost_line(err, step, ctx.out_dir)
+        )
     complete_record(job, end, final, tokens_seen)
     if job.trainer.is_global_zero:
         job.record.write(ctx.out_dir / FILE)
