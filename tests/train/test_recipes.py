@@ -190,7 +190,10 @@ def test_a_stale_schedule_key_is_one_error_line():
     assert msg.startswith("optim.scheduler.decay_from: not a parameter of xformer.train.schedules.linear")
     assert "Fix: drop it" in msg and "\n" not in msg
     bad = _compose(["optim/scheduler=cosine", "optim.scheduler.floor=1.5"])
-    floor = r"^optim.scheduler.floor=1.5: must be <= 1\. Fix: give a number in \[0, 1\] \(xformer.train.schedules.cosine floor\)$"
+    floor = (
+        r"^optim.scheduler.floor=1.5: must be <= 1\. Fix: give a number in \[0, 1\] "
+        r"\(xformer.train.schedules.cosine floor\)$"
+    )
     with pytest.raises(ConfigError, match=floor):
         check_rules(bad)
 
