@@ -37,14 +37,6 @@ FIX = (  # what a diverged run tries next
 log = logging.getLogger("xformer")
 
 
-def interrupt_signal(err: BaseException) -> str | None:
-    """The signal that stopped training with ``err`` (``"SIGINT"``, SLURM's ``"SIGUSR1"``/``"SIGUSR2"``, or
-    ``"SIGTERM"`` for Lightning's ``SIGTERMException``), else None."""
-    if not isinstance(err, SIGTERMException):
-        return None
-    return getattr(err, "stop_signal", None) or "SIGTERM"
-
-
 class NonFiniteLossError(RuntimeError):
     """The training loss became NaN or Inf; ``step``: the optimizer step of the first non-finite loss."""
 
@@ -404,7 +396,7 @@ class StopCheckpoint(_StepEnds):
         if not isinstance(exception, SIGTERMException):
             return
         name = "SIGINT" if self._sigints else self.received_signal or "SIGTERM"
-        exception.stop_signal = name  # for interrupt_signal
+        exception.stop_signal = name  # the signal that stopped training, for the job's outcome
         if trainer.state.fn != "fit":
             # testing a best checkpoint's weights, or validating: keep the last.ckpt training wrote
             return

@@ -184,14 +184,14 @@ def outcome_of(
         return Outcome(Status.FAILED, 1, err, line, first_line(err))
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-    from .callbacks import FIX, NonFiniteLossError, interrupt_signal
+    from .callbacks import FIX, NonFiniteLossError
 
     if (reason := non_finite(err)) is not None:  # an outcome of the setting, not a crash
         at = err.step if isinstance(err, NonFiniteLossError) else None if step is None else step + 1  # in flight
         line = str(err) if isinstance(err, NonFiniteLossError) else f"{reason} at step {at}; training stopped. {FIX}"
         return Outcome(Status.DIVERGED, 1, err, line, line.splitlines()[0], {"step": at, "reason": reason})
     if isinstance(err, (SIGTERMException, KeyboardInterrupt)) or ctrl_c:  # last.ckpt was saved (StopCheckpoint)
-        sigint = not isinstance(err, SIGTERMException) or interrupt_signal(err) == "SIGINT"
+        sigint = not isinstance(err, SIGTERMException) or getattr(err, "stop_signal", None) == "SIGINT"
         status, how = (Status.INTERRUPTED, "Ctrl-C") if sigint else (Status.PREEMPTED, "SIGTERM")
         message = f"{status}: stopped by {how} at step {step}; last.ckpt was saved"
         return Outcome(status, STOPPED_EXIT_CODES[status], err, None, message)

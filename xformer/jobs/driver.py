@@ -29,7 +29,7 @@ from xformer.train.module import TransformerLitModule
 from .callbacks import NonFiniteLossGuard, OptimizerStepTimer
 from .checkpoints import slurm_job_key
 from .console import StepBar, quiet_console, single_log_lines, test_table
-from .context import JobContext, Outcome, job_context, outcome_of
+from .context import JobContext, Outcome, outcome_of
 from .record import FILE, RunRecord, read_record
 from .resume import OptimizerStepIntervals, ResumableCSVLogger
 from .steps import steps_from_epochs
@@ -275,7 +275,7 @@ def apply_omp_threads() -> None:
         torch.set_num_threads(int(threads))
 
 
-def run(cfg: DictConfig, ctx: JobContext | None = None) -> tuple[Outcome, RunRecord]:
+def run(cfg: DictConfig, ctx: JobContext) -> tuple[Outcome, RunRecord]:
     """Train or evaluate one job whose config passed stages 1-2; the record is written however fit ends.
 
     Returns:
@@ -283,7 +283,6 @@ def run(cfg: DictConfig, ctx: JobContext | None = None) -> tuple[Outcome, RunRec
 
     Raises:
         ConfigError / DataError: invalid configuration or input, before training starts (no record)."""
-    ctx = ctx or job_context(cfg)
     start = time.time()  # the job's clock: building the data and model counts
     single_log_lines()  # Lightning's lines once, through Hydra's handlers
     quiet_console(resuming=ctx.resumed is not None)
