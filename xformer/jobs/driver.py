@@ -89,7 +89,6 @@ class Job:
     dm: L.LightningDataModule
     module: TransformerLitModule
     trainer: L.Trainer
-    loggers: list
     record: RunRecord
 
 
@@ -181,14 +180,14 @@ def build(cfg: DictConfig, ctx: JobContext, start: float | None = None) -> Job:
         "pad_id": dm.pad_id,
         "slurm_job": slurm_job_key(),  # a requeued SLURM job resumes only its own checkpoints
     }
-    trainer.loggers = loggers = build_loggers(cfg, ctx)  # after every check: no W&B run for a refused config
+    trainer.loggers = build_loggers(cfg, ctx)  # after every check: no W&B run for a refused config
     dm.serve_epochs_back_to_back(cfg.get("data_epoch_batches"), trainer.accumulate_grad_batches)
     for lg in trainer.loggers:
         lg.log_hyperparams(record.config)
         lg.log_metrics({f"model/params_{k}": float(v) for k, v in record.params.items()}, step=0)
-    if trainer.is_global_zero and (wandb_run := describe_runs(loggers)) is not None:
+    if trainer.is_global_zero and (wandb_run := describe_runs(trainer.loggers)) is not None:
         record.job["wandb"] = wandb_run
-    return Job(cfg, dm, module, trainer, loggers, record)
+    return Job(cfg, dm, module, trainer, record)
 
 
 def fit_and_test(job: Job, ckpt: str | None) -> tuple[dict, dict, int | None]:
@@ -302,6 +301,6 @@ def run(cfg: DictConfig, ctx: JobContext) -> tuple[Outcome, RunRecord]:
     complete_record(job, end, final, tokens_seen)
     if job.trainer.is_global_zero:
         job.record.write(ctx.out_dir / FILE)
-        finish_runs(job.loggers, job.record.metrics, end.exit_code)
+        finish_runs(job.trainer.loggers, job.record.metrics, end.exit_code)
         log.info("%s: the run's folder is %s (its summary: %s)", end.status, ctx.out_dir, ctx.out_dir / FILE)
     return end, job.record
