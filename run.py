@@ -29,7 +29,7 @@ def main(cfg: DictConfig) -> float | None:
     """One job, top to bottom: its context, the config check, training and testing (or a dry run), its end."""
     from xformer.config.check import check_config, check_config_first, check_devices
     from xformer.errors import ConfigError, held_warnings
-    from xformer.jobs.context import Outcome, fallback, job_context, outcome_of
+    from xformer.jobs.context import Outcome, job_context, outcome_of
     from xformer.jobs.record import Status, read_record
 
     ctx = job_context(cfg)  # output folder, checkpoint, sweep job number and resume plan: worked out once
@@ -60,6 +60,15 @@ def main(cfg: DictConfig) -> float | None:
             end, record = run_job(run, cfg, ctx, script=__file__)
     except (Exception, KeyboardInterrupt) as err:  # before training: invalid config or data, Ctrl-C
         end = outcome_of(err, out_dir=ctx.out_dir)
+
+    return end_job(cfg, ctx, end, record)
+
+
+def end_job(cfg: DictConfig, ctx, end, record) -> float | None:
+    """What the job's end means for this process: the objective returned to the sweeper (the worst value for a
+    sweep job without one), or the ``error:`` line and the exit status (docs/troubleshooting.md)."""
+    from xformer.jobs.context import fallback
+    from xformer.jobs.record import Status
 
     if ctx.multirun:
         from xformer.jobs.sweep import record_job, stop_sweep

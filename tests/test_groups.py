@@ -13,6 +13,7 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from tests.conftest import REPO
+from xformer.jobs.context import job_context
 from xformer.jobs.driver import run as run_job
 from xformer.train.checkpoint_file import build_model
 from xformer.train.module import TransformerLitModule
@@ -81,7 +82,7 @@ def test_every_option_trains_through_the_driver(group, option, tmp_path):
         ],
         tmp_path,
     )
-    run_job(cfg)
+    run_job(cfg, job_context(cfg))
     import json
 
     metrics = json.loads((tmp_path / "metrics.json").read_text())

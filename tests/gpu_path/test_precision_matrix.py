@@ -21,6 +21,7 @@ from typing_extensions import override
 
 from tests.conftest import REPO
 from xformer.config.check import check_config
+from xformer.jobs.context import job_context
 from xformer.jobs.driver import run as run_job
 from xformer.model import ConfigError
 from xformer.train.checkpoint_file import build_model
@@ -82,7 +83,7 @@ def test_single_process_presets_train_two_steps(preset, precision, kernel, clip,
         ],
         tmp_path,
     )
-    run_job(cfg)
+    run_job(cfg, job_context(cfg))
     m = json.loads((tmp_path / "metrics.json").read_text())
     assert m["status"] == "finished" and m["global_step"] == 2
     assert m["config"]["trainer"]["precision"] == precision

@@ -11,6 +11,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import open_dict
 
 from tests.conftest import REPO, SHARED_DATA
+from xformer.jobs.context import job_context
 from xformer.jobs.driver import run as run_job
 
 EXPERIMENTS = sorted(
@@ -89,7 +90,7 @@ def test_every_experiment_preset_trains_two_steps_on_the_cpu(experiment, scale, 
         else:
             cfg.model.d_model = 32
             cfg.model.n_heads = 2
-    run_job(cfg)
+    run_job(cfg, job_context(cfg))
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["status"] == "finished" and metrics["global_step"] == 2, metrics.get("error")
     assert metrics["config"]["trainer"]["precision"] == preset_precision

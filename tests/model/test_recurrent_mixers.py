@@ -316,10 +316,11 @@ def test_new_mixers_train_under_every_precision(option, precision, tmp_path):
     import json
 
     from tests.gpu_path.test_precision_matrix import TINY, _cfg
+    from xformer.jobs.context import job_context
     from xformer.jobs.driver import run as run_job
 
     cfg = _cfg([*TINY, f"model/mixer={option}", f"trainer.precision={precision}"], tmp_path)
-    run_job(cfg)
+    run_job(cfg, job_context(cfg))
     m = json.loads((tmp_path / "metrics.json").read_text())
     assert m["status"] == "finished" and m["global_step"] == 2
     assert m["config"]["model"]["mixer"]["_target_"].endswith({"lstm": "LSTMMixer", "conv": "ConvMixer"}[option])

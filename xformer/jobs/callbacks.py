@@ -1,7 +1,6 @@
 """Lightning callbacks that keep long runs safe (all on in ``conf/callbacks/default.yaml``): stop at the first
-non-finite loss, save ``last.ckpt`` where training stops (and requeue on SLURM's signal), seed dropout from the
-position in training, and write checkpoints at optimizer steps' ends, atomically. Exact resume as a whole:
-:mod:`xformer.jobs.resume`."""
+non-finite loss, save ``last.ckpt`` where training stops (and requeue on SLURM's signal), and write checkpoints
+at optimizer steps' ends, atomically. Exact resume as a whole: :mod:`xformer.jobs.resume`."""
 
 from __future__ import annotations
 
@@ -9,7 +8,6 @@ import atexit
 import logging
 import math
 import os
-import random
 import signal
 import sys
 import threading
@@ -18,7 +16,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import lightning as L
-import numpy as np
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.callbacks import ModelCheckpoint, Timer
@@ -38,14 +35,6 @@ FIX = (  # what a diverged run tries next
 )
 
 log = logging.getLogger("xformer")
-
-
-def interrupt_signal(err: BaseException) -> str | None:
-    """The signal that stopped training with ``err`` (``"SIGINT"``, SLURM's ``"SIGUSR1"``/``"SIGUSR2"``, or
-    ``"SIGTERM"`` for Lightning's ``SIGTERMException``), else None."""
-    if not isinstance(err, SIGTERMException):
-        return None
-    return getattr(err, "stop_signal", None) or "SIGTERM"
 
 
 class NonFiniteLossError(RuntimeError):
@@ -407,7 +396,7 @@ class StopCheckpoint(_StepEnds):
         if not isinstance(exception, SIGTERMException):
             return
         name = "SIGINT" if self._sigints else self.received_signal or "SIGTERM"
-        exception.stop_signal = name  # for interrupt_signal
+        exception.stop_signal = name  # the signal that stopped training, for the job's outcome
         if trainer.state.fn != "fit":
             # testing a best checkpoint's weights, or validating: keep the last.ckpt training wrote
             return
@@ -456,30 +445,6 @@ class OptimizerStepTimer(_StepEnds, Timer):
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
         if self.stepped(trainer):
             super().on_train_batch_end(trainer, *args, **kwargs)
-
-
-class StepSeed(L.Callback):
-    """Reseed ``torch``, ``numpy`` and ``random`` at every training batch from ``(seed, epoch, batch index in
-    the epoch, global rank)`` (the data's epoch and batch: :func:`~xformer.data.loader.data_index`), so a
-    resumed run draws the same dropout masks with no RNG state stored."""
-
-    def __init__(self, seed: int = 0) -> None:
-        self.seed = int(seed)
-
-    @override
-    def on_train_batch_start(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
-    ) -> None:
-        epoch, index = data_index(trainer, batch_idx)
-        state = np.random.SeedSequence([self.seed, epoch, index, trainer.global_rank])
-        s = int(state.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
-        if pl_module.device.type == "cpu":
-            # the CPU generator alone: torch.manual_seed also queues a lazy CUDA seed with a stack trace
-            torch.default_generator.manual_seed(s)
-        else:
-            torch.manual_seed(s)
-        np.random.seed(s % 2**32)
-        random.seed(s)
 
 
 def _is_local(path: Any) -> bool:

@@ -4,7 +4,9 @@ the one mapping to a status and an exit code)."""
 from __future__ import annotations
 
 import errno
+import logging
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,9 +15,11 @@ from omegaconf import DictConfig, OmegaConf
 from xformer.errors import ConfigError
 from xformer.hydra_job import sweep_dir as hydra_sweep_dir
 
-from .checkpoints import resolve_ckpt_path
+from .checkpoints import checkpoint_step, resolve_ckpt_path
 from .overrides import sweep_job_facts
 from .record import Status
+
+log = logging.getLogger("xformer")
 
 if TYPE_CHECKING:
     from .record import RunRecord
@@ -35,6 +39,8 @@ class JobContext:
         dry_run: ``sweep.dry_run``: validate and print, no training.
         in_hydra: the job runs under Hydra (False when the driver is called directly, as tests do).
         job: the ``-m`` job's own ``info()`` for the ranks it runs under ``torchrun`` (None otherwise).
+        resumed: :attr:`ckpt` when ``mode=train`` resumes one of this job's own checkpoints (inside
+            :attr:`out_dir`), else None.
     """
 
     out_dir: Path
@@ -47,20 +53,16 @@ class JobContext:
     dry_run: bool = False
     in_hydra: bool = False
     job: dict | None = None
+    resumed: Path | None = None
 
     @property
     def multirun(self) -> bool:
         return self.sweep_dir is not None
 
-    def own_checkpoint(self, mode: str = "train") -> Path | None:
-        """:attr:`ckpt` when ``mode=train`` resumes one of this job's own checkpoints (inside :attr:`out_dir`)."""
-        if mode != "train" or self.ckpt is None:
-            return None
-        try:
-            path = Path(self.ckpt).resolve()
-            return path if path.is_file() and path.is_relative_to(self.out_dir.resolve()) else None
-        except OSError:
-            return None
+    @cached_property
+    def step(self) -> int | None:
+        """The ``global_step`` stored in :attr:`ckpt` (None without one), read once."""
+        return checkpoint_step(self.ckpt) if self.ckpt is not None else None
 
     def info(self) -> dict:
         """The ``job`` section of ``metrics.json``."""
@@ -78,15 +80,28 @@ class JobContext:
         }
 
 
+def _own(ckpt: str | None, out_dir: Path, mode: str) -> Path | None:
+    """``ckpt`` when ``mode=train`` resumes it from inside the job's folder ``out_dir`` (:attr:`JobContext.resumed`)."""
+    if ckpt is None or mode != "train":
+        return None
+    try:
+        path = Path(ckpt).resolve()
+        return path if path.is_file() and path.is_relative_to(out_dir.resolve()) else None
+    except OSError:
+        return None
+
+
 def job_context(cfg: DictConfig) -> JobContext:
-    """The context of the job ``cfg`` describes. A sweep job with a ``last.ckpt`` to resume gets
-    ``cfg.ckpt_path=last``; one whose folder records another config gets the plan ``refuse``."""
+    """The context of the job ``cfg`` describes, its checkpoint resolved and read once. A sweep job with a
+    ``last.ckpt`` to resume gets ``cfg.ckpt_path=last``; one whose folder records another config gets the plan
+    ``refuse``."""
     from hydra.core.hydra_config import HydraConfig
 
-    dry = bool(OmegaConf.select(cfg, "sweep.dry_run", default=False))
+    dry, mode = bool(OmegaConf.select(cfg, "sweep.dry_run", default=False)), cfg.get("mode", "train")
     if not HydraConfig.initialized():
         out_dir = Path(cfg.paths.output_dir)
-        return JobContext(out_dir, None if dry else resolve_ckpt_path(cfg, out_dir, warn=True), dry_run=dry)
+        ckpt = None if dry else resolve_ckpt_path(cfg, out_dir, warn=True)
+        return JobContext(out_dir, ckpt, dry_run=dry, resumed=_own(ckpt, out_dir, mode))
     hc = HydraConfig.get()
     out_dir = Path(hc.runtime.output_dir)
     sweep_dir = hydra_sweep_dir(hc)
@@ -100,9 +115,22 @@ def job_context(cfg: DictConfig) -> JobContext:
             cfg.ckpt_path = "last"
     ckpt = None if dry or (plan and plan.action == "skip") else resolve_ckpt_path(cfg, out_dir, warn=True)
     sweep_job = sweep_job_facts().get("info") if sweep_dir is None else None
-    return JobContext(
-        out_dir, ckpt, tuple(hc.overrides.task), dict(hc.runtime.choices), sweep_dir, num, plan, dry, True, sweep_job
+    ctx = JobContext(
+        out_dir,
+        ckpt,
+        tuple(hc.overrides.task),
+        dict(hc.runtime.choices),
+        sweep_dir,
+        num,
+        plan,
+        dry,
+        True,
+        sweep_job,
+        _own(ckpt, out_dir, mode),
     )
+    if plan is not None and plan.action == "resume":  # a sweep job killed earlier
+        log.info("sweep resume: job %d continues from %s (step %s)", num, plan.checkpoint, ctx.step)
+    return ctx
 
 
 #: The exit codes of a job stopped by a signal, after last.ckpt was saved (128 + the signal's number).
@@ -158,14 +186,14 @@ def outcome_of(
         return Outcome(Status.FAILED, 1, err, line, first_line(err))
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-    from .callbacks import FIX, NonFiniteLossError, interrupt_signal
+    from .callbacks import FIX, NonFiniteLossError
 
     if (reason := non_finite(err)) is not None:  # an outcome of the setting, not a crash
         at = err.step if isinstance(err, NonFiniteLossError) else None if step is None else step + 1  # in flight
         line = str(err) if isinstance(err, NonFiniteLossError) else f"{reason} at step {at}; training stopped. {FIX}"
         return Outcome(Status.DIVERGED, 1, err, line, line.splitlines()[0], {"step": at, "reason": reason})
     if isinstance(err, (SIGTERMException, KeyboardInterrupt)) or ctrl_c:  # last.ckpt was saved (StopCheckpoint)
-        sigint = not isinstance(err, SIGTERMException) or interrupt_signal(err) == "SIGINT"
+        sigint = not isinstance(err, SIGTERMException) or getattr(err, "stop_signal", None) == "SIGINT"
         status, how = (Status.INTERRUPTED, "Ctrl-C") if sigint else (Status.PREEMPTED, "SIGTERM")
         message = f"{status}: stopped by {how} at step {step}; last.ckpt was saved"
         return Outcome(status, STOPPED_EXIT_CODES[status], err, None, message)

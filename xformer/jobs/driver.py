@@ -18,7 +18,6 @@ import torch
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
 from omegaconf import DictConfig, OmegaConf
-from typing_extensions import override
 
 from xformer.config.check import check_data_options, check_with_data
 from xformer.config.checkpoint import check_checkpoint_vocab, check_resume_settings
@@ -28,9 +27,9 @@ from xformer.train.checkpoint_file import build_model, read_checkpoint, refusal
 from xformer.train.module import TransformerLitModule
 
 from .callbacks import NonFiniteLossGuard, OptimizerStepTimer
-from .checkpoints import checkpoint_step, slurm_job_key
+from .checkpoints import slurm_job_key
 from .console import StepBar, quiet_console, single_log_lines, test_table
-from .context import JobContext, Outcome, job_context, outcome_of
+from .context import JobContext, Outcome, outcome_of
 from .distributed import peer_lost_line
 from .record import FILE, RunRecord, read_record
 from .resume import OptimizerStepIntervals, ResumableCSVLogger
@@ -45,13 +44,12 @@ log = logging.getLogger("xformer")
 
 def build_loggers(cfg: DictConfig, ctx: JobContext) -> list:
     """The configured loggers plus the always-on CSV logger, which keeps its history before a resumed checkpoint."""
-    resumed = ctx.own_checkpoint(cfg.mode)  # resuming this job: keep its history before the checkpoint
-    keep_before = checkpoint_step(resumed) if resumed else None
+    keep_before = ctx.step if ctx.resumed else None  # resuming this job: keep its history before the checkpoint
     loggers: list = [ResumableCSVLogger(save_dir=str(ctx.out_dir), name="csv", version="", keep_before=keep_before)]
     for node in (cfg.get("logger") or {}).values():
         if isinstance(node, DictConfig) and "_target_" in node:
             is_wandb = node._target_.endswith("WandbLogger")
-            loggers.append(wandb_logger(node, ctx.info(), ctx.out_dir, resumed) if is_wandb else instantiate(node))
+            loggers.append(wandb_logger(node, ctx.info(), ctx.out_dir, ctx.resumed) if is_wandb else instantiate(node))
     return loggers
 
 
@@ -92,7 +90,6 @@ class Job:
     dm: L.LightningDataModule
     module: TransformerLitModule
     trainer: L.Trainer
-    loggers: list
     record: RunRecord
 
 
@@ -116,9 +113,10 @@ def build_module(cfg: DictConfig, dm, model: torch.nn.Module) -> TransformerLitM
     return module
 
 
-def build_trainer(cfg: DictConfig, clock: WallClock | None = None) -> L.Trainer:
+def build_trainer(cfg: DictConfig, start: float | None = None) -> L.Trainer:
     """``cfg.trainer`` as it stands (its epoch keys converted to steps: :func:`~xformer.jobs.steps.steps_from_epochs`)
-    with the configured callbacks plus xformer's validation schedule, clock and progress bar; no loggers yet.
+    with the configured callbacks plus xformer's step callback (dropout seed, clock from ``start``, validation
+    schedule: :class:`~xformer.jobs.resume.OptimizerStepIntervals`) and progress bar; no loggers yet.
     Raises: ConfigError, one line, for a value Lightning refuses."""
     callbacks = [
         instantiate(c) for c in (cfg.get("callbacks") or {}).values() if isinstance(c, DictConfig) and "_target_" in c
@@ -128,7 +126,7 @@ def build_trainer(cfg: DictConfig, clock: WallClock | None = None) -> L.Trainer:
     interval = trainer_cfg.get("val_check_interval")
     dense = cfg.get("val_dense") or {}
     steps = interval if isinstance(interval, int) and not isinstance(interval, bool) else None  # else a time
-    callbacks += [clock or WallClock(), OptimizerStepIntervals(steps, dense.get("every"), dense.get("until") or 0)]
+    callbacks.append(OptimizerStepIntervals(steps, dense.get("every"), dense.get("until"), cfg.seed, start))
     if trainer_cfg.get("enable_progress_bar", True) and not any(isinstance(c, ProgressBar) for c in callbacks):
         callbacks.append(StepBar())
     try:
@@ -144,7 +142,7 @@ def build_trainer(cfg: DictConfig, clock: WallClock | None = None) -> L.Trainer:
         raise ConfigError(f"trainer: {why}{fix}") from None
 
 
-def build(cfg: DictConfig, ctx: JobContext, clock: WallClock | None = None) -> Job:
+def build(cfg: DictConfig, ctx: JobContext, start: float | None = None) -> Job:
     """Stages 3-4 of the config check around building data, model, module, loggers and trainer, each once.
     Raises: ConfigError / DataError before anything is trained."""
     L.seed_everything(cfg.seed, workers=True)
@@ -160,11 +158,11 @@ def build(cfg: DictConfig, ctx: JobContext, clock: WallClock | None = None) -> J
         devices, nodes = cfg.trainer.get("devices"), cfg.trainer.get("num_nodes") or 1
         cfg = steps_from_epochs(cfg, dm, devices * nodes if isinstance(devices, int) else 1)
     record = RunRecord(job=ctx.info(), config=OmegaConf.to_container(cfg, resolve=True))
-    trainer = build_trainer(cfg, clock)  # the run's one trainer, its loggers given once they are built
+    trainer = build_trainer(cfg, start)  # the run's one trainer, its loggers given once they are built
     if ctx.ckpt is not None:
         check_checkpoint_vocab(cfg, ctx.ckpt, dm)
         if changes := check_resume_settings(cfg, ctx.ckpt):
-            at = f" from step {step}" if (step := checkpoint_step(ctx.ckpt)) is not None else ""
+            at = f" from step {ctx.step}" if ctx.step is not None else ""
             items = ", ".join(f"{k}: {old!r} -> {new!r}" for k, old, new in changes)
             log.info(
                 "resuming %s with settings changed from the checkpoint's (they take effect%s): %s", ctx.ckpt, at, items
@@ -183,14 +181,14 @@ def build(cfg: DictConfig, ctx: JobContext, clock: WallClock | None = None) -> J
         "pad_id": dm.pad_id,
         "slurm_job": slurm_job_key(),  # a requeued SLURM job resumes only its own checkpoints
     }
-    trainer.loggers = loggers = build_loggers(cfg, ctx)  # after every check: no W&B run for a refused config
+    trainer.loggers = build_loggers(cfg, ctx)  # after every check: no W&B run for a refused config
     dm.serve_epochs_back_to_back(cfg.get("data_epoch_batches"), trainer.accumulate_grad_batches)
     for lg in trainer.loggers:
         lg.log_hyperparams(record.config)
         lg.log_metrics({f"model/params_{k}": float(v) for k, v in record.params.items()}, step=0)
-    if trainer.is_global_zero and (wandb_run := describe_runs(loggers)) is not None:
+    if trainer.is_global_zero and (wandb_run := describe_runs(trainer.loggers)) is not None:
         record.job["wandb"] = wandb_run
-    return Job(cfg, dm, module, trainer, loggers, record)
+    return Job(cfg, dm, module, trainer, record)
 
 
 def fit_and_test(job: Job, ckpt: str | None) -> tuple[dict, dict, int | None]:
@@ -237,7 +235,7 @@ def complete_record(job: Job, end: Outcome, final: dict, tokens_seen: int | None
         "checkpoint": cb.best_model_path if cb is not None else None,
     }
     record.objective = {"metric": cfg.objective.metric, "value": objective_value}
-    clock = next(cb for cb in trainer.callbacks if isinstance(cb, WallClock))
+    clock = next(cb for cb in trainer.callbacks if isinstance(cb, OptimizerStepIntervals))
     record.wall_time_s, record.global_step = clock.elapsed(), trainer.global_step
     record.tokens_seen = tokens_seen if tokens_seen is not None else module.tokens_seen
     record.bleu_signature, record.numerics = module.bleu_signature, numerics()
@@ -245,32 +243,6 @@ def complete_record(job: Job, end: Outcome, final: dict, tokens_seen: int | None
     record.numerics["precision"] = str(trainer.precision)
     if str(cfg.trainer.get("precision")) != record.numerics["precision"]:
         record.numerics["precision_asked"] = str(cfg.trainer.get("precision"))
-
-
-class WallClock(L.Callback):
-    """The job's wall-clock seconds (``metrics.json``'s ``wall_time_s``): this run's since the clock was made,
-    plus, when ``fit`` resumes a checkpoint, the seconds that checkpoint had counted when it was saved (the time
-    between a stop and the resume, and after the last save of a stopped run, is not counted)."""
-
-    def __init__(self) -> None:
-        self.start = time.time()
-        self.before = 0.0  # counted by the runs before the checkpoint this fit resumed
-        self._loaded = 0.0
-
-    def elapsed(self) -> float:
-        return self.before + time.time() - self.start
-
-    def state_dict(self) -> dict:
-        return {"elapsed_s": self.elapsed()}
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        self._loaded = float(state_dict.get("elapsed_s", 0.0))
-
-    @override
-    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # fit only (testing a best checkpoint loads callback states too, which must not reset the count); also
-        # a fit with nothing left to train, which never starts training
-        self.before = self._loaded
 
 
 def numerics() -> dict:
@@ -303,7 +275,7 @@ def apply_omp_threads() -> None:
         torch.set_num_threads(int(threads))
 
 
-def run(cfg: DictConfig, ctx: JobContext | None = None) -> tuple[Outcome, RunRecord]:
+def run(cfg: DictConfig, ctx: JobContext) -> tuple[Outcome, RunRecord]:
     """Train or evaluate one job whose config passed stages 1-2; the record is written however fit ends.
 
     Returns:
@@ -311,18 +283,14 @@ def run(cfg: DictConfig, ctx: JobContext | None = None) -> tuple[Outcome, RunRec
 
     Raises:
         ConfigError / DataError: invalid configuration or input, before training starts (no record)."""
-    ctx = ctx or job_context(cfg)
-    clock = WallClock()  # from here: building the data and model counts
+    start = time.time()  # the job's clock: building the data and model counts
     single_log_lines()  # Lightning's lines once, through Hydra's handlers
-    quiet_console(resuming=ctx.own_checkpoint(cfg.mode) is not None)
+    quiet_console(resuming=ctx.resumed is not None)
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     apply_omp_threads()
-    if ctx.plan is not None and ctx.plan.action == "resume":  # a sweep job killed earlier
-        step = checkpoint_step(ctx.plan.checkpoint)
-        log.info("sweep resume: job %d continues from %s (step %s)", ctx.num, ctx.plan.checkpoint, step)
     if cfg.mode == "eval":
         cfg = config_from_checkpoint(cfg, ctx.overrides, ctx.ckpt)
-    job = build(cfg, ctx, clock)
+    job = build(cfg, ctx, start)
     final, tokens_seen = {}, None
     try:
         fit_metrics, test_metrics, tokens_seen = fit_and_test(job, ctx.ckpt)
@@ -337,6 +305,6 @@ def run(cfg: DictConfig, ctx: JobContext | None = None) -> tuple[Outcome, RunRec
     complete_record(job, end, final, tokens_seen)
     if job.trainer.is_global_zero:
         job.record.write(ctx.out_dir / FILE)
-        finish_runs(job.loggers, job.record.metrics, end.exit_code)
+        finish_runs(job.trainer.loggers, job.record.metrics, end.exit_code)
         log.info("%s: the run's folder is %s (its summary: %s)", end.status, ctx.out_dir, ctx.out_dir / FILE)
     return end, job.record

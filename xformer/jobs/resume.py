@@ -1,23 +1,28 @@
 """Exact resume. **The guarantee:** a training job restarted in its own folder from any of its checkpoints
 trains the same batches in the same order, with the same epochs, dropout, learning rate and ``tokens_seen``, and
 validates after the same optimizer steps as the uninterrupted run (docs/troubleshooting.md, "Resuming a killed
-run"). Here: the validation schedule (:class:`OptimizerStepIntervals`), a moved folder's
-best checkpoint (:func:`reroot`), the CSV log (:class:`ResumableCSVLogger`); elsewhere: the data
+run"). Here: the dropout RNG (:class:`StepSeed`), the validation schedule (:class:`OptimizerStepIntervals`), a
+moved folder's best checkpoint (:func:`reroot`), the CSV log (:class:`ResumableCSVLogger`); elsewhere: the data
 position (:class:`xformer.data.loader.EpochStream`: Lightning runs the data epochs as one endless epoch, so
-no checkpoint holds an epoch boundary of its loop), the dropout RNG (:class:`xformer.jobs.callbacks.StepSeed`)."""
+no checkpoint holds an epoch boundary of its loop)."""
 
 from __future__ import annotations
 
 import csv
+import random
+import time
 import warnings
 from pathlib import Path
 from typing import Any
 
 import lightning as L
+import numpy as np
+import torch
 from lightning.pytorch.loggers import CSVLogger
 from typing_extensions import override
 
 from xformer import lightning_compat as compat
+from xformer.data.loader import data_index
 from xformer.lightning_compat import logger_started
 
 
@@ -134,10 +139,35 @@ def _may_stop_early(trainer: L.Trainer) -> bool:
 _UNRECORDED = object()  # a checkpoint whose OptimizerStepIntervals state holds no unscheduled step
 
 
-class OptimizerStepIntervals(L.Callback):
-    """The validation schedule as a function of the optimizer step (Lightning counts batches, which differ
-    under gradient accumulation). Every validation, and so every checkpoint written by one, falls at the end
-    of an optimizer step.
+class StepSeed(L.Callback):
+    """Reseed ``torch``, ``numpy`` and ``random`` at every training batch from ``(seed, epoch, batch index in
+    the epoch, global rank)`` (the data's epoch and batch: :func:`~xformer.data.loader.data_index`), so a
+    resumed run draws the same dropout masks with no RNG state stored."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = int(seed)
+
+    @override
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        epoch, index = data_index(trainer, batch_idx)
+        state = np.random.SeedSequence([self.seed, epoch, index, trainer.global_rank])
+        s = int(state.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
+        if pl_module.device.type == "cpu":
+            # the CPU generator alone: torch.manual_seed also queues a lazy CUDA seed with a stack trace
+            torch.default_generator.manual_seed(s)
+        else:
+            torch.manual_seed(s)
+        np.random.seed(s % 2**32)
+        random.seed(s)
+
+
+class OptimizerStepIntervals(StepSeed):
+    """xformer's one callback of the step count: the dropout seed (:class:`StepSeed`), the job's wall clock
+    (:meth:`elapsed`) and the validation schedule as a function of the optimizer step (Lightning counts batches,
+    which differ under gradient accumulation). Every validation, and so every checkpoint written by one, falls at
+    the end of an optimizer step.
 
     ``val_check_interval``: an integer counts ``global_step`` (an epoch's fraction or count is converted to
     one by :func:`xformer.jobs.steps.steps_from_epochs`); a time is Lightning's decision, taken at the first
@@ -154,11 +184,24 @@ class OptimizerStepIntervals(L.Callback):
         val_check_interval: the trainer's ``val_check_interval`` in optimizer steps (None: a time).
         dense_every, dense_until: also validate every ``dense_every`` optimizer steps up to step ``dense_until``
             (``val_dense`` in the config), so that an outcome such as the steps to reach a level is measured,
-            not bounded by the first regular validation; None or 0: no extra validations."""
+            not bounded by the first regular validation; None or 0: no extra validations.
+        seed: the dropout seed (:class:`StepSeed`).
+        start: when the job's clock started (``time.time()``; default: now). :meth:`elapsed` (``metrics.json``'s
+            ``wall_time_s``) counts this run's seconds since then plus, when ``fit`` resumes a checkpoint, the
+            seconds that checkpoint had counted (the time between a stop and the resume is not counted)."""
 
     def __init__(
-        self, val_check_interval: int | None = None, dense_every: int | None = None, dense_until: int = 0
+        self,
+        val_check_interval: int | None = None,
+        dense_every: int | None = None,
+        dense_until: int = 0,
+        seed: int = 0,
+        start: float | None = None,
     ) -> None:
+        super().__init__(seed)
+        self.start = time.time() if start is None else start
+        self.before = 0.0  # seconds counted by the runs before the checkpoint this fit resumed
+        self._loaded = 0.0
         self.val_check_interval = val_check_interval
         self.dense_every = dense_every
         self.dense_until = dense_until or 0
@@ -170,12 +213,17 @@ class OptimizerStepIntervals(L.Callback):
         self._restored_unscheduled: int | None | object = _UNRECORDED
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"in_validation", "unscheduled_step"}``: whether the checkpoint is written inside a validation of
-        ``fit``, and the step of the last validation the schedule did not ask for (None: none yet)."""
+        """``{"in_validation", "unscheduled_step", "elapsed_s"}``: whether the checkpoint is written inside a
+        validation of ``fit``, the step of the last validation the schedule did not ask for (None: none yet), and
+        the job's :meth:`elapsed` seconds."""
         in_validation = bool(self._current is not None and self._current.validating)
-        return {"in_validation": in_validation, "unscheduled_step": self._unscheduled_step}
+        return {"in_validation": in_validation, "unscheduled_step": self._unscheduled_step, "elapsed_s": self.elapsed()}
+
+    def elapsed(self) -> float:
+        return self.before + time.time() - self.start
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._loaded = float(state_dict.get("elapsed_s", 0.0))
         self._restored_in_validation = bool(state_dict.get("in_validation", False))
         self._restored_unscheduled = state_dict.get("unscheduled_step", _UNRECORDED)
         if self._restored_unscheduled is not _UNRECORDED:  # still the last one until this fit validates so
@@ -215,6 +263,12 @@ class OptimizerStepIntervals(L.Callback):
         compat.set_val_check_decision(trainer, should_check_val)
 
     @override
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # fit only (testing a best checkpoint loads callback states too, which must not reset the clock); also
+        # a fit with nothing left to train, which never starts training
+        self.before = self._loaded
+
+    @override
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """A larger budget resumed from a step validated only because the old run ended there: take that
         validation back from the loggers and callbacks that keep one (``forget_validation``)."""
@@ -236,4 +290,5 @@ class OptimizerStepIntervals(L.Callback):
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
     ) -> None:
+        super().on_train_batch_start(trainer, pl_module, batch, batch_idx)
         self._trained, self._step_before_batch = True, trainer.global_step

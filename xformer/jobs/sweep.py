@@ -70,9 +70,7 @@ def stop_sweep(cfg: DictConfig, ctx: JobContext, end: Outcome) -> None:
     logs that), so this says nothing."""
     from hydra.core.hydra_config import HydraConfig
 
-    from .callbacks import interrupt_signal
-
-    if interrupt_signal(end.error) not in (None, "SIGTERM", "SIGINT"):  # SLURM's requeue signal
+    if getattr(end.error, "stop_signal", None) not in (None, "SIGTERM", "SIGINT"):  # SLURM's requeue signal
         return
     code = end.exit_code
 

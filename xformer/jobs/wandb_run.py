@@ -67,9 +67,10 @@ def wandb_logger(node: DictConfig, info: dict, out_dir: Path, resumed: Path | No
 
 
 def describe_runs(loggers: list) -> dict | None:
-    """``{"id", "name", "group", "tags", "mode"}`` of this process's W&B run (rank 0), else ``None``."""
+    """``{"id", "name", "group", "tags", "mode"}`` of this process's W&B run (rank 0, whose run
+    :func:`wandb_logger` started), else ``None``."""
     for lg in loggers:
-        if isinstance(lg, LightningWandbLogger) and logger_started(lg):
+        if isinstance(lg, LightningWandbLogger):
             run = lg.experiment
             return {
                 "id": run.id,
