@@ -692,3 +692,20 @@ def test_a_declaration_error_names_file_claim_part_and_key(tmp_path):
     f.write_text("H:\n  statement: s\n  parts:\n    - {test: superiority, a: {x: 1}, b: 3, metric: m}\n")
     with pytest.raises(DeclarationError, match=r"h.yaml: claim H, part \(i\), key 'b': expected an override selector"):
         load_file(f)
+
+
+@pytest.mark.parametrize("seeds", [2, 3])
+def test_an_undecided_part_asks_for_more_seeds_than_it_has_and_never_fewer_than_a_verdict_needs(tmp_path, seeds):
+    """Equivalence whose 90 % interval straddles the margin: with 2 seeds a side (too few for any verdict)
+    the seeds a side it asks for are at least 3; with 3 it never asks for the 3 (or fewer) it already has
+    (the published C6 read "inconclusive" with 3 seeds and "~3 seeds a side would decide it")."""
+    rng = np.random.default_rng(seeds)
+    a = list(0.500 + 0.001 * rng.standard_normal(seeds))  # a spread small beside the margin: 2-3 seeds have the
+    b = list(0.5205 + 0.001 * rng.standard_normal(seeds))  # power at the margin, yet the interval straddles it
+    root = sweep_of(tmp_path / "s", "model/pe", {"learned": a, "sinusoidal": b})
+    spec = {"test": "equivalence", "a": {"model/pe": "learned"}, "b": {"model/pe": "sinusoidal"}, "margin": 0.02, "metric": "test/loss"}
+    res = decide(root, spec)
+    assert res.verdict == INCONCLUSIVE, res.reason
+    assert res.seeds_needed is None or res.seeds_needed > max(seeds, 2), (res.seeds_needed, res.evidence)
+    said = [e for e in res.evidence if "seeds a side would decide it" in e]
+    assert all(int(e.split()[0].lstrip("~")) > max(seeds, 2) for e in said if e.startswith("~")), said

@@ -238,9 +238,10 @@ def finish(
 
 def seeds_for(sd: float, weights: list[float], effect: float, most: int = 1000) -> int:
     """Seeds a side for which a contrast ``Σ wᵢ·mean`` (equal seeds per arm, per-seed spread ``sd``) has
-    80 % power at ``|effect|`` (``most + 1`` when even ``most`` do not)."""
+    80 % power at ``|effect|`` (``most + 1`` when even ``most`` do not); at least :data:`MIN_SEEDS`, the fewest
+    a verdict is given on."""
     if sd == 0:
-        return 2
+        return MIN_SEEDS
     w2 = sum(w * w for w in weights)
 
     def enough(n: int) -> bool:
@@ -253,7 +254,7 @@ def seeds_for(sd: float, weights: list[float], effect: float, most: int = 1000) 
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if enough(mid) else (mid, hi)
-    return max(hi, 2)
+    return max(hi, MIN_SEEDS)
 
 
 def _seeds_to_decide(
@@ -296,6 +297,8 @@ def _seeds_to_decide(
         )
         return res
     n = seeds_for(sd, weights, effect)
+    if n <= min(a.n for a in arms):  # it has those seeds already: what holds it back is not their number
+        return res
     res.seeds_needed = n
     words = f"~{n}" if n <= 1000 else "more than 1000"
     res.evidence.append(f"{words} seeds a side would decide it (80 % power at {what}, seed spread {sd:.3g})")
