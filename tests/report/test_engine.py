@@ -703,7 +703,8 @@ def test_an_undecided_part_asks_for_more_seeds_than_it_has_and_never_fewer_than_
     a = list(0.500 + 0.001 * rng.standard_normal(seeds))  # a spread small beside the margin: 2-3 seeds have the
     b = list(0.5205 + 0.001 * rng.standard_normal(seeds))  # power at the margin, yet the interval straddles it
     root = sweep_of(tmp_path / "s", "model/pe", {"learned": a, "sinusoidal": b})
-    spec = {"test": "equivalence", "a": {"model/pe": "learned"}, "b": {"model/pe": "sinusoidal"}, "margin": 0.02, "metric": "test/loss"}
+    spec = {"test": "equivalence", "a": {"model/pe": "learned"}, "b": {"model/pe": "sinusoidal"}, "margin": 0.02}
+    spec["metric"] = "test/loss"
     res = decide(root, spec)
     assert res.verdict == INCONCLUSIVE, res.reason
     assert res.seeds_needed is None or res.seeds_needed > max(seeds, 2), (res.seeds_needed, res.evidence)

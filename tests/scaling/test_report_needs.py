@@ -39,9 +39,9 @@ def test_the_suggested_interval_is_the_largest_the_report_accepts(max_steps, den
 
 
 def test_the_readme_sweep_says_what_a_verdict_needs_and_the_fixed_one_is_silent(tmp_path):
-    """The README's ``model.ffn_ratio=2,4,8 -m`` (was: silent; ``xformer report`` said afterwards that it needs
+    """The README's ``model.ffn_ratio=1,2,4,8 -m`` (was: silent; ``xformer report`` said afterwards that it needs
     ≥ 3 seeds and ≥ 4 second-half validations), then the same with the overrides the line gives."""
-    args = ["model.ffn_ratio=2,4,8", "sweep.dry_run=true"]
+    args = ["model.ffn_ratio=1,2,4,8", "sweep.dry_run=true"]
     res = run_py([*args, f"hydra.sweep.dir={tmp_path / 'a'}", "-m"], tmp_path, tmp_path)
     assert res.returncode == 0, fail_msg(res)
     lines = [ln for ln in (res.stdout + res.stderr).splitlines() if "report: a verdict" in ln]
