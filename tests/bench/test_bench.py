@@ -54,6 +54,7 @@ def _children_cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
+@pytest.mark.slow  # 30-60 s: in `make test-slow`, out of `make test`'s 10-minute budget
 def test_quick_runs_under_a_minute(quick):
     t = quick[2]
     assert t["cpu"] < 60, f"xformer bench --quick used {t['cpu']:.0f} CPU seconds"

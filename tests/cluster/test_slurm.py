@@ -112,6 +112,7 @@ def reference(slurm_cluster, tmp_path_factory) -> Path:
     return tmp / "job"
 
 
+@pytest.mark.slow  # 30-60 s: in `make test-slow`, out of `make test`'s 10-minute budget
 def test_sweep_through_slurm_launcher_matches_local_run(slurm_cluster, reference, tmp_path):
     """Two SLURM jobs, each in its folder with metrics.json, an offline W&B run and its line in the
     sweep summary; job 0 (the reference's config) trains the reference's numbers bit for bit; the

@@ -211,6 +211,7 @@ def test_misspelled_key_is_hydras_short_message_without_traceback(tmp_path):
     assert full.returncode != 0 and "Traceback" in full.stderr
 
 
+@pytest.mark.slow  # 30-60 s: in `make test-slow`, out of `make test`'s 10-minute budget
 def test_fsdp_without_a_device_count_is_one_line_with_one_fix(tmp_path):
     """The strategy's own refusal reaches the console as it is: one ``error:`` line, one fix, no traceback."""
     args = [*TINY, "trainer=fsdp", "trainer.accelerator=cpu", "trainer.devices=auto", "logger=csv"]

@@ -230,6 +230,7 @@ def test_a_resume_from_a_validation_step_validates_at_the_uninterrupted_runs_ste
     _check(tmp_path, tmp_path_factory, trigger, ["data.tokens_per_batch=1024"], 1, step=3)
 
 
+@pytest.mark.slow  # 30-60 s: in `make test-slow`, out of `make test`'s 10-minute budget
 def test_sigterm_during_a_validation_stops_right_after_it(tmp_path, tmp_path_factory):
     """6 batches per epoch, accumulation 2, validation every 2 steps: SIGTERM as the validation after
     step 2 starts. No micro-batch is in flight, so the run stops after that validation, at step 2 (not
@@ -333,6 +334,7 @@ def test_an_epoch_budget_continued_with_a_larger_one_matches_the_uninterrupted_r
     assert metrics(job)["tokens_seen"] == metrics(ref)["tokens_seen"]
 
 
+@pytest.mark.slow  # 30-60 s: in `make test-slow`, out of `make test`'s 10-minute budget
 def test_a_resumed_run_saves_periodically_only_at_the_end_of_a_step(tmp_path, tmp_path_factory):
     """Accumulation 2, ``last.ckpt`` every 3 steps: a run stopped at step 3 is resumed and SIGKILLed as its
     second micro-batch starts, then resumed again. The periodic save must not fire after the resumed run's

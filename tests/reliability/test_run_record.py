@@ -82,6 +82,7 @@ def test_an_unreadable_record_is_none(tmp_path):
     assert read_record(tmp_path) is None
 
 
+@pytest.mark.slow  # 30-60 s: in `make test-slow`, out of `make test`'s 10-minute budget
 @pytest.mark.parametrize("stop", ["budget", "sigterm"])
 def test_a_resumed_jobs_wall_time_counts_the_run_before_its_checkpoint(tmp_path, stop):
     """``wall_time_s`` of a job resumed from its own ``last.ckpt`` holds the seconds of the run that wrote it:

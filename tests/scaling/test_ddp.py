@@ -30,6 +30,7 @@ def ddp_job(tmp_path_factory):
     return root, res
 
 
+@pytest.mark.slow  # 30-60 s: in `make test-slow`, out of `make test`'s 10-minute budget
 def test_ddp_single_run_one_metrics_json_one_wandb_run(ddp_job):
     root, res = ddp_job
     assert res.returncode == 0, fail_msg(res)
@@ -58,6 +59,7 @@ def test_ddp_console_shows_each_validation_and_no_sync_dist_advice(ddp_job):
     assert out.count("validation at step") == 2  # steps 2 and 4, from rank 0 only
 
 
+@pytest.mark.slow  # 30-60 s: in `make test-slow`, out of `make test`'s 10-minute budget
 def test_ddp_eval_equals_single_process_on_same_checkpoint(ddp_job):
     """Validation/test under DDP count every example once: the sampler's padded duplicates (odd batch
     counts) are dropped by idx, so losses, accuracy and exact match equal one process exactly. The DDP

@@ -38,6 +38,7 @@ def test_the_suggested_interval_is_the_largest_the_report_accepts(max_steps, den
     assert interval == (max(accepted) if accepted else None)
 
 
+@pytest.mark.slow  # 30-60 s: in `make test-slow`, out of `make test`'s 10-minute budget
 def test_the_readme_sweep_says_what_a_verdict_needs_and_the_fixed_one_is_silent(tmp_path):
     """The README's ``model.ffn_ratio=1,2,4,8 -m`` (was: silent; ``xformer report`` said afterwards that it needs
     ≥ 3 seeds and ≥ 4 second-half validations), then the same with the overrides the line gives."""

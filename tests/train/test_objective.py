@@ -54,7 +54,9 @@ def test_training_ending_off_a_validation_step_validates_once_more(tmp_path, ext
         (["objective.metric=val/los"], "objective.metric=val/los"),  # typo
         (["objective.metric=val/exact_match", "objective.mode=max", "decode.val_batches=0"], "decode.val_batches=0"),
         (["trainer.limit_val_batches=0"], "trainer.limit_val_batches=0"),
-        (["objective.metric=val/bleu", "sweep.dry_run=true"], "objective.metric=val/bleu"),  # dry runs check it too
+        pytest.param(  # dry runs check it too
+            ["objective.metric=val/bleu", "sweep.dry_run=true"], "objective.metric=val/bleu", marks=pytest.mark.slow
+        ),
     ],
 )
 def test_objective_that_is_never_logged_is_rejected_before_training(tmp_path, overrides, key):

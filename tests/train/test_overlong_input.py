@@ -43,6 +43,7 @@ def learned_ckpt(tmp_path_factory):
     return job / "checkpoints" / "last.ckpt"
 
 
+@pytest.mark.slow  # 30-60 s: in `make test-slow`, out of `make test`'s 10-minute budget
 def test_translate_cli_gives_every_line_an_output_and_names_the_long_one(learned_ckpt):
     from xformer.train.translate import load_checkpoint, translate
 

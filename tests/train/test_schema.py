@@ -141,6 +141,7 @@ def test_an_extension_mistake_is_one_line_naming_the_yaml_and_the_cause(target, 
     assert "Traceback" not in res.stderr
 
 
+@pytest.mark.slow  # 30-60 s: in `make test-slow`, out of `make test`'s 10-minute budget
 def test_a_throwaway_option_has_its_annotated_range_enforced(tmp_path):
     """One class and one YAML outside the repository: the range on its own parameter is enforced
     with no other file touched; a value inside it trains."""

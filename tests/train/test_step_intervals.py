@@ -120,7 +120,7 @@ def test_a_fraction_or_a_time_interval_validates_at_the_end_of_an_optimizer_step
             assert before[-1] > (before[-2] if len(before) > 1 else 0)
 
 
-@pytest.mark.parametrize("interval", [3, 4])
+@pytest.mark.parametrize("interval", [3, pytest.param(4, marks=pytest.mark.slow)])
 def test_an_interval_counted_in_an_epoch_that_is_no_step_interval_is_refused_before_training(tmp_path, interval):
     """3 batches per epoch, accumulation 2: an epoch has 2 optimizer steps, so an interval of 3 or 4 counted
     inside each epoch would never validate: one ``error:`` line naming the key, the epoch's steps and the
