@@ -13,12 +13,13 @@ MIN_LATE_VALIDATIONS = 4
 
 
 def validation_steps(max_steps: int, interval: int, dense_every: int | None = None, dense_until: int = 0) -> list[int]:
-    """The optimizer steps a run of ``max_steps`` validates at: every ``interval`` steps, and every
-    ``dense_every`` steps up to ``dense_until`` (``val_dense``), sorted."""
+    """The optimizer steps a run of ``max_steps`` validates at: every ``interval`` steps, every
+    ``dense_every`` steps up to ``dense_until`` (``val_dense``), and at ``max_steps`` (a run that ends off a
+    validation step validates once more), sorted."""
     steps = set(range(interval, max_steps + 1, interval)) if interval > 0 else set()
     if dense_every:
         steps |= set(range(dense_every, min(dense_until, max_steps) + 1, dense_every))
-    return sorted(steps)
+    return sorted(steps | {max_steps}) if interval > 0 or dense_every else sorted(steps)
 
 
 def late_validations(steps: list[int]) -> list[int]:
@@ -35,7 +36,7 @@ def interval_for(max_steps: int, dense_every: int | None = None, dense_until: in
     :data:`MIN_LATE_VALIDATIONS` second-half validations; ``None`` when none does."""
     dense = set(validation_steps(max_steps, 0, dense_every, dense_until))
     for interval in range(max_steps, 0, -1):
-        steps = dense | set(range(interval, max_steps + 1, interval))
+        steps = dense | set(range(interval, max_steps + 1, interval)) | {max_steps}
         if len(late_validations(sorted(steps))) >= MIN_LATE_VALIDATIONS:
             return interval
     return None

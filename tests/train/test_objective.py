@@ -9,6 +9,7 @@ import pytest
 
 from tests.reliability.conftest import metrics, run_py
 from tests.train.step_probe import events
+from xformer import verdict_needs
 
 T = [
     "data.n_train=500",
@@ -41,6 +42,8 @@ def test_training_ending_off_a_validation_step_validates_once_more(tmp_path, ext
     res = run_py([*T, *extra, f"hydra.run.dir={job}", PROBE, f"+callbacks.probe.path={probe}"], tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     assert [e["step"] for e in events(probe) if e["kind"] == "val"] == val_steps
+    interval = next((int(e.split("=")[1]) for e in extra if e.startswith("trainer.val_check_interval=")), 500)
+    assert verdict_needs.validation_steps(final, interval) == val_steps  # what a sweep's start line predicts
     m = metrics(job)
     assert m["global_step"] == final
     assert isinstance(m["objective"]["value"], float)  # was None
