@@ -15,22 +15,11 @@ from hydra import compose, initialize_config_dir
 from tests.conftest import REPO
 from tests.reliability.conftest import run_py
 from tests.train.step_probe import events
+from tests.train.test_step_intervals import T as SMALL  # the tiny run with 3 training batches an epoch
 from xformer.config.check import check_config
 from xformer.errors import ConfigError
 from xformer.jobs.steps import steps_from_epochs
 
-SMALL = [
-    "data.n_train=500",
-    "data.n_val=20",
-    "data.n_test=10",
-    "data.n_long=5",
-    "model.d_model=32",
-    "model.n_heads=2",
-    "model.n_encoder_layers=1",
-    "model.n_decoder_layers=1",
-    "logger=csv",
-    "trainer.enable_progress_bar=false",
-]
 
 
 def _compose(overrides, tmp_path):
