@@ -21,7 +21,6 @@ from xformer.errors import ConfigError
 from xformer.jobs.steps import steps_from_epochs
 
 
-
 def _compose(overrides, tmp_path):
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         return compose("config", overrides=[*overrides, f"paths.output_dir={tmp_path}", "logger=none"])
