@@ -66,6 +66,7 @@ def test_quick_runs_under_a_minute(quick):
     assert t["wall"] < 60, f"xformer bench --quick took {t['wall']:.0f} s"
 
 
+@pytest.mark.slow  # the quick bench (~1 min): in `make test-slow` and `make bench`
 def test_top_level_keys(quick):
     data, _, _ = quick
     assert data["schema_version"] == 1
@@ -109,6 +110,7 @@ def test_top_level_keys(quick):
         assert isinstance(sec["seconds"], NUM)
 
 
+@pytest.mark.slow  # the quick bench (~1 min): in `make test-slow` and `make bench`
 def test_train_step_section(quick):
     sec = quick[0]["sections"]["train_step"]
     assert sec["status"] == "ok"
@@ -139,6 +141,7 @@ def test_train_step_section(quick):
     assert (sec["ratio_vs_x_transformers"] > 0) if xt["status"] == "ok" else sec["ratio_vs_x_transformers"] is None
 
 
+@pytest.mark.slow  # the quick bench (~1 min): in `make test-slow` and `make bench`
 def test_overhead_section(quick):
     sec = quick[0]["sections"]["overhead"]
     assert sec["status"] == "ok", sec
@@ -150,6 +153,7 @@ def test_overhead_section(quick):
         assert rep["window_steps"] > 0 and rep["window_tokens"] > 0
 
 
+@pytest.mark.slow  # the quick bench (~1 min): in `make test-slow` and `make bench`
 def test_padding_section(quick, shared_data):
     sec = quick[0]["sections"]["padding"]
     if not (shared_data / "multi30k").is_dir():
@@ -164,6 +168,7 @@ def test_padding_section(quick, shared_data):
     assert sec["waste_ratio"] > 0
 
 
+@pytest.mark.slow  # the quick bench (~1 min): in `make test-slow` and `make bench`
 def test_decoding_section(quick):
     sec = quick[0]["sections"]["decoding"]
     assert sec["beam"]["beam_size"] == 4 and sec["beam"]["tokens_per_s"] > 0
@@ -174,6 +179,7 @@ def test_decoding_section(quick):
     assert sec["outputs_match"] is True  # the cache changes the speed, not the output
 
 
+@pytest.mark.slow  # the quick bench (~1 min): in `make test-slow` and `make bench`
 def test_attention_sections(quick):
     a = quick[0]["sections"]["attention"]
     assert a["status"] == "ok"
@@ -197,6 +203,7 @@ def test_attention_sections(quick):
     assert r["crossover_n"] is None or r["crossover_n"] > 0
 
 
+@pytest.mark.slow  # the quick bench (~1 min): in `make test-slow` and `make bench`
 def test_mfu_on_cpu_is_against_a_float32_matmul_peak_measured_in_the_run(quick):
     sec = quick[0]["sections"]["mfu"]
     assert sec["status"] == "ok" and "float32" in sec["peak_method"]
@@ -205,6 +212,7 @@ def test_mfu_on_cpu_is_against_a_float32_matmul_peak_measured_in_the_run(quick):
     assert 0 < sec["mfu"] < 1 and 0 < sec["mfu_torch"] < 1
 
 
+@pytest.mark.slow  # the quick bench (~1 min): in `make test-slow` and `make bench`
 def test_dropout0_row_is_row_1_without_dropout(quick):
     sec, base = quick[0]["sections"]["train_step_dropout0"], quick[0]["sections"]["train_step"]
     assert sec["status"] == "ok" and sec["config"]["dropout"] == 0.0 and base["config"]["dropout"] > 0
@@ -231,6 +239,7 @@ def test_gpt2_row_counts_flops_as_6n_plus_attention():
     assert res["nanogpt_mfu"] == [0.40, 0.50]
 
 
+@pytest.mark.slow  # the quick bench (~1 min): in `make test-slow` and `make bench`
 def test_targets_and_table(quick):
     data, stdout, _ = quick
     keys = {(t["section"], t["metric"]) for t in data["targets"]}
@@ -287,6 +296,7 @@ def test_console_command_dispatches_to_bench(monkeypatch):
     assert seen == [["--quick", "--out", "x.json"]]
 
 
+@pytest.mark.slow  # the quick bench (~1 min): in `make test-slow` and `make bench`
 def test_nanogpt_step_row_compares_the_same_model(quick):
     """Row 9: the preset's step and the plain-PyTorch nanoGPT step, same parameter count, ratio shown."""
     data, stdout, _ = quick

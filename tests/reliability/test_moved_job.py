@@ -55,10 +55,8 @@ def _resume(tmp_path: Path, job: Path) -> dict:
     return _outcome(job)
 
 
-@pytest.mark.parametrize(
-    "how",
-    ["copied", pytest.param("moved", marks=pytest.mark.slow), pytest.param("renamed_parent", marks=pytest.mark.slow)],
-)
+@pytest.mark.slow  # 30-60 s: in `make test-slow`, out of `make test`'s 10-minute budget
+@pytest.mark.parametrize("how", ["copied", "moved", "renamed_parent"])
 def test_a_relocated_job_keeps_its_best_checkpoint_score_and_wandb_run(tmp_path, how):
     """``copied``: to another absolute path, the original left (as onto another machine);
     ``moved``: renamed; ``renamed_parent``: the folder holding it renamed (a sweep folder's job)."""

@@ -222,7 +222,8 @@ def test_resume_from_the_final_validations_checkpoint_logs_the_next_step_under_i
     _check(tmp_path, tmp_path_factory, "final_validation", ["data.tokens_per_batch=2048"], 1, step=5)
 
 
-@pytest.mark.parametrize("trigger", [pytest.param("fit_end", marks=pytest.mark.slow), "sigint"])
+@pytest.mark.slow  # 30-60 s: in `make test-slow`, out of `make test`'s 10-minute budget
+@pytest.mark.parametrize("trigger", ["fit_end", "sigint"])
 def test_a_resume_from_a_validation_step_validates_at_the_uninterrupted_runs_steps(tmp_path, tmp_path_factory, trigger):
     """6 batches per epoch, validation every 3 steps: stopped at step 3 (its validation ran) by the
     end of ``fit`` or by Ctrl-C, resumed to 7: validations after 6 and 7 only, as the uninterrupted
@@ -312,7 +313,8 @@ def test_a_finished_job_resumed_with_a_larger_budget_validates_as_the_uninterrup
     assert guard_steps(job) == guard_steps(ref)
 
 
-@pytest.mark.parametrize("accumulate", [pytest.param(1, marks=pytest.mark.slow), 2])
+@pytest.mark.slow  # 30-60 s: in `make test-slow`, out of `make test`'s 10-minute budget
+@pytest.mark.parametrize("accumulate", [1, 2])
 def test_an_epoch_budget_continued_with_a_larger_one_matches_the_uninterrupted_run(tmp_path, accumulate):
     """3 batches per epoch, ``max_steps=-1``: a job that ran ``max_epochs=1``, resumed in place with the same
     budget (it trains nothing and still ends), then with ``max_epochs=3``, equals an uninterrupted
@@ -334,7 +336,6 @@ def test_an_epoch_budget_continued_with_a_larger_one_matches_the_uninterrupted_r
     assert metrics(job)["tokens_seen"] == metrics(ref)["tokens_seen"]
 
 
-@pytest.mark.slow  # 30-60 s: in `make test-slow`, out of `make test`'s 10-minute budget
 def test_a_resumed_run_saves_periodically_only_at_the_end_of_a_step(tmp_path, tmp_path_factory):
     """Accumulation 2, ``last.ckpt`` every 3 steps: a run stopped at step 3 is resumed and SIGKILLed as its
     second micro-batch starts, then resumed again. The periodic save must not fire after the resumed run's
