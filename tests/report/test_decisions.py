@@ -287,6 +287,54 @@ def test_a_rank_decided_part_prints_the_rank_tests_detectable_effect_and_has_its
     assert any("detectable effect at 80 % power" in e for e in alt[0].evidence)
 
 
+def _finished(ctx, x: int) -> list[float]:
+    """The finished seeds' test losses at ``x`` of a simulated sweep."""
+    return [j.metrics["test/loss"] for j in ctx.sweep.jobs if j.overrides["x"] == x and j.status == "finished"]
+
+
+@pytest.mark.parametrize("pattern", [{(0, 1)}, {(0, 1), (0, 2), (0, 3)}, {(0, 2), (0, 4)}])
+def test_a_rank_decided_parts_detectable_effect_reads_the_spread_of_the_finished_seeds_only(pattern):
+    # the printed effect is the rank test's shift times the pooled spread of the finished seeds, recomputed
+    # here with the statistics module over each arm's finished values (a diverged seed adds no degree of freedom)
+    import random
+    import statistics
+
+    from xformer.report.rules.engine import decide_part
+    from xformer.report.rules.part import Part
+    from xformer.report.rules.tests import rank_shift_needed
+    from xformer.report.simulate import _sweep
+    from xformer.report.stats import c4
+
+    spec = {"test": "superiority", "a": {"x": 1}, "b": {"x": 0}, "metric": "test/loss"}
+    ctx, _ = _sweep({0: 0.0, 1: -1.0}, random.Random(11), 0.0, 5, frozenset(pattern))
+    r = decide_part(Part("S", 0, spec, "simulation", "stable ranking"), ctx)
+    a, b = _finished(ctx, 1), _finished(ctx, 0)
+    df = len(a) + len(b) - 2
+    sd = math.sqrt(((len(a) - 1) * statistics.variance(a) + (len(b) - 1) * statistics.variance(b)) / df)
+    z = rank_shift_needed(len(a), 0, len(b), len(pattern), 0.025)
+    assert r.scale == "ranks" and r.detectable == pytest.approx(z * sd / c4(df), rel=1e-9)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pattern", [{(0, 1)}, {(0, 1), (0, 2), (0, 3)}])
+def test_a_rank_decided_part_has_80_percent_power_at_the_effect_it_prints(pattern):
+    # through the engine's own decision: the printed effect, averaged over 200 null sweeps, is the rank
+    # test's shift in seed spreads (σ = 1 here), and 400 sweeps at that effect are decided supported
+    # at 80 % (each within 2.5 Monte-Carlo standard errors)
+    import statistics
+
+    from xformer.report.rules.tests import rank_shift_needed
+
+    pattern = frozenset(pattern)
+    dets = [_rank_sweep(0.0, pattern, 1000 + s).detectable for s in range(200)]
+    det = sum(dets) / len(dets)
+    z = rank_shift_needed(5, 0, 5 - len(pattern), len(pattern), 0.025)
+    assert abs(det - z) <= 2.5 * statistics.stdev(dets) / math.sqrt(len(dets))
+    alt = [_rank_sweep(det, pattern, 5000 + s) for s in range(400)]
+    power = sum(r.verdict == "supported" for r in alt) / len(alt)
+    assert power >= 0.8 - 2.5 * math.sqrt(0.8 * 0.2 / len(alt))
+
+
 def test_a_rank_part_whose_better_arm_diverged_prints_no_detectable_effect():
     r = _rank_sweep(3.0, frozenset({(1, 1)}), 7)
     assert r.scale == "ranks" and r.detectable is None

@@ -303,12 +303,16 @@ def _seeds_to_decide(
 
 
 def _pooled_sd(arms: list[Arm]) -> float | None:
+    """The pooled seed spread of the arms' finished seeds: Σ squared deviations from each arm's mean over
+    Σ (finished seeds − 1); a diverged seed has no value, so it adds no degree of freedom (counting it
+    would shrink the spread, and with it every detectable effect read from it). ``None`` with no arm of
+    2 finished seeds."""
     num, den = 0.0, 0
     for a in arms:
-        if a.n > 1:
+        if len(a.values) > 1:
             m = a.mean
             num += sum((v - m) ** 2 for v in a.values)
-            den += a.n - 1
+            den += len(a.values) - 1
     return math.sqrt(num / den) if den else None
 
 
