@@ -220,7 +220,7 @@ def test_the_full_simulation_meets_the_bounds_for_every_test_type():
     from xformer.report.simulate import _cases, run_case
 
     for i, case in enumerate(_cases()):
-        row = run_case(case, reps=400, seed=i)
+        row = run_case(case, reps=400 * case.reps_scale, seed=i)
         assert row.wrong - 2 * row.wrong_se <= 0.05, case.name
         assert row.power + 2 * row.power_se >= 0.80, case.name
 
