@@ -220,7 +220,7 @@ def test_the_full_simulation_meets_the_bounds_for_every_test_type():
     from xformer.report.simulate import _cases, run_case
 
     for i, case in enumerate(_cases()):
-        row = run_case(case, reps=400, seed=i)
+        row = run_case(case, reps=400 * case.reps_scale, seed=i)
         assert row.wrong - 2 * row.wrong_se <= 0.05, case.name
         assert row.power + 2 * row.power_se >= 0.80, case.name
 
@@ -250,6 +250,37 @@ def test_the_rank_tests_detectable_shift_has_80_percent_power(counts):
     se = math.sqrt(0.8 * 0.2 / 400)
     assert abs(_rank_power(*counts, z, 400, 3) - 0.8) <= 2.5 * se
     assert _rank_power(*counts, 0.6 * z, 400, 4) < 0.8 - 2.5 * se  # not a loose upper bound: a smaller one misses
+
+
+def _rank_power_exact_test(fa: int, da: int, fb: int, db: int, shift: float, draws: int, seed: int) -> float:
+    """The rate at which the engine's exact rank test decides ``a`` better at a true ``shift`` over
+    ``draws`` normal samples: the test depends on the finished seeds only through their order, so each
+    order drawn is decided once by :func:`rank_permutation` and counted as often as it was drawn."""
+    import numpy as np
+
+    from xformer.report.rules.evidence import Arm
+    from xformer.report.rules.tests import _ranks, rank_permutation
+
+    rng = np.random.default_rng(seed)
+    values = np.concatenate([shift + rng.standard_normal((draws, fa)), rng.standard_normal((draws, fb))], axis=1)
+    labels = np.array([1] * fa + [0] * fb)[np.argsort(values, axis=1)]  # which arm holds each place, low to high
+    orders, counts = np.unique(labels, axis=0, return_counts=True)
+    hits = 0
+    for order, count in zip(orders, counts, strict=True):
+        a = Arm("a", [float(i) for i in np.flatnonzero(order == 1)], da)
+        b = Arm("b", [float(i) for i in np.flatnonzero(order == 0)], db)
+        hits += int(count) * (rank_permutation(_ranks([a, b], [0.0, 0.0], True), [1.0, -1.0])[1] <= 0.025)
+    return hits / draws
+
+
+@pytest.mark.parametrize("counts", [(5, 0, 5, 0), (5, 0, 4, 1), (5, 0, 3, 2), (5, 0, 2, 3), (4, 0, 3, 1)])
+def test_the_rank_tests_detectable_shift_has_80_percent_power_to_within_half_a_point(counts):
+    # 200 000 samples decided by the engine's permutation test (one call per order of the seeds):
+    # Monte-Carlo s.e. 0.09 points, plus the shift's own quantile error (about 0.13)
+    from xformer.report.rules.tests import rank_shift_needed
+
+    z = rank_shift_needed(*counts, 0.025)
+    assert abs(_rank_power_exact_test(*counts, z, 200_000, 21) - 0.8) <= 0.005
 
 
 def test_no_shift_decides_a_rank_test_whose_better_arm_diverged():
@@ -285,6 +316,54 @@ def test_a_rank_decided_part_prints_the_rank_tests_detectable_effect_and_has_its
     power = sum(r.verdict == "supported" for r in alt) / 40
     assert power >= 0.8 - 2 * math.sqrt(0.8 * 0.2 / 40)
     assert any("detectable effect at 80 % power" in e for e in alt[0].evidence)
+
+
+def _finished(ctx, x: int) -> list[float]:
+    """The finished seeds' test losses at ``x`` of a simulated sweep."""
+    return [j.metrics["test/loss"] for j in ctx.sweep.jobs if j.overrides["x"] == x and j.status == "finished"]
+
+
+@pytest.mark.parametrize("pattern", [{(0, 1)}, {(0, 1), (0, 2), (0, 3)}, {(0, 2), (0, 4)}])
+def test_a_rank_decided_parts_detectable_effect_reads_the_spread_of_the_finished_seeds_only(pattern):
+    # the printed effect is the rank test's shift times the pooled spread of the finished seeds, recomputed
+    # here with the statistics module over each arm's finished values (a diverged seed adds no degree of freedom)
+    import random
+    import statistics
+
+    from xformer.report.rules.engine import decide_part
+    from xformer.report.rules.part import Part
+    from xformer.report.rules.tests import rank_shift_needed
+    from xformer.report.simulate import _sweep
+    from xformer.report.stats import c4
+
+    spec = {"test": "superiority", "a": {"x": 1}, "b": {"x": 0}, "metric": "test/loss"}
+    ctx, _ = _sweep({0: 0.0, 1: -1.0}, random.Random(11), 0.0, 5, frozenset(pattern))
+    r = decide_part(Part("S", 0, spec, "simulation", "stable ranking"), ctx)
+    a, b = _finished(ctx, 1), _finished(ctx, 0)
+    df = len(a) + len(b) - 2
+    sd = math.sqrt(((len(a) - 1) * statistics.variance(a) + (len(b) - 1) * statistics.variance(b)) / df)
+    z = rank_shift_needed(len(a), 0, len(b), len(pattern), 0.025)
+    assert r.scale == "ranks" and r.detectable == pytest.approx(z * sd / c4(df), rel=1e-9)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pattern", [{(0, 1)}, {(0, 1), (0, 2), (0, 3)}])
+def test_a_rank_decided_part_has_80_percent_power_at_the_effect_it_prints(pattern):
+    # through the engine's own decision: the printed effect, averaged over 200 null sweeps, is the rank
+    # test's shift in seed spreads (σ = 1 here), and 400 sweeps at that effect are decided supported
+    # at 80 % (each within 2.5 Monte-Carlo standard errors)
+    import statistics
+
+    from xformer.report.rules.tests import rank_shift_needed
+
+    pattern = frozenset(pattern)
+    dets = [_rank_sweep(0.0, pattern, 1000 + s).detectable for s in range(200)]
+    det = sum(dets) / len(dets)
+    z = rank_shift_needed(5, 0, 5 - len(pattern), len(pattern), 0.025)
+    assert abs(det - z) <= 2.5 * statistics.stdev(dets) / math.sqrt(len(dets))
+    alt = [_rank_sweep(det, pattern, 5000 + s) for s in range(400)]
+    power = sum(r.verdict == "supported" for r in alt) / len(alt)
+    assert power >= 0.8 - 2.5 * math.sqrt(0.8 * 0.2 / len(alt))
 
 
 def test_a_rank_part_whose_better_arm_diverged_prints_no_detectable_effect():

@@ -95,6 +95,7 @@ class Case:
     power_at: float | None = None  # the effect for the power run (None: the printed detectable)
     margin_is_detectable: bool = False  # the power run sets the margin to the printed detectable
     seeds: int = SEEDS
+    reps_scale: int = 1  # replicates in the table: this × --reps (where few print a detectable effect)
 
 
 def _cases() -> list[Case]:
@@ -144,6 +145,7 @@ def _cases() -> list[Case]:
             lambda d: {0: 0.0, 1: -d},
             diverge=0.2,
             seeds=5,
+            reps_scale=4,  # about a third print a detectable effect: 4 × 400 give its power within ±2 points
         ),
     ]
 
@@ -235,12 +237,15 @@ HEADER = (
 
 
 def table(reps: int = 400, seed: int = 0, cases: list[Case] | None = None, only: str | None = None) -> str:
-    """The Markdown table of every case (``reps`` replicates each under the null and the effect; ``only``:
-    the cases whose name contains it, each with the seed it has in the full table)."""
+    """The Markdown table of every case (``reps`` replicates each under the null and the effect, times the
+    case's ``reps_scale``; ``only``: the cases whose name contains it, each with the seed it has in the full
+    table)."""
     all_cases = cases or _cases()
-    rows = [run_case(c, reps, seed + i) for i, c in enumerate(all_cases) if only is None or only in c.name]
+    chosen = [(i, c) for i, c in enumerate(all_cases) if only is None or only in c.name]
+    rows = [run_case(c, reps * c.reps_scale, seed + i) for i, c in chosen]
+    scaled = "".join(f" ({c.reps_scale * reps} for “{c.name}”)" for _, c in chosen if c.reps_scale != 1)
     return "\n".join([HEADER, *(r.markdown() for r in rows)]) + (
-        f"\n\n{reps} replicates per cell, {SEEDS} seeds a setting unless named, seed {seed}; σ = the seed "
+        f"\n\n{reps} replicates per cell{scaled}, {SEEDS} seeds a setting unless named, seed {seed}; σ = the seed "
         "spread; ± one Monte-Carlo standard error. Power: over the replicates for which a detectable effect is "
         "printed, each at the effect printed (averaged) for its pattern of diverged seeds. A goal counts as met "
         "within two standard errors."
