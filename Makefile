@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-slow lint install bench clean
+.PHONY: run test test-slow test-cluster lint install bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ lint: $(STAMP)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow -n 0  # one process: the slow set was validated serially
+
+# the tests on a real localhost SLURM cluster (scripts/slurm-localhost.sh; root, else they skip); in the slow set
+test-cluster: $(STAMP)
+	$(BIN)/python -m pytest -q -m cluster
 
 bench: $(STAMP)
 	$(BIN)/xformer bench $(ARGS)

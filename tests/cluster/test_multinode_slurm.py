@@ -19,7 +19,7 @@ from tests.conftest import REPO
 from tests.scaling.common import TINY
 from tests.scaling.test_multinode import TWO_NODES, assert_same, one_node, quiet  # noqa: F401  (one_node: fixture)
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]  # CI runs them after `make test` (.ci/run)
 
 STATE2 = Path("/tmp/xformer-slurm-2nodes")
 

@@ -22,7 +22,7 @@ from tests.cluster.conftest import PYTHON, metrics, records
 from tests.conftest import REPO
 from tests.conftest import TINY as BASE_TINY
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]  # CI runs them after `make test` (.ci/run)
 
 #: 30 steps of a tiny model; no periodic last.ckpt before the end (every_n_train_steps=100), so a
 #: stop that did not save at the signal would start over

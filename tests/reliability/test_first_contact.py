@@ -63,7 +63,9 @@ def _error_lines(stderr: str) -> list[str]:
         ("model.n_heads=four", "model.n_heads=four", 2),  # read from the model class's signature: torch
         ("model.dropout=1.5", "model.dropout=1.5", 2),
         ("model.d_model=30", "d_model=30", 2),  # built on the meta device: torch, nothing else
-        ("trainer.precision=bf17", "trainer.precision=bf17", 3),  # Lightning's own Literal: Lightning, no data
+        pytest.param(  # Lightning's own Literal: Lightning, no data
+            "trainer.precision=bf17", "trainer.precision=bf17", 3, marks=pytest.mark.slow
+        ),
     ],
 )
 def test_config_error_comes_before_lightning_wandb_and_data(tmp_path, bad, key, stage):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 import torch
 
 from tests.reliability.conftest import TINY, metrics, run_py, wandb_exit_code
@@ -50,6 +51,7 @@ def test_nan_loss_fails_its_job_only_and_keeps_the_last_good_checkpoint(tmp_path
     assert wandb_exit_code(sweep / "1") not in (None, 0), "the W&B run is marked failed"
 
 
+@pytest.mark.slow  # 30-60 s: in `make test-slow`, out of `make test`'s 10-minute budget
 def test_a_run_diverged_in_anomaly_mode_is_recorded_as_diverged_as_a_nan_loss_is(tmp_path):
     """``+trainer.detect_anomaly=true`` turns the same blow-up into torch's NaN-in-backward error: the job is
     ``diverged`` with the same record keys, exit code and reason kind as the NaN-loss run, not ``failed`` with a

@@ -58,6 +58,7 @@ def test_without_api_key_training_runs_offline(reference_run):
     assert len(list((reference_run / "wandb").glob("offline-run-*"))) == 1
 
 
+@pytest.mark.slow  # 30-60 s: in `make test-slow`, out of `make test`'s 10-minute budget
 def test_unreachable_wandb_falls_back_to_offline_with_one_warning(unreachable):
     job, output, elapsed = unreachable
     assert metrics(job)["status"] == "finished"

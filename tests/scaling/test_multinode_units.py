@@ -69,7 +69,7 @@ RANK = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("how", ["exit", "silent"])
+@pytest.mark.parametrize("how", ["exit", pytest.param("silent", marks=pytest.mark.slow)])
 def test_a_real_gloo_peer_loss_gives_one_line(how, tmp_path):
     """Two gloo ranks; rank 1 dies (or hangs, found by the 5 s timeout) after the first all-reduce: rank 0's
     failed collective, also wrapped in another error, gives the line naming rank 0 of 2, the step and the fix;

@@ -59,6 +59,7 @@ def test_the_readme_sweep_says_what_a_verdict_needs_and_the_fixed_one_is_silent(
     assert "report: a verdict" not in res.stdout + res.stderr, fail_msg(res)
 
 
+@pytest.mark.slow  # 30-60 s: in `make test-slow`, out of `make test`'s 10-minute budget
 def test_a_sweep_of_one_setting_says_nothing(tmp_path):
     """Seeds alone compare nothing: no line."""
     res = run_py(["seed=0,1", "sweep.dry_run=true", f"hydra.sweep.dir={tmp_path / 's'}", "-m"], tmp_path, tmp_path)

@@ -225,6 +225,7 @@ def test_a_trainer_value_lightning_refuses_is_named_by_its_key_before_any_data(k
     trainer_accepts(_compose([f"paths.output_dir={tmp_path}", "logger=none"]))  # the default trainer passes
 
 
+@pytest.mark.slow  # 30-60 s: in `make test-slow`, out of `make test`'s 10-minute budget
 def test_run_py_refuses_a_trainer_value_in_one_line_before_building_the_model(tmp_path):
     import os
     import subprocess
@@ -247,6 +248,7 @@ def test_run_py_refuses_a_trainer_value_in_one_line_before_building_the_model(tm
     assert "parameters:" not in out and "Traceback" not in out  # no model built
 
 
+@pytest.mark.slow  # 30-60 s: in `make test-slow`, out of `make test`'s 10-minute budget
 def test_a_refused_run_prints_its_error_line_alone_and_a_valid_one_keeps_its_warnings(tmp_path):
     """``trainer.max_steps=5`` draws the warm-up warning (stage 1); ``model.dropout=2`` is refused in stage 2:
     the refused run prints only its ``error:`` line, the same settings without the mistake print the warning."""

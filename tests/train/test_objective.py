@@ -31,7 +31,12 @@ PROBE = "+callbacks.probe._target_=tests.train.step_probe.Probe"
     [
         (["trainer.max_steps=5"], [5], 5),  # the report: below the default val_check_interval=500
         pytest.param(["trainer.max_steps=6", "trainer.val_check_interval=4"], [4, 6], 6, marks=pytest.mark.slow),
-        (["trainer.max_steps=5", "trainer.val_check_interval=4", "trainer.accumulate_grad_batches=2"], [4, 5], 5),
+        pytest.param(
+            ["trainer.max_steps=5", "trainer.val_check_interval=4", "trainer.accumulate_grad_batches=2"],
+            [4, 5],
+            5,
+            marks=pytest.mark.slow,
+        ),
         pytest.param(
             ["trainer.max_steps=-1", "trainer.max_epochs=2"], [6], 6, marks=pytest.mark.slow
         ),  # 3 batches an epoch
@@ -53,7 +58,9 @@ def test_training_ending_off_a_validation_step_validates_once_more(tmp_path, ext
 @pytest.mark.parametrize(
     "overrides, key",
     [
-        (["objective.metric=val/bleu", "objective.mode=max"], "objective.metric=val/bleu"),  # numbers has no BLEU
+        pytest.param(  # numbers has no BLEU
+            ["objective.metric=val/bleu", "objective.mode=max"], "objective.metric=val/bleu", marks=pytest.mark.slow
+        ),
         (["objective.metric=val/los"], "objective.metric=val/los"),  # typo
         (["objective.metric=val/exact_match", "objective.mode=max", "decode.val_batches=0"], "decode.val_batches=0"),
         (["trainer.limit_val_batches=0"], "trainer.limit_val_batches=0"),

@@ -47,10 +47,11 @@ def _errors(res) -> list[str]:
             "model.pe.max_lne (from the command line): not a parameter of xformer.model.Sinusoidal",
             marks=pytest.mark.slow,
         ),
-        (
+        pytest.param(
             "+trainer.max_stpes=3",
             "trainer.max_stpes (from the command line): not a parameter of lightning.Trainer. "
             "Fix: drop it, or did you mean trainer.max_steps?",
+            marks=pytest.mark.slow,
         ),
         pytest.param(
             "+data.n_trian=5",
