@@ -697,8 +697,7 @@ def test_a_declaration_error_names_file_claim_part_and_key(tmp_path):
 @pytest.mark.parametrize("seeds", [2, 3])
 def test_an_undecided_part_asks_for_more_seeds_than_it_has_and_never_fewer_than_a_verdict_needs(tmp_path, seeds):
     """Equivalence whose 90 % interval straddles the margin: with 2 seeds a side (too few for any verdict)
-    the seeds a side it asks for are at least 3; with 3 it never asks for the 3 (or fewer) it already has
-    (the published C6 read "inconclusive" with 3 seeds and "~3 seeds a side would decide it")."""
+    the seeds a side it asks for are at least 3; with 3 it never asks for the 3 (or fewer) it already has."""
     rng = np.random.default_rng(seeds)
     a = list(0.500 + 0.001 * rng.standard_normal(seeds))  # a spread small beside the margin: 2-3 seeds have the
     b = list(0.5205 + 0.001 * rng.standard_normal(seeds))  # power at the margin, yet the interval straddles it
