@@ -159,27 +159,10 @@ def reference_run(tmp_path_factory) -> Path:
 
 
 def wandb_records(run_dir: Path) -> list:
-    """The protobuf records of an offline W&B run's ``.wandb`` file (W&B's LevelDB-style log:
-    a 7-byte file header, 32 KiB blocks, records of checksum(4) length(2) type(1) + data, split
-    across blocks as FIRST/MIDDLE/LAST)."""
-    from wandb.proto import wandb_internal_pb2 as pb
+    """The protobuf records of the offline W&B run ``run_dir``'s ``.wandb`` file."""
+    from tests.scaling.wandb_records import records
 
-    data = next(run_dir.glob("*.wandb")).read_bytes()
-    block, pos, parts, records = 32768, 7, b"", []
-    while pos + 7 <= len(data):
-        if block - pos % block < 7:
-            pos += block - pos % block
-            continue
-        length, kind = int.from_bytes(data[pos + 4 : pos + 6], "little"), data[pos + 6]
-        chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
-        if kind == 0 and length == 0:
-            continue
-        parts = chunk if kind in (1, 2) else parts + chunk
-        if kind in (1, 4):
-            rec = pb.Record()
-            rec.ParseFromString(parts)
-            records.append(rec)
-    return records
+    return records(next(run_dir.glob("*.wandb")))
 
 
 def wandb_exit_code(job: Path) -> int | None:

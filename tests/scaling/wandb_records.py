@@ -41,6 +41,23 @@ def records(path: str | Path) -> list:
     return out
 
 
+def finished_records(path: str | Path, timeout: float = 60.0) -> list:
+    """Every record of ``path`` once it holds the ``exit`` record that ``run.finish`` writes last.
+
+    ``run.finish`` returns once W&B's service has the exit record, and the service may write the file a
+    moment later; reading at once can miss the summary records before it (a loaded 2-core machine).
+    Raises ``AssertionError`` when no exit record appears within ``timeout`` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        recs = records(path) if Path(path).exists() else []
+        if any(r.WhichOneof("record_type") == "exit" for r in recs):
+            return recs
+        assert time.monotonic() < deadline, f"{path}: no exit record after {timeout:.0f} s"
+        time.sleep(0.2)
+
+
 def exit_codes(path: str | Path) -> list[int]:
     """Exit codes recorded by ``run.finish`` (one per finish; empty if the run never finished)."""
     return [r.exit.exit_code for r in records(path) if r.WhichOneof("record_type") == "exit"]

@@ -15,7 +15,7 @@ import textwrap
 import pytest
 
 from tests.reliability.conftest import TINY, env_for, run_py
-from tests.scaling.wandb_records import records
+from tests.scaling.wandb_records import finished_records
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def _run_dir(job):
 
 def _config_and_summary(run_dir):
     config, summary, metrics = {}, {}, {}
-    for rec in records(next(run_dir.glob("run-*.wandb"))):
+    for rec in finished_records(next(run_dir.glob("run-*.wandb"))):
         kind = rec.WhichOneof("record_type")
         if kind == "config":
             for u in rec.config.update:

@@ -16,7 +16,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import WandbLogger
 from torch.utils.data import DataLoader
 
-from tests.scaling.wandb_records import records
+from tests.scaling.wandb_records import finished_records
 from xformer.jobs.wandb_panels import WandbPanels
 
 VALUES = {2: (5.6151, 0.2), 4: (4.9248, 0.5), 6: (5.2696, 0.4), 8: (5.3, 0.45)}
@@ -47,7 +47,7 @@ class Scripted(L.LightningModule):
 
 def _summary(run_file) -> dict:
     out = {}
-    for rec in records(run_file):
+    for rec in finished_records(run_file):
         if rec.WhichOneof("record_type") == "summary":
             for u in rec.summary.update:
                 out[u.key or "/".join(u.nested_key)] = json.loads(u.value_json)
