@@ -137,7 +137,7 @@ def _check(
     elif trigger == "best":
         only_best = [
             f"trainer.val_check_interval={step}",
-            "callbacks.stop_checkpoint.save_on_train_end=false",
+            "callbacks.last_checkpoint.save_on_train_end=false",
             "callbacks.model_checkpoint.save_last=false",
         ]
         before = _run(tmp_path, job, [*data, f"trainer.max_steps={step}", *only_best], "first")
@@ -147,7 +147,7 @@ def _check(
     elif trigger == "final_validation":  # last.ckpt written by the extra validation after the last step
         final = [
             f"callbacks.last_checkpoint.every_n_train_steps={step - 1}",
-            "callbacks.stop_checkpoint.save_on_train_end=false",
+            "callbacks.last_checkpoint.save_on_train_end=false",
         ]
         before = _run(tmp_path, job, [*data, f"trainer.max_steps={step}", *final], "first")
         resume = [*resume, *final]

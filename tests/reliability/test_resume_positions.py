@@ -28,7 +28,7 @@ T = [
     "callbacks.last_checkpoint.every_n_train_steps=100",
 ]
 TOTAL = 7
-PERIODIC_ONLY = ["callbacks.stop_checkpoint.save_on_train_end=false", "callbacks.model_checkpoint.save_last=false"]
+PERIODIC_ONLY = ["callbacks.last_checkpoint.save_on_train_end=false", "callbacks.model_checkpoint.save_last=false"]
 _REFERENCES: dict[int, tuple] = {}
 
 

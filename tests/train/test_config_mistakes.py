@@ -279,10 +279,12 @@ TIMED = "{_target_: datetime.timedelta, seconds: 60}"  # Lightning's ModelCheckp
 def test_lightnings_periodic_checkpoint_under_accumulation_is_refused(key, value):
     """Lightning's ``ModelCheckpoint`` saving by time, or by steps after a resume, can save between the
     micro-batches of a step, whose gradients no checkpoint holds: refused with accumulation, with the fix
-    (xformer's ``StepEndCheckpoint``, the default, which passes); without accumulation it passes."""
+    (xformer's ``StepEndCheckpoint``, which the default ``StopCheckpoint`` extends, passes); without accumulation
+    it passes."""
     add = "+" if key == "train_time_interval" else ""
     plain = [
         "callbacks.last_checkpoint._target_=lightning.pytorch.callbacks.ModelCheckpoint",
+        "~callbacks.last_checkpoint.save_on_train_end",  # StopCheckpoint's own argument
         "callbacks.last_checkpoint.every_n_train_steps=null",
         f"{add}callbacks.last_checkpoint.{key}={value}",
     ]

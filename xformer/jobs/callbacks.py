@@ -230,8 +230,9 @@ class StepEndCheckpoint(_StepEnds, ModelCheckpoint):
         reroot(trainer, self, checkpoint)  # a moved job folder keeps its best checkpoint
 
 
-class StopCheckpoint(_StepEnds):
-    """Save ``<dirpath>/last.ckpt`` when training stops: on SIGTERM, on Ctrl-C, on SLURM's requeue signal (then
+class StopCheckpoint(StepEndCheckpoint):
+    """``last.ckpt`` every ``every_n_train_steps`` optimizer steps (:class:`StepEndCheckpoint`, the resume point
+    after a crash or SIGKILL) and where training stops: on SIGTERM, on Ctrl-C, on SLURM's requeue signal (then
     requeue the job), and when ``fit`` ends.
 
     SIGTERM and Ctrl-C stop training at the end of the optimizer step in flight: under gradient accumulation
@@ -254,14 +255,12 @@ class StopCheckpoint(_StepEnds):
     rank 0 requeues the job at exit; the requeued job resumes its own ``last.ckpt`` by itself.
 
     Args:
-        dirpath: folder of ``last.ckpt`` (default: the first checkpoint callback's folder).
-        filename: checkpoint file name.
-        save_on_train_end: also save when ``fit`` ends normally."""
+        save_on_train_end: save ``last.ckpt`` when ``fit`` ends normally (else only ``ModelCheckpoint``'s own
+            saves and the stops above write it).
+        kwargs: ``ModelCheckpoint``'s (``dirpath``, ``every_n_train_steps``, ``save_top_k``, ...)."""
 
-    def __init__(self, dirpath: str | None = None, filename: str = "last.ckpt", save_on_train_end: bool = True) -> None:
-        super().__init__()
-        self.dirpath = dirpath
-        self.filename = filename
+    def __init__(self, save_on_train_end: bool = True, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self.save_on_train_end = save_on_train_end
         self._previous: dict[int, Any] = {}  # the handlers this fit replaced
         self._sigints = 0  # Ctrl-C presses during this fit
@@ -287,6 +286,7 @@ class StopCheckpoint(_StepEnds):
 
     @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
         self._trainer = trainer
         if self._slurm is not None or "SLURM_JOB_ID" not in os.environ:  # no requeue signal outside SLURM
             return
@@ -316,15 +316,16 @@ class StopCheckpoint(_StepEnds):
 
     @override
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_validation_end(trainer, pl_module)
         self._validating = False
 
-    def _path(self, trainer: L.Trainer) -> Path | None:
-        dirpath = self.dirpath or (trainer.checkpoint_callback.dirpath if trainer.checkpoint_callback else None)
-        return Path(dirpath) / self.filename if dirpath else None
+    def _path(self) -> Path | None:
+        return Path(self.dirpath) / f"{self.CHECKPOINT_NAME_LAST}{self.FILE_EXTENSION}" if self.dirpath else None
 
     # -- Ctrl-C and SIGTERM ---------------------------------------------------------------------
     @override
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_train_start(trainer, pl_module)
         self._sigints, self._marked = 0, False
         if threading.current_thread() is not threading.main_thread():
             return
@@ -359,6 +360,7 @@ class StopCheckpoint(_StepEnds):
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)  # the periodic last.ckpt
         if (signal.SIGTERM not in self._previous and self._slurm is None) or not self.stepped(trainer):
             return  # no handlers of ours, or inside an accumulation window
         # the ranks get a signal at different moments: they agree at the end of the same step
@@ -373,13 +375,15 @@ class StopCheckpoint(_StepEnds):
 
     @override
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        path = self._path(trainer)
+        # ModelCheckpoint's own save at the end is replaced by ``save_on_train_end``'s
+        path = self._path()
         if self.save_on_train_end and path is not None and trainer.global_step > 0:
             trainer.save_checkpoint(path)
         self._restore_handlers()
 
     @override
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        super().on_exception(trainer, pl_module, exception)  # ModelCheckpoint's save_on_exception, off by default
         try:
             self._save_on_stop(trainer, exception)
         finally:
@@ -401,7 +405,7 @@ class StopCheckpoint(_StepEnds):
             # testing a best checkpoint's weights, or validating: keep the last.ckpt training wrote
             return
         what = "Ctrl-C" if name == "SIGINT" else "SIGTERM"
-        path = self._path(trainer)
+        path = self._path()
         if path is None:
             log.warning("%s at step %d: no checkpoint folder configured, nothing saved", what, trainer.global_step)
             return
