@@ -2,8 +2,8 @@
 
 * :class:`SlowSteps` -- sleeps after every training batch, so a test can send a second signal
   while the run is still stopping from the first.
-* :class:`BarProbe` -- records the Rich progress bar's ``(completed, total)`` and the data's epoch
-  after every training batch, in a JSON file.
+* :class:`BarProbe` -- records the progress bar's text, the optimizer step and the data's epoch
+  at every training batch start and at the end of training, in a JSON file.
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ class SlowSteps(L.Callback):
 
 
 class BarProbe(L.Callback):
-    """Append ``{"epoch", "completed", "total"}`` of the training bar to ``path`` at every batch
-    start and at the end of training: what the bar shows after the previous batch's update."""
+    """Append ``{"epoch", "step", "text"}`` to ``path`` at every batch start and at the end of training: the
+    data's epoch, ``trainer.global_step`` and what the progress bar (``xformer.jobs.console.StepBar``) shows
+    then."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -38,11 +39,10 @@ class BarProbe(L.Callback):
 
     def _record(self, trainer) -> None:
         bar = trainer.progress_bar_callback
-        if bar is None or bar.progress is None or bar.train_progress_bar_id is None:
+        if bar is None or not hasattr(bar, "text"):
             return
-        task = next(t for t in bar.progress.tasks if t.id == bar.train_progress_bar_id)
         epoch = position[0] if (position := data_position(trainer)) is not None else trainer.current_epoch
-        self.rows.append({"epoch": epoch, "completed": task.completed, "total": task.total})
+        self.rows.append({"epoch": epoch, "step": trainer.global_step, "text": bar.text(trainer)})
         with open(self.path, "w") as f:
             json.dump(self.rows, f)
 

@@ -397,8 +397,10 @@ def test_default_run_console_is_quiet_and_true_and_the_bar_is_sane_after_resume(
     assert "Previous log files" not in res.stdout + res.stderr  # false: the CSV keeps its rows
     assert not _unexpected(res.stderr), _unexpected(res.stderr)
     rows = json.loads(bar.read_text())
-    assert rows and all(r["completed"] <= r["total"] for r in rows), rows
-    assert {r["total"] for r in rows if r["epoch"] == 0 and r["completed"] > 0} == {12}, rows  # 12 batches per epoch
+    assert rows and rows[0]["step"] == 6 and rows[-1]["step"] == 16, rows  # resumed at 6, the budget 16
+    for r in rows:  # the step of the budget, not of this process or of a data epoch; the data's epoch
+        assert r["text"].startswith(f"epoch {r['epoch']} · step {r['step']}/16 · "), r
+    assert next(r["step"] for r in rows if r["epoch"] == 1) == 12, rows  # 12 batches per data epoch
 
 
 def test_test_table_has_one_column_per_split():
