@@ -265,7 +265,6 @@ class StopCheckpoint(StepEndCheckpoint):
         self._previous: dict[int, Any] = {}  # the handlers this fit replaced
         self._sigints = 0  # Ctrl-C presses during this fit
         self._marked = False  # a stop signal reached this rank, not yet acted on
-        self._validating = False  # inside a validation of fit, which follows an optimizer step
         self._trainer: L.Trainer | None = None
         self._slurm: int | None = None  # SLURM's requeue signal, installed
         self._engine_handler: Any = None
@@ -281,7 +280,9 @@ class StopCheckpoint(StepEndCheckpoint):
         """Request Lightning's stop at once when one process is validating after a step (no micro-batch is in
         flight, and Lightning stops right after that validation)."""
         trainer = self._trainer
-        if self._validating and trainer is not None and trainer.world_size == 1:
+        # trainer.validating is set before any callback's on_validation_start, whatever their order
+        validating = trainer is not None and trainer.state.fn == "fit" and trainer.validating
+        if validating and trainer.world_size == 1:
             request_stop(trainer)
 
     @override
@@ -309,15 +310,6 @@ class StopCheckpoint(StepEndCheckpoint):
                 signal.Signals(signum).name,
             )
         self.stop_now()
-
-    @override
-    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._validating = trainer.state.fn == "fit" and not trainer.sanity_checking
-
-    @override
-    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        super().on_validation_end(trainer, pl_module)
-        self._validating = False
 
     def _path(self) -> Path | None:
         return Path(self.dirpath) / f"{self.CHECKPOINT_NAME_LAST}{self.FILE_EXTENSION}" if self.dirpath else None
