@@ -44,10 +44,6 @@ class Interval:
     confidence: float
     se: float = math.nan
 
-    def flipped(self) -> Interval:
-        """The same interval for ``mean(B) - mean(A)`` (a loss read as "lower is better")."""
-        return Interval(-self.delta, -self.hi, -self.lo, self.p, self.df, self.confidence, self.se)
-
     def text(self, digits: int = 3) -> str:
         """``"+0.101 [95% CI +0.052, +0.150]"``."""
         return f"{self.delta:+.{digits}g} [{self.confidence:.0%} CI {self.lo:+.{digits}g}, {self.hi:+.{digits}g}]"

@@ -106,10 +106,6 @@ class Claim:
     body: dict = field(default_factory=dict, hash=False, compare=False)
     extra: dict = field(default_factory=dict, hash=False, compare=False)
 
-    def parts_for(self, sweep_name: str | None) -> list[Part]:
-        """The parts that read ``sweep_name`` (a part without ``sweep`` reads every sweep of the claim)."""
-        return [p for p in self.parts if not p.get("sweep") or sweep_name is None or p.get("sweep") == sweep_name]
-
 
 def _yaml_error_line(e: yaml.YAMLError) -> str:
     mark = getattr(e, "problem_mark", None)
@@ -270,9 +266,6 @@ def _check_part(part: Part) -> None:
         if problem:
             key, fix = problem
             raise DeclarationError(f"{part.where(key)}: {fix}")
-
-
-CLAIM_ID = re.compile(r"^[A-Za-z][\w.-]*$")
 
 
 def load_dir(folder: Path, at: str = "stable ranking") -> list[Claim]:

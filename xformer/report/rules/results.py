@@ -49,8 +49,6 @@ class Arm:
         if not self.values:
             return f"{self.name}: no run"
         k = len(self.values)
-        if not k:
-            return f"{self.name}: every seed diverged (n={self.n})"
         sd = math.sqrt(sum((v - self.mean) ** 2 for v in self.values) / (k - 1)) if k > 1 else None
         out = f"{self.name}: {self.mean:.4g}" + (f" ± {sd:.3g}" if sd is not None else "") + f" (n={self.n}"
         return out + (f", {self.diverged} diverged, ranked below every finished seed)" if self.diverged else ")")

@@ -60,8 +60,8 @@ from .reasons import reason
 from .results import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, PartResult, Status
 from .stability import check as stability_check
 
-STABLE_RANKING, BUDGET = "stable ranking", "budget"
-"""What a claim states (its ``at``): a ranking that holds over the second half, or a result at its budget."""
+STABLE_RANKING = "stable ranking"
+"""What a claim states (its ``at``) when a gap shown to close over the second half undoes a decision."""
 
 MIN_SEEDS = 3
 """Seeds per arm below which no comparison decides anything."""
@@ -1040,7 +1040,6 @@ def threshold(part: Part, ctx: Context) -> PartResult:
     miss = part.get("expect") == "miss"
     word = "miss" if miss else "reach"
     rows, short, open_ = [], [], []
-    censored_total = 0
     for x in arms:
         reached = stopped = 0
         n = len([j for j in x.jobs if j.finished or j.diverged])
@@ -1055,7 +1054,6 @@ def threshold(part: Part, ctx: Context) -> PartResult:
         ran_out = n - reached - stopped  # ran the whole budget without reaching the level
         count, could = (ran_out, ran_out + stopped) if miss else (reached, reached + stopped)
         need = _need(part, n)
-        censored_total += stopped
         rows.append(
             f"{x.name}: {reached} of {n} seeds reach {level:g}, {ran_out} ran the budget without, {stopped} "
             f"stopped early without (censored) ({word} needed in {need})"
