@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .export import VERDICTS_FORMAT, VERDICTS_JSON
+from .markdown import part_preregistration, qualified
 from .rules.declare import Claim
 from .rules.engine import combine, project_claims
 from .rules.results import PartResult, Status
@@ -102,28 +103,6 @@ def _margin(p: dict) -> str:
     return f"{p['margin']:.3g}" + (f" ({p['margin_source']})" if p.get("margin_source") else "")
 
 
-def _part_verdict(p: dict) -> str:
-    out = p.get("verdict", "")
-    if "not reproduced at this budget" in (p.get("problems") or []):
-        out += " (not reproduced at this budget)"
-    if p.get("caveats"):
-        out += " (" + "; ".join(p["caveats"]) + ")"
-    return out
-
-
-def _declared(pre: dict | None, number: int) -> str:
-    if not pre:
-        return "—"
-    status = pre.get("status", "")
-    if status == "changed after the data":
-        if number in (pre.get("changed_parts") or []):
-            k = (pre.get("changed_parts_jobs_finished") or {}).get(str(number), pre.get("jobs_finished"))
-            n = pre.get("n_jobs")
-            return f"changed after {k} of {n} jobs had finished" if k is not None and n else status
-        return "as frozen"
-    return status
-
-
 def _record(folder: Path, claim: str) -> tuple[dict | None, str]:
     """``(the claim's record in folder/verdicts.json, "")``, or ``(None, why not)``."""
     summary = folder / VERDICTS_JSON
@@ -185,10 +164,10 @@ def _claim_rows(claim: Claim, results: Path, sub: str = "") -> tuple[list[Row], 
                 f"{part.label} {part.role if part.role != 'claim' else ''}".strip(),
                 sweep,
                 p.get("test", ""),
-                _part_verdict(p),
+                qualified(p.get("verdict", ""), p.get("problems") or [], p.get("caveats") or []),
                 _interval(p),
                 _trend(p),
-                _declared(pre, i + 1),
+                part_preregistration(pre, i + 1, "—"),
                 _margin(p),
                 "",
                 rel,

@@ -238,7 +238,8 @@ def evaluate(
     return out, note
 
 
-def _count(n: float) -> str:
+def count_text(n: float) -> str:
+    """``1234567`` → ``1.23 M``; ``12345`` → ``12.3 k``."""
     return f"{n / 1e6:.3g} M" if n >= 1e6 else f"{n / 1e3:.3g} k" if n >= 1e3 else f"{n:.0f}"
 
 
@@ -288,7 +289,7 @@ def budget(jobs: list) -> str:
     if steps:
         parts.append("/".join(f"{s:,}".replace(",", " ") for s in sorted(steps)) + " steps")
     if counts:
-        lo, hi = _count(min(counts)), _count(max(counts))
+        lo, hi = count_text(min(counts)), count_text(max(counts))
         parts.append((lo if lo == hi else f"{lo}–{hi}") + f" {unit}")
     parts += ["; ".join(scheds)] if scheds else []
     return ", ".join(parts)
