@@ -48,11 +48,12 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
+from scipy.stats import rankdata
 
 from xformer.config_types import import_target
 
 from ..aggregate import Sweep, fmt_value, read_curves, value_sort_key
-from ..stats import CONFIDENCE, c4, contrast, detectable_for, detectable_planned, welch
+from ..stats import CONFIDENCE, Interval, c4, contrast, detectable_for, detectable_planned, welch
 from . import measures
 from .evidence import Arm, SelectionError, arm, bounds, higher_is_better, job_value, same, select, selector_text
 from .part import Part
@@ -112,8 +113,9 @@ def _arm(ctx: Context, part: Part, key: str, selector: dict | None = None, name:
         raise NotCovered(str(e), e.key) from e
 
 
-def _oriented(iv_lo: float, iv_delta: float, iv_hi: float, hb: bool) -> tuple[float, float, float]:
-    return (iv_lo, iv_delta, iv_hi) if hb else (-iv_hi, -iv_delta, -iv_lo)
+def _oriented(iv: Interval, hb: bool) -> tuple[float, float, float]:
+    """``(lo, Δ, hi)`` of ``iv`` oriented so that positive is better (``hb``: higher is better)."""
+    return (iv.lo, iv.delta, iv.hi) if hb else (-iv.hi, -iv.delta, -iv.lo)
 
 
 def _hb(part: Part) -> bool:
@@ -248,13 +250,16 @@ def seeds_for(sd: float, weights: list[float], effect: float, most: int = 1000) 
         d = detectable_for(sd * math.sqrt(w2 / n), len(weights) * (n - 1))
         return d is not None and d <= abs(effect)
 
-    if not enough(most):
-        return most + 1
-    lo, hi = 1, most  # the detectable effect shrinks with n: bisect for the first n that is enough
+    return max(_first(enough, 1, most), MIN_SEEDS) if enough(most) else most + 1
+
+
+def _first(enough: Callable[[int], bool], lo: int, hi: int) -> int:
+    """The first n in (``lo``, ``hi``] that is ``enough`` (which ``hi`` is, and every n after the first),
+    by bisection: the detectable effect shrinks with n."""
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if enough(mid) else (mid, hi)
-    return max(hi, MIN_SEEDS)
+    return hi
 
 
 def _seeds_to_decide(
@@ -319,12 +324,18 @@ def _pooled_sd(arms: list[Arm]) -> float | None:
     return math.sqrt(num / den) if den else None
 
 
-def _two(part: Part, ctx: Context, confidence: float = CONFIDENCE) -> tuple[Arm, Arm, tuple[float, float, float], Any]:
+def _two(part: Part, ctx: Context) -> tuple[Arm, Arm, float, Interval | None]:
+    """Arms a and b, the margin and Welch's a − b (``None``: a diverged seed, or < 2 finished a side)."""
     a, b = _arm(ctx, part, "a"), _arm(ctx, part, "b")
+    m = _margin(part, b)
     if len(a.values) < 2 or len(b.values) < 2 or a.diverged or b.diverged:
-        return a, b, (math.nan, math.nan, math.nan), None
-    iv = welch(a.values, b.values, confidence)
-    return a, b, _oriented(iv.lo, iv.delta, iv.hi, _hb(part)), iv
+        return a, b, m, None
+    return a, b, m, welch(a.values, b.values)
+
+
+def _ranked(arms: list[Arm]) -> bool:
+    """Whether arms without an interval are decided by ranks: a diverged seed, and 2 seeds an arm."""
+    return any(x.diverged for x in arms) and all(x.n >= 2 for x in arms)
 
 
 def _margin(part: Part, ref: Arm) -> float:
@@ -332,9 +343,8 @@ def _margin(part: Part, ref: Arm) -> float:
     return m.resolve(ref.mean) if m is not None else 0.0
 
 
-def _few_result(part: Part, arms: list[Arm], delta: float, margin: float | None) -> PartResult:
-    res = _base(part, INCONCLUSIVE, "", estimate=None if math.isnan(delta) else delta, margin=margin)
-    return finish(part, res, arms, None, None, None)
+def _few_result(part: Part, arms: list[Arm], margin: float | None) -> PartResult:
+    return finish(part, _base(part, INCONCLUSIVE, "", margin=margin), arms, None, None, None)
 
 
 def _count_p(arms: list[Arm], weights: list[float]) -> tuple[float, float, float]:
@@ -367,17 +377,8 @@ def _ranks(arms: list[Arm], shifts: list[float], hb: bool) -> list[list[float]]:
     sign = 1.0 if hb else -1.0
     pooled = [(sign * v + sh, i) for i, (a, sh) in enumerate(zip(arms, shifts, strict=True)) for v in a.values]
     pooled += [(-math.inf, i) for i, a in enumerate(arms) for _ in range(a.diverged)]
-    pooled.sort(key=lambda x: x[0])
-    out: list[list[float]] = [[] for _ in arms]
-    k = 0
-    while k < len(pooled):
-        j = k
-        while j + 1 < len(pooled) and pooled[j + 1][0] == pooled[k][0]:
-            j += 1
-        for x in range(k, j + 1):
-            out[pooled[x][1]].append((k + j) / 2 + 1)
-        k = j + 1
-    return out
+    ranks = rankdata([v for v, _ in pooled])
+    return [sorted(float(r) for r, (_, j) in zip(ranks, pooled, strict=True) if j == i) for i in range(len(arms))]
 
 
 def diverged_decision(
@@ -446,19 +447,14 @@ def diverged_decision(
         f"p {p_up:.3g} for, {p_down:.3g} against"
     )
     if verdict == INCONCLUSIVE:
-        n = next((n for n in range(max(a.n for a in arms), 51) if _least_p(n) <= alpha), None)
+        # the smallest one-sided p of an exact test of two arms of n seeds: 1/C(2n, n)
+        n = next((n for n in range(max(a.n for a in arms), 51) if 1.0 / math.comb(2 * n, n) <= alpha), None)
         if n is not None and n > min(a.n for a in arms):
             res.seeds_needed = n
             res.evidence.append(
                 f"a rank decision needs ≥ {n} seeds a side (the smallest exact p with fewer is above {alpha:g})"
             )
     return res
-
-
-def _least_p(n: int) -> float:
-    """The smallest one-sided p an exact permutation test of two arms of ``n`` seeds can give:
-    1/C(2n, n), the most extreme arrangement."""
-    return 1.0 / math.comb(2 * n, n)
 
 
 def rank_permutation(ranks: list[list[float]], weights: list[float], most: int = 20000) -> tuple[float, float, float]:
@@ -582,14 +578,7 @@ def _rank_seeds_for(arms: list[Arm], sd: float, effect: float, power: float = 0.
         z = rank_shift_needed(n - da, da, n - db, db, (1 - CONFIDENCE) / 2, power)
         return z * sd <= abs(effect)
 
-    lo = max(x.n for x in arms)
-    if not enough(most):
-        return None
-    hi = most  # the detectable shift shrinks with n: bisect for the first n that is enough
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if enough(mid) else (mid, hi)
-    return hi
+    return _first(enough, max(x.n for x in arms), most) if enough(most) else None
 
 
 def _diverged_result(
@@ -613,12 +602,12 @@ def _diverged_result(
 # -- the test types ---------------------------------------------------------------------------------
 def superiority(part: Part, ctx: Context) -> PartResult:
     """Arm ``a`` better than ``b`` by more than ``margin`` (default 0) on ``metric``."""
-    a, b, (lo, d, hi), iv = _two(part, ctx)
-    m = _margin(part, b)
+    a, b, m, iv = _two(part, ctx)
     if iv is None:
-        if (a.diverged or b.diverged) and a.n >= 2 and b.n >= 2:
+        if _ranked([a, b]):
             return _diverged_result(part, [a, b], [1.0, -1.0], m, m or None)
-        return _few_result(part, [a, b], d, m)
+        return _few_result(part, [a, b], m)
+    lo, d, hi = _oriented(iv, _hb(part))
     verdict = _decide(lo, hi, m)
     by = f" by more than {m:.3g}" if m else ""
     words = {
@@ -655,12 +644,12 @@ superiority.check = _needs("a", "b", "metric")
 def non_inferiority(part: Part, ctx: Context) -> PartResult:
     """Arm ``a`` not worse than ``b`` by more than ``margin`` (required): the interval's lower bound
     against −margin."""
-    a, b, (lo, d, hi), iv = _two(part, ctx)
-    m = _margin(part, b)
+    a, b, m, iv = _two(part, ctx)
     if iv is None:
-        if (a.diverged or b.diverged) and a.n >= 2 and b.n >= 2:
+        if _ranked([a, b]):
             return _diverged_result(part, [a, b], [1.0, -1.0], -m, m)
-        return _few_result(part, [a, b], d, m)
+        return _few_result(part, [a, b], m)
+    lo, d, hi = _oriented(iv, _hb(part))
     verdict = _decide(lo, hi, -m)
     words = {
         SUPPORTED: reason("non-inferior", a=a.name, b=b.name, worst=f"{-lo:.3g}", m=f"{m:.3g}"),
@@ -686,10 +675,9 @@ non_inferiority.check = _needs(
 def equivalence(part: Part, ctx: Context) -> PartResult:
     """|a − b| < ``margin`` (required): two one-sided tests (the 90 % interval inside ±margin);
     not supported only when the 95 % interval lies entirely outside ±margin."""
-    a, b, (lo95, d, hi95), iv = _two(part, ctx)
-    m = _margin(part, b)
+    a, b, m, iv = _two(part, ctx)
     if iv is None:
-        if (a.diverged or b.diverged) and a.n >= 2 and b.n >= 2:
+        if _ranked([a, b]):
             # a diverged seed is worse than every finished one: its arm can be shown different, never equal
             res = diverged_decision(part, [a, b], [1.0, -1.0] if a.diverged else [-1.0, 1.0], m)
             if res.verdict == SUPPORTED:  # the arm without divergence is shown better by more than the margin
@@ -698,9 +686,10 @@ def equivalence(part: Part, ctx: Context) -> PartResult:
                 res.verdict = INCONCLUSIVE
             res.margin = m
             return finish(part, res, [a, b], None, None, None)
-        return _few_result(part, [a, b], d, m)
+        return _few_result(part, [a, b], m)
+    lo95, d, hi95 = _oriented(iv, _hb(part))
     iv90 = welch(a.values, b.values, 1 - 2 * (1 - CONFIDENCE))
-    lo, _, hi = _oriented(iv90.lo, iv90.delta, iv90.hi, _hb(part))
+    lo, _, hi = _oriented(iv90, _hb(part))
     if -m < lo and hi < m:
         verdict, why = SUPPORTED, reason("equivalent", lo=f"{lo:+.3g}", hi=f"{hi:+.3g}", m=f"{m:.3g}")
         boundary = m if d >= 0 else -m
@@ -733,12 +722,12 @@ def contrast_test(part: Part, ctx: Context) -> PartResult:
     arms = [_arm(ctx, part, "terms", dict(t.get("arm") or {}), t.get("name")) for t in raw]
     weights = [float(t.get("weight", 1.0)) for t in raw]
     m = part.margin.value if part.margin is not None else 0.0
-    if any(x.diverged for x in arms) and all(x.n >= 2 for x in arms):
+    if _ranked(arms):
         return _diverged_result(part, arms, weights, m, m or None)
     if any(len(x.values) < 2 for x in arms):
-        return _few_result(part, arms, math.nan, m)
+        return _few_result(part, arms, m)
     iv = contrast([x.values for x in arms], weights)
-    lo, d, hi = _oriented(iv.lo, iv.delta, iv.hi, _hb(part))
+    lo, d, hi = _oriented(iv, _hb(part))
     verdict = _decide(lo, hi, m)
     words = {
         SUPPORTED: reason("contrast above", boundary=f"{m:.3g}"),
@@ -861,22 +850,19 @@ def trend(part: Part, ctx: Context) -> PartResult:
         step = f"{fmt_value(hi_arm.name.split('=')[-1])} vs {fmt_value(lo_arm.name.split('=')[-1])}"
         step_names.append(f"{hi_arm.name} vs {lo_arm.name}")
         sub = replace(part, spec={**part.spec, "test": "superiority", "label": f"{part.label} {step}"})
-        if hi_arm.diverged or lo_arm.diverged:
-            if hi_arm.n >= 2 and lo_arm.n >= 2:
-                steps.append(_diverged_result(sub, [hi_arm, lo_arm], [1.0, -1.0], 0.0, None, k_steps))
-            else:
-                steps.append(_few_result(sub, [hi_arm, lo_arm], math.nan, 0.0))
+        if _ranked([hi_arm, lo_arm]):
+            steps.append(_diverged_result(sub, [hi_arm, lo_arm], [1.0, -1.0], 0.0, None, k_steps))
             continue
-        if len(lo_arm.values) < 2 or len(hi_arm.values) < 2:
-            steps.append(_few_result(sub, [hi_arm, lo_arm], math.nan, 0.0))
+        if hi_arm.diverged or lo_arm.diverged or len(lo_arm.values) < 2 or len(hi_arm.values) < 2:
+            steps.append(_few_result(sub, [hi_arm, lo_arm], 0.0))
             continue
         iv = welch(hi_arm.values, lo_arm.values)
-        lo, d, hi = _oriented(iv.lo, iv.delta, iv.hi, hb)
+        lo, d, hi = _oriented(iv, hb)
         v = _decide(lo, hi, 0.0)
         if v == NOT_SUPPORTED and k_steps > 1:
             # one refuted step refutes the trend: each step refutes at α / (number of steps) (Bonferroni)
             strict = welch(hi_arm.values, lo_arm.values, 1 - (1 - CONFIDENCE) / k_steps)
-            if _oriented(strict.lo, strict.delta, strict.hi, hb)[2] >= 0.0:
+            if _oriented(strict, hb)[2] >= 0.0:
                 v = INCONCLUSIVE
         words = {
             SUPPORTED: reason("better", a=hi_arm.name, b=lo_arm.name, by=""),
@@ -981,7 +967,7 @@ def _diminishing(part: Part, arms: list[Arm], values: list[Any], hb: bool) -> Pa
         pairs.append((i, iv, gains))
         strict.append(contrast([x.values for x in trio], w, 1 - (1 - CONFIDENCE) / max(1, len(arms) - 2)))
     if not pairs:
-        return _few_result(part, arms, math.nan, None)
+        return _few_result(part, arms, None)
     # support needs every pair; one pair refutes, each at α / (number of pairs) (Bonferroni)
     verdicts = [
         v if v != NOT_SUPPORTED or st.hi < 0.0 else INCONCLUSIVE
@@ -1042,10 +1028,8 @@ def threshold(part: Part, ctx: Context) -> PartResult:
     rows, short, open_ = [], [], []
     for x in arms:
         reached = stopped = 0
-        n = len([j for j in x.jobs if j.finished or j.diverged])
+        n = len(x.jobs)  # an arm's jobs are its finished and diverged ones
         for j in x.jobs:
-            if not (j.finished or j.diverged):
-                continue
             v = job_value(j, str(part.metric)) if j.finished else None
             if v is not None and math.isfinite(v) and _reaches(v, level, hb):
                 reached += 1
@@ -1173,13 +1157,11 @@ def _steps(part: Part, ctx: Context) -> PartResult:
     res = _base(part, INCONCLUSIVE, "")
     res.metric = f"log2(steps to {part.metric} {'≥' if hb else '≤'} {level:g})"
     res.arms = [Arm(n, [math.log2(max(s, 1.0)) for s, _ in g]) for n, g in zip(names, got, strict=True)]
-    res.evidence = [_steps_row(n, g, level) for n, g in zip(names, got, strict=True)]
-    if versus is None:
-        rows = []
-        for v in values:
-            g = _cell(ctx, part, {**at, axis: v}, level, hb)
-            rows.append(_steps_row(f"{axis}={fmt_value(v)}", g, level))
-        res.evidence = rows
+    res.evidence = (
+        [_steps_row(n, g, level) for n, g in zip(names, got, strict=True)]
+        if versus
+        else [_steps_row(f"{axis}={fmt_value(v)}", _cell(ctx, part, {**at, axis: v}, level, hb), level) for v in values]
+    )
     res.evidence.append(
         "a run that never reaches the level enters at its last step (≥: stopped on a plateau, diverged or at "
         "the budget), one that reaches it at its first validation at that step (≤): bounds, not measurements"
@@ -1193,19 +1175,11 @@ def _steps(part: Part, ctx: Context) -> PartResult:
     res.detectable = detectable_planned(iv.se, iv.df) if iv.se > 0 else 0.0
     # a lower bound (censored) pushes the estimate down where its weight is positive; an upper bound
     # (reached at the first validation) pushes it up there
-    push_down = sum(
-        (how == CENSORED and w > 0) or (how == AT_FIRST and w < 0)
-        for (w, _), g in zip(cells, got, strict=True)
-        for _, how in g
-    )
-    push_up = sum(
-        (how == CENSORED and w < 0) or (how == AT_FIRST and w > 0)
-        for (w, _), g in zip(cells, got, strict=True)
-        for _, how in g
-    )
-    lower_ok, upper_ok = push_up == 0, push_down == 0
-    n_left = sum(how == AT_FIRST for g in got for _, how in g)
-    n_right = sum(how == CENSORED for g in got for _, how in g)
+    hows = [(w, how) for (w, _), g in zip(cells, got, strict=True) for _, how in g]
+    lower_ok = not any((how == CENSORED and w < 0) or (how == AT_FIRST and w > 0) for w, how in hows)
+    upper_ok = not any((how == CENSORED and w > 0) or (how == AT_FIRST and w < 0) for w, how in hows)
+    n_left = sum(how == AT_FIRST for _, how in hows)
+    n_right = sum(how == CENSORED for _, how in hows)
     factor = float(part.get("factor", 2.0))
     g = math.log2(factor)
     what = "the growth of steps" + (f" minus its growth at {selector_text(versus)}" if versus else "")
@@ -1217,22 +1191,17 @@ def _steps(part: Part, ctx: Context) -> PartResult:
         f" ({n_right} run(s) never reaching it and {n_left} reaching it at the first validation leave the "
         "deciding bound unknown)"
     )
-    if part.get("expect", "grows") == "grows":
-        if iv.lo > g and lower_ok:
-            res.verdict, res.reason = SUPPORTED, reason("growth more", growth=growth, factor=f"{factor:g}")
-        elif iv.hi <= g and upper_ok:
-            res.verdict, res.reason = NOT_SUPPORTED, reason("growth at most", growth=growth, factor=f"{factor:g}")
-        else:
-            unknown = bounds_words if (iv.lo > g and not lower_ok) or (iv.hi <= g and not upper_ok) else ""
-            res.reason = reason("growth open", growth=growth, side="beyond", factor=f"{factor:g}", censored=unknown)
+    more, at_most = ("growth more", iv.lo > g, lower_ok), ("growth at most", iv.hi <= g, upper_ok)
+    grows = part.get("expect", "grows") == "grows"  # supported when the growth is shown as expected
+    order = (more, at_most) if grows else (at_most, more)
+    for verdict, (key, shown, valid) in zip((SUPPORTED, NOT_SUPPORTED), order, strict=True):
+        if shown and valid:
+            res.verdict, res.reason = verdict, reason(key, growth=growth, factor=f"{factor:g}")
+            break
     else:
-        if iv.hi <= g and upper_ok:
-            res.verdict, res.reason = SUPPORTED, reason("growth at most", growth=growth, factor=f"{factor:g}")
-        elif iv.lo > g and lower_ok:
-            res.verdict, res.reason = NOT_SUPPORTED, reason("growth more", growth=growth, factor=f"{factor:g}")
-        else:
-            unknown = bounds_words if (iv.hi <= g and not upper_ok) or (iv.lo > g and not lower_ok) else ""
-            res.reason = reason("growth open", growth=growth, side="within", factor=f"{factor:g}", censored=unknown)
+        unknown = bounds_words if (iv.lo > g and not lower_ok) or (iv.hi <= g and not upper_ok) else ""
+        side = "beyond" if grows else "within"
+        res.reason = reason("growth open", growth=growth, side=side, factor=f"{factor:g}", censored=unknown)
     if n_left or n_right:
         res.problems += ["censored"] if res.verdict == INCONCLUSIVE and (not lower_ok or not upper_ok) else []
     sd = _pooled_sd(res.arms)
@@ -1293,13 +1262,8 @@ def quantity(part: Part, ctx: Context) -> PartResult:
 quantity.check = _needs("measure")
 
 
-NAMES = tuple(
-    sorted(
-        getattr(f, "__name__", n)
-        for n, f in vars(sys.modules[__name__]).items()
-        if inspect.isfunction(f) and hasattr(f, "check")
-    )
-)
+BUILTIN = {f.__name__: f for f in vars(sys.modules[__name__]).values() if inspect.isfunction(f) and hasattr(f, "check")}
+NAMES = tuple(sorted(BUILTIN))
 """The built-in test types by name."""
 
 
@@ -1312,7 +1276,4 @@ def test_type(name: str) -> Callable | None:
         except Exception:  # noqa: BLE001 - an unimportable path is an unknown test type
             return None
         return fn if callable(fn) else None
-    for n, f in vars(sys.modules[__name__]).items():
-        if inspect.isfunction(f) and hasattr(f, "check") and getattr(f, "__name__", n) == name:
-            return f
-    return None
+    return BUILTIN.get(name)
