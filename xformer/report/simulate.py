@@ -31,6 +31,7 @@ import argparse
 import math
 import random
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -223,10 +224,7 @@ def run_case(case: Case, reps: int, seed: int) -> Row:
 
 def _shape(pattern: frozenset) -> tuple:
     """How many seeds diverged per setting: what the printed detectable effect depends on."""
-    counts: dict = {}
-    for x, _ in pattern:
-        counts[x] = counts.get(x, 0) + 1
-    return tuple(sorted(counts.items()))
+    return tuple(sorted(Counter(x for x, _ in pattern).items()))
 
 
 HEADER = (

@@ -72,12 +72,17 @@ def welch(a: list[float], b: list[float], confidence: float = CONFIDENCE) -> Int
     ma, mb = sum(a) / na, sum(b) / nb
     va = sum((x - ma) ** 2 for x in a) / (na - 1)
     vb = sum((x - mb) ** 2 for x in b) / (nb - 1)
-    delta = ma - mb
     se2 = va / na + vb / nb
+    df = se2**2 / ((va / na) ** 2 / (na - 1) + (vb / nb) ** 2 / (nb - 1)) if se2 else math.inf
+    return _t_interval(ma - mb, se2, df, confidence)
+
+
+def _t_interval(delta: float, se2: float, df: float, confidence: float) -> Interval:
+    """The t interval and two-sided test of ``delta`` with variance ``se2`` and ``df`` degrees of freedom
+    (``delta`` exactly, p 1 or 0, without spread)."""
     if se2 == 0.0:
         return Interval(delta, delta, delta, 1.0 if delta == 0 else 0.0, math.inf, confidence, 0.0)
     se = math.sqrt(se2)
-    df = se2**2 / ((va / na) ** 2 / (na - 1) + (vb / nb) ** 2 / (nb - 1))
     t_crit = float(_st.t.ppf(0.5 + confidence / 2, df))
     p = float(2 * _st.t.sf(abs(delta) / se, df))
     return Interval(delta, delta - t_crit * se, delta + t_crit * se, p, df, confidence, se)
@@ -155,15 +160,9 @@ def contrast(samples: list[list[float]], weights: list[float], confidence: float
         w * w * sum((x - m) ** 2 for x in s) / (len(s) - 1) / len(s)
         for s, w, m in zip(samples, weights, means, strict=True)
     ]
-    delta = sum(w * m for w, m in zip(weights, means, strict=True))
     se2 = sum(parts)
-    if se2 == 0.0:
-        return Interval(delta, delta, delta, 1.0 if delta == 0 else 0.0, math.inf, confidence, 0.0)
-    df = se2**2 / sum(p * p / (len(s) - 1) for p, s in zip(parts, samples, strict=True) if p)
-    se = math.sqrt(se2)
-    t_crit = float(_st.t.ppf(0.5 + confidence / 2, df))
-    p = float(2 * _st.t.sf(abs(delta) / se, df))
-    return Interval(delta, delta - t_crit * se, delta + t_crit * se, p, df, confidence, se)
+    df = se2**2 / sum(p * p / (len(s) - 1) for p, s in zip(parts, samples, strict=True) if p) if se2 else math.inf
+    return _t_interval(sum(w * m for w, m in zip(weights, means, strict=True)), se2, df, confidence)
 
 
 def detectable_for(se: float, df: float, alpha: float = 1 - CONFIDENCE, power: float = POWER) -> float | None:

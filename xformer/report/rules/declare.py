@@ -45,42 +45,10 @@ AT = ("budget", "stable ranking")
 the trend is printed: the default of a researcher's own hypotheses), or ``stable ranking``, a ranking
 that holds (a gap shown to close over the second half makes a part inconclusive: the default of the
 project's claims, whose ablations compare settings at one budget)."""
-PART_KEYS = (
-    "test",
-    "label",
-    "says",
-    "role",
-    "metric",
-    "better",
-    "a",
-    "b",
-    "terms",
-    "axis",
-    "at",
-    "values",
-    "shape",
-    "per",
-    "margin",
-    "margin_source",
-    "published_effect",
-    "level",
-    "mode",
-    "need",
-    "expect",
-    "factor",
-    "from_value",
-    "to_value",
-    "versus",
-    "measure",
-    "args",
-    "target",
-    "tolerance",
-    "refute_beyond",
-    "at_least",
-    "sweep",
-    "note",
-    "unbalanced",
-    "equal_params",
+PART_KEYS = tuple(
+    "test label says role metric better a b terms axis at values shape per margin margin_source "
+    "published_effect level mode need expect factor from_value to_value versus measure args target "
+    "tolerance refute_beyond at_least sweep note unbalanced equal_params".split()
 )
 
 

@@ -23,7 +23,7 @@ from .evidence import missing_metric
 from .part import Part
 from .reasons import reason
 from .results import CANNOT_SHOW, INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimResult, PartResult
-from .tests import Context, NotCovered, test_type
+from .tests import Context, NotCovered, result, test_type
 
 REPO = Path(__file__).resolve().parents[3]
 CLAIMS_DIR = REPO / "claims"
@@ -37,32 +37,11 @@ def project_claims(folder: Path = CLAIMS_DIR) -> list[Claim]:
 
 def sweep_names(sweep: Sweep) -> set[str]:
     """The experiments the sweep's jobs ran (``claims/<name>`` → ``<name>``)."""
-    out = set()
-    for j in sweep.jobs:
-        exp = j.choices.get("experiment") or j.overrides.get("experiment")
-        if exp:
-            out.add(str(exp).rsplit("/", 1)[-1])
-    return out
-
-
-def _curve_metric(part: Part) -> bool:
-    return part.test == "threshold" and part.get("mode") == "steps"
+    return {name for j in sweep.jobs if (name := _experiment_of(j))}
 
 
 def _not_covered(part: Part, what: str, sweep: str = "") -> PartResult:
-    return PartResult(
-        part.label,
-        part.test,
-        part.role,
-        part.says,
-        INCONCLUSIVE,
-        reason("not covered", what=what),
-        metric=part.metric,
-        margin_source=part.margin_source,
-        published_effect=part.published_effect,
-        problems=["not covered"],
-        sweep=sweep,
-    )
+    return result(part, INCONCLUSIVE, reason("not covered", what=what), problems=["not covered"], sweep=sweep)
 
 
 def decide_part(part: Part, ctx: Context, strict: bool = False) -> PartResult:
@@ -70,7 +49,8 @@ def decide_part(part: Part, ctx: Context, strict: bool = False) -> PartResult:
     ("not covered"), or with ``strict`` (a researcher's own file) a :class:`DeclarationError`."""
     fn = test_type(part.test)
     try:
-        if part.metric and part.test != "quantity" and ctx.sweep.jobs and not _curve_metric(part):
+        steps = part.test == "threshold" and part.get("mode") == "steps"  # its metric is a curve
+        if part.metric and part.test != "quantity" and ctx.sweep.jobs and not steps:
             gone = missing_metric(ctx.sweep, part.metric)
             if gone is not None:
                 known = ", ".join(m for m in ctx.sweep.metric_keys if "/" in m)

@@ -123,7 +123,8 @@ def _hb(part: Part) -> bool:
     return better == "higher" if better in ("higher", "lower") else higher_is_better(str(part.metric))
 
 
-def _base(part: Part, verdict: Status, reason: str, **kw: Any) -> PartResult:
+def result(part: Part, verdict: Status, reason: str, **kw: Any) -> PartResult:
+    """A result of ``part`` (its label, test, role, metric and margin source copied), with ``kw``."""
     return PartResult(
         label=part.label,
         test=part.test,
@@ -344,7 +345,7 @@ def _margin(part: Part, ref: Arm) -> float:
 
 
 def _few_result(part: Part, arms: list[Arm], margin: float | None) -> PartResult:
-    return finish(part, _base(part, INCONCLUSIVE, "", margin=margin), arms, None, None, None)
+    return finish(part, result(part, INCONCLUSIVE, "", margin=margin), arms, None, None, None)
 
 
 def _count_p(arms: list[Arm], weights: list[float]) -> tuple[float, float, float]:
@@ -403,7 +404,7 @@ def diverged_decision(
             verdict, why = NOT_SUPPORTED, reason("divergence count", counts=counts, p=f"{p_down:.3g}")
         else:
             verdict, why = INCONCLUSIVE, reason("divergence count open", counts=counts, p=f"{p:.3g}")
-        res = _base(part, verdict, why, estimate=t)
+        res = result(part, verdict, why, estimate=t)
         res.scale = "divergence share"
         res.evidence.append(
             f"a setting without a finished seed: decided by the count (−Σ w·share diverged = {t:+.3g}; "
@@ -422,7 +423,7 @@ def diverged_decision(
         return res
     first = next(i for i, w in enumerate(weights) if w > 0)
     if boundary and len(arms) > 2:
-        return _base(part, INCONCLUSIVE, reason("ranks margin"))
+        return result(part, INCONCLUSIVE, reason("ranks margin"))
     shifts = [0.0] * len(arms)
     shifts[first] = -boundary / weights[first]
     ranks = _ranks(arms, shifts, _hb(part))
@@ -440,7 +441,7 @@ def diverged_decision(
         if verdict == INCONCLUSIVE
         else reason("ranks", side="above" if verdict == SUPPORTED else "below", boundary=b, p=f"{p:.3g}")
     )
-    res = _base(part, verdict, why, estimate=stat)
+    res = result(part, verdict, why, estimate=stat)
     res.scale = "ranks"
     res.evidence.append(
         f"{counts}; mean ranks " + ", ".join(f"{sum(r) / len(r):.3g}" for r in ranks) + f"; exact permutation "
@@ -615,7 +616,7 @@ def superiority(part: Part, ctx: Context) -> PartResult:
         NOT_SUPPORTED: reason("not better", a=a.name, b=b.name, by=f" by {m:.3g}" if m else ""),
         INCONCLUSIVE: reason("within noise", boundary=f"{m:.3g}" if m else "0"),
     }
-    res = _base(part, verdict, words[verdict], estimate=d, lo=lo, hi=hi, confidence=iv.confidence, margin=m or None)
+    res = result(part, verdict, words[verdict], estimate=d, lo=lo, hi=hi, confidence=iv.confidence, margin=m or None)
     effect = part.published_effect
     boundary = m
     detectable = detectable_planned(iv.se, iv.df) if iv.se > 0 else 0.0
@@ -656,7 +657,7 @@ def non_inferiority(part: Part, ctx: Context) -> PartResult:
         NOT_SUPPORTED: reason("inferior", a=a.name, b=b.name, m=f"{m:.3g}"),
         INCONCLUSIVE: reason("straddles margin", m=f"{m:.3g}"),
     }
-    res = _base(part, verdict, words[verdict], estimate=d, lo=lo, hi=hi, confidence=iv.confidence, margin=m)
+    res = result(part, verdict, words[verdict], estimate=d, lo=lo, hi=hi, confidence=iv.confidence, margin=m)
     return finish(part, res, [a, b], [(1.0, a.jobs), (-1.0, b.jobs)], -m, (iv.se, iv.df))
 
 
@@ -700,7 +701,7 @@ def equivalence(part: Part, ctx: Context) -> PartResult:
     else:
         verdict, boundary = INCONCLUSIVE, m if d >= 0 else -m
         why = reason("straddles both", m=f"{m:.3g}")
-    res = _base(part, verdict, why, estimate=d, lo=lo, hi=hi, confidence=iv90.confidence, margin=m)
+    res = result(part, verdict, why, estimate=d, lo=lo, hi=hi, confidence=iv90.confidence, margin=m)
     res.evidence.append(f"95 % interval [{lo95:+.3g}, {hi95:+.3g}]")
     # two one-sided tests at 5 % each, both passing at a true difference of 0: the margin they need
     tost = {"alpha": 2 * (1 - CONFIDENCE), "power": 1 - (1 - 0.8) / 2}
@@ -734,7 +735,7 @@ def contrast_test(part: Part, ctx: Context) -> PartResult:
         NOT_SUPPORTED: reason("contrast below", boundary=f"{m:.3g}"),
         INCONCLUSIVE: reason("within noise", boundary=f"{m:.3g}"),
     }
-    res = _base(part, verdict, words[verdict], estimate=d, lo=lo, hi=hi, confidence=iv.confidence, margin=m or None)
+    res = result(part, verdict, words[verdict], estimate=d, lo=lo, hi=hi, confidence=iv.confidence, margin=m or None)
     res.evidence.append("contrast: " + " ".join(f"{w:+g}·[{x.name}]" for w, x in zip(weights, arms, strict=True)))
     return finish(
         part, res, arms, [(w, x.jobs) for w, x in zip(weights, arms, strict=True)], m, (iv.se, iv.df), weights
@@ -869,7 +870,7 @@ def trend(part: Part, ctx: Context) -> PartResult:
             NOT_SUPPORTED: reason("not better", a=hi_arm.name, b=lo_arm.name, by=""),
             INCONCLUSIVE: reason("within noise", boundary="0"),
         }
-        r = _base(sub, v, words[v], estimate=d, lo=lo, hi=hi, confidence=iv.confidence)
+        r = result(sub, v, words[v], estimate=d, lo=lo, hi=hi, confidence=iv.confidence)
         steps.append(
             finish(
                 sub,
@@ -897,7 +898,7 @@ def trend(part: Part, ctx: Context) -> PartResult:
     else:
         verdict = INCONCLUSIVE
         why = reason("steps open", steps="; ".join(named(s) for s in steps if s.verdict != SUPPORTED))
-    res = _base(part, verdict, why, estimate=worst.estimate, lo=worst.lo, hi=worst.hi, confidence=worst.confidence)
+    res = result(part, verdict, why, estimate=worst.estimate, lo=worst.lo, hi=worst.hi, confidence=worst.confidence)
     res.scale = worst.scale
     res.arms = arms
     res.detectable = max((s.detectable for s in steps if s.detectable is not None), default=None)
@@ -983,7 +984,7 @@ def _diminishing(part: Part, arms: list[Arm], values: list[Any], hb: bool) -> Pa
         where = ", ".join(n for n, v in zip(names, verdicts, strict=True) if v != SUPPORTED)
         verdict, why = INCONCLUSIVE, reason("gains open", where=where)
     worst = min(pairs, key=lambda p: p[1].lo)
-    res = _base(
+    res = result(
         part, verdict, why, estimate=worst[1].delta, lo=worst[1].lo, hi=worst[1].hi, confidence=worst[1].confidence
     )
     for n, (_, iv, gains), v in zip(names, pairs, verdicts, strict=True):
@@ -1056,7 +1057,7 @@ def threshold(part: Part, ctx: Context) -> PartResult:
     else:
         verdict = SUPPORTED
         why = reason("count reached", word=word, level=f"{level:g}", need=part.get("need", "majority"))
-    res = _base(part, verdict, why)
+    res = result(part, verdict, why)
     if verdict == INCONCLUSIVE and open_:
         res.problems.append("censored")
     res.arms = arms
@@ -1154,7 +1155,7 @@ def _steps(part: Part, ctx: Context) -> PartResult:
         cells += [(-1.0, {**versus, axis: hi_v}), (1.0, {**versus, axis: lo_v})]
     got = [_cell(ctx, part, sel, level, hb) for _, sel in cells]
     names = [selector_text(sel) for _, sel in cells]
-    res = _base(part, INCONCLUSIVE, "")
+    res = result(part, INCONCLUSIVE, "")
     res.metric = f"log2(steps to {part.metric} {'≥' if hb else '≤'} {level:g})"
     res.arms = [Arm(n, [math.log2(max(s, 1.0)) for s, _ in g]) for n, g in zip(names, got, strict=True)]
     res.evidence = (
@@ -1254,7 +1255,7 @@ def quantity(part: Part, ctx: Context) -> PartResult:
                 worst=f"{worst[0]} {worst[1]:+.3g}",
             )
         )
-    res = _base(part, verdict, why, estimate=found[0][1])
+    res = result(part, verdict, why, estimate=found[0][1])
     res.evidence = rows + ["a measured or counted number: no seeds, no interval"]
     return res
 
