@@ -17,7 +17,7 @@ The table sits in ``docs/results/README.md`` between :data:`BEGIN` and :data:`EN
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from .export import VERDICTS_FORMAT, VERDICTS_JSON
@@ -58,20 +58,7 @@ class Row:
     where: str = ""
 
     def markdown(self) -> str:
-        cells = [
-            self.claim,
-            self.verdict,
-            self.part,
-            f"`{self.sweep}`" if self.sweep else "",
-            self.test,
-            self.part_verdict,
-            self.interval,
-            self.trend,
-            self.declared,
-            self.margin,
-            self.published,
-            self.where,
-        ]
+        cells = [f"`{v}`" if f.name == "sweep" and v else v for f in fields(self) for v in [getattr(self, f.name)]]
         return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ").strip() for c in cells) + " |"
 
 

@@ -70,22 +70,15 @@ def failed_table(jobs: list[Job], root: Path) -> str:
     return table(["job", "status", "diverged at step", "overrides", "error"], rows)
 
 
-def parts_text(r: ClaimResult) -> str:
-    """``(i) supported; (ii) inconclusive`` for the summary table."""
-    return "; ".join(f"{p.label} {p.verdict}" for p in r.parts if p.role != "descriptive") or "–"
-
-
-def _published(r: ClaimResult) -> str:
-    """The published figure, labelled as the paper's setting where the claim was guessed onto other jobs."""
-    text = r.headline or r.published
-    if not text:
-        return "–"
-    return f"paper's setting, not these jobs' task: {text}" if r.note else text
-
-
 def summary_table(results: list[ClaimResult]) -> str:
-    """One row per claim: claim | verdict | parts | budget | published."""
-    rows = [[r.claim, f"**{r.verdict}**", parts_text(r), r.budget or "–", _published(r)] for r in results]
+    """One row per claim: claim | verdict | parts (``(i) supported; (ii) inconclusive``) | budget |
+    published (labelled as the paper's setting where the claim was guessed onto other jobs)."""
+    rows = []
+    for r in results:
+        parts = "; ".join(f"{p.label} {p.verdict}" for p in r.parts if p.role != "descriptive") or "–"
+        text = r.headline or r.published
+        published = f"paper's setting, not these jobs' task: {text}" if text and r.note else text or "–"
+        rows.append([r.claim, f"**{r.verdict}**", parts, r.budget or "–", published])
     return table(["claim", "verdict", "parts", "budget", "published (the paper's setting)"], rows)
 
 

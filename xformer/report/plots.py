@@ -92,10 +92,6 @@ def _errorbar(ax, xs, means, errs, ns, **kw):
     return container
 
 
-def _is_num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
 def plot_metric_vs_key(sweep: Sweep, metric: str, key: str, out: Path) -> Path | None:
     """``metric`` (mean ± std) against swept ``key``; one line per combination of the other swept keys."""
     others = [k for k in sweep.swept_keys if k != key]
@@ -109,7 +105,7 @@ def plot_metric_vs_key(sweep: Sweep, metric: str, key: str, out: Path) -> Path |
     if not lines:
         return None
     xs_all = sorted({p[0] for pts in lines.values() for p in pts}, key=value_sort_key)
-    numeric = all(_is_num(x) for x in xs_all)
+    numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs_all)
     pos = {x: (float(x) if numeric else i) for i, x in enumerate(xs_all)}
     fig = Figure(figsize=(6, 4))
     ax = fig.add_subplot()

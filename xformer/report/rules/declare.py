@@ -75,13 +75,6 @@ class Claim:
     extra: dict = field(default_factory=dict, hash=False, compare=False)
 
 
-def _yaml_error_line(e: yaml.YAMLError) -> str:
-    mark = getattr(e, "problem_mark", None)
-    where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "somewhere"
-    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-    return f"{where}: {problem}"
-
-
 class _UniqueKeys(yaml.SafeLoader):
     """A safe YAML loader that refuses a mapping key given twice (PyYAML keeps the last silently)."""
 
@@ -122,8 +115,11 @@ def load_file(path: Path, at: str = "budget") -> list[Claim]:
             f"silently); fix: rename or remove one of them"
         ) from e
     except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "somewhere"
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise DeclarationError(
-            f"{path}: YAML syntax error at {_yaml_error_line(e)}; fix: correct the YAML there "
+            f"{path}: YAML syntax error at {where}: {problem}; fix: correct the YAML there "
             f"(indentation, a missing ':' or an unclosed bracket)"
         ) from e
     if not isinstance(data, dict) or not data:

@@ -17,12 +17,7 @@ class Status(StrEnum):
     CANNOT_SHOW = "cannot show it"
 
 
-SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, CANNOT_SHOW = (
-    Status.SUPPORTED,
-    Status.NOT_SUPPORTED,
-    Status.INCONCLUSIVE,
-    Status.CANNOT_SHOW,
-)
+SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, CANNOT_SHOW = Status  # its members, in order
 
 
 @dataclass

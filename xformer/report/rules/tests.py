@@ -2,29 +2,9 @@
 declarations (``test: superiority``); a dotted path (``test: mypkg.tests.my_test``) selects one
 defined elsewhere with the same signature ``(part, ctx) -> PartResult`` and a ``check`` attribute.
 
-Every decision reads an interval, never a point estimate against a threshold alone:
-
-- ``superiority``: arm ``a`` better than ``b`` (by more than ``margin``, default 0): Welch's 95 %
-  interval of Δ (a's improvement) above the margin → supported; below it → not supported; else
-  inconclusive, or not supported when the interval excludes the ``published_effect`` (an informative
-  null), or *underpowered* when the seeds could not have detected it.
-- ``non_inferiority``: ``a`` not worse than ``b`` by more than ``margin`` (required): the interval
-  above −margin → supported; below it → not supported; else inconclusive.
-- ``equivalence``: |a − b| < ``margin`` (required): the 90 % interval inside ±margin (two one-sided
-  tests) → supported; the 95 % interval entirely outside → not supported; else inconclusive.
-- ``contrast``: Σ wᵢ·mean(armᵢ) (``terms``: ``[{weight: 1, arm: {...}}, ...]``, e.g. an interaction)
-  above ``margin`` (default 0), Welch–Satterthwaite interval, decided as ``superiority``.
-- ``trend``: along ``axis`` (at the settings ``at``): ``shape: monotone`` every successive value
-  better than the one before (each step a superiority); ``shape: diminishing`` the successive gains
-  per unit (``per: parameter`` (per million), ``value``, ``doubling`` or ``step``) shrink, each pair of
-  neighbouring gains a contrast.
-- ``threshold``: ``mode: count``: in every setting (``a``, or each value of ``axis``) at least
-  ``need`` seeds (``all``, ``majority``, a number) reach ``level``; ``mode: steps``: the steps a run
-  needs to reach ``level`` on its validation curve (censored at its last step when it never does),
-  compared between ``from_value`` and ``to_value`` of ``axis`` as a growth factor: ``expect: grows``
-  (by more than ``factor``) or ``expect: flat`` (by at most ``factor``), on log2(steps) per seed.
-- ``quantity``: a measured or counted number (``measure``: a function of :mod:`.measures`) within
-  ``target ± tolerance`` (not supported beyond ``refute_beyond``), or at least ``at_least``.
+The types (superiority, non_inferiority, equivalence, contrast, trend, threshold, quantity) are
+tabulated in docs/report.md § Test types and each function's docstring. Every decision reads an
+interval, never a point estimate against a threshold alone.
 
 Checks every comparison gets (:func:`finish`): each arm needs :data:`MIN_SEEDS` seeds that count (a
 diverged seed counts, as an outcome worse than every finished one: :func:`diverged_decision`); a
@@ -139,10 +119,6 @@ def result(part: Part, verdict: Status, reason: str, **kw: Any) -> PartResult:
     )
 
 
-def _few(arms: list[Arm]) -> list[str]:
-    return [f"{a.name}: {a.n} seed(s)" for a in arms if a.n < MIN_SEEDS]
-
-
 def saturated(metric: str, arms: list[Arm]) -> str | None:
     """A sentence when every arm's mean of a bounded ``metric`` lies within :data:`SATURATION` of its
     range from the same bound, else ``None``."""
@@ -192,7 +168,7 @@ def finish(
     if res.detectable is not None:
         res.evidence.append(f"detectable effect at 80 % power: |Δ| ≥ {res.detectable:.3g} ({res.metric})")
     weights = weights or [1.0, -1.0][: len(arms)]
-    few = _few(arms)
+    few = [f"{a.name}: {a.n} seed(s)" for a in arms if a.n < MIN_SEEDS]
     if few:
         if res.verdict != INCONCLUSIVE:
             res.evidence.append(f"with at least {MIN_SEEDS} seeds a side, this interval would read {res.verdict}")
@@ -428,12 +404,7 @@ def diverged_decision(
     shifts[first] = -boundary / weights[first]
     ranks = _ranks(arms, shifts, _hb(part))
     stat, p_up, p_down = rank_permutation(ranks, weights)
-    if p_up <= alpha:
-        verdict = SUPPORTED
-    elif p_down <= alpha:
-        verdict = NOT_SUPPORTED
-    else:
-        verdict = INCONCLUSIVE
+    verdict = SUPPORTED if p_up <= alpha else NOT_SUPPORTED if p_down <= alpha else INCONCLUSIVE
     b = f"{boundary:.3g}" if boundary else "0"
     p = min(p_up, p_down)
     why = (
@@ -602,7 +573,8 @@ def _diverged_result(
 
 # -- the test types ---------------------------------------------------------------------------------
 def superiority(part: Part, ctx: Context) -> PartResult:
-    """Arm ``a`` better than ``b`` by more than ``margin`` (default 0) on ``metric``."""
+    """Arm ``a`` better than ``b`` by more than ``margin`` (default 0) on ``metric``; within the noise, not
+    supported where the interval excludes a ``published_effect`` the seeds detect (an informative null)."""
     a, b, m, iv = _two(part, ctx)
     if iv is None:
         if _ranked([a, b]):
@@ -999,15 +971,6 @@ def _diminishing(part: Part, arms: list[Arm], values: list[Any], hb: bool) -> Pa
     )
 
 
-def _need(part: Part, n: int) -> int:
-    need = part.get("need", "majority")
-    if need == "all":
-        return n
-    if need == "majority":
-        return n // 2 + 1
-    return int(need)
-
-
 def _reaches(v: float, level: float, hb: bool) -> bool:
     return v >= level if hb else v <= level
 
@@ -1038,7 +1001,8 @@ def threshold(part: Part, ctx: Context) -> PartResult:
                 stopped += 1  # censored at its stop: it might have reached the level with its budget
         ran_out = n - reached - stopped  # ran the whole budget without reaching the level
         count, could = (ran_out, ran_out + stopped) if miss else (reached, reached + stopped)
-        need = _need(part, n)
+        spec = part.get("need", "majority")
+        need = n if spec == "all" else n // 2 + 1 if spec == "majority" else int(spec)
         rows.append(
             f"{x.name}: {reached} of {n} seeds reach {level:g}, {ran_out} ran the budget without, {stopped} "
             f"stopped early without (censored) ({word} needed in {need})"
