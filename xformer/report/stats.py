@@ -50,14 +50,8 @@ class Interval:
 
 
 def welch(a: list[float], b: list[float], confidence: float = CONFIDENCE) -> Interval:
-    """Welch's t interval and test for ``mean(a) - mean(b)``.
-
-    Args:
-        a, b: finite per-seed values of one metric for two settings, at least 2 each.
-        confidence: two-sided level of the interval, in (0, 1).
-
-    Returns:
-        :class:`Interval` of the difference.
+    """Welch's t :class:`Interval` (two-sided ``confidence``, in (0, 1)) and test of ``mean(a) - mean(b)``,
+    over finite per-seed values of one metric in two settings, at least 2 each.
 
     Raises:
         ValueError: fewer than 2 values on a side, a non-finite value, or ``confidence`` outside (0, 1).
