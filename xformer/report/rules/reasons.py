@@ -3,9 +3,14 @@
 A part's or a claim's ``reason`` is always :func:`reason` of one key of :data:`REASONS`: the text says
 why in one clause, never repeats a verdict word inside another verdict, and never nests a second reason.
 What an overridden result would have read goes to the evidence lines, not into the reason.
+:func:`parse` reads a reason back to its key (``tests/report/test_reasons.py`` does so for every reason
+the engine gives on its fixture sweeps).
 """
 
 from __future__ import annotations
+
+import re
+import string
 
 REASONS: dict[str, str] = {
     # comparisons (superiority, contrast, trend steps)
@@ -84,3 +89,20 @@ def reason(key: str, **fields: object) -> str:
     Raises:
         KeyError: an unknown key or a missing field."""
     return REASONS[key].format(**fields)
+
+
+def _pattern(template: str) -> re.Pattern:
+    out = []
+    for literal, name, _, _ in string.Formatter().parse(template):
+        out.append(re.escape(literal))
+        if name is not None:
+            out.append("(.*)")
+    return re.compile("^" + "".join(out) + "$", re.S)
+
+
+PATTERNS = {k: _pattern(t) for k, t in REASONS.items()}
+
+
+def parse(text: str) -> list[str]:
+    """The keys whose template ``text`` matches (a reason made by :func:`reason` matches its own)."""
+    return [k for k, p in PATTERNS.items() if p.match(text)]

@@ -1156,13 +1156,14 @@ def _steps(part: Part, ctx: Context) -> PartResult:
         f" ({n_right} run(s) never reaching it and {n_left} reaching it at the first validation leave the "
         "deciding bound unknown)"
     )
-    more, at_most = ("growth more", iv.lo > g, lower_ok), ("growth at most", iv.hi <= g, upper_ok)
+    more = (iv.lo > g and lower_ok, reason("growth more", growth=growth, factor=f"{factor:g}"))
+    at_most = (iv.hi <= g and upper_ok, reason("growth at most", growth=growth, factor=f"{factor:g}"))
     grows = part.get("expect", "grows") == "grows"  # supported when the growth is shown as expected
-    order = (more, at_most) if grows else (at_most, more)
-    for verdict, (key, shown, valid) in zip((SUPPORTED, NOT_SUPPORTED), order, strict=True):
-        if shown and valid:
-            res.verdict, res.reason = verdict, reason(key, growth=growth, factor=f"{factor:g}")
-            break
+    first, second = (more, at_most) if grows else (at_most, more)
+    if first[0]:
+        res.verdict, res.reason = SUPPORTED, first[1]
+    elif second[0]:
+        res.verdict, res.reason = NOT_SUPPORTED, second[1]
     else:
         unknown = bounds_words if (iv.lo > g and not lower_ok) or (iv.hi <= g and not upper_ok) else ""
         side = "beyond" if grows else "within"
