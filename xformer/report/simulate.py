@@ -234,12 +234,11 @@ HEADER = (
 )
 
 
-def table(reps: int = 400, seed: int = 0, cases: list[Case] | None = None, only: str | None = None) -> str:
+def table(reps: int = 400, seed: int = 0, only: str | None = None) -> str:
     """The Markdown table of every case (``reps`` replicates each under the null and the effect, times the
     case's ``reps_scale``; ``only``: the cases whose name contains it, each with the seed it has in the full
     table)."""
-    all_cases = cases or _cases()
-    chosen = [(i, c) for i, c in enumerate(all_cases) if only is None or only in c.name]
+    chosen = [(i, c) for i, c in enumerate(_cases()) if only is None or only in c.name]
     rows = [run_case(c, reps * c.reps_scale, seed + i) for i, c in chosen]
     scaled = "".join(f" ({c.reps_scale * reps} for “{c.name}”)" for _, c in chosen if c.reps_scale != 1)
     return "\n".join([HEADER, *(r.markdown() for r in rows)]) + (

@@ -44,10 +44,6 @@ class Interval:
     confidence: float
     se: float = math.nan
 
-    def text(self, digits: int = 3) -> str:
-        """``"+0.101 [95% CI +0.052, +0.150]"``."""
-        return f"{self.delta:+.{digits}g} [{self.confidence:.0%} CI {self.lo:+.{digits}g}, {self.hi:+.{digits}g}]"
-
 
 def welch(a: list[float], b: list[float], confidence: float = CONFIDENCE) -> Interval:
     """Welch's t :class:`Interval` (two-sided ``confidence``, in (0, 1)) and test of ``mean(a) - mean(b)``,

@@ -166,11 +166,6 @@ class PartResult:
             "sweep": self.sweep,
         }
 
-    def line(self) -> str:
-        """``(i) superiority: supported, Δ +0.04 [95% +0.02, +0.06]: reason``."""
-        iv = self.interval_text()
-        return f"{self.label} {self.test}: {self.verdict}" + (f", {iv}" if iv != "–" else "") + f": {self.reason}"
-
 
 @dataclass
 class ClaimResult:

@@ -358,18 +358,16 @@ def _ranks(arms: list[Arm], shifts: list[float], hb: bool) -> list[list[float]]:
     return [sorted(float(r) for r, (_, j) in zip(ranks, pooled, strict=True) if j == i) for i in range(len(arms))]
 
 
-def diverged_decision(
-    part: Part, arms: list[Arm], weights: list[float], boundary: float, confidence: float = CONFIDENCE
-) -> PartResult:
+def diverged_decision(part: Part, arms: list[Arm], weights: list[float], boundary: float) -> PartResult:
     """A comparison with diverged seeds: a diverged seed is an outcome worse than every finished one.
 
     Where an arm has no finished seed, the divergence count decides: the share of diverged seeds per
     arm, weighted as the contrast, against its exact distribution when divergence does not depend on the
-    arm (one-sided p ≤ (1 − ``confidence``)/2 decides, as the interval would). Otherwise each seed is
-    ranked over all arms (diverged ones below every finished one, the first positively weighted arm's
-    values shifted by the oriented ``boundary``) and the contrast of mean ranks gets Welch's interval
-    (the rank transform, Conover & Iman 1981), decided against 0."""
-    alpha = (1 - confidence) / 2
+    arm. Otherwise each seed is ranked over all arms (diverged ones below every finished one, the first
+    positively weighted arm's values shifted by the oriented ``boundary``) and the contrast of mean ranks
+    gets its exact permutation test (the rank transform, Conover & Iman 1981), decided against 0. Either
+    decides at one-sided p ≤ (1 − :data:`CONFIDENCE`)/2, as the interval would."""
+    alpha = (1 - CONFIDENCE) / 2
     counts = ", ".join(f"{a.name}: {a.diverged} of {a.n} diverged" for a in arms)
     if any(not a.values for a in arms):
         t, p_up, p_down = _count_p(arms, weights)
