@@ -16,11 +16,8 @@ improvement in every setting (the gap does not close), ending at the seed's fina
 - *null*: the truth sits on the decision boundary (no effect; for a non-inferiority or equivalence
   part, a true difference equal to the margin); a wrong verdict is any verdict the truth contradicts
   (``supported``, or ``not supported`` where the truth is the null of no difference).
-- *power*: the true effect is the detectable effect the report prints for these seeds (its expected
-  value: the mean printed over the null replicates with the same number of diverged seeds per
-  setting, since the rank test's depends on it); power is the rate of ``supported`` over the
-  replicates for which one is printed (the share without one, where no effect would decide the
-  part at 80 % power, is its own column).
+- *power*: the rate of ``supported`` at the detectable effect the report prints for these seeds
+  (:func:`run_case`; the share of replicates for which none is printed is its own column).
 
 Goals: wrong-verdict rate ≤ 5 % and power ≥ 80 %; a type that misses one is flagged in the table.
 """

@@ -247,17 +247,14 @@ def budget(jobs: list) -> str:
     e.g. ``"3 000 steps, 6.1 M characters, warm-up 100 + linear decay to 0× peak, peak lr 0.003"``;
     differing steps and schedules are joined with ``/`` and ``;``, differing token counts (padded
     batches differ a little per seed) given as a range."""
-    jobs = list({id(j): j for j in jobs}.values())
-    if not jobs:
-        return ""
-    steps, scheds, unit = [], [], "tokens"
+    steps, scheds, unit = set(), [], "tokens"
     counts: list[int] = []
-    for j in jobs:
+    for j in {id(j): j for j in jobs}.values():
         cfg = j.config or {}
         ms = (cfg.get("trainer") or {}).get("max_steps")
         s = ms if isinstance(ms, int) and ms > 0 else j.global_step
-        if s is not None and s not in steps:
-            steps.append(s)
+        if s is not None:
+            steps.add(s)
         if j.finished and j.tokens_seen:
             counts.append(int(j.tokens_seen))
         sch = _schedule(cfg)

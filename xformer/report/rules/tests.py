@@ -147,18 +147,15 @@ def finish(
     weights: list[float] | None = None,
     detect: dict | None = None,
 ) -> PartResult:
-    """The checks every comparison gets: seeds, saturation, power, the second-half trend, and the seeds
-    a side that would decide an undecided part (``terms``: the weighted arms' jobs; ``boundary``: what
-    Δ was decided against; ``se_df``: Δ's standard error and degrees of freedom, for the detectable
-    effect; ``weights``: the arms' weights, default ``+1, −1``; ``detect``: options of
-    :func:`~xformer.report.stats.detectable_planned` for the decision's own power, e.g. two one-sided
-    tests).
+    """The checks every comparison gets (the module's docstring): seeds, saturation, power, the
+    second-half trend, and the seeds a side that would decide an undecided part (``terms``: the weighted
+    arms' jobs; ``boundary``: what Δ was decided against; ``se_df``: Δ's standard error and degrees of
+    freedom; ``weights``: default ``+1, −1``; ``detect``: options of
+    :func:`~xformer.report.stats.detectable_planned`, e.g. two one-sided tests).
 
-    The final interval decides. The trend of the gap over the second half is measured and printed;
-    for a claim stated as a stable ranking (``at: stable ranking``) a gap *shown* to close (the trend's
-    whole interval beyond the limit, or a late crossing) makes a decided part inconclusive ("closing");
-    a trend that cannot be told from that limit leaves the verdict with the caveat "trend undetermined".
-    For a claim stated at its budget (``at: budget``) the trend is a caveat only."""
+    A gap *shown* to close (the trend's whole interval beyond the limit, or a late crossing) makes a
+    decided stable-ranking part inconclusive ("closing"), and is a caveat at a budget; a trend that
+    cannot be told from the limit leaves the verdict with the caveat "trend undetermined"."""
     res.arms = arms
     res.evidence = [a.text() for a in arms] + res.evidence
     if se_df is not None and se_df[0] > 0:
