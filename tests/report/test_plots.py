@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from xformer.report.aggregate import aggregate
-from xformer.report.plots import mean_curve, write_plots
+from xformer.report.plots import seed_band, write_plots
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -23,7 +23,7 @@ def test_plots_written_as_valid_pngs(sweep_dir, tmp_path):
 
 
 def test_mean_curve_averages_seeds_and_interpolates_misaligned_steps():
-    steps, mean = mean_curve([([1, 2, 3], [1.0, 2.0, 3.0]), ([1, 2, 3], [3.0, 4.0, 5.0])])
+    steps, mean, _, _ = seed_band([([1, 2, 3], [1.0, 2.0, 3.0]), ([1, 2, 3], [3.0, 4.0, 5.0])])
     assert list(steps) == [1, 2, 3] and list(mean) == [2.0, 3.0, 4.0]
-    steps, mean = mean_curve([([0, 10], [0.0, 10.0]), ([0, 5, 10], [0.0, 5.0, 10.0])])
+    steps, mean, _, _ = seed_band([([0, 10], [0.0, 10.0]), ([0, 5, 10], [0.0, 5.0, 10.0])])
     assert list(steps) == [0, 5, 10] and list(mean) == [0.0, 5.0, 10.0]

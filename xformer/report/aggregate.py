@@ -545,16 +545,7 @@ def read_curves(
     return out
 
 
-MAIN_METRICS = (
-    "val/loss",
-    "val/ppl",
-    "val/acc",
-    "val/bleu",
-    "val/exact_match",
-    "test/loss",
-    "test/bleu",
-    "test/exact_match",
-)
+MAIN_METRICS = tuple("val/loss val/ppl val/acc val/bleu val/exact_match test/loss test/bleu test/exact_match".split())
 
 
 def main_metrics(sweep: Sweep, first: str | None = None, limit: int = 10) -> list[str]:

@@ -55,6 +55,7 @@ from .sweeps import REPO, claim_names
 RESULTS = REPO / "docs" / "results"
 SMALL = "cpu_small"  # the small form of a claim sweep: never published into RESULTS
 RUNS_LOG = ".xformer/claims_runs.json"  # in the sweep folder: one entry per `claims run` invocation
+JOBS_CSV_METRICS = tuple("test/loss val/loss test/bleu val/bleu test/ppl val/ppl test/exact_match".split())
 
 
 class UsageError(Exception):
@@ -255,10 +256,8 @@ def write_jobs_csv(sweep_dir: Path, path: Path) -> int:
             "objective": m.objective.get("metric"),
             "objective_value": m.objective.get("value"),
         }
-        for key in ("test/loss", "val/loss", "test/bleu", "val/bleu", "test/ppl", "val/ppl", "test/exact_match"):
-            row[key] = m.metrics.get(key)
-        row.update(wall_time_s=m.wall_time_s, global_step=m.global_step)
-        rows.append(row)
+        row |= {k: m.metrics.get(k) for k in JOBS_CSV_METRICS}
+        rows.append(row | {"wall_time_s": m.wall_time_s, "global_step": m.global_step})
     if rows:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "w", newline="") as f:
@@ -270,14 +269,11 @@ def write_jobs_csv(sweep_dir: Path, path: Path) -> int:
 
 def _commit() -> str:
     try:
-        return (
-            subprocess.run(
-                ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10
-            ).stdout.strip()
-            or "unknown"
-        )
+        git = ["git", "rev-parse", "--short", "HEAD"]
+        done = subprocess.run(git, cwd=REPO, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+    return done.stdout.strip() or "unknown"
 
 
 def _wall(run: dict, unit: str = " s") -> str:

@@ -17,10 +17,11 @@ The table sits in ``docs/results/README.md`` between :data:`BEGIN` and :data:`EN
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from .export import VERDICTS_FORMAT, VERDICTS_JSON
+from .markdown import part_preregistration, qualified
 from .rules.declare import Claim
 from .rules.engine import combine, project_claims
 from .rules.results import PartResult, Status
@@ -57,20 +58,7 @@ class Row:
     where: str = ""
 
     def markdown(self) -> str:
-        cells = [
-            self.claim,
-            self.verdict,
-            self.part,
-            f"`{self.sweep}`" if self.sweep else "",
-            self.test,
-            self.part_verdict,
-            self.interval,
-            self.trend,
-            self.declared,
-            self.margin,
-            self.published,
-            self.where,
-        ]
+        cells = [f"`{v}`" if f.name == "sweep" and v else v for f in fields(self) for v in [getattr(self, f.name)]]
         return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ").strip() for c in cells) + " |"
 
 
@@ -100,28 +88,6 @@ def _margin(p: dict) -> str:
     if p.get("margin") is None:
         return "—"
     return f"{p['margin']:.3g}" + (f" ({p['margin_source']})" if p.get("margin_source") else "")
-
-
-def _part_verdict(p: dict) -> str:
-    out = p.get("verdict", "")
-    if "not reproduced at this budget" in (p.get("problems") or []):
-        out += " (not reproduced at this budget)"
-    if p.get("caveats"):
-        out += " (" + "; ".join(p["caveats"]) + ")"
-    return out
-
-
-def _declared(pre: dict | None, number: int) -> str:
-    if not pre:
-        return "—"
-    status = pre.get("status", "")
-    if status == "changed after the data":
-        if number in (pre.get("changed_parts") or []):
-            k = (pre.get("changed_parts_jobs_finished") or {}).get(str(number), pre.get("jobs_finished"))
-            n = pre.get("n_jobs")
-            return f"changed after {k} of {n} jobs had finished" if k is not None and n else status
-        return "as frozen"
-    return status
 
 
 def _record(folder: Path, claim: str) -> tuple[dict | None, str]:
@@ -185,10 +151,10 @@ def _claim_rows(claim: Claim, results: Path, sub: str = "") -> tuple[list[Row], 
                 f"{part.label} {part.role if part.role != 'claim' else ''}".strip(),
                 sweep,
                 p.get("test", ""),
-                _part_verdict(p),
+                qualified(p.get("verdict", ""), p.get("problems") or [], p.get("caveats") or []),
                 _interval(p),
                 _trend(p),
-                _declared(pre, i + 1),
+                part_preregistration(pre, i + 1, "—"),
                 _margin(p),
                 "",
                 rel,

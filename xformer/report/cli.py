@@ -140,21 +140,21 @@ def preregistration(
     jobs finished by then. Returns the merged record."""
     folders = list(dict.fromkeys([*dirs, out]))
     record: dict = {"format": 1, "claims": {}, "observations": []}
-    for d in folders:
-        got = preregister.read(d)
+
+    def merge(got: dict) -> None:  # the first record of a claim wins; observations once each
         for name, frozen in got["claims"].items():
             record["claims"].setdefault(name, frozen)
         record["observations"] += [o for o in got["observations"] if o not in record["observations"]]
+
+    for d in folders:
+        merge(preregister.read(d))
     by_name = {c.name: c for c in claims}
     sweep_dir = dirs[0] if dirs and find_job_dirs(dirs[0]) else None
     if own:
         target = sweep_dir or out
         mine = {v.claim: (by_name[v.claim].file, by_name[v.claim].body) for v in verdicts if v.claim in by_name}
         n_done = sum(j.finished for j in jobs)
-        got = preregister.freeze(target, mine, len(jobs), n_done)
-        for name, frozen in got["claims"].items():
-            record["claims"].setdefault(name, frozen)
-        record["observations"] += [o for o in got["observations"] if o not in record["observations"]]
+        merge(preregister.freeze(target, mine, len(jobs), n_done))
     for v in verdicts:
         c = by_name.get(v.claim)
         if c is None or not c.body:

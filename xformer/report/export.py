@@ -108,18 +108,8 @@ def write_seed_files(sweep: Sweep, out: Path) -> list[Path]:
     roots = [Path(d) for d in sweep.dirs]
     names = {id(j): _rel(j.path, roots) for j in sweep.jobs}
     metrics = sweep.metric_keys
-    header = [
-        "setting",
-        *sweep.swept_keys,
-        "seed",
-        "status",
-        "diverged_step",
-        "global_step",
-        "tokens_seen",
-        "params_total",
-        "job",
-        *metrics,
-    ]
+    header = ["setting", *sweep.swept_keys, *"seed status diverged_step global_step tokens_seen".split()]
+    header += ["params_total", "job", *metrics]
     with (out / SEEDS_CSV).open("w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(header)
@@ -130,9 +120,7 @@ def write_seed_files(sweep: Sweep, out: Path) -> list[Path]:
                     *(fmt_value(j.value(k)) for k in sweep.swept_keys),
                     fmt_value(j.seed),
                     j.status,
-                    j.diverged_step if j.diverged_step is not None else "",
-                    j.global_step if j.global_step is not None else "",
-                    j.tokens_seen if j.tokens_seen is not None else "",
+                    *("" if v is None else v for v in (j.diverged_step, j.global_step, j.tokens_seen)),
                     j.params.get("total", ""),
                     names[id(j)],
                     *(repr(j.metrics[m]) if m in j.metrics else "" for m in metrics),
@@ -153,7 +141,7 @@ def write_seed_files(sweep: Sweep, out: Path) -> list[Path]:
                     "overrides": {k: v for k, v in j.overrides.items()},
                     "config": portable(j.config),
                     "choices": j.choices,
-                    "metrics": {k: _json_float(v) for k, v in j.metrics.items()},
+                    "metrics": {k: v if math.isfinite(v) else repr(v) for k, v in j.metrics.items()},  # "nan", "inf"
                     "params": j.params,
                     "wall_time_s": j.wall_time_s,
                     "global_step": j.global_step,
@@ -164,10 +152,6 @@ def write_seed_files(sweep: Sweep, out: Path) -> list[Path]:
             )
     (out / JOBS_JSON).write_text(json.dumps({"format": FORMAT, "jobs": records}, indent=1, default=str))
     return [out / SEEDS_CSV, out / CURVES_CSV, out / JOBS_JSON]
-
-
-def _json_float(v: float) -> float | str:
-    return v if math.isfinite(v) else repr(v)  # JSON has no NaN/inf: "nan", "inf"
 
 
 def is_report_folder(d: Path) -> bool:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from .aggregate import Job, Sweep, fmt_value
 from .claims import ClaimResult
+from .rules.engine import count_text
 from .rules.measures import block_share
 from .rules.results import PartResult
 
@@ -34,15 +35,6 @@ def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def _count(n: float) -> str:
-    """``1234567`` → ``1.23 M``; ``12345`` → ``12.3 k``."""
-    if n >= 1e6:
-        return f"{n / 1e6:.3g} M"
-    if n >= 1e3:
-        return f"{n / 1e3:.3g} k"
-    return f"{n:.0f}"
-
-
 def table(header: list[str], rows: list[list[str]]) -> str:
     """A Markdown table."""
     lines = ["| " + " | ".join(_cell(h) for h in header) + " |", "|" + "---|" * len(header)]
@@ -58,7 +50,7 @@ def sweep_table(sweep: Sweep, metrics: list[str]) -> str:
     for g in sweep.groups:
         vals = [fmt_value(g.values[k]) for k in keys] or ["all jobs"]
         stats = [g.stat(m).text() if g.stat(m) else "–" for m in metrics]
-        params = _count(g.params["total"]) if g.params.get("total") else "–"
+        params = count_text(g.params["total"]) if g.params.get("total") else "–"
         rows.append(vals + [str(g.n), str(len(g.diverged)), str(len(g.failed))] + stats + [params])
     return table(header, rows)
 
@@ -78,22 +70,15 @@ def failed_table(jobs: list[Job], root: Path) -> str:
     return table(["job", "status", "diverged at step", "overrides", "error"], rows)
 
 
-def parts_text(r: ClaimResult) -> str:
-    """``(i) supported; (ii) inconclusive`` for the summary table."""
-    return "; ".join(f"{p.label} {p.verdict}" for p in r.parts if p.role != "descriptive") or "–"
-
-
-def _published(r: ClaimResult) -> str:
-    """The published figure, labelled as the paper's setting where the claim was guessed onto other jobs."""
-    text = r.headline or r.published
-    if not text:
-        return "–"
-    return f"paper's setting, not these jobs' task: {text}" if r.note else text
-
-
 def summary_table(results: list[ClaimResult]) -> str:
-    """One row per claim: claim | verdict | parts | budget | published."""
-    rows = [[r.claim, f"**{r.verdict}**", parts_text(r), r.budget or "–", _published(r)] for r in results]
+    """One row per claim: claim | verdict | parts (``(i) supported; (ii) inconclusive``) | budget |
+    published (labelled as the paper's setting where the claim was guessed onto other jobs)."""
+    rows = []
+    for r in results:
+        parts = "; ".join(f"{p.label} {p.verdict}" for p in r.parts if p.role != "descriptive") or "–"
+        text = r.headline or r.published
+        published = f"paper's setting, not these jobs' task: {text}" if text and r.note else text or "–"
+        rows.append([r.claim, f"**{r.verdict}**", parts, r.budget or "–", published])
     return table(["claim", "verdict", "parts", "budget", "published (the paper's setting)"], rows)
 
 
@@ -111,14 +96,10 @@ def trend_text(p: PartResult) -> str:
     )
 
 
-def verdict_text(p: PartResult) -> str:
-    """``**supported**``, with its caveats and qualifiers (``not supported (not reproduced at this budget)``)."""
-    out = f"**{p.verdict}**"
-    if "not reproduced at this budget" in p.problems:
-        out += " (not reproduced at this budget)"
-    if p.caveats:
-        out += " (" + "; ".join(p.caveats) + ")"
-    return out
+def qualified(verdict: str, problems: list[str], caveats: list[str]) -> str:
+    """A part's verdict with its caveats and qualifiers (``not supported (not reproduced at this budget)``)."""
+    out = verdict + (" (not reproduced at this budget)" if "not reproduced at this budget" in problems else "")
+    return out + (" (" + "; ".join(caveats) + ")" if caveats else "")
 
 
 def interval_header(r: ClaimResult) -> str:
@@ -131,7 +112,6 @@ def parts_table(r: ClaimResult) -> str:
     """One row per part: part | role | test | says | verdict | estimate [interval] | margin (source) |
     detectable at 80 % | trend over the second half | declared | reason."""
     rows = []
-    changed = set((r.preregistration or {}).get("changed_parts") or [])
     for i, p in enumerate(r.parts):
         margin = "–" if p.margin is None else f"{p.margin:.3g}"
         if p.margin_source:
@@ -147,12 +127,12 @@ def parts_table(r: ClaimResult) -> str:
                 p.role,
                 p.test,
                 p.says or "–",
-                verdict_text(p),
+                qualified(f"**{p.verdict}**", p.problems, p.caveats),
                 f"{p.interval_text()} {p.metric or ''}".strip(),
                 margin,
                 detect,
                 trend_text(p),
-                part_preregistration(r.preregistration, i + 1, changed),
+                part_preregistration(r.preregistration, i + 1),
                 p.reason,
             ]
         )
@@ -174,13 +154,14 @@ def parts_table(r: ClaimResult) -> str:
     )
 
 
-def part_preregistration(record: dict | None, number: int, changed: set) -> str:
-    """A part's pre-registration in words, from its claim's record (``verdicts.json``'s ``preregistration``)."""
+def part_preregistration(record: dict | None, number: int, none: str = "–") -> str:
+    """Part ``number``'s pre-registration in words, from its claim's record (``verdicts.json``'s
+    ``preregistration``); ``none`` without one."""
     if not record:
-        return "–"
+        return none
     status = record.get("status", "")
     if status == "changed after the data":
-        if number in changed:
+        if number in (record.get("changed_parts") or []):
             k = (record.get("changed_parts_jobs_finished") or {}).get(str(number), record.get("jobs_finished"))
             n = record.get("n_jobs")
             return f"changed after {k} of {n} jobs had finished" if k is not None and n else "changed after the data"

@@ -92,10 +92,6 @@ def _errorbar(ax, xs, means, errs, ns, **kw):
     return container
 
 
-def _is_num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
 def plot_metric_vs_key(sweep: Sweep, metric: str, key: str, out: Path) -> Path | None:
     """``metric`` (mean ± std) against swept ``key``; one line per combination of the other swept keys."""
     others = [k for k in sweep.swept_keys if k != key]
@@ -109,7 +105,7 @@ def plot_metric_vs_key(sweep: Sweep, metric: str, key: str, out: Path) -> Path |
     if not lines:
         return None
     xs_all = sorted({p[0] for pts in lines.values() for p in pts}, key=value_sort_key)
-    numeric = all(_is_num(x) for x in xs_all)
+    numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs_all)
     pos = {x: (float(x) if numeric else i) for i, x in enumerate(xs_all)}
     fig = Figure(figsize=(6, 4))
     ax = fig.add_subplot()
@@ -127,9 +123,7 @@ def plot_metric_vs_key(sweep: Sweep, metric: str, key: str, out: Path) -> Path |
     if numeric and min(pos.values()) > 0 and max(pos.values()) / min(pos.values()) >= 8:
         ax.set_xscale("log", base=2)
     ax.set_xticks([pos[x] for x in xs_all], [fmt_value(x) for x in xs_all])
-    ax.set_xlabel(key)
-    ax.set_ylabel(metric)
-    ax.set_title(f"{metric} vs {key} (mean, 95 % interval over seeds)")
+    ax.set(xlabel=key, ylabel=metric, title=f"{metric} vs {key} (mean, 95 % interval over seeds)")
     ax.grid(alpha=0.3)
     if len(lines) > 1:
         ax.legend(fontsize="small")
@@ -159,9 +153,7 @@ def plot_length(sweep: Sweep, base: str, lengths: dict[float, str], out: Path) -
         return None
     ax.set_xscale("log", base=2)
     ax.set_xticks(list(lengths), [f"{n:g}x" for n in lengths])
-    ax.set_xlabel("test length / training length")
-    ax.set_ylabel(base)
-    ax.set_title(f"{base} against test length")
+    ax.set(xlabel="test length / training length", ylabel=base, title=f"{base} against test length")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
     return _save(fig, out / f"length_{slug(base)}.png")
@@ -181,9 +173,7 @@ def plot_metric_vs_params(sweep: Sweep, metric: str, out: Path) -> Path | None:
     for total, s, label in pts:
         _errorbar(ax, [total], [s.mean], [ci_err(s, metric)], [s.n], marker="o")
         ax.annotate(label, (total, s.mean), fontsize="x-small", xytext=(3, 3), textcoords="offset points")
-    ax.set_xlabel("parameters (total)")
-    ax.set_ylabel(metric)
-    ax.set_title(f"{metric} vs parameter count")
+    ax.set(xlabel="parameters (total)", ylabel=metric, title=f"{metric} vs parameter count")
     ax.grid(alpha=0.3)
     return _save(fig, out / f"params_{slug(metric)}.png")
 
@@ -207,12 +197,6 @@ def seed_band(
             return None
         ys = np.array([np.interp(grid, x[np.argsort(x)], y[np.argsort(x)]) for x, y in curves])
     return grid, ys.mean(axis=0), ys.min(axis=0), ys.max(axis=0)
-
-
-def mean_curve(curves: list[tuple[list[float], list[float]]]) -> tuple[np.ndarray, np.ndarray] | None:
-    """Mean of several (steps, values) curves (see :func:`seed_band`); ``None`` if empty."""
-    band = seed_band(curves)
-    return None if band is None else (band[0], band[1])
 
 
 def curve_name(key: str, smoothing: list[float]) -> str:

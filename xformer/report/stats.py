@@ -44,24 +44,10 @@ class Interval:
     confidence: float
     se: float = math.nan
 
-    def flipped(self) -> Interval:
-        """The same interval for ``mean(B) - mean(A)`` (a loss read as "lower is better")."""
-        return Interval(-self.delta, -self.hi, -self.lo, self.p, self.df, self.confidence, self.se)
-
-    def text(self, digits: int = 3) -> str:
-        """``"+0.101 [95% CI +0.052, +0.150]"``."""
-        return f"{self.delta:+.{digits}g} [{self.confidence:.0%} CI {self.lo:+.{digits}g}, {self.hi:+.{digits}g}]"
-
 
 def welch(a: list[float], b: list[float], confidence: float = CONFIDENCE) -> Interval:
-    """Welch's t interval and test for ``mean(a) - mean(b)``.
-
-    Args:
-        a, b: finite per-seed values of one metric for two settings, at least 2 each.
-        confidence: two-sided level of the interval, in (0, 1).
-
-    Returns:
-        :class:`Interval` of the difference.
+    """Welch's t :class:`Interval` (two-sided ``confidence``, in (0, 1)) and test of ``mean(a) - mean(b)``,
+    over finite per-seed values of one metric in two settings, at least 2 each.
 
     Raises:
         ValueError: fewer than 2 values on a side, a non-finite value, or ``confidence`` outside (0, 1).
@@ -76,12 +62,17 @@ def welch(a: list[float], b: list[float], confidence: float = CONFIDENCE) -> Int
     ma, mb = sum(a) / na, sum(b) / nb
     va = sum((x - ma) ** 2 for x in a) / (na - 1)
     vb = sum((x - mb) ** 2 for x in b) / (nb - 1)
-    delta = ma - mb
     se2 = va / na + vb / nb
+    df = se2**2 / ((va / na) ** 2 / (na - 1) + (vb / nb) ** 2 / (nb - 1)) if se2 else math.inf
+    return _t_interval(ma - mb, se2, df, confidence)
+
+
+def _t_interval(delta: float, se2: float, df: float, confidence: float) -> Interval:
+    """The t interval and two-sided test of ``delta`` with variance ``se2`` and ``df`` degrees of freedom
+    (``delta`` exactly, p 1 or 0, without spread)."""
     if se2 == 0.0:
         return Interval(delta, delta, delta, 1.0 if delta == 0 else 0.0, math.inf, confidence, 0.0)
     se = math.sqrt(se2)
-    df = se2**2 / ((va / na) ** 2 / (na - 1) + (vb / nb) ** 2 / (nb - 1))
     t_crit = float(_st.t.ppf(0.5 + confidence / 2, df))
     p = float(2 * _st.t.sf(abs(delta) / se, df))
     return Interval(delta, delta - t_crit * se, delta + t_crit * se, p, df, confidence, se)
@@ -159,15 +150,9 @@ def contrast(samples: list[list[float]], weights: list[float], confidence: float
         w * w * sum((x - m) ** 2 for x in s) / (len(s) - 1) / len(s)
         for s, w, m in zip(samples, weights, means, strict=True)
     ]
-    delta = sum(w * m for w, m in zip(weights, means, strict=True))
     se2 = sum(parts)
-    if se2 == 0.0:
-        return Interval(delta, delta, delta, 1.0 if delta == 0 else 0.0, math.inf, confidence, 0.0)
-    df = se2**2 / sum(p * p / (len(s) - 1) for p, s in zip(parts, samples, strict=True) if p)
-    se = math.sqrt(se2)
-    t_crit = float(_st.t.ppf(0.5 + confidence / 2, df))
-    p = float(2 * _st.t.sf(abs(delta) / se, df))
-    return Interval(delta, delta - t_crit * se, delta + t_crit * se, p, df, confidence, se)
+    df = se2**2 / sum(p * p / (len(s) - 1) for p, s in zip(parts, samples, strict=True) if p) if se2 else math.inf
+    return _t_interval(sum(w * m for w, m in zip(weights, means, strict=True)), se2, df, confidence)
 
 
 def detectable_for(se: float, df: float, alpha: float = 1 - CONFIDENCE, power: float = POWER) -> float | None:

@@ -25,12 +25,6 @@ SCALE_FILE = REPO / "conf" / "scale" / "cpu.yaml"
 SWEEPS_DIR = REPO / "sweeps"
 
 
-def _values(text) -> list:
-    """A Hydra sweep value list (``"1,2,4"``, ``"pre,post"``, ``"true,false"``) as Python values, read
-    by Hydra's own override grammar (:func:`xformer.config.overrides.sweep_values`)."""
-    return sweep_values(str(text))
-
-
 def claim_names(claims_dir: Path = CLAIMS_DIR) -> list[str]:
     """The claim config names (``c<N>_<what>``), sorted by claim number then name."""
 
@@ -56,8 +50,9 @@ def sweep_text(name: str, claims_dir: Path = CLAIMS_DIR, scale_file: Path = SCAL
     seeds = ((scale.get("hydra") or {}).get("sweeper") or {}).get("params", {}).get("seed", "1,2,3")
     seeds = axes.get("seed", seeds)  # a claim that needs more seeds for its power names them itself
     objective = cfg.get("objective") or {"metric": "val/loss", "mode": "min"}
-    params = {k: {"values": _values(v)} for k, v in axes.items() if k != "seed"}
-    params["seed"] = {"values": _values(seeds)}
+    # a sweep value list ("1,2,4", "pre,post") as Python values, read by Hydra's own override grammar
+    params = {k: {"values": sweep_values(str(v))} for k, v in axes.items() if k != "seed"}
+    params["seed"] = {"values": sweep_values(str(seeds))}
     params["scale"] = {"value": "cpu"}
     params["hydra.run.dir"] = {
         "value": f"outputs/wandb/{name}/${{oc.env:WANDB_SWEEP_ID,local}}/${{oc.env:WANDB_RUN_ID,local}}"

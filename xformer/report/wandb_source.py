@@ -22,7 +22,7 @@ def has_api_key() -> bool:
     return wandb_has_api_key()
 
 
-def load_wandb_jobs(spec: str, curves: bool = True) -> list[Job]:
+def load_wandb_jobs(spec: str) -> list[Job]:
     """All runs of ``ENTITY/PROJECT`` (only group ``GROUP`` when given) as :class:`Job`.
 
     Raises:
@@ -49,20 +49,18 @@ def load_wandb_jobs(spec: str, curves: bool = True) -> list[Job]:
             for k, v in summary.items()
             if k.startswith("model/params_") and isinstance(v, (int, float))
         }
-        history = None
-        if curves:
-            history = {}
-            for k in CURVE_KEYS:
-                # Lightning's WandbLogger stores the trainer's row label (0-based, as in its CSV) in
-                # `trainer/global_step`; W&B's own `_step` counts log calls. Both become updates done.
-                rows = run.history(keys=[k, "trainer/global_step"], pandas=False)
-                pts = [
-                    (r.get("trainer/global_step", r.get("_step")) + LIGHTNING_STEP_OFFSET, r[k])
-                    for r in rows
-                    if r.get(k) is not None
-                ]
-                if pts:
-                    history[k] = ([float(s) for s, _ in pts], [float(v) for _, v in pts])
+        history = {}
+        for k in CURVE_KEYS:
+            # Lightning's WandbLogger stores the trainer's row label (0-based, as in its CSV) in
+            # `trainer/global_step`; W&B's own `_step` counts log calls. Both become updates done.
+            rows = run.history(keys=[k, "trainer/global_step"], pandas=False)
+            pts = [
+                (r.get("trainer/global_step", r.get("_step")) + LIGHTNING_STEP_OFFSET, r[k])
+                for r in rows
+                if r.get(k) is not None
+            ]
+            if pts:
+                history[k] = ([float(s) for s, _ in pts], [float(v) for _, v in pts])
         jobs.append(
             Job(
                 path=Path(f"wandb:{path}/{run.id}"),

@@ -45,42 +45,10 @@ AT = ("budget", "stable ranking")
 the trend is printed: the default of a researcher's own hypotheses), or ``stable ranking``, a ranking
 that holds (a gap shown to close over the second half makes a part inconclusive: the default of the
 project's claims, whose ablations compare settings at one budget)."""
-PART_KEYS = (
-    "test",
-    "label",
-    "says",
-    "role",
-    "metric",
-    "better",
-    "a",
-    "b",
-    "terms",
-    "axis",
-    "at",
-    "values",
-    "shape",
-    "per",
-    "margin",
-    "margin_source",
-    "published_effect",
-    "level",
-    "mode",
-    "need",
-    "expect",
-    "factor",
-    "from_value",
-    "to_value",
-    "versus",
-    "measure",
-    "args",
-    "target",
-    "tolerance",
-    "refute_beyond",
-    "at_least",
-    "sweep",
-    "note",
-    "unbalanced",
-    "equal_params",
+PART_KEYS = tuple(
+    "test label says role metric better a b terms axis at values shape per margin margin_source "
+    "published_effect level mode need expect factor from_value to_value versus measure args target "
+    "tolerance refute_beyond at_least sweep note unbalanced equal_params".split()
 )
 
 
@@ -105,17 +73,6 @@ class Claim:
     at: str = "budget"
     body: dict = field(default_factory=dict, hash=False, compare=False)
     extra: dict = field(default_factory=dict, hash=False, compare=False)
-
-    def parts_for(self, sweep_name: str | None) -> list[Part]:
-        """The parts that read ``sweep_name`` (a part without ``sweep`` reads every sweep of the claim)."""
-        return [p for p in self.parts if not p.get("sweep") or sweep_name is None or p.get("sweep") == sweep_name]
-
-
-def _yaml_error_line(e: yaml.YAMLError) -> str:
-    mark = getattr(e, "problem_mark", None)
-    where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "somewhere"
-    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-    return f"{where}: {problem}"
 
 
 class _UniqueKeys(yaml.SafeLoader):
@@ -158,8 +115,11 @@ def load_file(path: Path, at: str = "budget") -> list[Claim]:
             f"silently); fix: rename or remove one of them"
         ) from e
     except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "somewhere"
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise DeclarationError(
-            f"{path}: YAML syntax error at {_yaml_error_line(e)}; fix: correct the YAML there "
+            f"{path}: YAML syntax error at {where}: {problem}; fix: correct the YAML there "
             f"(indentation, a missing ':' or an unclosed bracket)"
         ) from e
     if not isinstance(data, dict) or not data:
@@ -270,9 +230,6 @@ def _check_part(part: Part) -> None:
         if problem:
             key, fix = problem
             raise DeclarationError(f"{part.where(key)}: {fix}")
-
-
-CLAIM_ID = re.compile(r"^[A-Za-z][\w.-]*$")
 
 
 def load_dir(folder: Path, at: str = "stable ranking") -> list[Claim]:

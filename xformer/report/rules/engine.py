@@ -23,7 +23,7 @@ from .evidence import missing_metric
 from .part import Part
 from .reasons import reason
 from .results import CANNOT_SHOW, INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimResult, PartResult
-from .tests import Context, NotCovered, test_type
+from .tests import Context, NotCovered, result, test_type
 
 REPO = Path(__file__).resolve().parents[3]
 CLAIMS_DIR = REPO / "claims"
@@ -37,32 +37,11 @@ def project_claims(folder: Path = CLAIMS_DIR) -> list[Claim]:
 
 def sweep_names(sweep: Sweep) -> set[str]:
     """The experiments the sweep's jobs ran (``claims/<name>`` → ``<name>``)."""
-    out = set()
-    for j in sweep.jobs:
-        exp = j.choices.get("experiment") or j.overrides.get("experiment")
-        if exp:
-            out.add(str(exp).rsplit("/", 1)[-1])
-    return out
-
-
-def _curve_metric(part: Part) -> bool:
-    return part.test == "threshold" and part.get("mode") == "steps"
+    return {name for j in sweep.jobs if (name := _experiment_of(j))}
 
 
 def _not_covered(part: Part, what: str, sweep: str = "") -> PartResult:
-    return PartResult(
-        part.label,
-        part.test,
-        part.role,
-        part.says,
-        INCONCLUSIVE,
-        reason("not covered", what=what),
-        metric=part.metric,
-        margin_source=part.margin_source,
-        published_effect=part.published_effect,
-        problems=["not covered"],
-        sweep=sweep,
-    )
+    return result(part, INCONCLUSIVE, reason("not covered", what=what), problems=["not covered"], sweep=sweep)
 
 
 def decide_part(part: Part, ctx: Context, strict: bool = False) -> PartResult:
@@ -70,7 +49,8 @@ def decide_part(part: Part, ctx: Context, strict: bool = False) -> PartResult:
     ("not covered"), or with ``strict`` (a researcher's own file) a :class:`DeclarationError`."""
     fn = test_type(part.test)
     try:
-        if part.metric and part.test != "quantity" and ctx.sweep.jobs and not _curve_metric(part):
+        steps = part.test == "threshold" and part.get("mode") == "steps"  # its metric is a curve
+        if part.metric and part.test != "quantity" and ctx.sweep.jobs and not steps:
             gone = missing_metric(ctx.sweep, part.metric)
             if gone is not None:
                 known = ", ".join(m for m in ctx.sweep.metric_keys if "/" in m)
@@ -238,7 +218,8 @@ def evaluate(
     return out, note
 
 
-def _count(n: float) -> str:
+def count_text(n: float) -> str:
+    """``1234567`` → ``1.23 M``; ``12345`` → ``12.3 k``."""
     return f"{n / 1e6:.3g} M" if n >= 1e6 else f"{n / 1e3:.3g} k" if n >= 1e3 else f"{n:.0f}"
 
 
@@ -266,17 +247,14 @@ def budget(jobs: list) -> str:
     e.g. ``"3 000 steps, 6.1 M characters, warm-up 100 + linear decay to 0× peak, peak lr 0.003"``;
     differing steps and schedules are joined with ``/`` and ``;``, differing token counts (padded
     batches differ a little per seed) given as a range."""
-    jobs = list({id(j): j for j in jobs}.values())
-    if not jobs:
-        return ""
-    steps, scheds, unit = [], [], "tokens"
+    steps, scheds, unit = set(), [], "tokens"
     counts: list[int] = []
-    for j in jobs:
+    for j in {id(j): j for j in jobs}.values():
         cfg = j.config or {}
         ms = (cfg.get("trainer") or {}).get("max_steps")
         s = ms if isinstance(ms, int) and ms > 0 else j.global_step
-        if s is not None and s not in steps:
-            steps.append(s)
+        if s is not None:
+            steps.add(s)
         if j.finished and j.tokens_seen:
             counts.append(int(j.tokens_seen))
         sch = _schedule(cfg)
@@ -288,7 +266,7 @@ def budget(jobs: list) -> str:
     if steps:
         parts.append("/".join(f"{s:,}".replace(",", " ") for s in sorted(steps)) + " steps")
     if counts:
-        lo, hi = _count(min(counts)), _count(max(counts))
+        lo, hi = count_text(min(counts)), count_text(max(counts))
         parts.append((lo if lo == hi else f"{lo}–{hi}") + f" {unit}")
     parts += ["; ".join(scheds)] if scheds else []
     return ", ".join(parts)

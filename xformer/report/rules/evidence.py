@@ -1,5 +1,5 @@
 """What a part reads from a sweep: the jobs an arm selects, each job's value of a metric (or of a
-metric expression), a diverged seed's value, and the metric's direction and bounds.
+metric expression), and the metric's direction and bounds.
 
 Metric expressions: a metric key (``test/loss``); ``m1 - m2``, the per-job difference of two final
 metrics (paired, so each seed's own level cancels: ``test/loss@2x - test/loss@1x``); ``rise(c)``, how
@@ -94,21 +94,6 @@ def job_value(job: Job, metric: str) -> float | None:
     for v in vals[1:]:
         out = out - v
     return float(out)
-
-
-def worst_value(sweep: Sweep, metric: str) -> float:
-    """What a diverged seed counts as: the metric's bad bound when it is finite (0 exact match, 0 BLEU),
-    else the worst finite value any job of the sweep reached (a lower bound on how bad it was)."""
-    hb = higher_is_better(metric)
-    b = bounds(metric)
-    if b is not None:
-        bad = b[0] if hb else b[1]
-        if math.isfinite(bad):
-            return bad
-    seen = [v for j in sweep.jobs if j.finished and (v := job_value(j, metric)) is not None and math.isfinite(v)]
-    if not seen:
-        return math.nan
-    return min(seen) if hb else max(seen)
 
 
 def same(a: Any, b: Any) -> bool:

@@ -17,12 +17,7 @@ class Status(StrEnum):
     CANNOT_SHOW = "cannot show it"
 
 
-SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, CANNOT_SHOW = (
-    Status.SUPPORTED,
-    Status.NOT_SUPPORTED,
-    Status.INCONCLUSIVE,
-    Status.CANNOT_SHOW,
-)
+SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, CANNOT_SHOW = Status  # its members, in order
 
 
 @dataclass
@@ -49,8 +44,6 @@ class Arm:
         if not self.values:
             return f"{self.name}: no run"
         k = len(self.values)
-        if not k:
-            return f"{self.name}: every seed diverged (n={self.n})"
         sd = math.sqrt(sum((v - self.mean) ** 2 for v in self.values) / (k - 1)) if k > 1 else None
         out = f"{self.name}: {self.mean:.4g}" + (f" ± {sd:.3g}" if sd is not None else "") + f" (n={self.n}"
         return out + (f", {self.diverged} diverged, ranked below every finished seed)" if self.diverged else ")")
@@ -172,11 +165,6 @@ class PartResult:
             "scale": self.scale,
             "sweep": self.sweep,
         }
-
-    def line(self) -> str:
-        """``(i) superiority: supported, Δ +0.04 [95% +0.02, +0.06]: reason``."""
-        iv = self.interval_text()
-        return f"{self.label} {self.test}: {self.verdict}" + (f", {iv}" if iv != "–" else "") + f": {self.reason}"
 
 
 @dataclass

@@ -48,11 +48,9 @@ def spaced(steps: list[float], k: int = MAX_POINTS) -> list[float]:
 def curve_key(metric: str, logged: set[str]) -> str | None:
     """The validation curve that follows ``metric``: ``val/<name>`` when logged; for a loss or a
     perplexity ``val/loss`` (the same ranking); ``None`` for an expression or when none is logged."""
-    if " - " in metric or RISE.match(metric):
+    if " - " in metric or RISE.match(metric) or "@" in metric:  # `@`: a length split, measured only at the end
         return None
-    name = metric.split("@")[0].rsplit("/", 1)[-1]
-    if "@" in metric:
-        return None  # measured only at the end (a length split): no curve of its own
+    name = metric.rsplit("/", 1)[-1]
     if f"val/{name}" in logged:
         return f"val/{name}"
     if base_name(metric) in ("loss", "ppl", "nll") and "val/loss" in logged:

@@ -2,29 +2,9 @@
 declarations (``test: superiority``); a dotted path (``test: mypkg.tests.my_test``) selects one
 defined elsewhere with the same signature ``(part, ctx) -> PartResult`` and a ``check`` attribute.
 
-Every decision reads an interval, never a point estimate against a threshold alone:
-
-- ``superiority``: arm ``a`` better than ``b`` (by more than ``margin``, default 0): Welch's 95 %
-  interval of Δ (a's improvement) above the margin → supported; below it → not supported; else
-  inconclusive, or not supported when the interval excludes the ``published_effect`` (an informative
-  null), or *underpowered* when the seeds could not have detected it.
-- ``non_inferiority``: ``a`` not worse than ``b`` by more than ``margin`` (required): the interval
-  above −margin → supported; below it → not supported; else inconclusive.
-- ``equivalence``: |a − b| < ``margin`` (required): the 90 % interval inside ±margin (two one-sided
-  tests) → supported; the 95 % interval entirely outside → not supported; else inconclusive.
-- ``contrast``: Σ wᵢ·mean(armᵢ) (``terms``: ``[{weight: 1, arm: {...}}, ...]``, e.g. an interaction)
-  above ``margin`` (default 0), Welch–Satterthwaite interval, decided as ``superiority``.
-- ``trend``: along ``axis`` (at the settings ``at``): ``shape: monotone`` every successive value
-  better than the one before (each step a superiority); ``shape: diminishing`` the successive gains
-  per unit (``per: parameter`` (per million), ``value``, ``doubling`` or ``step``) shrink, each pair of
-  neighbouring gains a contrast.
-- ``threshold``: ``mode: count``: in every setting (``a``, or each value of ``axis``) at least
-  ``need`` seeds (``all``, ``majority``, a number) reach ``level``; ``mode: steps``: the steps a run
-  needs to reach ``level`` on its validation curve (censored at its last step when it never does),
-  compared between ``from_value`` and ``to_value`` of ``axis`` as a growth factor: ``expect: grows``
-  (by more than ``factor``) or ``expect: flat`` (by at most ``factor``), on log2(steps) per seed.
-- ``quantity``: a measured or counted number (``measure``: a function of :mod:`.measures`) within
-  ``target ± tolerance`` (not supported beyond ``refute_beyond``), or at least ``at_least``.
+The types (superiority, non_inferiority, equivalence, contrast, trend, threshold, quantity) are
+tabulated in docs/report.md § Test types and each function's docstring. Every decision reads an
+interval, never a point estimate against a threshold alone.
 
 Checks every comparison gets (:func:`finish`): each arm needs :data:`MIN_SEEDS` seeds that count (a
 diverged seed counts, as an outcome worse than every finished one: :func:`diverged_decision`); a
@@ -48,11 +28,12 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
+from scipy.stats import rankdata
 
 from xformer.config_types import import_target
 
 from ..aggregate import Sweep, fmt_value, read_curves, value_sort_key
-from ..stats import CONFIDENCE, c4, contrast, detectable_for, detectable_planned, welch
+from ..stats import CONFIDENCE, Interval, c4, contrast, detectable_for, detectable_planned, welch
 from . import measures
 from .evidence import Arm, SelectionError, arm, bounds, higher_is_better, job_value, same, select, selector_text
 from .part import Part
@@ -60,8 +41,8 @@ from .reasons import reason
 from .results import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, PartResult, Status
 from .stability import check as stability_check
 
-STABLE_RANKING, BUDGET = "stable ranking", "budget"
-"""What a claim states (its ``at``): a ranking that holds over the second half, or a result at its budget."""
+STABLE_RANKING = "stable ranking"
+"""What a claim states (its ``at``) when a gap shown to close over the second half undoes a decision."""
 
 MIN_SEEDS = 3
 """Seeds per arm below which no comparison decides anything."""
@@ -112,8 +93,9 @@ def _arm(ctx: Context, part: Part, key: str, selector: dict | None = None, name:
         raise NotCovered(str(e), e.key) from e
 
 
-def _oriented(iv_lo: float, iv_delta: float, iv_hi: float, hb: bool) -> tuple[float, float, float]:
-    return (iv_lo, iv_delta, iv_hi) if hb else (-iv_hi, -iv_delta, -iv_lo)
+def _oriented(iv: Interval, hb: bool) -> tuple[float, float, float]:
+    """``(lo, Δ, hi)`` of ``iv`` oriented so that positive is better (``hb``: higher is better)."""
+    return (iv.lo, iv.delta, iv.hi) if hb else (-iv.hi, -iv.delta, -iv.lo)
 
 
 def _hb(part: Part) -> bool:
@@ -121,7 +103,8 @@ def _hb(part: Part) -> bool:
     return better == "higher" if better in ("higher", "lower") else higher_is_better(str(part.metric))
 
 
-def _base(part: Part, verdict: Status, reason: str, **kw: Any) -> PartResult:
+def result(part: Part, verdict: Status, reason: str, **kw: Any) -> PartResult:
+    """A result of ``part`` (its label, test, role, metric and margin source copied), with ``kw``."""
     return PartResult(
         label=part.label,
         test=part.test,
@@ -134,10 +117,6 @@ def _base(part: Part, verdict: Status, reason: str, **kw: Any) -> PartResult:
         published_effect=part.published_effect,
         **kw,
     )
-
-
-def _few(arms: list[Arm]) -> list[str]:
-    return [f"{a.name}: {a.n} seed(s)" for a in arms if a.n < MIN_SEEDS]
 
 
 def saturated(metric: str, arms: list[Arm]) -> str | None:
@@ -168,18 +147,15 @@ def finish(
     weights: list[float] | None = None,
     detect: dict | None = None,
 ) -> PartResult:
-    """The checks every comparison gets: seeds, saturation, power, the second-half trend, and the seeds
-    a side that would decide an undecided part (``terms``: the weighted arms' jobs; ``boundary``: what
-    Δ was decided against; ``se_df``: Δ's standard error and degrees of freedom, for the detectable
-    effect; ``weights``: the arms' weights, default ``+1, −1``; ``detect``: options of
-    :func:`~xformer.report.stats.detectable_planned` for the decision's own power, e.g. two one-sided
-    tests).
+    """The checks every comparison gets (the module's docstring): seeds, saturation, power, the
+    second-half trend, and the seeds a side that would decide an undecided part (``terms``: the weighted
+    arms' jobs; ``boundary``: what Δ was decided against; ``se_df``: Δ's standard error and degrees of
+    freedom; ``weights``: default ``+1, −1``; ``detect``: options of
+    :func:`~xformer.report.stats.detectable_planned`, e.g. two one-sided tests).
 
-    The final interval decides. The trend of the gap over the second half is measured and printed;
-    for a claim stated as a stable ranking (``at: stable ranking``) a gap *shown* to close (the trend's
-    whole interval beyond the limit, or a late crossing) makes a decided part inconclusive ("closing");
-    a trend that cannot be told from that limit leaves the verdict with the caveat "trend undetermined".
-    For a claim stated at its budget (``at: budget``) the trend is a caveat only."""
+    A gap *shown* to close (the trend's whole interval beyond the limit, or a late crossing) makes a
+    decided stable-ranking part inconclusive ("closing"), and is a caveat at a budget; a trend that
+    cannot be told from the limit leaves the verdict with the caveat "trend undetermined"."""
     res.arms = arms
     res.evidence = [a.text() for a in arms] + res.evidence
     if se_df is not None and se_df[0] > 0:
@@ -189,7 +165,7 @@ def finish(
     if res.detectable is not None:
         res.evidence.append(f"detectable effect at 80 % power: |Δ| ≥ {res.detectable:.3g} ({res.metric})")
     weights = weights or [1.0, -1.0][: len(arms)]
-    few = _few(arms)
+    few = [f"{a.name}: {a.n} seed(s)" for a in arms if a.n < MIN_SEEDS]
     if few:
         if res.verdict != INCONCLUSIVE:
             res.evidence.append(f"with at least {MIN_SEEDS} seeds a side, this interval would read {res.verdict}")
@@ -248,13 +224,16 @@ def seeds_for(sd: float, weights: list[float], effect: float, most: int = 1000) 
         d = detectable_for(sd * math.sqrt(w2 / n), len(weights) * (n - 1))
         return d is not None and d <= abs(effect)
 
-    if not enough(most):
-        return most + 1
-    lo, hi = 1, most  # the detectable effect shrinks with n: bisect for the first n that is enough
+    return max(_first(enough, 1, most), MIN_SEEDS) if enough(most) else most + 1
+
+
+def _first(enough: Callable[[int], bool], lo: int, hi: int) -> int:
+    """The first n in (``lo``, ``hi``] that is ``enough`` (which ``hi`` is, and every n after the first),
+    by bisection: the detectable effect shrinks with n."""
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if enough(mid) else (mid, hi)
-    return max(hi, MIN_SEEDS)
+    return hi
 
 
 def _seeds_to_decide(
@@ -319,12 +298,18 @@ def _pooled_sd(arms: list[Arm]) -> float | None:
     return math.sqrt(num / den) if den else None
 
 
-def _two(part: Part, ctx: Context, confidence: float = CONFIDENCE) -> tuple[Arm, Arm, tuple[float, float, float], Any]:
+def _two(part: Part, ctx: Context) -> tuple[Arm, Arm, float, Interval | None]:
+    """Arms a and b, the margin and Welch's a − b (``None``: a diverged seed, or < 2 finished a side)."""
     a, b = _arm(ctx, part, "a"), _arm(ctx, part, "b")
+    m = _margin(part, b)
     if len(a.values) < 2 or len(b.values) < 2 or a.diverged or b.diverged:
-        return a, b, (math.nan, math.nan, math.nan), None
-    iv = welch(a.values, b.values, confidence)
-    return a, b, _oriented(iv.lo, iv.delta, iv.hi, _hb(part)), iv
+        return a, b, m, None
+    return a, b, m, welch(a.values, b.values)
+
+
+def _ranked(arms: list[Arm]) -> bool:
+    """Whether arms without an interval are decided by ranks: a diverged seed, and 2 seeds an arm."""
+    return any(x.diverged for x in arms) and all(x.n >= 2 for x in arms)
 
 
 def _margin(part: Part, ref: Arm) -> float:
@@ -332,9 +317,8 @@ def _margin(part: Part, ref: Arm) -> float:
     return m.resolve(ref.mean) if m is not None else 0.0
 
 
-def _few_result(part: Part, arms: list[Arm], delta: float, margin: float | None) -> PartResult:
-    res = _base(part, INCONCLUSIVE, "", estimate=None if math.isnan(delta) else delta, margin=margin)
-    return finish(part, res, arms, None, None, None)
+def _few_result(part: Part, arms: list[Arm], margin: float | None) -> PartResult:
+    return finish(part, result(part, INCONCLUSIVE, "", margin=margin), arms, None, None, None)
 
 
 def _count_p(arms: list[Arm], weights: list[float]) -> tuple[float, float, float]:
@@ -367,31 +351,20 @@ def _ranks(arms: list[Arm], shifts: list[float], hb: bool) -> list[list[float]]:
     sign = 1.0 if hb else -1.0
     pooled = [(sign * v + sh, i) for i, (a, sh) in enumerate(zip(arms, shifts, strict=True)) for v in a.values]
     pooled += [(-math.inf, i) for i, a in enumerate(arms) for _ in range(a.diverged)]
-    pooled.sort(key=lambda x: x[0])
-    out: list[list[float]] = [[] for _ in arms]
-    k = 0
-    while k < len(pooled):
-        j = k
-        while j + 1 < len(pooled) and pooled[j + 1][0] == pooled[k][0]:
-            j += 1
-        for x in range(k, j + 1):
-            out[pooled[x][1]].append((k + j) / 2 + 1)
-        k = j + 1
-    return out
+    ranks = rankdata([v for v, _ in pooled])
+    return [sorted(float(r) for r, (_, j) in zip(ranks, pooled, strict=True) if j == i) for i in range(len(arms))]
 
 
-def diverged_decision(
-    part: Part, arms: list[Arm], weights: list[float], boundary: float, confidence: float = CONFIDENCE
-) -> PartResult:
+def diverged_decision(part: Part, arms: list[Arm], weights: list[float], boundary: float) -> PartResult:
     """A comparison with diverged seeds: a diverged seed is an outcome worse than every finished one.
 
     Where an arm has no finished seed, the divergence count decides: the share of diverged seeds per
     arm, weighted as the contrast, against its exact distribution when divergence does not depend on the
-    arm (one-sided p ≤ (1 − ``confidence``)/2 decides, as the interval would). Otherwise each seed is
-    ranked over all arms (diverged ones below every finished one, the first positively weighted arm's
-    values shifted by the oriented ``boundary``) and the contrast of mean ranks gets Welch's interval
-    (the rank transform, Conover & Iman 1981), decided against 0."""
-    alpha = (1 - confidence) / 2
+    arm. Otherwise each seed is ranked over all arms (diverged ones below every finished one, the first
+    positively weighted arm's values shifted by the oriented ``boundary``) and the contrast of mean ranks
+    gets its exact permutation test (the rank transform, Conover & Iman 1981), decided against 0. Either
+    decides at one-sided p ≤ (1 − :data:`CONFIDENCE`)/2, as the interval would."""
+    alpha = (1 - CONFIDENCE) / 2
     counts = ", ".join(f"{a.name}: {a.diverged} of {a.n} diverged" for a in arms)
     if any(not a.values for a in arms):
         t, p_up, p_down = _count_p(arms, weights)
@@ -402,7 +375,7 @@ def diverged_decision(
             verdict, why = NOT_SUPPORTED, reason("divergence count", counts=counts, p=f"{p_down:.3g}")
         else:
             verdict, why = INCONCLUSIVE, reason("divergence count open", counts=counts, p=f"{p:.3g}")
-        res = _base(part, verdict, why, estimate=t)
+        res = result(part, verdict, why, estimate=t)
         res.scale = "divergence share"
         res.evidence.append(
             f"a setting without a finished seed: decided by the count (−Σ w·share diverged = {t:+.3g}; "
@@ -421,17 +394,12 @@ def diverged_decision(
         return res
     first = next(i for i, w in enumerate(weights) if w > 0)
     if boundary and len(arms) > 2:
-        return _base(part, INCONCLUSIVE, reason("ranks margin"))
+        return result(part, INCONCLUSIVE, reason("ranks margin"))
     shifts = [0.0] * len(arms)
     shifts[first] = -boundary / weights[first]
     ranks = _ranks(arms, shifts, _hb(part))
     stat, p_up, p_down = rank_permutation(ranks, weights)
-    if p_up <= alpha:
-        verdict = SUPPORTED
-    elif p_down <= alpha:
-        verdict = NOT_SUPPORTED
-    else:
-        verdict = INCONCLUSIVE
+    verdict = SUPPORTED if p_up <= alpha else NOT_SUPPORTED if p_down <= alpha else INCONCLUSIVE
     b = f"{boundary:.3g}" if boundary else "0"
     p = min(p_up, p_down)
     why = (
@@ -439,26 +407,21 @@ def diverged_decision(
         if verdict == INCONCLUSIVE
         else reason("ranks", side="above" if verdict == SUPPORTED else "below", boundary=b, p=f"{p:.3g}")
     )
-    res = _base(part, verdict, why, estimate=stat)
+    res = result(part, verdict, why, estimate=stat)
     res.scale = "ranks"
     res.evidence.append(
         f"{counts}; mean ranks " + ", ".join(f"{sum(r) / len(r):.3g}" for r in ranks) + f"; exact permutation "
         f"p {p_up:.3g} for, {p_down:.3g} against"
     )
     if verdict == INCONCLUSIVE:
-        n = next((n for n in range(max(a.n for a in arms), 51) if _least_p(n) <= alpha), None)
+        # the smallest one-sided p of an exact test of two arms of n seeds: 1/C(2n, n)
+        n = next((n for n in range(max(a.n for a in arms), 51) if 1.0 / math.comb(2 * n, n) <= alpha), None)
         if n is not None and n > min(a.n for a in arms):
             res.seeds_needed = n
             res.evidence.append(
                 f"a rank decision needs ≥ {n} seeds a side (the smallest exact p with fewer is above {alpha:g})"
             )
     return res
-
-
-def _least_p(n: int) -> float:
-    """The smallest one-sided p an exact permutation test of two arms of ``n`` seeds can give:
-    1/C(2n, n), the most extreme arrangement."""
-    return 1.0 / math.comb(2 * n, n)
 
 
 def rank_permutation(ranks: list[list[float]], weights: list[float], most: int = 20000) -> tuple[float, float, float]:
@@ -582,14 +545,7 @@ def _rank_seeds_for(arms: list[Arm], sd: float, effect: float, power: float = 0.
         z = rank_shift_needed(n - da, da, n - db, db, (1 - CONFIDENCE) / 2, power)
         return z * sd <= abs(effect)
 
-    lo = max(x.n for x in arms)
-    if not enough(most):
-        return None
-    hi = most  # the detectable shift shrinks with n: bisect for the first n that is enough
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if enough(mid) else (mid, hi)
-    return hi
+    return _first(enough, max(x.n for x in arms), most) if enough(most) else None
 
 
 def _diverged_result(
@@ -612,13 +568,14 @@ def _diverged_result(
 
 # -- the test types ---------------------------------------------------------------------------------
 def superiority(part: Part, ctx: Context) -> PartResult:
-    """Arm ``a`` better than ``b`` by more than ``margin`` (default 0) on ``metric``."""
-    a, b, (lo, d, hi), iv = _two(part, ctx)
-    m = _margin(part, b)
+    """Arm ``a`` better than ``b`` by more than ``margin`` (default 0) on ``metric``; within the noise, not
+    supported where the interval excludes a ``published_effect`` the seeds detect (an informative null)."""
+    a, b, m, iv = _two(part, ctx)
     if iv is None:
-        if (a.diverged or b.diverged) and a.n >= 2 and b.n >= 2:
+        if _ranked([a, b]):
             return _diverged_result(part, [a, b], [1.0, -1.0], m, m or None)
-        return _few_result(part, [a, b], d, m)
+        return _few_result(part, [a, b], m)
+    lo, d, hi = _oriented(iv, _hb(part))
     verdict = _decide(lo, hi, m)
     by = f" by more than {m:.3g}" if m else ""
     words = {
@@ -626,7 +583,7 @@ def superiority(part: Part, ctx: Context) -> PartResult:
         NOT_SUPPORTED: reason("not better", a=a.name, b=b.name, by=f" by {m:.3g}" if m else ""),
         INCONCLUSIVE: reason("within noise", boundary=f"{m:.3g}" if m else "0"),
     }
-    res = _base(part, verdict, words[verdict], estimate=d, lo=lo, hi=hi, confidence=iv.confidence, margin=m or None)
+    res = result(part, verdict, words[verdict], estimate=d, lo=lo, hi=hi, confidence=iv.confidence, margin=m or None)
     effect = part.published_effect
     boundary = m
     detectable = detectable_planned(iv.se, iv.df) if iv.se > 0 else 0.0
@@ -655,19 +612,19 @@ superiority.check = _needs("a", "b", "metric")
 def non_inferiority(part: Part, ctx: Context) -> PartResult:
     """Arm ``a`` not worse than ``b`` by more than ``margin`` (required): the interval's lower bound
     against −margin."""
-    a, b, (lo, d, hi), iv = _two(part, ctx)
-    m = _margin(part, b)
+    a, b, m, iv = _two(part, ctx)
     if iv is None:
-        if (a.diverged or b.diverged) and a.n >= 2 and b.n >= 2:
+        if _ranked([a, b]):
             return _diverged_result(part, [a, b], [1.0, -1.0], -m, m)
-        return _few_result(part, [a, b], d, m)
+        return _few_result(part, [a, b], m)
+    lo, d, hi = _oriented(iv, _hb(part))
     verdict = _decide(lo, hi, -m)
     words = {
         SUPPORTED: reason("non-inferior", a=a.name, b=b.name, worst=f"{-lo:.3g}", m=f"{m:.3g}"),
         NOT_SUPPORTED: reason("inferior", a=a.name, b=b.name, m=f"{m:.3g}"),
         INCONCLUSIVE: reason("straddles margin", m=f"{m:.3g}"),
     }
-    res = _base(part, verdict, words[verdict], estimate=d, lo=lo, hi=hi, confidence=iv.confidence, margin=m)
+    res = result(part, verdict, words[verdict], estimate=d, lo=lo, hi=hi, confidence=iv.confidence, margin=m)
     return finish(part, res, [a, b], [(1.0, a.jobs), (-1.0, b.jobs)], -m, (iv.se, iv.df))
 
 
@@ -686,10 +643,9 @@ non_inferiority.check = _needs(
 def equivalence(part: Part, ctx: Context) -> PartResult:
     """|a − b| < ``margin`` (required): two one-sided tests (the 90 % interval inside ±margin);
     not supported only when the 95 % interval lies entirely outside ±margin."""
-    a, b, (lo95, d, hi95), iv = _two(part, ctx)
-    m = _margin(part, b)
+    a, b, m, iv = _two(part, ctx)
     if iv is None:
-        if (a.diverged or b.diverged) and a.n >= 2 and b.n >= 2:
+        if _ranked([a, b]):
             # a diverged seed is worse than every finished one: its arm can be shown different, never equal
             res = diverged_decision(part, [a, b], [1.0, -1.0] if a.diverged else [-1.0, 1.0], m)
             if res.verdict == SUPPORTED:  # the arm without divergence is shown better by more than the margin
@@ -698,9 +654,10 @@ def equivalence(part: Part, ctx: Context) -> PartResult:
                 res.verdict = INCONCLUSIVE
             res.margin = m
             return finish(part, res, [a, b], None, None, None)
-        return _few_result(part, [a, b], d, m)
+        return _few_result(part, [a, b], m)
+    lo95, d, hi95 = _oriented(iv, _hb(part))
     iv90 = welch(a.values, b.values, 1 - 2 * (1 - CONFIDENCE))
-    lo, _, hi = _oriented(iv90.lo, iv90.delta, iv90.hi, _hb(part))
+    lo, _, hi = _oriented(iv90, _hb(part))
     if -m < lo and hi < m:
         verdict, why = SUPPORTED, reason("equivalent", lo=f"{lo:+.3g}", hi=f"{hi:+.3g}", m=f"{m:.3g}")
         boundary = m if d >= 0 else -m
@@ -711,7 +668,7 @@ def equivalence(part: Part, ctx: Context) -> PartResult:
     else:
         verdict, boundary = INCONCLUSIVE, m if d >= 0 else -m
         why = reason("straddles both", m=f"{m:.3g}")
-    res = _base(part, verdict, why, estimate=d, lo=lo, hi=hi, confidence=iv90.confidence, margin=m)
+    res = result(part, verdict, why, estimate=d, lo=lo, hi=hi, confidence=iv90.confidence, margin=m)
     res.evidence.append(f"95 % interval [{lo95:+.3g}, {hi95:+.3g}]")
     # two one-sided tests at 5 % each, both passing at a true difference of 0: the margin they need
     tost = {"alpha": 2 * (1 - CONFIDENCE), "power": 1 - (1 - 0.8) / 2}
@@ -733,19 +690,19 @@ def contrast_test(part: Part, ctx: Context) -> PartResult:
     arms = [_arm(ctx, part, "terms", dict(t.get("arm") or {}), t.get("name")) for t in raw]
     weights = [float(t.get("weight", 1.0)) for t in raw]
     m = part.margin.value if part.margin is not None else 0.0
-    if any(x.diverged for x in arms) and all(x.n >= 2 for x in arms):
+    if _ranked(arms):
         return _diverged_result(part, arms, weights, m, m or None)
     if any(len(x.values) < 2 for x in arms):
-        return _few_result(part, arms, math.nan, m)
+        return _few_result(part, arms, m)
     iv = contrast([x.values for x in arms], weights)
-    lo, d, hi = _oriented(iv.lo, iv.delta, iv.hi, _hb(part))
+    lo, d, hi = _oriented(iv, _hb(part))
     verdict = _decide(lo, hi, m)
     words = {
         SUPPORTED: reason("contrast above", boundary=f"{m:.3g}"),
         NOT_SUPPORTED: reason("contrast below", boundary=f"{m:.3g}"),
         INCONCLUSIVE: reason("within noise", boundary=f"{m:.3g}"),
     }
-    res = _base(part, verdict, words[verdict], estimate=d, lo=lo, hi=hi, confidence=iv.confidence, margin=m or None)
+    res = result(part, verdict, words[verdict], estimate=d, lo=lo, hi=hi, confidence=iv.confidence, margin=m or None)
     res.evidence.append("contrast: " + " ".join(f"{w:+g}·[{x.name}]" for w, x in zip(weights, arms, strict=True)))
     return finish(
         part, res, arms, [(w, x.jobs) for w, x in zip(weights, arms, strict=True)], m, (iv.se, iv.df), weights
@@ -861,29 +818,26 @@ def trend(part: Part, ctx: Context) -> PartResult:
         step = f"{fmt_value(hi_arm.name.split('=')[-1])} vs {fmt_value(lo_arm.name.split('=')[-1])}"
         step_names.append(f"{hi_arm.name} vs {lo_arm.name}")
         sub = replace(part, spec={**part.spec, "test": "superiority", "label": f"{part.label} {step}"})
-        if hi_arm.diverged or lo_arm.diverged:
-            if hi_arm.n >= 2 and lo_arm.n >= 2:
-                steps.append(_diverged_result(sub, [hi_arm, lo_arm], [1.0, -1.0], 0.0, None, k_steps))
-            else:
-                steps.append(_few_result(sub, [hi_arm, lo_arm], math.nan, 0.0))
+        if _ranked([hi_arm, lo_arm]):
+            steps.append(_diverged_result(sub, [hi_arm, lo_arm], [1.0, -1.0], 0.0, None, k_steps))
             continue
-        if len(lo_arm.values) < 2 or len(hi_arm.values) < 2:
-            steps.append(_few_result(sub, [hi_arm, lo_arm], math.nan, 0.0))
+        if hi_arm.diverged or lo_arm.diverged or len(lo_arm.values) < 2 or len(hi_arm.values) < 2:
+            steps.append(_few_result(sub, [hi_arm, lo_arm], 0.0))
             continue
         iv = welch(hi_arm.values, lo_arm.values)
-        lo, d, hi = _oriented(iv.lo, iv.delta, iv.hi, hb)
+        lo, d, hi = _oriented(iv, hb)
         v = _decide(lo, hi, 0.0)
         if v == NOT_SUPPORTED and k_steps > 1:
             # one refuted step refutes the trend: each step refutes at α / (number of steps) (Bonferroni)
             strict = welch(hi_arm.values, lo_arm.values, 1 - (1 - CONFIDENCE) / k_steps)
-            if _oriented(strict.lo, strict.delta, strict.hi, hb)[2] >= 0.0:
+            if _oriented(strict, hb)[2] >= 0.0:
                 v = INCONCLUSIVE
         words = {
             SUPPORTED: reason("better", a=hi_arm.name, b=lo_arm.name, by=""),
             NOT_SUPPORTED: reason("not better", a=hi_arm.name, b=lo_arm.name, by=""),
             INCONCLUSIVE: reason("within noise", boundary="0"),
         }
-        r = _base(sub, v, words[v], estimate=d, lo=lo, hi=hi, confidence=iv.confidence)
+        r = result(sub, v, words[v], estimate=d, lo=lo, hi=hi, confidence=iv.confidence)
         steps.append(
             finish(
                 sub,
@@ -911,7 +865,7 @@ def trend(part: Part, ctx: Context) -> PartResult:
     else:
         verdict = INCONCLUSIVE
         why = reason("steps open", steps="; ".join(named(s) for s in steps if s.verdict != SUPPORTED))
-    res = _base(part, verdict, why, estimate=worst.estimate, lo=worst.lo, hi=worst.hi, confidence=worst.confidence)
+    res = result(part, verdict, why, estimate=worst.estimate, lo=worst.lo, hi=worst.hi, confidence=worst.confidence)
     res.scale = worst.scale
     res.arms = arms
     res.detectable = max((s.detectable for s in steps if s.detectable is not None), default=None)
@@ -981,7 +935,7 @@ def _diminishing(part: Part, arms: list[Arm], values: list[Any], hb: bool) -> Pa
         pairs.append((i, iv, gains))
         strict.append(contrast([x.values for x in trio], w, 1 - (1 - CONFIDENCE) / max(1, len(arms) - 2)))
     if not pairs:
-        return _few_result(part, arms, math.nan, None)
+        return _few_result(part, arms, None)
     # support needs every pair; one pair refutes, each at α / (number of pairs) (Bonferroni)
     verdicts = [
         v if v != NOT_SUPPORTED or st.hi < 0.0 else INCONCLUSIVE
@@ -997,7 +951,7 @@ def _diminishing(part: Part, arms: list[Arm], values: list[Any], hb: bool) -> Pa
         where = ", ".join(n for n, v in zip(names, verdicts, strict=True) if v != SUPPORTED)
         verdict, why = INCONCLUSIVE, reason("gains open", where=where)
     worst = min(pairs, key=lambda p: p[1].lo)
-    res = _base(
+    res = result(
         part, verdict, why, estimate=worst[1].delta, lo=worst[1].lo, hi=worst[1].hi, confidence=worst[1].confidence
     )
     for n, (_, iv, gains), v in zip(names, pairs, verdicts, strict=True):
@@ -1010,15 +964,6 @@ def _diminishing(part: Part, arms: list[Arm], values: list[Any], hb: bool) -> Pa
     return finish(
         part, res, arms[worst[0] : worst[0] + 3], None, 0.0, (worst[1].se, worst[1].df), w, {"tests": len(pairs)}
     )
-
-
-def _need(part: Part, n: int) -> int:
-    need = part.get("need", "majority")
-    if need == "all":
-        return n
-    if need == "majority":
-        return n // 2 + 1
-    return int(need)
 
 
 def _reaches(v: float, level: float, hb: bool) -> bool:
@@ -1040,13 +985,10 @@ def threshold(part: Part, ctx: Context) -> PartResult:
     miss = part.get("expect") == "miss"
     word = "miss" if miss else "reach"
     rows, short, open_ = [], [], []
-    censored_total = 0
     for x in arms:
         reached = stopped = 0
-        n = len([j for j in x.jobs if j.finished or j.diverged])
+        n = len(x.jobs)  # an arm's jobs are its finished and diverged ones
         for j in x.jobs:
-            if not (j.finished or j.diverged):
-                continue
             v = job_value(j, str(part.metric)) if j.finished else None
             if v is not None and math.isfinite(v) and _reaches(v, level, hb):
                 reached += 1
@@ -1054,8 +996,8 @@ def threshold(part: Part, ctx: Context) -> PartResult:
                 stopped += 1  # censored at its stop: it might have reached the level with its budget
         ran_out = n - reached - stopped  # ran the whole budget without reaching the level
         count, could = (ran_out, ran_out + stopped) if miss else (reached, reached + stopped)
-        need = _need(part, n)
-        censored_total += stopped
+        spec = part.get("need", "majority")
+        need = n if spec == "all" else n // 2 + 1 if spec == "majority" else int(spec)
         rows.append(
             f"{x.name}: {reached} of {n} seeds reach {level:g}, {ran_out} ran the budget without, {stopped} "
             f"stopped early without (censored) ({word} needed in {need})"
@@ -1074,7 +1016,7 @@ def threshold(part: Part, ctx: Context) -> PartResult:
     else:
         verdict = SUPPORTED
         why = reason("count reached", word=word, level=f"{level:g}", need=part.get("need", "majority"))
-    res = _base(part, verdict, why)
+    res = result(part, verdict, why)
     if verdict == INCONCLUSIVE and open_:
         res.problems.append("censored")
     res.arms = arms
@@ -1172,16 +1114,14 @@ def _steps(part: Part, ctx: Context) -> PartResult:
         cells += [(-1.0, {**versus, axis: hi_v}), (1.0, {**versus, axis: lo_v})]
     got = [_cell(ctx, part, sel, level, hb) for _, sel in cells]
     names = [selector_text(sel) for _, sel in cells]
-    res = _base(part, INCONCLUSIVE, "")
+    res = result(part, INCONCLUSIVE, "")
     res.metric = f"log2(steps to {part.metric} {'≥' if hb else '≤'} {level:g})"
     res.arms = [Arm(n, [math.log2(max(s, 1.0)) for s, _ in g]) for n, g in zip(names, got, strict=True)]
-    res.evidence = [_steps_row(n, g, level) for n, g in zip(names, got, strict=True)]
-    if versus is None:
-        rows = []
-        for v in values:
-            g = _cell(ctx, part, {**at, axis: v}, level, hb)
-            rows.append(_steps_row(f"{axis}={fmt_value(v)}", g, level))
-        res.evidence = rows
+    res.evidence = (
+        [_steps_row(n, g, level) for n, g in zip(names, got, strict=True)]
+        if versus
+        else [_steps_row(f"{axis}={fmt_value(v)}", _cell(ctx, part, {**at, axis: v}, level, hb), level) for v in values]
+    )
     res.evidence.append(
         "a run that never reaches the level enters at its last step (≥: stopped on a plateau, diverged or at "
         "the budget), one that reaches it at its first validation at that step (≤): bounds, not measurements"
@@ -1195,19 +1135,11 @@ def _steps(part: Part, ctx: Context) -> PartResult:
     res.detectable = detectable_planned(iv.se, iv.df) if iv.se > 0 else 0.0
     # a lower bound (censored) pushes the estimate down where its weight is positive; an upper bound
     # (reached at the first validation) pushes it up there
-    push_down = sum(
-        (how == CENSORED and w > 0) or (how == AT_FIRST and w < 0)
-        for (w, _), g in zip(cells, got, strict=True)
-        for _, how in g
-    )
-    push_up = sum(
-        (how == CENSORED and w < 0) or (how == AT_FIRST and w > 0)
-        for (w, _), g in zip(cells, got, strict=True)
-        for _, how in g
-    )
-    lower_ok, upper_ok = push_up == 0, push_down == 0
-    n_left = sum(how == AT_FIRST for g in got for _, how in g)
-    n_right = sum(how == CENSORED for g in got for _, how in g)
+    hows = [(w, how) for (w, _), g in zip(cells, got, strict=True) for _, how in g]
+    lower_ok = not any((how == CENSORED and w < 0) or (how == AT_FIRST and w > 0) for w, how in hows)
+    upper_ok = not any((how == CENSORED and w > 0) or (how == AT_FIRST and w < 0) for w, how in hows)
+    n_left = sum(how == AT_FIRST for _, how in hows)
+    n_right = sum(how == CENSORED for _, how in hows)
     factor = float(part.get("factor", 2.0))
     g = math.log2(factor)
     what = "the growth of steps" + (f" minus its growth at {selector_text(versus)}" if versus else "")
@@ -1219,22 +1151,18 @@ def _steps(part: Part, ctx: Context) -> PartResult:
         f" ({n_right} run(s) never reaching it and {n_left} reaching it at the first validation leave the "
         "deciding bound unknown)"
     )
-    if part.get("expect", "grows") == "grows":
-        if iv.lo > g and lower_ok:
-            res.verdict, res.reason = SUPPORTED, reason("growth more", growth=growth, factor=f"{factor:g}")
-        elif iv.hi <= g and upper_ok:
-            res.verdict, res.reason = NOT_SUPPORTED, reason("growth at most", growth=growth, factor=f"{factor:g}")
-        else:
-            unknown = bounds_words if (iv.lo > g and not lower_ok) or (iv.hi <= g and not upper_ok) else ""
-            res.reason = reason("growth open", growth=growth, side="beyond", factor=f"{factor:g}", censored=unknown)
+    more = (iv.lo > g and lower_ok, reason("growth more", growth=growth, factor=f"{factor:g}"))
+    at_most = (iv.hi <= g and upper_ok, reason("growth at most", growth=growth, factor=f"{factor:g}"))
+    grows = part.get("expect", "grows") == "grows"  # supported when the growth is shown as expected
+    first, second = (more, at_most) if grows else (at_most, more)
+    if first[0]:
+        res.verdict, res.reason = SUPPORTED, first[1]
+    elif second[0]:
+        res.verdict, res.reason = NOT_SUPPORTED, second[1]
     else:
-        if iv.hi <= g and upper_ok:
-            res.verdict, res.reason = SUPPORTED, reason("growth at most", growth=growth, factor=f"{factor:g}")
-        elif iv.lo > g and lower_ok:
-            res.verdict, res.reason = NOT_SUPPORTED, reason("growth more", growth=growth, factor=f"{factor:g}")
-        else:
-            unknown = bounds_words if (iv.hi <= g and not upper_ok) or (iv.lo > g and not lower_ok) else ""
-            res.reason = reason("growth open", growth=growth, side="within", factor=f"{factor:g}", censored=unknown)
+        unknown = bounds_words if (iv.lo > g and not lower_ok) or (iv.hi <= g and not upper_ok) else ""
+        side = "beyond" if grows else "within"
+        res.reason = reason("growth open", growth=growth, side=side, factor=f"{factor:g}", censored=unknown)
     if n_left or n_right:
         res.problems += ["censored"] if res.verdict == INCONCLUSIVE and (not lower_ok or not upper_ok) else []
     sd = _pooled_sd(res.arms)
@@ -1287,7 +1215,7 @@ def quantity(part: Part, ctx: Context) -> PartResult:
                 worst=f"{worst[0]} {worst[1]:+.3g}",
             )
         )
-    res = _base(part, verdict, why, estimate=found[0][1])
+    res = result(part, verdict, why, estimate=found[0][1])
     res.evidence = rows + ["a measured or counted number: no seeds, no interval"]
     return res
 
@@ -1295,13 +1223,8 @@ def quantity(part: Part, ctx: Context) -> PartResult:
 quantity.check = _needs("measure")
 
 
-NAMES = tuple(
-    sorted(
-        getattr(f, "__name__", n)
-        for n, f in vars(sys.modules[__name__]).items()
-        if inspect.isfunction(f) and hasattr(f, "check")
-    )
-)
+BUILTIN = {f.__name__: f for f in vars(sys.modules[__name__]).values() if inspect.isfunction(f) and hasattr(f, "check")}
+NAMES = tuple(sorted(BUILTIN))
 """The built-in test types by name."""
 
 
@@ -1314,7 +1237,4 @@ def test_type(name: str) -> Callable | None:
         except Exception:  # noqa: BLE001 - an unimportable path is an unknown test type
             return None
         return fn if callable(fn) else None
-    for n, f in vars(sys.modules[__name__]).items():
-        if inspect.isfunction(f) and hasattr(f, "check") and getattr(f, "__name__", n) == name:
-            return f
-    return None
+    return BUILTIN.get(name)
