@@ -121,19 +121,11 @@ def make_config(args: argparse.Namespace) -> BenchConfig:
     ):
         if value is not None and value < low:
             raise UsageError(f"{flag}={value}: must be >= {low}")
-    over = {"seed": args.seed}
-    if args.repeats:
-        over["repeats"] = args.repeats
-    if args.threads:
-        over["threads"] = args.threads
-    if args.warmup is not None:
-        over["warmup"] = args.warmup
+    over = {k: getattr(args, k) for k in ("repeats", "threads", "warmup", "ddp_steps", "ddp_skip")}
+    over = {k: v for k, v in over.items() if v is not None}  # given: range-checked above
+    over["seed"] = args.seed
     if args.ddp_devices:
         over["ddp_devices"] = [int(x) for x in args.ddp_devices.split(",") if x]
-    if args.ddp_steps:
-        over["ddp_steps"] = args.ddp_steps
-    if args.ddp_skip is not None:
-        over["ddp_skip"] = args.ddp_skip
     if args.run_override:
         over["run_overrides"] = [*cfg.run_overrides, *args.run_override]
     return replace(cfg, **over)
@@ -242,14 +234,9 @@ def evaluate_targets(sections: dict) -> list[dict]:
     rows = []
     for (sec, key), (desc, op, thr) in TARGETS.items():
         s = sections.get(sec)
-        if s is None:
+        if s is None or s.get("status") != "ok":
             continue
-        if s.get("status") != "ok":
-            continue
-        if sec == "padding":
-            val = (s.get("token_budget") or {}).get(key)
-        else:
-            val = s.get(key)
+        val = (s.get("token_budget") or {}).get(key) if sec == "padding" else s.get(key)
         met = None if val is None else (val >= thr if op == ">=" else val <= thr)
         rows.append(
             {"section": sec, "metric": key, "description": desc, "value": val, "target": f"{op} {thr:g}", "met": met}

@@ -78,8 +78,14 @@ def _cuda_peak_bytes(fn) -> int:
     return torch.cuda.max_memory_allocated() - base
 
 
-def _autocast(device: str):
-    return torch.autocast("cuda", dtype=torch.bfloat16, enabled=torch.device(device).type == "cuda")
+def _call(fn, x: torch.Tensor, bf16: bool = False):
+    """A no-argument ``fn(x)`` under ``no_grad`` (and CUDA bf16 autocast when ``bf16``), to time."""
+
+    def run():
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+            return fn(x)
+
+    return run
 
 
 PATHS = ("explicit", "sdpa", "linear", "linear_causal")
@@ -95,20 +101,9 @@ def _layers(d: int, h: int, device: str) -> dict:
 
 
 def _paths(layers: dict, x: torch.Tensor, device: str) -> dict:
-    def call(fn):
-        def run():
-            with torch.no_grad(), _autocast(device):
-                return fn(x)
-
-        return run
-
-    mha = layers["mha"]
-    return {
-        "explicit": call(lambda t: explicit_forward(mha, t)),
-        "sdpa": call(mha),
-        "linear": call(layers["linear"]),
-        "linear_causal": call(layers["linear_causal"]),
-    }
+    bf16 = torch.device(device).type == "cuda"
+    fns = {"explicit": lambda t: explicit_forward(layers["mha"], t), "sdpa": layers["mha"]}
+    return {p: _call(fns[p] if p in fns else layers[p], x, bf16) for p in PATHS}
 
 
 GLIBC_TUNABLES = "glibc.malloc.mmap_threshold=65536:glibc.malloc.trim_threshold=0"
@@ -274,27 +269,14 @@ def run_recurrence(cfg: BenchConfig) -> dict:
     causal = dict(d_model=d, n_heads=h, d_head=d // h, dropout=0.0, scale=True, pattern=CausalAttention())
     lstm = LSTMMixer().self_attention(**causal, pos_embeddings=None).to(dev).eval()  # the model's own layers
     conv = ConvMixer().self_attention(**causal, pos_embeddings=None).to(dev).eval()
-    att_ms, lstm_ms, conv_ms = [], [], []
+    mods = {"attention": mha, "lstm": lstm, "conv": conv}
+    ms: dict[str, list[float]] = {k: [] for k in mods}
     for n in cfg.rec_ns:
         x = torch.randn(b, n, d, device=dev)
-
-        # both closures are timed and dropped within this iteration, so the late binding of `x` is harmless
-        def attn():
-            with torch.no_grad():
-                return mha(x)  # noqa: B023
-
-        def rec():
-            with torch.no_grad():
-                return lstm(x)  # noqa: B023
-
-        def cnv():
-            with torch.no_grad():
-                return conv(x)  # noqa: B023
-
-        times = _adaptive_repeats({"attention": attn, "lstm": rec, "conv": cnv}, cfg.rec_repeats, dev)
-        att_ms.append(median(times["attention"]) * 1e3)
-        lstm_ms.append(median(times["lstm"]) * 1e3)
-        conv_ms.append(median(times["conv"]) * 1e3)
+        times = _adaptive_repeats({k: _call(m, x) for k, m in mods.items()}, cfg.rec_repeats, dev)
+        for k in mods:
+            ms[k].append(median(times[k]) * 1e3)
+    att_ms, lstm_ms, conv_ms = ms["attention"], ms["lstm"], ms["conv"]
     ratio = [a / r for a, r in zip(att_ms, lstm_ms, strict=True)]
     cross = _crossover(cfg.rec_ns, ratio)
     note = None

@@ -103,27 +103,23 @@ def run(cfg: BenchConfig) -> dict:
     g = torch.Generator().manual_seed(cfg.seed)
     batch = {"tgt": torch.randint(0, vocab, (B, T + 1), generator=g).to(dev)}
 
-    def ours_step():
-        logits, labels = ours.logits_and_labels(batch, NO_TOKEN, NO_TOKEN)
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=NO_TOKEN)
-        ours_opt.zero_grad(set_to_none=True)
+    def step(model: nn.Module, opt, logits: Tensor, labels: Tensor, **ce) -> None:
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), **ce)
+        opt.zero_grad(set_to_none=True)
         loss.backward()
         if clip:
-            torch.nn.utils.clip_grad_norm_(ours.parameters(), clip)
-        ours_opt.step()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
 
-    def ref_step():
-        ids = batch["tgt"]
-        logits = ref(ids[:, :-1])
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten())
-        ref_opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if clip:
-            torch.nn.utils.clip_grad_norm_(ref.parameters(), clip)
-        ref_opt.step()
-
+    ids = batch["tgt"]
+    steps = {
+        "xformer": lambda: step(
+            ours, ours_opt, *ours.logits_and_labels(batch, NO_TOKEN, NO_TOKEN), ignore_index=NO_TOKEN
+        ),
+        "plain": lambda: step(ref, ref_opt, ref(ids[:, :-1]), ids[:, 1:]),
+    }
     repeats = 3 * cfg.repeats  # a step is short: more repeats than the other rows for a steady median
-    ts = interleaved({"xformer": ours_step, "plain": ref_step}, max(cfg.warmup, 3), repeats, dev)
+    ts = interleaved(steps, max(cfg.warmup, 3), repeats, dev)
     tokens = B * T
     res = {
         name: {

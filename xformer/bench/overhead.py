@@ -38,7 +38,7 @@ from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
 from .config import BenchConfig
-from .timing import median
+from .timing import median, sync
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -59,12 +59,12 @@ class StepTimer(Callback):
 
     @override
     def on_train_start(self, trainer, pl_module) -> None:
-        _sync(pl_module.device)
+        sync(pl_module.device)
         self.t_fit_start = time.perf_counter()
 
     @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        _sync(pl_module.device)
+        sync(pl_module.device)
         self.times.append(time.perf_counter())
         self.tokens.append(batch_tokens(batch, pl_module.pad_id))
 
@@ -80,11 +80,6 @@ class StepTimer(Callback):
                     {"times": self.times, "tokens": tokens, "world_size": world, "t_fit_start": self.t_fit_start}
                 )
             )
-
-
-def _sync(device) -> None:
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize()
 
 
 def batch_tokens(batch: dict, pad: int) -> int:
@@ -243,7 +238,7 @@ def bare_loop(overrides: list[str], device: str) -> dict:
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()
         sched.step()
-        _sync(device)
+        sync(device)
         times.append(time.perf_counter())
         tokens.append(batch_tokens(batch, pad))
     return {"times": times, "tokens": tokens}
@@ -275,9 +270,7 @@ def _child_env() -> dict:
 
 def data_root_default() -> Path | None:
     """Multi30k raw files: ``$XFORMER_DATA/multi30k`` or ``../shared/data/multi30k`` beside the repo."""
-    cands = []
-    if os.environ.get("XFORMER_DATA"):
-        cands.append(Path(os.environ["XFORMER_DATA"]) / "multi30k")
+    cands = [Path(os.environ["XFORMER_DATA"]) / "multi30k"] if os.environ.get("XFORMER_DATA") else []
     cands.append(REPO.parent / "shared" / "data" / "multi30k")
     for c in cands:
         if (c / "train.de.gz").is_file() or (c / "train.de").is_file():
@@ -298,18 +291,12 @@ def run(cfg: BenchConfig, data_root: Path | None = None) -> dict:
             order = ("bare", "run") if r % 2 == 0 else ("run", "bare")
             recs = {}
             for who in order:
-                if who == "bare":
-                    recs[who] = bare_py(overrides, cfg.device, Path(tmp) / f"bare{r}")
-                else:
-                    recs[who] = run_py(overrides, Path(tmp) / f"run{r}")
+                work = Path(tmp) / f"{who}{r}"
+                recs[who] = bare_py(overrides, cfg.device, work) if who == "bare" else run_py(overrides, work)
             bare, rec = recs["bare"], recs["run"]
-            b = steady_state(bare["times"], bare["tokens"], cfg.overhead_skip)
-            b["wall_s"] = bare["wall_s"]
-            bares.append(b)
+            bares.append({**steady_state(bare["times"], bare["tokens"], cfg.overhead_skip), "wall_s": bare["wall_s"]})
             s = steady_state(rec["times"], rec["tokens"], cfg.overhead_skip)
-            s["wall_s"] = rec["wall_s"]
-            s["same_batches"] = rec["tokens"] == bare["tokens"]
-            runs.append(s)
+            runs.append({**s, "wall_s": rec["wall_s"], "same_batches": rec["tokens"] == bare["tokens"]})
     run_tps = median([r["tokens_per_s"] for r in runs])
     bare_tps = median([b["tokens_per_s"] for b in bares])
     ratio = run_tps / bare_tps
