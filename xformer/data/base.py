@@ -201,6 +201,7 @@ class XformerDataModule(L.LightningDataModule):
 
     task: str = "seq2seq"
     metrics: list[str] = []
+    sep_id: int | None = None  # prompt-LM data: the separator before the answer (see detokenize)
 
     def __init__(
         self,
@@ -259,11 +260,14 @@ class XformerDataModule(L.LightningDataModule):
     def detokenize(self, ids: Iterable[int] | torch.Tensor) -> str:
         """Target-side ids to a string comparable to ``tgt_text``.
 
-        Stops at the first EOS (a leading BOS is skipped), drops special ids, decodes.
-        ``ids`` may be a list or a 1-D tensor.
+        With a ``sep_id``, keeps only what follows the last ``<sep>`` (so both a full prompt-LM ``tgt``
+        row and a generated continuation give the answer). Stops at the first EOS (a leading BOS is
+        skipped), drops special ids, decodes. ``ids`` may be a list or a 1-D tensor.
         """
         self._require_setup()
         ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+        if self.sep_id is not None and self.sep_id in ids:
+            ids = ids[len(ids) - ids[::-1].index(self.sep_id) :]
         return self.tokenizer.decode(_until_eos(ids))
 
     # ---- loaders ---------------------------------------------------------------------------

@@ -19,13 +19,11 @@ the number of answers per step fixed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 
 import numpy as np
-import torch
 
 from xformer.config_types import NonNegative, Positive
-from xformer.data.base import PromptLMDataset, XformerDataModule, _until_eos
+from xformer.data.base import PromptLMDataset, XformerDataModule
 from xformer.data.synthetic import SEP, SYMBOLS
 from xformer.data.tokenizers import CharTokenizer
 
@@ -98,11 +96,3 @@ class DistanceRecallDataModule(XformerDataModule):
         self.train_set, self.val_set = sets["train"], sets["val"]
         self.test_sets = {"test": sets["test"]}
         log.info("recall at distance %d: %s", self.distance, {k: len(v) for k, v in sets.items()})
-
-    def detokenize(self, ids: Iterable[int] | torch.Tensor) -> str:
-        """The answer of a row of target-side ids: what follows the last ``<sep>``, up to EOS."""
-        self._require_setup()
-        ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
-        if self.sep_id in ids:
-            ids = ids[len(ids) - ids[::-1].index(self.sep_id) :]
-        return self.tokenizer.decode(_until_eos(ids))

@@ -6,13 +6,11 @@ Train and validate on short sequences, test on in-range, 2x and 4x longer ones.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 
 import numpy as np
-import torch
 
 from xformer.config_types import NonNegative, Positive
-from xformer.data.base import PromptLMDataset, Seq2SeqDataset, XformerDataModule, _until_eos
+from xformer.data.base import PromptLMDataset, Seq2SeqDataset, XformerDataModule
 from xformer.data.tokenizers import CharTokenizer
 
 log = logging.getLogger(__name__)
@@ -189,15 +187,3 @@ class SyntheticDataModule(XformerDataModule):
         self.train_set, self.val_set = sets["train"], sets["val"]
         self.test_sets = {k: sets[k] for k in ("1x", "2x", "4x")}
         log.info("synthetic %s (%s): %s", self.task_name, self.form, {k: len(v) for k, v in sets.items()})
-
-    def detokenize(self, ids: Iterable[int] | torch.Tensor) -> str:
-        """Answer string of target-side ids, comparable to ``tgt_text``.
-
-        Keeps only what follows the last ``<sep>`` (so both a full LM ``tgt`` row and a generated
-        continuation work), stops at the first EOS after it, drops specials.
-        """
-        self._require_setup()
-        ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
-        if self.sep_id in ids:
-            ids = ids[len(ids) - ids[::-1].index(self.sep_id) :]
-        return self.tokenizer.decode(_until_eos(ids))
