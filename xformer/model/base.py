@@ -64,10 +64,6 @@ def resolve_sizes(
     return d_head, d_ff
 
 
-def _factory(obj, default):
-    return default if obj is None else obj
-
-
 def _accepts(fn: Callable, name: str) -> bool:
     """Whether ``fn`` takes a keyword ``name`` (or ``**kwargs``); ``False`` when it has no signature."""
     import inspect
@@ -220,31 +216,8 @@ class ModelBase(nn.Module):
         d_qk: Annotated[int, Range(ge=1)] | None = None,
     ) -> None:
         super().__init__()
-        kwargs = dict(
-            src_vocab_size=src_vocab_size,
-            tgt_vocab_size=tgt_vocab_size,
-            d_model=d_model,
-            n_heads=n_heads,
-            d_head=d_head,
-            ffn_ratio=ffn_ratio,
-            d_ff=d_ff,
-            n_encoder_layers=n_encoder_layers,
-            n_decoder_layers=n_decoder_layers,
-            dropout=dropout,
-            tie_embeddings=tie_embeddings,
-            max_len=max_len,
-            attn_scale=attn_scale,
-            pad_id=pad_id,
-            attention=attention,
-            norm=norm,
-            pe=pe,
-            ffn=ffn,
-            bias=bias,
-            init=init,
-            mixer=mixer,
-            n_kv_heads=n_kv_heads,
-            d_qk=d_qk,
-        )
+        # the arguments but the budget's own, to build candidate models with (first: locals() grows)
+        kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__", "param_budget", "budget_solves")}
         if param_budget:
             d_model, d_ff = self._solve_budget(kwargs, int(param_budget), budget_solves)
         self.d_head, self.d_ff = resolve_sizes(d_model, n_heads, d_head, ffn_ratio, d_ff)
@@ -261,7 +234,7 @@ class ModelBase(nn.Module):
         #: factor on the token embeddings before positions are added (§3.4: √d_model)
         self.embed_scale = float(self.init_scheme.embed_scale(d_model))
         self.src_vocab_size, self.tgt_vocab_size = src_vocab_size, tgt_vocab_size
-        pattern = _factory(attention, FullAttention)
+        pattern = FullAttention if attention is None else attention
         if not isinstance(pattern, AttentionPattern) and callable(pattern):
             pattern = pattern()
         self.pattern: AttentionPattern = pattern
@@ -270,10 +243,10 @@ class ModelBase(nn.Module):
                 f"model.attention: {_name(self.pattern)} is not an xformer.model.AttentionPattern; "
                 "subclass it and implement blocked(q_pos, k_pos)"
             )
-        self.residual = _factory(norm, PostNorm)
-        self.pe_factory = _factory(pe, Sinusoidal)
-        self.ffn_factory = _factory(ffn, ReLUFFN)
-        self.mixer: Mixer = _factory(mixer, MultiHeadMixer())
+        self.residual = PostNorm if norm is None else norm
+        self.pe_factory = Sinusoidal if pe is None else pe
+        self.ffn_factory = ReLUFFN if ffn is None else ffn
+        self.mixer: Mixer = MultiHeadMixer() if mixer is None else mixer
         if not isinstance(self.mixer, Mixer):
             raise ConfigError(
                 f"model.mixer: {_name(self.mixer)} is not an xformer.model.Mixer; subclass it and "
@@ -327,9 +300,11 @@ class ModelBase(nn.Module):
         )
         return cls(**parts, residual=self.residual, d_model=self.d_model, dropout=self.dropout_p, bias=self.bias)
 
-    def _stack(self, cls: type, n: int, pattern: AttentionPattern, causal: bool, name: str) -> Stack:
-        """A stack of ``n`` blocks of ``cls``; ``name`` (``"encoder"`` or ``"decoder"``) decides
-        whether it uses the configured mixer (``model.mixer.stacks``) or multi-head attention."""
+    def _stack(self, cls: type, n: int, name: str, causal: bool) -> Stack:
+        """A stack of ``n`` blocks of ``cls`` with its pattern from :meth:`stack_patterns`; ``name``
+        (``"encoder"`` or ``"decoder"``) also decides whether it uses the configured mixer
+        (``model.mixer.stacks``) or multi-head attention."""
+        pattern = self.stack_patterns(self.pattern)[name]
         try:
             pe = self.pe_factory(  # a relative scheme acts on queries and keys: their width d_k
                 d_model=self.d_model, n_heads=self.n_heads, d_head=self.d_qk, max_len=self.max_len, causal=causal
@@ -358,10 +333,14 @@ class ModelBase(nn.Module):
         nn.init.normal_(emb.weight, std=self.d_model**-0.5)
         return emb
 
-    def _init_linear(self) -> None:
-        """Initialise the built model with its scheme (``model/init``; default Xavier-uniform for every
-        projection matrix and zero biases, as ``torch.nn.Transformer``)."""
+    def _head(self, vocab: int, tie: nn.Embedding | None, bias: bool = False) -> None:
+        """The output layer ``D -> vocab``, then the init scheme over the built model (``model/init``;
+        default Xavier-uniform for every projection matrix and zero biases, as ``torch.nn.Transformer``);
+        the layer then shares ``tie``'s weight when given."""
+        self.head = nn.Linear(self.d_model, vocab, bias=bias)
         self.init_scheme(self)
+        if tie is not None:
+            self.head.weight = tie.weight
 
     def _embed(self, emb: nn.Embedding, stack: Stack, ids: Tensor, start: int = 0) -> Tensor:
         """Token ids ``(B, T)`` → ``Dropout(E[ids]·s + PE)`` ``(B, T, D)`` with ``s`` the init scheme's

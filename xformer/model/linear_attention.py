@@ -47,26 +47,6 @@ def elu_feature_map(x: Tensor) -> Tensor:
     return F.elu(x) + 1.0
 
 
-def linear_attention(
-    q: Tensor, k: Tensor, v: Tensor, q_num: Tensor | None = None, k_num: Tensor | None = None, eps: float = EPS
-) -> Tensor:
-    """Non-causal linear attention over already-mapped features (every query sees every key).
-
-    Args:
-        q, k: ``ϕ(Q)`` ``(B, H, Tq, d)`` and ``ϕ(K)`` ``(B, H, Tk, d)`` (padding keys zeroed).
-        v: ``(B, H, Tk, d_v)``.
-        q_num, k_num: the features used in the numerator (RoPE-rotated ones); default ``q``, ``k``.
-
-    Returns:
-        ``(B, H, Tq, d_v)``: ``q_num (k_numᵀ v) / (q · Σ_j k_j + eps)``.
-    """
-    q_num = q if q_num is None else q_num
-    k_num = k if k_num is None else k_num
-    num = q_num @ (k_num.transpose(-2, -1) @ v)
-    den = q @ k.sum(-2)[..., None]  # (B, H, Tq, 1)
-    return num / (den + eps)
-
-
 def causal_linear_attention(
     q: Tensor,
     k: Tensor,
@@ -84,7 +64,8 @@ def causal_linear_attention(
     earlier chunks, so the cost is ``O(T·(C·d + d²))``.
 
     Args:
-        q, k, v, q_num, k_num: as :func:`linear_attention` (``Tq = Tk = T``).
+        q, k: ``ϕ(Q)``, ``ϕ(K)`` ``(B, H, T, d)`` (padding keys zeroed); ``v``: ``(B, H, T, d_v)``.
+        q_num, k_num: the features used in the numerator (RoPE-rotated ones); default ``q``, ``k``.
         state: ``(S, z)`` of earlier positions, ``S`` = ``Σ k_num_j v_jᵀ`` ``(B, H, d, d_v)`` and
             ``z`` = ``Σ k_j`` ``(B, H, d)``; ``None`` = no earlier positions.
 

@@ -5,7 +5,7 @@ on the shared construction of :class:`.base.ModelBase`.
 
 from __future__ import annotations
 
-from torch import Tensor, nn
+from torch import Tensor
 from typing_extensions import override
 
 from .attention import AttentionPattern, CausalAttention
@@ -38,15 +38,9 @@ class EncoderDecoder(ModelBase):
         tie = kwargs.get("tie_embeddings", True)
         self.tgt_embed = self._embedding(tgt_vocab_size)
         self.src_embed = self.tgt_embed if tie and src_vocab_size == tgt_vocab_size else self._embedding(src_vocab_size)
-        patterns = self.stack_patterns(self.pattern)
-        self.encoder = self._stack(
-            EncoderLayer, n_enc, patterns["encoder"], causal=self.pattern.is_causal, name="encoder"
-        )
-        self.decoder = self._stack(DecoderLayer, n_dec, patterns["decoder"], causal=True, name="decoder")
-        self.head = nn.Linear(self.d_model, tgt_vocab_size, bias=False)
-        self._init_linear()
-        if tie:
-            self.head.weight = self.tgt_embed.weight
+        self.encoder = self._stack(EncoderLayer, n_enc, "encoder", causal=self.pattern.is_causal)
+        self.decoder = self._stack(DecoderLayer, n_dec, "decoder", causal=True)
+        self._head(tgt_vocab_size, self.tgt_embed if tie else None)
 
     def encode(self, src: Tensor, src_key_padding_mask: Tensor | None = None) -> Tensor:
         """Encode source ids ``(B, S)`` to memory ``(B, S, D)``."""
@@ -148,13 +142,8 @@ class DecoderOnly(ModelBase):
         if n_dec < 1:
             raise ConfigError("model.n_decoder_layers: a decoder-only model needs >= 1 layer")
         self.tgt_embed = self._embedding(tgt_vocab_size)
-        self.decoder = self._stack(
-            EncoderLayer, n_dec, self.stack_patterns(self.pattern)["decoder"], causal=True, name="decoder"
-        )
-        self.head = nn.Linear(self.d_model, tgt_vocab_size, bias=False)
-        self._init_linear()
-        if kwargs.get("tie_embeddings", True):
-            self.head.weight = self.tgt_embed.weight
+        self.decoder = self._stack(EncoderLayer, n_dec, "decoder", causal=True)
+        self._head(tgt_vocab_size, self.tgt_embed if kwargs.get("tie_embeddings", True) else None)
 
     def new_cache(self, capacity: int | None = None) -> StackCache:
         """Empty caches for incremental :meth:`forward`, with room for ``capacity`` positions
@@ -251,17 +240,9 @@ class EncoderOnly(ModelBase):
         if n_enc < 1:
             raise ConfigError("model.n_encoder_layers: an encoder-only model needs >= 1 layer")
         self.src_embed = self._embedding(src_vocab_size)
-        self.encoder = self._stack(
-            EncoderLayer,
-            n_enc,
-            self.stack_patterns(self.pattern)["encoder"],
-            causal=self.pattern.is_causal,
-            name="encoder",
-        )
-        self.head = nn.Linear(self.d_model, tgt_vocab_size, bias=self.bias)
-        self._init_linear()
-        if kwargs.get("tie_embeddings", True) and src_vocab_size == tgt_vocab_size:
-            self.head.weight = self.src_embed.weight
+        self.encoder = self._stack(EncoderLayer, n_enc, "encoder", causal=self.pattern.is_causal)
+        tie = kwargs.get("tie_embeddings", True) and src_vocab_size == tgt_vocab_size
+        self._head(tgt_vocab_size, self.src_embed if tie else None, bias=self.bias)
 
     def forward(self, src: Tensor, src_key_padding_mask: Tensor | None = None) -> Tensor:
         """Per-token logits ``(B, S, n_classes)``."""
