@@ -23,7 +23,7 @@ from .dropout import Dropout
 from .ffn import ReLUFFN
 from .hooks import overrides
 from .init import InitScheme, Xavier
-from .layers import DecoderLayer, Stack, no_bias
+from .layers import DecoderLayer, Stack, accepts, no_bias
 from .mixer import Mixer, MultiHeadMixer
 from .norm import PostNorm, Residual
 from .positional import HOOKS as POSITIONAL_HOOKS
@@ -62,17 +62,6 @@ def resolve_sizes(
     elif d_ff < 1:
         raise ConfigError(f"model.d_ff={d_ff}: must be a positive integer (or null for ffn_ratio*d_model)")
     return d_head, d_ff
-
-
-def _accepts(fn: Callable, name: str) -> bool:
-    """Whether ``fn`` takes a keyword ``name`` (or ``**kwargs``); ``False`` when it has no signature."""
-    import inspect
-
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 def _name(obj) -> str:
@@ -280,10 +269,10 @@ class ModelBase(nn.Module):
             bias=self.bias,
             n_kv_heads=n_kv_heads,
         )
-        depth = {"layer": layer} if _accepts(mixer.self_attention, "layer") else {}
+        depth = {"layer": layer} if accepts(mixer.self_attention, "layer") else {}
         qk = {}
         if self._qk_set:
-            if not _accepts(mixer.self_attention, "d_qk"):
+            if not accepts(mixer.self_attention, "d_qk"):
                 raise ConfigError(
                     f"model.d_qk={self.d_qk}: {type(mixer).__name__} has no separate query/key width. "
                     "Fix: model.d_qk=null, or a softmax-attention mixer (model/mixer=mha or gqa)"

@@ -75,21 +75,29 @@ class RecurrentState:
         capacity: not used (the state has a fixed size); accepted so every cache is made alike.
     """
 
+    batch_dim = 1  # of the state's tensors
+
     def __init__(self, capacity: int | None = None) -> None:  # noqa: ARG002 - uniform cache constructor
         self.size = 0
-        self.state: tuple[Tensor, ...] | None = None
+        self.state: tuple[Tensor, ...] | Tensor | None = None
 
-    def update(self, state: tuple[Tensor, ...], n_new: int) -> None:
+    def update(self, state: tuple[Tensor, ...] | Tensor, n_new: int) -> None:
         """Replace the state by ``state`` after ``n_new`` more positions."""
         self.state, self.size = state, self.size + n_new
 
     def reorder(self, index: Tensor) -> None:
-        """Keep batch rows ``index`` ``(B',)`` (beam search); ``state`` tensors hold the batch at dim
-        ``batch_dim``."""
-        if self.state is not None:
+        """Keep batch rows ``index`` ``(B',)`` (beam search)."""
+        if isinstance(self.state, Tensor):
+            self.state = self.state.index_select(self.batch_dim, index)
+        elif self.state is not None:
             self.state = tuple(t.index_select(self.batch_dim, index) for t in self.state)
 
-    batch_dim = 1
+
+class ConvState(RecurrentState):
+    """Decoding state of one causal convolution: its last ``context`` inputs ``(B, D, context)``
+    (zeros before the first position) and :attr:`size`, the positions consumed."""
+
+    batch_dim = 0
 
 
 class RecurrentMixing(nn.Module):
@@ -171,30 +179,6 @@ class RecurrentMixing(nn.Module):
         if real is not None:
             out = out * real.to(out.dtype)
         return out
-
-
-class ConvState:
-    """Decoding state of one causal convolution: its last ``context`` inputs ``(B, D, context)``
-    (zeros before the first position) and :attr:`size`, the positions consumed.
-
-    Args:
-        capacity: not used (the state has a fixed size); accepted so every cache is made alike.
-    """
-
-    batch_dim = 0
-
-    def __init__(self, capacity: int | None = None) -> None:  # noqa: ARG002 - uniform cache constructor
-        self.size = 0
-        self.state: Tensor | None = None
-
-    def update(self, state: Tensor, n_new: int) -> None:
-        """Keep ``state`` as the last inputs after ``n_new`` more positions."""
-        self.state, self.size = state, self.size + n_new
-
-    def reorder(self, index: Tensor) -> None:
-        """Keep batch rows ``index`` ``(B',)`` (beam search)."""
-        if self.state is not None:
-            self.state = self.state.index_select(0, index)
 
 
 class ConvMixing(nn.Module):
