@@ -65,8 +65,7 @@ def run(cfg: BenchConfig, train_step: dict | None) -> dict:
     if train_step is None or train_step.get("status") != "ok":
         from . import training  # measure xformer's step alone
 
-        ts = training.run(cfg)
-        train_step = ts
+        train_step = training.run(cfg)
     step_s = train_step["contenders"]["xformer"]["step_ms"] / 1e3
     achieved = flops["flops_per_step"] / step_s
     out = {

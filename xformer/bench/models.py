@@ -122,11 +122,6 @@ class TorchTransformer(nn.Module):
         return self.head(out)
 
 
-def build_torch(size: ModelSize) -> nn.Module:
-    """The ``torch.nn.Transformer`` contender."""
-    return TorchTransformer(size)
-
-
 def x_transformers_available() -> bool:
     try:
         import x_transformers  # noqa: F401
@@ -179,5 +174,5 @@ def build_x_transformers(size: ModelSize) -> nn.Module:
     return _XTAdapter(xt)
 
 
-CONTENDERS = {"xformer": build_xformer, "torch": build_torch, "x_transformers": build_x_transformers}
+CONTENDERS = {"xformer": build_xformer, "torch": TorchTransformer, "x_transformers": build_x_transformers}
 """Name → builder ``ModelSize -> nn.Module`` for the training-step row."""

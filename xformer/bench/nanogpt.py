@@ -67,13 +67,6 @@ class PlainGPT(nn.Module):
         return self.lm_head(self.ln_f(x))
 
 
-def preset_config():
-    """The composed ``experiment=shakespeare_char_cpu`` config (what ``run.py`` sees)."""
-    from .overhead import compose
-
-    return compose(["experiment=shakespeare_char_cpu"])
-
-
 def run(cfg: BenchConfig) -> dict:
     """Measure row 9; returns the ``nanogpt_step`` section of ``bench.json``."""
     from hydra.utils import instantiate
@@ -81,7 +74,9 @@ def run(cfg: BenchConfig) -> dict:
     from xformer.data.shakespeare_char import NO_TOKEN
     from xformer.train.optim import build_optimizer
 
-    pc = preset_config()
+    from .overhead import compose
+
+    pc = compose(["experiment=shakespeare_char_cpu"])  # the config run.py sees
     dev = cfg.device
     vocab, T, B = 65, int(pc.data.block_size), int(pc.data.batch_size)
     m, o = pc.model, pc.optim

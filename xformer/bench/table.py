@@ -274,18 +274,13 @@ def render(result: dict, console: Console | None = None) -> None:
         if lin[0]:
             c.add_column("linear ms", justify="right")
             c.add_column("causal linear ms", justify="right")
+        cols = [
+            (a[p][k], fmt) for p in ("explicit", "sdpa") for k, fmt in (("time_ms", "{:.2f}"), ("peak_mb", "{:.1f}"))
+        ]
+        cols += [(a["score_matrices_mb"], "{:.1f}"), (a["fp16_nxn_mb_at_n"], "{:.1f}")]
+        cols += [(x["time_ms"], "{:.2f}") for x in lin if x]
         for i, n in enumerate(a["n"]):
-            extra = [_f(lin[0]["time_ms"][i], "{:.2f}"), _f(lin[1]["time_ms"][i], "{:.2f}")] if lin[0] else []
-            c.add_row(
-                str(n),
-                _f(a["explicit"]["time_ms"][i], "{:.2f}"),
-                _f(a["explicit"]["peak_mb"][i], "{:.1f}"),
-                _f(a["sdpa"]["time_ms"][i], "{:.2f}"),
-                _f(a["sdpa"]["peak_mb"][i], "{:.1f}"),
-                _f(a["score_matrices_mb"][i], "{:.1f}"),
-                _f(a["fp16_nxn_mb_at_n"][i], "{:.1f}"),
-                *extra,
-            )
+            c.add_row(str(n), *(_f(col[i], fmt) for col, fmt in cols))
         for p in ("explicit", "sdpa"):
             fit = [_f(a[p]["time_exponent"], "n^{:.2f}"), _f(a[p]["memory_exponent"], "n^{:.2f}")]
             fit = fit + ["", ""] if p == "explicit" else ["", "", *fit]
@@ -311,14 +306,9 @@ def render(result: dict, console: Console | None = None) -> None:
         conv = r.get("conv_ms")  # bench.json files before model/mixer=conv have no such column
         for col in ("n", "attention ms", "LSTM ms", "attention / LSTM", *(("conv ms",) if conv else ())):
             c.add_column(col, justify="right")
+        cols = [("attention_ms", "{:.2f}"), ("lstm_ms", "{:.2f}"), ("attention_over_lstm", "{:.3f}")]
         for i, n in enumerate(r["n"]):
-            c.add_row(
-                str(n),
-                _f(r["attention_ms"][i], "{:.2f}"),
-                _f(r["lstm_ms"][i], "{:.2f}"),
-                _f(r["attention_over_lstm"][i], "{:.3f}"),
-                *((_f(conv[i], "{:.2f}"),) if conv else ()),
-            )
+            c.add_row(str(n), *(_f(r[k][i], fmt) for k, fmt in cols), *((_f(conv[i], "{:.2f}"),) if conv else ()))
         console.print(c)
         cross = _f(r["crossover_n"], "n ≈ {:,.0f}", "none in the measured range")
         console.print(f"Attention vs LSTM, measured crossover: {cross}")

@@ -104,22 +104,29 @@ class RunningSumCache:
     Self-attention adds each step's keys; cross-attention sums the memory once and reads it
     afterwards. Its size does not grow with the sequence (the point of linear attention).
 
+    The recurrent mixers' states (:mod:`.recurrent`) are kept the same way: a fixed-size ``state``
+    (a tensor or a tuple of them, batch at dim :attr:`batch_dim`) replaced at every step.
+
     Args:
         capacity: not used (the state has a fixed size); accepted so every cache is made alike.
     """
 
+    batch_dim = 0  # of the state's tensors
+
     def __init__(self, capacity: int | None = None) -> None:  # noqa: ARG002 - uniform cache constructor
         self.size = 0
-        self.state: tuple[Tensor, Tensor] | None = None
+        self.state: tuple[Tensor, ...] | Tensor | None = None
 
-    def update(self, state: tuple[Tensor, Tensor], n_new: int) -> None:
-        """Replace the sums by ``state`` after ``n_new`` more positions."""
+    def update(self, state: tuple[Tensor, ...] | Tensor, n_new: int) -> None:
+        """Replace the state by ``state`` after ``n_new`` more positions."""
         self.state, self.size = state, self.size + n_new
 
     def reorder(self, index: Tensor) -> None:
         """Keep batch rows ``index`` ``(B',)`` (beam search)."""
-        if self.state is not None:
-            self.state = tuple(t.index_select(0, index) for t in self.state)
+        if isinstance(self.state, Tensor):
+            self.state = self.state.index_select(self.batch_dim, index)
+        elif self.state is not None:
+            self.state = tuple(t.index_select(self.batch_dim, index) for t in self.state)
 
 
 def _full_precision(x: Tensor):

@@ -34,6 +34,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from .attention import AttentionPattern
 from .hooks import overrides
+from .linear_attention import RunningSumCache
 from .positional import PositionalEncoding
 
 
@@ -67,37 +68,16 @@ def _real(key_padding_mask: Tensor | None, t: int) -> Tensor | None:
     return None if key_padding_mask is None else (~key_padding_mask[:, -t:])[..., None]
 
 
-class RecurrentState:
+class RecurrentState(RunningSumCache):
     """Decoding state of one recurrent layer: the LSTM's ``(h, c)``, each ``(1, B, H)``, and
-    :attr:`size`, the positions consumed. Fixed size whatever the length decoded.
+    :attr:`size`, the positions consumed. Fixed size whatever the length decoded."""
 
-    Args:
-        capacity: not used (the state has a fixed size); accepted so every cache is made alike.
-    """
-
-    batch_dim = 1  # of the state's tensors
-
-    def __init__(self, capacity: int | None = None) -> None:  # noqa: ARG002 - uniform cache constructor
-        self.size = 0
-        self.state: tuple[Tensor, ...] | Tensor | None = None
-
-    def update(self, state: tuple[Tensor, ...] | Tensor, n_new: int) -> None:
-        """Replace the state by ``state`` after ``n_new`` more positions."""
-        self.state, self.size = state, self.size + n_new
-
-    def reorder(self, index: Tensor) -> None:
-        """Keep batch rows ``index`` ``(B',)`` (beam search)."""
-        if isinstance(self.state, Tensor):
-            self.state = self.state.index_select(self.batch_dim, index)
-        elif self.state is not None:
-            self.state = tuple(t.index_select(self.batch_dim, index) for t in self.state)
+    batch_dim = 1
 
 
-class ConvState(RecurrentState):
+class ConvState(RunningSumCache):
     """Decoding state of one causal convolution: its last ``context`` inputs ``(B, D, context)``
     (zeros before the first position) and :attr:`size`, the positions consumed."""
-
-    batch_dim = 0
 
 
 class RecurrentMixing(nn.Module):
