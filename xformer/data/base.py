@@ -300,14 +300,14 @@ class XformerDataModule(L.LightningDataModule):
 
     def _make_loader(self, dataset: Dataset, batch_sampler, collate_fn, persistent: bool) -> DataLoader:
         """DataLoader over ``batch_sampler``; workers persist across epochs for train/val only."""
-        kwargs = dict(
+        return DataLoader(
+            dataset,
             batch_sampler=batch_sampler,
             collate_fn=collate_fn,
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,
             persistent_workers=persistent and self.num_workers > 0,
         )
-        return DataLoader(dataset, **kwargs)
 
     _back_to_back: dict[str, Any] | None = None  # EpochStream options, set by serve_epochs_back_to_back
     _stream: EpochStream | None = None  # the training stream of the current fit

@@ -110,17 +110,8 @@ class TextDataModule(WindowLMDataModule):
         self.form, self.format = form, format
         self.task = "lm" if form == "lm" else "seq2seq"
         self.metrics = list(metrics) if metrics is not None else (["bleu"] if form == "parallel" else [])
-        self.paths = dict(
-            train_src=train_src,
-            train_tgt=train_tgt,
-            val_src=val_src,
-            val_tgt=val_tgt,
-            test_src=test_src,
-            test_tgt=test_tgt,
-            train=train,
-            val=val,
-            test=test,
-        )
+        files = ("train_src", "train_tgt", "val_src", "val_tgt", "test_src", "test_tgt", "train", "val", "test")
+        self.paths = {k: v for k, v in locals().items() if k in files}  # argument name -> path
         self.tokenizer_kind, self.vocab_size, self.cache_dir = tokenizer, vocab_size, cache_dir
 
     def _path(self, arg: str, required: bool) -> Path | None:

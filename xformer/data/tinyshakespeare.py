@@ -103,11 +103,8 @@ class TinyShakespeareDataModule(WindowLMDataModule):
             seed=seed,
             val_estimate_batches=val_estimate_batches,
         )
-        self.cache_dir = cache_dir
-        self.url = url
-        self.train_text: str = ""
-        self.val_text: str = ""
-        self.test_text: str = ""
+        self.cache_dir, self.url = cache_dir, url
+        self.train_text = self.val_text = self.test_text = ""
 
     def file_path(self) -> Path:
         """Local ``input.txt`` (:func:`input_file`)."""
