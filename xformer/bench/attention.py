@@ -1,36 +1,18 @@
-"""Rows 5 and 6: the cost of self-attention over sequence length, and against a recurrent layer
-(Vaswani et al. 2017, Table 1 and §4).
+"""Rows 5 and 6: the cost of self-attention over sequence length ``n``, and against a recurrent layer
+(Vaswani et al. 2017, Table 1 and §4). The method in full: ``docs/bench.md``, rows 5 and 6.
 
-Row 5. One self-attention layer, xformer's :class:`~xformer.model.attention.SelfAttention`
-(d_model ``D``, ``H`` heads, no mask, no dropout, forward pass under ``no_grad``, batch 1), at each
-``n``, by two paths that share its projections:
+Row 5: one :class:`~xformer.model.attention.SelfAttention` layer (batch 1, forward under ``no_grad``)
+by the paths of :data:`PATHS`: ``explicit`` materialises the ``H × n × n`` scores, ``sdpa`` is the
+layer's fused forward, ``linear``/``linear_causal`` are ``model/mixer=linear``'s layer (Katharopoulos
+et al. 2020). Time in ms (interleaved medians); memory in MiB (CUDA: ``max_memory_allocated`` above
+the baseline; CPU: the peak-RSS rise of one call in a subprocess, :func:`cpu_peak_memory`); exponents
+are log-log slopes over the upper half of the ``n`` range, points above :data:`TIME_FLOOR_S` /
+:data:`MEM_FLOOR_B`.
 
-* ``explicit``: ``softmax(Q Kᵀ/√d_k) V`` written out, so the ``H × n × n`` score matrix and the
-  ``H × n × n`` softmax output are materialised (what Vaswani et al.'s Table 1 counts);
-* ``sdpa``: the layer's own forward, :func:`torch.nn.functional.scaled_dot_product_attention`, whose
-  fused (flash) kernel never holds more than a block of scores;
-* ``linear``, ``linear_causal``: :class:`~xformer.model.linear_attention.LinearSelfAttention`
-  (``model/mixer=linear``, Katharopoulos et al. 2020) with the same sizes, bidirectional and in its
-  chunked causal form: no score matrix at all, so time and memory should grow as ``n`` (exponent ≈ 1)
-  once the per-position ``O(d²)`` work dominates.
-
-Time: median of interleaved repeats. Memory: on CUDA, ``torch.cuda.max_memory_allocated`` above
-what was allocated before the call (exact, PyTorch's allocator); on CPU, the rise of the process's
-peak resident set during one call (``VmHWM`` after resetting it via ``/proc/self/clear_refs``; see
-:class:`~xformer.bench.timing.RSSPeak`), which counts every page newly touched: tensors, kernel
-scratch and allocator slack, but not memory the C allocator recycles from earlier frees, so small
-values are under-counted. Exponents are least-squares slopes of ``log(time)``/``log(memory)`` against
-``log n`` over the points at or above a floor (1 ms, 1 MiB) where the measurement is meaningful.
-
-Row 6. The same attention layer (fused path) against the recurrent layer of ``model/mixer=lstm``
-(:class:`~xformer.model.recurrent.RecurrentMixing`, one left-to-right ``nn.LSTM`` of input and hidden
-size ``D``, as a decoder block builds it) and, for reference, the convolution of ``model/mixer=conv``
-(kernel 5), batch ``B``, forward under ``no_grad``, over ``n``: the layers whose learning ``claims/C13.yaml``
-compares. The crossover is the ``n`` (log-linear
-interpolation) where attention becomes the slower of the two, printed beside ``n = D`` (the claim's
-criterion, from per-layer costs ``n²·d`` vs ``n·d²``) and beside the multiply-add crossover of these
-two exact layers (``4nD² + 2n²D`` for attention with its projections vs ``8nD²`` for the LSTM:
-``n = 2D``).
+Row 6: the same layer (fused) against ``model/mixer=lstm``'s LSTM and ``model/mixer=conv``'s
+convolution, batch ``B``; the crossover is the ``n`` (log-log interpolation) where attention becomes
+the slower, beside ``n = D`` (Table 1's per-layer costs ``n²·d`` vs ``n·d²``) and the multiply-add
+crossover of these two layers (``4nD² + 2n²D`` vs ``8nD²``: ``n = 2D``).
 """
 
 from __future__ import annotations

@@ -1,26 +1,11 @@
-"""Row 2 (framework overhead) and the DDP scaling runs: ``run.py`` (Lightning + Hydra) against a bare
-PyTorch loop over the same model, data batches and optimizer.
+"""Row 2 (framework overhead) and the DDP runs: ``run.py`` (Lightning + Hydra) against a bare PyTorch
+loop over the same model, batches and optimizer (the method in full: ``docs/bench.md``, row 2).
 
-Method. ``run.py`` runs as a subprocess with ``trainer.max_steps=N``, no validation
-(``trainer.limit_val_batches=0``, objective ``train/loss``), no test (``limit_test_batches=0``), the CSV logger, and
-one extra callback, :class:`StepTimer`, which records ``time.perf_counter()`` at the end of every
-training batch (after the optimizer step) and the batch's token count. The bare loop is built from
-the *same* composed Hydra config, in a fresh Python process of its own as ``run.py`` is: the data
-module's own ``train_dataloader()`` (same sampler, seed and epoch, hence the same batches in the
-same order), the model from ``build_model`` after ``seed_everything(cfg.seed)``, the optimizer and
-LR schedule from ``cfg.optim``, label-smoothed cross-entropy, ``clip_grad_norm_`` with
-``trainer.gradient_clip_val``, and bf16 autocast when ``trainer.precision=bf16-mixed``. It takes the
-same timestamps.
-
-Both are measured over the steady-state window: the steps after the first ``skip`` (start-up,
-allocator and cache warm-up excluded), i.e. tokens of steps ``skip+1..N`` divided by the time from
-the end of step ``skip`` to the end of step ``N``. That window contains everything a step costs in
-each setting: fetching and collating the batch, forward, backward, clipping, optimizer and
-scheduler, and, for ``run.py``, every Lightning hook, the logging of ``train/loss`` and ``perf/*``
-and the learning-rate monitor. Each repeat runs both, alternating which goes first (bare then
-run.py, then run.py then bare, ...), and the medians over repeats are compared. Not in the window:
-Python/Hydra/Lightning start-up, data set-up, checkpoint writing at the end; the ``wall_s`` of each
-``run.py`` subprocess is reported beside it.
+``run.py`` runs as a subprocess with the :class:`StepTimer` callback; the bare loop (:func:`bare_loop`)
+is built from the same composed Hydra config in a fresh process of its own. Both take end-of-step
+timestamps; throughput (tokens/s) is the tokens of steps ``skip+1..N`` over the time from the end of
+step ``skip`` to the end of step ``N`` (:func:`steady_state`), so start-up and warm-up are excluded.
+Repeats alternate which runs first; medians over repeats are compared.
 """
 
 from __future__ import annotations

@@ -69,6 +69,12 @@ def _name(obj) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+def _require(obj, base: type, key: str, implement: str, where: str = "xformer.model") -> None:
+    """Refuse a ``key`` variant that is not a ``base``: ConfigError naming its class and what to implement."""
+    if not isinstance(obj, base):
+        raise ConfigError(f"{key}: {_name(obj)} is not an {where}.{base.__name__}; subclass it and {implement}")
+
+
 def check_positional(pe) -> None:
     """Refuse a positional scheme that is not a :class:`PositionalEncoding` or that implements none
     of its hooks (``embed``, ``rotate``, ``attn_bias``) without being :class:`NoPE`.
@@ -76,11 +82,7 @@ def check_positional(pe) -> None:
     Raises:
         ConfigError: naming the class and what it must implement.
     """
-    if not isinstance(pe, PositionalEncoding):
-        raise ConfigError(
-            f"model.pe: {_name(pe)} is not an xformer.model.PositionalEncoding; subclass it and "
-            f"implement one of {', '.join(POSITIONAL_HOOKS)}"
-        )
+    _require(pe, PositionalEncoding, "model.pe", f"implement one of {', '.join(POSITIONAL_HOOKS)}")
     if not pe.implemented_hooks() and not isinstance(pe, NoPE) and type(pe) is not PositionalEncoding:
         raise ConfigError(
             f"model.pe: {_name(pe)} overrides none of the PositionalEncoding hooks "
@@ -94,10 +96,7 @@ def check_residual(res) -> None:
     Raises:
         ConfigError: naming the class and what it must implement.
     """
-    if not isinstance(res, Residual):
-        raise ConfigError(
-            f"model.norm: {_name(res)} is not an xformer.model.Residual; subclass it and implement forward(x, f)"
-        )
+    _require(res, Residual, "model.norm", "implement forward(x, f)")
     if not overrides(type(res), Residual, "forward"):
         raise ConfigError(
             f"model.norm: {_name(res)} does not implement forward(x, f), the one hook of "
@@ -215,11 +214,7 @@ class ModelBase(nn.Module):
         self.d_model, self.n_heads, self.max_len, self.pad_id = d_model, n_heads, max_len, pad_id
         self.dropout_p, self.attn_scale, self.bias = dropout, attn_scale, bool(bias)
         self.init_scheme: InitScheme = Xavier() if init is None else init
-        if not isinstance(self.init_scheme, InitScheme):
-            raise ConfigError(
-                f"model.init: {_name(self.init_scheme)} is not an xformer.model.init.InitScheme; "
-                "subclass it and implement __call__(model)"
-            )
+        _require(self.init_scheme, InitScheme, "model.init", "implement __call__(model)", "xformer.model.init")
         #: factor on the token embeddings before positions are added (§3.4: √d_model)
         self.embed_scale = float(self.init_scheme.embed_scale(d_model))
         self.src_vocab_size, self.tgt_vocab_size = src_vocab_size, tgt_vocab_size
@@ -227,20 +222,12 @@ class ModelBase(nn.Module):
         if not isinstance(pattern, AttentionPattern) and callable(pattern):
             pattern = pattern()
         self.pattern: AttentionPattern = pattern
-        if not isinstance(self.pattern, AttentionPattern):
-            raise ConfigError(
-                f"model.attention: {_name(self.pattern)} is not an xformer.model.AttentionPattern; "
-                "subclass it and implement blocked(q_pos, k_pos)"
-            )
+        _require(self.pattern, AttentionPattern, "model.attention", "implement blocked(q_pos, k_pos)")
         self.residual = PostNorm if norm is None else norm
         self.pe_factory = Sinusoidal if pe is None else pe
         self.ffn_factory = ReLUFFN if ffn is None else ffn
         self.mixer: Mixer = MultiHeadMixer() if mixer is None else mixer
-        if not isinstance(self.mixer, Mixer):
-            raise ConfigError(
-                f"model.mixer: {_name(self.mixer)} is not an xformer.model.Mixer; subclass it and "
-                "implement self_attention(...) (and cross_attention(...))"
-            )
+        _require(self.mixer, Mixer, "model.mixer", "implement self_attention(...) (and cross_attention(...))")
         try:
             self.n_kv_heads = self.mixer.kv_heads(n_heads, n_kv_heads)
         except ValueError as err:
