@@ -7,15 +7,8 @@ Usage::
     xformer bench [--quick] [--out bench.json] [--device cpu|cuda] [--sections train_step,decoding,...]
                   [--preset cpu|gpu] [--repeats R] [--data-root DIR] [--ddp-devices 1,2,4 --ddp-steps N]
 
-Sections (rows): ``train_step``, ``train_step_dropout0`` (row 1 with dropout 0: the architecture
-without the dropout implementation), ``overhead``, ``padding``, ``decoding`` (greedy cached vs
-recompute, beam), ``attention`` (time and memory over n),
-``recurrence`` (attention against an LSTM over n), ``mfu`` (against a matmul peak measured in
-the run: bf16 on a GPU, fp32 on a CPU), ``nanogpt_step`` (``experiment=shakespeare_char_cpu``'s step vs
-the same model in plain PyTorch, nanoGPT's shape); opt-in: ``train_step_compiled`` (all three contenders
-compiled), ``gpt2`` (GPT-2-small decoder-only step and MFU), ``compile`` (eager vs compiled xformer
-step) and ``ddp`` (``run.py trainer=ddp`` throughput over ``--ddp-devices``). Every key of ``bench.json`` is documented
-in ``docs/bench.md``.
+Sections (rows): :data:`DEFAULT_SECTIONS`, opt-in :data:`OPTIONAL_SECTIONS`; ``docs/bench.md`` says
+what each measures and documents every key of ``bench.json``.
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
-"""Row 9: the training step of ``experiment=shakespeare_char_cpu`` (nanoGPT's CPU recipe) against the
-same model written in plain PyTorch in nanoGPT's shape, timed interleaved in one process.
-
-xformer: the preset's model and optimizer exactly as ``run.py`` builds them (Hydra compose of
-``experiment=shakespeare_char_cpu``: :class:`xformer.model.DecoderOnly` with Pre-LN, GELU, learned
-positions, no biases, GPT-2 init; AdamW through :class:`xformer.train.optim.DecayGroups`), the step the
-training module takes (``logits_and_labels``, cross-entropy, backward, gradient-norm clip at
-``trainer.gradient_clip_val``, optimizer step) without Lightning (row 2 measures that).
-
-Reference: :class:`PlainGPT`, nanoGPT's ``model.GPT`` layout (``wte + wpe``, blocks of
-``ln_1 → c_attn → SDPA(causal) → c_proj`` and ``ln_2 → c_fc → GELU → c_proj``, ``ln_f``, tied
-``lm_head``; no biases), the same AdamW groups (every ≥ 2-D tensor decays, nanoGPT's
-``configure_optimizers``) and the same clip. Both see the same random batch of ``batch_size``
-windows of ``block_size + 1`` characters. ``ratio`` = xformer's tokens/s / the reference's.
+"""Row 9: the training step of ``experiment=shakespeare_char_cpu`` (nanoGPT's CPU recipe), built from
+the composed preset as ``run.py`` builds it and stepped without Lightning, against :class:`PlainGPT`,
+the same model in nanoGPT's ``model.GPT`` layout with nanoGPT's AdamW groups and the same clip, timed
+interleaved in one process on one random batch. ``ratio`` = xformer's tokens/s / the reference's
+(the method in full: ``docs/bench.md``, row 9).
 """
 
 from __future__ import annotations
