@@ -1,10 +1,7 @@
-"""Datasets and the DataModule base class shared by every xformer data set.
-
-Distributed training: loaders built after the Trainer is attached read ``trainer.world_size`` and
-``trainer.global_rank`` and shard batches themselves (see :mod:`xformer.data.batching`), so the
-Trainer must be created with ``use_distributed_sampler=False``. The samplers are reseeded with ``(seed,
-epoch)`` every epoch: by Lightning's ``set_epoch`` on ``dataloader.batch_sampler.sampler`` for a plain
-Trainer, by the :class:`~xformer.data.loader.EpochStream` when the data epochs run back to back
+"""Datasets and the DataModule base class shared by every xformer data set (distributed loading: see
+:class:`XformerDataModule`). The samplers are reseeded with ``(seed, epoch)`` every epoch: by Lightning's
+``set_epoch`` on ``dataloader.batch_sampler.sampler`` for a plain Trainer, by the
+:class:`~xformer.data.loader.EpochStream` when the data epochs run back to back
 (:meth:`XformerDataModule.serve_epochs_back_to_back`, as xformer's driver runs them).
 """
 
@@ -212,18 +209,12 @@ class XformerDataModule(L.LightningDataModule):
         seed: int = 0,
     ) -> None:
         super().__init__()
-        self.root = root
-        self.tokens_per_batch = int(tokens_per_batch)
-        self.num_workers = int(num_workers)
-        self.pin_memory = bool(pin_memory)
-        self.seed = int(seed)
+        self.root, self.tokens_per_batch, self.seed = root, int(tokens_per_batch), int(seed)
+        self.num_workers, self.pin_memory = int(num_workers), bool(pin_memory)
         self.pad_id, self.bos_id, self.eos_id = PAD, BOS, EOS
         self.metrics = list(type(self).metrics)
         self.tokenizer: Tokenizer | None = None
-        self.src_vocab_size: int | None = None
-        self.tgt_vocab_size: int | None = None
-        self.max_src_len: int | None = None
-        self.max_tgt_len: int | None = None
+        self.src_vocab_size = self.tgt_vocab_size = self.max_src_len = self.max_tgt_len = None  # set by setup()
         self.test_split_names: list[str] = []
         self.train_set: Dataset | None = None
         self.val_set: Dataset | None = None
@@ -261,14 +252,14 @@ class XformerDataModule(L.LightningDataModule):
         """Target-side ids to a string comparable to ``tgt_text``.
 
         With a ``sep_id``, keeps only what follows the last ``<sep>`` (so both a full prompt-LM ``tgt``
-        row and a generated continuation give the answer). Stops at the first EOS (a leading BOS is
-        skipped), drops special ids, decodes. ``ids`` may be a list or a 1-D tensor.
+        row and a generated continuation give the answer). Stops at the first ``eos_id`` (a leading BOS
+        is skipped), drops special ids, decodes. ``ids`` may be a list or a 1-D tensor.
         """
         self._require_setup()
         ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
         if self.sep_id is not None and self.sep_id in ids:
             ids = ids[len(ids) - ids[::-1].index(self.sep_id) :]
-        return self.tokenizer.decode(_until_eos(ids))
+        return self.tokenizer.decode(_until_eos(ids, self.eos_id))
 
     # ---- loaders ---------------------------------------------------------------------------
 
@@ -446,12 +437,9 @@ class WindowLMDataModule(XformerDataModule):
             pin_memory=pin_memory,
             seed=seed,
         )
-        self.block_size = int(block_size)
-        self.batch_size = int(batch_size)
+        self.block_size, self.batch_size = int(block_size), int(batch_size)
         self.train_windows_per_epoch = train_windows_per_epoch
-        self.train_ids: np.ndarray | None = None
-        self.val_ids: np.ndarray | None = None
-        self.test_ids: np.ndarray | None = None
+        self.train_ids = self.val_ids = self.test_ids = None  # 1-D int arrays, set by subclasses' _build
 
     def _build(self) -> None:
         T = self.block_size
@@ -487,10 +475,10 @@ class WindowLMDataModule(XformerDataModule):
         return self._make_loader(dataset, sampler, functools.partial(collate_lm, pad_id=self.pad_id), persistent)
 
 
-def _until_eos(ids: list[int]) -> list[int]:
-    """Ids before the first EOS (all of them when there is none)."""
+def _until_eos(ids: list[int], eos: int) -> list[int]:
+    """Ids before the first ``eos`` (all of them when there is none)."""
     try:
-        return ids[: ids.index(EOS)]
+        return ids[: ids.index(eos)]
     except ValueError:
         return ids
 

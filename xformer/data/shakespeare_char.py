@@ -27,8 +27,9 @@ class ShakespeareCharDataModule(TinyShakespeareDataModule):
     ``input.txt`` (and download) as :class:`~xformer.data.tinyshakespeare.TinyShakespeareDataModule`.
 
     Ids ``0..64`` are the characters in code-point order (nanoGPT's ``stoi``); ``pad_id``, ``bos_id``
-    and ``eos_id`` are :data:`NO_TOKEN`. Training batches are random windows
-    (``{"tgt": (B, block_size+1), "idx": (B,)}``, as nanoGPT's ``get_batch``); validation is the full
+    and ``eos_id`` are :data:`NO_TOKEN` (so :meth:`detokenize` never stops early: every id is a
+    character). Training batches are random windows (``{"tgt": (B, block_size+1), "idx": (B,)}``, as
+    nanoGPT's ``get_batch``); validation is the full
     contiguous pass over the last 10 %, or, with ``val_estimate_batches = k``, ``k`` fixed batches of
     random val windows (nanoGPT's ``eval_iters``; see :class:`~xformer.data.base.WindowLMDataModule`).
     There is no test text: with ``full_val_at_end`` the test stage scores the full val pass once
@@ -88,12 +89,6 @@ class ShakespeareCharDataModule(TinyShakespeareDataModule):
         self.train_ids, self.val_ids = ids[:n], ids[n:]
         WindowLMDataModule._build(self)  # the windows (not tiny-shakespeare's own three-way split)
         self.test_sets = {"val": self.val_full_set} if self.full_val_at_end else {}
-
-    def detokenize(self, ids) -> str:
-        """Ids to text (every id is a character; there is no EOS to stop at)."""
-        self._require_setup()
-        ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
-        return self.tokenizer.decode(ids)
 
 
 __all__ = ["ShakespeareCharDataModule", "NO_TOKEN"]

@@ -363,15 +363,12 @@ class ModelBase(nn.Module):
             raise ConfigError(f"model.budget_solves={solves!r}: use 'd_model' or 'd_ff'")
         step = 2 * kwargs["n_heads"] if kwargs.get("d_head") is None else 2
         best, best_err = None, None
-        d = step
-        while d <= 16384:
+        for d in range(step, 16384 + 1, step):
             n = count(d_model=d)
-            err = abs(n - budget)
-            if best_err is None or err < best_err:
-                best, best_err = d, err
+            if best_err is None or abs(n - budget) < best_err:
+                best, best_err = d, abs(n - budget)
             if n > budget:
                 break
-            d += step
         smallest = count(d_model=step)
         if budget < smallest and abs(smallest - budget) > 0.5 * budget:
             raise ConfigError(
@@ -422,8 +419,7 @@ class ModelBase(nn.Module):
                 add(m, "norm")
             elif isinstance(m, (nn.Embedding,)) or m is getattr(self, "head", None):
                 add(m, "embedding")
-        rest = sum(p.numel() for p in self.parameters() if id(p) not in seen)
-        out["other"] = rest
+        out["other"] = sum(p.numel() for p in self.parameters() if id(p) not in seen)
         out["total"] = sum(out.values())
         return out
 

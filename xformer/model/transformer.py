@@ -94,17 +94,8 @@ class EncoderDecoder(ModelBase):
         return self(src, tgt[:, :-1]), tgt[:, 1:]
 
     @override
-    def generate(
-        self,
-        batch: dict,
-        bos_id: int,
-        eos_id: int,
-        pad_id: int,
-        max_len_a: float = 1.5,
-        max_len_b: int = 10,
-        beam_size: int = 1,
-        alpha: float = 0.6,
-        logits: Tensor | None = None,
+    def generate(  # the types are ModelBase.generate's
+        self, batch, bos_id, eos_id, pad_id, max_len_a=1.5, max_len_b=10, beam_size=1, alpha=0.6, logits=None
     ) -> list[list[int]]:
         """Greedy decoding (``beam_size=1``) or beam search with length penalty ``alpha`` from
         ``batch["src"]``, at most ``max_len_a · S + max_len_b`` tokens (and ``max_len``)."""
@@ -178,17 +169,8 @@ class DecoderOnly(ModelBase):
         return self(seq), labels
 
     @override
-    def generate(
-        self,
-        batch: dict,
-        bos_id: int,
-        eos_id: int,
-        pad_id: int,
-        max_len_a: float = 1.5,
-        max_len_b: int = 10,
-        beam_size: int = 1,
-        alpha: float = 0.6,
-        logits: Tensor | None = None,
+    def generate(  # the types are ModelBase.generate's
+        self, batch, bos_id, eos_id, pad_id, max_len_a=1.5, max_len_b=10, beam_size=1, alpha=0.6, logits=None
     ) -> list[list[int]]:
         """Greedy continuation of each prompt (source + BOS, or the batch's own ``prompt_len``
         tokens), within ``max_len`` positions in all; ``beam_size`` and ``alpha`` are not used."""
@@ -256,17 +238,8 @@ class EncoderOnly(ModelBase):
         return self(src), tagger_labels(src, batch["tgt"], pad_id, eos_id)
 
     @override
-    def generate(
-        self,
-        batch: dict,
-        bos_id: int,
-        eos_id: int,
-        pad_id: int,
-        max_len_a: float = 1.5,
-        max_len_b: int = 10,
-        beam_size: int = 1,
-        alpha: float = 0.6,
-        logits: Tensor | None = None,
+    def generate(  # the types are ModelBase.generate's
+        self, batch, bos_id, eos_id, pad_id, max_len_a=1.5, max_len_b=10, beam_size=1, alpha=0.6, logits=None
     ) -> list[list[int]]:
         """One label per source token: the best ordinary label (labels never hold PAD, BOS or EOS,
         so neither do predictions); the length limits and beam settings are not used."""
