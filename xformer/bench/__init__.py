@@ -29,17 +29,9 @@ from xformer.help import PlainHelpFormatter
 
 from .config import BenchConfig, preset
 
-DEFAULT_SECTIONS = [
-    "train_step",
-    "train_step_dropout0",
-    "overhead",
-    "padding",
-    "decoding",
-    "attention",
-    "recurrence",
-    "mfu",
-    "nanogpt_step",
-]
+DEFAULT_SECTIONS = (
+    "train_step train_step_dropout0 overhead padding decoding attention recurrence mfu nanogpt_step"
+).split()
 OPTIONAL_SECTIONS = ["train_step_compiled", "gpt2", "compile", "ddp"]
 ALL_SECTIONS = DEFAULT_SECTIONS + OPTIONAL_SECTIONS
 SCHEMA_VERSION = 1

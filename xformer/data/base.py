@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -30,6 +31,13 @@ from xformer.data.batching import (
 from xformer.data.errors import DataError
 from xformer.data.loader import EpochStream, trainer_batches_consumed
 from xformer.data.tokenizers import BOS, EOS, PAD, Tokenizer
+
+
+def base_args(base: type, args: dict[str, Any]) -> dict[str, Any]:
+    """The entries of ``args`` that ``base``'s constructor takes: what a subclass's constructor passes on
+    unchanged, from its ``locals()`` taken before it binds any other name."""
+    params = inspect.signature(base.__init__).parameters
+    return {k: v for k, v in args.items() if k in params and k != "self"}
 
 
 class Seq2SeqDataset(Dataset):

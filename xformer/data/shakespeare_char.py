@@ -10,7 +10,7 @@ this file) with no special tokens, train = the first ``int(0.9 · n)`` character
 from __future__ import annotations
 
 from xformer.config_types import NonNegative, Positive
-from xformer.data.base import WindowLMDataModule
+from xformer.data.base import WindowLMDataModule, base_args
 from xformer.data.errors import DataError
 from xformer.data.textfiles import read_text
 from xformer.data.tinyshakespeare import URL, TinyShakespeareDataModule  # the file nanoGPT's prepare.py fetches
@@ -63,19 +63,7 @@ class ShakespeareCharDataModule(TinyShakespeareDataModule):
         cache_dir: str | None = None,
         url: str = URL,
     ) -> None:
-        super().__init__(
-            root=root,
-            tokens_per_batch=tokens_per_batch,
-            block_size=block_size,
-            batch_size=batch_size,
-            train_windows_per_epoch=train_windows_per_epoch,
-            num_workers=num_workers,
-            pin_memory=pin_memory,
-            seed=seed,
-            cache_dir=cache_dir,
-            url=url,
-            val_estimate_batches=val_estimate_batches,
-        )
+        super().__init__(**base_args(TinyShakespeareDataModule, locals()))
         if not 0.0 < val_fraction < 1.0:
             raise DataError(f"data.val_fraction={val_fraction}: must be in (0, 1) (nanoGPT: 0.1)")
         self.pad_id = self.bos_id = self.eos_id = NO_TOKEN

@@ -10,7 +10,7 @@ import logging
 import numpy as np
 
 from xformer.config_types import NonNegative, Positive
-from xformer.data.base import PromptLMDataset, Seq2SeqDataset, XformerDataModule
+from xformer.data.base import PromptLMDataset, Seq2SeqDataset, XformerDataModule, base_args
 from xformer.data.tokenizers import CharTokenizer
 
 log = logging.getLogger(__name__)
@@ -95,10 +95,8 @@ class SyntheticDataModule(XformerDataModule):
     Args:
         task_name: ``"copy"``, ``"reverse"``, ``"sort"`` or ``"addition"``.
         form: ``"seq2seq"`` or ``"lm"``.
-        root: unused (generated data).
-        tokens_per_batch: padded-token budget per batch per device.
-        num_workers, pin_memory: DataLoader options.
-        seed: generation and shuffling seed.
+        root (unused: generated data), tokens_per_batch, num_workers, pin_memory, seed (generation and
+            shuffling): as :class:`~xformer.data.base.XformerDataModule`.
         train_max_len: ``L``, the longest training length.
         train_min_len: shortest training length.
         n_train, n_val, n_test: split sizes (``n_test`` per test split).
@@ -133,9 +131,7 @@ class SyntheticDataModule(XformerDataModule):
         n_test: NonNegative = 1000,
         n_symbols: int = 10,
     ) -> None:
-        super().__init__(
-            root=root, tokens_per_batch=tokens_per_batch, num_workers=num_workers, pin_memory=pin_memory, seed=seed
-        )
+        super().__init__(**base_args(XformerDataModule, locals()))
         if task_name not in TASKS:
             raise ValueError(f"SyntheticDataModule: task_name must be one of {TASKS}, got {task_name!r}")
         if form not in ("seq2seq", "lm"):

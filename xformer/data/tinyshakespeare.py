@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from xformer.config_types import NonNegative, Positive
-from xformer.data.base import WindowLMDataModule
+from xformer.data.base import WindowLMDataModule, base_args
 from xformer.data.download import fetch, resolve_cache_dir
 from xformer.data.errors import DataError
 from xformer.data.textfiles import read_text
@@ -86,17 +86,7 @@ class TinyShakespeareDataModule(WindowLMDataModule):
         url: str = URL,
         val_estimate_batches: int | None = None,
     ) -> None:
-        super().__init__(
-            root=root,
-            tokens_per_batch=tokens_per_batch,
-            block_size=block_size,
-            batch_size=batch_size,
-            train_windows_per_epoch=train_windows_per_epoch,
-            num_workers=num_workers,
-            pin_memory=pin_memory,
-            seed=seed,
-            val_estimate_batches=val_estimate_batches,
-        )
+        super().__init__(**base_args(WindowLMDataModule, locals()))
         self.cache_dir, self.url = cache_dir, url
         self.train_text = self.val_text = self.test_text = ""
 

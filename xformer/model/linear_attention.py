@@ -129,11 +129,6 @@ class RunningSumCache:
             self.state = tuple(t.index_select(self.batch_dim, index) for t in self.state)
 
 
-def _full_precision(x: Tensor):
-    """Autocast off for the sums (they are computed in float32 whatever the run's precision)."""
-    return torch.autocast(x.device.type, enabled=False)
-
-
 def _wide(t: Tensor) -> Tensor:
     """``t`` in float32 when it is in a reduced precision: the sums over thousands of positions would
     lose the newest terms in bf16 (float32 and float64 stay as they are)."""
@@ -227,7 +222,7 @@ class LinearSelfAttention(MultiHeadAttention):
             ``(B, T, D)``.
         """
         q, k, v = self.project_qkv(x)
-        with _full_precision(x):
+        with torch.autocast(x.device.type, enabled=False):  # the sums in float32 whatever the precision
             out = self._attend(q, k, v, key_padding_mask, cache)
         return self.merge_heads(out.to(v.dtype))
 
@@ -283,7 +278,7 @@ class LinearCrossAttention(MultiHeadAttention):
         q = self.project_q(x)
         dtype = q.dtype
         kv = None if cache is not None and cache.size else self.project_kv(memory)
-        with _full_precision(x):
+        with torch.autocast(x.device.type, enabled=False):  # as in LinearSelfAttention.forward
             q = _features(q)
             if kv is None:
                 s_kv, z = cache.state

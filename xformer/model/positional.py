@@ -319,15 +319,8 @@ class T5RelativeBias(PositionalEncoding):
             rel = (-rel).clamp(min=0)
         max_exact = n // 2
         is_small = rel < max_exact
-        large = (
-            max_exact
-            + (
-                torch.log(rel.float().clamp(min=1) / max_exact)
-                / math.log(self.max_distance / max_exact)
-                * (n - max_exact)
-            ).long()
-        )
-        large = large.clamp(max=n - 1)
+        log_ratio = torch.log(rel.float().clamp(min=1) / max_exact) / math.log(self.max_distance / max_exact)
+        large = (max_exact + (log_ratio * (n - max_exact)).long()).clamp(max=n - 1)
         return out + torch.where(is_small, rel, large)
 
     def attn_bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
