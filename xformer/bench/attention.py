@@ -41,13 +41,11 @@ CLAIM_TABLE = [(1_000, "2 MB"), (10_000, "200 MB"), (100_000, "20 GB")]
 
 def explicit_forward(mha: SelfAttention, x: torch.Tensor) -> torch.Tensor:
     """``mha(x)`` with the attention written out (scores and probabilities materialised)."""
-    b, n, _ = x.shape
-    q, k, v = (mha.heads(t) for t in mha.in_proj(x).chunk(3, dim=-1))
+    q, k, v = mha.project_qkv(x)
     scale = mha.d_head**-0.5 if mha.scale is None else mha.scale
     scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, n, n)
     probs = torch.softmax(scores, dim=-1)
-    out = torch.matmul(probs, v)
-    return mha.out_proj(out.transpose(1, 2).reshape(b, n, mha.n_heads * mha.d_head))
+    return mha.merge_heads(torch.matmul(probs, v))
 
 
 def _cuda_peak_bytes(fn) -> int:

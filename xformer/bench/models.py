@@ -71,8 +71,7 @@ class TorchTransformer(nn.Module):
 
     def __init__(self, size: ModelSize) -> None:
         super().__init__()
-        d = size.d_model
-        self.d_model = d
+        self.d_model = d = size.d_model
         self.embed = nn.Embedding(size.vocab, d)
         nn.init.normal_(self.embed.weight, std=d**-0.5)
         self.register_buffer("pe", sinusoid_table(size.max_len, d), persistent=False)

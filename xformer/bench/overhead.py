@@ -59,12 +59,9 @@ class StepTimer(Callback):
         if world > 1:
             t = torch.tensor(tokens, dtype=torch.float64, device=pl_module.device)
             tokens = [int(x) for x in trainer.strategy.reduce(t, reduce_op="sum").tolist()]
+        record = {"times": self.times, "tokens": tokens, "world_size": world, "t_fit_start": self.t_fit_start}
         if trainer.is_global_zero:
-            Path(self.path).write_text(
-                json.dumps(
-                    {"times": self.times, "tokens": tokens, "world_size": world, "t_fit_start": self.t_fit_start}
-                )
-            )
+            Path(self.path).write_text(json.dumps(record))
 
 
 def batch_tokens(batch: dict, pad: int) -> int:
@@ -257,10 +254,7 @@ def data_root_default() -> Path | None:
     """Multi30k raw files: ``$XFORMER_DATA/multi30k`` or ``../shared/data/multi30k`` beside the repo."""
     cands = [Path(os.environ["XFORMER_DATA"]) / "multi30k"] if os.environ.get("XFORMER_DATA") else []
     cands.append(REPO.parent / "shared" / "data" / "multi30k")
-    for c in cands:
-        if (c / "train.de.gz").is_file() or (c / "train.de").is_file():
-            return c.resolve()
-    return None
+    return next((c.resolve() for c in cands if (c / "train.de.gz").is_file() or (c / "train.de").is_file()), None)
 
 
 def run(cfg: BenchConfig, data_root: Path | None = None) -> dict:

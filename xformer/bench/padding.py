@@ -39,11 +39,8 @@ def _summary(src_len, tgt_len, lengths, batches) -> dict:
 
 def run(cfg: BenchConfig, data_root: Path | None) -> dict:
     if data_root is None:
-        return {
-            "status": "skipped",
-            "note": "Multi30k files not found (set --data-root or XFORMER_DATA, "
-            "or put them in ../shared/data/multi30k)",
-        }
+        note = "Multi30k files not found (set --data-root or XFORMER_DATA, or put them in ../shared/data/multi30k)"
+        return {"status": "skipped", "note": note}
     from xformer.data.multi30k import Multi30kDataModule
 
     dm = Multi30kDataModule(root=str(data_root), tokens_per_batch=cfg.padding_tokens_per_batch, seed=cfg.seed)

@@ -225,12 +225,8 @@ class TokenBudgetBatchSampler(_EpochSampler):
         if pool_factor is not None and pool_factor < 1:
             raise ValueError(f"pool_factor must be >= 1 or None, got {pool_factor}")
         self.lengths = np.asarray(lengths, dtype=np.int64)
-        self.tokens_per_batch = int(tokens_per_batch)
-        self.shuffle = bool(shuffle)
-        self.seed = int(seed)
-        self.num_replicas = int(num_replicas)
-        self.rank = int(rank)
-        self.drop_last = bool(drop_last)
+        self.tokens_per_batch, self.shuffle, self.seed = int(tokens_per_batch), bool(shuffle), int(seed)
+        self.num_replicas, self.rank, self.drop_last = int(num_replicas), int(rank), bool(drop_last)
         self.pool_factor = pool_factor
         self.sort_keys = [np.asarray(k, dtype=np.int64) for k in sort_keys]
         if any(len(k) != len(self.lengths) for k in self.sort_keys):

@@ -87,8 +87,7 @@ class Multi30kDataModule(XformerDataModule):
         if src_lang == tgt_lang:
             raise ValueError(f"Multi30kDataModule: src_lang and tgt_lang are both {src_lang!r}")
         self.src_lang, self.tgt_lang = src_lang, tgt_lang
-        self.vocab_size = vocab_size
-        self.cache_dir = cache_dir
+        self.vocab_size, self.cache_dir = vocab_size, cache_dir
         self.base_url = base_url if base_url.endswith("/") else base_url + "/"
         self.train_limit = train_limit
 

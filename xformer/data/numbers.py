@@ -121,17 +121,14 @@ class NumbersDataModule(XformerDataModule):
         if tokenizer not in ("bpe", "char"):
             raise ValueError(f"NumbersDataModule: tokenizer must be 'bpe' or 'char', got {tokenizer!r}")
         self.n_train, self.n_val, self.n_test, self.n_long = n_train, n_val, n_test, n_long
-        self.tokenizer_kind = tokenizer
-        self.vocab_size = vocab_size
-        self.cache_dir = cache_dir
+        self.tokenizer_kind, self.vocab_size, self.cache_dir = tokenizer, vocab_size, cache_dir
         self.src_lang, self.tgt_lang = src_lang, tgt_lang
         self.numbers: dict[str, np.ndarray] = {}
 
     def sample_numbers(self) -> dict[str, np.ndarray]:
         """The numbers of every split, ``{"train", "val", "test", "long"} -> int64 array`` (seeded)."""
         rng = np.random.default_rng(self.seed)
-        n_main = self.n_train + self.n_val + self.n_test
-        main = sample_by_digits(rng, n_main, 1, 6)
+        main = sample_by_digits(rng, self.n_train + self.n_val + self.n_test, 1, 6)
         a, b = self.n_train, self.n_train + self.n_val
         return {"train": main[:a], "val": main[a:b], "test": main[b:], "long": sample_by_digits(rng, self.n_long, 7, 9)}
 

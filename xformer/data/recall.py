@@ -23,7 +23,7 @@ import logging
 import numpy as np
 
 from xformer.config_types import NonNegative, Positive
-from xformer.data.base import PromptLMDataset, XformerDataModule
+from xformer.data.base import PromptLMDataset, XformerDataModule, base_args
 from xformer.data.synthetic import SEP, SYMBOLS
 from xformer.data.tokenizers import CharTokenizer
 
@@ -73,13 +73,7 @@ class DistanceRecallDataModule(XformerDataModule):
             raise ValueError(f"data.n_symbols={n_symbols}: must be in [2, {len(SYMBOLS)}]")
         if batch_size < 1:
             raise ValueError(f"data.batch_size={batch_size}: must be >= 1")
-        super().__init__(
-            root=root,
-            tokens_per_batch=batch_size * (distance + 4),
-            num_workers=num_workers,
-            pin_memory=pin_memory,
-            seed=seed,
-        )
+        super().__init__(**base_args(XformerDataModule, locals()), tokens_per_batch=batch_size * (distance + 4))
         self.distance, self.n_symbols, self.batch_size = distance, n_symbols, batch_size
         self.n_train, self.n_val, self.n_test = n_train, n_val, n_test
         self.sep_id = 4

@@ -144,8 +144,7 @@ class SyntheticDataModule(XformerDataModule):
         self.task = "lm" if form == "lm" else "seq2seq"
         self.train_max_len, self.train_min_len = train_max_len, train_min_len
         self.n_train, self.n_val, self.n_test = n_train, n_val, n_test
-        self.n_symbols = n_symbols
-        self.sep_id = 4
+        self.n_symbols, self.sep_id = n_symbols, 4
         self.pairs: dict[str, list[tuple[str, str]]] = {}
 
     def generate(self) -> dict[str, list[tuple[str, str]]]:

@@ -243,8 +243,7 @@ class BPETokenizer(Tokenizer):
 
     def save(self, path: str | Path) -> None:
         """Write the ``tokenizers`` JSON (plus ``"xformer_type": "bpe"``) to ``path`` atomically."""
-        data = json.loads(self._tok.to_str())
-        data["xformer_type"] = "bpe"
+        data = {**json.loads(self._tok.to_str()), "xformer_type": "bpe"}
         _atomic_write_text(Path(path), json.dumps(data, ensure_ascii=False))
 
     @classmethod

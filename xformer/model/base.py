@@ -383,9 +383,7 @@ class ModelBase(nn.Module):
         an absolute scheme bound to it (``bounded``: learned, sinusoidal), else ``None`` (no limit).
         Longer inputs must be cut first (``xformer translate`` and evaluation do, with a warning)."""
         stacks = [getattr(self, name, None) for name in ("encoder", "decoder")]
-        if any(s is not None and getattr(s.pe, "bounded", False) for s in stacks):
-            return self.max_len
-        return None
+        return self.max_len if any(s is not None and getattr(s.pe, "bounded", False) for s in stacks) else None
 
     def blocks(self) -> list[nn.Module]:
         """Every block of every stack (encoder first), e.g. the units FSDP shards."""

@@ -141,9 +141,7 @@ def _features(t: Tensor) -> Tensor:
 
 def _zero_padding(k: Tensor, key_padding_mask: Tensor | None) -> Tensor:
     """``k`` ``(B, H, T, d)`` with the rows of padding keys (``key_padding_mask`` ``(B, T)``, ``True`` = pad) zeroed."""
-    if key_padding_mask is None:
-        return k
-    return k * (~key_padding_mask)[:, None, :, None].to(k.dtype)
+    return k if key_padding_mask is None else k * (~key_padding_mask)[:, None, :, None].to(k.dtype)
 
 
 class LinearSelfAttention(MultiHeadAttention):

@@ -241,8 +241,7 @@ class RoPE(PositionalEncoding):
         angles = pos.to(torch.float64)[:, None] * self.inv_freq[None, :]  # (T, d_head/2)
         cos, sin = angles.cos().to(t.dtype), angles.sin().to(t.dtype)
         t1, t2 = t[..., 0::2], t[..., 1::2]
-        out = torch.stack((t1 * cos - t2 * sin, t1 * sin + t2 * cos), dim=-1)
-        return out.flatten(-2)
+        return torch.stack((t1 * cos - t2 * sin, t1 * sin + t2 * cos), dim=-1).flatten(-2)
 
 
 def alibi_slopes(n_heads: int) -> Tensor:
