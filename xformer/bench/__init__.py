@@ -7,15 +7,8 @@ Usage::
     xformer bench [--quick] [--out bench.json] [--device cpu|cuda] [--sections train_step,decoding,...]
                   [--preset cpu|gpu] [--repeats R] [--data-root DIR] [--ddp-devices 1,2,4 --ddp-steps N]
 
-Sections (rows): ``train_step``, ``train_step_dropout0`` (row 1 with dropout 0: the architecture
-without the dropout implementation), ``overhead``, ``padding``, ``decoding`` (greedy cached vs
-recompute, beam), ``attention`` (time and memory over n),
-``recurrence`` (attention against an LSTM over n), ``mfu`` (against a matmul peak measured in
-the run: bf16 on a GPU, fp32 on a CPU), ``nanogpt_step`` (``experiment=shakespeare_char_cpu``'s step vs
-the same model in plain PyTorch, nanoGPT's shape); opt-in: ``train_step_compiled`` (all three contenders
-compiled), ``gpt2`` (GPT-2-small decoder-only step and MFU), ``compile`` (eager vs compiled xformer
-step) and ``ddp`` (``run.py trainer=ddp`` throughput over ``--ddp-devices``). Every key of ``bench.json`` is documented
-in ``docs/bench.md``.
+Sections (rows): :data:`DEFAULT_SECTIONS`, opt-in :data:`OPTIONAL_SECTIONS`; ``docs/bench.md`` says
+what each measures and documents every key of ``bench.json``.
 """
 
 from __future__ import annotations
@@ -36,17 +29,9 @@ from xformer.help import PlainHelpFormatter
 
 from .config import BenchConfig, preset
 
-DEFAULT_SECTIONS = [
-    "train_step",
-    "train_step_dropout0",
-    "overhead",
-    "padding",
-    "decoding",
-    "attention",
-    "recurrence",
-    "mfu",
-    "nanogpt_step",
-]
+DEFAULT_SECTIONS = (
+    "train_step train_step_dropout0 overhead padding decoding attention recurrence mfu nanogpt_step"
+).split()
 OPTIONAL_SECTIONS = ["train_step_compiled", "gpt2", "compile", "ddp"]
 ALL_SECTIONS = DEFAULT_SECTIONS + OPTIONAL_SECTIONS
 SCHEMA_VERSION = 1
@@ -121,19 +106,11 @@ def make_config(args: argparse.Namespace) -> BenchConfig:
     ):
         if value is not None and value < low:
             raise UsageError(f"{flag}={value}: must be >= {low}")
-    over = {"seed": args.seed}
-    if args.repeats:
-        over["repeats"] = args.repeats
-    if args.threads:
-        over["threads"] = args.threads
-    if args.warmup is not None:
-        over["warmup"] = args.warmup
+    over = {k: getattr(args, k) for k in ("repeats", "threads", "warmup", "ddp_steps", "ddp_skip")}
+    over = {k: v for k, v in over.items() if v is not None}  # given: range-checked above
+    over["seed"] = args.seed
     if args.ddp_devices:
         over["ddp_devices"] = [int(x) for x in args.ddp_devices.split(",") if x]
-    if args.ddp_steps:
-        over["ddp_steps"] = args.ddp_steps
-    if args.ddp_skip is not None:
-        over["ddp_skip"] = args.ddp_skip
     if args.run_override:
         over["run_overrides"] = [*cfg.run_overrides, *args.run_override]
     return replace(cfg, **over)
@@ -242,14 +219,9 @@ def evaluate_targets(sections: dict) -> list[dict]:
     rows = []
     for (sec, key), (desc, op, thr) in TARGETS.items():
         s = sections.get(sec)
-        if s is None:
+        if s is None or s.get("status") != "ok":
             continue
-        if s.get("status") != "ok":
-            continue
-        if sec == "padding":
-            val = (s.get("token_budget") or {}).get(key)
-        else:
-            val = s.get(key)
+        val = (s.get("token_budget") or {}).get(key) if sec == "padding" else s.get(key)
         met = None if val is None else (val >= thr if op == ">=" else val <= thr)
         rows.append(
             {"section": sec, "metric": key, "description": desc, "value": val, "target": f"{op} {thr:g}", "met": met}

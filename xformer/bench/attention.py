@@ -1,36 +1,18 @@
-"""Rows 5 and 6: the cost of self-attention over sequence length, and against a recurrent layer
-(Vaswani et al. 2017, Table 1 and §4).
+"""Rows 5 and 6: the cost of self-attention over sequence length ``n``, and against a recurrent layer
+(Vaswani et al. 2017, Table 1 and §4). The method in full: ``docs/bench.md``, rows 5 and 6.
 
-Row 5. One self-attention layer, xformer's :class:`~xformer.model.attention.SelfAttention`
-(d_model ``D``, ``H`` heads, no mask, no dropout, forward pass under ``no_grad``, batch 1), at each
-``n``, by two paths that share its projections:
+Row 5: one :class:`~xformer.model.attention.SelfAttention` layer (batch 1, forward under ``no_grad``)
+by the paths of :data:`PATHS`: ``explicit`` materialises the ``H × n × n`` scores, ``sdpa`` is the
+layer's fused forward, ``linear``/``linear_causal`` are ``model/mixer=linear``'s layer (Katharopoulos
+et al. 2020). Time in ms (interleaved medians); memory in MiB (CUDA: ``max_memory_allocated`` above
+the baseline; CPU: the peak-RSS rise of one call in a subprocess, :func:`cpu_peak_memory`); exponents
+are log-log slopes over the upper half of the ``n`` range, points above :data:`TIME_FLOOR_S` /
+:data:`MEM_FLOOR_B`.
 
-* ``explicit``: ``softmax(Q Kᵀ/√d_k) V`` written out, so the ``H × n × n`` score matrix and the
-  ``H × n × n`` softmax output are materialised (what Vaswani et al.'s Table 1 counts);
-* ``sdpa``: the layer's own forward, :func:`torch.nn.functional.scaled_dot_product_attention`, whose
-  fused (flash) kernel never holds more than a block of scores;
-* ``linear``, ``linear_causal``: :class:`~xformer.model.linear_attention.LinearSelfAttention`
-  (``model/mixer=linear``, Katharopoulos et al. 2020) with the same sizes, bidirectional and in its
-  chunked causal form: no score matrix at all, so time and memory should grow as ``n`` (exponent ≈ 1)
-  once the per-position ``O(d²)`` work dominates.
-
-Time: median of interleaved repeats. Memory: on CUDA, ``torch.cuda.max_memory_allocated`` above
-what was allocated before the call (exact, PyTorch's allocator); on CPU, the rise of the process's
-peak resident set during one call (``VmHWM`` after resetting it via ``/proc/self/clear_refs``; see
-:class:`~xformer.bench.timing.RSSPeak`), which counts every page newly touched: tensors, kernel
-scratch and allocator slack, but not memory the C allocator recycles from earlier frees, so small
-values are under-counted. Exponents are least-squares slopes of ``log(time)``/``log(memory)`` against
-``log n`` over the points at or above a floor (1 ms, 1 MiB) where the measurement is meaningful.
-
-Row 6. The same attention layer (fused path) against the recurrent layer of ``model/mixer=lstm``
-(:class:`~xformer.model.recurrent.RecurrentMixing`, one left-to-right ``nn.LSTM`` of input and hidden
-size ``D``, as a decoder block builds it) and, for reference, the convolution of ``model/mixer=conv``
-(kernel 5), batch ``B``, forward under ``no_grad``, over ``n``: the layers whose learning ``claims/C13.yaml``
-compares. The crossover is the ``n`` (log-linear
-interpolation) where attention becomes the slower of the two, printed beside ``n = D`` (the claim's
-criterion, from per-layer costs ``n²·d`` vs ``n·d²``) and beside the multiply-add crossover of these
-two exact layers (``4nD² + 2n²D`` for attention with its projections vs ``8nD²`` for the LSTM:
-``n = 2D``).
+Row 6: the same layer (fused) against ``model/mixer=lstm``'s LSTM and ``model/mixer=conv``'s
+convolution, batch ``B``; the crossover is the ``n`` (log-log interpolation) where attention becomes
+the slower, beside ``n = D`` (Table 1's per-layer costs ``n²·d`` vs ``n·d²``) and the multiply-add
+crossover of these two layers (``4nD² + 2n²D`` vs ``8nD²``: ``n = 2D``).
 """
 
 from __future__ import annotations
@@ -59,13 +41,11 @@ CLAIM_TABLE = [(1_000, "2 MB"), (10_000, "200 MB"), (100_000, "20 GB")]
 
 def explicit_forward(mha: SelfAttention, x: torch.Tensor) -> torch.Tensor:
     """``mha(x)`` with the attention written out (scores and probabilities materialised)."""
-    b, n, _ = x.shape
-    q, k, v = (mha.heads(t) for t in mha.in_proj(x).chunk(3, dim=-1))
+    q, k, v = mha.project_qkv(x)
     scale = mha.d_head**-0.5 if mha.scale is None else mha.scale
     scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, n, n)
     probs = torch.softmax(scores, dim=-1)
-    out = torch.matmul(probs, v)
-    return mha.out_proj(out.transpose(1, 2).reshape(b, n, mha.n_heads * mha.d_head))
+    return mha.merge_heads(torch.matmul(probs, v))
 
 
 def _cuda_peak_bytes(fn) -> int:
@@ -78,8 +58,14 @@ def _cuda_peak_bytes(fn) -> int:
     return torch.cuda.max_memory_allocated() - base
 
 
-def _autocast(device: str):
-    return torch.autocast("cuda", dtype=torch.bfloat16, enabled=torch.device(device).type == "cuda")
+def _call(fn, x: torch.Tensor, bf16: bool = False):
+    """A no-argument ``fn(x)`` under ``no_grad`` (and CUDA bf16 autocast when ``bf16``), to time."""
+
+    def run():
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+            return fn(x)
+
+    return run
 
 
 PATHS = ("explicit", "sdpa", "linear", "linear_causal")
@@ -95,20 +81,9 @@ def _layers(d: int, h: int, device: str) -> dict:
 
 
 def _paths(layers: dict, x: torch.Tensor, device: str) -> dict:
-    def call(fn):
-        def run():
-            with torch.no_grad(), _autocast(device):
-                return fn(x)
-
-        return run
-
-    mha = layers["mha"]
-    return {
-        "explicit": call(lambda t: explicit_forward(mha, t)),
-        "sdpa": call(mha),
-        "linear": call(layers["linear"]),
-        "linear_causal": call(layers["linear_causal"]),
-    }
+    bf16 = torch.device(device).type == "cuda"
+    fns = {"explicit": lambda t: explicit_forward(layers["mha"], t), "sdpa": layers["mha"]}
+    return {p: _call(fns[p] if p in fns else layers[p], x, bf16) for p in PATHS}
 
 
 GLIBC_TUNABLES = "glibc.malloc.mmap_threshold=65536:glibc.malloc.trim_threshold=0"
@@ -274,27 +249,14 @@ def run_recurrence(cfg: BenchConfig) -> dict:
     causal = dict(d_model=d, n_heads=h, d_head=d // h, dropout=0.0, scale=True, pattern=CausalAttention())
     lstm = LSTMMixer().self_attention(**causal, pos_embeddings=None).to(dev).eval()  # the model's own layers
     conv = ConvMixer().self_attention(**causal, pos_embeddings=None).to(dev).eval()
-    att_ms, lstm_ms, conv_ms = [], [], []
+    mods = {"attention": mha, "lstm": lstm, "conv": conv}
+    ms: dict[str, list[float]] = {k: [] for k in mods}
     for n in cfg.rec_ns:
         x = torch.randn(b, n, d, device=dev)
-
-        # both closures are timed and dropped within this iteration, so the late binding of `x` is harmless
-        def attn():
-            with torch.no_grad():
-                return mha(x)  # noqa: B023
-
-        def rec():
-            with torch.no_grad():
-                return lstm(x)  # noqa: B023
-
-        def cnv():
-            with torch.no_grad():
-                return conv(x)  # noqa: B023
-
-        times = _adaptive_repeats({"attention": attn, "lstm": rec, "conv": cnv}, cfg.rec_repeats, dev)
-        att_ms.append(median(times["attention"]) * 1e3)
-        lstm_ms.append(median(times["lstm"]) * 1e3)
-        conv_ms.append(median(times["conv"]) * 1e3)
+        times = _adaptive_repeats({k: _call(m, x) for k, m in mods.items()}, cfg.rec_repeats, dev)
+        for k in mods:
+            ms[k].append(median(times[k]) * 1e3)
+    att_ms, lstm_ms, conv_ms = ms["attention"], ms["lstm"], ms["conv"]
     ratio = [a / r for a, r in zip(att_ms, lstm_ms, strict=True)]
     cross = _crossover(cfg.rec_ns, ratio)
     note = None

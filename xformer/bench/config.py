@@ -84,14 +84,11 @@ def preset(name: str, device: str = "cpu") -> BenchConfig:
             repeats=20,
             size=ModelSize(d_model=512, n_heads=8, n_layers=6, d_ff=2048, dropout=0.1, vocab=32000),
             batch=256,
-            seq_len=64,
             overhead_steps=120,
             overhead_skip=40,
             overhead_repeats=2,
             overhead_tokens_per_batch=16384,
             decode_batch=128,
-            decode_src_len=32,
-            decode_len=64,
             decode_repeats=5,
             attn_d_model=1024,
             attn_heads=16,
@@ -106,7 +103,6 @@ def preset(name: str, device: str = "cpu") -> BenchConfig:
             gpt2_seq_len=1024,
             gpt2_batch=16,
             gpt2_compile=True,
-            mfu_matmul_n=8192,
         )
     if name == "quick":
         return BenchConfig(
@@ -125,7 +121,6 @@ def preset(name: str, device: str = "cpu") -> BenchConfig:
             overhead_tokens_per_batch=512,
             decode_batch=4,
             decode_src_len=12,
-            decode_len=64,
             decode_repeats=2,
             attn_d_model=64,
             attn_heads=2,

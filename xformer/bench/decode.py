@@ -62,20 +62,17 @@ def run(cfg: BenchConfig) -> dict:
             "forced_length": "EOS id -1 (never produced), so every row decodes output_len steps",
         },
     }
-    for name, ts in times.items():
-        med = median(ts)
-        out[name] = {"ms": med * 1e3, "tokens_per_s": gen / med, "ms_all": [t * 1e3 for t in ts]}
+
+    def timed(ts: list[float]) -> dict:
+        return {"ms": median(ts) * 1e3, "tokens_per_s": gen / median(ts), "ms_all": [t * 1e3 for t in ts]}
+
+    out.update({name: timed(ts) for name, ts in times.items()})
     out["speedup"] = out["cached"]["tokens_per_s"] / out["recompute"]["tokens_per_s"]
     k = cfg.decode_beam_size
     beam = wrap("beam", lambda m, s, b, e, p, n_: decoding.beam_search(m, s, b, e, p, n_, beam_size=k))
     ts = interleaved({"beam": beam}, warmup=1, repeats=cfg.decode_repeats, device=dev)["beam"]
     # tokens of the returned best hypotheses per second (each sentence decodes output_len steps on
     # beam_size rows; the figure is what a user gets out, not rows x steps)
-    out["beam"] = {
-        "beam_size": k,
-        "ms": median(ts) * 1e3,
-        "tokens_per_s": gen / median(ts),
-        "ms_all": [t * 1e3 for t in ts],
-    }
+    out["beam"] = {"beam_size": k, **timed(ts)}
     out["outputs_match"] = results.get("cached") == results.get("recompute")
     return out

@@ -1,17 +1,8 @@
-"""Row 8 (opt-in): a GPT-2-small-shaped decoder-only training step and its MFU, for comparison with
-nanoGPT's published figure.
-
-Model: :class:`xformer.model.DecoderOnly` with GPT-2 small's shape (Radford et al. 2019: 12 layers,
-``d_model`` 768, 12 heads, ``d_ff`` 3072, context 1024, vocabulary 50 257), Pre-LN, GELU FFN and
-learned positions as GPT-2, dropout 0 (nanoGPT's default for its MFU figure), tied output layer.
-Batch: ``gpt2_batch`` sequences of ``gpt2_seq_len`` random tokens (no padding), next-token
-cross-entropy, fused Adam, bf16 autocast on a GPU.
-
-FLOPs per token: ``6N + 12·L·H·Q·T`` (PaLM, Chowdhery et al. 2022, App. B; the estimate nanoGPT's
-``estimate_mfu`` uses), ``N`` = the layers' parameters (position embeddings excluded, as nanoGPT does) plus the output
-layer. Peak: a square
-matmul measured in the same run (bf16 on a GPU, fp32 on a CPU). nanoGPT reports about 40–50 % MFU
-for this shape on A100s with ``torch.compile`` (its README); ``gpt2_compile`` compiles the model.
+"""Row 8 (opt-in): a GPT-2-small-shaped :class:`xformer.model.DecoderOnly` training step (Radford et
+al. 2019: 12 layers, ``d_model`` 768, 12 heads, vocabulary 50 257; Pre-LN, GELU, learned positions,
+dropout 0) and its MFU, beside nanoGPT's published 40–50 % (the method in full: ``docs/bench.md``,
+row 8). FLOPs per token ``6N + 12·L·H·Q·T`` (PaLM App. B, as nanoGPT's ``estimate_mfu``; position
+embeddings excluded); peak as row 7.
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
-"""Row 7: model FLOPs utilisation of xformer's training step, on GPU only.
+"""Row 7: model FLOPs utilisation of row 1's xformer step (the method in full: ``docs/bench.md``, row 7).
 
-Model FLOPs of one training step, after PaLM (Chowdhery et al. 2022, App. B: ``6N + 12·L·H·Q·T`` per
-token), applied to each stack of the encoder–decoder over the padded batch ``B × S`` (source) and
-``B × T`` (target):
-
-* matmul parameters: ``6 · N_enc`` per source position; ``6 · (N_dec + D·V)`` per target position,
-  where ``N_enc``/``N_dec`` are the non-embedding parameters of each stack (attention, FFN, norms) and
-  ``D·V`` is the output layer (tied to the embedding, but a real matmul; the embedding lookup is not
-  counted);
-* attention scores and weighted sums: ``12 · H · Q`` times ``L_enc · S`` per source position (encoder
-  self-attention), and ``L_dec · (T + S)`` per target position (decoder self- and cross-attention;
-  the causal half is not discounted, as in PaLM).
-
-Peak: the median rate of a square bf16 matmul (``2n³`` FLOPs) on the device. MFU = model FLOPs per
-step / median step time (row 1's xformer figure) / peak. On a CPU the peak is an fp32 matmul
-(the step runs in fp32 there), measured with the same threads as the step.
+Model FLOPs after PaLM (Chowdhery et al. 2022, App. B: ``6N + 12·L·H·Q·T`` per token), per stack
+over the padded batch (:func:`step_flops`); peak: the median rate of a square matmul measured in the
+run (bf16 on a GPU, fp32 on a CPU, :func:`matmul_peak_flops`). MFU = FLOPs per step / median step
+time / peak.
 """
 
 from __future__ import annotations
@@ -65,8 +54,7 @@ def run(cfg: BenchConfig, train_step: dict | None) -> dict:
     if train_step is None or train_step.get("status") != "ok":
         from . import training  # measure xformer's step alone
 
-        ts = training.run(cfg)
-        train_step = ts
+        train_step = training.run(cfg)
     step_s = train_step["contenders"]["xformer"]["step_ms"] / 1e3
     achieved = flops["flops_per_step"] / step_s
     out = {

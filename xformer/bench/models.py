@@ -1,27 +1,15 @@
-"""The three encoder–decoders the training-step row compares, behind one call signature.
+"""The three encoder–decoders the training-step row compares, behind one call signature
+``forward(src, tgt_in, src_pad, tgt_pad) -> logits (B, T, V)`` (pads ``(B, S)``/``(B, T)`` bool,
+``True`` at padding); loss and optimizer are applied outside, identically for all of them.
 
-Every contender is an ``nn.Module`` with ``forward(src, tgt_in, src_pad, tgt_pad) -> logits (B, T, V)``
-where ``src_pad``/``tgt_pad`` are ``(B, S)``/``(B, T)`` bool, ``True`` at padding (xformer's and
-``torch.nn.Transformer``'s convention). The loss (label-smoothed cross-entropy ignoring padding) and
-the optimizer are applied outside, identically for all of them.
+* ``xformer``: :class:`xformer.model.EncoderDecoder` (Post-LN, sinusoidal positions, ReLU FFN, tied
+  embeddings);
+* ``torch``: ``torch.nn.Transformer(batch_first=True)`` inside the same embedding and tied output
+  layer (:class:`TorchTransformer`);
+* ``x_transformers``: ``x_transformers.XTransformer`` configured alike (Post-LN, SDPA, scaled
+  sinusoidal positions, tied embeddings), its encoder and ``decoder.net`` called directly.
 
-* ``xformer``: :class:`xformer.model.EncoderDecoder` (Post-LN, sinusoidal positions, ReLU FFN,
-  tied embeddings; the masks are passed explicitly, as the training module's batches imply). On the
-  CPU its dropout is :mod:`xformer.model.dropout` (same distribution, cheaper mask); the
-  baselines keep PyTorch's ``F.dropout``/SDPA dropout, as a researcher using them would.
-* ``torch``: ``torch.nn.Transformer(batch_first=True)`` with the same sizes, dropout, activation
-  and Post-LN placement, wrapped in the same embedding (``E[ids]·√D`` + sinusoidal table, dropout)
-  and the same tied output layer; decoder self-attention gets the causal ``tgt_mask`` with
-  ``tgt_is_causal=True``. (``nn.Transformer`` always adds a final LayerNorm to each stack; xformer's
-  Post-LN stack does not, so the baseline does 2 LayerNorms more.)
-* ``x_transformers``: ``x_transformers.XTransformer`` with the same width, depth, heads, FFN width
-  (``ff_mult = d_ff / d_model``), dropout on attention weights, inside the FFN, on sub-layer
-  outputs and on embeddings, Post-LN (``pre_norm=False``), scaled sinusoidal positions, tied token
-  embeddings and tied output layer, and ``attn_flash=True`` (SDPA; without it x-transformers
-  materialises the score matrix in Python-level einsums, which is slower). Its own
-  ``AutoregressiveWrapper`` loss is bypassed: the encoder and ``decoder.net`` are called directly so
-  the target padding mask and the loss are the same as for the others. Differences that remain,
-  inherent to the library: no bias in the q/k/v projections, GELU instead of ReLU in the FFN.
+The remaining differences, inherent to the libraries, are listed in ``docs/bench.md``, row 1.
 """
 
 from __future__ import annotations
@@ -83,8 +71,7 @@ class TorchTransformer(nn.Module):
 
     def __init__(self, size: ModelSize) -> None:
         super().__init__()
-        d = size.d_model
-        self.d_model = d
+        self.d_model = d = size.d_model
         self.embed = nn.Embedding(size.vocab, d)
         nn.init.normal_(self.embed.weight, std=d**-0.5)
         self.register_buffer("pe", sinusoid_table(size.max_len, d), persistent=False)
@@ -120,11 +107,6 @@ class TorchTransformer(nn.Module):
             tgt_is_causal=True,
         )
         return self.head(out)
-
-
-def build_torch(size: ModelSize) -> nn.Module:
-    """The ``torch.nn.Transformer`` contender."""
-    return TorchTransformer(size)
 
 
 def x_transformers_available() -> bool:
@@ -179,5 +161,5 @@ def build_x_transformers(size: ModelSize) -> nn.Module:
     return _XTAdapter(xt)
 
 
-CONTENDERS = {"xformer": build_xformer, "torch": build_torch, "x_transformers": build_x_transformers}
+CONTENDERS = {"xformer": build_xformer, "torch": TorchTransformer, "x_transformers": build_x_transformers}
 """Name → builder ``ModelSize -> nn.Module`` for the training-step row."""

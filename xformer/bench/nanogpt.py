@@ -1,17 +1,8 @@
-"""Row 9: the training step of ``experiment=shakespeare_char_cpu`` (nanoGPT's CPU recipe) against the
-same model written in plain PyTorch in nanoGPT's shape, timed interleaved in one process.
-
-xformer: the preset's model and optimizer exactly as ``run.py`` builds them (Hydra compose of
-``experiment=shakespeare_char_cpu``: :class:`xformer.model.DecoderOnly` with Pre-LN, GELU, learned
-positions, no biases, GPT-2 init; AdamW through :class:`xformer.train.optim.DecayGroups`), the step the
-training module takes (``logits_and_labels``, cross-entropy, backward, gradient-norm clip at
-``trainer.gradient_clip_val``, optimizer step) without Lightning (row 2 measures that).
-
-Reference: :class:`PlainGPT`, nanoGPT's ``model.GPT`` layout (``wte + wpe``, blocks of
-``ln_1 → c_attn → SDPA(causal) → c_proj`` and ``ln_2 → c_fc → GELU → c_proj``, ``ln_f``, tied
-``lm_head``; no biases), the same AdamW groups (every ≥ 2-D tensor decays, nanoGPT's
-``configure_optimizers``) and the same clip. Both see the same random batch of ``batch_size``
-windows of ``block_size + 1`` characters. ``ratio`` = xformer's tokens/s / the reference's.
+"""Row 9: the training step of ``experiment=shakespeare_char_cpu`` (nanoGPT's CPU recipe), built from
+the composed preset as ``run.py`` builds it and stepped without Lightning, against :class:`PlainGPT`,
+the same model in nanoGPT's ``model.GPT`` layout with nanoGPT's AdamW groups and the same clip, timed
+interleaved in one process on one random batch. ``ratio`` = xformer's tokens/s / the reference's
+(the method in full: ``docs/bench.md``, row 9).
 """
 
 from __future__ import annotations
@@ -67,13 +58,6 @@ class PlainGPT(nn.Module):
         return self.lm_head(self.ln_f(x))
 
 
-def preset_config():
-    """The composed ``experiment=shakespeare_char_cpu`` config (what ``run.py`` sees)."""
-    from .overhead import compose
-
-    return compose(["experiment=shakespeare_char_cpu"])
-
-
 def run(cfg: BenchConfig) -> dict:
     """Measure row 9; returns the ``nanogpt_step`` section of ``bench.json``."""
     from hydra.utils import instantiate
@@ -81,7 +65,9 @@ def run(cfg: BenchConfig) -> dict:
     from xformer.data.shakespeare_char import NO_TOKEN
     from xformer.train.optim import build_optimizer
 
-    pc = preset_config()
+    from .overhead import compose
+
+    pc = compose(["experiment=shakespeare_char_cpu"])  # the config run.py sees
     dev = cfg.device
     vocab, T, B = 65, int(pc.data.block_size), int(pc.data.batch_size)
     m, o = pc.model, pc.optim
@@ -103,27 +89,23 @@ def run(cfg: BenchConfig) -> dict:
     g = torch.Generator().manual_seed(cfg.seed)
     batch = {"tgt": torch.randint(0, vocab, (B, T + 1), generator=g).to(dev)}
 
-    def ours_step():
-        logits, labels = ours.logits_and_labels(batch, NO_TOKEN, NO_TOKEN)
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=NO_TOKEN)
-        ours_opt.zero_grad(set_to_none=True)
+    def step(model: nn.Module, opt, logits: Tensor, labels: Tensor, **ce) -> None:
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), **ce)
+        opt.zero_grad(set_to_none=True)
         loss.backward()
         if clip:
-            torch.nn.utils.clip_grad_norm_(ours.parameters(), clip)
-        ours_opt.step()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
 
-    def ref_step():
-        ids = batch["tgt"]
-        logits = ref(ids[:, :-1])
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten())
-        ref_opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if clip:
-            torch.nn.utils.clip_grad_norm_(ref.parameters(), clip)
-        ref_opt.step()
-
+    ids = batch["tgt"]
+    steps = {
+        "xformer": lambda: step(
+            ours, ours_opt, *ours.logits_and_labels(batch, NO_TOKEN, NO_TOKEN), ignore_index=NO_TOKEN
+        ),
+        "plain": lambda: step(ref, ref_opt, ref(ids[:, :-1]), ids[:, 1:]),
+    }
     repeats = 3 * cfg.repeats  # a step is short: more repeats than the other rows for a steady median
-    ts = interleaved({"xformer": ours_step, "plain": ref_step}, max(cfg.warmup, 3), repeats, dev)
+    ts = interleaved(steps, max(cfg.warmup, 3), repeats, dev)
     tokens = B * T
     res = {
         name: {

@@ -1,26 +1,11 @@
-"""Row 2 (framework overhead) and the DDP scaling runs: ``run.py`` (Lightning + Hydra) against a bare
-PyTorch loop over the same model, data batches and optimizer.
+"""Row 2 (framework overhead) and the DDP runs: ``run.py`` (Lightning + Hydra) against a bare PyTorch
+loop over the same model, batches and optimizer (the method in full: ``docs/bench.md``, row 2).
 
-Method. ``run.py`` runs as a subprocess with ``trainer.max_steps=N``, no validation
-(``trainer.limit_val_batches=0``, objective ``train/loss``), no test (``limit_test_batches=0``), the CSV logger, and
-one extra callback, :class:`StepTimer`, which records ``time.perf_counter()`` at the end of every
-training batch (after the optimizer step) and the batch's token count. The bare loop is built from
-the *same* composed Hydra config, in a fresh Python process of its own as ``run.py`` is: the data
-module's own ``train_dataloader()`` (same sampler, seed and epoch, hence the same batches in the
-same order), the model from ``build_model`` after ``seed_everything(cfg.seed)``, the optimizer and
-LR schedule from ``cfg.optim``, label-smoothed cross-entropy, ``clip_grad_norm_`` with
-``trainer.gradient_clip_val``, and bf16 autocast when ``trainer.precision=bf16-mixed``. It takes the
-same timestamps.
-
-Both are measured over the steady-state window: the steps after the first ``skip`` (start-up,
-allocator and cache warm-up excluded), i.e. tokens of steps ``skip+1..N`` divided by the time from
-the end of step ``skip`` to the end of step ``N``. That window contains everything a step costs in
-each setting: fetching and collating the batch, forward, backward, clipping, optimizer and
-scheduler, and, for ``run.py``, every Lightning hook, the logging of ``train/loss`` and ``perf/*``
-and the learning-rate monitor. Each repeat runs both, alternating which goes first (bare then
-run.py, then run.py then bare, ...), and the medians over repeats are compared. Not in the window:
-Python/Hydra/Lightning start-up, data set-up, checkpoint writing at the end; the ``wall_s`` of each
-``run.py`` subprocess is reported beside it.
+``run.py`` runs as a subprocess with the :class:`StepTimer` callback; the bare loop (:func:`bare_loop`)
+is built from the same composed Hydra config in a fresh process of its own. Both take end-of-step
+timestamps; throughput (tokens/s) is the tokens of steps ``skip+1..N`` over the time from the end of
+step ``skip`` to the end of step ``N`` (:func:`steady_state`), so start-up and warm-up are excluded.
+Repeats alternate which runs first; medians over repeats are compared.
 """
 
 from __future__ import annotations
@@ -38,7 +23,7 @@ from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
 from .config import BenchConfig
-from .timing import median
+from .timing import median, sync
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -59,12 +44,12 @@ class StepTimer(Callback):
 
     @override
     def on_train_start(self, trainer, pl_module) -> None:
-        _sync(pl_module.device)
+        sync(pl_module.device)
         self.t_fit_start = time.perf_counter()
 
     @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        _sync(pl_module.device)
+        sync(pl_module.device)
         self.times.append(time.perf_counter())
         self.tokens.append(batch_tokens(batch, pl_module.pad_id))
 
@@ -74,17 +59,9 @@ class StepTimer(Callback):
         if world > 1:
             t = torch.tensor(tokens, dtype=torch.float64, device=pl_module.device)
             tokens = [int(x) for x in trainer.strategy.reduce(t, reduce_op="sum").tolist()]
+        record = {"times": self.times, "tokens": tokens, "world_size": world, "t_fit_start": self.t_fit_start}
         if trainer.is_global_zero:
-            Path(self.path).write_text(
-                json.dumps(
-                    {"times": self.times, "tokens": tokens, "world_size": world, "t_fit_start": self.t_fit_start}
-                )
-            )
-
-
-def _sync(device) -> None:
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize()
+            Path(self.path).write_text(json.dumps(record))
 
 
 def batch_tokens(batch: dict, pad: int) -> int:
@@ -243,7 +220,7 @@ def bare_loop(overrides: list[str], device: str) -> dict:
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()
         sched.step()
-        _sync(device)
+        sync(device)
         times.append(time.perf_counter())
         tokens.append(batch_tokens(batch, pad))
     return {"times": times, "tokens": tokens}
@@ -275,14 +252,9 @@ def _child_env() -> dict:
 
 def data_root_default() -> Path | None:
     """Multi30k raw files: ``$XFORMER_DATA/multi30k`` or ``../shared/data/multi30k`` beside the repo."""
-    cands = []
-    if os.environ.get("XFORMER_DATA"):
-        cands.append(Path(os.environ["XFORMER_DATA"]) / "multi30k")
+    cands = [Path(os.environ["XFORMER_DATA"]) / "multi30k"] if os.environ.get("XFORMER_DATA") else []
     cands.append(REPO.parent / "shared" / "data" / "multi30k")
-    for c in cands:
-        if (c / "train.de.gz").is_file() or (c / "train.de").is_file():
-            return c.resolve()
-    return None
+    return next((c.resolve() for c in cands if (c / "train.de.gz").is_file() or (c / "train.de").is_file()), None)
 
 
 def run(cfg: BenchConfig, data_root: Path | None = None) -> dict:
@@ -298,18 +270,12 @@ def run(cfg: BenchConfig, data_root: Path | None = None) -> dict:
             order = ("bare", "run") if r % 2 == 0 else ("run", "bare")
             recs = {}
             for who in order:
-                if who == "bare":
-                    recs[who] = bare_py(overrides, cfg.device, Path(tmp) / f"bare{r}")
-                else:
-                    recs[who] = run_py(overrides, Path(tmp) / f"run{r}")
+                work = Path(tmp) / f"{who}{r}"
+                recs[who] = bare_py(overrides, cfg.device, work) if who == "bare" else run_py(overrides, work)
             bare, rec = recs["bare"], recs["run"]
-            b = steady_state(bare["times"], bare["tokens"], cfg.overhead_skip)
-            b["wall_s"] = bare["wall_s"]
-            bares.append(b)
+            bares.append({**steady_state(bare["times"], bare["tokens"], cfg.overhead_skip), "wall_s": bare["wall_s"]})
             s = steady_state(rec["times"], rec["tokens"], cfg.overhead_skip)
-            s["wall_s"] = rec["wall_s"]
-            s["same_batches"] = rec["tokens"] == bare["tokens"]
-            runs.append(s)
+            runs.append({**s, "wall_s": rec["wall_s"], "same_batches": rec["tokens"] == bare["tokens"]})
     run_tps = median([r["tokens_per_s"] for r in runs])
     bare_tps = median([b["tokens_per_s"] for b in bares])
     ratio = run_tps / bare_tps

@@ -1,19 +1,9 @@
-"""Row 3: padding waste in one Multi30k training epoch, xformer's token-budget batches vs fixed-size
-random batches.
+"""Row 3: padding waste in one Multi30k training epoch, xformer's token-budget batches vs a random
+permutation cut into fixed-size batches of the same count (the method in full: ``docs/bench.md``, row 3).
 
-Both batchings cover the same 29 000 training pairs, tokenised as training sees them (the data
-module's BPE; ``src`` = ids + EOS, ``tgt`` = BOS + ids + EOS). xformer: ``TokenBudgetBatchSampler``
-exactly as the training loader builds it (``tokens_per_batch``, shuffle, seed, epoch 0, source/target
-length tie-breakers). Baseline: a random permutation cut into batches of a fixed number of pairs,
-chosen so both give the same number of batches per epoch.
-
-Two figures per batching:
-
-* ``pad_fraction``: pad positions / all positions when each side (source, target) is padded to its
-  longest member in the batch, as the model receives it: ``1 - Σ(len src + len tgt) / Σ n_b·(max src_b
-  + max tgt_b)``. This is the headline figure.
-* ``pad_fraction_max_len``: :func:`xformer.data.batching.padding_fraction` on the sampler's length
-  ``max(len src, len tgt)`` per pair (what the token budget is computed on).
+``pad_fraction`` (the headline): pad positions / all positions with each side padded to its longest
+member in the batch, ``1 - Σ(len src + len tgt) / Σ n_b·(max src_b + max tgt_b)``;
+``pad_fraction_max_len``: :func:`xformer.data.batching.padding_fraction` on ``max(len src, len tgt)``.
 """
 
 from __future__ import annotations
@@ -49,11 +39,8 @@ def _summary(src_len, tgt_len, lengths, batches) -> dict:
 
 def run(cfg: BenchConfig, data_root: Path | None) -> dict:
     if data_root is None:
-        return {
-            "status": "skipped",
-            "note": "Multi30k files not found (set --data-root or XFORMER_DATA, "
-            "or put them in ../shared/data/multi30k)",
-        }
+        note = "Multi30k files not found (set --data-root or XFORMER_DATA, or put them in ../shared/data/multi30k)"
+        return {"status": "skipped", "note": note}
     from xformer.data.multi30k import Multi30kDataModule
 
     dm = Multi30kDataModule(root=str(data_root), tokens_per_batch=cfg.padding_tokens_per_batch, seed=cfg.seed)

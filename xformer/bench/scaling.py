@@ -1,17 +1,7 @@
-"""Opt-in rows: ``compile`` (``torch.compile`` on xformer's training step) and ``ddp`` (``run.py
-trainer=ddp`` throughput over device counts).
-
-``compile``: row 1's xformer model and batch, eager vs ``torch.compile(model)`` (default mode), each
-with its own Adam; ``compile_s`` is the wall time of the first compiled step (tracing and code
-generation), then both are timed interleaved. ``graph_breaks`` counts Dynamo's graph breaks on one
-forward (``torch._dynamo.explain``).
-
-``ddp``: for each ``N`` in ``--ddp-devices``, ``python run.py trainer=ddp trainer.devices=N`` with the
-overhead row's data and model, ``trainer.max_steps=ddp_steps``, no validation/test, and the
-:class:`~xformer.bench.overhead.StepTimer` callback; tokens are summed over the ranks per step, and
-throughput is taken over steps ``ddp_skip+1..ddp_steps``. The per-device batch
-(``data.tokens_per_batch``) is fixed, so the global batch grows with ``N`` (weak scaling);
-``efficiency = tokens/s(N) / (N · tokens/s(1))``.
+"""Opt-in rows (the method in full: ``docs/bench.md``): ``compile``, row 1's xformer step eager vs
+``torch.compile(model)`` (compile time of the first step, Dynamo graph breaks, speed-up); ``ddp``,
+``run.py trainer=ddp trainer.devices=N`` for each ``N`` in ``--ddp-devices`` with the overhead row's
+data and model, a fixed per-device batch (weak scaling), ``efficiency = tokens/s(N) / (N · tokens/s(1))``.
 """
 
 from __future__ import annotations

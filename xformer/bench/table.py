@@ -26,6 +26,11 @@ def _met(m) -> str:
     return {True: "[green]yes[/]", False: "[red]no[/]", None: "—"}[m]
 
 
+def _row(num: str, what: str, ours: str, base: str, ratio: str = "—", t: dict | None = None) -> list[str]:
+    """A summary row; ``t`` is the row's target (its ``target`` and ``met``), ``None``: no target."""
+    return [num, what, ours, base, ratio, *(("—", "—") if t is None else (t.get("target", ""), _met(t.get("met"))))]
+
+
 def _train_step_rows(
     sec: dict, tg: dict, row: str = "1", what: str = "train step", section: str = "train_step"
 ) -> list[list[str]]:
@@ -37,21 +42,13 @@ def _train_step_rows(
         ("x_transformers", "x-transformers", "ratio_vs_x_transformers"),
     ):
         cc = c.get(name, {})
-        t = tg.get((section, key), {})
         if cc.get("status") == "ok":
+            t = tg.get((section, key), {})
             rows.append(
-                [
-                    row,
-                    f"{what} vs {label}",
-                    ours,
-                    f"{_f(cc['tokens_per_s'])} tok/s",
-                    _f(sec[key], "{:.2f}×"),
-                    t.get("target", ""),
-                    _met(t.get("met")),
-                ]
+                _row(row, f"{what} vs {label}", ours, f"{_f(cc['tokens_per_s'])} tok/s", _f(sec[key], "{:.2f}×"), t)
             )
         else:
-            rows.append([row, f"{what} vs {label}", ours, cc.get("note", "skipped"), "—", "—", "—"])
+            rows.append(_row(row, f"{what} vs {label}", ours, cc.get("note", "skipped")))
     return rows
 
 
@@ -67,74 +64,59 @@ def _gpt2_rows(sec: dict, _tg: dict) -> list[list[str]]:
     lo, hi = sec["nanogpt_mfu"]
     c = sec["config"]
     return [
-        [
+        _row(
             "8",
             f"GPT-2-small-shaped step (T {c['seq_len']}, B {c['batch']})",
             f"{_f(sec['tokens_per_s'])} tok/s, MFU {100 * sec['mfu']:.1f}%",
             f"nanoGPT: {100 * lo:.0f}–{100 * hi:.0f}% MFU",
             f"{sec['achieved_tflops']:.3g} TFLOP/s",
-            "—",
-            "—",
-        ]
+        )
     ]
 
 
 def _overhead_rows(sec: dict, tg: dict) -> list[list[str]]:
     t = tg.get(("overhead", "overhead_fraction"), {})
     return [
-        [
+        _row(
             "2",
             "run.py vs bare loop",
             f"{_f(sec['run_py']['tokens_per_s'])} tok/s",
             f"{_f(sec['bare']['tokens_per_s'])} tok/s",
             f"{sec['ratio']:.3f}× (overhead {100 * sec['overhead_fraction']:.1f}%)",
-            "overhead " + t.get("target", ""),
-            _met(t.get("met")),
-        ]
+            {**t, "target": "overhead " + t.get("target", "")},
+        )
     ]
 
 
 def _padding_rows(sec: dict, tg: dict) -> list[list[str]]:
-    t = tg.get(("padding", "pad_fraction"), {})
     return [
-        [
+        _row(
             "3",
             "pad tokens, Multi30k epoch",
             f"{100 * sec['token_budget']['pad_fraction']:.1f}% (token budget)",
             f"{100 * sec['fixed_random']['pad_fraction']:.1f}% (random, {sec['config']['fixed_batch_size']}/batch)",
             _f(sec.get("waste_ratio"), "{:.1f}× less"),
-            t.get("target", ""),
-            _met(t.get("met")),
-        ]
+            tg.get(("padding", "pad_fraction"), {}),
+        )
     ]
 
 
 def _decoding_rows(sec: dict, tg: dict) -> list[list[str]]:
-    t = tg.get(("decoding", "speedup"), {})
     n = sec["config"]["output_len"]
     rows = [
-        [
+        _row(
             "4",
             f"greedy decode, length {n}",
             f"{_f(sec['cached']['tokens_per_s'])} tok/s (cache)",
             f"{_f(sec['recompute']['tokens_per_s'])} tok/s (recompute)",
             _f(sec["speedup"], "{:.1f}×"),
-            t.get("target", ""),
-            _met(t.get("met")),
-        ]
+            tg.get(("decoding", "speedup"), {}),
+        )
     ]
     if "beam" in sec:
         b = sec["beam"]
         rows.append(
-            [
-                "4b",
-                f"beam search ({b['beam_size']} beams), length {n}",
-                f"{_f(b['tokens_per_s'])} tok/s",
-                "—",
-                "—",
-                "—",
-                "—",
-            ]
+            _row("4b", f"beam search ({b['beam_size']} beams), length {n}", f"{_f(b['tokens_per_s'])} tok/s", "—")
         )
     return rows
 
@@ -142,28 +124,24 @@ def _decoding_rows(sec: dict, tg: dict) -> list[list[str]]:
 def _attention_rows(sec: dict, _tg: dict) -> list[list[str]]:
     e, f = sec["explicit"], sec["sdpa"]
     rows = [
-        [
+        _row(
             "5",
             "attention: exponent of time / memory in n",
             f"fused SDPA: {_f(f['time_exponent'], '{:.2f}')} / {_f(f['memory_exponent'], '{:.2f}')}",
             f"explicit: {_f(e['time_exponent'], '{:.2f}')} / {_f(e['memory_exponent'], '{:.2f}')}",
-            "—",
-            "Table 1: 2 / 2",
-            "—",
-        ]
+            t={"target": "Table 1: 2 / 2", "met": None},
+        )
     ]
     if "linear" in sec:  # bench.json files from before model/mixer=linear have no such path
         lin, lc = sec["linear"], sec["linear_causal"]
         rows.append(
-            [
+            _row(
                 "5b",
                 "linear attention (model/mixer=linear): time exponent",
                 f"linear: {_f(lin['time_exponent'], '{:.2f}')}, causal: {_f(lc['time_exponent'], '{:.2f}')}",
                 f"explicit: {_f(e['time_exponent'], '{:.2f}')}",
-                "—",
-                "≈ 1",
-                "—",
-            ]
+                t={"target": "≈ 1", "met": None},
+            )
         )
     return rows
 
@@ -171,76 +149,66 @@ def _attention_rows(sec: dict, _tg: dict) -> list[list[str]]:
 def _recurrence_rows(sec: dict, _tg: dict) -> list[list[str]]:
     cross = sec["crossover_n"]
     return [
-        [
+        _row(
             "6",
             f"crossover n (attention slower than LSTM), d={sec['config']['d']}",
             _f(cross, "n ≈ {:,.0f}", "none in range"),
             f"Table 1: n = d = {sec['claim_crossover_n']}",
             _f(cross / sec["claim_crossover_n"] if cross else None, "{:.1f}× d"),
-            "—",
-            "—",
-        ]
+        )
     ]
 
 
 def _mfu_rows(sec: dict, tg: dict) -> list[list[str]]:
-    t = tg.get(("mfu", "mfu"), {})
-    peak = sec["peak_tflops"]
     return [
-        [
+        _row(
             "7",
             f"MFU (6N + 12·L·H·Q·T), {sec.get('peak_method', '').split(' ')[1]} peak",
-            f"{100 * sec['mfu']:.1f}% of {peak:.3g} TFLOP/s",
+            f"{100 * sec['mfu']:.1f}% of {sec['peak_tflops']:.3g} TFLOP/s",
             f"torch {_f(sec.get('mfu_torch'), '{:.1%}')}, x-t {_f(sec.get('mfu_x_transformers'), '{:.1%}')}",
             f"{sec['achieved_tflops']:.3g} TFLOP/s",
-            t.get("target", ""),
-            _met(t.get("met")),
-        ]
+            tg.get(("mfu", "mfu"), {}),
+        )
     ]
 
 
 def _compile_rows(sec: dict, _tg: dict) -> list[list[str]]:
     return [
-        [
+        _row(
             "+",
             "torch.compile train step",
             f"{_f(sec['compiled']['tokens_per_s'])} tok/s",
             f"{_f(sec['eager']['tokens_per_s'])} tok/s eager",
             _f(sec["speedup"], "{:.2f}×"),
-            f"compile {sec['compile_s']:.0f} s, {sec['graph_breaks']} breaks",
-            "—",
-        ]
+            {"target": f"compile {sec['compile_s']:.0f} s, {sec['graph_breaks']} breaks", "met": None},
+        )
     ]
 
 
 def _nanogpt_rows(sec: dict, tg: dict) -> list[list[str]]:
-    t = tg.get(("nanogpt_step", "ratio"), {})
-    c = sec["contenders"]
+    c, cfg = sec["contenders"], sec["config"]
     return [
-        [
+        _row(
             "9",
-            f"shakespeare_char_cpu step vs plain-PyTorch nanoGPT (B {sec['config']['batch']}, "
-            f"T {sec['config']['block_size']})",
+            f"shakespeare_char_cpu step vs plain-PyTorch nanoGPT (B {cfg['batch']}, T {cfg['block_size']})",
             f"{_f(c['xformer']['tokens_per_s'])} tok/s",
             f"{_f(c['plain']['tokens_per_s'])} tok/s",
             _f(sec["ratio"], "{:.2f}×"),
-            t.get("target", ""),
-            _met(t.get("met")),
-        ]
+            tg.get(("nanogpt_step", "ratio"), {}),
+        )
     ]
 
 
 def _ddp_rows(sec: dict, _tg: dict) -> list[list[str]]:
     return [
-        [
+        _row(
             "+",
             f"DDP {r['devices']} device(s)",
             f"{_f(r['tokens_per_s'])} tok/s",
             "",
             _f(r.get("speedup"), "{:.2f}×"),
-            _f(r.get("efficiency"), "eff {:.0%}"),
-            "—",
-        ]
+            {"target": _f(r.get("efficiency"), "eff {:.0%}"), "met": None},
+        )
         for r in sec["runs"]
     ]
 
@@ -276,7 +244,7 @@ def summary_rows(result: dict) -> list[list[str]]:
             rows += make(sec, tg)
         else:
             note = (sec.get("note") or sec.get("error") or "")[:60]
-            rows.append([num, name, sec.get("status", "?"), note, "—", "—", "—"])
+            rows.append(_row(num, name, sec.get("status", "?"), note))
     return rows
 
 
@@ -306,42 +274,19 @@ def render(result: dict, console: Console | None = None) -> None:
         if lin[0]:
             c.add_column("linear ms", justify="right")
             c.add_column("causal linear ms", justify="right")
+        cols = [
+            (a[p][k], fmt) for p in ("explicit", "sdpa") for k, fmt in (("time_ms", "{:.2f}"), ("peak_mb", "{:.1f}"))
+        ]
+        cols += [(a["score_matrices_mb"], "{:.1f}"), (a["fp16_nxn_mb_at_n"], "{:.1f}")]
+        cols += [(x["time_ms"], "{:.2f}") for x in lin if x]
         for i, n in enumerate(a["n"]):
-            extra = [_f(lin[0]["time_ms"][i], "{:.2f}"), _f(lin[1]["time_ms"][i], "{:.2f}")] if lin[0] else []
-            c.add_row(
-                str(n),
-                _f(a["explicit"]["time_ms"][i], "{:.2f}"),
-                _f(a["explicit"]["peak_mb"][i], "{:.1f}"),
-                _f(a["sdpa"]["time_ms"][i], "{:.2f}"),
-                _f(a["sdpa"]["peak_mb"][i], "{:.1f}"),
-                _f(a["score_matrices_mb"][i], "{:.1f}"),
-                _f(a["fp16_nxn_mb_at_n"][i], "{:.1f}"),
-                *extra,
-            )
+            c.add_row(str(n), *(_f(col[i], fmt) for col, fmt in cols))
         for p in ("explicit", "sdpa"):
-            r = a[p]
-            c.add_row(
-                f"fit {p}",
-                _f(r["time_exponent"], "n^{:.2f}") if p == "explicit" else "",
-                _f(r["memory_exponent"], "n^{:.2f}") if p == "explicit" else "",
-                _f(r["time_exponent"], "n^{:.2f}") if p == "sdpa" else "",
-                _f(r["memory_exponent"], "n^{:.2f}") if p == "sdpa" else "",
-                "",
-                "",
-                *(["", ""] if lin[0] else []),
-            )
+            fit = [_f(a[p]["time_exponent"], "n^{:.2f}"), _f(a[p]["memory_exponent"], "n^{:.2f}")]
+            fit = fit + ["", ""] if p == "explicit" else ["", "", *fit]
+            c.add_row(f"fit {p}", *fit, "", "", *(["", ""] if lin[0] else []))
         if lin[0]:
-            c.add_row(
-                "fit linear",
-                "",
-                "",
-                "",
-                "",
-                "",
-                "",
-                _f(lin[0]["time_exponent"], "n^{:.2f}"),
-                _f(lin[1]["time_exponent"], "n^{:.2f}"),
-            )
+            c.add_row("fit linear", *[""] * 6, *(_f(x["time_exponent"], "n^{:.2f}") for x in lin))
         console.print(c)
         k = Table(title="fp16 n×n score matrix (one head, one sequence): stated vs n²·2 bytes")
         for col in ("n", "claimed", "computed n²·2 B"):
@@ -361,14 +306,9 @@ def render(result: dict, console: Console | None = None) -> None:
         conv = r.get("conv_ms")  # bench.json files before model/mixer=conv have no such column
         for col in ("n", "attention ms", "LSTM ms", "attention / LSTM", *(("conv ms",) if conv else ())):
             c.add_column(col, justify="right")
+        cols = [("attention_ms", "{:.2f}"), ("lstm_ms", "{:.2f}"), ("attention_over_lstm", "{:.3f}")]
         for i, n in enumerate(r["n"]):
-            c.add_row(
-                str(n),
-                _f(r["attention_ms"][i], "{:.2f}"),
-                _f(r["lstm_ms"][i], "{:.2f}"),
-                _f(r["attention_over_lstm"][i], "{:.3f}"),
-                *((_f(conv[i], "{:.2f}"),) if conv else ()),
-            )
+            c.add_row(str(n), *(_f(r[k][i], fmt) for k, fmt in cols), *((_f(conv[i], "{:.2f}"),) if conv else ()))
         console.print(c)
         cross = _f(r["crossover_n"], "n ≈ {:,.0f}", "none in the measured range")
         console.print(f"Attention vs LSTM, measured crossover: {cross}")

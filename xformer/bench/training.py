@@ -113,10 +113,8 @@ def run(cfg: BenchConfig, dropout: float | None = None, compiled: bool = False) 
             step_ms=med * 1e3, tokens_per_s=batch["n_tokens"] / med, step_ms_all=[t * 1e3 for t in ts]
         )
     ours = contenders["xformer"]["tokens_per_s"]
-    ratios = {}
-    for name in ("torch", "x_transformers"):
-        c = contenders.get(name, {})
-        ratios[name] = ours / c["tokens_per_s"] if c.get("status") == "ok" else None
+    ok = {name: c for name, c in contenders.items() if c["status"] == "ok"}
+    ratios = {name: ours / ok[name]["tokens_per_s"] if name in ok else None for name in ("torch", "x_transformers")}
     return {
         "status": "ok",
         "config": {

@@ -1,16 +1,14 @@
-"""Datasets and the DataModule base class shared by every xformer data set.
-
-Distributed training: loaders built after the Trainer is attached read ``trainer.world_size`` and
-``trainer.global_rank`` and shard batches themselves (see :mod:`xformer.data.batching`), so the
-Trainer must be created with ``use_distributed_sampler=False``. The samplers are reseeded with ``(seed,
-epoch)`` every epoch: by Lightning's ``set_epoch`` on ``dataloader.batch_sampler.sampler`` for a plain
-Trainer, by the :class:`~xformer.data.loader.EpochStream` when the data epochs run back to back
+"""Datasets and the DataModule base class shared by every xformer data set (distributed loading: see
+:class:`XformerDataModule`). The samplers are reseeded with ``(seed, epoch)`` every epoch: by Lightning's
+``set_epoch`` on ``dataloader.batch_sampler.sampler`` for a plain Trainer, by the
+:class:`~xformer.data.loader.EpochStream` when the data epochs run back to back
 (:meth:`XformerDataModule.serve_epochs_back_to_back`, as xformer's driver runs them).
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -33,6 +31,13 @@ from xformer.data.batching import (
 from xformer.data.errors import DataError
 from xformer.data.loader import EpochStream, trainer_batches_consumed
 from xformer.data.tokenizers import BOS, EOS, PAD, Tokenizer
+
+
+def base_args(base: type, args: dict[str, Any]) -> dict[str, Any]:
+    """The entries of ``args`` that ``base``'s constructor takes: what a subclass's constructor passes on
+    unchanged, from its ``locals()`` taken before it binds any other name."""
+    params = inspect.signature(base.__init__).parameters
+    return {k: v for k, v in args.items() if k in params and k != "self"}
 
 
 class Seq2SeqDataset(Dataset):
@@ -201,6 +206,7 @@ class XformerDataModule(L.LightningDataModule):
 
     task: str = "seq2seq"
     metrics: list[str] = []
+    sep_id: int | None = None  # prompt-LM data: the separator before the answer (see detokenize)
 
     def __init__(
         self,
@@ -211,18 +217,12 @@ class XformerDataModule(L.LightningDataModule):
         seed: int = 0,
     ) -> None:
         super().__init__()
-        self.root = root
-        self.tokens_per_batch = int(tokens_per_batch)
-        self.num_workers = int(num_workers)
-        self.pin_memory = bool(pin_memory)
-        self.seed = int(seed)
+        self.root, self.tokens_per_batch, self.seed = root, int(tokens_per_batch), int(seed)
+        self.num_workers, self.pin_memory = int(num_workers), bool(pin_memory)
         self.pad_id, self.bos_id, self.eos_id = PAD, BOS, EOS
         self.metrics = list(type(self).metrics)
         self.tokenizer: Tokenizer | None = None
-        self.src_vocab_size: int | None = None
-        self.tgt_vocab_size: int | None = None
-        self.max_src_len: int | None = None
-        self.max_tgt_len: int | None = None
+        self.src_vocab_size = self.tgt_vocab_size = self.max_src_len = self.max_tgt_len = None  # set by setup()
         self.test_split_names: list[str] = []
         self.train_set: Dataset | None = None
         self.val_set: Dataset | None = None
@@ -259,12 +259,15 @@ class XformerDataModule(L.LightningDataModule):
     def detokenize(self, ids: Iterable[int] | torch.Tensor) -> str:
         """Target-side ids to a string comparable to ``tgt_text``.
 
-        Stops at the first EOS (a leading BOS is skipped), drops special ids, decodes.
-        ``ids`` may be a list or a 1-D tensor.
+        With a ``sep_id``, keeps only what follows the last ``<sep>`` (so both a full prompt-LM ``tgt``
+        row and a generated continuation give the answer). Stops at the first ``eos_id`` (a leading BOS
+        is skipped), drops special ids, decodes. ``ids`` may be a list or a 1-D tensor.
         """
         self._require_setup()
         ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
-        return self.tokenizer.decode(_until_eos(ids))
+        if self.sep_id is not None and self.sep_id in ids:
+            ids = ids[len(ids) - ids[::-1].index(self.sep_id) :]
+        return self.tokenizer.decode(_until_eos(ids, self.eos_id))
 
     # ---- loaders ---------------------------------------------------------------------------
 
@@ -296,14 +299,14 @@ class XformerDataModule(L.LightningDataModule):
 
     def _make_loader(self, dataset: Dataset, batch_sampler, collate_fn, persistent: bool) -> DataLoader:
         """DataLoader over ``batch_sampler``; workers persist across epochs for train/val only."""
-        kwargs = dict(
+        return DataLoader(
+            dataset,
             batch_sampler=batch_sampler,
             collate_fn=collate_fn,
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,
             persistent_workers=persistent and self.num_workers > 0,
         )
-        return DataLoader(dataset, **kwargs)
 
     _back_to_back: dict[str, Any] | None = None  # EpochStream options, set by serve_epochs_back_to_back
     _stream: EpochStream | None = None  # the training stream of the current fit
@@ -442,12 +445,9 @@ class WindowLMDataModule(XformerDataModule):
             pin_memory=pin_memory,
             seed=seed,
         )
-        self.block_size = int(block_size)
-        self.batch_size = int(batch_size)
+        self.block_size, self.batch_size = int(block_size), int(batch_size)
         self.train_windows_per_epoch = train_windows_per_epoch
-        self.train_ids: np.ndarray | None = None
-        self.val_ids: np.ndarray | None = None
-        self.test_ids: np.ndarray | None = None
+        self.train_ids = self.val_ids = self.test_ids = None  # 1-D int arrays, set by subclasses' _build
 
     def _build(self) -> None:
         T = self.block_size
@@ -483,10 +483,10 @@ class WindowLMDataModule(XformerDataModule):
         return self._make_loader(dataset, sampler, functools.partial(collate_lm, pad_id=self.pad_id), persistent)
 
 
-def _until_eos(ids: list[int]) -> list[int]:
-    """Ids before the first EOS (all of them when there is none)."""
+def _until_eos(ids: list[int], eos: int) -> list[int]:
+    """Ids before the first ``eos`` (all of them when there is none)."""
     try:
-        return ids[: ids.index(EOS)]
+        return ids[: ids.index(eos)]
     except ValueError:
         return ids
 

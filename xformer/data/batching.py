@@ -45,15 +45,34 @@ class _EpochClock:
         return skip[1] if skip is not None and skip[0] == self.epoch else 0
 
 
-def _resume(sampler, epoch: int, batches_done: int) -> None:
-    """Shared ``resume``: continue ``epoch`` after ``batches_done`` batches (next epoch if it is done)."""
-    if epoch < 0 or batches_done < 0:
-        raise ValueError(f"resume needs epoch, batches_done >= 0, got {epoch}, {batches_done}")
-    sampler.set_epoch(epoch)
-    if batches_done >= len(sampler):
-        epoch, batches_done = epoch + 1, 0
-        sampler.set_epoch(epoch)
-    sampler.sampler.skip = (epoch, batches_done) if batches_done else None
+class _EpochSampler(Sampler[list[int]]):
+    """Base of the seeded batch samplers: the epoch (also settable through ``.sampler``) and ``resume``."""
+
+    sampler: _EpochClock
+
+    @property
+    def epoch(self) -> int:
+        """Epoch whose batches the next iteration yields."""
+        return self.sampler.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch (changes the batches' membership and order, or the draws)."""
+        self.sampler.set_epoch(epoch)
+
+    def resume(self, epoch: int, batches_done: int) -> None:
+        """Make the next iteration continue ``epoch`` after this rank's first ``batches_done`` batches
+        (or start ``epoch + 1`` when that is all of them); later iterations are whole epochs again.
+
+        Raises:
+            ValueError: a negative ``epoch`` or ``batches_done``.
+        """
+        if epoch < 0 or batches_done < 0:
+            raise ValueError(f"resume needs epoch, batches_done >= 0, got {epoch}, {batches_done}")
+        self.set_epoch(epoch)
+        if batches_done >= len(self):
+            epoch, batches_done = epoch + 1, 0
+            self.set_epoch(epoch)
+        self.sampler.skip = (epoch, batches_done) if batches_done else None
 
 
 def shard_batches(
@@ -148,7 +167,7 @@ class SpreadSubset(Dataset):
         return [[k[i] for i in self.indices] for k in keys]
 
 
-class TokenBudgetBatchSampler(Sampler[list[int]]):
+class TokenBudgetBatchSampler(_EpochSampler):
     """Length-bucketed batches whose padded size ``max_len_in_batch * n_sentences <= tokens_per_batch``.
 
     Per epoch (seeded by ``(seed, epoch)``):
@@ -206,12 +225,8 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         if pool_factor is not None and pool_factor < 1:
             raise ValueError(f"pool_factor must be >= 1 or None, got {pool_factor}")
         self.lengths = np.asarray(lengths, dtype=np.int64)
-        self.tokens_per_batch = int(tokens_per_batch)
-        self.shuffle = bool(shuffle)
-        self.seed = int(seed)
-        self.num_replicas = int(num_replicas)
-        self.rank = int(rank)
-        self.drop_last = bool(drop_last)
+        self.tokens_per_batch, self.shuffle, self.seed = int(tokens_per_batch), bool(shuffle), int(seed)
+        self.num_replicas, self.rank, self.drop_last = int(num_replicas), int(rank), bool(drop_last)
         self.pool_factor = pool_factor
         self.sort_keys = [np.asarray(k, dtype=np.int64) for k in sort_keys]
         if any(len(k) != len(self.lengths) for k in self.sort_keys):
@@ -219,20 +234,6 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         self.weightless_copies = bool(weightless_copies)
         self.sampler = _EpochClock()
         self._cache: tuple[int, list[list[int]]] | None = None
-
-    @property
-    def epoch(self) -> int:
-        """Epoch whose batches the next iteration yields."""
-        return self.sampler.epoch
-
-    def set_epoch(self, epoch: int) -> None:
-        """Select the epoch (changes membership/order when ``shuffle``)."""
-        self.sampler.set_epoch(epoch)
-
-    def resume(self, epoch: int, batches_done: int) -> None:
-        """Make the next iteration continue ``epoch`` after this rank's first ``batches_done`` batches
-        (or start ``epoch + 1`` when that is all of them); later iterations are whole epochs again."""
-        _resume(self, epoch, batches_done)
 
     def all_batches(self) -> list[list[int]]:
         """All batches of the current epoch before sharding across ranks (cached per epoch)."""
@@ -357,7 +358,7 @@ class SequentialBatchSampler(Sampler[list[int]]):
         return -(-n_batches // self.num_replicas)
 
 
-class RandomBatchSampler(Sampler[list[int]]):
+class RandomBatchSampler(_EpochSampler):
     """``n_batches`` batches of ``batch_size`` indices drawn uniformly (with replacement) from ``range(n)``.
 
     For training on random windows of a token stream: an "epoch" is a fixed number of batches, so
@@ -383,20 +384,6 @@ class RandomBatchSampler(Sampler[list[int]]):
         self.n, self.batch_size, self.n_batches = int(n), int(batch_size), int(n_batches)
         self.seed, self.num_replicas, self.rank = int(seed), int(num_replicas), int(rank)
         self.sampler = _EpochClock()
-
-    @property
-    def epoch(self) -> int:
-        """Epoch whose batches the next iteration yields."""
-        return self.sampler.epoch
-
-    def set_epoch(self, epoch: int) -> None:
-        """Select the epoch (changes the draws)."""
-        self.sampler.set_epoch(epoch)
-
-    def resume(self, epoch: int, batches_done: int) -> None:
-        """Make the next iteration continue ``epoch`` after its first ``batches_done`` batches (see
-        :meth:`TokenBudgetBatchSampler.resume`)."""
-        _resume(self, epoch, batches_done)
 
     def __iter__(self) -> Iterator[list[int]]:
         skip = self.sampler.take_skip()

@@ -135,9 +135,7 @@ class EpochStream:
 def trainer_batches_consumed(trainer: L.Trainer | None) -> int:
     """Training micro-batches ``trainer`` has processed over the whole run (its checkpoints carry the count
     over; 0 without a trainer)."""
-    if trainer is None:
-        return 0
-    return int(trainer.fit_loop.epoch_loop.batch_progress.total.processed)
+    return 0 if trainer is None else int(trainer.fit_loop.epoch_loop.batch_progress.total.processed)
 
 
 def training_stream(trainer: L.Trainer) -> EpochStream | None:
@@ -151,9 +149,7 @@ def data_position(trainer: L.Trainer) -> Position | None:
     ``on_train_batch_start`` to ``on_train_batch_end``), counted by the :class:`EpochStream` the trainer runs;
     None when it runs another loader."""
     stream = training_stream(trainer)
-    if stream is None:
-        return None
-    return stream.position(int(trainer.fit_loop.epoch_loop.batch_progress.total.ready))
+    return None if stream is None else stream.position(int(trainer.fit_loop.epoch_loop.batch_progress.total.ready))
 
 
 def data_index(trainer: L.Trainer, batch_idx: int) -> tuple[int, int]:
@@ -161,6 +157,4 @@ def data_index(trainer: L.Trainer, batch_idx: int) -> tuple[int, int]:
     :class:`EpochStream`, else (a plain ``lightning.Trainer`` on the data module's loader) Lightning's
     ``(current_epoch, batch_idx)``."""
     position = data_position(trainer)
-    if position is None:
-        return int(trainer.current_epoch), int(batch_idx)
-    return position[0], position[1] - 1
+    return (int(trainer.current_epoch), int(batch_idx)) if position is None else (position[0], position[1] - 1)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Annotated
 
 from xformer.config_types import NonNegative, Positive, Range
-from xformer.data.base import Seq2SeqDataset, XformerDataModule
+from xformer.data.base import Seq2SeqDataset, XformerDataModule, base_args
 from xformer.data.download import fetch, resolve_cache_dir
 from xformer.data.errors import DataError
 from xformer.data.textfiles import read_parallel
@@ -50,9 +50,7 @@ class Multi30kDataModule(XformerDataModule):
 
     Args:
         root: folder with the raw files, or None to download.
-        tokens_per_batch: padded-token budget per batch per device.
-        num_workers, pin_memory: DataLoader options.
-        seed: shuffling seed.
+        tokens_per_batch, num_workers, pin_memory, seed: as :class:`~xformer.data.base.XformerDataModule`.
         src_lang, tgt_lang: language codes (``"de"``, ``"en"``; other task-1 languages only with
             ``root``, as no checksums are known for them).
         vocab_size: joint BPE vocabulary size.
@@ -85,14 +83,11 @@ class Multi30kDataModule(XformerDataModule):
         base_url: str = BASE_URL,
         train_limit: Annotated[int, Range(ge=1)] | None = None,
     ) -> None:
-        super().__init__(
-            root=root, tokens_per_batch=tokens_per_batch, num_workers=num_workers, pin_memory=pin_memory, seed=seed
-        )
+        super().__init__(**base_args(XformerDataModule, locals()))
         if src_lang == tgt_lang:
             raise ValueError(f"Multi30kDataModule: src_lang and tgt_lang are both {src_lang!r}")
         self.src_lang, self.tgt_lang = src_lang, tgt_lang
-        self.vocab_size = vocab_size
-        self.cache_dir = cache_dir
+        self.vocab_size, self.cache_dir = vocab_size, cache_dir
         self.base_url = base_url if base_url.endswith("/") else base_url + "/"
         self.train_limit = train_limit
 

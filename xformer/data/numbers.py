@@ -15,7 +15,7 @@ import numpy as np
 from num2words import num2words
 
 from xformer.config_types import NonNegative, Positive
-from xformer.data.base import Seq2SeqDataset, XformerDataModule
+from xformer.data.base import Seq2SeqDataset, XformerDataModule, base_args
 from xformer.data.download import resolve_cache_dir
 from xformer.data.tokenizers import CharTokenizer, _atomic_write_text, train_or_load_bpe
 
@@ -85,10 +85,8 @@ class NumbersDataModule(XformerDataModule):
     of the sample, and it makes the ``M`` of "Million" known).
 
     Args:
-        root: unused (the data is generated); accepted for a uniform interface.
-        tokens_per_batch: padded-token budget per batch per device.
-        num_workers, pin_memory: DataLoader options.
-        seed: data and shuffling seed.
+        root (unused: the data is generated), tokens_per_batch, num_workers, pin_memory, seed (data and
+            shuffling): as :class:`~xformer.data.base.XformerDataModule`.
         n_train, n_val, n_test, n_long: split sizes.
         tokenizer: ``"bpe"`` or ``"char"``.
         vocab_size: BPE vocabulary size (specials and 256 bytes included).
@@ -119,23 +117,18 @@ class NumbersDataModule(XformerDataModule):
         src_lang: str = "en",
         tgt_lang: str = "de",
     ) -> None:
-        super().__init__(
-            root=root, tokens_per_batch=tokens_per_batch, num_workers=num_workers, pin_memory=pin_memory, seed=seed
-        )
+        super().__init__(**base_args(XformerDataModule, locals()))
         if tokenizer not in ("bpe", "char"):
             raise ValueError(f"NumbersDataModule: tokenizer must be 'bpe' or 'char', got {tokenizer!r}")
         self.n_train, self.n_val, self.n_test, self.n_long = n_train, n_val, n_test, n_long
-        self.tokenizer_kind = tokenizer
-        self.vocab_size = vocab_size
-        self.cache_dir = cache_dir
+        self.tokenizer_kind, self.vocab_size, self.cache_dir = tokenizer, vocab_size, cache_dir
         self.src_lang, self.tgt_lang = src_lang, tgt_lang
         self.numbers: dict[str, np.ndarray] = {}
 
     def sample_numbers(self) -> dict[str, np.ndarray]:
         """The numbers of every split, ``{"train", "val", "test", "long"} -> int64 array`` (seeded)."""
         rng = np.random.default_rng(self.seed)
-        n_main = self.n_train + self.n_val + self.n_test
-        main = sample_by_digits(rng, n_main, 1, 6)
+        main = sample_by_digits(rng, self.n_train + self.n_val + self.n_test, 1, 6)
         a, b = self.n_train, self.n_train + self.n_val
         return {"train": main[:a], "val": main[a:b], "test": main[b:], "long": sample_by_digits(rng, self.n_long, 7, 9)}
 

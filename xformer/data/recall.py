@@ -19,13 +19,11 @@ the number of answers per step fixed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 
 import numpy as np
-import torch
 
 from xformer.config_types import NonNegative, Positive
-from xformer.data.base import PromptLMDataset, XformerDataModule, _until_eos
+from xformer.data.base import PromptLMDataset, XformerDataModule, base_args
 from xformer.data.synthetic import SEP, SYMBOLS
 from xformer.data.tokenizers import CharTokenizer
 
@@ -75,13 +73,7 @@ class DistanceRecallDataModule(XformerDataModule):
             raise ValueError(f"data.n_symbols={n_symbols}: must be in [2, {len(SYMBOLS)}]")
         if batch_size < 1:
             raise ValueError(f"data.batch_size={batch_size}: must be >= 1")
-        super().__init__(
-            root=root,
-            tokens_per_batch=batch_size * (distance + 4),
-            num_workers=num_workers,
-            pin_memory=pin_memory,
-            seed=seed,
-        )
+        super().__init__(**base_args(XformerDataModule, locals()), tokens_per_batch=batch_size * (distance + 4))
         self.distance, self.n_symbols, self.batch_size = distance, n_symbols, batch_size
         self.n_train, self.n_val, self.n_test = n_train, n_val, n_test
         self.sep_id = 4
@@ -98,11 +90,3 @@ class DistanceRecallDataModule(XformerDataModule):
         self.train_set, self.val_set = sets["train"], sets["val"]
         self.test_sets = {"test": sets["test"]}
         log.info("recall at distance %d: %s", self.distance, {k: len(v) for k, v in sets.items()})
-
-    def detokenize(self, ids: Iterable[int] | torch.Tensor) -> str:
-        """The answer of a row of target-side ids: what follows the last ``<sep>``, up to EOS."""
-        self._require_setup()
-        ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
-        if self.sep_id in ids:
-            ids = ids[len(ids) - ids[::-1].index(self.sep_id) :]
-        return self.tokenizer.decode(_until_eos(ids))

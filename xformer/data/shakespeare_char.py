@@ -9,13 +9,11 @@ this file) with no special tokens, train = the first ``int(0.9 · n)`` character
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from xformer.config_types import NonNegative, Positive
-from xformer.data.base import WindowLMDataModule
+from xformer.data.base import WindowLMDataModule, base_args
 from xformer.data.errors import DataError
 from xformer.data.textfiles import read_text
-from xformer.data.tinyshakespeare import URL, input_file  # the same file nanoGPT's prepare.py fetches
+from xformer.data.tinyshakespeare import URL, TinyShakespeareDataModule  # the file nanoGPT's prepare.py fetches
 from xformer.data.tokenizers import CharTokenizer
 
 NO_TOKEN = -100
@@ -24,12 +22,14 @@ padding (the model builds no padding mask) and the loss ignores nothing (it is a
 ``ignore_index`` default)."""
 
 
-class ShakespeareCharDataModule(WindowLMDataModule):
-    """Character LM on tiny-shakespeare with nanoGPT's vocabulary and split (``task="lm"``).
+class ShakespeareCharDataModule(TinyShakespeareDataModule):
+    """Character LM on tiny-shakespeare with nanoGPT's vocabulary and split (``task="lm"``); the same
+    ``input.txt`` (and download) as :class:`~xformer.data.tinyshakespeare.TinyShakespeareDataModule`.
 
     Ids ``0..64`` are the characters in code-point order (nanoGPT's ``stoi``); ``pad_id``, ``bos_id``
-    and ``eos_id`` are :data:`NO_TOKEN`. Training batches are random windows
-    (``{"tgt": (B, block_size+1), "idx": (B,)}``, as nanoGPT's ``get_batch``); validation is the full
+    and ``eos_id`` are :data:`NO_TOKEN` (so :meth:`detokenize` never stops early: every id is a
+    character). Training batches are random windows (``{"tgt": (B, block_size+1), "idx": (B,)}``, as
+    nanoGPT's ``get_batch``); validation is the full
     contiguous pass over the last 10 %, or, with ``val_estimate_batches = k``, ``k`` fixed batches of
     random val windows (nanoGPT's ``eval_iters``; see :class:`~xformer.data.base.WindowLMDataModule`).
     There is no test text: with ``full_val_at_end`` the test stage scores the full val pass once
@@ -63,30 +63,11 @@ class ShakespeareCharDataModule(WindowLMDataModule):
         cache_dir: str | None = None,
         url: str = URL,
     ) -> None:
-        super().__init__(
-            root=root,
-            tokens_per_batch=tokens_per_batch,
-            block_size=block_size,
-            batch_size=batch_size,
-            train_windows_per_epoch=train_windows_per_epoch,
-            num_workers=num_workers,
-            pin_memory=pin_memory,
-            seed=seed,
-            val_estimate_batches=val_estimate_batches,
-        )
+        super().__init__(**base_args(TinyShakespeareDataModule, locals()))
         if not 0.0 < val_fraction < 1.0:
             raise DataError(f"data.val_fraction={val_fraction}: must be in (0, 1) (nanoGPT: 0.1)")
         self.pad_id = self.bos_id = self.eos_id = NO_TOKEN
         self.full_val_at_end, self.val_fraction = bool(full_val_at_end), float(val_fraction)
-        self.cache_dir, self.url = cache_dir, url
-
-    def file_path(self) -> Path:
-        """Local ``input.txt`` (:func:`input_file`)."""
-        return input_file(self.root, self.cache_dir, self.url)
-
-    def prepare_data(self) -> None:
-        """Download ``input.txt`` if needed (one process per node)."""
-        self.file_path()
 
     def _build(self) -> None:
         text = read_text(self.file_path())
@@ -94,14 +75,8 @@ class ShakespeareCharDataModule(WindowLMDataModule):
         self.tokenizer = CharTokenizer.from_texts([text], specials=False)
         ids = self.tokenizer.encode_array(text)
         self.train_ids, self.val_ids = ids[:n], ids[n:]
-        super()._build()
+        WindowLMDataModule._build(self)  # the windows (not tiny-shakespeare's own three-way split)
         self.test_sets = {"val": self.val_full_set} if self.full_val_at_end else {}
-
-    def detokenize(self, ids) -> str:
-        """Ids to text (every id is a character; there is no EOS to stop at)."""
-        self._require_setup()
-        ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
-        return self.tokenizer.decode(ids)
 
 
 __all__ = ["ShakespeareCharDataModule", "NO_TOKEN"]

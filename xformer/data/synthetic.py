@@ -6,13 +6,11 @@ Train and validate on short sequences, test on in-range, 2x and 4x longer ones.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 
 import numpy as np
-import torch
 
 from xformer.config_types import NonNegative, Positive
-from xformer.data.base import PromptLMDataset, Seq2SeqDataset, XformerDataModule, _until_eos
+from xformer.data.base import PromptLMDataset, Seq2SeqDataset, XformerDataModule, base_args
 from xformer.data.tokenizers import CharTokenizer
 
 log = logging.getLogger(__name__)
@@ -97,10 +95,8 @@ class SyntheticDataModule(XformerDataModule):
     Args:
         task_name: ``"copy"``, ``"reverse"``, ``"sort"`` or ``"addition"``.
         form: ``"seq2seq"`` or ``"lm"``.
-        root: unused (generated data).
-        tokens_per_batch: padded-token budget per batch per device.
-        num_workers, pin_memory: DataLoader options.
-        seed: generation and shuffling seed.
+        root (unused: generated data), tokens_per_batch, num_workers, pin_memory, seed (generation and
+            shuffling): as :class:`~xformer.data.base.XformerDataModule`.
         train_max_len: ``L``, the longest training length.
         train_min_len: shortest training length.
         n_train, n_val, n_test: split sizes (``n_test`` per test split).
@@ -135,9 +131,7 @@ class SyntheticDataModule(XformerDataModule):
         n_test: NonNegative = 1000,
         n_symbols: int = 10,
     ) -> None:
-        super().__init__(
-            root=root, tokens_per_batch=tokens_per_batch, num_workers=num_workers, pin_memory=pin_memory, seed=seed
-        )
+        super().__init__(**base_args(XformerDataModule, locals()))
         if task_name not in TASKS:
             raise ValueError(f"SyntheticDataModule: task_name must be one of {TASKS}, got {task_name!r}")
         if form not in ("seq2seq", "lm"):
@@ -150,8 +144,7 @@ class SyntheticDataModule(XformerDataModule):
         self.task = "lm" if form == "lm" else "seq2seq"
         self.train_max_len, self.train_min_len = train_max_len, train_min_len
         self.n_train, self.n_val, self.n_test = n_train, n_val, n_test
-        self.n_symbols = n_symbols
-        self.sep_id = 4
+        self.n_symbols, self.sep_id = n_symbols, 4
         self.pairs: dict[str, list[tuple[str, str]]] = {}
 
     def generate(self) -> dict[str, list[tuple[str, str]]]:
@@ -189,15 +182,3 @@ class SyntheticDataModule(XformerDataModule):
         self.train_set, self.val_set = sets["train"], sets["val"]
         self.test_sets = {k: sets[k] for k in ("1x", "2x", "4x")}
         log.info("synthetic %s (%s): %s", self.task_name, self.form, {k: len(v) for k, v in sets.items()})
-
-    def detokenize(self, ids: Iterable[int] | torch.Tensor) -> str:
-        """Answer string of target-side ids, comparable to ``tgt_text``.
-
-        Keeps only what follows the last ``<sep>`` (so both a full LM ``tgt`` row and a generated
-        continuation work), stops at the first EOS after it, drops specials.
-        """
-        self._require_setup()
-        ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
-        if self.sep_id in ids:
-            ids = ids[len(ids) - ids[::-1].index(self.sep_id) :]
-        return self.tokenizer.decode(_until_eos(ids))

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from xformer.config_types import NonNegative, Positive
-from xformer.data.base import Seq2SeqDataset, WindowLMDataModule, XformerDataModule
+from xformer.data.base import Seq2SeqDataset, WindowLMDataModule, XformerDataModule, base_args
 from xformer.data.download import resolve_cache_dir
 from xformer.data.errors import DataError
 from xformer.data.textfiles import read_parallel, read_text, read_tsv
@@ -97,30 +97,13 @@ class TextDataModule(WindowLMDataModule):
             raise ValueError(f"TextDataModule: format must be 'lines' or 'tsv', got {format!r}")
         if tokenizer not in ("bpe", "char"):
             raise ValueError(f"TextDataModule: tokenizer must be 'bpe' or 'char', got {tokenizer!r}")
-        super().__init__(
-            root=root,
-            tokens_per_batch=tokens_per_batch,
-            block_size=block_size,
-            train_windows_per_epoch=train_windows_per_epoch,
-            num_workers=num_workers,
-            pin_memory=pin_memory,
-            seed=seed,
-        )
+        super().__init__(**base_args(WindowLMDataModule, locals()))
         self.tokens_per_batch = int(tokens_per_batch)  # parallel form: the padded-token budget
         self.form, self.format = form, format
         self.task = "lm" if form == "lm" else "seq2seq"
         self.metrics = list(metrics) if metrics is not None else (["bleu"] if form == "parallel" else [])
-        self.paths = dict(
-            train_src=train_src,
-            train_tgt=train_tgt,
-            val_src=val_src,
-            val_tgt=val_tgt,
-            test_src=test_src,
-            test_tgt=test_tgt,
-            train=train,
-            val=val,
-            test=test,
-        )
+        files = ("train_src", "train_tgt", "val_src", "val_tgt", "test_src", "test_tgt", "train", "val", "test")
+        self.paths = {k: v for k, v in locals().items() if k in files}  # argument name -> path
         self.tokenizer_kind, self.vocab_size, self.cache_dir = tokenizer, vocab_size, cache_dir
 
     def _path(self, arg: str, required: bool) -> Path | None:
@@ -196,13 +179,10 @@ class TextDataModule(WindowLMDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         """Build once (idempotent)."""
-        if self.form == "lm":
-            WindowLMDataModule.setup(self, stage)
-        else:
-            XformerDataModule.setup(self, stage)
+        (WindowLMDataModule if self.form == "lm" else XformerDataModule).setup(self, stage)
 
     def _loader(self, dataset, train: bool, persistent: bool = True):
         """Window loader (lm) or token-budget loader (parallel)."""
-        if self.form == "lm":
-            return WindowLMDataModule._loader(self, dataset, train, persistent)
-        return XformerDataModule._loader(self, dataset, train, persistent)
+        return (WindowLMDataModule if self.form == "lm" else XformerDataModule)._loader(
+            self, dataset, train, persistent
+        )

@@ -58,8 +58,7 @@ def read_lines(path: str | Path) -> list[str]:
     Raises:
         DataError: see :func:`read_text`.
     """
-    text = read_text(path)
-    lines = text.split("\n")
+    lines = read_text(path).split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
@@ -82,8 +81,7 @@ def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[str]
         DataError: a file is missing/corrupt/not UTF-8 (see :func:`read_text`), or the two files
             have different line counts (the message names both files and their counts).
     """
-    src = read_lines(src_path)
-    tgt = read_lines(tgt_path)
+    src, tgt = read_lines(src_path), read_lines(tgt_path)
     if len(src) != len(tgt):
         raise DataError(
             f"parallel files are not aligned: {src_path} has {len(src)} lines but {tgt_path} has "
@@ -129,6 +127,5 @@ def _drop_empty_pairs(src: list[str], tgt: list[str], what: str) -> tuple[list[s
     n_empty = len(src) - len(keep)
     if n_empty:
         log.warning("%s: skipped %d pair(s) with an empty side", what, n_empty)
-        src = [src[i] for i in keep]
-        tgt = [tgt[i] for i in keep]
+        src, tgt = [src[i] for i in keep], [tgt[i] for i in keep]
     return src, tgt

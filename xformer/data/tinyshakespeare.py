@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from xformer.config_types import NonNegative, Positive
-from xformer.data.base import WindowLMDataModule
+from xformer.data.base import WindowLMDataModule, base_args
 from xformer.data.download import fetch, resolve_cache_dir
 from xformer.data.errors import DataError
 from xformer.data.textfiles import read_text
@@ -49,17 +49,11 @@ def input_file(root: str | None, cache_dir: str | None = None, url: str = URL) -
 class TinyShakespeareDataModule(WindowLMDataModule):
     """Character-level LM on tiny-shakespeare (``task="lm"``, ``metrics=[]``).
 
-    Text: ``<root>/input.txt`` when ``root`` is set, else downloaded once from ``url`` into
-    ``cache_dir/tinyshakespeare`` and checked against :data:`SHA256`. Split in text order, disjoint:
-    train = first ``int(0.90 * N)`` characters, val = up to ``int(0.95 * N)``, test = the rest
-    (``test_split_names = ["test"]``; on ``input.txt``: 1 003 854 / 55 770 / 55 770 characters).
-    Validation picks the checkpoint; test is held out and only scored. The vocabulary is the
-    characters of the train split (65 on this text) after the 4 specials, ``vocab_size = 69``.
-
-    Batches: ``{"tgt": LongTensor (B, block_size+1), "idx": LongTensor (B,)}`` -- random windows for
-    training (``train_windows_per_epoch`` per epoch over all ranks, seeded by ``(seed, epoch)``;
-    None = ``len(train) // block_size``, about one pass), contiguous non-overlapping windows for
-    val/test (see :class:`~xformer.data.base.WindowLMDataModule`).
+    Text: :func:`input_file`. Split in text order as the module says (``test_split_names = ["test"]``;
+    on ``input.txt``: 1 003 854 / 55 770 / 55 770 characters); validation picks the checkpoint, test
+    is held out and only scored. The vocabulary is the characters of the train split (65 on this
+    text) after the 4 specials, ``vocab_size = 69``. Batches: random windows for training,
+    contiguous ones for val/test (:class:`~xformer.data.base.WindowLMDataModule`).
 
     Args:
         root: folder containing ``input.txt``, or None to download.
@@ -92,22 +86,9 @@ class TinyShakespeareDataModule(WindowLMDataModule):
         url: str = URL,
         val_estimate_batches: int | None = None,
     ) -> None:
-        super().__init__(
-            root=root,
-            tokens_per_batch=tokens_per_batch,
-            block_size=block_size,
-            batch_size=batch_size,
-            train_windows_per_epoch=train_windows_per_epoch,
-            num_workers=num_workers,
-            pin_memory=pin_memory,
-            seed=seed,
-            val_estimate_batches=val_estimate_batches,
-        )
-        self.cache_dir = cache_dir
-        self.url = url
-        self.train_text: str = ""
-        self.val_text: str = ""
-        self.test_text: str = ""
+        super().__init__(**base_args(WindowLMDataModule, locals()))
+        self.cache_dir, self.url = cache_dir, url
+        self.train_text = self.val_text = self.test_text = ""
 
     def file_path(self) -> Path:
         """Local ``input.txt`` (:func:`input_file`)."""

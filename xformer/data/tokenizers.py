@@ -106,10 +106,7 @@ class CharTokenizer(Tokenizer):
         cls, texts: Iterable[str], extra_specials: Sequence[str] = (), specials: bool = True
     ) -> CharTokenizer:
         """Build the alphabet from the characters of ``texts`` (sorted by code point)."""
-        chars: set[str] = set()
-        for t in texts:
-            chars.update(t)
-        return cls(sorted(chars), extra_specials, specials)
+        return cls(sorted(set().union(*texts)), extra_specials, specials)
 
     @property
     def vocab_size(self) -> int:
@@ -122,9 +119,7 @@ class CharTokenizer(Tokenizer):
         Raises:
             KeyError: unknown token.
         """
-        if token in self._special_ids:
-            return self._special_ids[token]
-        return self._stoi[token]
+        return self._special_ids[token] if token in self._special_ids else self._stoi[token]
 
     def encode(self, text: str) -> list[int]:
         """Ids of the characters of ``text`` (``UNK`` for characters outside the alphabet)."""
@@ -248,8 +243,7 @@ class BPETokenizer(Tokenizer):
 
     def save(self, path: str | Path) -> None:
         """Write the ``tokenizers`` JSON (plus ``"xformer_type": "bpe"``) to ``path`` atomically."""
-        data = json.loads(self._tok.to_str())
-        data["xformer_type"] = "bpe"
+        data = {**json.loads(self._tok.to_str()), "xformer_type": "bpe"}
         _atomic_write_text(Path(path), json.dumps(data, ensure_ascii=False))
 
     @classmethod
@@ -268,9 +262,7 @@ class BPETokenizer(Tokenizer):
 def load_tokenizer(path: str | Path) -> Tokenizer:
     """Load a :class:`CharTokenizer` or :class:`BPETokenizer` from a JSON file written by ``save``."""
     data = json.loads(Path(path).read_text(encoding="utf-8"))
-    if data.get("type") == "char":
-        return CharTokenizer.load(path)
-    return BPETokenizer.load(path)
+    return (CharTokenizer if data.get("type") == "char" else BPETokenizer).load(path)
 
 
 def bpe_cache_path(texts: Sequence[str], vocab_size: int, cache_dir: str | Path, name: str) -> Path:

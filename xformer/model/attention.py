@@ -68,9 +68,7 @@ class AttentionPattern:
         Default: :class:`CausalAttention` when :meth:`blocked` is not overridden (nothing else is
         blocked), otherwise :class:`CausalOf` this pattern.
         """
-        if not overrides(type(self), AttentionPattern, "blocked"):
-            return CausalAttention()
-        return CausalOf(self)
+        return CausalOf(self) if overrides(type(self), AttentionPattern, "blocked") else CausalAttention()
 
 
 def _is_causal_class(cls: type) -> bool:
@@ -165,9 +163,7 @@ def combine_masks(
     applied unconditionally (OR-ing an all-``False`` tensor changes nothing) instead of behind a
     ``bool(...)`` test, which would stall a GPU stream and break ``torch.compile`` graphs.
     """
-    allowed = None
-    if key_padding_mask is not None:
-        allowed = ~key_padding_mask[:, None, None, :]  # (B, 1, 1, Tk)
+    allowed = None if key_padding_mask is None else ~key_padding_mask[:, None, None, :]  # (B, 1, 1, Tk)
     if blocked is not None:
         pat = ~blocked[None, None]  # (1, 1, Tq, Tk)
         allowed = pat if allowed is None else allowed & pat
@@ -176,11 +172,8 @@ def combine_masks(
     if bias is None:
         return allowed
     bias = bias.to(dtype)
-    if bias.dim() == 3:
-        bias = bias[None]
-    if allowed is None:
-        return bias
-    return bias.masked_fill(~allowed, float("-inf"))
+    bias = bias[None] if bias.dim() == 3 else bias
+    return bias if allowed is None else bias.masked_fill(~allowed, float("-inf"))
 
 
 def attention_with_dropout(

@@ -23,7 +23,7 @@ from .dropout import Dropout
 from .ffn import ReLUFFN
 from .hooks import overrides
 from .init import InitScheme, Xavier
-from .layers import DecoderLayer, Stack, no_bias
+from .layers import DecoderLayer, Stack, accepts, no_bias
 from .mixer import Mixer, MultiHeadMixer
 from .norm import PostNorm, Residual
 from .positional import HOOKS as POSITIONAL_HOOKS
@@ -64,24 +64,15 @@ def resolve_sizes(
     return d_head, d_ff
 
 
-def _factory(obj, default):
-    return default if obj is None else obj
-
-
-def _accepts(fn: Callable, name: str) -> bool:
-    """Whether ``fn`` takes a keyword ``name`` (or ``**kwargs``); ``False`` when it has no signature."""
-    import inspect
-
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
-
-
 def _name(obj) -> str:
     cls = type(obj)
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _require(obj, base: type, key: str, implement: str, where: str = "xformer.model") -> None:
+    """Refuse a ``key`` variant that is not a ``base``: ConfigError naming its class and what to implement."""
+    if not isinstance(obj, base):
+        raise ConfigError(f"{key}: {_name(obj)} is not an {where}.{base.__name__}; subclass it and {implement}")
 
 
 def check_positional(pe) -> None:
@@ -91,11 +82,7 @@ def check_positional(pe) -> None:
     Raises:
         ConfigError: naming the class and what it must implement.
     """
-    if not isinstance(pe, PositionalEncoding):
-        raise ConfigError(
-            f"model.pe: {_name(pe)} is not an xformer.model.PositionalEncoding; subclass it and "
-            f"implement one of {', '.join(POSITIONAL_HOOKS)}"
-        )
+    _require(pe, PositionalEncoding, "model.pe", f"implement one of {', '.join(POSITIONAL_HOOKS)}")
     if not pe.implemented_hooks() and not isinstance(pe, NoPE) and type(pe) is not PositionalEncoding:
         raise ConfigError(
             f"model.pe: {_name(pe)} overrides none of the PositionalEncoding hooks "
@@ -109,10 +96,7 @@ def check_residual(res) -> None:
     Raises:
         ConfigError: naming the class and what it must implement.
     """
-    if not isinstance(res, Residual):
-        raise ConfigError(
-            f"model.norm: {_name(res)} is not an xformer.model.Residual; subclass it and implement forward(x, f)"
-        )
+    _require(res, Residual, "model.norm", "implement forward(x, f)")
     if not overrides(type(res), Residual, "forward"):
         raise ConfigError(
             f"model.norm: {_name(res)} does not implement forward(x, f), the one hook of "
@@ -220,31 +204,8 @@ class ModelBase(nn.Module):
         d_qk: Annotated[int, Range(ge=1)] | None = None,
     ) -> None:
         super().__init__()
-        kwargs = dict(
-            src_vocab_size=src_vocab_size,
-            tgt_vocab_size=tgt_vocab_size,
-            d_model=d_model,
-            n_heads=n_heads,
-            d_head=d_head,
-            ffn_ratio=ffn_ratio,
-            d_ff=d_ff,
-            n_encoder_layers=n_encoder_layers,
-            n_decoder_layers=n_decoder_layers,
-            dropout=dropout,
-            tie_embeddings=tie_embeddings,
-            max_len=max_len,
-            attn_scale=attn_scale,
-            pad_id=pad_id,
-            attention=attention,
-            norm=norm,
-            pe=pe,
-            ffn=ffn,
-            bias=bias,
-            init=init,
-            mixer=mixer,
-            n_kv_heads=n_kv_heads,
-            d_qk=d_qk,
-        )
+        # the arguments but the budget's own, to build candidate models with (first: locals() grows)
+        kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__", "param_budget", "budget_solves")}
         if param_budget:
             d_model, d_ff = self._solve_budget(kwargs, int(param_budget), budget_solves)
         self.d_head, self.d_ff = resolve_sizes(d_model, n_heads, d_head, ffn_ratio, d_ff)
@@ -253,32 +214,20 @@ class ModelBase(nn.Module):
         self.d_model, self.n_heads, self.max_len, self.pad_id = d_model, n_heads, max_len, pad_id
         self.dropout_p, self.attn_scale, self.bias = dropout, attn_scale, bool(bias)
         self.init_scheme: InitScheme = Xavier() if init is None else init
-        if not isinstance(self.init_scheme, InitScheme):
-            raise ConfigError(
-                f"model.init: {_name(self.init_scheme)} is not an xformer.model.init.InitScheme; "
-                "subclass it and implement __call__(model)"
-            )
+        _require(self.init_scheme, InitScheme, "model.init", "implement __call__(model)", "xformer.model.init")
         #: factor on the token embeddings before positions are added (§3.4: √d_model)
         self.embed_scale = float(self.init_scheme.embed_scale(d_model))
         self.src_vocab_size, self.tgt_vocab_size = src_vocab_size, tgt_vocab_size
-        pattern = _factory(attention, FullAttention)
+        pattern = FullAttention if attention is None else attention
         if not isinstance(pattern, AttentionPattern) and callable(pattern):
             pattern = pattern()
         self.pattern: AttentionPattern = pattern
-        if not isinstance(self.pattern, AttentionPattern):
-            raise ConfigError(
-                f"model.attention: {_name(self.pattern)} is not an xformer.model.AttentionPattern; "
-                "subclass it and implement blocked(q_pos, k_pos)"
-            )
-        self.residual = _factory(norm, PostNorm)
-        self.pe_factory = _factory(pe, Sinusoidal)
-        self.ffn_factory = _factory(ffn, ReLUFFN)
-        self.mixer: Mixer = _factory(mixer, MultiHeadMixer())
-        if not isinstance(self.mixer, Mixer):
-            raise ConfigError(
-                f"model.mixer: {_name(self.mixer)} is not an xformer.model.Mixer; subclass it and "
-                "implement self_attention(...) (and cross_attention(...))"
-            )
+        _require(self.pattern, AttentionPattern, "model.attention", "implement blocked(q_pos, k_pos)")
+        self.residual = PostNorm if norm is None else norm
+        self.pe_factory = Sinusoidal if pe is None else pe
+        self.ffn_factory = ReLUFFN if ffn is None else ffn
+        self.mixer: Mixer = MultiHeadMixer() if mixer is None else mixer
+        _require(self.mixer, Mixer, "model.mixer", "implement self_attention(...) (and cross_attention(...))")
         try:
             self.n_kv_heads = self.mixer.kv_heads(n_heads, n_kv_heads)
         except ValueError as err:
@@ -307,10 +256,10 @@ class ModelBase(nn.Module):
             bias=self.bias,
             n_kv_heads=n_kv_heads,
         )
-        depth = {"layer": layer} if _accepts(mixer.self_attention, "layer") else {}
+        depth = {"layer": layer} if accepts(mixer.self_attention, "layer") else {}
         qk = {}
         if self._qk_set:
-            if not _accepts(mixer.self_attention, "d_qk"):
+            if not accepts(mixer.self_attention, "d_qk"):
                 raise ConfigError(
                     f"model.d_qk={self.d_qk}: {type(mixer).__name__} has no separate query/key width. "
                     "Fix: model.d_qk=null, or a softmax-attention mixer (model/mixer=mha or gqa)"
@@ -327,9 +276,11 @@ class ModelBase(nn.Module):
         )
         return cls(**parts, residual=self.residual, d_model=self.d_model, dropout=self.dropout_p, bias=self.bias)
 
-    def _stack(self, cls: type, n: int, pattern: AttentionPattern, causal: bool, name: str) -> Stack:
-        """A stack of ``n`` blocks of ``cls``; ``name`` (``"encoder"`` or ``"decoder"``) decides
-        whether it uses the configured mixer (``model.mixer.stacks``) or multi-head attention."""
+    def _stack(self, cls: type, n: int, name: str, causal: bool) -> Stack:
+        """A stack of ``n`` blocks of ``cls`` with its pattern from :meth:`stack_patterns`; ``name``
+        (``"encoder"`` or ``"decoder"``) also decides whether it uses the configured mixer
+        (``model.mixer.stacks``) or multi-head attention."""
+        pattern = self.stack_patterns(self.pattern)[name]
         try:
             pe = self.pe_factory(  # a relative scheme acts on queries and keys: their width d_k
                 d_model=self.d_model, n_heads=self.n_heads, d_head=self.d_qk, max_len=self.max_len, causal=causal
@@ -358,10 +309,14 @@ class ModelBase(nn.Module):
         nn.init.normal_(emb.weight, std=self.d_model**-0.5)
         return emb
 
-    def _init_linear(self) -> None:
-        """Initialise the built model with its scheme (``model/init``; default Xavier-uniform for every
-        projection matrix and zero biases, as ``torch.nn.Transformer``)."""
+    def _head(self, vocab: int, tie: nn.Embedding | None, bias: bool = False) -> None:
+        """The output layer ``D -> vocab``, then the init scheme over the built model (``model/init``;
+        default Xavier-uniform for every projection matrix and zero biases, as ``torch.nn.Transformer``);
+        the layer then shares ``tie``'s weight when given."""
+        self.head = nn.Linear(self.d_model, vocab, bias=bias)
         self.init_scheme(self)
+        if tie is not None:
+            self.head.weight = tie.weight
 
     def _embed(self, emb: nn.Embedding, stack: Stack, ids: Tensor, start: int = 0) -> Tensor:
         """Token ids ``(B, T)`` → ``Dropout(E[ids]·s + PE)`` ``(B, T, D)`` with ``s`` the init scheme's
@@ -408,15 +363,12 @@ class ModelBase(nn.Module):
             raise ConfigError(f"model.budget_solves={solves!r}: use 'd_model' or 'd_ff'")
         step = 2 * kwargs["n_heads"] if kwargs.get("d_head") is None else 2
         best, best_err = None, None
-        d = step
-        while d <= 16384:
+        for d in range(step, 16384 + 1, step):
             n = count(d_model=d)
-            err = abs(n - budget)
-            if best_err is None or err < best_err:
-                best, best_err = d, err
+            if best_err is None or abs(n - budget) < best_err:
+                best, best_err = d, abs(n - budget)
             if n > budget:
                 break
-            d += step
         smallest = count(d_model=step)
         if budget < smallest and abs(smallest - budget) > 0.5 * budget:
             raise ConfigError(
@@ -431,9 +383,7 @@ class ModelBase(nn.Module):
         an absolute scheme bound to it (``bounded``: learned, sinusoidal), else ``None`` (no limit).
         Longer inputs must be cut first (``xformer translate`` and evaluation do, with a warning)."""
         stacks = [getattr(self, name, None) for name in ("encoder", "decoder")]
-        if any(s is not None and getattr(s.pe, "bounded", False) for s in stacks):
-            return self.max_len
-        return None
+        return self.max_len if any(s is not None and getattr(s.pe, "bounded", False) for s in stacks) else None
 
     def blocks(self) -> list[nn.Module]:
         """Every block of every stack (encoder first), e.g. the units FSDP shards."""
@@ -467,8 +417,7 @@ class ModelBase(nn.Module):
                 add(m, "norm")
             elif isinstance(m, (nn.Embedding,)) or m is getattr(self, "head", None):
                 add(m, "embedding")
-        rest = sum(p.numel() for p in self.parameters() if id(p) not in seen)
-        out["other"] = rest
+        out["other"] = sum(p.numel() for p in self.parameters() if id(p) not in seen)
         out["total"] = sum(out.values())
         return out
 

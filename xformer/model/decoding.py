@@ -11,6 +11,8 @@ the same candidates and give the same output.
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 from torch import Tensor
 
@@ -245,14 +247,10 @@ def beam_search(
                     break
         # a sentence is done once it holds beam_size finished hypotheses (fairseq's rule), so
         # beam_size=1 reproduces greedy decoding exactly
-        all_done = True
-        for b in range(bsz):
-            if len(finished[b]) >= k:
-                new_scores[b] = float("-inf")
-            else:
-                all_done = False
-        if all_done:
+        done = [b for b in range(bsz) if len(finished[b]) >= k]
+        if len(done) == bsz:
             break
+        new_scores[done] = float("-inf")
         flat = (torch.arange(bsz, device=src.device)[:, None] * k + new_beam).view(-1)
         cache.reorder(flat)
         hist = torch.cat(
@@ -260,20 +258,12 @@ def beam_search(
         )
         scores = new_scores
         tok = new_tok.view(-1, 1)
-    out = []
-    for b in range(bsz):
-        if finished[b]:
-            out.append(max(finished[b], key=lambda f: f[0])[1])
-        else:
-            j = int(scores[b].argmax())
-            out.append(hist[b, j].tolist())
-    return out
+    return [
+        max(f, key=lambda h: h[0])[1] if f else hist[b, int(scores[b].argmax())].tolist()
+        for b, f in enumerate(finished)
+    ]
 
 
 def _strip(row: list[int], eos: int, pad: int) -> list[int]:
-    out = []
-    for tok in row:
-        if tok == eos or tok == pad:
-            break
-        out.append(tok)
-    return out
+    """``row`` up to its first ``eos`` or ``pad``."""
+    return list(itertools.takewhile(lambda tok: tok not in (eos, pad), row))

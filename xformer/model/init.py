@@ -94,12 +94,10 @@ class GPT2(InitScheme):
         for m in model.modules():
             if id(m) in pe_parts and not isinstance(m, Learned):
                 continue
-            if isinstance(m, (nn.Linear, nn.Embedding)):
+            if isinstance(m, (nn.Linear, nn.Embedding, Learned)):
                 nn.init.normal_(m.weight, mean=0.0, std=self.std)
                 if getattr(m, "bias", None) is not None:
                     nn.init.zeros_(m.bias)
-            elif isinstance(m, Learned):
-                nn.init.normal_(m.weight, mean=0.0, std=self.std)
             elif isinstance(m, (nn.LayerNorm, nn.RMSNorm)) and m.weight is not None:
                 nn.init.ones_(m.weight)
                 if getattr(m, "bias", None) is not None:

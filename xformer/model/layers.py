@@ -20,6 +20,16 @@ from .norm import Residual
 from .positional import PositionalEncoding
 
 
+def accepts(fn: Callable, name: str, unknown: bool = False) -> bool:
+    """Whether ``fn`` takes a keyword ``name`` (or ``**kwargs``); ``unknown`` when it has no signature
+    to read (a builtin)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return unknown
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
 def no_bias(bias: bool, factory: Callable | None = None, group: str = "model/norm") -> dict:
     """Keyword arguments for a norm or FFN factory: ``{"bias": False}`` when biases are off, else none
     (so a user's variant without a ``bias`` argument works as long as ``model.bias=true``).
@@ -30,18 +40,13 @@ def no_bias(bias: bool, factory: Callable | None = None, group: str = "model/nor
     """
     if bias:
         return {}
-    if factory is not None:
-        try:
-            params = inspect.signature(factory).parameters
-        except (TypeError, ValueError):  # no signature to read (a builtin): let the call decide
-            params = None
-        if params is not None and "bias" not in params and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
-            target = getattr(factory, "func", factory)
-            name = getattr(target, "__qualname__", repr(target))
-            raise ValueError(
-                f"model.bias=false: {group} {name} takes no bias argument. Fix: give its __init__ a "
-                f"`bias: bool = True` parameter (False: no bias parameters), or model.bias=true"
-            )
+    if factory is not None and not accepts(factory, "bias", unknown=True):  # no signature: the call decides
+        target = getattr(factory, "func", factory)
+        name = getattr(target, "__qualname__", repr(target))
+        raise ValueError(
+            f"model.bias=false: {group} {name} takes no bias argument. Fix: give its __init__ a "
+            f"`bias: bool = True` parameter (False: no bias parameters), or model.bias=true"
+        )
     return {"bias": False}
 
 

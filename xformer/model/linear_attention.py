@@ -47,26 +47,6 @@ def elu_feature_map(x: Tensor) -> Tensor:
     return F.elu(x) + 1.0
 
 
-def linear_attention(
-    q: Tensor, k: Tensor, v: Tensor, q_num: Tensor | None = None, k_num: Tensor | None = None, eps: float = EPS
-) -> Tensor:
-    """Non-causal linear attention over already-mapped features (every query sees every key).
-
-    Args:
-        q, k: ``ϕ(Q)`` ``(B, H, Tq, d)`` and ``ϕ(K)`` ``(B, H, Tk, d)`` (padding keys zeroed).
-        v: ``(B, H, Tk, d_v)``.
-        q_num, k_num: the features used in the numerator (RoPE-rotated ones); default ``q``, ``k``.
-
-    Returns:
-        ``(B, H, Tq, d_v)``: ``q_num (k_numᵀ v) / (q · Σ_j k_j + eps)``.
-    """
-    q_num = q if q_num is None else q_num
-    k_num = k if k_num is None else k_num
-    num = q_num @ (k_num.transpose(-2, -1) @ v)
-    den = q @ k.sum(-2)[..., None]  # (B, H, Tq, 1)
-    return num / (den + eps)
-
-
 def causal_linear_attention(
     q: Tensor,
     k: Tensor,
@@ -84,7 +64,8 @@ def causal_linear_attention(
     earlier chunks, so the cost is ``O(T·(C·d + d²))``.
 
     Args:
-        q, k, v, q_num, k_num: as :func:`linear_attention` (``Tq = Tk = T``).
+        q, k: ``ϕ(Q)``, ``ϕ(K)`` ``(B, H, T, d)`` (padding keys zeroed); ``v``: ``(B, H, T, d_v)``.
+        q_num, k_num: the features used in the numerator (RoPE-rotated ones); default ``q``, ``k``.
         state: ``(S, z)`` of earlier positions, ``S`` = ``Σ k_num_j v_jᵀ`` ``(B, H, d, d_v)`` and
             ``z`` = ``Σ k_j`` ``(B, H, d)``; ``None`` = no earlier positions.
 
@@ -123,27 +104,29 @@ class RunningSumCache:
     Self-attention adds each step's keys; cross-attention sums the memory once and reads it
     afterwards. Its size does not grow with the sequence (the point of linear attention).
 
+    The recurrent mixers' states (:mod:`.recurrent`) are kept the same way: a fixed-size ``state``
+    (a tensor or a tuple of them, batch at dim :attr:`batch_dim`) replaced at every step.
+
     Args:
         capacity: not used (the state has a fixed size); accepted so every cache is made alike.
     """
 
+    batch_dim = 0  # of the state's tensors
+
     def __init__(self, capacity: int | None = None) -> None:  # noqa: ARG002 - uniform cache constructor
         self.size = 0
-        self.state: tuple[Tensor, Tensor] | None = None
+        self.state: tuple[Tensor, ...] | Tensor | None = None
 
-    def update(self, state: tuple[Tensor, Tensor], n_new: int) -> None:
-        """Replace the sums by ``state`` after ``n_new`` more positions."""
+    def update(self, state: tuple[Tensor, ...] | Tensor, n_new: int) -> None:
+        """Replace the state by ``state`` after ``n_new`` more positions."""
         self.state, self.size = state, self.size + n_new
 
     def reorder(self, index: Tensor) -> None:
         """Keep batch rows ``index`` ``(B',)`` (beam search)."""
-        if self.state is not None:
-            self.state = tuple(t.index_select(0, index) for t in self.state)
-
-
-def _full_precision(x: Tensor):
-    """Autocast off for the sums (they are computed in float32 whatever the run's precision)."""
-    return torch.autocast(x.device.type, enabled=False)
+        if isinstance(self.state, Tensor):
+            self.state = self.state.index_select(self.batch_dim, index)
+        elif self.state is not None:
+            self.state = tuple(t.index_select(self.batch_dim, index) for t in self.state)
 
 
 def _wide(t: Tensor) -> Tensor:
@@ -158,9 +141,7 @@ def _features(t: Tensor) -> Tensor:
 
 def _zero_padding(k: Tensor, key_padding_mask: Tensor | None) -> Tensor:
     """``k`` ``(B, H, T, d)`` with the rows of padding keys (``key_padding_mask`` ``(B, T)``, ``True`` = pad) zeroed."""
-    if key_padding_mask is None:
-        return k
-    return k * (~key_padding_mask)[:, None, :, None].to(k.dtype)
+    return k if key_padding_mask is None else k * (~key_padding_mask)[:, None, :, None].to(k.dtype)
 
 
 class LinearSelfAttention(MultiHeadAttention):
@@ -239,7 +220,7 @@ class LinearSelfAttention(MultiHeadAttention):
             ``(B, T, D)``.
         """
         q, k, v = self.project_qkv(x)
-        with _full_precision(x):
+        with torch.autocast(x.device.type, enabled=False):  # the sums in float32 whatever the precision
             out = self._attend(q, k, v, key_padding_mask, cache)
         return self.merge_heads(out.to(v.dtype))
 
@@ -295,7 +276,7 @@ class LinearCrossAttention(MultiHeadAttention):
         q = self.project_q(x)
         dtype = q.dtype
         kv = None if cache is not None and cache.size else self.project_kv(memory)
-        with _full_precision(x):
+        with torch.autocast(x.device.type, enabled=False):  # as in LinearSelfAttention.forward
             q = _features(q)
             if kv is None:
                 s_kv, z = cache.state

@@ -124,8 +124,8 @@ class Mixer:
         """One decoder block's attention over the encoder output."""
         return CrossAttention(d_model, n_heads, d_head, dropout, scale, bias=bias, n_kv_heads=n_kv_heads, d_qk=d_qk)
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(stacks={self.stacks!r})"
+    def __repr__(self) -> str:  # the constructor's arguments, as the instance keeps them
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in vars(self).items())})"
 
 
 class MultiHeadMixer(Mixer):
@@ -166,33 +166,15 @@ class LinearMixer(Mixer):
         return LinearSelfAttention.refusal(pattern, pe_cls)
 
     @override
-    def self_attention(
-        self,
-        d_model: int,
-        n_heads: int,
-        d_head: int,
-        dropout: float,
-        scale: bool,
-        pattern: AttentionPattern | None,
-        pos_embeddings: PositionalEncoding | None,
-        n_kv_heads: int | None = None,
-        bias: bool = True,
+    def self_attention(  # the types are Mixer.self_attention's; no layer, no d_qk
+        self, d_model, n_heads, d_head, dropout, scale, pattern, pos_embeddings, n_kv_heads=None, bias=True
     ) -> nn.Module:
         return LinearSelfAttention(
             d_model, n_heads, d_head, dropout, scale, bias=bias, pattern=pattern, pos_embeddings=pos_embeddings
         )
 
     @override
-    def cross_attention(
-        self,
-        d_model: int,
-        n_heads: int,
-        d_head: int,
-        dropout: float,
-        scale: bool,
-        n_kv_heads: int | None = None,
-        bias: bool = True,
-    ) -> nn.Module:
+    def cross_attention(self, d_model, n_heads, d_head, dropout, scale, n_kv_heads=None, bias=True) -> nn.Module:
         return LinearCrossAttention(d_model, n_heads, d_head, dropout, scale, bias=bias)
 
 
@@ -214,18 +196,8 @@ class LayerMixer(Mixer):
         raise NotImplementedError
 
     @override
-    def self_attention(
-        self,
-        d_model: int,
-        n_heads: int,
-        d_head: int,
-        dropout: float,
-        scale: bool,
-        pattern: AttentionPattern | None,
-        pos_embeddings: PositionalEncoding | None,
-        n_kv_heads: int | None = None,
-        bias: bool = True,
-        layer: int = 0,
+    def self_attention(  # the types are Mixer.self_attention's; no d_qk
+        self, d_model, n_heads, d_head, dropout, scale, pattern, pos_embeddings, n_kv_heads=None, bias=True, layer=0
     ) -> nn.Module:
         del n_heads, d_head, dropout, scale, pos_embeddings, n_kv_heads  # no heads or scores
         return self.layer(d_model, pattern is not None and pattern.is_causal, bias, layer)
@@ -275,9 +247,3 @@ class ConvMixer(LayerMixer):
 
     def layer(self, d_model: int, causal: bool, bias: bool, layer: int) -> nn.Module:
         return ConvMixing(d_model, self.kernel, self.dilation_growth**layer, causal=causal, bias=bias)
-
-    def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(stacks={self.stacks!r}, kernel={self.kernel}, "
-            f"dilation_growth={self.dilation_growth})"
-        )

@@ -29,11 +29,15 @@ class Residual(nn.Module):
     norm_has_bias: bool = True
     #: True when a stack of these blocks must end with a norm (Pre-LN style; Xiong et al. 2020).
     final_norm: bool = False
+    #: attributes that each get a norm from :meth:`make_norm`, made in this order at construction
+    norms: tuple[str, ...] = ()
 
     def __init__(self, d_model: int, dropout: float = 0.0, eps: float = 1e-5, bias: bool = True) -> None:
         super().__init__()
         self.d_model, self.eps, self.bias = d_model, eps, bias
         self.drop = Dropout(dropout)
+        for name in self.norms:
+            setattr(self, name, self.make_norm())
 
     def make_norm(self) -> nn.Module:
         """A fresh norm of this placement's kind over ``D`` features (without bias when ``bias=False``)."""
@@ -52,9 +56,7 @@ class Residual(nn.Module):
 class PostNorm(Residual):
     """Post-LN, the original placement: ``LayerNorm(x + Dropout(f(x)))`` (Vaswani et al. 2017 §3.1)."""
 
-    def __init__(self, d_model: int, dropout: float = 0.0, eps: float = 1e-5, bias: bool = True) -> None:
-        super().__init__(d_model, dropout, eps, bias)
-        self.norm = self.make_norm()
+    norms = ("norm",)
 
     def forward(self, x: Tensor, f: Callable[[Tensor], Tensor]) -> Tensor:
         return self.norm(x + self.drop(f(x)))
@@ -64,10 +66,7 @@ class PreNorm(Residual):
     """Pre-LN: ``x + Dropout(f(LayerNorm(x)))``, stack ends with a final LayerNorm (Xiong et al. 2020)."""
 
     final_norm = True
-
-    def __init__(self, d_model: int, dropout: float = 0.0, eps: float = 1e-5, bias: bool = True) -> None:
-        super().__init__(d_model, dropout, eps, bias)
-        self.norm = self.make_norm()
+    norms = ("norm",)
 
     def forward(self, x: Tensor, f: Callable[[Tensor], Tensor]) -> Tensor:
         return x + self.drop(f(self.norm(x)))
@@ -84,10 +83,7 @@ class SandwichNorm(Residual):
     """Sandwich-LN: ``x + Dropout(LN_out(f(LN_in(x))))`` (Ding et al. 2021, CogView §2.4), final LN."""
 
     final_norm = True
-
-    def __init__(self, d_model: int, dropout: float = 0.0, eps: float = 1e-5, bias: bool = True) -> None:
-        super().__init__(d_model, dropout, eps, bias)
-        self.norm_in, self.norm_out = self.make_norm(), self.make_norm()
+    norms = ("norm_in", "norm_out")
 
     def forward(self, x: Tensor, f: Callable[[Tensor], Tensor]) -> Tensor:
         return x + self.drop(self.norm_out(f(self.norm_in(x))))

@@ -132,22 +132,18 @@ def sinusoid_table(n_pos: int, d_model: int, dtype: torch.dtype = torch.float32)
     ``PE[pos, 2i] = sin(pos / 10000^(2i/d_model))`` and ``PE[pos, 2i+1] = cos(...)``. For odd
     ``d_model`` the last cosine column is dropped.
     """
-    pos = torch.arange(n_pos, dtype=torch.float64)[:, None]
-    inv_freq = torch.exp(-math.log(10000.0) * torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
-    table = torch.zeros(n_pos, d_model + (d_model % 2), dtype=torch.float64)
-    table[:, 0::2] = torch.sin(pos * inv_freq)
-    table[:, 1::2] = torch.cos(pos * inv_freq)
-    return table[:, :d_model].to(dtype)
+    return sinusoid_rows(torch.arange(n_pos), d_model, dtype)
 
 
-def sinusoid_rows(pos: Tensor, d_model: int) -> Tensor:
-    """Rows ``pos`` (``(T,)`` integer tensor) of :func:`sinusoid_table`, computed directly (float64)."""
+def sinusoid_rows(pos: Tensor, d_model: int, dtype: torch.dtype = torch.float32) -> Tensor:
+    """Rows ``pos`` (``(T,)`` integer tensor) of :func:`sinusoid_table`, computed directly (in float64,
+    then cast to ``dtype``)."""
     p = pos.to(torch.float64)[:, None]
     inv_freq = torch.exp(
         -math.log(10000.0) * torch.arange(0, d_model, 2, dtype=torch.float64, device=pos.device) / d_model
     )
     rows = torch.stack((torch.sin(p * inv_freq), torch.cos(p * inv_freq)), dim=-1).flatten(-2)
-    return rows[:, :d_model].to(torch.float32)
+    return rows[:, :d_model].to(dtype)
 
 
 class Sinusoidal(PositionalEncoding):
@@ -245,8 +241,7 @@ class RoPE(PositionalEncoding):
         angles = pos.to(torch.float64)[:, None] * self.inv_freq[None, :]  # (T, d_head/2)
         cos, sin = angles.cos().to(t.dtype), angles.sin().to(t.dtype)
         t1, t2 = t[..., 0::2], t[..., 1::2]
-        out = torch.stack((t1 * cos - t2 * sin, t1 * sin + t2 * cos), dim=-1)
-        return out.flatten(-2)
+        return torch.stack((t1 * cos - t2 * sin, t1 * sin + t2 * cos), dim=-1).flatten(-2)
 
 
 def alibi_slopes(n_heads: int) -> Tensor:
@@ -323,15 +318,8 @@ class T5RelativeBias(PositionalEncoding):
             rel = (-rel).clamp(min=0)
         max_exact = n // 2
         is_small = rel < max_exact
-        large = (
-            max_exact
-            + (
-                torch.log(rel.float().clamp(min=1) / max_exact)
-                / math.log(self.max_distance / max_exact)
-                * (n - max_exact)
-            ).long()
-        )
-        large = large.clamp(max=n - 1)
+        log_ratio = torch.log(rel.float().clamp(min=1) / max_exact) / math.log(self.max_distance / max_exact)
+        large = (max_exact + (log_ratio * (n - max_exact)).long()).clamp(max=n - 1)
         return out + torch.where(is_small, rel, large)
 
     def attn_bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:

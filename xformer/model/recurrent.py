@@ -34,6 +34,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from .attention import AttentionPattern
 from .hooks import overrides
+from .linear_attention import RunningSumCache
 from .positional import PositionalEncoding
 
 
@@ -67,29 +68,16 @@ def _real(key_padding_mask: Tensor | None, t: int) -> Tensor | None:
     return None if key_padding_mask is None else (~key_padding_mask[:, -t:])[..., None]
 
 
-class RecurrentState:
+class RecurrentState(RunningSumCache):
     """Decoding state of one recurrent layer: the LSTM's ``(h, c)``, each ``(1, B, H)``, and
-    :attr:`size`, the positions consumed. Fixed size whatever the length decoded.
-
-    Args:
-        capacity: not used (the state has a fixed size); accepted so every cache is made alike.
-    """
-
-    def __init__(self, capacity: int | None = None) -> None:  # noqa: ARG002 - uniform cache constructor
-        self.size = 0
-        self.state: tuple[Tensor, ...] | None = None
-
-    def update(self, state: tuple[Tensor, ...], n_new: int) -> None:
-        """Replace the state by ``state`` after ``n_new`` more positions."""
-        self.state, self.size = state, self.size + n_new
-
-    def reorder(self, index: Tensor) -> None:
-        """Keep batch rows ``index`` ``(B',)`` (beam search); ``state`` tensors hold the batch at dim
-        ``batch_dim``."""
-        if self.state is not None:
-            self.state = tuple(t.index_select(self.batch_dim, index) for t in self.state)
+    :attr:`size`, the positions consumed. Fixed size whatever the length decoded."""
 
     batch_dim = 1
+
+
+class ConvState(RunningSumCache):
+    """Decoding state of one causal convolution: its last ``context`` inputs ``(B, D, context)``
+    (zeros before the first position) and :attr:`size`, the positions consumed."""
 
 
 class RecurrentMixing(nn.Module):
@@ -171,30 +159,6 @@ class RecurrentMixing(nn.Module):
         if real is not None:
             out = out * real.to(out.dtype)
         return out
-
-
-class ConvState:
-    """Decoding state of one causal convolution: its last ``context`` inputs ``(B, D, context)``
-    (zeros before the first position) and :attr:`size`, the positions consumed.
-
-    Args:
-        capacity: not used (the state has a fixed size); accepted so every cache is made alike.
-    """
-
-    batch_dim = 0
-
-    def __init__(self, capacity: int | None = None) -> None:  # noqa: ARG002 - uniform cache constructor
-        self.size = 0
-        self.state: Tensor | None = None
-
-    def update(self, state: Tensor, n_new: int) -> None:
-        """Keep ``state`` as the last inputs after ``n_new`` more positions."""
-        self.state, self.size = state, self.size + n_new
-
-    def reorder(self, index: Tensor) -> None:
-        """Keep batch rows ``index`` ``(B',)`` (beam search)."""
-        if self.state is not None:
-            self.state = self.state.index_select(0, index)
 
 
 class ConvMixing(nn.Module):

@@ -5,7 +5,7 @@ on the shared construction of :class:`.base.ModelBase`.
 
 from __future__ import annotations
 
-from torch import Tensor, nn
+from torch import Tensor
 from typing_extensions import override
 
 from .attention import AttentionPattern, CausalAttention
@@ -38,15 +38,9 @@ class EncoderDecoder(ModelBase):
         tie = kwargs.get("tie_embeddings", True)
         self.tgt_embed = self._embedding(tgt_vocab_size)
         self.src_embed = self.tgt_embed if tie and src_vocab_size == tgt_vocab_size else self._embedding(src_vocab_size)
-        patterns = self.stack_patterns(self.pattern)
-        self.encoder = self._stack(
-            EncoderLayer, n_enc, patterns["encoder"], causal=self.pattern.is_causal, name="encoder"
-        )
-        self.decoder = self._stack(DecoderLayer, n_dec, patterns["decoder"], causal=True, name="decoder")
-        self.head = nn.Linear(self.d_model, tgt_vocab_size, bias=False)
-        self._init_linear()
-        if tie:
-            self.head.weight = self.tgt_embed.weight
+        self.encoder = self._stack(EncoderLayer, n_enc, "encoder", causal=self.pattern.is_causal)
+        self.decoder = self._stack(DecoderLayer, n_dec, "decoder", causal=True)
+        self._head(tgt_vocab_size, self.tgt_embed if tie else None)
 
     def encode(self, src: Tensor, src_key_padding_mask: Tensor | None = None) -> Tensor:
         """Encode source ids ``(B, S)`` to memory ``(B, S, D)``."""
@@ -100,17 +94,8 @@ class EncoderDecoder(ModelBase):
         return self(src, tgt[:, :-1]), tgt[:, 1:]
 
     @override
-    def generate(
-        self,
-        batch: dict,
-        bos_id: int,
-        eos_id: int,
-        pad_id: int,
-        max_len_a: float = 1.5,
-        max_len_b: int = 10,
-        beam_size: int = 1,
-        alpha: float = 0.6,
-        logits: Tensor | None = None,
+    def generate(  # the types are ModelBase.generate's
+        self, batch, bos_id, eos_id, pad_id, max_len_a=1.5, max_len_b=10, beam_size=1, alpha=0.6, logits=None
     ) -> list[list[int]]:
         """Greedy decoding (``beam_size=1``) or beam search with length penalty ``alpha`` from
         ``batch["src"]``, at most ``max_len_a · S + max_len_b`` tokens (and ``max_len``)."""
@@ -148,13 +133,8 @@ class DecoderOnly(ModelBase):
         if n_dec < 1:
             raise ConfigError("model.n_decoder_layers: a decoder-only model needs >= 1 layer")
         self.tgt_embed = self._embedding(tgt_vocab_size)
-        self.decoder = self._stack(
-            EncoderLayer, n_dec, self.stack_patterns(self.pattern)["decoder"], causal=True, name="decoder"
-        )
-        self.head = nn.Linear(self.d_model, tgt_vocab_size, bias=False)
-        self._init_linear()
-        if kwargs.get("tie_embeddings", True):
-            self.head.weight = self.tgt_embed.weight
+        self.decoder = self._stack(EncoderLayer, n_dec, "decoder", causal=True)
+        self._head(tgt_vocab_size, self.tgt_embed if kwargs.get("tie_embeddings", True) else None)
 
     def new_cache(self, capacity: int | None = None) -> StackCache:
         """Empty caches for incremental :meth:`forward`, with room for ``capacity`` positions
@@ -189,17 +169,8 @@ class DecoderOnly(ModelBase):
         return self(seq), labels
 
     @override
-    def generate(
-        self,
-        batch: dict,
-        bos_id: int,
-        eos_id: int,
-        pad_id: int,
-        max_len_a: float = 1.5,
-        max_len_b: int = 10,
-        beam_size: int = 1,
-        alpha: float = 0.6,
-        logits: Tensor | None = None,
+    def generate(  # the types are ModelBase.generate's
+        self, batch, bos_id, eos_id, pad_id, max_len_a=1.5, max_len_b=10, beam_size=1, alpha=0.6, logits=None
     ) -> list[list[int]]:
         """Greedy continuation of each prompt (source + BOS, or the batch's own ``prompt_len``
         tokens), within ``max_len`` positions in all; ``beam_size`` and ``alpha`` are not used."""
@@ -251,17 +222,9 @@ class EncoderOnly(ModelBase):
         if n_enc < 1:
             raise ConfigError("model.n_encoder_layers: an encoder-only model needs >= 1 layer")
         self.src_embed = self._embedding(src_vocab_size)
-        self.encoder = self._stack(
-            EncoderLayer,
-            n_enc,
-            self.stack_patterns(self.pattern)["encoder"],
-            causal=self.pattern.is_causal,
-            name="encoder",
-        )
-        self.head = nn.Linear(self.d_model, tgt_vocab_size, bias=self.bias)
-        self._init_linear()
-        if kwargs.get("tie_embeddings", True) and src_vocab_size == tgt_vocab_size:
-            self.head.weight = self.src_embed.weight
+        self.encoder = self._stack(EncoderLayer, n_enc, "encoder", causal=self.pattern.is_causal)
+        tie = kwargs.get("tie_embeddings", True) and src_vocab_size == tgt_vocab_size
+        self._head(tgt_vocab_size, self.src_embed if tie else None, bias=self.bias)
 
     def forward(self, src: Tensor, src_key_padding_mask: Tensor | None = None) -> Tensor:
         """Per-token logits ``(B, S, n_classes)``."""
@@ -275,17 +238,8 @@ class EncoderOnly(ModelBase):
         return self(src), tagger_labels(src, batch["tgt"], pad_id, eos_id)
 
     @override
-    def generate(
-        self,
-        batch: dict,
-        bos_id: int,
-        eos_id: int,
-        pad_id: int,
-        max_len_a: float = 1.5,
-        max_len_b: int = 10,
-        beam_size: int = 1,
-        alpha: float = 0.6,
-        logits: Tensor | None = None,
+    def generate(  # the types are ModelBase.generate's
+        self, batch, bos_id, eos_id, pad_id, max_len_a=1.5, max_len_b=10, beam_size=1, alpha=0.6, logits=None
     ) -> list[list[int]]:
         """One label per source token: the best ordinary label (labels never hold PAD, BOS or EOS,
         so neither do predictions); the length limits and beam settings are not used."""
