@@ -25,12 +25,3 @@ class DecodeSettings:
     max_len_a: Annotated[float, Range(ge=0)] = 1.5
     max_len_b: Annotated[float, Range(ge=0)] = 10
     val_batches: Annotated[int, Range(ge=0)] | None = None
-
-    def generate_kwargs(self) -> dict:
-        """The settings :meth:`xformer.model.ModelBase.generate` takes."""
-        return {
-            "beam_size": self.beam_size,
-            "alpha": self.alpha,
-            "max_len_a": self.max_len_a,
-            "max_len_b": self.max_len_b,
-        }

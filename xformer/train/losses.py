@@ -15,11 +15,6 @@ class CrossEntropy:
     """Token cross-entropy over the non-padding labels (their mean, or their sum for the training
     step's token-weighted gradient), with label smoothing ``ε_ls`` (Szegedy et al. 2016; Vaswani et
     al. 2017 §5.4 use 0.1). Logits are read in at least float32.
-
-    Args:
-        label_smoothing: ``ε_ls`` in ``[0, 1)``.
-
-    The range of ``label_smoothing`` is in its annotation, checked with the config.
     """
 
     def __init__(self, label_smoothing: Annotated[float, Range(ge=0, lt=1)] = 0.1) -> None:

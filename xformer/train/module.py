@@ -1,38 +1,16 @@
 """The LightningModule that trains and evaluates any xformer model shape on any data module.
 
-The module never asks which shape it trains: each model class answers for itself
-(:class:`xformer.model.ModelBase`'s task glue): ``logits_and_labels`` (the encoder–decoder by teacher
-forcing, the decoder-only model as a language model or a prefix LM over ``src + [BOS] + tgt``, the
-encoder-only tagger with label ``i`` = target token ``i``), ``generate`` (for BLEU/exact match) and
-``fit_to_positions`` (evaluation cuts over-long examples).
-
-Logged keys: ``train/loss`` (the training objective, label-smoothed), ``val/loss`` (token NLL without
-smoothing, so label-smoothing sweeps compare), ``val/ppl`` = exp(val/loss), ``val/acc`` (token
-accuracy), ``val/bleu`` / ``val/exact_match`` (decoded), the same under ``test/`` after fit, and
-``perf/tokens_per_s`` (non-padding source + target tokens per second of training step).
-
-Why the counters and metrics here are not torchmetrics objects (checked with torchmetrics 1.9):
-
-* Token counts and the training loss: a torchmetrics aggregator (``SumMetric``, ``MeanMetric``) is a
-  child module whose ``dtype`` follows the LightningModule's. Under ``trainer.precision=bf16-true``
-  Lightning converts the module to bfloat16, so a float state rounds (token counts stop being exact
-  past 256) and an int64 state fails at the next ``update`` (bfloat16 input cannot be added to it).
-  A float32 state is exact only up to 2²⁴ tokens. The counter is therefore a plain int64 device
-  tensor (no host sync per step), summed over ranks once, at the end of ``fit``. ``train/loss`` is
-  each optimizer step's token mean over all its micro-batches and ranks, from the one two-element
-  all-reduce per step that the token-weighted gradient needs anyway (see ``training_step``).
-* Corpus BLEU and exact match (and ``val/loss``, ``val/acc``): under DDP the distributed sampler
-  pads the last batches with repeated examples, which a metric's summed state would count twice;
-  BLEU is not a mean of per-batch scores; and the logged values must be exactly the
-  single-process ones (float64, equal across world sizes). So each rank keeps per-example rows
-  keyed by the example id, :meth:`TransformerLitModule._gather_examples` gathers them once, keeps
-  each id once, and sacrebleu (13a tokenisation, its reference implementation and signature) and
-  ``math.fsum`` compute the corpus values.
+Each model class answers for its own shape (:class:`xformer.model.ModelBase`'s task glue:
+``logits_and_labels``, ``generate``, ``fit_to_positions``). Logged keys: docs/running.md. Counters and
+metrics are plain int64 device tensors and per-example rows, not torchmetrics objects: a torchmetrics
+state follows the module's dtype (``bf16-true`` rounds token counts past 256), and DDP's padded
+examples would count twice; how the ranks are reduced: docs/scaling.md.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import math
 import re
@@ -56,12 +34,7 @@ log = logging.getLogger("xformer")
 
 
 def uncompiled_state_dict(state: dict) -> dict:
-    """``state`` with the ``_orig_mod.`` segments that a ``torch.compile`` wrapper adds to parameter
-    names removed, so a checkpoint loads into an eager or in-place compiled model alike.
-
-    Args:
-        state: a state dict (name -> tensor); names without the segment pass through unchanged.
-    """
+    """``state`` without the ``_orig_mod.`` name segments a ``torch.compile`` wrapper adds (loads eager or compiled)."""
     return {k.replace("._orig_mod.", ".").removeprefix("_orig_mod."): v for k, v in state.items()}
 
 
@@ -72,19 +45,11 @@ def corpus_metrics(
     prefix: str,
     suffix: str = "",
 ) -> tuple[dict[str, float], str | None]:
-    """The corpus values of one evaluated split, from each example once.
+    """``({"<prefix>/loss<suffix>", "ppl", "acc", "bleu", "exact_match"}, BLEU signature or None)`` of one split.
 
-    Args:
-        rows: per example ``(summed token NLL, non-padding tokens, correct tokens)``.
-        texts: example id -> ``(hypothesis, reference)`` for the decoded examples.
-        seq_metrics: which sequence metrics to compute (``"bleu"``, ``"exact_match"``).
-        prefix, suffix: key parts, e.g. ``"test"`` and ``"@long"`` give ``test/loss@long``.
-
-    Returns:
-        ``({"<prefix>/loss<suffix>": token NLL, "ppl", "acc", "bleu", "exact_match"}, BLEU signature)``:
-        loss and perplexity from the exactly rounded sum (``math.fsum``, independent of order and
-        world size), BLEU as sacrebleu's corpus BLEU (13a tokenisation, exp smoothing,
-        case-sensitive; signature ``None`` when not computed), exact match of stripped strings.
+    ``rows``: per example ``(summed token NLL, non-padding tokens, correct tokens)``; ``texts``: example id ->
+    ``(hypothesis, reference)``. The NLL sum is ``math.fsum`` (independent of order and world size); BLEU is
+    sacrebleu's corpus BLEU (13a, exp smoothing); exact match compares stripped strings.
     """
     nll = math.fsum(r[0] for r in rows)
     n = sum(r[1] for r in rows)
@@ -110,24 +75,17 @@ def corpus_metrics(
 
 
 class TransformerLitModule(L.LightningModule):
-    """Train/evaluate any xformer ``model`` with label-smoothed cross-entropy and Adam + inverse-sqrt
-    warm-up: an encoder–decoder translator, a decoder-only language model or an encoder-only tagger.
+    """Train/evaluate any xformer ``model`` (a :class:`xformer.model.ModelBase`).
 
     Args:
-        model: a :class:`xformer.model.ModelBase` (its task glue gives logits, labels and outputs).
-        optimizer: factory ``params -> torch.optim.Optimizer`` (Hydra ``_partial_``), or a
-            :class:`xformer.train.optim.DecayGroups`, called with the model (``optim=adamw``).
-        lr_lambda: factory ``step -> multiplier`` (the schedule, applied every optimizer step).
-        label_smoothing: ε_ls of Szegedy et al. 2016 (Vaswani et al. §5.4 use 0.1).
-        pad_id, bos_id, eos_id: special ids of the data.
-        detokenize: target ids → text comparable to the references.
-        metrics: sequence metrics to compute on val/test (``"bleu"``, ``"exact_match"``).
-        decode: a :class:`~xformer.train.decode.DecodeSettings` (the ``decode`` group) or a dict with
-            ``beam_size``, ``alpha``, ``max_len_a``, ``max_len_b``.
-        test_split_names: names of the test loaders (``"test"`` logs plain keys, others ``@name``).
+        optimizer: factory ``params -> Optimizer`` (Hydra ``_partial_``) or a :class:`~xformer.train.optim.DecayGroups`.
+        lr_lambda: the schedule, ``optimizer step -> LR multiplier``.
+        label_smoothing: ε_ls (Vaswani et al. §5.4 use 0.1) of the default ``criterion``, cross-entropy.
+        detokenize: target ids -> text comparable to the references.
+        metrics: sequence metrics of val/test (``"bleu"``, ``"exact_match"``).
+        decode: a :class:`~xformer.train.decode.DecodeSettings` or a dict of its ``generate`` settings.
+        test_split_names: the test loaders' names (``"test"`` logs plain keys, others ``@name``).
         val_decode_limit: decode at most this many validation batches (``None`` = all).
-        criterion: the training loss (the ``loss`` group, e.g. :class:`~xformer.train.losses.CrossEntropy`);
-            default cross-entropy with ``label_smoothing``, whose value it otherwise replaces.
     """
 
     def __init__(
@@ -150,20 +108,19 @@ class TransformerLitModule(L.LightningModule):
         self.model = model
         self.optimizer_factory, self.lr_lambda = optimizer, lr_lambda
         self.criterion = CrossEntropy(label_smoothing) if criterion is None else criterion
-        self.label_smoothing = getattr(self.criterion, "label_smoothing", label_smoothing)
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         self.detokenize = detokenize or (lambda ids: " ".join(map(str, ids)))
         self.seq_metrics = list(metrics or [])
         if isinstance(decode, DecodeSettings):
-            decode = decode.generate_kwargs()
+            decode = {k: v for k, v in dataclasses.asdict(decode).items() if k != "val_batches"}
         self.decode_cfg = {"beam_size": 1, "alpha": 0.6, "max_len_a": 1.5, "max_len_b": 10, **(decode or {})}
         self.test_split_names = list(test_split_names or ["test"])
         self.val_decode_limit = val_decode_limit
         self._window: tuple[int, float, Tensor] | None = None  # (step, host time, tokens) at window start
         self._rate: Tensor | None = None  # tokens/s of the last complete window (device tensor)
         self._tokens = torch.zeros((), dtype=torch.int64)  # on the training device once training starts
-        #: the current optimizer step's (summed token loss, target tokens, micro-batches, all tokens) so far, and
-        #: the normaliser its micro-batches' losses are divided by (see :meth:`training_step`)
+        #: this optimizer step's (token loss, target tokens, micro-batches, all tokens, token NLL) sums so far,
+        #: and the normaliser its micro-batches' losses are divided by (see :meth:`training_step`)
         self._step_window: Tensor | None = None
         self._step_norm: Tensor | None = None
         self._step_loss: Tensor | None = None
@@ -185,8 +142,7 @@ class TransformerLitModule(L.LightningModule):
 
     # -- forward paths ------------------------------------------------------------------------
     def logits_and_labels(self, batch: dict) -> tuple[Tensor, Tensor]:
-        """Model logits ``(B, T, V)`` and aligned labels ``(B, T)`` (``pad_id`` = ignore) for a batch,
-        as the model's own :meth:`~xformer.model.ModelBase.logits_and_labels` gives them."""
+        """The model's logits ``(B, T, V)`` and aligned labels ``(B, T)`` (``pad_id`` = ignore) of a batch."""
         return self.model.logits_and_labels(batch, self.pad_id, self.eos_id)
 
     def loss(self, logits: Tensor, labels: Tensor, smoothing: float | None = None) -> Tensor:
@@ -194,9 +150,8 @@ class TransformerLitModule(L.LightningModule):
         return self.criterion(logits, labels, self.pad_id, smoothing)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        """Store ``tokens_seen`` (all ranks) and each rank's own count (``tokens_seen_per_rank``): rank 0
-        writes the file, and every rank resumes its own counter from it. Every rank saves together (as
-        Lightning requires), so the one gather here is a collective all ranks reach."""
+        """Store ``tokens_seen`` (all ranks) and ``tokens_seen_per_rank``, each rank's resume point (all ranks
+        save together, so the gather is a collective all reach)."""
         tokens = self.tokens_seen
         if self._step_window is not None:
             # saved inside an accumulation window (SIGTERM): the weights hold no update from the
@@ -209,11 +164,7 @@ class TransformerLitModule(L.LightningModule):
             gathered = [torch.zeros_like(mine) for _ in range(self.trainer.world_size)]
             torch.distributed.all_gather(gathered, mine)
             per_rank = [int(t) for t in torch.cat(gathered).tolist()]
-        checkpoint["xformer"] = {
-            **self.checkpoint_meta,
-            "tokens_seen": sum(per_rank),
-            "tokens_seen_per_rank": per_rank,
-        }
+        checkpoint["xformer"] = {**self.checkpoint_meta, "tokens_seen": sum(per_rank), "tokens_seen_per_rank": per_rank}
         if self._step_norm is not None:  # the loss normaliser, so a resumed run rounds as this one does
             checkpoint["xformer"]["step_norm"] = float(self._step_norm)
 
@@ -227,7 +178,7 @@ class TransformerLitModule(L.LightningModule):
             self.tokens_seen = int(per_rank[rank])
         else:  # another number of ranks (or no per-rank counts): the total on rank 0
             self.tokens_seen = int(meta.get("tokens_seen", 0)) if rank == 0 else 0
-        norm = checkpoint.get("xformer", {}).get("step_norm")
+        norm = meta.get("step_norm")
         self._step_norm = None if norm is None else torch.tensor(float(norm), dtype=torch.float64)
 
     def _attached(self) -> bool:
@@ -240,10 +191,8 @@ class TransformerLitModule(L.LightningModule):
     # -- training -----------------------------------------------------------------------------
     @property
     def tokens_seen(self) -> int:
-        """Non-padding source + target tokens trained on by this process (all ranks after ``fit``).
-
-        Reading it copies the on-device counter to the host (a device sync): do so at logging,
-        checkpoint or end-of-run time, never inside a step."""
+        """Non-padding source + target tokens trained on by this process (all ranks after ``fit``); reading
+        it syncs with the device, so never inside a step."""
         return int(self._tokens)
 
     @tokens_seen.setter
@@ -252,27 +201,10 @@ class TransformerLitModule(L.LightningModule):
 
     @override
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:
-        """Teacher-forced loss of one micro-batch; everything stays on the device (no host sync).
-
-        Every token counts once, at its weight: an optimizer step's gradient is the gradient of
-        ``sum(token losses) / sum(target tokens)`` over *all* micro-batches of the step
-        (``trainer.accumulate_grad_batches``, including an epoch's shorter last window) and all ranks
-        -- not the mean of per-micro-batch means, which weighs a token of a short micro-batch more.
-        The total is only known once the step's last micro-batch is in, so each micro-batch returns
-        its *summed* token loss over a normaliser ``M`` shared by all ranks (the previous step's mean
-        target tokens per micro-batch, so the backward pass sees token-mean-sized values, which keeps
-        a ``16-mixed`` loss scale sensible); :meth:`on_before_optimizer_step` then rescales the
-        accumulated gradient by ``M * accumulate * world_size / N`` once ``N``, the step's target
-        tokens over all ranks, is summed (one two-element all-reduce per optimizer step under DDP).
-        Label smoothing keeps its meaning (each token's smoothed loss, summed); padding is ignored.
-
-        The token counter is a device tensor; ``train/loss`` is the step's token mean over all its
-        micro-batches and ranks (the training objective, label-smoothed when ``loss.label_smoothing`` > 0;
-        ``train/nll`` beside it is the unsmoothed negative log-likelihood, on the footing of ``val/loss``),
-        logged by :meth:`on_before_optimizer_step` as a device tensor
-        (Lightning reads it on the host only when it writes its logs). It is not a Lightning
-        ``prog_bar`` value (the bar converts those to numbers at every batch); the bar shows
-        :attr:`progress_metrics` instead, read at logging steps.
+        """Teacher-forced summed token loss of one micro-batch over a normaliser ``M`` shared by all ranks
+        (the previous step's mean target tokens per micro-batch); :meth:`on_before_optimizer_step`
+        rescales the step's gradient to its token mean over all micro-batches and ranks (docs/scaling.md).
+        Everything stays on the device (no host sync); the bar reads :attr:`progress_metrics` instead.
         """
         logits, labels = self.logits_and_labels(batch)
         copies = batch.get("zero_weight")  # rows a DDP rank trains only to keep step with the others
@@ -317,15 +249,10 @@ class TransformerLitModule(L.LightningModule):
 
     @override
     def on_before_optimizer_step(self, optimizer) -> None:
-        """Turn the accumulated gradient into that of the step's token mean over all micro-batches and
-        ranks (see :meth:`training_step`), and log that mean as ``train/loss`` at the steps
-        :meth:`_logs_this_step` selects (:meth:`on_train_batch_end` logs it should the trainer stop
-        after this hook).
-
-        Runs after the step's last backward pass and before gradient clipping (which then clips the
-        true gradient); under ``16-mixed`` the gradients may still carry the loss scale, which a
-        constant factor leaves intact. Callbacks' ``on_before_optimizer_step`` run before this hook
-        and see the gradient before the rescaling."""
+        """Rescale the accumulated gradient to the step's token mean over all micro-batches and ranks
+        (:meth:`training_step`) before gradient clipping, and log that mean as ``train/loss`` at the steps
+        :meth:`_logs_this_step` selects. A ``16-mixed`` loss scale survives the constant factor;
+        callbacks' ``on_before_optimizer_step`` run before this hook and see the gradient before it."""
         window = self._step_window
         if window is None:
             return
@@ -366,16 +293,9 @@ class TransformerLitModule(L.LightningModule):
     TRAIN_KEYS = frozenset({"train/loss", "train/nll", "perf/tokens_per_s", "perf/tokens_seen"})
 
     def _logs_this_step(self, stepped: bool = False) -> bool:
-        """Whether this optimizer step's train-time values (:attr:`TRAIN_KEYS`) are logged: at the steps
-        the loggers write them (every ``trainer.log_every_n_steps`` steps, and when the trainer stops),
-        at the last step (``fit`` ends; its callback metrics go to ``metrics.json``), and at every step
-        while a callback watches one of them (a ``ModelCheckpoint`` or ``EarlyStopping`` ``monitor``, the
-        validation line's ``metric``, e.g. ``objective.metric=train/loss``). ``stepped``: asked after the
-        optimizer step (``trainer.global_step`` counts it already).
-
-        A value logged on the other steps would be overwritten before a logger writes it, so the logs
-        are the same; ``trainer.callback_metrics`` holds the last logged step's values in between (a
-        callback of your own that reads ``train/loss`` after every step wants ``trainer.log_every_n_steps=1``)."""
+        """Whether this optimizer step logs :attr:`TRAIN_KEYS`: where a logger writes them, at the last step,
+        and at every step while a callback's ``monitor``/``metric`` watches one (docs/running.md).
+        ``stepped``: asked after the optimizer step (``trainer.global_step`` counts it already)."""
         if not self._attached():
             return True
         trainer = self.trainer
@@ -399,9 +319,7 @@ class TransformerLitModule(L.LightningModule):
     _trained_epoch: int | None = None  # the data's epoch of the last batch of the last fit
 
     def _log_data_epoch(self) -> None:
-        """Log ``epoch`` as the data's epoch of the last trained batch, in training, validation and the test
-        after ``fit`` (Lightning would log its own counter, which counts one endless epoch when the data
-        epochs run back to back)."""
+        """Log ``epoch`` as the data's epoch of the last trained batch (Lightning's counts one endless epoch)."""
         if not self._attached():
             return
         position = data_position(self.trainer)  # in fit; the test after it reads the fit's last one
@@ -420,15 +338,10 @@ class TransformerLitModule(L.LightningModule):
 
     @override
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
-        """Log ``perf/tokens_seen`` and ``perf/tokens_per_s`` as device tensors (no sync) after the
-        optimizer steps that :meth:`_logs_this_step` selects, and the step's ``train/loss`` and
-        ``train/nll`` if the trainer stopped after :meth:`on_before_optimizer_step` passed them over
-        (a callback's stop: the loggers write this step after all).
-
-        Throughput is measured over windows of ``trainer.log_every_n_steps`` optimizer steps: tokens
-        counted on the device in the window / host wall time of the window. Per-step host timing
-        would be meaningless on a GPU, where the host runs ahead of the kernels; over a window the
-        queue's lead cancels out.
+        """Log ``perf/tokens_seen`` and ``perf/tokens_per_s`` (device tensors) after the steps
+        :meth:`_logs_this_step` selects, and ``train/loss``/``train/nll`` if a callback's stop came after
+        :meth:`on_before_optimizer_step` passed them over. Throughput is over windows of
+        ``trainer.log_every_n_steps`` steps: per-step host time means nothing while the host runs ahead of the GPU.
         """
         step = self.trainer.global_step
         every = max(1, int(self.trainer.log_every_n_steps or 1))
@@ -451,9 +364,7 @@ class TransformerLitModule(L.LightningModule):
         self.log("perf/tokens_seen", self._tokens.double())
 
     def _bar_metrics(self) -> dict[str, float]:
-        """What the progress bar shows of the last step, named: ``train/loss``, or with label smoothing
-        the smoothed objective as ``train/loss (label-smoothed)`` and the unsmoothed ``train/nll`` beside
-        it (the number on the footing of ``val/loss``)."""
+        """The progress bar's loss of the last step under its name (docs/running.md)."""
         if not getattr(self.criterion, "label_smoothing", 0.0) or self._step_nll is None:
             return {"train/loss": float(self._step_loss)}
         pair = torch.stack((self._step_loss.detach(), self._step_nll.detach())).tolist()  # one host read
@@ -463,10 +374,8 @@ class TransformerLitModule(L.LightningModule):
         self._late_logs = False  # Lightning's per-hook entries of the last epoch are gone
 
     def last_step_metrics(self) -> dict[str, float]:
-        """The last optimizer step's ``train/loss``, ``train/nll`` and ``perf/tokens_seen`` (and
-        ``perf/tokens_per_s`` of the last complete window), read on the host: what ``fit`` ended on,
-        whether or not that step was logged (a stop at a validation, ``trainer.log_every_n_steps=0``).
-        The driver writes them to ``metrics.json``. Empty before the first step."""
+        """The last step's ``train/loss``, ``train/nll``, ``perf/tokens_seen`` (and ``perf/tokens_per_s``) on the
+        host, logged or not, for ``metrics.json``; empty before the first step."""
         if self._step_loss is None:
             return {}
         out = {"train/loss": float(self._step_loss), "perf/tokens_seen": float(self._tokens)}
@@ -486,16 +395,8 @@ class TransformerLitModule(L.LightningModule):
             self._step_norm = self._step_norm.to(self.device)
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
-        """Clip gradients (``trainer.gradient_clip_val``, norm or value), also with a fused optimizer
-        under mixed precision.
-
-        Lightning's mixed-precision plugin refuses to clip when the optimizer unscales gradients
-        itself (``fused=True``), because with a ``GradScaler`` (``16-mixed``) the gradients it would
-        clip are still scaled. Here they are unscaled first (the scaler records that, and its
-        ``step`` then passes no scale to the fused kernel, only the inf/NaN flag); under
-        ``bf16-mixed`` there is no scaler and nothing to unscale. Every other case is Lightning's own
-        ``clip_gradients``.
-        """
+        """Lightning's ``clip_gradients``, except with a fused optimizer under mixed precision, which Lightning
+        refuses to clip (the gradients may be scaled): unscale them first (``16-mixed``), then clip."""
         if not gradient_clip_val:
             return
         from lightning.pytorch.plugins.precision import MixedPrecision, Precision
@@ -520,14 +421,14 @@ class TransformerLitModule(L.LightningModule):
         self._trained_epoch = position[0] if position is not None else None  # for the test's log rows
 
     def on_train_end(self) -> None:
-        self.tokens_seen = int(self._all_reduce([float(self.tokens_seen)])[0])  # over all ranks
+        total = torch.tensor([float(self.tokens_seen)], dtype=torch.float64, device=self.device)
+        if self.trainer.world_size > 1:
+            total = self.trainer.strategy.reduce(total, reduce_op="sum")
+        self.tokens_seen = int(total.tolist()[0])  # over all ranks
 
     def configure_model(self) -> None:
-        """FSDP2 (``trainer=fsdp``): shard every Transformer layer, then the rest (embeddings, head).
-
-        Runs only under a strategy that sets ``device_mesh`` (Lightning's ModelParallelStrategy);
-        idempotent, since Lightning calls it again for ``test`` after ``fit``.
-        """
+        """FSDP2 (``trainer=fsdp``, a ``device_mesh``): shard every block, then the rest; idempotent (``test``
+        after ``fit`` calls it again)."""
         mesh = self.device_mesh
         if mesh is None:
             return
@@ -554,16 +455,9 @@ class TransformerLitModule(L.LightningModule):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     def _apply_configured_optimizer(self) -> None:
-        """Make this run's optimizer settings and LR schedule the ones a resumed run trains with.
-
-        Lightning restores the checkpoint's optimizer (its moments, and its hyperparameters: ``lr``,
-        betas, weight decay ...) and ``LambdaLR``'s state (``base_lrs``, and the attributes of a
-        schedule object such as :class:`~xformer.train.schedules.Schedule`'s warm-up and total
-        steps). A run resumed with ``optim.lr=0.001`` from a checkpoint trained at 0.01 would record
-        0.001 and train at 0.01. This puts the configured values back over the restored ones,
-        keeps the moments and the step count, and sets each group's ``lr`` to what the configured
-        schedule gives at the restored step; with unchanged settings every value is the restored one.
-        """
+        """Put this run's optimizer hyperparameters and schedule settings back over those Lightning restored
+        from the checkpoint (keeping moments and step count), each group's ``lr`` as the configured schedule
+        gives it at the restored step: a resume with ``optim.lr=0.001`` trains at 0.001."""
         groups, lambdas = getattr(self, "_configured", (None, None))
         if groups is None:
             return
@@ -583,12 +477,8 @@ class TransformerLitModule(L.LightningModule):
 
     # -- evaluation ---------------------------------------------------------------------------
     def _eval_step(self, batch: dict, prefix: str, decode: bool) -> None:
-        """Per-example NLL sum, token count, correct tokens (and decoded text), keyed by ``batch["idx"]``:
-        under DDP the sampler repeats examples to even out ranks, and :meth:`_eval_end` keeps each
-        ``idx`` once, so sums and sequence metrics equal the single-process values.
-
-        Examples longer than the model's positions are cut to fit (the model's ``fit_to_positions``)
-        and reported by :meth:`_eval_end` in a warning."""
+        """Per-example NLL sum, token count, correct tokens (and decoded text), keyed by ``batch["idx"]`` so
+        :meth:`_eval_end` keeps each example once under DDP; over-long examples are cut (and warned of)."""
         batch, cut = self.model.fit_to_positions(batch, self.pad_id, self.eos_id)
         logits, labels = self.logits_and_labels(batch)
         mask = labels != self.pad_id
@@ -611,9 +501,8 @@ class TransformerLitModule(L.LightningModule):
             acc["text"].update(zip(idx, zip(hyps, batch["tgt_text"], strict=True), strict=True))
 
     def _generate_sharded(self, batch: dict, logits: Tensor) -> list[str]:
-        """:meth:`generate`; with an FSDP2-sharded model, every shard unit is gathered once before and
-        resharded after, since ranks decode for different numbers of steps (per-forward all-gathers
-        would not match up across ranks)."""
+        """:meth:`generate`, with an FSDP2 model's units gathered once around it (ranks decode for different
+        numbers of steps, so per-forward all-gathers would not match up)."""
         if not hasattr(self.model, "reshard"):  # not fully_shard-ed
             return self.generate(batch, logits)
         units = [m for m in self.model.modules() if hasattr(m, "reshard") and hasattr(m, "unshard")]
@@ -628,24 +517,10 @@ class TransformerLitModule(L.LightningModule):
             self.model.set_reshard_after_forward(True)
 
     def generate(self, batch: dict, logits: Tensor | None = None) -> list[str]:
-        """Decoded, detokenised hypotheses for a batch, one string per example: the model's
-        :meth:`~xformer.model.ModelBase.generate` under the ``decode`` settings (greedy or beam).
-
-        No decoder emits PAD or BOS (see :mod:`xformer.model.decoding`); the encoder-only tagger
-        predicts only ordinary labels (never PAD, BOS or EOS).
-        """
-        cfg = self.decode_cfg
-        ids = self.model.generate(
-            batch,
-            self.bos_id,
-            self.eos_id,
-            self.pad_id,
-            cfg["max_len_a"],
-            cfg["max_len_b"],
-            cfg["beam_size"],
-            cfg["alpha"],
-            logits=logits,
-        )
+        """Decoded, detokenised hypotheses of a batch (the model's ``generate`` under the ``decode`` settings)."""
+        c = self.decode_cfg
+        settings = (c["max_len_a"], c["max_len_b"], c["beam_size"], c["alpha"])
+        ids = self.model.generate(batch, self.bos_id, self.eos_id, self.pad_id, *settings, logits=logits)
         return [self.detokenize(x) for x in ids]
 
     def _eval_end(self, prefix: str, suffix: str = "") -> dict[str, float]:
@@ -653,44 +528,29 @@ class TransformerLitModule(L.LightningModule):
         if acc is None:
             return {}
         if acc.get("cut"):
-            cut = sorted(set(acc["cut"]))
+            cut, limit = sorted(set(acc["cut"])), getattr(self.model, "position_limit", None)
+            ids = ", ".join(map(str, cut[:20])) + (" …" if len(cut) > 20 else "")
             log.warning(
-                "%s%s: %d example(s) longer than the model's %s positions (model.max_len) were cut to "
-                "fit; example ids (0-based): %s%s",
-                prefix,
-                suffix,
-                len(cut),
-                getattr(self.model, "position_limit", None),
-                ", ".join(map(str, cut[:20])),
-                " …" if len(cut) > 20 else "",
+                f"{prefix}{suffix}: {len(cut)} example(s) longer than the model's {limit} positions (model.max_len) "
+                f"were cut to fit; example ids (0-based): {ids}"
             )
         rows, texts = self._gather_examples(acc)
         out, signature = corpus_metrics(rows, texts, self.seq_metrics, prefix, suffix)
         self.bleu_signature = signature or self.bleu_signature
         for key, val in out.items():
-            # every rank holds the value reduced over all ranks (corpus_metrics over _gather_examples): Lightning's
-            # advice to log it with sync_dist=True (an average of equal values) does not apply to these keys
+            # every rank holds the all-rank value: Lightning's advice to log it with sync_dist=True does not apply
             warnings.filterwarnings(
                 "ignore",
                 message=rf"It is recommended to use `self\.log\({re.escape(repr(key))}, \.\.\., sync_dist=True\)`",
                 category=PossibleUserWarning,
             )
-            # as a float64 CPU tensor: Lightning keeps float64 as it is (a Python float would become
-            # float32), so callback metrics, checkpoint scores, test results, the CSV/W&B logs and
-            # metrics.json all carry the exact value; batch_size=1 so the epoch mean is the value itself
+            # a float64 tensor keeps the exact value everywhere (Lightning makes a Python float float32);
+            # batch_size=1 so the epoch mean is the value itself
             self.log(key, torch.tensor(val, dtype=torch.float64), sync_dist=False, rank_zero_only=False, batch_size=1)
         return out
 
-    def _all_reduce(self, values: list[float]) -> list[float]:
-        """Sum ``values`` over distributed ranks (identity in a single process)."""
-        t = torch.tensor(values, dtype=torch.float64, device=self.device)
-        if self._attached() and self.trainer.world_size > 1:
-            t = self.trainer.strategy.reduce(t, reduce_op="sum")
-        return t.tolist()
-
     def _gather_examples(self, acc: dict) -> tuple[list[tuple[float, int, int]], dict[int, tuple[str, str]]]:
-        """Every rank's per-example ``(nll, n, correct)`` rows and ``idx -> (hyp, ref)`` texts, each
-        example once (the first copy; copies padded in by the distributed sampler are identical)."""
+        """Every rank's per-example ``(nll, n, correct)`` rows and ``idx -> (hyp, ref)`` texts, each example once."""
         local = (acc["idx"], acc["nll"], acc["n"], acc["correct"], acc["text"])
         parts = [local]
         if self._attached() and self.trainer.world_size > 1:
@@ -711,8 +571,7 @@ class TransformerLitModule(L.LightningModule):
         limit = self.val_decode_limit
         # batch b of rank r is batch b * world_size + r of the whole (interleaved) validation set
         world = self.trainer.world_size if self._attached() else 1
-        rank = self.trainer.global_rank if self._attached() else 0
-        self._eval_step(batch, "val", decode=limit is None or batch_idx * world + rank < limit)
+        self._eval_step(batch, "val", decode=limit is None or batch_idx * world + self.global_rank < limit)
 
     def on_validation_epoch_end(self) -> None:
         self._eval_end("val")

@@ -1,10 +1,5 @@
-"""Optimizers that need to see the model, not only its parameters: weight decay by parameter group.
-
-The ``optim`` config group (``conf/optim/``) gives the training module an optimizer factory. For
-``adam`` that is a ``torch.optim.Adam`` partial called with the parameters; for ``adamw`` it is a
-:class:`DecayGroups`, called with the model, which splits the parameters into a decayed and an
-undecayed group before building the optimizer.
-"""
+"""Optimizers that need to see the model, not only its parameters: weight decay by parameter group
+(``optim=adamw``; ``optim=adam`` is a ``torch.optim.Adam`` partial called with the parameters)."""
 
 from __future__ import annotations
 
@@ -16,35 +11,22 @@ from torch import nn
 from xformer.config_types import Range
 
 
-def is_embedding_table(module: nn.Module) -> bool:
-    """True for modules whose parameters are lookup tables: ``nn.Embedding`` and positional schemes
-    (learned positions, T5's relative-bias table)."""
-    from xformer.model.positional import PositionalEncoding
-
-    return isinstance(module, (nn.Embedding, PositionalEncoding))
-
-
 def decay_split(
     model: nn.Module, decay_min_ndim: int = 2, decay_embeddings: bool = False
 ) -> tuple[list[str], list[str]]:
-    """Names of the parameters that get weight decay and of those that do not.
+    """``(decay, no_decay)`` parameter names (each tensor once; frozen ones left out).
 
-    Rule: a parameter decays when it has at least ``decay_min_ndim`` dimensions (with 2: the
-    projection matrices; biases and norm gains are 1-D), except embedding tables
-    (:func:`is_embedding_table`) unless ``decay_embeddings``. A tied output layer shares the token
-    embedding's tensor, so it follows the embedding (nanoGPT, ``decay_embeddings=true``, decays every
-    >= 2-D tensor; torchtune and Hugging Face's trainer keep embeddings and norms out of decay).
-
-    Each tensor appears once (tied tensors under the first name ``named_parameters`` gives).
-    Parameters with ``requires_grad=False`` are left out.
-
-    Returns:
-        ``(decay, no_decay)``: parameter names.
+    A parameter decays when it has at least ``decay_min_ndim`` dimensions (2: the projection matrices, not
+    biases and norm gains), except lookup tables (``nn.Embedding``, positional schemes; a tied output layer
+    follows the embedding) unless ``decay_embeddings`` (nanoGPT decays every >= 2-D tensor; torchtune and
+    Hugging Face's trainer keep embeddings and norms out of decay).
     """
+    from xformer.model.positional import PositionalEncoding
+
     tables: set[int] = set()
     if not decay_embeddings:
         for m in model.modules():
-            if is_embedding_table(m):
+            if isinstance(m, (nn.Embedding, PositionalEncoding)):
                 tables.update(id(p) for p in m.parameters(recurse=False))
     decay, no_decay = [], []
     for name, p in model.named_parameters():
@@ -55,17 +37,9 @@ def decay_split(
 
 
 class DecayGroups:
-    """An optimizer factory ``model -> optimizer`` with two parameter groups: ``weight_decay`` on the
-    parameters :func:`decay_split` selects, 0 on the rest.
-
-    Args:
-        optimizer: factory ``param_groups -> torch.optim.Optimizer`` (a Hydra ``_partial_`` node,
-            e.g. ``torch.optim.AdamW``).
-        weight_decay: decay of the decayed group (AdamW's decoupled λ).
-        decay_min_ndim, decay_embeddings: the rule (see :func:`decay_split`).
-
-    The ranges of ``weight_decay`` and ``decay_min_ndim`` (>= 0) are in their annotations, checked with
-    the config.
+    """An optimizer factory ``model -> optimizer`` with two parameter groups: ``weight_decay`` (AdamW's
+    decoupled λ) on the parameters :func:`decay_split` selects, 0 on the rest. ``optimizer``: factory
+    ``param_groups -> torch.optim.Optimizer`` (a Hydra ``_partial_`` node, e.g. ``torch.optim.AdamW``).
     """
 
     def __init__(

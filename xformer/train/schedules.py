@@ -38,20 +38,10 @@ def describes(text: str):
 class Schedule:
     """A schedule bound to its settings: ``Schedule(fn, **settings)(step) == fn(step, **settings)``.
 
-    What each option of ``optim/scheduler`` returns, in place of a ``functools.partial``, for two
-    reasons:
-
-    * Hydra 1.3.8 turns a ``functools.partial`` returned by a ``_target_`` into a
-      ``_DeferredTarget`` whose every call re-runs its instantiation policy, and ``LambdaLR`` calls the
-      schedule once per optimizer step (``trainer.profiler=simple`` shows it as ``lr_scheduler_step``;
-      figures in docs/results/nanogpt-cpu.md). Hydra authorises this object once, when it is instantiated.
-    * ``LambdaLR.state_dict`` stores ``lr_lambda.__dict__`` in every checkpoint. The settings live
-      in slots, so that dict stays empty, as a partial's is: a checkpoint holds no function object
-      (``torch.load(weights_only=True)`` reads it) and a resumed run keeps the schedule of its config.
-
-    Args:
-        fn: ``(step, **settings) -> multiplier``, ``step`` the 0-based count of optimizer steps taken.
-        settings: the schedule's keyword arguments.
+    Not a ``functools.partial``: Hydra 1.3.8 turns a returned partial into a ``_DeferredTarget`` that
+    re-runs its instantiation policy on every call (once per optimizer step; docs/results/nanogpt-cpu.md).
+    The settings live in slots, so ``LambdaLR.state_dict`` (``lr_lambda.__dict__``) stores no function object
+    (``torch.load(weights_only=True)`` reads it) and a resumed run keeps the schedule of its config.
     """
 
     __slots__ = ("fn", "settings", "__dict__", "__weakref__")
@@ -91,8 +81,6 @@ def inverse_sqrt(warmup_steps: Warmup = 4000, decay_from: Steps | None = None):
     default) and ``lr = d_model^-0.5 · warmup_steps^-0.5`` this is exactly the paper's
     ``d_model^-0.5 · min(s^-0.5, s · warmup_steps^-1.5)``. ``warmup_steps = 0`` starts at the peak
     (a "no warm-up" arm, Xiong et al. 2020); set ``decay_from`` to keep the decay of the warm-up arm.
-
-    The ranges of the arguments are in their annotations (checked with the config).
     """
     decay_from = warmup_steps if decay_from is None else decay_from
     decay_from = max(decay_from, 1)
@@ -128,8 +116,6 @@ def linear(warmup_steps: Warmup = 0, total_steps: Steps = 1000, floor: Floor = 0
     last two validations of a run can be compared to tell a finished run from an under-trained one.
     Multiplier at optimizer step ``s`` (1-based): ``s / warmup_steps`` while ``s <= warmup_steps``, then
     ``1 - (1 - floor) · p`` with ``p = min(1, (s - warmup_steps) / (total_steps - warmup_steps))``.
-
-    The ranges of the arguments are in their annotations (checked with the config).
     """
     return Schedule(_linear, warmup_steps=warmup_steps, total_steps=total_steps, floor=floor)
 
@@ -155,8 +141,6 @@ def cosine(warmup_steps: Warmup = 0, total_steps: Steps = 1000, floor: Floor = 0
     ``floor + (1 - floor) · (1 + cos(π p)) / 2`` with ``p`` as in :func:`linear`. nanoGPT's ``get_lr``
     is the same curve with ``min_lr = floor · lr`` and ``lr_decay_iters = total_steps``, one step earlier
     (its iteration ``it`` counts from 0 and warms up as ``(it + 1) / (warmup_iters + 1)``).
-
-    The ranges of the arguments are in their annotations (checked with the config).
     """
     return Schedule(_cosine, warmup_steps=warmup_steps, total_steps=total_steps, floor=floor)
 
@@ -168,8 +152,5 @@ def _constant(step: int, warmup_steps: int) -> float:
 
 @describes("constant")
 def constant(warmup_steps: Warmup = 0):
-    """Linear warm-up (``s / warmup_steps`` at 1-based step ``s``), then the peak rate for good.
-
-    The range of ``warmup_steps`` is in its annotation (checked with the config).
-    """
+    """Linear warm-up (``s / warmup_steps`` at 1-based step ``s``), then the peak rate for good."""
     return Schedule(_constant, warmup_steps=warmup_steps)

@@ -1,7 +1,6 @@
 """``xformer translate --ckpt PATH``: translate stdin lines with a trained checkpoint.
 
-Everything needed is inside the checkpoint (the driver stores the resolved config and the
-tokenizer under ``checkpoint["xformer"]``), so no data or cache is read.
+The checkpoint's ``xformer`` section holds the config and the tokenizer: no data or cache is read.
 """
 
 from __future__ import annotations
@@ -27,12 +26,7 @@ from .checkpoint_file import UnreadableCheckpoint, arch_name, build_model, read_
 
 def load_checkpoint(path: str | Path):
     """Rebuild ``(model, tokenizer, config)`` from a checkpoint written by ``run.py``.
-
-    Raises:
-        FileNotFoundError: no such file.
-        ValueError: the file is not a readable checkpoint, or was not written by xformer (no
-            ``xformer`` section).
-    """
+    Raises: FileNotFoundError (no such file), ValueError (unreadable, or no ``xformer`` section)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"--ckpt {path}: no such file")
@@ -74,18 +68,10 @@ def translate(
     batch_size: int = 64,
     warn: Callable[[str], None] | None = None,
 ) -> list[str]:
-    """Translate ``lines`` (raw source text) with an encoder–decoder ``model``; one output string per
-    input line, in order.
-
-    Each line's output is capped at ``max_len_a · (its tokens + EOS) + max_len_b`` tokens (and the
-    model's ``max_len``), whatever the other lines are. A line whose tokens (plus EOS) exceed the
-    model's positions (``model.position_limit``, i.e.
-    ``model.max_len`` for learned or sinusoidal positions) is cut to fit and still translated; ``warn``
-    receives one message per such line, naming its 1-based line number.
-
-    Raises:
-        ValueError: if ``model`` is not an encoder–decoder.
-    """
+    """One translation per line of raw source text, by an encoder–decoder ``model``, each capped at
+    ``max_len_a · (its tokens + EOS) + max_len_b`` tokens (and ``model.max_len``) whatever the other lines.
+    A line longer than ``model.position_limit`` is cut to fit, with one ``warn`` message naming its line.
+    Raises: ValueError if ``model`` is not an encoder–decoder."""
     if not isinstance(model, EncoderDecoder):
         raise ValueError(
             f"translate needs an encoder_decoder checkpoint (model/arch=encoder_decoder); this one "
