@@ -9,13 +9,8 @@ __version__ = "0.1.0"
 
 
 def _register_resolvers() -> None:
-    """Register ``${xformer.run_id:}``: a short random id drawn once per process (6 hex digits).
-
-    ``conf/hydra/default.yaml`` appends it to a single run's folder (``outputs/<date>/<HH-MM-SS>-<id>``)
-    so two runs started in the same second (a shell loop with ``&``, SLURM array tasks on a shared
-    file system) never share a job folder, checkpoints, CSV or W&B id. The value is fixed for the
-    life of the process, so every resolution of ``hydra.run.dir`` within one run (the job folder, the
-    saved ``.hydra`` config, DDP child ranks, which Lightning starts with the resolved folder) agrees.
+    """Register ``${xformer.run_id:}``, 6 hex digits drawn once per process, which ``conf/hydra/default.yaml``
+    appends to a run's folder so two runs started in the same second never share one; and ``${xformer.help:}``.
     """
     import secrets
 

@@ -1,10 +1,5 @@
-"""Annotations that the config check reads from a component's signature (:mod:`xformer.config.check`),
-and the small library that reads them: :func:`import_target`, :func:`parameters`, :func:`value_problem`.
-
-A parameter annotated ``Annotated[float, Range(ge=0, lt=1)]`` has its range checked before training,
-with one ``error:`` line naming the key; ``Literal["a", "b"]`` gives its choices. The range lives in
-the signature of the class that takes the value, so a new option needs no other file.
-"""
+"""Annotations the config check (:mod:`xformer.config.check`) reads from a component's signature
+(``Annotated[float, Range(ge=0, lt=1)]``, ``Literal["a", "b"]``), and the helpers that read them."""
 
 from __future__ import annotations
 
@@ -26,12 +21,7 @@ class Range:
     lt: float | None = None
 
     def __repr__(self) -> str:
-        parts = [
-            f"{k}={v:g}"
-            for k, v in (("ge", self.ge), ("gt", self.gt), ("le", self.le), ("lt", self.lt))
-            if v is not None
-        ]
-        return f"Range({', '.join(parts)})"
+        return f"Range({', '.join(f'{k}={v:g}' for k, v in vars(self).items() if v is not None)})"
 
     def problem(self, value: float) -> str | None:
         """Why ``value`` is outside the range, or ``None``."""
@@ -179,14 +169,8 @@ def parameters(fn: Any) -> tuple[dict[str, inspect.Parameter], dict[str, Any], b
 
 
 def closest(word: str, options) -> str | None:
-    """The option closest to ``word``, or ``None``.
-
-    Each option scores :class:`difflib.SequenceMatcher`'s similarity ratio (0..1), plus 0.3 when one
-    of the two contains the other and the shorter has at least 3 characters (an option typed with a
-    suffix, ``prenorm`` for ``pre``, or cut short, ``multi30`` for ``multi30k``); the best score of at
-    least 0.6 wins, so a contained option beats one a letter away (``pre`` over ``pre_rms``), while a
-    near-exact spelling still beats a short prefix (``ffn_ratio`` over ``ffn`` for ``ffn_ratoi``).
-    """
+    """The option closest to ``word`` (the best score of at least 0.6), or ``None``: ``difflib``'s similarity
+    ratio, plus 0.3 when one contains the other and the shorter has 3+ characters (``pre`` for ``prenorm``)."""
     word, best, best_score = str(word), None, 0.6
     for option in dict.fromkeys(str(o) for o in options):
         a, b = word.lower(), option.lower()

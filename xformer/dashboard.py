@@ -5,25 +5,11 @@ Usage::
     xformer dashboard SWEEP_DIR [--entity E] [--project P] [--publish]
     xformer dashboard ENTITY/PROJECT/GROUP [--publish]
 
-The workspace shows only the sweep's runs (its W&B group) and has four sections, each answering one
-question about the sweep:
-
-* **Curves**: ``val/loss`` and the task metric (``val/bleu`` or ``val/exact_match``) against
-  ``trainer/global_step``, one line per value of each swept key (mean over seeds, min–max band):
-  did the settings train differently, and had they converged?
-* **Objective by setting**: the objective's best value (the run summary kept by
-  :mod:`xformer.jobs.wandb_panels`) against each swept key, every seed a point, plus a bar per
-  setting with the seeds' min–max range: which setting wins, and by more than the seed spread?
-* **Parallel coordinates**: the swept keys and the objective, one line per run, and W&B's parameter
-  importance for the objective: which key matters?
-* **Samples**: the ``val/samples`` table (source, reference, hypothesis) of each run.
-
-From a sweep folder the swept keys, the objective, the W&B project and group are read from the
-folder itself (``multirun.yaml`` and the jobs' ``metrics.json``); nothing needs the network. The
-specification is always written to ``SWEEP_DIR/wandb_dashboard.json``. With ``--publish`` (and a W&B
-API key, online) the workspace is saved to W&B and its URL printed; otherwise the command that
-publishes it later is printed. From ``ENTITY/PROJECT/GROUP`` the same facts are read from the runs'
-configs through the W&B API (needs a key and the network).
+Four sections, shown for the sweep's W&B group only: Curves, Objective by setting, Parallel coordinates
+and Samples (what each answers: docs/running.md, W&B). A sweep folder's facts are read offline from its
+``multirun.yaml`` and the jobs' ``metrics.json``; ``ENTITY/PROJECT/GROUP`` reads the runs' configs through
+the W&B API. ``SWEEP_DIR/wandb_dashboard.json`` (the specification) is always written; ``--publish`` (a W&B
+key, online) saves the workspace and prints its URL.
 
 Exit status: 0 done, 2 bad arguments or nothing to build from (one ``error:`` line).
 """
@@ -62,12 +48,8 @@ class SweepFacts:
 
 
 def facts_from_sweep_dir(sweep_dir: str | Path) -> SweepFacts:
-    """Read a ``-m`` sweep folder: swept keys from ``multirun.yaml``; objective, W&B project and group
-    from the jobs' ``metrics.json``.
-
-    Raises:
-        DashboardError: not a sweep folder, or no job logged to W&B.
-    """
+    """Read a ``-m`` sweep folder (``multirun.yaml``, the jobs' ``metrics.json``).
+    Raises: DashboardError: not a sweep folder, or no job logged to W&B."""
     root = Path(sweep_dir)
     if not (root / "multirun.yaml").is_file():
         raise DashboardError(f"{root}: no multirun.yaml; give the folder of a `python run.py ... -m` sweep")
@@ -99,10 +81,7 @@ def facts_from_sweep_dir(sweep_dir: str | Path) -> SweepFacts:
 
 def facts_from_wandb(path: str) -> SweepFacts:
     """Read ``ENTITY/PROJECT/GROUP`` through the W&B API (the runs' ``swept`` config key).
-
-    Raises:
-        DashboardError: malformed path, or no run in that group.
-    """
+    Raises: DashboardError: malformed path, or no run in that group."""
     parts = path.split("/")
     if len(parts) != 3 or not all(parts):
         raise DashboardError(f"{path}: give a sweep folder or ENTITY/PROJECT/GROUP")
@@ -184,9 +163,7 @@ def build_workspace(facts: SweepFacts, entity: str):
 
 
 def specification(workspace, facts: SweepFacts) -> dict:
-    """A JSON-able description of the workspace: the facts it was built from, every panel
-    (``workspace``: the public ``wandb_workspaces`` objects) and ``view``, the view specification
-    W&B stores for it."""
+    """The workspace as JSON: its ``facts``, every panel (``workspace``) and ``view``, what W&B stores."""
     import pydantic
     import wandb_workspaces.workspaces as ws
 
@@ -250,6 +227,3 @@ def main(argv: list[str] | None = None) -> int:
         f"Offline, read the sweep with: xformer report {args.source}   (tables, curves.png, verdicts)"
     )
     return 0
-
-
-__all__ = ["SweepFacts", "build_workspace", "facts_from_sweep_dir", "facts_from_wandb", "main", "specification"]

@@ -21,7 +21,6 @@ def warn_once(message: str, cfg: DictConfig | None = None) -> None:
     before its jobs started (the environment variable ``XFORMER_WARNED`` carries it, keyed by the sweep
     folder, into the launcher's job processes) is not repeated; a single run always warns."""
     import hashlib
-    import logging
     import os
 
     from omegaconf import OmegaConf

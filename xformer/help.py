@@ -1,12 +1,6 @@
-"""``python run.py --help``: what xformer is, every config group with its options and one line on
-what each selects, example commands and where results land.
-
-The text is Hydra's help template (``hydra.help.template`` in ``conf/hydra/default.yaml``), filled in
-by the resolver ``${xformer.help:}``. Each option's line is the first comment line of its YAML file
-(``# @package`` lines skipped), read from every folder of the config search path -- ``conf/`` and a
-user's ``hydra.searchpath`` -- so an option added as one class and one YAML shows up with its own
-words. The full config stays behind ``--cfg job``; Hydra's own flags behind ``--hydra-help``.
-"""
+"""``python run.py --help`` (Hydra's ``hydra.help.template``, filled by ``${xformer.help:}``): what xformer
+is, every config group's options, each with the first comment line of its YAML from every folder of the
+config search path, example commands and where results land."""
 
 from __future__ import annotations
 
@@ -45,12 +39,9 @@ def _description(path: Path) -> str:
         lines = path.read_text().splitlines()
     except OSError:
         return ""
-    for line in lines:
-        text = line.strip()
-        if not text.startswith("#"):
-            if text:
-                break
-            continue
+    for text in map(str.strip, lines):
+        if text and not text.startswith("#"):
+            break
         text = text.lstrip("#").strip()
         if text and not text.startswith("@package"):
             return text

@@ -1,6 +1,5 @@
-"""Whether a checkpoint fits this run's config (its model, vocabulary and the settings a resume may not
-change), as one :class:`~xformer.errors.ConfigError` line with the overrides that make them agree. Imports
-neither torch nor Lightning at module level: stage 1 of the check reads ``ckpt_path`` with it."""
+"""Whether a checkpoint fits this run's config (model, vocabulary, settings a resume may not change), as one
+:class:`~xformer.errors.ConfigError` line with the overrides that make them agree; no torch/Lightning import."""
 
 from __future__ import annotations
 
@@ -160,13 +159,9 @@ def under(key: str, prefixes) -> bool:
 
 
 def check_resume_settings(cfg: DictConfig, path: str) -> list[tuple[str, Any, Any]]:
-    """Compare this training run's config with the one stored in the checkpoint it resumes.
-
-    A :data:`SHAPING_KEYS` key that differs (``sweep.runtime_keys`` excepted) is refused: the weights and data
-    position belong to its values. Other differences take effect from the resumed step (the training module
-    applies optimizer and schedule settings over the restored state) and are returned as ``[(key, checkpoint's
-    value, this run's value)]``, :data:`QUIET_KEYS` left out. Keys absent from the checkpoint are not compared.
-    Raises: ConfigError naming the shaping keys, both values and the fix."""
+    """``[(key, checkpoint's value, this run's value)]`` where this training run's config differs from the
+    checkpoint's (:data:`QUIET_KEYS`, ``sweep.runtime_keys`` and keys absent from either left out); they take
+    effect from the resumed step. Raises: ConfigError when a :data:`SHAPING_KEYS` key differs."""
     if cfg.get("mode", "train") != "train":
         return []
     _, meta = load_checkpoint_parts(path)
