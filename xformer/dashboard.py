@@ -175,12 +175,6 @@ def specification(workspace, facts: SweepFacts) -> dict:
     return out
 
 
-def _can_publish() -> bool:
-    from xformer.jobs.wandb_run import wandb_has_api_key
-
-    return wandb_has_api_key() and os.environ.get("WANDB_MODE") not in ("offline", "disabled", "dryrun")
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run ``xformer dashboard``; returns the exit status (0 ok, 2 bad arguments)."""
     p = argparse.ArgumentParser(
@@ -208,7 +202,10 @@ def main(argv: list[str] | None = None) -> int:
         f"wrote {out} ({sum(len(s['panels']) for s in spec['workspace']['sections'])} panels, "
         f"swept: {', '.join(facts.swept) or 'none'}, objective: {facts.objective})"
     )
-    if args.publish and entity and _can_publish():
+    from xformer.jobs.wandb_run import wandb_has_api_key
+
+    online = os.environ.get("WANDB_MODE") not in ("offline", "disabled", "dryrun")
+    if args.publish and entity and wandb_has_api_key() and online:
         workspace.save()
         print(f"published: {workspace.url}")
         return 0

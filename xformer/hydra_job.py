@@ -8,10 +8,7 @@ from typing import Any
 
 def sweep_dir(hydra_cfg: Any = None) -> Path | None:
     """The sweep folder (``hydra.sweep.dir``) when the job is part of a ``-m`` sweep, else None.
-
-    Args:
-        hydra_cfg: the job's Hydra config (``HydraConfig.get()``); None reads the current job's, and
-            outside a Hydra job the answer is None."""
+    ``hydra_cfg``: the job's Hydra config; None reads the current job's (None outside a Hydra job)."""
     if hydra_cfg is None:
         from hydra.core.hydra_config import HydraConfig
 

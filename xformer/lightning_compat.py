@@ -1,11 +1,7 @@
-"""Every private Lightning name xformer reads, replaces or overrides, in one place.
-
-A leaf module (it imports Lightning only), so every layer of xformer may use it. Each name is reached
-through a small function named for what it does, and nowhere else in xformer
-(``tests/test_lightning_private_names.py`` checks each entry of :data:`PRIVATE_NAMES` against the
-installed Lightning and that no other module names one of them). When a Lightning release moves a
-name, that test fails before a run does. The supported range is pinned in ``pyproject.toml``.
-"""
+"""Every private Lightning name xformer reads, replaces or overrides, each behind a function named for what it
+does; a leaf module (imports Lightning only). ``tests/test_lightning_private_names.py`` checks each
+:data:`PRIVATE_NAMES` entry against the installed Lightning (range pinned in ``pyproject.toml``) and that no
+other module names one."""
 
 from __future__ import annotations
 
@@ -44,13 +40,9 @@ def logger_started(logger: Any) -> bool:
 
 # -- the CSV logger's writer (xformer.train.module) ----------------------------------------------
 def refresh_csv_headers(trainer: Any) -> None:
-    """Make each CSV logger of ``trainer`` know every column already in its ``metrics.csv``
-    (``writer.metrics_keys``; the writer, ``logger.experiment``, is Lightning's private class).
-
-    Under ``ddp_spawn`` the loggers are copies pickled from the job's process, which never sees the
-    keys the spawned ranks logged during ``fit``; without this, ``test`` would rewrite the file with
-    the shorter header and fail. Called from ``TransformerLitModule.setup`` (rank 0; a no-op otherwise).
-    """
+    """Make each CSV logger of ``trainer`` (rank 0) know every column already in its ``metrics.csv``
+    (``writer.metrics_keys``; the writer, ``logger.experiment``, is Lightning's private class): under
+    ``ddp_spawn`` the loggers are copies that missed the ranks' ``fit`` keys, and ``test`` would fail."""
     import csv
     import os
 

@@ -18,12 +18,8 @@ class UnreadableCheckpoint(ValueError):
 
 
 def read_checkpoint(path: str | Path) -> Any:
-    """The object stored in checkpoint file ``path``, loaded on the CPU and memory-mapped (only the
-    tensors a caller touches are read).
-
-    Raises:
-        UnreadableCheckpoint: the file cannot be loaded (the first line of the cause, at most 200 characters).
-    """
+    """The object stored in checkpoint file ``path``, on the CPU and memory-mapped (only tensors touched are read).
+    Raises: UnreadableCheckpoint (the first line of the cause, at most 200 characters)."""
     import torch
 
     try:
@@ -43,11 +39,7 @@ def refusal(err: BaseException, kinds: tuple[type[BaseException], ...] = (ValueE
 
 def build_model(cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int, device: str | None = None):
     """Instantiate ``cfg.model`` for the given vocabularies (on ``device``, e.g. ``"meta"``).
-
-    Raises:
-        ConfigError: the first line of a ``ValueError`` a constructor raises (window < 1, an odd head
-            size for rotary positions, ...).
-    """
+    Raises: ConfigError: the first line of a ``ValueError`` a constructor raises (window < 1, ...)."""
     import contextlib
 
     import torch

@@ -33,14 +33,11 @@ class CrossEntropy:
         )
 
     def sum_and_nll(self, logits: Tensor, labels: Tensor, pad_id: int) -> tuple[Tensor, Tensor]:
-        """``(loss summed over the non-padding tokens, their unsmoothed NLL summed, detached)`` from one
-        log-softmax: the training step's objective and its ``train/nll``, without a second pass over the
-        ``(B·T, V)`` logits.
+        """``(summed loss, summed unsmoothed NLL, detached)`` over the non-padding tokens from one log-softmax
+        (the step's objective and ``train/nll`` without a second pass over the ``(B·T, V)`` logits).
 
-        With ``ε_ls > 0`` this is PyTorch's own label-smoothed cross-entropy written out, op for op
-        (``cross_entropy_loss_label_smoothing`` in ATen's ``LossNLL.cpp``: ``log_softmax``, ``nll_loss``,
-        ``-(log p).sum(classes)`` zeroed at padding, ``(1 - ε) · nll + ε / V · smooth``), so the loss and
-        its gradient are bit for bit ``F.cross_entropy``'s (``tests/train/test_losses.py``).
+        With ``ε_ls > 0``: ATen's ``cross_entropy_loss_label_smoothing`` (``LossNLL.cpp``) written out op for
+        op, so loss and gradient are bit for bit ``F.cross_entropy``'s (``tests/train/test_losses.py``).
         """
         eps = self.label_smoothing
         logits = logits if logits.dtype == torch.float64 else logits.float()

@@ -13,6 +13,7 @@ from typing import Callable
 
 import torch
 from omegaconf import OmegaConf
+from torch.nn.utils.rnn import pad_sequence
 
 from xformer.data.tokenizers import BOS as BOS_ID
 from xformer.data.tokenizers import EOS as EOS_ID
@@ -97,10 +98,7 @@ def translate(
     for max_len, members in groups.items():
         for i in range(0, len(members), batch_size):
             rows = members[i : i + batch_size]
-            width = max(len(encoded[r]) for r in rows)
-            src = torch.full((len(rows), width), PAD_ID, dtype=torch.long)
-            for j, r in enumerate(rows):
-                src[j, : len(encoded[r])] = torch.tensor(encoded[r])
+            src = pad_sequence([torch.tensor(encoded[r]) for r in rows], batch_first=True, padding_value=PAD_ID)
             if beam_size > 1:
                 hyps = decoding.beam_search(model, src, BOS_ID, EOS_ID, PAD_ID, max_len, beam_size, alpha)
             else:
