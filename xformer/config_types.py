@@ -108,8 +108,7 @@ def _range_words(r: Range) -> str:
 
 
 def readable(hint: Any) -> str:
-    """An annotation in words for a fix line: ``an integer ≥ 1, or null``, ``a number in [0, 1)``, ``one of a,
-    b``; :func:`describe`'s text for a type it does not know."""
+    """An annotation in words for a fix line (``an integer ≥ 1, or null``), else :func:`describe`'s text."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     words = {bool: "true or false", int: "an integer", float: "a number", str: "a string", type(None): "null"}
     if hint in words:
@@ -133,9 +132,8 @@ def readable(hint: Any) -> str:
 
 
 def fix_for(value: Any, hint: Any, key: str) -> str:
-    """The ``Fix:`` text for a ``value`` of ``key`` that does not fit ``hint``: ``key=null`` for the text
-    ``None`` where null is allowed (a W&B agent's ``${args_no_hyphens}`` writes Python's ``None``), else the
-    annotation in words (:func:`readable`)."""
+    """The ``Fix:`` text for a ``value`` of ``key`` that does not fit ``hint``: ``key=null`` for the text ``None``
+    where null is allowed (a W&B agent's ``${args_no_hyphens}``), else :func:`readable`."""
     if value == "None" and value_problem(None, hint) is None:
         return (
             f"{key}=null (None is read as text; a W&B sweep's command should end in ${{args_json}}, which writes "

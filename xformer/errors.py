@@ -17,9 +17,8 @@ class ConfigError(ValueError):
 
 
 def warn_once(message: str, cfg: DictConfig | None = None) -> None:
-    """Log a config warning once per sweep: within a ``-m`` sweep, a message the sweep's check gave
-    before its jobs started (the environment variable ``XFORMER_WARNED`` carries it, keyed by the sweep
-    folder, into the launcher's job processes) is not repeated; a single run always warns."""
+    """Log a config warning once per ``-m`` sweep (``XFORMER_WARNED`` carries what the sweep's check gave
+    into its job processes, keyed by the sweep folder); a single run always warns."""
     import hashlib
     import os
 
@@ -47,8 +46,8 @@ def warn_once(message: str, cfg: DictConfig | None = None) -> None:
 
 @contextlib.contextmanager
 def held_warnings(logger: str = "xformer") -> Iterator[None]:
-    """Hold the records ``logger`` gets inside the block, and log them when the block ends without an exception;
-    when it raises (a refused config) they are dropped, so the refusal's ``error:`` line is all that is printed."""
+    """Hold ``logger``'s records inside the block and log them after it, unless it raised (a refused config:
+    its ``error:`` line is all that is printed)."""
     held: list[logging.LogRecord] = []
 
     def hold(record: logging.LogRecord) -> bool:

@@ -106,9 +106,7 @@ def plain(text: str) -> str:
 
 
 class PlainHelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """argparse's formatter for the ``xformer`` sub-commands: description and epilog keep their line breaks
-    (as :class:`argparse.RawDescriptionHelpFormatter`) and are shown as plain text (:func:`plain`), as are
-    the arguments' help lines."""
+    """The ``xformer`` sub-commands' argparse formatter: line breaks kept, every text :func:`plain`."""
 
     def _fill_text(self, text, width, indent):
         return super()._fill_text(plain(text), width, indent)

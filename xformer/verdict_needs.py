@@ -1,8 +1,5 @@
-"""What a comparison needs before ``xformer report`` can decide it: :data:`MIN_SEEDS` seeds per setting and
-:data:`MIN_LATE_VALIDATIONS` validations in the second half of training (steps from half the last validation's
-to it), where the ranking is checked to hold. Kept here, below every layer, so the report's rules
-(:mod:`xformer.report.rules.tests`, :mod:`xformer.report.rules.stability`) and a sweep's start
-(:func:`xformer.jobs.sweep.report_needs`) read one number each. Pure Python, no imports."""
+"""What a comparison needs before ``xformer report`` can decide it (seeds, second-half validations); below every
+layer, so the report's rules and a sweep's start (:func:`xformer.jobs.sweep.report_needs`) read one number each."""
 
 from __future__ import annotations
 

@@ -130,12 +130,10 @@ class TransformerLitModule(L.LightningModule):
         self._watched: bool | None = None  # a callback reads a train-time key (see _logs_this_step)
         self._late_logs = False  # this epoch, on_train_batch_end logs train/loss (on_before_optimizer_step)
         self._step_before_batch = -1  # global_step when the current micro-batch started
-        #: shown by the progress bar (:class:`xformer.jobs.console.StepBar`): the training loss of the
-        #: last logging step, a host float read once per logging window
+        #: the last logging step's training loss, shown by :class:`xformer.jobs.console.StepBar`
         self.progress_metrics: dict[str, float] = {}
         self._eval: dict[str, dict] = {}
-        #: stored in every checkpoint under ``"xformer"`` (config, tokenizer, vocab sizes) so
-        #: ``mode=eval`` and ``xformer translate`` can rebuild the model without the run's files
+        #: stored in every checkpoint under ``"xformer"`` (config, tokenizer, vocab sizes) to rebuild the model
         self.checkpoint_meta: dict = {}
         #: sacrebleu's signature of the last BLEU computed (written to metrics.json)
         self.bleu_signature: str | None = None
@@ -388,9 +386,8 @@ class TransformerLitModule(L.LightningModule):
     def on_train_start(self) -> None:
         if self.trainer.ckpt_path:  # resumed: the configured optimizer settings over the restored ones
             self._apply_configured_optimizer()
-        self._window, self._rate = None, None
-        self._watched, self._step_logged, self._late_logs = None, None, False
-        self._step_window = None
+        self._window = self._rate = self._watched = self._step_logged = self._step_window = None
+        self._late_logs = False
         if self._step_norm is not None:
             self._step_norm = self._step_norm.to(self.device)
 

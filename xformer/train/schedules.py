@@ -1,9 +1,5 @@
-"""Learning-rate schedules as step → multiplier functions for ``torch.optim.lr_scheduler.LambdaLR``.
-
-One function per option of the ``optim/scheduler`` config group (``conf/optim/scheduler/<name>.yaml``):
-``inverse_sqrt`` (the paper's, default), ``cosine``, ``linear``, ``constant``. The multiplier scales the
-optimizer's peak rate ``optim.lr``; ``step`` is the 0-based count of optimizer steps taken.
-"""
+"""Learning-rate schedules, one per ``optim/scheduler`` option: ``step`` (0-based optimizer steps taken) ->
+multiplier of the peak rate ``optim.lr``, for ``torch.optim.lr_scheduler.LambdaLR``."""
 
 from __future__ import annotations
 
