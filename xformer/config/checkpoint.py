@@ -88,9 +88,8 @@ def _overrides_to(stored: dict, current: dict, prefix: str) -> list[str]:
 
 
 def check_checkpoint_model(cfg: DictConfig, path: str) -> None:
-    """The checkpoint was written by xformer and, in ``mode=train``, its parameter names and sizes equal those of
-    this run's model (built on the meta device with the checkpoint's vocabulary). Raises: ConfigError naming
-    both models and the overrides that make them agree."""
+    """The checkpoint was written by xformer and, in ``mode=train``, fits this run's model (built on the meta
+    device with its vocabulary). Raises: ConfigError naming both models and the overrides that make them agree."""
     state, meta = load_checkpoint_parts(path)
     if state is None or meta is None:
         what = "a Lightning checkpoint from another program" if state is not None else "not a Lightning checkpoint"

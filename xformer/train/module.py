@@ -39,11 +39,7 @@ def uncompiled_state_dict(state: dict) -> dict:
 
 
 def corpus_metrics(
-    rows: list[tuple[float, int, int]],
-    texts: dict[int, tuple[str, str]],
-    seq_metrics: list[str],
-    prefix: str,
-    suffix: str = "",
+    rows: list[tuple[float, int, int]], texts: dict[int, tuple[str, str]], seq_metrics: list, prefix: str, suffix=""
 ) -> tuple[dict[str, float], str | None]:
     """``({"<prefix>/loss<suffix>", "ppl", "acc", "bleu", "exact_match"}, BLEU signature or None)`` of one split.
 
