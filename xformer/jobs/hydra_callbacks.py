@@ -5,7 +5,6 @@ Imports neither torch nor Lightning."""
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import sys
@@ -20,13 +19,14 @@ from typing_extensions import override
 from xformer.config.check import check_resolves
 from xformer.errors import ConfigError
 
+from .record import write_json
+
 log = logging.getLogger("xformer")
 
 
 def refuse(text: str, err: BaseException | None = None) -> NoReturn:
-    """Print ``text`` (its ``error:`` lines) on stderr and exit 2 before any job runs; with ``HYDRA_FULL_ERROR=1``
-    raise ``err`` instead, when given (its traceback). Not logged as well: the sweep's process logs to the
-    console only, so the line would show twice."""
+    """Print ``text`` (its ``error:`` lines) on stderr, not logged (it would show twice), and exit 2; with
+    ``HYDRA_FULL_ERROR=1`` raise ``err`` instead, when given."""
     if err is not None and os.environ.get("HYDRA_FULL_ERROR") == "1":
         raise err
     print(text, file=sys.stderr, flush=True)
@@ -34,10 +34,8 @@ def refuse(text: str, err: BaseException | None = None) -> NoReturn:
 
 
 def check_output_dir(path: str | os.PathLike, key: str = "hydra.run.dir", keep: bool = True) -> list[Path]:
-    """Make the job's output folder and write, flush and remove a probe file in it, so an unwritable folder fails
-    here with its name, not as a traceback from the first file written. ``keep=False`` removes the folders it
-    created (a sweep's folder appears only once its configs are valid). Returns the folders it created, deepest
-    first (kept or not). Raises: ConfigError."""
+    """Make the output folder and write a probe file in it, so an unwritable folder fails here with its name;
+    ``keep=False`` removes the folders it created. Returns those folders, deepest first. Raises: ConfigError."""
     folder = Path(str(path)).expanduser()
     created = [p for p in (folder, *folder.parents) if not p.exists()]
     try:
@@ -49,12 +47,10 @@ def check_output_dir(path: str | os.PathLike, key: str = "hydra.run.dir", keep: 
         ) from None
     probe = folder / f".xformer-write-probe-{os.getpid()}"
     try:
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, b"x")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        with open(probe, "wb") as f:
+            f.write(b"x")
+            f.flush()
+            os.fsync(f.fileno())
     except OSError as err:
         raise ConfigError(
             f"{key}={path}: cannot write into the folder ({err.strerror or err}). Fix: free space "
@@ -77,10 +73,8 @@ _MADE_FOR_RUN: list[Path] = []
 
 
 def forget_refused_run(out_dir: str | os.PathLike) -> bool:
-    """Remove the folder of a single run refused before it trained (an ``error:`` line, exit 2), with the parents
-    made for it that are left empty, so a refused command leaves nothing behind. Only a folder this process
-    created (:class:`OutputDirCheck`) that holds no checkpoint is removed: a resumed run's folder, or one named
-    with ``hydra.run.dir`` that existed, is kept. Returns whether it was removed."""
+    """Remove the folder of a single run refused before it trained, with the empty parents made for it, when this
+    process created it (:class:`OutputDirCheck`) and it holds no checkpoint. Returns whether it was removed."""
     import shutil
 
     folder = Path(out_dir).resolve()
@@ -115,13 +109,13 @@ class OutputDirCheck(Callback):
         self._check(config, "hydra.sweep.dir", keep=False)  # the launcher makes it when the first job starts
 
 
-class EngineCheck(Callback):
-    """Refuse a command whose sweeper, launcher or logger cannot run here (:func:`.engines.engine_problem`: a
-    package not installed, no SLURM, W&B's server out of reach for an online run) with one ``error:`` line and
-    exit 2, before any folder is made. ``enabled=false`` skips the check."""
+class _Switch(Callback):
+    """A callback that ``enabled=false`` turns off."""
 
-    def __init__(self, enabled: bool = True) -> None:
-        self.enabled = enabled
+
+class EngineCheck(_Switch):
+    """Refuse a command whose sweeper, launcher or logger cannot run here (:func:`.engines.engine_problem`) with
+    one ``error:`` line and exit 2, before any folder is made."""
 
     def _check(self, config: DictConfig, multirun: bool) -> None:
         from .engines import engine_problem
@@ -138,15 +132,11 @@ class EngineCheck(Callback):
         self._check(config, multirun=True)
 
 
-class ValidateSweep(Callback):
-    """Fail a ``-m`` sweep before its first job when any job's config is invalid.
-
-    Args:
-        enabled: ``false`` skips the check.
-        max_listed: at most this many invalid jobs are printed (all are counted)."""
+class ValidateSweep(_Switch):
+    """Fail a ``-m`` sweep before its first job when any job's config is invalid (at most ``max_listed`` shown)."""
 
     def __init__(self, enabled: bool = True, max_listed: int = 20) -> None:
-        self.enabled = enabled
+        super().__init__(enabled)
         self.max_listed = max_listed
 
     @override
@@ -169,13 +159,8 @@ class ValidateSweep(Callback):
         refuse("\n".join(error_lines(n_jobs, bad, self.max_listed)), bad[0][2])
 
 
-class ReportNeeds(Callback):
-    """Log at a sweep's start what ``xformer report`` will need to decide it (seeds, second-half validations) when
-    its jobs have fewer, with the overrides that give them (:func:`.sweep.report_needs`); ``enabled=false``
-    skips it."""
-
-    def __init__(self, enabled: bool = True) -> None:
-        self.enabled = enabled
+class ReportNeeds(_Switch):
+    """Log at a sweep's start what ``xformer report`` will need to decide it (:func:`.sweep.report_needs`)."""
 
     @override
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -185,12 +170,9 @@ class ReportNeeds(Callback):
             log.info("%s", line)
 
 
-class ResumeSweep(Callback):
+class ResumeSweep(_Switch):
     """Record the configs of the existing job folders and refuse a sweep whose jobs would mix configs
-    (:mod:`.sweep_resume`); ``enabled=false`` skips the check and the record."""
-
-    def __init__(self, enabled: bool = True) -> None:
-        self.enabled = enabled
+    (:mod:`.sweep_resume`)."""
 
     @override
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -209,10 +191,7 @@ class ResumeSweep(Callback):
                     rec = sweep_resume.recorded_config(job_dir)
                     if rec is not None:
                         recorded[job_dir.name] = rec
-        record.parent.mkdir(parents=True, exist_ok=True)
-        tmp = record.with_name(f".{record.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(recorded, default=str))
-        tmp.replace(record)
+        write_json(record, recorded)
         if not recorded:
             return
         checked = sweep_mismatches(config, recorded)
@@ -236,10 +215,9 @@ class ResumeSweep(Callback):
         refuse(line)
 
 
-class FreezeClaims(Callback):
-    """Freeze the declarations that read this sweep (``claims/*.yaml`` whose ``sweeps`` list the experiment's
-    name) into ``<sweep dir>/preregistration.json`` before its first job (:mod:`.preregister`): the report
-    says per claim whether what it decides was declared before the data. ``enabled=false`` skips it."""
+class FreezeClaims(_Switch):
+    """Freeze the declarations that read this sweep into ``<sweep dir>/preregistration.json`` before its first
+    job (:mod:`.preregister`)."""
 
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
@@ -302,10 +280,8 @@ class SweepSummary(Callback):
 
 
 class SlurmSweepCheck(Callback):
-    """Under ``hydra/launcher=slurm``: stop the sweep before anything is queued when SLURM would refuse its jobs
-    (one ``error:`` line, exit 2), and reduce submitit's repeated sacct warnings to one line. A dry run
-    (``sweep.dry_run=true``) ends here, after :class:`ValidateSweep` checked every job's config and SLURM
-    its request: one line per job, exit 0, nothing queued."""
+    """Under ``hydra/launcher=slurm``: refuse the sweep before anything is queued when SLURM would refuse its jobs,
+    quiet submitit's sacct warnings, and end a dry run here (one line per job, exit 0, nothing queued)."""
 
     @override
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from xformer.config.checkpoint import runtime_keys
 
 from .overrides import sweep_resume_command
-from .record import RunRecord, Status, finite_or_none
+from .record import RunRecord, Status, finite_or_none, write_json
 from .sweep_resume import config_diff
 
 if TYPE_CHECKING:
@@ -56,11 +55,7 @@ def record_job(cfg: DictConfig, ctx: JobContext, end: Outcome, record: RunRecord
         rec["resume"] = ctx.plan.decision
     if record is not None and (wandb := record.job.get("wandb")):
         rec["wandb"] = {k: wandb.get(k) for k in ("id", "name", "group")}
-    jobs = ctx.sweep_dir / JOBS_DIR
-    jobs.mkdir(parents=True, exist_ok=True)
-    tmp = jobs / f".{ctx.num}.json.{os.getpid()}"
-    tmp.write_text(json.dumps(rec, indent=2, default=str))
-    tmp.replace(jobs / f"{ctx.num}.json")
+    write_json(ctx.sweep_dir / JOBS_DIR / f"{ctx.num}.json", rec, indent=2)
 
 
 def stop_sweep(cfg: DictConfig, ctx: JobContext, end: Outcome) -> None:
