@@ -112,6 +112,9 @@ class OutputDirCheck(Callback):
 class _Switch(Callback):
     """A callback that ``enabled=false`` turns off."""
 
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+
 
 class EngineCheck(_Switch):
     """Refuse a command whose sweeper, launcher or logger cannot run here (:func:`.engines.engine_problem`) with
@@ -218,9 +221,6 @@ class ResumeSweep(_Switch):
 class FreezeClaims(_Switch):
     """Freeze the declarations that read this sweep into ``<sweep dir>/preregistration.json`` before its first
     job (:mod:`.preregister`)."""
-
-    def __init__(self, enabled: bool = True) -> None:
-        self.enabled = enabled
 
     @override
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:

@@ -1,7 +1,6 @@
-"""Running under SLURM: a job stopped by its requeue signal saves at the step boundary, requeues itself by
-the engine's own means, and, requeued, continues from its own ``last.ckpt`` (which checkpoint:
-:func:`xformer.jobs.checkpoints.requeued_checkpoint`; the signal: :class:`xformer.jobs.callbacks.StopCheckpoint`).
-Before a ``hydra/launcher=slurm`` sweep queues anything, a request SLURM would refuse is one ``error:`` line."""
+"""Running under SLURM (docs/scaling.md, "SLURM"): the requeue signal and requeueing (the stop itself:
+:class:`xformer.jobs.callbacks.StopCheckpoint`), and, before a ``hydra/launcher=slurm`` sweep queues anything, a
+request SLURM would refuse as one ``error:`` line."""
 
 from __future__ import annotations
 
@@ -13,18 +12,6 @@ from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("xformer")
-
-__all__ = [
-    "global_rank",
-    "is_slurm_sweep",
-    "missing_programs",
-    "quiet_sacct_warnings",
-    "sbatch_request",
-    "sweep_problem",
-    "lightning_requeue_signal",
-    "requeue",
-    "submitit_signal",
-]
 
 
 def submitit_signal() -> int | None:
@@ -109,8 +96,7 @@ def is_slurm_sweep(config: Any) -> bool:
 
 
 def missing_programs() -> str | None:
-    """The line saying which of SLURM's ``sbatch`` (submits) and ``srun`` (submitit starts each job with it) are
-    not on PATH, or ``None`` when both are."""
+    """The line saying which of ``sbatch`` and ``srun`` (submitit needs both) are not on PATH, else ``None``."""
     import shutil
 
     missing = [cmd for cmd in ("sbatch", "srun") if shutil.which(cmd) is None]
@@ -143,9 +129,8 @@ def sbatch_request(launcher: dict) -> list[str]:
 
 
 def sweep_problem(config: Any, jobs: list[list[str]]) -> str | None:
-    """Why SLURM would not run the jobs (``jobs``: each job's overrides) of sweep ``config``, as one line, or
-    ``None``: a swept :data:`SIZE_KEYS` key, or ``sbatch --test-only``'s refusal (queues nothing; skipped
-    without ``sbatch`` on PATH)."""
+    """Why SLURM would not run the jobs (each job's overrides) of sweep ``config``, as one line, or ``None``: a
+    swept :data:`SIZE_KEYS` key, or ``sbatch --test-only``'s refusal (skipped without ``sbatch``)."""
     import shutil
 
     from omegaconf import OmegaConf
@@ -195,8 +180,7 @@ def sweep_problem(config: Any, jobs: list[list[str]]) -> str | None:
 
 
 def partition_nodes(partition: str | None) -> tuple[str, int] | None:
-    """``(name, node count)`` of ``partition`` (None: the cluster's default one) as ``sinfo`` reports it, or None
-    when ``sinfo`` does not answer or knows no such partition."""
+    """``(name, node count)`` of ``partition`` (None: the default one) from ``sinfo``, or None when unknown."""
     try:
         res = subprocess.run(["sinfo", "-h", "-o", "%P %D"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):

@@ -1,8 +1,6 @@
-"""Sweep-level behaviour of ``run.py -m``: every job's config is checked before the first job starts
-(:func:`check_sweep`, run by :class:`~.hydra_callbacks.ValidateSweep`: a refused sweep leaves no folder and
-trains nothing); each job records itself in ``<sweep dir>/.xformer/jobs/<num>.json`` when it ends,
-:class:`~.hydra_callbacks.SweepSummary` writes and prints ``sweep_summary.json`` at the end, and a job stopped
-by Ctrl-C or SIGTERM ends the sweep with the command that continues it."""
+"""Sweep-level behaviour of ``run.py -m`` (docs/scaling.md): every job's config checked before the first starts
+(:func:`check_sweep`), each job's entry in ``<sweep dir>/.xformer/jobs/<num>.json``, ``sweep_summary.json`` at
+the end, and a sweep stopped by Ctrl-C or SIGTERM ended with the command that continues it."""
 
 from __future__ import annotations
 
@@ -31,8 +29,7 @@ SUMMARY_FILE = "sweep_summary.json"
 
 
 def record_job(cfg: DictConfig, ctx: JobContext, end: Outcome, record: RunRecord | None) -> None:
-    """Write the sweep's entry for the job that just ended (rank 0): status and error from its run record when
-    it trained, else from ``end``."""
+    """Write the sweep's entry for the job that just ended (rank 0), from its run record when it trained."""
     from .distributed import env_rank
 
     if env_rank() != 0:  # submitit/srun with several tasks per job: rank 0 reports
@@ -60,27 +57,23 @@ def record_job(cfg: DictConfig, ctx: JobContext, end: Outcome, record: RunRecord
 
 def stop_sweep(cfg: DictConfig, ctx: JobContext, end: Outcome) -> None:
     """End the sweep after a job stopped by Ctrl-C or SIGTERM (Hydra's ``on_multirun_end`` does not run): write
-    ``sweep_summary.json`` for what ran and log the command that continues the sweep. A job stopped by SLURM's
-    requeue signal ends nothing: SLURM requeues it and it resumes by itself (:func:`xformer.jobs.slurm.requeue`
-    logs that), so this says nothing."""
+    ``sweep_summary.json`` and log the command that continues it; SLURM's requeue signal ends nothing."""
     from hydra.core.hydra_config import HydraConfig
 
     if getattr(end.error, "stop_signal", None) not in (None, "SIGTERM", "SIGINT"):  # SLURM's requeue signal
         return
-    code = end.exit_code
-
     try:
         write_sweep_summary(ctx.sweep_dir, cfg, HydraConfig.get().sweeper, exit_on_failure=False)
     except Exception as err:  # never let the summary keep the sweep from stopping
         log.warning("could not write the sweep summary: %s", err)
     command = sweep_resume_command(HydraConfig.instance().cfg)
-    log.warning("sweep stopped (exit %d); resume the whole sweep with: %s", code, command)
+    log.warning("sweep stopped (exit %d); resume the whole sweep with: %s", end.exit_code, command)
 
 
 def write_sweep_summary(sweep_dir: Path, cfg: DictConfig, sweeper: Any, exit_on_failure: bool = True) -> None:
     """Write ``<sweep_dir>/sweep_summary.json`` from the job records and print it; exit 1 (``exit_on_failure``)
-    when a job failed (a diverged job is an outcome, not a failure) or, outside a dry run, no job that ended
-    (not stopped by a signal) produced an objective value. ``sweeper`` (``hydra.sweeper``) names an Optuna study."""
+    when a job failed or, outside a dry run, no job that ended produced an objective value (docs/scaling.md,
+    "Failing jobs and the sweep summary"). ``sweeper``: ``hydra.sweeper``, which may name an Optuna study."""
     jobs = []
     for f in sorted((sweep_dir / JOBS_DIR).glob("*.json"), key=lambda p: int(p.stem)):
         try:
@@ -157,9 +150,8 @@ def _interval_ends(sweep: Any) -> list[str]:
 
 
 def sweep_jobs(config: DictConfig) -> list[list[str]]:
-    """The overrides of every job of multirun ``config`` in Hydra's ``BasicSweeper`` order (``hydra.sweeper.params``
-    first, then the command line, the cartesian product), so job numbers match; an ``interval(a, b)`` gives
-    both ends."""
+    """The overrides of every job of multirun ``config`` in Hydra's ``BasicSweeper`` order, so job numbers match;
+    an ``interval(a, b)`` gives both ends."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     params = OmegaConf.select(config, "hydra.sweeper.params") or {}
@@ -263,11 +255,9 @@ def _int(value: Any) -> int | None:
 
 
 def report_needs(config: DictConfig) -> str | None:
-    """One line saying what ``xformer report`` needs to decide the comparisons of multirun ``config``
-    (:mod:`xformer.verdict_needs`: seeds per setting, second-half validations) when its jobs have fewer, with the
-    overrides that give them; ``None`` when they have enough, when the sweep compares no settings (one setting,
-    ``mode=eval``) or its jobs cannot be listed up front (Optuna). Validations are counted where
-    ``trainer.max_steps`` and ``trainer.val_check_interval`` are step counts."""
+    """One line saying what ``xformer report`` needs to decide multirun ``config`` (:mod:`xformer.verdict_needs`)
+    when its jobs have fewer seeds or second-half validations, with the overrides that give them; ``None`` when
+    they have enough, compare no settings, or cannot be listed up front (Optuna)."""
     from xformer import verdict_needs as need
     from xformer.config.overrides import key_of, override_values
 
