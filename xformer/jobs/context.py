@@ -10,6 +10,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from xformer.errors import ConfigError
@@ -81,8 +82,6 @@ def _own(ckpt: str | None, out_dir: Path, mode: str) -> Path | None:
 def job_context(cfg: DictConfig) -> JobContext:
     """The context of the job ``cfg`` describes, its checkpoint resolved once (a sweep job to resume gets
     ``cfg.ckpt_path=last``)."""
-    from hydra.core.hydra_config import HydraConfig
-
     dry, mode = bool(OmegaConf.select(cfg, "sweep.dry_run", default=False)), cfg.get("mode", "train")
     if not HydraConfig.initialized():
         out_dir = Path(cfg.paths.output_dir)

@@ -10,10 +10,16 @@ import signal
 import sys
 import tempfile
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
+from uuid import uuid4
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf
 
 from xformer.config.overrides import key_of, quoted
+from xformer.errors import ConfigError
 
 from .overrides import SWEEP_JOB_ENV, sweep_job_facts
 
@@ -64,8 +70,6 @@ def external_rank_argv(argv: list[str]) -> list[str]:
 def ranks_to_start(trainer_cfg: Any) -> int:
     """How many processes :func:`run_job` starts for a ``-m`` job: the devices when the launcher of a ``Trainer``
     built from ``trainer_cfg`` would re-run the script, else 0 (also for a config Lightning refuses)."""
-    from omegaconf import OmegaConf
-
     from xformer.config.check import bare_trainer
 
     keys = [k for k in ("accelerator", "devices", "num_nodes", "strategy", "plugins") if k in trainer_cfg]
@@ -86,9 +90,6 @@ def run_job(fn: Callable[..., Any], cfg: Any, ctx: JobContext, script: str | Pat
     n = ranks_to_start(cfg.trainer) if ctx.multirun else 0
     if n <= 1:
         return fn(cfg, ctx=ctx)
-    from uuid import uuid4
-
-    from hydra.core.hydra_config import HydraConfig
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
@@ -151,10 +152,6 @@ def ddp_strategy(timeout_s: float = COLLECTIVE_TIMEOUT_S, **kwargs: Any):
 
 def collective_timeout(timeout_s: Any):
     """``timeout_s`` seconds as the strategies' ``timedelta``. Raises: ConfigError: not a positive number."""
-    from datetime import timedelta
-
-    from xformer.errors import ConfigError
-
     try:
         seconds = float(timeout_s)
     except (TypeError, ValueError):
@@ -177,8 +174,6 @@ def fsdp_strategy(
     """``trainer=fsdp``: FSDP2 through Lightning's ``ModelParallelStrategy``, every rank (``devices`` x
     ``num_nodes``) in one data-parallel group, on GPUs and CPU. Raises: ConfigError: ``devices`` is no count."""
     from lightning.pytorch.strategies import ModelParallelStrategy
-
-    from xformer.errors import ConfigError
 
     text = str(devices).strip("[]() ")
     if not isinstance(devices, (int, str)):  # a list of device ids

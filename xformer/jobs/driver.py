@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import platform
+import tempfile
 import time
 import warnings
 from dataclasses import dataclass
@@ -58,8 +60,6 @@ def tokenizer_blob(dm) -> str | None:
     tok = getattr(dm, "tokenizer", None)
     if tok is None:
         return None
-    import tempfile
-
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "tokenizer.json"
         tok.save(path)
@@ -248,8 +248,6 @@ def complete_record(job: Job, end: Outcome, final: dict, tokens_seen: int | None
 def numerics() -> dict:
     """What decides a run's floating-point results beyond its config: torch's version, the CPU model, ATen's CPU
     kernel set and the intra-op threads (docs/results/README.md, "Reproducing one job")."""
-    import platform
-
     cpu = platform.processor() or "unknown"
     with contextlib.suppress(OSError):
         names = [x for x in Path("/proc/cpuinfo").read_text().splitlines() if x.startswith("model name")]

@@ -8,9 +8,11 @@ from __future__ import annotations
 import importlib
 import netrc
 import os
+import pkgutil
 import re
 import socket
 import threading
+from importlib import metadata
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
@@ -86,8 +88,6 @@ def missing_module(target: str) -> str | None:
     or, for a Hydra plugin (``hydra_plugins.<plugin>``), one any module of the plugin imports (the launchers
     import their engine only when they launch). Errors other than a missing module are left to the code that
     builds the target."""
-    import pkgutil
-
     module = str(target).rpartition(".")[0]
     if not module:
         return None
@@ -119,8 +119,6 @@ def _missing_requirement(folder: str) -> str | None:
     """The first requirement of the distribution that installed the files under ``folder`` (a Hydra plugin,
     ``hydra_plugins/<plugin>/``) none of whose modules can be found, or ``None``: a launcher may import its
     engine only inside ``launch`` (submitit, joblib)."""
-    from importlib import metadata
-
     provides = metadata.packages_distributions()  # top-level module -> distributions
     modules: dict[str, list[str]] = {}
     for module, dists in provides.items():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -75,8 +76,6 @@ _MADE_FOR_RUN: list[Path] = []
 def forget_refused_run(out_dir: str | os.PathLike) -> bool:
     """Remove the folder of a single run refused before it trained, with the empty parents made for it, when this
     process created it (:class:`OutputDirCheck`) and it holds no checkpoint. Returns whether it was removed."""
-    import shutil
-
     folder = Path(out_dir).resolve()
     made = [p.resolve() for p in _MADE_FOR_RUN]
     if not made or made[0] != folder or any(folder.rglob("*.ckpt")):

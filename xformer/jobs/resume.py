@@ -16,6 +16,7 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from typing_extensions import override
 
 from xformer import lightning_compat as compat
@@ -69,8 +70,6 @@ class ResumableCSVLogger(CSVLogger):
 
     @property
     def experiment(self):
-        from lightning.pytorch.utilities.rank_zero import rank_zero_only
-
         if logger_started(self) or self._keep_before is None or getattr(rank_zero_only, "rank", 0):
             return super().experiment
         path = Path(self.log_dir) / "metrics.csv"
@@ -98,8 +97,6 @@ class ResumableCSVLogger(CSVLogger):
     def forget_validation(self, step: int) -> None:
         """Remove the ``val/*`` rows of the validation after optimizer ``step`` (labelled ``step - 1``) from
         ``metrics.csv``."""
-        from lightning.pytorch.utilities.rank_zero import rank_zero_only
-
         if getattr(rank_zero_only, "rank", 0):
             return
         writer = self.experiment

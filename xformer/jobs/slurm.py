@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import subprocess
 from pathlib import Path
 from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf
 
 log = logging.getLogger("xformer")
 
@@ -73,8 +77,6 @@ REQUEUED = (
 
 def _resume_command() -> str:
     """The command that resumes this job by hand (the sweep's, for a sweep job)."""
-    from hydra.core.hydra_config import HydraConfig
-
     from .overrides import resume_command
 
     try:
@@ -90,15 +92,11 @@ SIZE_KEYS = ("trainer.devices", "trainer.num_nodes", "trainer")
 
 def is_slurm_sweep(config: Any) -> bool:
     """Whether multirun ``config`` launches its jobs with hydra-submitit's SLURM launcher."""
-    from omegaconf import OmegaConf
-
     return str(OmegaConf.select(config, "hydra.launcher._target_", default="")).endswith(".SlurmLauncher")
 
 
 def missing_programs() -> str | None:
     """The line saying which of ``sbatch`` and ``srun`` (submitit needs both) are not on PATH, else ``None``."""
-    import shutil
-
     missing = [cmd for cmd in ("sbatch", "srun") if shutil.which(cmd) is None]
     if not missing:
         return None
@@ -131,10 +129,6 @@ def sbatch_request(launcher: dict) -> list[str]:
 def sweep_problem(config: Any, jobs: list[list[str]]) -> str | None:
     """Why SLURM would not run the jobs (each job's overrides) of sweep ``config``, as one line, or ``None``: a
     swept :data:`SIZE_KEYS` key, or ``sbatch --test-only``'s refusal (skipped without ``sbatch``)."""
-    import shutil
-
-    from omegaconf import OmegaConf
-
     for key in SIZE_KEYS:
         values = sorted({o.split("=", 1)[1] for job in jobs for o in job if o.split("=", 1)[0] == key})
         if len(values) > 1:

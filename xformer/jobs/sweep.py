@@ -11,9 +11,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from xformer.config.checkpoint import runtime_keys
+from xformer.config.overrides import key_of, override_values
+from xformer.errors import ConfigError
 
 from .overrides import sweep_resume_command
 from .record import RunRecord, Status, finite_or_none, write_json
@@ -58,8 +63,6 @@ def record_job(cfg: DictConfig, ctx: JobContext, end: Outcome, record: RunRecord
 def stop_sweep(cfg: DictConfig, ctx: JobContext, end: Outcome) -> None:
     """End the sweep after a job stopped by Ctrl-C or SIGTERM (Hydra's ``on_multirun_end`` does not run): write
     ``sweep_summary.json`` and log the command that continues it; SLURM's requeue signal ends nothing."""
-    from hydra.core.hydra_config import HydraConfig
-
     if getattr(end.error, "stop_signal", None) not in (None, "SIGTERM", "SIGINT"):  # SLURM's requeue signal
         return
     try:
@@ -152,8 +155,6 @@ def _interval_ends(sweep: Any) -> list[str]:
 def sweep_jobs(config: DictConfig) -> list[list[str]]:
     """The overrides of every job of multirun ``config`` in Hydra's ``BasicSweeper`` order, so job numbers match;
     an ``interval(a, b)`` gives both ends."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     params = OmegaConf.select(config, "hydra.sweeper.params") or {}
     lines = [f"{k}={v}" for k, v in params.items()] if isinstance(params, DictConfig) else []
     lines += list(config.hydra.overrides.task)
@@ -183,11 +184,8 @@ def _swept(jobs: list[list[str]]) -> list[list[str]]:
 
 def check_sweep(config: DictConfig) -> tuple[int, list[tuple[int, list[str], BaseException]]]:
     """Compose and check every job; return ``(number of jobs, [(job number, swept overrides, error)])``."""
-    from hydra.core.global_hydra import GlobalHydra
-
     from xformer.config.check import check_config
     from xformer.data.errors import DataError
-    from xformer.model import ConfigError
 
     loader = GlobalHydra.instance().config_loader()
     jobs = sweep_jobs(config)
@@ -209,8 +207,6 @@ def check_sweep(config: DictConfig) -> tuple[int, list[tuple[int, list[str], Bas
 def sweep_mismatches(config: DictConfig, recorded: dict) -> tuple[int, list] | None:
     """``(number of jobs, [(num, overrides, diff)])`` for the jobs whose folder records another config, or None
     when the sweeper's jobs cannot be listed in advance (Optuna: each job checks itself)."""
-    from hydra.core.global_hydra import GlobalHydra
-
     sweeper = str(OmegaConf.select(config, "hydra.sweeper._target_", default=""))
     if "BasicSweeper" not in sweeper:
         return None
@@ -259,7 +255,6 @@ def report_needs(config: DictConfig) -> str | None:
     when its jobs have fewer seeds or second-half validations, with the overrides that give them; ``None`` when
     they have enough, compare no settings, or cannot be listed up front (Optuna)."""
     from xformer import verdict_needs as need
-    from xformer.config.overrides import key_of, override_values
 
     if "BasicSweeper" not in str(OmegaConf.select(config, "hydra.sweeper._target_", default="")):
         return None

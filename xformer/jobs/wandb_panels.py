@@ -3,14 +3,17 @@ parameter breakdown, the claim and the swept keys as top-level config keys, and 
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any
 
 import lightning as L
+from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.loggers import WandbLogger
 from typing_extensions import override
 
 from xformer.config.overrides import override_values
 from xformer.config_types import Range
+from xformer.hydra_job import sweep_dir as sweep_dir_of
 
 from .overrides import swept_keys
 from .wandb_run import wandb_call
@@ -62,8 +65,6 @@ class WandbPanels(L.Callback):
         self._best = {k: float(v) for k, v in (state_dict.get("best") or {}).items()}
 
     def _track(self, trainer: L.Trainer) -> None:
-        import math
-
         for key, kind in SUMMARIES.items():
             value = trainer.callback_metrics.get(key)
             if value is None:
@@ -101,10 +102,6 @@ class WandbPanels(L.Callback):
 
     def run_config(self, pl_module: L.LightningModule) -> dict:
         """``params/<part>``, ``claim``, ``swept`` and each swept key's value (:func:`top_level_key`)."""
-        from hydra.core.hydra_config import HydraConfig
-
-        from xformer.hydra_job import sweep_dir as sweep_dir_of
-
         out: dict[str, Any] = {}
         breakdown = getattr(getattr(pl_module, "model", None), "param_breakdown", None)
         if callable(breakdown):

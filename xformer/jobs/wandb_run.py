@@ -11,11 +11,14 @@ from typing import Any, Callable
 
 from hydra.utils import instantiate
 from lightning.pytorch.loggers import WandbLogger as LightningWandbLogger
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig
 
+from xformer.config.overrides import key_of
 from xformer.lightning_compat import logger_started, wandb_init_kwargs
 
 from .engines import wandb_has_api_key
+from .overrides import swept_keys
 
 log = logging.getLogger("xformer")
 
@@ -25,10 +28,6 @@ WANDB_ID_FILE = "wandb_id.txt"
 def run_fields(node: DictConfig, info: dict) -> tuple[dict[str, Any], dict[str, Any]]:
     """The W&B ``(kwargs, full)`` (:func:`fit_wandb_fields`) of this job's run: ``node``'s values, else the name
     the overrides that differ between a sweep's jobs, the group the sweep folder, tags ``node.tags`` + overrides."""
-    from xformer.config.overrides import key_of
-
-    from .overrides import swept_keys
-
     swept = [o for o in info["overrides"] if not o.startswith(("hydra.", "trainer.max_steps"))]
     varying = set(swept_keys(info.get("sweep_dir")))
     differ = [o for o in swept if key_of(o) in varying] if varying else swept
@@ -222,8 +221,6 @@ def _without_unset_anonymous(logger: Any) -> Any:
 def start_wandb(make_logger: Callable[..., Any], out_dir: Path) -> Any:
     """``make_logger(**extra)`` with its run started now (rank 0), its id in ``wandb_id.txt``; when the online run
     cannot start, one warning and an offline run under the same id."""
-    from lightning.pytorch.utilities.rank_zero import rank_zero_only
-
     logger = _without_unset_anonymous(make_logger())
     if getattr(rank_zero_only, "rank", 0) != 0:
         return logger
