@@ -297,11 +297,8 @@ class StopCheckpoint(StepEndCheckpoint):
             if self._sigints > 1:
                 print("\nsecond Ctrl-C: quitting now, nothing more saved", file=sys.stderr, flush=True)
                 os._exit(130)
-            print(
-                "\nCtrl-C: stopping after this optimizer step and saving last.ckpt (Ctrl-C again to quit at once)",
-                file=sys.stderr,
-                flush=True,
-            )
+            line = "\nCtrl-C: stopping after this optimizer step and saving last.ckpt (Ctrl-C again to quit at once)"
+            print(line, file=sys.stderr, flush=True)
             stop(signum)
 
         def on_sigterm(signum, _frame) -> None:

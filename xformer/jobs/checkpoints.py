@@ -43,18 +43,14 @@ def resolve_ckpt_path(cfg: DictConfig, out_dir: str | Path | None, warn: bool = 
     if out_dir is not None and last.is_file():
         return str(last)
     if warn:
-        log.warning(
-            "ckpt_path=last: no %s yet, starting from scratch (to resume a job, pass its folder: "
-            "hydra.run.dir=<job dir>)",
-            last,
-        )
+        fix = "to resume a job, pass its folder: hydra.run.dir=<job dir>"
+        log.warning("ckpt_path=last: no %s yet, starting from scratch (%s)", last, fix)
     return None
 
 
 def requeued_checkpoint(out_dir: str | Path | None, announce: bool = False) -> Path | None:
     """``<out_dir>/checkpoints/last.ckpt`` when this process is a requeued SLURM job and this same job wrote that
-    checkpoint (its ``xformer.slurm_job``), else None. ``announce``: global rank 0 logs that the job resumes by
-    itself."""
+    checkpoint (its ``xformer.slurm_job``), else None. ``announce``: global rank 0 logs the resume."""
     key = slurm_job_key()
     restarts = os.environ.get("SLURM_RESTART_COUNT", "")  # how often SLURM requeued and restarted this job
     if out_dir is None or key is None or not restarts.isdigit() or int(restarts) < 1:
@@ -68,21 +64,14 @@ def requeued_checkpoint(out_dir: str | Path | None, announce: bool = False) -> P
     except UnreadableCheckpoint as err:
         log.warning("requeued SLURM job %s: %s is unreadable (%s); starting from scratch", key, last, err)
         return None
-    if meta.get("slurm_job") != key:
-        log.warning(
-            "requeued SLURM job %s: %s was written by %s, not by this job; starting from scratch",
-            key,
-            last,
-            meta.get("slurm_job") or "a run outside SLURM",
-        )
+    if (writer := meta.get("slurm_job")) != key:
+        why = f"was written by {writer or 'a run outside SLURM'}, not by this job"
+        log.warning("requeued SLURM job %s: %s %s; starting from scratch", key, last, why)
         return None
     if announce and os.environ.get("SLURM_PROCID", "0") == "0":
+        at = f"{last} at step {ckpt.get('global_step')}"
         log.warning(
-            "requeued SLURM job %s (restart %s): resuming by itself from %s at step %s",
-            key.split("/", 1)[1],
-            restarts,
-            last,
-            ckpt.get("global_step"),
+            "requeued SLURM job %s (restart %s): resuming by itself from %s", key.split("/", 1)[1], restarts, at
         )
     return last
 

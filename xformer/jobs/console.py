@@ -235,11 +235,8 @@ class ValidationLine(L.Callback):
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:  # noqa: ARG002 - hook signature
         if trainer.sanity_checking or not trainer.is_global_zero:
             return
-        metrics = trainer.callback_metrics
-        step, total = trainer.global_step, trainer.max_steps
-        parts = []
-        value = metrics.get(self.metric)
-        if value is not None:
+        metrics, step, total, parts = trainer.callback_metrics, trainer.global_step, trainer.max_steps, []
+        if (value := metrics.get(self.metric)) is not None:
             v = float(value)
             better = self.best is None or (v < self.best[0] if self.mode == "min" else v > self.best[0])
             if better and math.isfinite(v):

@@ -1,7 +1,5 @@
-"""One job of ``run.py`` after its config passed stages 1-2 of the check: :func:`run` builds the data module
-and the model once each, converts the config's epoch keys to optimizer steps (:mod:`xformer.jobs.steps`), fits
-and tests, and writes the job's ``metrics.json`` however it ends (the job folder's layout: docs/running.md).
-What it prints: :mod:`xformer.jobs.console`."""
+"""One job of ``run.py`` after its config passed stages 1-2 of the check: :func:`run` builds the data and model
+once each, fits and tests, and writes ``metrics.json`` however it ends (the job folder: docs/running.md)."""
 
 from __future__ import annotations
 
@@ -83,8 +81,7 @@ def config_from_checkpoint(cfg: DictConfig, overrides: tuple[str, ...], ckpt: st
 
 @dataclass
 class Job:
-    """What :func:`build` makes for one job (``cfg``: the job's config with its epoch keys in steps), with the job's
-    run record so far."""
+    """What :func:`build` makes for one job (``cfg`` with its epoch keys in steps), with its run record so far."""
 
     cfg: DictConfig
     dm: L.LightningDataModule
@@ -94,17 +91,9 @@ class Job:
 
 
 def build_module(cfg: DictConfig, dm, model: torch.nn.Module) -> TransformerLitModule:
-    """``cfg.module`` for ``model`` and the data module's ids, detokenizer, metrics and test splits; the model
-    compiled in place when ``trainer.compile`` is set."""
-    module = instantiate(cfg.module)(
-        model=model,
-        pad_id=dm.pad_id,
-        bos_id=dm.bos_id,
-        eos_id=dm.eos_id,
-        detokenize=dm.detokenize,
-        metrics=dm.metrics,
-        test_split_names=dm.test_split_names,
-    )
+    """``cfg.module`` for ``model`` and the data module ``dm``, compiled in place when ``trainer.compile`` is set."""
+    from_data = ("pad_id", "bos_id", "eos_id", "detokenize", "metrics", "test_split_names")
+    module = instantiate(cfg.module)(model=model, **{k: getattr(dm, k) for k in from_data})
     compile_opts = cfg.trainer.get("compile")
     if compile_opts:
         # in place: checkpoints keep plain parameter names, loading into compiled and eager models alike
@@ -114,10 +103,8 @@ def build_module(cfg: DictConfig, dm, model: torch.nn.Module) -> TransformerLitM
 
 
 def build_trainer(cfg: DictConfig, start: float | None = None) -> L.Trainer:
-    """``cfg.trainer`` as it stands (its epoch keys converted to steps: :func:`~xformer.jobs.steps.steps_from_epochs`)
-    with the configured callbacks plus xformer's step callback (dropout seed, clock from ``start``, validation
-    schedule: :class:`~xformer.jobs.resume.OptimizerStepIntervals`) and progress bar; no loggers yet.
-    Raises: ConfigError, one line, for a value Lightning refuses."""
+    """``cfg.trainer`` with the configured callbacks, :class:`~xformer.jobs.resume.OptimizerStepIntervals` (clock
+    from ``start``) and the progress bar; no loggers yet. Raises: ConfigError for a value Lightning refuses."""
     callbacks = [
         instantiate(c) for c in (cfg.get("callbacks") or {}).values() if isinstance(c, DictConfig) and "_target_" in c
     ]
@@ -225,7 +212,7 @@ def complete_record(job: Job, end: Outcome, final: dict, tokens_seen: int | None
     cfg, record, trainer, module = job.cfg, job.record, job.trainer, job.module
     objective_value = final.get(cfg.objective.metric)
     cb = trainer.checkpoint_callback
-    best_score = cb.best_model_score if cb is not None and cb.best_model_score is not None else None
+    best_score = cb.best_model_score if cb is not None else None
     record.status, record.diverged, record.error = end.status, end.diverged, end.message
     record.metrics = dict(sorted(final.items()))
     record.best = {
@@ -274,13 +261,8 @@ def apply_omp_threads() -> None:
 
 
 def run(cfg: DictConfig, ctx: JobContext) -> tuple[Outcome, RunRecord]:
-    """Train or evaluate one job whose config passed stages 1-2; the record is written however fit ends.
-
-    Returns:
-        ``(how it ended, its record)``; an error in fit or test is returned in the outcome, not raised.
-
-    Raises:
-        ConfigError / DataError: invalid configuration or input, before training starts (no record)."""
+    """Train or evaluate one job whose config passed stages 1-2; returns ``(how it ended, its record)``, an error
+    in fit or test in the outcome. Raises: ConfigError / DataError before training starts (no record)."""
     start = time.time()  # the job's clock: building the data and model counts
     single_log_lines()  # Lightning's lines once, through Hydra's handlers
     quiet_console(resuming=ctx.resumed is not None)

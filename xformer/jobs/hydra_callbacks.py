@@ -240,14 +240,9 @@ class FreezeClaims(_Switch):
         sweep_dir = Path(str(config.hydra.sweep.dir))
         record = preregister.freeze(sweep_dir, declarations, n_jobs)
         for name in declarations:
-            frozen = record["claims"][name]
-            log.info(
-                "preregistration: %s frozen into %s (sha256 %s, %s jobs finished then)",
-                name,
-                sweep_dir / preregister.FILE,
-                frozen["sha256"][:12],
-                frozen["jobs_finished"],
-            )
+            sha, done = record["claims"][name]["sha256"][:12], record["claims"][name]["jobs_finished"]
+            line = "preregistration: %s frozen into %s (sha256 %s, %s jobs finished then)"
+            log.info(line, name, sweep_dir / preregister.FILE, sha, done)
 
 
 class SweepSummary(Callback):

@@ -43,14 +43,10 @@ def swept_values(keys: list[str], overrides: list[str], config: dict) -> dict[st
 
 
 class WandbPanels(L.Callback):
-    """Fill each W&B run with what the sweep dashboard reads (no-op without a ``WandbLogger``): at ``fit`` start the
-    :data:`SUMMARIES` and :meth:`run_config`; after each validation the best values over the whole job (kept in
-    the checkpoint, since a resumed run's W&B process restarts its min/max, wandb#9684) and ``val/samples``,
-    decoded with the module's ``generate`` on rank 0.
-
-    Args:
-        n_samples: rows of the ``val/samples`` table (0 = no table).
-        claim: claim id for the run config; ``None`` = taken from ``experiment=claims/<name>``."""
+    """Fill each W&B run with what the sweep dashboard reads: at ``fit`` start the :data:`SUMMARIES` and
+    :meth:`run_config` (``claim``: else from ``experiment=claims/<name>``); after each validation the best values
+    of the whole job (in the checkpoint: a resumed W&B run restarts its min/max, wandb#9684) and ``n_samples``
+    decoded rows of ``val/samples`` (rank 0)."""
 
     def __init__(self, n_samples: Annotated[int, Range(ge=0)] = 16, claim: str | None = None) -> None:
         self.n_samples = int(n_samples)
@@ -66,14 +62,8 @@ class WandbPanels(L.Callback):
 
     def _track(self, trainer: L.Trainer) -> None:
         for key, kind in SUMMARIES.items():
-            value = trainer.callback_metrics.get(key)
-            if value is None:
-                continue
-            v = float(value)
-            if not math.isfinite(v):
-                continue
-            old = self._best.get(key)
-            if old is None or (v < old if kind == "min" else v > old):
+            v, old = float(trainer.callback_metrics.get(key, math.nan)), self._best.get(key)
+            if math.isfinite(v) and (old is None or (v < old if kind == "min" else v > old)):
                 self._best[key] = v
 
     def _write_summary(self, trainer: L.Trainer) -> None:
@@ -162,9 +152,5 @@ class WandbPanels(L.Callback):
         logger = self._wandb(trainer)
         if logger is None or not self._rows or trainer.sanity_checking:
             return
-        logger.log_table(
-            "val/samples",
-            columns=["step", "source", "reference", "hypothesis"],
-            data=self._rows,
-            step=trainer.global_step,
-        )
+        columns = ["step", "source", "reference", "hypothesis"]
+        logger.log_table("val/samples", columns=columns, data=self._rows, step=trainer.global_step)

@@ -101,12 +101,9 @@ def wandb_call(logger: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -
         return fn(*args, **kwargs)
     except ConnectionError as err:
         logger.service_lost = True
-        log.warning(
-            "W&B's service process has stopped (%s, as on a SIGTERM sent to the whole job); this job goes on "
-            "without W&B, so run %s holds what was logged until now",
-            type(err).__name__,
-            logger.experiment.id if logger_started(logger) else "?",
-        )
+        run = logger.experiment.id if logger_started(logger) else "?"
+        line = "W&B's service process has stopped (%s, as on a SIGTERM sent to the whole job); this job goes on "
+        log.warning(line + "without W&B, so run %s holds what was logged until now", type(err).__name__, run)
         return None
 
 
@@ -229,11 +226,9 @@ def start_wandb(make_logger: Callable[..., Any], out_dir: Path) -> Any:
     except Exception as err:
         if os.environ.get("WANDB_MODE") in ("offline", "dryrun", "disabled"):
             raise
-        first = (str(err).splitlines() or [""])[0][:200]
+        why = f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:200]}"
         log.warning(
-            "W&B: could not start an online run (%s: %s); logging offline instead, upload later with `wandb sync`",
-            type(err).__name__,
-            first,
+            "W&B: could not start an online run (%s); logging offline instead, upload later with `wandb sync`", why
         )
         os.environ["WANDB_MODE"] = "offline"
         _teardown()
