@@ -120,9 +120,7 @@ class NonFiniteLossGuard(L.Callback):
         self._check(trainer)
 
     @override
-    def on_train_batch_end(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs: Any, batch, batch_idx: int) -> None:
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if not isinstance(loss, torch.Tensor):
             return
@@ -175,7 +173,7 @@ class NonFiniteLossGuard(L.Callback):
         return f"The last good checkpoint {lasts[0]}{step} was kept; the failed step was not saved."
 
 
-class _StepEnds(L.Callback):
+class StepEnds(L.Callback):
     """Tells whether the training micro-batch that just ended completed an optimizer step (:meth:`stepped`:
     ``global_step`` moved during it), from public hooks."""
 
@@ -185,22 +183,18 @@ class _StepEnds(L.Callback):
         return trainer.global_step != self._step_before_batch
 
     @override
-    def on_train_batch_start(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
-    ) -> None:
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module, batch, batch_idx: int) -> None:
         self._step_before_batch = trainer.global_step
 
 
-class StepEndCheckpoint(_StepEnds, ModelCheckpoint):
+class StepEndCheckpoint(StepEnds, ModelCheckpoint):
     """Lightning's ``ModelCheckpoint`` whose saves by ``every_n_train_steps`` or ``train_time_interval`` fall at
     an optimizer step's end only (after a resume under accumulation Lightning's can save inside a window), written
     by :class:`AtomicCheckpointIO`, keeping a moved folder's best checkpoint (:func:`~xformer.jobs.resume.reroot`);
     else ``ModelCheckpoint``'s arguments, state and files (docs/troubleshooting.md, "Resuming a killed run")."""
 
     @override
-    def on_train_batch_end(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs: Any, batch, batch_idx: int) -> None:
         if self.stepped(trainer):
             super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
 
@@ -271,10 +265,8 @@ class StopCheckpoint(StepEndCheckpoint):
         first = self._received is None
         self._received = signum
         if first and slurm.global_rank() == 0:
-            log.warning(
-                "SLURM sent %s: saving last.ckpt after the step in flight, then requeueing this job",
-                signal.Signals(signum).name,
-            )
+            then = "saving last.ckpt after the step in flight, then requeueing this job"
+            log.warning("SLURM sent %s: %s", signal.Signals(signum).name, then)
         self.stop_now()
 
     def _path(self) -> Path | None:
@@ -312,9 +304,7 @@ class StopCheckpoint(StepEndCheckpoint):
         self._previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, on_sigterm)
 
     @override
-    def on_train_batch_end(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs: Any, batch, batch_idx: int) -> None:
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)  # the periodic last.ckpt
         if (signal.SIGTERM not in self._previous and self._slurm is None) or not self.stepped(trainer):
             return  # no handlers of ours, or inside an accumulation window
@@ -343,9 +333,8 @@ class StopCheckpoint(StepEndCheckpoint):
             self._save_on_stop(trainer, exception)
         finally:
             self._restore_handlers()
-        if self._received is None or not isinstance(exception, SIGTERMException) or slurm.global_rank() != 0:
-            return
-        if not self._requeue_registered:  # after last.ckpt is saved
+        requeue = self._received is not None and isinstance(exception, SIGTERMException) and slurm.global_rank() == 0
+        if requeue and not self._requeue_registered:  # after last.ckpt is saved
             self._requeue_registered = True
             atexit.register(slurm.requeue, self._received, self._engine_handler)
 
@@ -364,17 +353,14 @@ class StopCheckpoint(StepEndCheckpoint):
             return
         trainer.save_checkpoint(path)
         if trainer.is_global_zero:
-            requeue = name not in ("SIGTERM", "SIGINT")  # SLURM's requeue signal
-            then = (
-                "the requeued job resumes from it by itself"
-                if requeue
-                else f"resume with: {resume_command(path.parent.parent)}"
-            )
-            who = f"{name} (SLURM's requeue signal)" if requeue else what
+            if name in ("SIGTERM", "SIGINT"):
+                who, then = what, f"resume with: {resume_command(path.parent.parent)}"
+            else:  # SLURM's requeue signal
+                who, then = f"{name} (SLURM's requeue signal)", "the requeued job resumes from it by itself"
             log.warning("%s: saved %s at step %d; %s", who, path, trainer.global_step, then)
 
 
-class OptimizerStepTimer(_StepEnds, Timer):
+class OptimizerStepTimer(StepEnds, Timer):
     """Lightning's ``Timer`` (``trainer.max_time``: ``duration``) checked at optimizer steps' ends only, so the
     clock never stops inside an accumulation window; its state key is ``Timer``'s, so elapsed time carries over."""
 

@@ -1,6 +1,5 @@
 """Which checkpoint a job loads: ``ckpt_path`` as given, the job's own ``last.ckpt``, or a requeued SLURM
-job's own (whether it fits the run: :mod:`xformer.config.checkpoint`). Imports neither torch nor Lightning:
-``run.py`` resolves ``ckpt_path`` first."""
+job's own. Imports neither torch nor Lightning: ``run.py`` resolves ``ckpt_path`` first."""
 
 from __future__ import annotations
 
@@ -29,9 +28,8 @@ def last_checkpoint(out_dir: str | Path) -> Path:
 
 
 def resolve_ckpt_path(cfg: DictConfig, out_dir: str | Path | None, warn: bool = False) -> str | None:
-    """The checkpoint file a run loads: a requeued SLURM job's own ``last.ckpt`` first, in ``mode=train``, whatever
-    ``ckpt_path`` says (a ``ckpt_path=<file>`` is where the job started, not where it is now); else ``ckpt_path``
-    as given; for ``last`` the job's :func:`last_checkpoint` if it exists (else ``None``, warned when ``warn``)."""
+    """The checkpoint file a run loads: in ``mode=train`` a requeued SLURM job's own ``last.ckpt`` first, else
+    ``ckpt_path``; ``last``: :func:`last_checkpoint` if it exists (else ``None``, warned when ``warn``)."""
     ckpt = cfg.get("ckpt_path")
     if cfg.get("mode", "train") == "train" and (own := requeued_checkpoint(out_dir, announce=warn)) is not None:
         return str(own)

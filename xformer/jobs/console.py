@@ -16,6 +16,7 @@ from typing_extensions import override
 
 from xformer.data.loader import data_position
 
+from .callbacks import StepEnds
 from .distributed import logging_spec, replay_logging
 
 log = logging.getLogger("xformer")
@@ -39,7 +40,7 @@ def progress_text(step: int, total: int | None, steps_run: int, elapsed_s: float
     return " · ".join(parts)
 
 
-class StepBar(ProgressBar):
+class StepBar(StepEnds, ProgressBar):
     """The training progress in optimizer steps (:func:`progress_text`) with the module's host-side
     ``progress_metrics``: a Rich bar on a terminal, else one plain line every ``plain_every`` of ``max_steps``
     (without it: every ``log_every_n_steps`` steps) and at the last step."""
@@ -51,7 +52,6 @@ class StepBar(ProgressBar):
         self._progress = None  # the Rich display on a terminal
         self._task = None
         self._start: tuple[int, float] = (0, 0.0)  # (global_step, time) when this fit started training
-        self._before = 0  # global_step at the start of the current micro-batch
 
     @override
     def disable(self) -> None:
@@ -94,13 +94,9 @@ class StepBar(ProgressBar):
         self._progress.start()
 
     @override
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
-        self._before = trainer.global_step
-
-    @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         step = trainer.global_step
-        if step == self._before or not self._enabled or not trainer.is_global_zero:
+        if not self.stepped(trainer) or not self._enabled or not trainer.is_global_zero:
             return  # inside an accumulation window
         if self._progress is not None:
             self._progress.update(self._task, completed=step, text=self.text(trainer))

@@ -1,7 +1,5 @@
-"""The engines a command names are here before anything runs or any folder is made: the sweeper's and the
-launcher's packages (Optuna, joblib, submitit) and programs (SLURM's ``sbatch``/``srun``), each logger's
-package, and, for an online W&B run, W&B's server within a few seconds. Each missing engine is one line for
-:class:`~.hydra_callbacks.EngineCheck` to print. Imports neither torch nor Lightning."""
+"""Whether the engines a command names are here before anything runs (docs/troubleshooting.md, "A launcher,
+sweeper or logger that cannot run here"): one line per missing one. Imports neither torch nor Lightning."""
 
 from __future__ import annotations
 
@@ -45,8 +43,7 @@ def wandb_has_api_key() -> bool:
 
 def wandb_online(node: Any = None) -> bool:
     """Whether a W&B run of logger ``node`` would log online: ``WANDB_MODE=online``, or an API key and neither
-    ``WANDB_MODE`` offline/dryrun/disabled nor ``offline: true`` in the node (without a key xformer logs
-    offline, :func:`xformer.jobs.wandb_run.wandb_logger`)."""
+    ``WANDB_MODE`` offline/dryrun/disabled nor ``offline: true`` in the node."""
     mode = os.environ.get("WANDB_MODE")
     if mode == "online":
         return True
@@ -84,10 +81,8 @@ def wandb_unreachable(timeout: float = REACH_TIMEOUT_S) -> str | None:
 
 
 def missing_module(target: str) -> str | None:
-    """The module a ``_target_`` needs that is not installed, or ``None``: its own package, one its module imports,
-    or, for a Hydra plugin (``hydra_plugins.<plugin>``), one any module of the plugin imports (the launchers
-    import their engine only when they launch). Errors other than a missing module are left to the code that
-    builds the target."""
+    """The module a ``_target_`` needs that is not installed, or ``None``: its package, one its module imports, or
+    for a Hydra plugin one any module of the plugin or its distribution requires (launchers import late)."""
     module = str(target).rpartition(".")[0]
     if not module:
         return None
@@ -116,9 +111,8 @@ def _norm(name: str) -> str:
 
 
 def _missing_requirement(folder: str) -> str | None:
-    """The first requirement of the distribution that installed the files under ``folder`` (a Hydra plugin,
-    ``hydra_plugins/<plugin>/``) none of whose modules can be found, or ``None``: a launcher may import its
-    engine only inside ``launch`` (submitit, joblib)."""
+    """The first requirement of the distribution that installed ``folder`` (``hydra_plugins/<plugin>/``) none of
+    whose modules can be found, or ``None``."""
     provides = metadata.packages_distributions()  # top-level module -> distributions
     modules: dict[str, list[str]] = {}
     for module, dists in provides.items():
@@ -168,8 +162,7 @@ def _missing_line(what: str, key: str, target: str, module: str) -> str:
 
 def engine_problem(config: DictConfig, multirun: bool) -> str | None:
     """The first missing engine of ``config`` as one line (without ``error:``), or ``None``: under ``-m`` the
-    sweeper's and the launcher's packages and SLURM's programs (not for a dry run, which queues nothing); for
-    every run each logger's package and, for an online W&B logger, W&B's server."""
+    sweeper's and launcher's packages and SLURM's programs; each logger's package and an online W&B's server."""
     from . import slurm
 
     if multirun:

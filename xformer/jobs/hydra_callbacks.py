@@ -1,6 +1,5 @@
-"""Every Hydra callback of xformer (``hydra.callbacks`` in ``conf/hydra/default.yaml``), each a thin shell over
-the module that does the work; the sweep modules are imported by the callbacks of a ``-m`` sweep only.
-Imports neither torch nor Lightning."""
+"""Every Hydra callback of xformer (``conf/hydra/default.yaml``), each a thin shell over the module that does the
+work (the sweep modules imported under ``-m`` only). Imports neither torch nor Lightning."""
 
 from __future__ import annotations
 
@@ -90,8 +89,7 @@ def forget_refused_run(out_dir: str | os.PathLike) -> bool:
 
 
 class OutputDirCheck(Callback):
-    """:func:`check_output_dir` on ``hydra.run.dir`` or ``hydra.sweep.dir`` before Hydra creates it; on failure
-    one ``error:`` line and exit 2."""
+    """:func:`check_output_dir` on ``hydra.run.dir`` or ``hydra.sweep.dir`` before Hydra creates it."""
 
     def _check(self, config: DictConfig, key: str, keep: bool = True) -> list[Path]:
         try:
@@ -186,13 +184,8 @@ class ResumeSweep(_Switch):
         if not self.enabled or not OmegaConf.select(config, "sweep.resume", default=True):
             record.unlink(missing_ok=True)
             return
-        recorded = {}
-        if sweep_dir.is_dir():
-            for job_dir in sweep_dir.iterdir():
-                if job_dir.is_dir() and job_dir.name.isdigit():
-                    rec = sweep_resume.recorded_config(job_dir)
-                    if rec is not None:
-                        recorded[job_dir.name] = rec
+        jobs = [d for d in sweep_dir.iterdir() if d.is_dir() and d.name.isdigit()] if sweep_dir.is_dir() else []
+        recorded = {d.name: rec for d in jobs if (rec := sweep_resume.recorded_config(d)) is not None}
         write_json(record, recorded)
         if not recorded:
             return
@@ -246,8 +239,7 @@ class FreezeClaims(_Switch):
 
 
 class SweepSummary(Callback):
-    """Write ``<sweep dir>/sweep_summary.json`` (:mod:`.sweep`); ``exit_on_failure``: exit 1 after it when a
-    job failed or no job produced an objective value."""
+    """Write ``<sweep dir>/sweep_summary.json`` (:func:`.sweep.write_sweep_summary`)."""
 
     def __init__(self, exit_on_failure: bool = True) -> None:
         self.exit_on_failure = exit_on_failure

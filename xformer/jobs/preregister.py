@@ -77,6 +77,17 @@ def write(sweep_dir: Path, data: dict) -> None:
     write_json(Path(sweep_dir) / FILE, data, indent=1)
 
 
+def _frozen(file: str, body: dict, at: str, done: int | None, n_jobs: int | None) -> dict:
+    sha, parts = fingerprint(body)
+    fields = {"file": file, "sha256": sha, "parts_sha256": parts, "declaration": body, "frozen_at": at}
+    return {**fields, "jobs_finished": done, "n_jobs": n_jobs}
+
+
+def _observation(name: str, body: dict, at: str, done: int | None, n_jobs: int | None) -> dict:
+    sha, parts = fingerprint(body)
+    return {"claim": name, "sha256": sha, "parts_sha256": parts, "at": at, "jobs_finished": done, "n_jobs": n_jobs}
+
+
 def freeze(
     sweep_dir: Path, declarations: dict[str, tuple[str, dict]], n_jobs: int | None, jobs_finished: int | None = None
 ) -> dict:
@@ -87,24 +98,13 @@ def freeze(
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     changed = False
     for name, (file, body) in declarations.items():
-        sha, parts = fingerprint(body)
-        frozen = data["claims"].get(name)
-        if frozen is None:
-            data["claims"][name] = {
-                "file": file,
-                "sha256": sha,
-                "parts_sha256": parts,
-                "declaration": body,
-                "frozen_at": now,
-                "jobs_finished": done,
-                "n_jobs": n_jobs,
-            }
+        if (frozen := data["claims"].get(name)) is None:
+            data["claims"][name] = _frozen(file, body, now, done, n_jobs)
             changed = True
             continue
         seen = {frozen["sha256"]} | {o["sha256"] for o in data["observations"] if o.get("claim") == name}
-        if sha not in seen:
-            seen_now = {"claim": name, "sha256": sha, "parts_sha256": parts, "at": now}
-            data["observations"].append({**seen_now, "jobs_finished": done, "n_jobs": n_jobs})
+        if (sighting := _observation(name, body, now, done, n_jobs))["sha256"] not in seen:
+            data["observations"].append(sighting)
             changed = True
     if changed:
         write(sweep_dir, data)
@@ -124,14 +124,8 @@ def status(record: dict, name: str, body: dict, sweep_dir: Path | None = None) -
     out = {"frozen_sha256": frozen["sha256"], "n_jobs": frozen.get("n_jobs")}
     if sha == frozen["sha256"]:
         k = frozen.get("jobs_finished")
-        n = frozen.get("n_jobs")
-        label = (
-            "frozen at the sweep's start (jobs finished then: not recorded)"
-            if k is None
-            else "declared before the data"
-            if k == 0
-            else f"frozen after {k} of {n} jobs had finished"
-        )
+        label = f"frozen after {k} of {frozen.get('n_jobs')} jobs had finished" if k else "declared before the data"
+        label = "frozen at the sweep's start (jobs finished then: not recorded)" if k is None else label
         return {**out, "status": label, "changed_parts": [], "jobs_finished": k}
     seen = [o for o in record.get("observations", []) if o.get("claim") == name and o.get("sha256") == sha]
     k = seen[0]["jobs_finished"] if seen else (finished_jobs(sweep_dir) if sweep_dir is not None else None)
@@ -142,47 +136,22 @@ def status(record: dict, name: str, body: dict, sweep_dir: Path | None = None) -
     for i in changed:  # jobs finished when this part's present text was first seen
         hits = [o for o in obs if parts[i - 1] in (o.get("parts_sha256") or [])]
         first_seen[str(i)] = hits[0].get("jobs_finished") if hits else k
-    return {
-        **out,
-        "status": "changed after the data",
-        "changed_parts": changed,
-        "jobs_finished": k,
-        "changed_parts_jobs_finished": first_seen,
-    }
+    out.update(status="changed after the data", changed_parts=changed, jobs_finished=k)
+    return {**out, "changed_parts_jobs_finished": first_seen}
 
 
-def derive(
-    sweep_dir: Path,
-    name: str,
-    versions: list[tuple[str, dict, int | None]],
-    n_jobs: int,
-    note: str,
-) -> dict:
+def derive(sweep_dir: Path, name: str, versions: list[tuple[str, dict, int | None]], n_jobs: int, note: str) -> dict:
     """A record for a sweep that ran before freezing existed, from ``versions`` of the declaration (``(commit,
     body, jobs finished then)`` in commit order, the first taken as frozen), written to ``sweep_dir`` with
     ``derived: note``; returns the record."""
     data = read(sweep_dir)
     commit, body, done = versions[0]
-    sha, parts = fingerprint(body)
-    data["claims"][name] = {
-        "file": f"claims/{name}.yaml@{commit}",
-        "sha256": sha,
-        "parts_sha256": parts,
-        "declaration": body,
-        "frozen_at": commit,
-        "jobs_finished": done,
-        "n_jobs": n_jobs,
-        "derived": note,
-    }
+    data["claims"][name] = {**_frozen(f"claims/{name}.yaml@{commit}", body, commit, done, n_jobs), "derived": note}
     data["observations"] = [o for o in data["observations"] if o.get("claim") != name]
-    seen = {sha}
+    seen = {data["claims"][name]["sha256"]}
     for commit, body, done in versions[1:]:
-        sha, parts = fingerprint(body)
-        if sha in seen:
-            continue
-        seen.add(sha)
-        data["observations"].append(
-            {"claim": name, "sha256": sha, "parts_sha256": parts, "at": commit, "jobs_finished": done, "n_jobs": n_jobs}
-        )
+        if (sighting := _observation(name, body, commit, done, n_jobs))["sha256"] not in seen:
+            seen.add(sighting["sha256"])
+            data["observations"].append(sighting)
     write(sweep_dir, data)
     return data

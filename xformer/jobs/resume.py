@@ -135,9 +135,7 @@ class StepSeed(L.Callback):
         self.seed = int(seed)
 
     @override
-    def on_train_batch_start(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
-    ) -> None:
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module, batch, batch_idx: int) -> None:
         epoch, index = data_index(trainer, batch_idx)
         state = np.random.SeedSequence([self.seed, epoch, index, trainer.global_rank])
         s = int(state.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
@@ -261,8 +259,6 @@ class OptimizerStepIntervals(StepSeed):
                 keeper.forget_validation(step)
 
     @override
-    def on_train_batch_start(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
-    ) -> None:
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module, batch, batch_idx: int) -> None:
         super().on_train_batch_start(trainer, pl_module, batch, batch_idx)
         self._trained, self._step_before_batch = True, trainer.global_step

@@ -117,13 +117,7 @@ class WandbPanels(L.Callback):
 
     @override
     def on_validation_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
+        self, trainer: L.Trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0
     ) -> None:
         if (
             trainer.sanity_checking
