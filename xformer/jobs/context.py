@@ -100,18 +100,9 @@ def job_context(cfg: DictConfig) -> JobContext:
             cfg.ckpt_path = "last"
     ckpt = None if dry or (plan and plan.action == "skip") else resolve_ckpt_path(cfg, out_dir, warn=True)
     sweep_job = sweep_job_facts().get("info") if sweep_dir is None else None
+    task, choices = tuple(hc.overrides.task), dict(hc.runtime.choices)
     ctx = JobContext(
-        out_dir,
-        ckpt,
-        tuple(hc.overrides.task),
-        dict(hc.runtime.choices),
-        sweep_dir,
-        num,
-        plan,
-        dry,
-        True,
-        sweep_job,
-        _own(ckpt, out_dir, mode),
+        out_dir, ckpt, task, choices, sweep_dir, num, plan, dry, True, sweep_job, _own(ckpt, out_dir, mode)
     )
     if plan is not None and plan.action == "resume":  # a sweep job killed earlier
         log.info("sweep resume: job %d continues from %s (step %s)", num, plan.checkpoint, ctx.step)

@@ -31,12 +31,11 @@ def wandb_has_api_key() -> bool:
     if os.environ.get("WANDB_API_KEY"):
         return True
     host = urlsplit(os.environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL).netloc
-    path = Path(os.environ.get("NETRC") or "~/.netrc").expanduser()
     if not host:
         return False
     try:
-        entry = netrc.netrc(str(path)).authenticators(host)
-    except (FileNotFoundError, netrc.NetrcParseError, OSError):
+        entry = netrc.netrc(str(Path(os.environ.get("NETRC") or "~/.netrc").expanduser())).authenticators(host)
+    except (netrc.NetrcParseError, OSError):
         return False
     return entry is not None and bool(entry[2])
 
@@ -52,14 +51,18 @@ def wandb_online(node: Any = None) -> bool:
     return wandb_has_api_key()
 
 
-def _reach(host: str, port: int, timeout: float) -> str | None:
-    """Why a TCP connection to ``host:port`` is not made within ``timeout`` seconds (name lookup included,
-    which ``socket``'s own timeout does not bound), or ``None`` when it is."""
+def wandb_unreachable(timeout: float = REACH_TIMEOUT_S) -> str | None:
+    """Why W&B's server (``WANDB_BASE_URL``, default :data:`DEFAULT_BASE_URL`) takes no TCP connection within
+    ``timeout`` seconds (name lookup included, which ``socket``'s own timeout does not bound), or ``None``."""
+    url = urlsplit(os.environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL)
+    if not url.hostname:
+        return f"WANDB_BASE_URL={url.geturl()!r} names no host"
+    port = url.port or (443 if url.scheme == "https" else 80)
     why: list[str] = ["no answer within %g s" % timeout]
 
     def connect() -> None:
         try:
-            socket.create_connection((host, port), timeout=timeout).close()
+            socket.create_connection((url.hostname, port), timeout=timeout).close()
             why[0] = ""
         except OSError as err:
             why[0] = err.strerror or str(err) or type(err).__name__
@@ -67,17 +70,7 @@ def _reach(host: str, port: int, timeout: float) -> str | None:
     worker = threading.Thread(target=connect, daemon=True)
     worker.start()
     worker.join(timeout + 0.5)
-    return why[0] or None
-
-
-def wandb_unreachable(timeout: float = REACH_TIMEOUT_S) -> str | None:
-    """Why W&B's server (``WANDB_BASE_URL``, default :data:`DEFAULT_BASE_URL`) cannot be reached, or ``None``."""
-    url = urlsplit(os.environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL)
-    if not url.hostname:
-        return f"WANDB_BASE_URL={url.geturl()!r} names no host"
-    port = url.port or (443 if url.scheme == "https" else 80)
-    why = _reach(url.hostname, port, timeout)
-    return f"{url.hostname}:{port}: {why}" if why else None
+    return f"{url.hostname}:{port}: {why[0]}" if why[0] else None
 
 
 def missing_module(target: str) -> str | None:

@@ -20,6 +20,7 @@ from xformer.config.checkpoint import runtime_keys
 from xformer.config.overrides import key_of, override_values
 from xformer.errors import ConfigError
 
+from .distributed import env_rank
 from .overrides import sweep_resume_command
 from .record import RunRecord, Status, finite_or_none, write_json
 from .sweep_resume import config_diff
@@ -35,21 +36,17 @@ SUMMARY_FILE = "sweep_summary.json"
 
 def record_job(cfg: DictConfig, ctx: JobContext, end: Outcome, record: RunRecord | None) -> None:
     """Write the sweep's entry for the job that just ended (rank 0), from its run record when it trained."""
-    from .distributed import env_rank
-
     if env_rank() != 0:  # submitit/srun with several tasks per job: rank 0 reports
         return
     status = record.status if record is not None else end.status
     error = record.error if record is not None else (end.message if end.error is not None else None)
     value = record.objective.get("value") if record is not None else None
+    value = value if value is None or finite_or_none(value) is not None else str(value)  # NaN as text
     rec: dict[str, Any] = {
         "num": ctx.num,
         "overrides": list(ctx.overrides),
         "status": str(status),
-        "objective": {
-            "metric": OmegaConf.select(cfg, "objective.metric"),
-            "value": value if value is None or finite_or_none(value) is not None else str(value),
-        },
+        "objective": {"metric": OmegaConf.select(cfg, "objective.metric"), "value": value},
         "output_dir": str(ctx.out_dir),
         "error": error,
     }
@@ -96,17 +93,11 @@ def write_sweep_summary(sweep_dir: Path, cfg: DictConfig, sweeper: Any, exit_on_
         "n_failed": len(failed),
         "n_diverged": len(diverged),
         "n_with_objective": len(valued),
-        "objective": {
-            "metric": OmegaConf.select(cfg, "objective.metric"),
-            "mode": OmegaConf.select(cfg, "objective.mode"),
-        },
+        "objective": {k: OmegaConf.select(cfg, f"objective.{k}") for k in ("metric", "mode")},
         "jobs": jobs,
     }
     if sweeper is not None and "storage" in sweeper:
-        summary["optuna"] = {
-            "study_name": sweeper.get("study_name"),
-            "storage": None if dry else sweeper.get("storage"),
-        }
+        summary["optuna"] = {"study_name": sweeper.get("study_name"), "storage": None if dry else sweeper["storage"]}
     if no_value:
         summary["error"] = (
             f"no job produced a value of {summary['objective']['metric']}: every job failed "
@@ -123,15 +114,12 @@ def format_summary(summary: dict) -> str:
     """The summary as a text table (one line per job)."""
     metric = summary["objective"]["metric"]
     diverged = f", {summary['n_diverged']} diverged" if summary.get("n_diverged") else ""
-    head = (
-        f"sweep summary: {summary['n_jobs']} jobs, {summary['n_failed']} failed{diverged} -> "
-        f"{Path(summary['sweep_dir']) / SUMMARY_FILE}"
-    )
+    path = Path(summary["sweep_dir"]) / SUMMARY_FILE
     common = set.intersection(*(set(j["overrides"]) for j in summary["jobs"])) if len(summary["jobs"]) > 1 else set()
-    lines = [
-        head,
-        f"  {'#':>3}  {'status':<9}  {metric:>12}  overrides" + (" (beyond the shared ones)" if common else ""),
-    ]
+    lines = [f"sweep summary: {summary['n_jobs']} jobs, {summary['n_failed']} failed{diverged} -> {path}"]
+    lines.append(
+        f"  {'#':>3}  {'status':<9}  {metric:>12}  overrides" + (" (beyond the shared ones)" if common else "")
+    )
     for j in summary["jobs"]:
         value = j["objective"]["value"]
         shown = f"{value:.4g}" if isinstance(value, (int, float)) else ("-" if value is None else str(value))
@@ -143,13 +131,6 @@ def format_summary(summary: dict) -> str:
     if summary.get("error"):
         lines.append(f"error: {summary['error']}")
     return "\n".join(lines)
-
-
-def _interval_ends(sweep: Any) -> list[str]:
-    ends = [sweep.start, sweep.end]
-    if all(isinstance(v, int) for v in ends):
-        return [str(v) for v in ends]
-    return [repr(float(v)) for v in ends]
 
 
 def sweep_jobs(config: DictConfig) -> list[list[str]]:
@@ -167,7 +148,8 @@ def sweep_jobs(config: DictConfig) -> list[list[str]]:
         if ov.is_discrete_sweep():
             values = list(ov.sweep_string_iterator())
         elif ov.is_interval_sweep():
-            values = _interval_ends(ov.value())
+            ends = [ov.value().start, ov.value().end]
+            values = [str(v) if all(isinstance(e, int) for e in ends) else repr(float(v)) for v in ends]
         else:
             values = [ov.get_value_element_as_str()]
         per_key[key] = [f"{key}={v}" for v in values]  # a later override of a key replaces it in place

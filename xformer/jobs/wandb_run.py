@@ -136,8 +136,6 @@ def _instantiate(node: DictConfig, **kwargs: Any) -> Any:
 TAG_MAX = 64
 NAME_MAX = 128
 GROUP_MAX = 128
-PROJECT_MAX = 128
-JOB_TYPE_MAX = 64
 
 
 def shorten(text: str, limit: int) -> str:
@@ -165,8 +163,8 @@ def fit_wandb_fields(
     for key, value, limit in (
         ("name", name, NAME_MAX),
         ("group", group, GROUP_MAX),
-        ("project", project, PROJECT_MAX),
-        ("job_type", job_type, JOB_TYPE_MAX),
+        ("project", project, 128),
+        ("job_type", job_type, 64),
     ):
         if value is None:
             continue
@@ -175,11 +173,7 @@ def fit_wandb_fields(
         if kwargs[key] != value:
             full[key] = value
     if tags is not None:
-        short: list[str] = []
-        for tag in (str(t) for t in tags):
-            if tag and shorten(tag, TAG_MAX) not in short:
-                short.append(shorten(tag, TAG_MAX))
-        kwargs["tags"] = short
+        kwargs["tags"] = list(dict.fromkeys(shorten(str(t), TAG_MAX) for t in tags if str(t)))
         if any(len(str(t)) > TAG_MAX for t in tags):
             full["tags"] = [str(t) for t in tags]
     return kwargs, full
