@@ -129,12 +129,9 @@ class NonFiniteLossGuard(L.Callback):
             minus = torch.full((), -1, dtype=torch.int64, device=loss.device)
             self._first = {"step": minus, "epoch": minus.clone(), "batch": minus.clone(), "loss": loss.clone()}
         new = (~torch.isfinite(loss)) & (self._first["step"] < 0)  # stays on the device
-        f = self._first
-        f["step"] = torch.where(new, trainer.global_step, f["step"])
         epoch, index = data_index(trainer, batch_idx)
-        f["epoch"] = torch.where(new, epoch, f["epoch"])
-        f["batch"] = torch.where(new, index, f["batch"])
-        f["loss"] = torch.where(new, loss, f["loss"])
+        for key, value in (("step", trainer.global_step), ("epoch", epoch), ("batch", index), ("loss", loss)):
+            self._first[key] = torch.where(new, value, self._first[key])
         every = self.check_every_n_steps or max(1, int(trainer.log_every_n_steps or 1))
         step = trainer.global_step
         if step % every == 0 and step != self._checked_step:

@@ -160,14 +160,9 @@ def build(cfg: DictConfig, ctx: JobContext, start: float | None = None) -> Job:
     record.params = model.param_breakdown()
     log.info("parameters: %s", ", ".join(f"{k}={v:,}" for k, v in record.params.items()))
     module = build_module(cfg, dm, model)
-    module.checkpoint_meta = {
-        "config": record.config,
-        "tokenizer": tokenizer_blob(dm),
-        "src_vocab_size": dm.src_vocab_size,
-        "tgt_vocab_size": dm.tgt_vocab_size,
-        "pad_id": dm.pad_id,
-        "slurm_job": slurm_job_key(),  # a requeued SLURM job resumes only its own checkpoints
-    }
+    meta = {"config": record.config, "tokenizer": tokenizer_blob(dm)}
+    meta.update({k: getattr(dm, k) for k in ("src_vocab_size", "tgt_vocab_size", "pad_id")})
+    module.checkpoint_meta = {**meta, "slurm_job": slurm_job_key()}  # a requeued SLURM job resumes only its own
     trainer.loggers = build_loggers(cfg, ctx)  # after every check: no W&B run for a refused config
     dm.serve_epochs_back_to_back(cfg.get("data_epoch_batches"), trainer.accumulate_grad_batches)
     for lg in trainer.loggers:
