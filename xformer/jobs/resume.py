@@ -1,5 +1,6 @@
-"""Exact resume: a job restarted from any of its checkpoints trains and validates as the uninterrupted run
-(the guarantee: docs/troubleshooting.md, "Resuming a killed run"). Here: the dropout RNG (:class:`StepSeed`), the
+"""Exact resume. **The guarantee:** a training job restarted in its own folder from any of its checkpoints trains
+the same batches, dropout, learning rate and ``tokens_seen`` and validates after the same optimizer steps as the
+uninterrupted run (docs/troubleshooting.md, "Resuming a killed run"). Here: the dropout RNG (:class:`StepSeed`), the
 validation schedule (:class:`OptimizerStepIntervals`), a moved folder's best checkpoint (:func:`reroot`), the CSV
 log (:class:`ResumableCSVLogger`); the data position: :class:`xformer.data.loader.EpochStream`."""
 
