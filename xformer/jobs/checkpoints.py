@@ -17,9 +17,7 @@ log = logging.getLogger("xformer")
 def slurm_job_key() -> str | None:
     """``"<cluster>/<job id>"`` of this SLURM job (kept across requeues), None outside SLURM."""
     job = os.environ.get("SLURM_JOB_ID")
-    if not job:
-        return None
-    return f"{os.environ.get('SLURM_CLUSTER_NAME', '')}/{job}"
+    return f"{os.environ.get('SLURM_CLUSTER_NAME', '')}/{job}" if job else None
 
 
 def last_checkpoint(out_dir: str | Path) -> Path:

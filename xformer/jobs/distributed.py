@@ -12,7 +12,7 @@ import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 from uuid import uuid4
 
 from hydra.core.hydra_config import HydraConfig
@@ -21,16 +21,15 @@ from omegaconf import OmegaConf
 from xformer.config.overrides import key_of, quoted
 from xformer.errors import ConfigError
 
-from .overrides import SWEEP_JOB_ENV, sweep_job_facts
+from .checkpoints import checkpoint_step, last_checkpoint
+from .context import JobContext, Outcome, outcome_of_record
+from .overrides import SWEEP_JOB_ENV, sweep_job_facts, sweep_resume_command
+from .record import FILE, RunRecord, Status, read_record
 
 CHILD_GRACE_S = 60  # after a stop or a failed rank, how long the ranks get to leave before they are killed
 #: Seconds a rank waits in a collective for the others before it fails (``trainer.strategy.timeout_s``): a peer
 #: lost without closing its connections (a node gone; NCCL) is noticed after this, not torch's 30 minutes.
 COLLECTIVE_TIMEOUT_S = 600
-
-if TYPE_CHECKING:
-    from .context import JobContext, Outcome
-    from .record import RunRecord
 
 
 def env_rank() -> int:
@@ -93,10 +92,6 @@ def run_job(fn: Callable[..., Any], cfg: Any, ctx: JobContext, script: str | Pat
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
-
-    from .context import outcome_of_record
-    from .overrides import sweep_resume_command
-    from .record import FILE, Status, read_record
 
     hc = HydraConfig.get()
     given = [o for o in [*hc.overrides.hydra, *hc.overrides.task] if key_of(o) not in ("hydra.mode", "hydra.sweep.dir")]
@@ -220,8 +215,6 @@ def peer_lost_line(err: BaseException, step: int | None, out_dir: Path | None) -
     if cause is None:
         return None
     import torch.distributed as dist
-
-    from .checkpoints import checkpoint_step, last_checkpoint
 
     rank, world = env_rank(), os.environ.get("WORLD_SIZE") or os.environ.get("SLURM_NTASKS") or "?"
     if dist.is_available() and dist.is_initialized():

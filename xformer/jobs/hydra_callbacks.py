@@ -153,12 +153,9 @@ class ValidateSweep(_Switch):
         from .sweep import check_sweep, error_lines
 
         n_jobs, bad = check_sweep(config)
-        if not bad:
-            log.info(
-                "sweep: the configs of all %d jobs are valid (checked in %.1f s)", n_jobs, time.perf_counter() - t0
-            )
-            return
-        refuse("\n".join(error_lines(n_jobs, bad, self.max_listed)), bad[0][2])
+        if bad:
+            refuse("\n".join(error_lines(n_jobs, bad, self.max_listed)), bad[0][2])
+        log.info("sweep: the configs of all %d jobs are valid (checked in %.1f s)", n_jobs, time.perf_counter() - t0)
 
 
 class ReportNeeds(_Switch):
@@ -197,9 +194,8 @@ class ResumeSweep(_Switch):
         n_jobs, bad = checked
         counts = sweep_resume.sweep_counts(sweep_dir, recorded, n_jobs)
         if not bad:
-            log.info(
-                "sweep resume: %s: %d finished jobs skipped, %d resumed from last.ckpt, %d to run", sweep_dir, *counts
-            )
+            line = "sweep resume: %s: %d finished jobs skipped, %d resumed from last.ckpt, %d to run"
+            log.info(line, sweep_dir, *counts)
             return
         num, overrides, diff = bad[0]
         more = f" (and {len(bad) - 1} more jobs)" if len(bad) > 1 else ""
@@ -279,9 +275,7 @@ class SlurmSweepCheck(Callback):
         if not slurm.is_slurm_sweep(config):
             return
         slurm.quiet_sacct_warnings()
-        jobs = sweep_jobs(config)
-        problem = slurm.sweep_problem(config, jobs)
-        if problem is not None:
+        if (problem := slurm.sweep_problem(config, jobs := sweep_jobs(config))) is not None:
             refuse(f"error: {problem}", ConfigError(problem))
         if OmegaConf.select(config, "sweep.dry_run", default=False):
             for num, overrides in enumerate(jobs):

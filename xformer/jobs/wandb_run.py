@@ -64,17 +64,11 @@ def wandb_logger(node: DictConfig, info: dict, out_dir: Path, resumed: Path | No
 
 def describe_runs(loggers: list) -> dict | None:
     """``{"id", "name", "group", "tags", "mode"}`` of this process's W&B run (rank 0), else ``None``."""
-    for lg in loggers:
-        if isinstance(lg, LightningWandbLogger):
-            run = lg.experiment
-            return {
-                "id": run.id,
-                "name": run.name,
-                "group": run.group,
-                "tags": list(run.tags or []),
-                "mode": os.environ.get("WANDB_MODE", "online"),
-            }
-    return None
+    run = next((lg.experiment for lg in loggers if isinstance(lg, LightningWandbLogger)), None)
+    if run is None:
+        return None
+    mode = os.environ.get("WANDB_MODE", "online")
+    return {"id": run.id, "name": run.name, "group": run.group, "tags": list(run.tags or []), "mode": mode}
 
 
 def finish_runs(loggers: list, metrics: dict, exit_code: int) -> None:
