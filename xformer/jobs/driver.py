@@ -173,9 +173,10 @@ def build(cfg: DictConfig, ctx: JobContext, start: float | None = None) -> Job:
     return Job(cfg, dm, module, trainer, record)
 
 
-def fit_and_test(job: Job, ckpt: str | None) -> tuple[dict, dict, int | None]:
+def fit_and_test(job: Job, ckpt: str | None, out_dir: Path) -> tuple[dict, dict, int | None]:
     """``mode=train``: fit (resuming from ``ckpt``), then test the objective's best checkpoint; ``mode=eval``:
-    test ``ckpt``. Returns ``(fit_metrics, test_metrics, tokens_seen)`` (``{}`` and ``None`` in eval)."""
+    test ``ckpt``. Returns ``(fit_metrics, test_metrics, tokens_seen)`` (``{}`` and ``None`` in eval); a resume with
+    nothing left to train takes its fit values from the record in the job's folder ``out_dir``."""
     cfg, trainer, module, dm = job.cfg, job.trainer, job.module, job.dm
     if cfg.mode != "train":
         return {}, _test(trainer, module, dm, ckpt), None
@@ -184,7 +185,7 @@ def fit_and_test(job: Job, ckpt: str | None) -> tuple[dict, dict, int | None]:
     fit_metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k != "epoch"}
     # the last step's train-time values, also where that step was not logged
     last_step = getattr(module, "last_step_metrics", dict)()
-    if ckpt is not None and not last_step and (before := read_record(job.record.job["output_dir"])) is not None:
+    if ckpt is not None and not last_step and (before := read_record(out_dir)) is not None:
         # a resume with nothing left to train: the fit's values are those the job's last run recorded
         fit_metrics = {**{k: v for k, v in before.metrics.items() if not k.startswith("test/")}, **fit_metrics}
     fit_metrics.update(last_step)
@@ -268,7 +269,7 @@ def run(cfg: DictConfig, ctx: JobContext) -> tuple[Outcome, RunRecord]:
     job = build(cfg, ctx, start)
     final, tokens_seen = {}, None
     try:
-        fit_metrics, test_metrics, tokens_seen = fit_and_test(job, ctx.ckpt)
+        fit_metrics, test_metrics, tokens_seen = fit_and_test(job, ctx.ckpt, ctx.out_dir)
         final = {**fit_metrics, **test_metrics}
         end = outcome_of(rose=divergence_of(job.trainer) if cfg.mode == "train" else None)
     except BaseException as err:  # recorded; SIGTERM (preemption) and Ctrl-C saved last.ckpt
