@@ -225,10 +225,8 @@ class OptimizerStepIntervals(StepSeed):
                     return True
             elif stepped and self.scheduled(trainer):
                 return True
-            min_steps = trainer.fit_loop.min_steps  # the fit loop honours should_stop once it is met
-            stopping = (
-                self.val_check_interval is not None and trainer.should_stop and trainer.global_step >= (min_steps or 0)
-            )
+            stopping = self.val_check_interval is not None and trainer.should_stop
+            stopping = stopping and trainer.global_step >= (trainer.fit_loop.min_steps or 0)  # honoured once met
             if (stepped and budget_reached(trainer)) or stopping:  # early stopping or max_time: one more
                 self._unscheduled_step = trainer.global_step
                 return True
