@@ -5,6 +5,7 @@ at optimizer steps' ends, atomically. Exact resume as a whole: :mod:`xformer.job
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import math
 import os
@@ -26,6 +27,7 @@ from xformer.config_types import Range
 from xformer.data.loader import data_index
 from xformer.lightning_compat import request_stop
 
+from . import slurm
 from .overrides import resume_command
 from .resume import reroot
 
@@ -48,23 +50,11 @@ class NonFiniteLossError(RuntimeError):
 VAL_LOSS = "val/loss"  # its rise above its first value marks a run as diverged
 
 
-def _loss_of(outputs: Any) -> torch.Tensor | None:
-    if isinstance(outputs, torch.Tensor):
-        return outputs
-    if isinstance(outputs, dict):
-        loss = outputs.get("loss")
-        return loss if isinstance(loss, torch.Tensor) else None
-    return None
-
-
 class NonFiniteLossGuard(L.Callback):
-    """Raise :class:`NonFiniteLossError` when a training loss has been NaN or Inf.
-
-    Each step folds ``isfinite(loss)`` into a flag on the device (no sync per step); the flag is read every
-    ``check_every_n_steps`` optimizer steps (``None``: the trainer's ``log_every_n_steps``), at the end of
-    training and before any checkpoint is written, so ``last.ckpt`` stays the last good state. Ranks agree,
-    so none is left waiting in a collective. It also keeps ``(step, val/loss)`` of every validation, in the
-    checkpoint, for :meth:`divergence`."""
+    """Raise :class:`NonFiniteLossError` when a training loss has been NaN or Inf (docs/troubleshooting.md, "NaN or
+    Inf loss"): a device-side flag (no sync per step), read by all ranks every ``check_every_n_steps`` optimizer
+    steps (``None``: ``log_every_n_steps``), at the end of training and before any checkpoint is written. Keeps
+    ``(step, val/loss)`` of every validation, in the checkpoint, for :meth:`divergence`."""
 
     def __init__(self, check_every_n_steps: Annotated[int, Range(ge=1)] | None = None) -> None:
         self.check_every_n_steps = check_every_n_steps
@@ -83,8 +73,8 @@ class NonFiniteLossGuard(L.Callback):
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking or VAL_LOSS not in trainer.callback_metrics:
             return
-        step, value = int(trainer.global_step), float(trainer.callback_metrics[VAL_LOSS])
-        self.validations = [v for v in self.validations if v[0] != step] + [(step, value)]
+        self.forget_validation(step := int(trainer.global_step))
+        self.validations.append((step, float(trainer.callback_metrics[VAL_LOSS])))
 
     def forget_validation(self, step: int) -> None:
         """Drop the validation after ``step`` (one the resumed run's schedule does not have)."""
@@ -130,23 +120,18 @@ class NonFiniteLossGuard(L.Callback):
         self._check(trainer)
 
     @override
-    def on_train_batch_end(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
-        loss = _loss_of(outputs)
-        if loss is None:
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs: Any, batch, batch_idx: int) -> None:
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if not isinstance(loss, torch.Tensor):
             return
         loss = loss.detach().float().mean()
         if self._first is None or self._first["loss"].device != loss.device:
             minus = torch.full((), -1, dtype=torch.int64, device=loss.device)
             self._first = {"step": minus, "epoch": minus.clone(), "batch": minus.clone(), "loss": loss.clone()}
         new = (~torch.isfinite(loss)) & (self._first["step"] < 0)  # stays on the device
-        f = self._first
-        f["step"] = torch.where(new, trainer.global_step, f["step"])
         epoch, index = data_index(trainer, batch_idx)
-        f["epoch"] = torch.where(new, epoch, f["epoch"])
-        f["batch"] = torch.where(new, index, f["batch"])
-        f["loss"] = torch.where(new, loss, f["loss"])
+        for key, value in (("step", trainer.global_step), ("epoch", epoch), ("batch", index), ("loss", loss)):
+            self._first[key] = torch.where(new, value, self._first[key])
         every = self.check_every_n_steps or max(1, int(trainer.log_every_n_steps or 1))
         step = trainer.global_step
         if step % every == 0 and step != self._checked_step:
@@ -185,7 +170,7 @@ class NonFiniteLossGuard(L.Callback):
         return f"The last good checkpoint {lasts[0]}{step} was kept; the failed step was not saved."
 
 
-class _StepEnds(L.Callback):
+class StepEnds(L.Callback):
     """Tells whether the training micro-batch that just ended completed an optimizer step (:meth:`stepped`:
     ``global_step`` moved during it), from public hooks."""
 
@@ -195,27 +180,18 @@ class _StepEnds(L.Callback):
         return trainer.global_step != self._step_before_batch
 
     @override
-    def on_train_batch_start(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
-    ) -> None:
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module, batch, batch_idx: int) -> None:
         self._step_before_batch = trainer.global_step
 
 
-class StepEndCheckpoint(_StepEnds, ModelCheckpoint):
+class StepEndCheckpoint(StepEnds, ModelCheckpoint):
     """Lightning's ``ModelCheckpoint`` whose saves by ``every_n_train_steps`` or ``train_time_interval`` fall at
-    the end of an optimizer step only. Lightning's skips a save at a step it has saved already, but does not
-    keep that step in its checkpoint state: under gradient accumulation a run resumed from a step that
-    ``every_n_train_steps`` divides would save again after the first micro-batch of the next window, a
-    checkpoint inside a window whose gradients no checkpoint holds. It installs :class:`AtomicCheckpointIO` on the
-    trainer's strategy (unless another ``CheckpointIO`` is configured), so no checkpoint of the run is ever
-    half-written. A job folder moved since the checkpoint was written keeps its best checkpoint
-    (:func:`~xformer.jobs.resume.reroot`). Everything else is ``ModelCheckpoint``'s (same arguments, state and
-    files)."""
+    an optimizer step's end only (after a resume under accumulation Lightning's can save inside a window), written
+    by :class:`AtomicCheckpointIO`, keeping a moved folder's best checkpoint (:func:`~xformer.jobs.resume.reroot`);
+    else ``ModelCheckpoint``'s arguments, state and files (docs/troubleshooting.md, "Resuming a killed run")."""
 
     @override
-    def on_train_batch_end(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs: Any, batch, batch_idx: int) -> None:
         if self.stepped(trainer):
             super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
 
@@ -231,28 +207,13 @@ class StepEndCheckpoint(_StepEnds, ModelCheckpoint):
 
 
 class StopCheckpoint(StepEndCheckpoint):
-    """``last.ckpt`` every ``every_n_train_steps`` optimizer steps (:class:`StepEndCheckpoint`, the resume point
-    after a crash or SIGKILL) and where training stops: on SIGTERM, on Ctrl-C, on SLURM's requeue signal (then
-    requeue the job), and when ``fit`` ends.
-
-    SIGTERM and Ctrl-C stop training at the end of the optimizer step in flight: under gradient accumulation
-    the window's remaining micro-batches are trained first, so the checkpoint holds whole steps and a resume
-    needs no rewinding. The stop is Lightning's own (its ``SIGTERMException``, raised after that batch), and
-    this callback saves at that point; other exceptions save nothing, so a NaN loss never replaces the last
-    good state (why not Lightning's ``OnExceptionCheckpoint``, which saves on every exception to a file
-    ``ckpt_path=last`` does not find). A second Ctrl-C quits at once (exit 130); an ignored SIGINT stays
-    ignored.
-
-    During ``fit`` the SIGTERM and SIGINT handlers only mark this rank; at each optimizer step's end the
-    ranks agree whether any was marked, so all stop after the same step (one process that gets the signal
-    while it validates after a step stops right after that validation). Lightning's own SIGTERM handler is
-    replaced during ``fit``: it stops after any micro-batch, and with several ranks it calls a collective
-    inside the signal handler, which deadlocks when the ranks get the signal at different moments
-    (Lightning#20806). The signal is still passed on to the ranks Lightning started.
-
-    Under SLURM, the requeue signal (submitit's USR2, else Lightning's ``SLURMEnvironment`` one, installed at
-    ``setup``, before Lightning, which then leaves it alone) stops after the step in flight the same way, and
-    rank 0 requeues the job at exit; the requeued job resumes its own ``last.ckpt`` by itself.
+    """``last.ckpt`` every ``every_n_train_steps`` optimizer steps (:class:`StepEndCheckpoint`) and where training
+    stops: on SIGTERM, Ctrl-C, SLURM's requeue signal (then requeue the job) and when ``fit`` ends
+    (docs/troubleshooting.md, "Ctrl-C" and "Preemption"). The handlers only mark this rank; at each optimizer
+    step's end the ranks agree and stop after the same step through Lightning's ``SIGTERMException``, which this
+    saves on (other exceptions save nothing, unlike ``OnExceptionCheckpoint``). Lightning's SIGTERM handler is
+    replaced during ``fit``: it stops after any micro-batch and calls a collective inside the handler, which
+    deadlocks (Lightning#20806). SLURM's signal (submitit's USR2, else Lightning's) is installed at ``setup``.
 
     Args:
         save_on_train_end: save ``last.ckpt`` when ``fit`` ends normally (else only ``ModelCheckpoint``'s own
@@ -291,8 +252,6 @@ class StopCheckpoint(StepEndCheckpoint):
         self._trainer = trainer
         if self._slurm is not None or "SLURM_JOB_ID" not in os.environ:  # no requeue signal outside SLURM
             return
-        from . import slurm
-
         signum = slurm.submitit_signal() or slurm.lightning_requeue_signal(trainer)
         if signum is None or threading.current_thread() is not threading.main_thread():
             return
@@ -302,13 +261,9 @@ class StopCheckpoint(StepEndCheckpoint):
     def _on_slurm_signal(self, signum: int, _frame: Any) -> None:
         first = self._received is None
         self._received = signum
-        from . import slurm
-
         if first and slurm.global_rank() == 0:
-            log.warning(
-                "SLURM sent %s: saving last.ckpt after the step in flight, then requeueing this job",
-                signal.Signals(signum).name,
-            )
+            then = "saving last.ckpt after the step in flight, then requeueing this job"
+            log.warning("SLURM sent %s: %s", signal.Signals(signum).name, then)
         self.stop_now()
 
     def _path(self) -> Path | None:
@@ -331,11 +286,8 @@ class StopCheckpoint(StepEndCheckpoint):
             if self._sigints > 1:
                 print("\nsecond Ctrl-C: quitting now, nothing more saved", file=sys.stderr, flush=True)
                 os._exit(130)
-            print(
-                "\nCtrl-C: stopping after this optimizer step and saving last.ckpt (Ctrl-C again to quit at once)",
-                file=sys.stderr,
-                flush=True,
-            )
+            line = "\nCtrl-C: stopping after this optimizer step and saving last.ckpt (Ctrl-C again to quit at once)"
+            print(line, file=sys.stderr, flush=True)
             stop(signum)
 
         def on_sigterm(signum, _frame) -> None:
@@ -349,9 +301,7 @@ class StopCheckpoint(StepEndCheckpoint):
         self._previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, on_sigterm)
 
     @override
-    def on_train_batch_end(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs: Any, batch, batch_idx: int) -> None:
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)  # the periodic last.ckpt
         if (signal.SIGTERM not in self._previous and self._slurm is None) or not self.stepped(trainer):
             return  # no handlers of ours, or inside an accumulation window
@@ -380,11 +330,8 @@ class StopCheckpoint(StepEndCheckpoint):
             self._save_on_stop(trainer, exception)
         finally:
             self._restore_handlers()
-        from . import slurm
-
-        if self._received is None or not isinstance(exception, SIGTERMException) or slurm.global_rank() != 0:
-            return
-        if not self._requeue_registered:  # after last.ckpt is saved
+        requeue = self._received is not None and isinstance(exception, SIGTERMException) and slurm.global_rank() == 0
+        if requeue and not self._requeue_registered:  # after last.ckpt is saved
             self._requeue_registered = True
             atexit.register(slurm.requeue, self._received, self._engine_handler)
 
@@ -402,32 +349,17 @@ class StopCheckpoint(StepEndCheckpoint):
             log.warning("%s at step %d: no checkpoint folder configured, nothing saved", what, trainer.global_step)
             return
         trainer.save_checkpoint(path)
-        if trainer.is_global_zero and name not in ("SIGTERM", "SIGINT"):  # SLURM's requeue signal
-            log.warning(
-                "%s (SLURM's requeue signal): saved %s at step %d; the requeued job resumes from it by itself",
-                name,
-                path,
-                trainer.global_step,
-            )
-        elif trainer.is_global_zero:
-            log.warning(
-                "%s: saved %s at step %d; resume with: %s",
-                what,
-                path,
-                trainer.global_step,
-                resume_command(path.parent.parent),
-            )
+        if trainer.is_global_zero:
+            if name in ("SIGTERM", "SIGINT"):
+                who, then = what, f"resume with: {resume_command(path.parent.parent)}"
+            else:  # SLURM's requeue signal
+                who, then = f"{name} (SLURM's requeue signal)", "the requeued job resumes from it by itself"
+            log.warning("%s: saved %s at step %d; %s", who, path, trainer.global_step, then)
 
 
-class OptimizerStepTimer(_StepEnds, Timer):
-    """Lightning's ``Timer`` (``trainer.max_time``) whose time is checked at the end of each optimizer step
-    only, so a run stopped by the clock ends on a whole step, never inside an accumulation window (Lightning's
-    own checks after every micro-batch). Its state keeps the key of Lightning's ``Timer``, so the elapsed time
-    of a checkpoint either wrote carries over to the resumed run.
-
-    Args:
-        duration: the time budget, as ``trainer.max_time`` takes it (``"DD:HH:MM:SS"``, a ``timedelta`` or a
-            dict of its keyword arguments)."""
+class OptimizerStepTimer(StepEnds, Timer):
+    """Lightning's ``Timer`` (``trainer.max_time``: ``duration``) checked at optimizer steps' ends only, so the
+    clock never stops inside an accumulation window; its state key is ``Timer``'s, so elapsed time carries over."""
 
     def __init__(self, duration: Any, **kwargs: Any) -> None:
         super().__init__(duration=duration, interval="step", **kwargs)
@@ -443,21 +375,13 @@ class OptimizerStepTimer(_StepEnds, Timer):
             super().on_train_batch_end(trainer, *args, **kwargs)
 
 
-def _is_local(path: Any) -> bool:
-    return "://" not in str(path) or str(path).startswith("file://")
-
-
 def _fsync_dir(folder: Path) -> None:
-    try:
+    with contextlib.suppress(OSError):  # e.g. platforms without directory fds
         fd = os.open(folder, os.O_RDONLY)
-    except OSError:  # e.g. platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
@@ -474,10 +398,7 @@ def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
-            tmp.unlink()
-        except FileNotFoundError:
-            pass
+        tmp.unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
 
@@ -486,6 +407,6 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     """``TorchCheckpointIO`` whose ``save_checkpoint`` is atomic for local paths; remote ones are Lightning's."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
-        if storage_options is not None or not _is_local(path):
+        if storage_options is not None or ("://" in str(path) and not str(path).startswith("file://")):  # remote
             return super().save_checkpoint(checkpoint, path, storage_options)
         atomic_torch_save(checkpoint, path)

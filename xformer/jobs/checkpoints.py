@@ -1,6 +1,5 @@
 """Which checkpoint a job loads: ``ckpt_path`` as given, the job's own ``last.ckpt``, or a requeued SLURM
-job's own (whether it fits the run: :mod:`xformer.config.checkpoint`). Imports neither torch nor Lightning:
-``run.py`` resolves ``ckpt_path`` first."""
+job's own. Imports neither torch nor Lightning: ``run.py`` resolves ``ckpt_path`` first."""
 
 from __future__ import annotations
 
@@ -18,9 +17,7 @@ log = logging.getLogger("xformer")
 def slurm_job_key() -> str | None:
     """``"<cluster>/<job id>"`` of this SLURM job (kept across requeues), None outside SLURM."""
     job = os.environ.get("SLURM_JOB_ID")
-    if not job:
-        return None
-    return f"{os.environ.get('SLURM_CLUSTER_NAME', '')}/{job}"
+    return f"{os.environ.get('SLURM_CLUSTER_NAME', '')}/{job}" if job else None
 
 
 def last_checkpoint(out_dir: str | Path) -> Path:
@@ -29,9 +26,8 @@ def last_checkpoint(out_dir: str | Path) -> Path:
 
 
 def resolve_ckpt_path(cfg: DictConfig, out_dir: str | Path | None, warn: bool = False) -> str | None:
-    """The checkpoint file a run loads: a requeued SLURM job's own ``last.ckpt`` first, in ``mode=train``, whatever
-    ``ckpt_path`` says (a ``ckpt_path=<file>`` is where the job started, not where it is now); else ``ckpt_path``
-    as given; for ``last`` the job's :func:`last_checkpoint` if it exists (else ``None``, warned when ``warn``)."""
+    """The checkpoint file a run loads: in ``mode=train`` a requeued SLURM job's own ``last.ckpt`` first, else
+    ``ckpt_path``; ``last``: :func:`last_checkpoint` if it exists (else ``None``, warned when ``warn``)."""
     ckpt = cfg.get("ckpt_path")
     if cfg.get("mode", "train") == "train" and (own := requeued_checkpoint(out_dir, announce=warn)) is not None:
         return str(own)
@@ -43,18 +39,14 @@ def resolve_ckpt_path(cfg: DictConfig, out_dir: str | Path | None, warn: bool = 
     if out_dir is not None and last.is_file():
         return str(last)
     if warn:
-        log.warning(
-            "ckpt_path=last: no %s yet, starting from scratch (to resume a job, pass its folder: "
-            "hydra.run.dir=<job dir>)",
-            last,
-        )
+        fix = "to resume a job, pass its folder: hydra.run.dir=<job dir>"
+        log.warning("ckpt_path=last: no %s yet, starting from scratch (%s)", last, fix)
     return None
 
 
 def requeued_checkpoint(out_dir: str | Path | None, announce: bool = False) -> Path | None:
     """``<out_dir>/checkpoints/last.ckpt`` when this process is a requeued SLURM job and this same job wrote that
-    checkpoint (its ``xformer.slurm_job``), else None. ``announce``: global rank 0 logs that the job resumes by
-    itself."""
+    checkpoint (its ``xformer.slurm_job``), else None. ``announce``: global rank 0 logs the resume."""
     key = slurm_job_key()
     restarts = os.environ.get("SLURM_RESTART_COUNT", "")  # how often SLURM requeued and restarted this job
     if out_dir is None or key is None or not restarts.isdigit() or int(restarts) < 1:
@@ -68,21 +60,14 @@ def requeued_checkpoint(out_dir: str | Path | None, announce: bool = False) -> P
     except UnreadableCheckpoint as err:
         log.warning("requeued SLURM job %s: %s is unreadable (%s); starting from scratch", key, last, err)
         return None
-    if meta.get("slurm_job") != key:
-        log.warning(
-            "requeued SLURM job %s: %s was written by %s, not by this job; starting from scratch",
-            key,
-            last,
-            meta.get("slurm_job") or "a run outside SLURM",
-        )
+    if (writer := meta.get("slurm_job")) != key:
+        why = f"was written by {writer or 'a run outside SLURM'}, not by this job"
+        log.warning("requeued SLURM job %s: %s %s; starting from scratch", key, last, why)
         return None
     if announce and os.environ.get("SLURM_PROCID", "0") == "0":
+        at = f"{last} at step {ckpt.get('global_step')}"
         log.warning(
-            "requeued SLURM job %s (restart %s): resuming by itself from %s at step %s",
-            key.split("/", 1)[1],
-            restarts,
-            last,
-            ckpt.get("global_step"),
+            "requeued SLURM job %s (restart %s): resuming by itself from %s", key.split("/", 1)[1], restarts, at
         )
     return last
 

@@ -1,7 +1,5 @@
-"""What a job prints on the terminal: each Lightning log line once and only library messages true about this
-run (:func:`single_log_lines`, :func:`quiet_console`), a progress bar counted in optimizer steps
-(:class:`StepBar`), one line per validation (:class:`ValidationLine`) and a test table with one column per test
-split (:func:`test_table`)."""
+"""What a job prints on the terminal: Lightning's log lines once and without noise, a progress bar in optimizer
+steps (:class:`StepBar`), one line per validation (:class:`ValidationLine`) and a test table (:func:`test_table`)."""
 
 from __future__ import annotations
 
@@ -18,6 +16,7 @@ from typing_extensions import override
 
 from xformer.data.loader import data_position
 
+from .callbacks import StepEnds
 from .distributed import logging_spec, replay_logging
 
 log = logging.getLogger("xformer")
@@ -29,9 +28,8 @@ def _clock(seconds: float) -> str:
 
 
 def progress_text(step: int, total: int | None, steps_run: int, elapsed_s: float, epoch: int | None) -> str:
-    """The bar's text: the data's epoch, ``step/total`` optimizer steps, the rate of this run's ``steps_run`` steps
-    over its ``elapsed_s`` seconds (validation included), and the time left at that rate (``--`` before the first
-    step, or without a budget), e.g. ``epoch 1 · step 16/108 · 5.92 steps/s · 0:00:03 elapsed · 0:00:16 left``."""
+    """The bar's text, e.g. ``epoch 1 · step 16/108 · 5.92 steps/s · 0:00:03 elapsed · 0:00:16 left`` (the rate of
+    this run's ``steps_run`` steps over ``elapsed_s``; ``--`` before the first step)."""
     rate = steps_run / elapsed_s if steps_run > 0 and elapsed_s > 0 else None
     parts = [] if epoch is None else [f"epoch {epoch}"]
     parts.append(f"step {step}/{total}" if total else f"step {step}")
@@ -42,15 +40,10 @@ def progress_text(step: int, total: int | None, steps_run: int, elapsed_s: float
     return " · ".join(parts)
 
 
-class StepBar(ProgressBar):
-    """The training progress in optimizer steps of the budget (``max_steps``), with the data's epoch, the rate in
-    optimizer steps a second and the time left (:func:`progress_text`), and the module's host-side
-    ``progress_metrics`` (the loss of the last logging step). On a terminal a Rich bar; otherwise (a log file,
-    a pipe) one plain line every ``plain_every`` of the budget (default: a tenth) and at the last step.
-
-    Args:
-        plain_every: fraction of ``max_steps`` between two plain lines (without ``max_steps``: every
-            ``trainer.log_every_n_steps`` steps)."""
+class StepBar(StepEnds, ProgressBar):
+    """The training progress in optimizer steps (:func:`progress_text`) with the module's host-side
+    ``progress_metrics``: a Rich bar on a terminal, else one plain line every ``plain_every`` of ``max_steps``
+    (without it: every ``log_every_n_steps`` steps) and at the last step."""
 
     def __init__(self, plain_every: float = 0.1) -> None:
         super().__init__()
@@ -59,11 +52,6 @@ class StepBar(ProgressBar):
         self._progress = None  # the Rich display on a terminal
         self._task = None
         self._start: tuple[int, float] = (0, 0.0)  # (global_step, time) when this fit started training
-        self._before = 0  # global_step at the start of the current micro-batch
-
-    @property
-    def is_enabled(self) -> bool:
-        return self._enabled
 
     @override
     def disable(self) -> None:
@@ -106,13 +94,9 @@ class StepBar(ProgressBar):
         self._progress.start()
 
     @override
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
-        self._before = trainer.global_step
-
-    @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         step = trainer.global_step
-        if step == self._before or not self._enabled or not trainer.is_global_zero:
+        if not self.stepped(trainer) or not self._enabled or not trainer.is_global_zero:
             return  # inside an accumulation window
         if self._progress is not None:
             self._progress.update(self._task, completed=step, text=self.text(trainer))
@@ -247,11 +231,8 @@ class ValidationLine(L.Callback):
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:  # noqa: ARG002 - hook signature
         if trainer.sanity_checking or not trainer.is_global_zero:
             return
-        metrics = trainer.callback_metrics
-        step, total = trainer.global_step, trainer.max_steps
-        parts = []
-        value = metrics.get(self.metric)
-        if value is not None:
+        metrics, step, total, parts = trainer.callback_metrics, trainer.global_step, trainer.max_steps, []
+        if (value := metrics.get(self.metric)) is not None:
             v = float(value)
             better = self.best is None or (v < self.best[0] if self.mode == "min" else v > self.best[0])
             if better and math.isfinite(v):

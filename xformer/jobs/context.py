@@ -10,6 +10,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from xformer.errors import ConfigError
@@ -28,32 +29,19 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class JobContext:
-    """One job's facts, passed down from ``run.py``.
+    """One job's facts, passed down from ``run.py``."""
 
-    Attributes:
-        out_dir: the job's folder (Hydra's output dir, else ``paths.output_dir``).
-        ckpt: the checkpoint file the job loads (resume in ``mode=train``, the weights in ``mode=eval``), or None.
-        overrides: the job's command-line overrides; choices: Hydra's group choices.
-        sweep_dir, num: the sweep folder and job number under ``-m``; None for a single run.
-        plan: under ``-m`` with ``sweep.resume``: skip (finished earlier), resume or run (:mod:`.sweep_resume`).
-        dry_run: ``sweep.dry_run``: validate and print, no training.
-        in_hydra: the job runs under Hydra (False when the driver is called directly, as tests do).
-        job: the ``-m`` job's own ``info()`` for the ranks it runs under ``torchrun`` (None otherwise).
-        resumed: :attr:`ckpt` when ``mode=train`` resumes one of this job's own checkpoints (inside
-            :attr:`out_dir`), else None.
-    """
-
-    out_dir: Path
-    ckpt: str | None = None
+    out_dir: Path  # Hydra's output dir, else paths.output_dir
+    ckpt: str | None = None  # the checkpoint loaded (resume in mode=train, the weights in mode=eval)
     overrides: tuple[str, ...] = ()
-    choices: dict = field(default_factory=dict)
-    sweep_dir: Path | None = None
+    choices: dict = field(default_factory=dict)  # Hydra's group choices
+    sweep_dir: Path | None = None  # with num: the sweep folder and job number under -m
     num: int | None = None
-    plan: Plan | None = None
+    plan: Plan | None = None  # under -m with sweep.resume: skip, resume, run or refuse (.sweep_resume)
     dry_run: bool = False
-    in_hydra: bool = False
-    job: dict | None = None
-    resumed: Path | None = None
+    in_hydra: bool = False  # False when the driver is called directly, as tests do
+    job: dict | None = None  # a -m job's own info() for the ranks it runs under torchrun
+    resumed: Path | None = None  # ckpt when mode=train resumes one of this job's own checkpoints
 
     @property
     def multirun(self) -> bool:
@@ -92,11 +80,8 @@ def _own(ckpt: str | None, out_dir: Path, mode: str) -> Path | None:
 
 
 def job_context(cfg: DictConfig) -> JobContext:
-    """The context of the job ``cfg`` describes, its checkpoint resolved and read once. A sweep job with a
-    ``last.ckpt`` to resume gets ``cfg.ckpt_path=last``; one whose folder records another config gets the plan
-    ``refuse``."""
-    from hydra.core.hydra_config import HydraConfig
-
+    """The context of the job ``cfg`` describes, its checkpoint resolved once (a sweep job to resume gets
+    ``cfg.ckpt_path=last``)."""
     dry, mode = bool(OmegaConf.select(cfg, "sweep.dry_run", default=False)), cfg.get("mode", "train")
     if not HydraConfig.initialized():
         out_dir = Path(cfg.paths.output_dir)
@@ -115,18 +100,9 @@ def job_context(cfg: DictConfig) -> JobContext:
             cfg.ckpt_path = "last"
     ckpt = None if dry or (plan and plan.action == "skip") else resolve_ckpt_path(cfg, out_dir, warn=True)
     sweep_job = sweep_job_facts().get("info") if sweep_dir is None else None
+    task, choices = tuple(hc.overrides.task), dict(hc.runtime.choices)
     ctx = JobContext(
-        out_dir,
-        ckpt,
-        tuple(hc.overrides.task),
-        dict(hc.runtime.choices),
-        sweep_dir,
-        num,
-        plan,
-        dry,
-        True,
-        sweep_job,
-        _own(ckpt, out_dir, mode),
+        out_dir, ckpt, task, choices, sweep_dir, num, plan, dry, True, sweep_job, _own(ckpt, out_dir, mode)
     )
     if plan is not None and plan.action == "resume":  # a sweep job killed earlier
         log.info("sweep resume: job %d continues from %s (step %s)", num, plan.checkpoint, ctx.step)
@@ -166,10 +142,8 @@ def outcome_of(
     peer_lost: str | None = None,
 ) -> Outcome:
     """The outcome of a job that ended with ``err`` (None: ran to the end; ``rose``: its validation loss ended
-    above the first; ``ctrl_c``: Lightning turned a KeyboardInterrupt into ``SystemExit``; ``step``: where it
-    stopped; ``out_dir``: the job's folder; ``peer_lost``: the line of
-    :func:`xformer.jobs.distributed.peer_lost_line` when ``err`` says another rank was lost).
-    Codes: finished/diverged-by-validation 0, invalid input 2, Ctrl-C 130, SIGTERM 143, else 1."""
+    above the first; ``ctrl_c``: Lightning's ``SystemExit`` after a KeyboardInterrupt; ``peer_lost``:
+    :func:`~xformer.jobs.distributed.peer_lost_line`). Exit codes: docs/troubleshooting.md."""
     if err is None:
         return Outcome(Status.DIVERGED, 0, diverged=rose) if rose else Outcome(Status.FINISHED, 0)
     if isinstance(err, ConfigError):
@@ -212,8 +186,7 @@ _NON_FINITE = {
 
 
 def non_finite(err: BaseException) -> str | None:
-    """The divergence reason when ``err`` says a training value became NaN or Inf (a NaN/Inf loss, anomaly mode's
-    NaN in backward, a non-finite gradient norm), else None: one status and one record however it diverged."""
+    """The divergence reason when ``err`` says a training value became NaN or Inf, else None."""
     from .callbacks import NonFiniteLossError
 
     if isinstance(err, NonFiniteLossError):
@@ -224,9 +197,8 @@ def non_finite(err: BaseException) -> str | None:
 
 
 def outcome_of_record(record: RunRecord | None, failure: str | None, stopped_by: str | None, n: int) -> Outcome:
-    """The outcome of a ``-m`` job whose ``n`` ranks ran under ``torchrun`` (xformer.jobs.distributed.run_job),
-    from the record its rank 0 wrote; without one (``None``), from the signal that stopped the job
-    (``stopped_by``: ``"SIGINT"``/``"SIGTERM"``) or the rank that failed (``failure``)."""
+    """The outcome of a ``-m`` job whose ``n`` ranks ran under ``torchrun``: from rank 0's ``record``, else from
+    the signal that stopped it (``stopped_by``) or the rank that ``failure`` names."""
     if record is None:
         err = RuntimeError(failure or f"the job's {n} ranks ended before rank 0 wrote metrics.json")
         if stopped_by is not None and failure is None:  # stopped before rank 0 had a record: the sweep stops
@@ -240,6 +212,5 @@ def outcome_of_record(record: RunRecord | None, failure: str | None, stopped_by:
 
 
 def fallback(cfg: DictConfig) -> float:
-    """The objective a sweep job hands its sweeper when it has none (failed, diverged, NaN): the worst
-    value for ``objective.mode``, so every sweeper goes on and Optuna ranks the trial last."""
+    """The worst objective for ``objective.mode``, which a sweep job without one hands its sweeper."""
     return float("inf") if OmegaConf.select(cfg, "objective.mode", default="min") == "min" else float("-inf")

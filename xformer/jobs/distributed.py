@@ -1,10 +1,5 @@
-"""Multi-process training under Hydra: who creates a job's ranks, and the FSDP strategy (docs/scaling.md).
-
-Lightning starts the ranks of a single run. In a ``-m`` job whose trainer would re-run the script (which would
-start the whole sweep again in every rank), :func:`run_job` runs the job under ``torchrun`` instead: every rank
-is a ``run.py`` process of this job alone, and the job's process waits for them. Under an external launcher
-(``torchrun``, ``srun``) :func:`external_rank_argv` keeps ranks > 0 from writing Hydra output. Only global
-rank 0 writes ``metrics.json`` and owns the W&B run."""
+"""Multi-process training under Hydra (docs/scaling.md): who creates a job's ranks (:func:`run_job`,
+:func:`external_rank_argv`), the DDP/FSDP strategies with their collective timeout, and a lost peer's line."""
 
 from __future__ import annotations
 
@@ -15,23 +10,26 @@ import signal
 import sys
 import tempfile
 import time
+from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
+from uuid import uuid4
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf
 
 from xformer.config.overrides import key_of, quoted
+from xformer.errors import ConfigError
 
-from .overrides import SWEEP_JOB_ENV, sweep_job_facts
+from .checkpoints import checkpoint_step, last_checkpoint
+from .context import JobContext, Outcome, outcome_of_record
+from .overrides import SWEEP_JOB_ENV, sweep_job_facts, sweep_resume_command
+from .record import FILE, RunRecord, Status, read_record
 
 CHILD_GRACE_S = 60  # after a stop or a failed rank, how long the ranks get to leave before they are killed
-#: How long a rank waits in a collective (all-reduce, barrier, the start's rendezvous) for the other ranks before
-#: it fails (``trainer.strategy.timeout_s`` of ``trainer=ddp`` / ``trainer=fsdp``). A peer whose process dies
-#: closes its connections and the others fail at their next collective; a peer that vanishes without closing
-#: them (a node's power or network lost; NCCL in every case) is noticed after this time, not torch's 30 minutes.
+#: Seconds a rank waits in a collective for the others before it fails (``trainer.strategy.timeout_s``): a peer
+#: lost without closing its connections (a node gone; NCCL) is noticed after this, not torch's 30 minutes.
 COLLECTIVE_TIMEOUT_S = 600
-
-if TYPE_CHECKING:
-    from .context import JobContext, Outcome
-    from .record import RunRecord
 
 
 def env_rank() -> int:
@@ -46,10 +44,9 @@ def env_rank() -> int:
 
 
 def external_rank_argv(argv: list[str]) -> list[str]:
-    """Command line for this process when ranks are created externally: ranks > 0 save no ``.hydra/``, log to
-    ``<name>_rank<r>``, and without ``hydra.run.dir`` (or under a sweep job's ``torchrun``) into a fresh
-    temporary folder; rank 0 of a sweep job's ``torchrun`` writes into the job's folder. Other rank 0s and
-    ``-m`` are unchanged."""
+    """``argv`` for an externally launched rank: ranks > 0 write no Hydra output of their own (a temporary folder
+    unless ``hydra.run.dir`` is given outside a sweep job); rank 0 of a sweep job's ``torchrun`` writes into the
+    job's folder; other rank 0s and ``-m`` are unchanged."""
     rank = env_rank()
     sweep_job = sweep_job_facts()
     if any(a in ("-m", "--multirun") for a in argv[1:]):
@@ -70,11 +67,8 @@ def external_rank_argv(argv: list[str]) -> list[str]:
 
 
 def ranks_to_start(trainer_cfg: Any) -> int:
-    """How many processes :func:`run_job` starts for a ``-m`` job: the trainer's devices when Lightning's
-    launcher would re-run the script to start them, else 0 (also for a config Lightning refuses: the job
-    reports it). Lightning decides: a ``Trainer`` is built from ``trainer_cfg`` and asked for its launcher."""
-    from omegaconf import OmegaConf
-
+    """How many processes :func:`run_job` starts for a ``-m`` job: the devices when the launcher of a ``Trainer``
+    built from ``trainer_cfg`` would re-run the script, else 0 (also for a config Lightning refuses)."""
     from xformer.config.check import bare_trainer
 
     keys = [k for k in ("accelerator", "devices", "num_nodes", "strategy", "plugins") if k in trainer_cfg]
@@ -89,27 +83,15 @@ def ranks_to_start(trainer_cfg: Any) -> int:
 
 
 def run_job(fn: Callable[..., Any], cfg: Any, ctx: JobContext, script: str | Path) -> tuple[Outcome, RunRecord | None]:
-    """``fn(cfg, ctx=ctx)`` for one Hydra job. A ``-m`` job that needs :func:`ranks_to_start` processes runs
-    as ``torchrun --standalone --nproc_per_node=<n> <script> <this job's overrides>`` does (PyTorch's
-    ``elastic_launch``, in this process); rank 0 writes the job's folder and record, which this returns.
-
-    The ranks learn the job's facts (``metrics.json``'s ``job``, the sweep's resume command) from the
-    environment variable ``XFORMER_SWEEP_JOB``. Ctrl-C or SIGTERM to this process is passed on to every rank
-    once; they save ``last.ckpt`` and get ``CHILD_GRACE_S`` to leave. When a rank fails, the others are
-    stopped and the job is ``failed`` (the sweep goes on)."""
+    """``fn(cfg, ctx=ctx)`` for one Hydra job; a ``-m`` job that needs :func:`ranks_to_start` processes runs as
+    ``torchrun --standalone`` would (``elastic_launch`` here, the job's facts in :data:`SWEEP_JOB_ENV`) and
+    returns rank 0's record. Signals reach every rank (``CHILD_GRACE_S`` to leave); a failed rank fails the job."""
     n = ranks_to_start(cfg.trainer) if ctx.multirun else 0
     if n <= 1:
         return fn(cfg, ctx=ctx)
-    from uuid import uuid4
-
-    from hydra.core.hydra_config import HydraConfig
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
-
-    from .context import outcome_of_record
-    from .overrides import sweep_resume_command
-    from .record import FILE, Status, read_record
 
     hc = HydraConfig.get()
     given = [o for o in [*hc.overrides.hydra, *hc.overrides.task] if key_of(o) not in ("hydra.mode", "hydra.sweep.dir")]
@@ -157,26 +139,14 @@ def run_job(fn: Callable[..., Any], cfg: Any, ctx: JobContext, script: str | Pat
 
 
 def ddp_strategy(timeout_s: float = COLLECTIVE_TIMEOUT_S, **kwargs: Any):
-    """``trainer=ddp``: Lightning's ``DDPStrategy`` (``kwargs``: its own, e.g. ``find_unused_parameters``) whose
-    collectives give up after ``timeout_s`` seconds (:data:`COLLECTIVE_TIMEOUT_S`) instead of torch's default
-    30 minutes, so a rank whose peer was lost stops and says so (:func:`peer_lost_line`).
-
-    Raises:
-        ConfigError: ``timeout_s`` is not a positive number of seconds."""
+    """``trainer=ddp``: Lightning's ``DDPStrategy`` (``kwargs``: its own) with :func:`collective_timeout`."""
     from lightning.pytorch.strategies import DDPStrategy
 
     return DDPStrategy(timeout=collective_timeout(timeout_s), **kwargs)
 
 
 def collective_timeout(timeout_s: Any):
-    """``timeout_s`` seconds as the ``timedelta`` Lightning's strategies pass to ``init_process_group``.
-
-    Raises:
-        ConfigError: not a positive number."""
-    from datetime import timedelta
-
-    from xformer.errors import ConfigError
-
+    """``timeout_s`` seconds as the strategies' ``timedelta``. Raises: ConfigError: not a positive number."""
     try:
         seconds = float(timeout_s)
     except (TypeError, ValueError):
@@ -196,16 +166,9 @@ def fsdp_strategy(
     timeout_s: float = COLLECTIVE_TIMEOUT_S,
     **kwargs: Any,
 ):
-    """``trainer=fsdp``: FSDP2 through Lightning's ``ModelParallelStrategy`` with every rank in one data-parallel
-    group (``devices`` x ``num_nodes``); runs on GPUs and, unlike Lightning's FSDP1, on CPU.
-    ``save_distributed_checkpoint=False`` writes single-file checkpoints any run can load; ``timeout_s``: the
-    collective timeout, as for :func:`ddp_strategy`.
-
-    Raises:
-        ConfigError: ``devices`` is not a device count or list (``auto``, ``-1``)."""
+    """``trainer=fsdp``: FSDP2 through Lightning's ``ModelParallelStrategy``, every rank (``devices`` x
+    ``num_nodes``) in one data-parallel group, on GPUs and CPU. Raises: ConfigError: ``devices`` is no count."""
     from lightning.pytorch.strategies import ModelParallelStrategy
-
-    from xformer.errors import ConfigError
 
     text = str(devices).strip("[]() ")
     if not isinstance(devices, (int, str)):  # a list of device ids
@@ -229,9 +192,8 @@ def fsdp_strategy(
 
 
 def lost_peer(err: BaseException) -> BaseException | None:
-    """The error in ``err``'s chain that says a collective lost its peer rank: torch's ``DistError`` family
-    (NCCL, the store, the network; a timeout) or gloo's transport error, which torch raises as a plain
-    ``RuntimeError`` naming gloo's ``transport`` source file (no error type of its own). None otherwise."""
+    """The error in ``err``'s chain saying a collective lost its peer: torch's ``DistError`` family, or gloo's
+    transport error (a plain ``RuntimeError`` naming gloo's ``transport`` source file); else None."""
     import torch.distributed as dist
 
     seen: set[int] = set()
@@ -247,15 +209,12 @@ def lost_peer(err: BaseException) -> BaseException | None:
 
 
 def peer_lost_line(err: BaseException, step: int | None, out_dir: Path | None) -> str | None:
-    """The one ``error:`` line of a rank whose collective failed because another rank was lost (its process
-    killed, its node gone), or None when ``err`` is no such failure: which rank, where it stopped, the
-    checkpoint kept and how to resume. ``out_dir``: the job's folder."""
+    """The ``error:`` line of a rank whose collective failed because another rank was lost (which rank, where,
+    the checkpoint kept, how to resume), or None when ``err`` is no such failure."""
     cause = lost_peer(err)
     if cause is None:
         return None
     import torch.distributed as dist
-
-    from .checkpoints import checkpoint_step, last_checkpoint
 
     rank, world = env_rank(), os.environ.get("WORLD_SIZE") or os.environ.get("SLURM_NTASKS") or "?"
     if dist.is_available() and dist.is_initialized():
@@ -288,8 +247,7 @@ def logging_spec() -> dict:
 
 
 def replay_logging(spec: dict | None) -> None:
-    """Give a spawned rank, which starts without Hydra's logging, the job process's handlers (``spec`` from
-    :func:`logging_spec`); a process that has handlers is left as it is."""
+    """Give a spawned rank without handlers the job process's (``spec``: :func:`logging_spec`)."""
     root = logging.getLogger()
     if not spec or root.handlers:
         return

@@ -1,13 +1,13 @@
-"""One job of ``run.py`` after its config passed stages 1-2 of the check: :func:`run` builds the data module
-and the model once each, converts the config's epoch keys to optimizer steps (:mod:`xformer.jobs.steps`), fits
-and tests, and writes the job's ``metrics.json`` however it ends (the job folder's layout: docs/running.md).
-What it prints: :mod:`xformer.jobs.console`."""
+"""One job of ``run.py`` after its config passed stages 1-2 of the check: :func:`run` builds the data and model
+once each, fits and tests, and writes ``metrics.json`` however it ends (the job folder: docs/running.md)."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 import os
+import platform
+import tempfile
 import time
 import warnings
 from dataclasses import dataclass
@@ -58,8 +58,6 @@ def tokenizer_blob(dm) -> str | None:
     tok = getattr(dm, "tokenizer", None)
     if tok is None:
         return None
-    import tempfile
-
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "tokenizer.json"
         tok.save(path)
@@ -83,8 +81,7 @@ def config_from_checkpoint(cfg: DictConfig, overrides: tuple[str, ...], ckpt: st
 
 @dataclass
 class Job:
-    """What :func:`build` makes for one job (``cfg``: the job's config with its epoch keys in steps), with the job's
-    run record so far."""
+    """What :func:`build` makes for one job (``cfg`` with its epoch keys in steps), with its run record so far."""
 
     cfg: DictConfig
     dm: L.LightningDataModule
@@ -94,17 +91,9 @@ class Job:
 
 
 def build_module(cfg: DictConfig, dm, model: torch.nn.Module) -> TransformerLitModule:
-    """``cfg.module`` for ``model`` and the data module's ids, detokenizer, metrics and test splits; the model
-    compiled in place when ``trainer.compile`` is set."""
-    module = instantiate(cfg.module)(
-        model=model,
-        pad_id=dm.pad_id,
-        bos_id=dm.bos_id,
-        eos_id=dm.eos_id,
-        detokenize=dm.detokenize,
-        metrics=dm.metrics,
-        test_split_names=dm.test_split_names,
-    )
+    """``cfg.module`` for ``model`` and the data module ``dm``, compiled in place when ``trainer.compile`` is set."""
+    from_data = ("pad_id", "bos_id", "eos_id", "detokenize", "metrics", "test_split_names")
+    module = instantiate(cfg.module)(model=model, **{k: getattr(dm, k) for k in from_data})
     compile_opts = cfg.trainer.get("compile")
     if compile_opts:
         # in place: checkpoints keep plain parameter names, loading into compiled and eager models alike
@@ -114,10 +103,8 @@ def build_module(cfg: DictConfig, dm, model: torch.nn.Module) -> TransformerLitM
 
 
 def build_trainer(cfg: DictConfig, start: float | None = None) -> L.Trainer:
-    """``cfg.trainer`` as it stands (its epoch keys converted to steps: :func:`~xformer.jobs.steps.steps_from_epochs`)
-    with the configured callbacks plus xformer's step callback (dropout seed, clock from ``start``, validation
-    schedule: :class:`~xformer.jobs.resume.OptimizerStepIntervals`) and progress bar; no loggers yet.
-    Raises: ConfigError, one line, for a value Lightning refuses."""
+    """``cfg.trainer`` with the configured callbacks, :class:`~xformer.jobs.resume.OptimizerStepIntervals` (clock
+    from ``start``) and the progress bar; no loggers yet. Raises: ConfigError for a value Lightning refuses."""
     callbacks = [
         instantiate(c) for c in (cfg.get("callbacks") or {}).values() if isinstance(c, DictConfig) and "_target_" in c
     ]
@@ -173,14 +160,9 @@ def build(cfg: DictConfig, ctx: JobContext, start: float | None = None) -> Job:
     record.params = model.param_breakdown()
     log.info("parameters: %s", ", ".join(f"{k}={v:,}" for k, v in record.params.items()))
     module = build_module(cfg, dm, model)
-    module.checkpoint_meta = {
-        "config": record.config,
-        "tokenizer": tokenizer_blob(dm),
-        "src_vocab_size": dm.src_vocab_size,
-        "tgt_vocab_size": dm.tgt_vocab_size,
-        "pad_id": dm.pad_id,
-        "slurm_job": slurm_job_key(),  # a requeued SLURM job resumes only its own checkpoints
-    }
+    meta = {"config": record.config, "tokenizer": tokenizer_blob(dm)}
+    meta.update({k: getattr(dm, k) for k in ("src_vocab_size", "tgt_vocab_size", "pad_id")})
+    module.checkpoint_meta = {**meta, "slurm_job": slurm_job_key()}  # a requeued SLURM job resumes only its own
     trainer.loggers = build_loggers(cfg, ctx)  # after every check: no W&B run for a refused config
     dm.serve_epochs_back_to_back(cfg.get("data_epoch_batches"), trainer.accumulate_grad_batches)
     for lg in trainer.loggers:
@@ -191,9 +173,10 @@ def build(cfg: DictConfig, ctx: JobContext, start: float | None = None) -> Job:
     return Job(cfg, dm, module, trainer, record)
 
 
-def fit_and_test(job: Job, ckpt: str | None) -> tuple[dict, dict, int | None]:
+def fit_and_test(job: Job, ckpt: str | None, out_dir: Path) -> tuple[dict, dict, int | None]:
     """``mode=train``: fit (resuming from ``ckpt``), then test the objective's best checkpoint; ``mode=eval``:
-    test ``ckpt``. Returns ``(fit_metrics, test_metrics, tokens_seen)`` (``{}`` and ``None`` in eval)."""
+    test ``ckpt``. Returns ``(fit_metrics, test_metrics, tokens_seen)`` (``{}`` and ``None`` in eval); a resume with
+    nothing left to train takes its fit values from the record in the job's folder ``out_dir``."""
     cfg, trainer, module, dm = job.cfg, job.trainer, job.module, job.dm
     if cfg.mode != "train":
         return {}, _test(trainer, module, dm, ckpt), None
@@ -202,7 +185,7 @@ def fit_and_test(job: Job, ckpt: str | None) -> tuple[dict, dict, int | None]:
     fit_metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k != "epoch"}
     # the last step's train-time values, also where that step was not logged
     last_step = getattr(module, "last_step_metrics", dict)()
-    if ckpt is not None and not last_step and (before := read_record(job.record.job["output_dir"])) is not None:
+    if ckpt is not None and not last_step and (before := read_record(out_dir)) is not None:
         # a resume with nothing left to train: the fit's values are those the job's last run recorded
         fit_metrics = {**{k: v for k, v in before.metrics.items() if not k.startswith("test/")}, **fit_metrics}
     fit_metrics.update(last_step)
@@ -225,7 +208,7 @@ def complete_record(job: Job, end: Outcome, final: dict, tokens_seen: int | None
     cfg, record, trainer, module = job.cfg, job.record, job.trainer, job.module
     objective_value = final.get(cfg.objective.metric)
     cb = trainer.checkpoint_callback
-    best_score = cb.best_model_score if cb is not None and cb.best_model_score is not None else None
+    best_score = cb.best_model_score if cb is not None else None
     record.status, record.diverged, record.error = end.status, end.diverged, end.message
     record.metrics = dict(sorted(final.items()))
     record.best = {
@@ -248,8 +231,6 @@ def complete_record(job: Job, end: Outcome, final: dict, tokens_seen: int | None
 def numerics() -> dict:
     """What decides a run's floating-point results beyond its config: torch's version, the CPU model, ATen's CPU
     kernel set and the intra-op threads (docs/results/README.md, "Reproducing one job")."""
-    import platform
-
     cpu = platform.processor() or "unknown"
     with contextlib.suppress(OSError):
         names = [x for x in Path("/proc/cpuinfo").read_text().splitlines() if x.startswith("model name")]
@@ -276,13 +257,8 @@ def apply_omp_threads() -> None:
 
 
 def run(cfg: DictConfig, ctx: JobContext) -> tuple[Outcome, RunRecord]:
-    """Train or evaluate one job whose config passed stages 1-2; the record is written however fit ends.
-
-    Returns:
-        ``(how it ended, its record)``; an error in fit or test is returned in the outcome, not raised.
-
-    Raises:
-        ConfigError / DataError: invalid configuration or input, before training starts (no record)."""
+    """Train or evaluate one job whose config passed stages 1-2; returns ``(how it ended, its record)``, an error
+    in fit or test in the outcome. Raises: ConfigError / DataError before training starts (no record)."""
     start = time.time()  # the job's clock: building the data and model counts
     single_log_lines()  # Lightning's lines once, through Hydra's handlers
     quiet_console(resuming=ctx.resumed is not None)
@@ -293,7 +269,7 @@ def run(cfg: DictConfig, ctx: JobContext) -> tuple[Outcome, RunRecord]:
     job = build(cfg, ctx, start)
     final, tokens_seen = {}, None
     try:
-        fit_metrics, test_metrics, tokens_seen = fit_and_test(job, ctx.ckpt)
+        fit_metrics, test_metrics, tokens_seen = fit_and_test(job, ctx.ckpt, ctx.out_dir)
         final = {**fit_metrics, **test_metrics}
         end = outcome_of(rose=divergence_of(job.trainer) if cfg.mode == "train" else None)
     except BaseException as err:  # recorded; SIGTERM (preemption) and Ctrl-C saved last.ckpt

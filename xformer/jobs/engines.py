@@ -1,16 +1,16 @@
-"""The engines a command names are here before anything runs or any folder is made: the sweeper's and the
-launcher's packages (Optuna, joblib, submitit) and programs (SLURM's ``sbatch``/``srun``), each logger's
-package, and, for an online W&B run, W&B's server within a few seconds. Each missing engine is one line for
-:class:`~.hydra_callbacks.EngineCheck` to print. Imports neither torch nor Lightning."""
+"""Whether the engines a command names are here before anything runs (docs/troubleshooting.md, "A launcher,
+sweeper or logger that cannot run here"): one line per missing one. Imports neither torch nor Lightning."""
 
 from __future__ import annotations
 
 import importlib
 import netrc
 import os
+import pkgutil
 import re
 import socket
 import threading
+from importlib import metadata
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
@@ -31,20 +31,18 @@ def wandb_has_api_key() -> bool:
     if os.environ.get("WANDB_API_KEY"):
         return True
     host = urlsplit(os.environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL).netloc
-    path = Path(os.environ.get("NETRC") or "~/.netrc").expanduser()
     if not host:
         return False
     try:
-        entry = netrc.netrc(str(path)).authenticators(host)
-    except (FileNotFoundError, netrc.NetrcParseError, OSError):
+        entry = netrc.netrc(str(Path(os.environ.get("NETRC") or "~/.netrc").expanduser())).authenticators(host)
+    except (netrc.NetrcParseError, OSError):
         return False
     return entry is not None and bool(entry[2])
 
 
 def wandb_online(node: Any = None) -> bool:
     """Whether a W&B run of logger ``node`` would log online: ``WANDB_MODE=online``, or an API key and neither
-    ``WANDB_MODE`` offline/dryrun/disabled nor ``offline: true`` in the node (without a key xformer logs
-    offline, :func:`xformer.jobs.wandb_run.wandb_logger`)."""
+    ``WANDB_MODE`` offline/dryrun/disabled nor ``offline: true`` in the node."""
     mode = os.environ.get("WANDB_MODE")
     if mode == "online":
         return True
@@ -53,14 +51,18 @@ def wandb_online(node: Any = None) -> bool:
     return wandb_has_api_key()
 
 
-def _reach(host: str, port: int, timeout: float) -> str | None:
-    """Why a TCP connection to ``host:port`` is not made within ``timeout`` seconds (name lookup included,
-    which ``socket``'s own timeout does not bound), or ``None`` when it is."""
+def wandb_unreachable(timeout: float = REACH_TIMEOUT_S) -> str | None:
+    """Why W&B's server (``WANDB_BASE_URL``, default :data:`DEFAULT_BASE_URL`) takes no TCP connection within
+    ``timeout`` seconds (name lookup included, which ``socket``'s own timeout does not bound), or ``None``."""
+    url = urlsplit(os.environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL)
+    if not url.hostname:
+        return f"WANDB_BASE_URL={url.geturl()!r} names no host"
+    port = url.port or (443 if url.scheme == "https" else 80)
     why: list[str] = ["no answer within %g s" % timeout]
 
     def connect() -> None:
         try:
-            socket.create_connection((host, port), timeout=timeout).close()
+            socket.create_connection((url.hostname, port), timeout=timeout).close()
             why[0] = ""
         except OSError as err:
             why[0] = err.strerror or str(err) or type(err).__name__
@@ -68,26 +70,12 @@ def _reach(host: str, port: int, timeout: float) -> str | None:
     worker = threading.Thread(target=connect, daemon=True)
     worker.start()
     worker.join(timeout + 0.5)
-    return why[0] or None
-
-
-def wandb_unreachable(timeout: float = REACH_TIMEOUT_S) -> str | None:
-    """Why W&B's server (``WANDB_BASE_URL``, default :data:`DEFAULT_BASE_URL`) cannot be reached, or ``None``."""
-    url = urlsplit(os.environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL)
-    if not url.hostname:
-        return f"WANDB_BASE_URL={url.geturl()!r} names no host"
-    port = url.port or (443 if url.scheme == "https" else 80)
-    why = _reach(url.hostname, port, timeout)
-    return f"{url.hostname}:{port}: {why}" if why else None
+    return f"{url.hostname}:{port}: {why[0]}" if why[0] else None
 
 
 def missing_module(target: str) -> str | None:
-    """The module a ``_target_`` needs that is not installed, or ``None``: its own package, one its module imports,
-    or, for a Hydra plugin (``hydra_plugins.<plugin>``), one any module of the plugin imports (the launchers
-    import their engine only when they launch). Errors other than a missing module are left to the code that
-    builds the target."""
-    import pkgutil
-
+    """The module a ``_target_`` needs that is not installed, or ``None``: its package, one its module imports, or
+    for a Hydra plugin one any module of the plugin or its distribution requires (launchers import late)."""
     module = str(target).rpartition(".")[0]
     if not module:
         return None
@@ -116,11 +104,8 @@ def _norm(name: str) -> str:
 
 
 def _missing_requirement(folder: str) -> str | None:
-    """The first requirement of the distribution that installed the files under ``folder`` (a Hydra plugin,
-    ``hydra_plugins/<plugin>/``) none of whose modules can be found, or ``None``: a launcher may import its
-    engine only inside ``launch`` (submitit, joblib)."""
-    from importlib import metadata
-
+    """The first requirement of the distribution that installed ``folder`` (``hydra_plugins/<plugin>/``) none of
+    whose modules can be found, or ``None``."""
     provides = metadata.packages_distributions()  # top-level module -> distributions
     modules: dict[str, list[str]] = {}
     for module, dists in provides.items():
@@ -170,8 +155,7 @@ def _missing_line(what: str, key: str, target: str, module: str) -> str:
 
 def engine_problem(config: DictConfig, multirun: bool) -> str | None:
     """The first missing engine of ``config`` as one line (without ``error:``), or ``None``: under ``-m`` the
-    sweeper's and the launcher's packages and SLURM's programs (not for a dry run, which queues nothing); for
-    every run each logger's package and, for an online W&B logger, W&B's server."""
+    sweeper's and launcher's packages and SLURM's programs; each logger's package and an online W&B's server."""
     from . import slurm
 
     if multirun:

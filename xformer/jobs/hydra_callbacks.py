@@ -1,13 +1,12 @@
-"""Every Hydra callback of xformer (``hydra.callbacks`` in ``conf/hydra/default.yaml``), each a thin shell over
-the module that does the work; the sweep modules are imported by the callbacks of a ``-m`` sweep only.
-Imports neither torch nor Lightning."""
+"""Every Hydra callback of xformer (``conf/hydra/default.yaml``), each a thin shell over the module that does the
+work (the sweep modules imported under ``-m`` only). Imports neither torch nor Lightning."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -20,13 +19,14 @@ from typing_extensions import override
 from xformer.config.check import check_resolves
 from xformer.errors import ConfigError
 
+from .record import write_json
+
 log = logging.getLogger("xformer")
 
 
 def refuse(text: str, err: BaseException | None = None) -> NoReturn:
-    """Print ``text`` (its ``error:`` lines) on stderr and exit 2 before any job runs; with ``HYDRA_FULL_ERROR=1``
-    raise ``err`` instead, when given (its traceback). Not logged as well: the sweep's process logs to the
-    console only, so the line would show twice."""
+    """Print ``text`` (its ``error:`` lines) on stderr, not logged (it would show twice), and exit 2; with
+    ``HYDRA_FULL_ERROR=1`` raise ``err`` instead, when given."""
     if err is not None and os.environ.get("HYDRA_FULL_ERROR") == "1":
         raise err
     print(text, file=sys.stderr, flush=True)
@@ -34,10 +34,8 @@ def refuse(text: str, err: BaseException | None = None) -> NoReturn:
 
 
 def check_output_dir(path: str | os.PathLike, key: str = "hydra.run.dir", keep: bool = True) -> list[Path]:
-    """Make the job's output folder and write, flush and remove a probe file in it, so an unwritable folder fails
-    here with its name, not as a traceback from the first file written. ``keep=False`` removes the folders it
-    created (a sweep's folder appears only once its configs are valid). Returns the folders it created, deepest
-    first (kept or not). Raises: ConfigError."""
+    """Make the output folder and write a probe file in it, so an unwritable folder fails here with its name;
+    ``keep=False`` removes the folders it created. Returns those folders, deepest first. Raises: ConfigError."""
     folder = Path(str(path)).expanduser()
     created = [p for p in (folder, *folder.parents) if not p.exists()]
     try:
@@ -77,12 +75,8 @@ _MADE_FOR_RUN: list[Path] = []
 
 
 def forget_refused_run(out_dir: str | os.PathLike) -> bool:
-    """Remove the folder of a single run refused before it trained (an ``error:`` line, exit 2), with the parents
-    made for it that are left empty, so a refused command leaves nothing behind. Only a folder this process
-    created (:class:`OutputDirCheck`) that holds no checkpoint is removed: a resumed run's folder, or one named
-    with ``hydra.run.dir`` that existed, is kept. Returns whether it was removed."""
-    import shutil
-
+    """Remove the folder of a single run refused before it trained, with the empty parents made for it, when this
+    process created it (:class:`OutputDirCheck`) and it holds no checkpoint. Returns whether it was removed."""
     folder = Path(out_dir).resolve()
     made = [p.resolve() for p in _MADE_FOR_RUN]
     if not made or made[0] != folder or any(folder.rglob("*.ckpt")):
@@ -97,8 +91,7 @@ def forget_refused_run(out_dir: str | os.PathLike) -> bool:
 
 
 class OutputDirCheck(Callback):
-    """:func:`check_output_dir` on ``hydra.run.dir`` or ``hydra.sweep.dir`` before Hydra creates it; on failure
-    one ``error:`` line and exit 2."""
+    """:func:`check_output_dir` on ``hydra.run.dir`` or ``hydra.sweep.dir`` before Hydra creates it."""
 
     def _check(self, config: DictConfig, key: str, keep: bool = True) -> list[Path]:
         try:
@@ -115,13 +108,16 @@ class OutputDirCheck(Callback):
         self._check(config, "hydra.sweep.dir", keep=False)  # the launcher makes it when the first job starts
 
 
-class EngineCheck(Callback):
-    """Refuse a command whose sweeper, launcher or logger cannot run here (:func:`.engines.engine_problem`: a
-    package not installed, no SLURM, W&B's server out of reach for an online run) with one ``error:`` line and
-    exit 2, before any folder is made. ``enabled=false`` skips the check."""
+class _Switch(Callback):
+    """A callback that ``enabled=false`` turns off."""
 
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
+
+
+class EngineCheck(_Switch):
+    """Refuse a command whose sweeper, launcher or logger cannot run here (:func:`.engines.engine_problem`) with
+    one ``error:`` line and exit 2, before any folder is made."""
 
     def _check(self, config: DictConfig, multirun: bool) -> None:
         from .engines import engine_problem
@@ -138,15 +134,11 @@ class EngineCheck(Callback):
         self._check(config, multirun=True)
 
 
-class ValidateSweep(Callback):
-    """Fail a ``-m`` sweep before its first job when any job's config is invalid.
-
-    Args:
-        enabled: ``false`` skips the check.
-        max_listed: at most this many invalid jobs are printed (all are counted)."""
+class ValidateSweep(_Switch):
+    """Fail a ``-m`` sweep before its first job when any job's config is invalid (at most ``max_listed`` shown)."""
 
     def __init__(self, enabled: bool = True, max_listed: int = 20) -> None:
-        self.enabled = enabled
+        super().__init__(enabled)
         self.max_listed = max_listed
 
     @override
@@ -161,21 +153,13 @@ class ValidateSweep(Callback):
         from .sweep import check_sweep, error_lines
 
         n_jobs, bad = check_sweep(config)
-        if not bad:
-            log.info(
-                "sweep: the configs of all %d jobs are valid (checked in %.1f s)", n_jobs, time.perf_counter() - t0
-            )
-            return
-        refuse("\n".join(error_lines(n_jobs, bad, self.max_listed)), bad[0][2])
+        if bad:
+            refuse("\n".join(error_lines(n_jobs, bad, self.max_listed)), bad[0][2])
+        log.info("sweep: the configs of all %d jobs are valid (checked in %.1f s)", n_jobs, time.perf_counter() - t0)
 
 
-class ReportNeeds(Callback):
-    """Log at a sweep's start what ``xformer report`` will need to decide it (seeds, second-half validations) when
-    its jobs have fewer, with the overrides that give them (:func:`.sweep.report_needs`); ``enabled=false``
-    skips it."""
-
-    def __init__(self, enabled: bool = True) -> None:
-        self.enabled = enabled
+class ReportNeeds(_Switch):
+    """Log at a sweep's start what ``xformer report`` will need to decide it (:func:`.sweep.report_needs`)."""
 
     @override
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -185,12 +169,9 @@ class ReportNeeds(Callback):
             log.info("%s", line)
 
 
-class ResumeSweep(Callback):
+class ResumeSweep(_Switch):
     """Record the configs of the existing job folders and refuse a sweep whose jobs would mix configs
-    (:mod:`.sweep_resume`); ``enabled=false`` skips the check and the record."""
-
-    def __init__(self, enabled: bool = True) -> None:
-        self.enabled = enabled
+    (:mod:`.sweep_resume`)."""
 
     @override
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -202,17 +183,9 @@ class ResumeSweep(Callback):
         if not self.enabled or not OmegaConf.select(config, "sweep.resume", default=True):
             record.unlink(missing_ok=True)
             return
-        recorded = {}
-        if sweep_dir.is_dir():
-            for job_dir in sweep_dir.iterdir():
-                if job_dir.is_dir() and job_dir.name.isdigit():
-                    rec = sweep_resume.recorded_config(job_dir)
-                    if rec is not None:
-                        recorded[job_dir.name] = rec
-        record.parent.mkdir(parents=True, exist_ok=True)
-        tmp = record.with_name(f".{record.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(recorded, default=str))
-        tmp.replace(record)
+        jobs = [d for d in sweep_dir.iterdir() if d.is_dir() and d.name.isdigit()] if sweep_dir.is_dir() else []
+        recorded = {d.name: rec for d in jobs if (rec := sweep_resume.recorded_config(d)) is not None}
+        write_json(record, recorded)
         if not recorded:
             return
         checked = sweep_mismatches(config, recorded)
@@ -221,9 +194,8 @@ class ResumeSweep(Callback):
         n_jobs, bad = checked
         counts = sweep_resume.sweep_counts(sweep_dir, recorded, n_jobs)
         if not bad:
-            log.info(
-                "sweep resume: %s: %d finished jobs skipped, %d resumed from last.ckpt, %d to run", sweep_dir, *counts
-            )
+            line = "sweep resume: %s: %d finished jobs skipped, %d resumed from last.ckpt, %d to run"
+            log.info(line, sweep_dir, *counts)
             return
         num, overrides, diff = bad[0]
         more = f" (and {len(bad) - 1} more jobs)" if len(bad) > 1 else ""
@@ -236,13 +208,9 @@ class ResumeSweep(Callback):
         refuse(line)
 
 
-class FreezeClaims(Callback):
-    """Freeze the declarations that read this sweep (``claims/*.yaml`` whose ``sweeps`` list the experiment's
-    name) into ``<sweep dir>/preregistration.json`` before its first job (:mod:`.preregister`): the report
-    says per claim whether what it decides was declared before the data. ``enabled=false`` skips it."""
-
-    def __init__(self, enabled: bool = True) -> None:
-        self.enabled = enabled
+class FreezeClaims(_Switch):
+    """Freeze the declarations that read this sweep into ``<sweep dir>/preregistration.json`` before its first
+    job (:mod:`.preregister`)."""
 
     @override
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -263,19 +231,13 @@ class FreezeClaims(Callback):
         sweep_dir = Path(str(config.hydra.sweep.dir))
         record = preregister.freeze(sweep_dir, declarations, n_jobs)
         for name in declarations:
-            frozen = record["claims"][name]
-            log.info(
-                "preregistration: %s frozen into %s (sha256 %s, %s jobs finished then)",
-                name,
-                sweep_dir / preregister.FILE,
-                frozen["sha256"][:12],
-                frozen["jobs_finished"],
-            )
+            sha, done = record["claims"][name]["sha256"][:12], record["claims"][name]["jobs_finished"]
+            line = "preregistration: %s frozen into %s (sha256 %s, %s jobs finished then)"
+            log.info(line, name, sweep_dir / preregister.FILE, sha, done)
 
 
 class SweepSummary(Callback):
-    """Write ``<sweep dir>/sweep_summary.json`` (:mod:`.sweep`); ``exit_on_failure``: exit 1 after it when a
-    job failed or no job produced an objective value."""
+    """Write ``<sweep dir>/sweep_summary.json`` (:func:`.sweep.write_sweep_summary`)."""
 
     def __init__(self, exit_on_failure: bool = True) -> None:
         self.exit_on_failure = exit_on_failure
@@ -302,10 +264,8 @@ class SweepSummary(Callback):
 
 
 class SlurmSweepCheck(Callback):
-    """Under ``hydra/launcher=slurm``: stop the sweep before anything is queued when SLURM would refuse its jobs
-    (one ``error:`` line, exit 2), and reduce submitit's repeated sacct warnings to one line. A dry run
-    (``sweep.dry_run=true``) ends here, after :class:`ValidateSweep` checked every job's config and SLURM
-    its request: one line per job, exit 0, nothing queued."""
+    """Under ``hydra/launcher=slurm``: refuse the sweep before anything is queued when SLURM would refuse its jobs,
+    quiet submitit's sacct warnings, and end a dry run here (one line per job, exit 0, nothing queued)."""
 
     @override
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -315,9 +275,7 @@ class SlurmSweepCheck(Callback):
         if not slurm.is_slurm_sweep(config):
             return
         slurm.quiet_sacct_warnings()
-        jobs = sweep_jobs(config)
-        problem = slurm.sweep_problem(config, jobs)
-        if problem is not None:
+        if (problem := slurm.sweep_problem(config, jobs := sweep_jobs(config))) is not None:
             refuse(f"error: {problem}", ConfigError(problem))
         if OmegaConf.select(config, "sweep.dry_run", default=False):
             for num, overrides in enumerate(jobs):

@@ -59,8 +59,7 @@ def sweep_resume_command(config: DictConfig) -> str:
 
 
 def _script() -> str:
-    """The script the user ran: ``sys.argv[0]``, or ``run.py`` inside a launcher's worker (submitit's
-    ``_submit.py``, an installed module) or outside a script."""
+    """The script the user ran: ``sys.argv[0]``, else (a launcher's worker, no script) ``run.py``."""
     argv0 = sys.argv[0] if sys.argv else ""
     if argv0.endswith(".py") and "site-packages" not in Path(argv0).parts:
         return argv0
@@ -68,9 +67,8 @@ def _script() -> str:
 
 
 def swept_keys(sweep_dir: str | Path | None) -> list[str]:
-    """Keys that vary across the jobs of the sweep in ``sweep_dir`` (empty for a single run), from its
-    ``multirun.yaml``: the swept command-line overrides and the keys of ``hydra.sweeper.params``. Read from
-    what the sweep asked for, since a running job cannot see its siblings' results."""
+    """Keys that vary across the jobs of the sweep in ``sweep_dir`` (empty for a single run), from the overrides
+    and ``hydra.sweeper.params`` in its ``multirun.yaml``."""
     if not sweep_dir:
         return []
     path = Path(sweep_dir) / "multirun.yaml"

@@ -1,33 +1,20 @@
-"""Pre-registration by construction: a claim's declaration is frozen into its sweep's folder when the sweep starts.
-
-When a ``-m`` sweep of ``experiment=claims/<name>`` (or any experiment a declaration lists under ``sweeps:``)
-starts, every declaration in ``claims/*.yaml`` that reads that sweep is written to
-``<sweep dir>/preregistration.json``::
-
-    {"format": 1, "claims": {"C13": {"file": "claims/C13.yaml", "sha256": "...", "parts_sha256": [...],
-                                     "declaration": {...}, "frozen_at": "2026-12-07T05:50:00+00:00",
-                                     "jobs_finished": 0, "n_jobs": 165}},
-     "observations": [{"claim": "C13", "sha256": "...", "parts_sha256": [...], "at": "...", "jobs_finished": 12}]}
-
-The first freeze is never overwritten: a resumed sweep whose declaration has changed since appends an
-observation (the new hash and how many jobs had finished when it was first seen), which the report reads as
-"changed after k of n jobs had finished". The hash is that of the declaration's canonical JSON (sorted keys), so
-reformatting the YAML does not change it; each part has its own hash, so the report names the parts that changed.
-A researcher's own hypotheses file is frozen the same way by the report the first time it decides a folder
-(:func:`freeze` with ``jobs_finished`` counted then).
-
-Imports neither torch nor Lightning (a Hydra callback runs it before the first job)."""
+"""Pre-registration by construction: when a ``-m`` sweep starts, every declaration in ``claims/*.yaml`` that reads
+it is frozen into ``<sweep dir>/preregistration.json`` (``{"format", "claims": {id: {file, sha256, parts_sha256,
+declaration, frozen_at, jobs_finished, n_jobs}}, "observations": [...]}``). The first freeze is never
+overwritten: a changed declaration (hash of its canonical JSON, and of each part) is appended as an observation
+with the jobs finished when first seen (docs/report.md, "Pre-registration"). Imports neither torch nor Lightning."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from .record import write_json
 
 FILE = "preregistration.json"
 REPO = Path(__file__).resolve().parents[2]
@@ -86,64 +73,50 @@ def read(sweep_dir: Path) -> dict:
 
 
 def write(sweep_dir: Path, data: dict) -> None:
-    """Write ``data`` as ``sweep_dir``'s record (atomically: a temporary file renamed over it)."""
-    _write(sweep_dir, data)
+    """Write ``data`` as ``sweep_dir``'s record, atomically."""
+    write_json(Path(sweep_dir) / FILE, data, indent=1)
 
 
-def _write(sweep_dir: Path, data: dict) -> None:
-    path = Path(sweep_dir) / FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{FILE}.{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    tmp.replace(path)
+def _frozen(file: str, body: dict, at: str, done: int | None, n_jobs: int | None) -> dict:
+    sha, parts = fingerprint(body)
+    fields = {"file": file, "sha256": sha, "parts_sha256": parts, "declaration": body, "frozen_at": at}
+    return {**fields, "jobs_finished": done, "n_jobs": n_jobs}
+
+
+def _observation(name: str, body: dict, at: str, done: int | None, n_jobs: int | None) -> dict:
+    sha, parts = fingerprint(body)
+    return {"claim": name, "sha256": sha, "parts_sha256": parts, "at": at, "jobs_finished": done, "n_jobs": n_jobs}
 
 
 def freeze(
     sweep_dir: Path, declarations: dict[str, tuple[str, dict]], n_jobs: int | None, jobs_finished: int | None = None
 ) -> dict:
-    """Freeze each of ``declarations`` (``{id: (file, body)}``) into ``sweep_dir``'s record, or, when it was
-    frozen before with another hash, record the first sighting of the new one; returns the record.
-    ``jobs_finished``: counted in ``sweep_dir`` when None."""
+    """Freeze each of ``declarations`` (``{id: (file, body)}``) into ``sweep_dir``'s record, or record the first
+    sighting of a changed one; returns the record. ``jobs_finished``: counted in ``sweep_dir`` when None."""
     data = read(sweep_dir)
     done = finished_jobs(sweep_dir) if jobs_finished is None else jobs_finished
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     changed = False
     for name, (file, body) in declarations.items():
-        sha, parts = fingerprint(body)
-        frozen = data["claims"].get(name)
-        if frozen is None:
-            data["claims"][name] = {
-                "file": file,
-                "sha256": sha,
-                "parts_sha256": parts,
-                "declaration": body,
-                "frozen_at": now,
-                "jobs_finished": done,
-                "n_jobs": n_jobs,
-            }
+        if (frozen := data["claims"].get(name)) is None:
+            data["claims"][name] = _frozen(file, body, now, done, n_jobs)
             changed = True
             continue
         seen = {frozen["sha256"]} | {o["sha256"] for o in data["observations"] if o.get("claim") == name}
-        if sha not in seen:
-            seen_now = {"claim": name, "sha256": sha, "parts_sha256": parts, "at": now}
-            data["observations"].append({**seen_now, "jobs_finished": done, "n_jobs": n_jobs})
+        if (sighting := _observation(name, body, now, done, n_jobs))["sha256"] not in seen:
+            data["observations"].append(sighting)
             changed = True
     if changed:
-        _write(sweep_dir, data)
+        write(sweep_dir, data)
     return data
 
 
 def status(record: dict, name: str, body: dict, sweep_dir: Path | None = None) -> dict:
     """The pre-registration status of claim ``name`` decided with declaration ``body`` against ``record``
-    (:func:`read`): ``{"status", "frozen_sha256", "changed_parts", "jobs_finished", "n_jobs"}``.
-
-    ``status`` is ``declared before the data`` (the same hash, frozen before any job finished),
-    ``frozen after k of n jobs had finished`` (the same hash, frozen late), ``changed after the data`` (another
-    hash; ``jobs_finished`` is how many jobs had finished when it was first seen, counted in ``sweep_dir`` now
-    when no sweep start saw it), or ``not frozen`` (no record: the sweep ran before freezing existed).
-    ``changed_parts``: 1-based numbers of the decided parts whose hash the frozen declaration lacks;
-    ``changed_parts_jobs_finished``: for each of them (by its number as text), the jobs finished when its
-    present text was first seen."""
+    (:func:`read`): ``{"status", "frozen_sha256", "changed_parts", "jobs_finished", "n_jobs"}`` (the statuses:
+    docs/report.md, "Pre-registration"); ``changed_parts``: 1-based numbers of the parts whose hash the frozen
+    declaration lacks, ``changed_parts_jobs_finished``: the jobs finished when each was first seen (counted in
+    ``sweep_dir`` now when no sweep start saw it)."""
     frozen = record.get("claims", {}).get(name)
     sha, parts = fingerprint(body)
     if frozen is None:
@@ -151,14 +124,8 @@ def status(record: dict, name: str, body: dict, sweep_dir: Path | None = None) -
     out = {"frozen_sha256": frozen["sha256"], "n_jobs": frozen.get("n_jobs")}
     if sha == frozen["sha256"]:
         k = frozen.get("jobs_finished")
-        n = frozen.get("n_jobs")
-        label = (
-            "frozen at the sweep's start (jobs finished then: not recorded)"
-            if k is None
-            else "declared before the data"
-            if k == 0
-            else f"frozen after {k} of {n} jobs had finished"
-        )
+        label = f"frozen after {k} of {frozen.get('n_jobs')} jobs had finished" if k else "declared before the data"
+        label = "frozen at the sweep's start (jobs finished then: not recorded)" if k is None else label
         return {**out, "status": label, "changed_parts": [], "jobs_finished": k}
     seen = [o for o in record.get("observations", []) if o.get("claim") == name and o.get("sha256") == sha]
     k = seen[0]["jobs_finished"] if seen else (finished_jobs(sweep_dir) if sweep_dir is not None else None)
@@ -169,48 +136,22 @@ def status(record: dict, name: str, body: dict, sweep_dir: Path | None = None) -
     for i in changed:  # jobs finished when this part's present text was first seen
         hits = [o for o in obs if parts[i - 1] in (o.get("parts_sha256") or [])]
         first_seen[str(i)] = hits[0].get("jobs_finished") if hits else k
-    return {
-        **out,
-        "status": "changed after the data",
-        "changed_parts": changed,
-        "jobs_finished": k,
-        "changed_parts_jobs_finished": first_seen,
-    }
+    out.update(status="changed after the data", changed_parts=changed, jobs_finished=k)
+    return {**out, "changed_parts_jobs_finished": first_seen}
 
 
-def derive(
-    sweep_dir: Path,
-    name: str,
-    versions: list[tuple[str, dict, int | None]],
-    n_jobs: int,
-    note: str,
-) -> dict:
-    """A record for a sweep that ran before freezing existed, derived from the history of the declaration:
-    ``versions`` are ``(commit, declaration, jobs finished when it was committed)`` in commit order (the
-    first is taken as frozen; ``None``: not recorded), ``note`` says how the counts were read. Written to
-    ``sweep_dir`` (a report folder) with ``derived: note`` beside the claim; returns the record."""
+def derive(sweep_dir: Path, name: str, versions: list[tuple[str, dict, int | None]], n_jobs: int, note: str) -> dict:
+    """A record for a sweep that ran before freezing existed, from ``versions`` of the declaration (``(commit,
+    body, jobs finished then)`` in commit order, the first taken as frozen), written to ``sweep_dir`` with
+    ``derived: note``; returns the record."""
     data = read(sweep_dir)
     commit, body, done = versions[0]
-    sha, parts = fingerprint(body)
-    data["claims"][name] = {
-        "file": f"claims/{name}.yaml@{commit}",
-        "sha256": sha,
-        "parts_sha256": parts,
-        "declaration": body,
-        "frozen_at": commit,
-        "jobs_finished": done,
-        "n_jobs": n_jobs,
-        "derived": note,
-    }
+    data["claims"][name] = {**_frozen(f"claims/{name}.yaml@{commit}", body, commit, done, n_jobs), "derived": note}
     data["observations"] = [o for o in data["observations"] if o.get("claim") != name]
-    seen = {sha}
+    seen = {data["claims"][name]["sha256"]}
     for commit, body, done in versions[1:]:
-        sha, parts = fingerprint(body)
-        if sha in seen:
-            continue
-        seen.add(sha)
-        data["observations"].append(
-            {"claim": name, "sha256": sha, "parts_sha256": parts, "at": commit, "jobs_finished": done, "n_jobs": n_jobs}
-        )
-    _write(sweep_dir, data)
+        if (sighting := _observation(name, body, commit, done, n_jobs))["sha256"] not in seen:
+            seen.add(sighting["sha256"])
+            data["observations"].append(sighting)
+    write(sweep_dir, data)
     return data

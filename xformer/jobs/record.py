@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
@@ -89,6 +90,14 @@ def read_record(job_dir: str | Path) -> RunRecord | None:
         return RunRecord.read(Path(job_dir) / FILE)
     except (OSError, ValueError):
         return None
+
+
+def write_json(path: Path, data: Any, indent: int | None = None) -> None:
+    """``data`` as JSON in ``path`` (values JSON cannot hold as text), atomically: a temporary file renamed over it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=indent, default=str))
+    tmp.replace(path)
 
 
 def finite_or_none(value: Any) -> float | None:

@@ -1,10 +1,8 @@
-"""Exact resume. **The guarantee:** a training job restarted in its own folder from any of its checkpoints
-trains the same batches in the same order, with the same epochs, dropout, learning rate and ``tokens_seen``, and
-validates after the same optimizer steps as the uninterrupted run (docs/troubleshooting.md, "Resuming a killed
-run"). Here: the dropout RNG (:class:`StepSeed`), the validation schedule (:class:`OptimizerStepIntervals`), a
-moved folder's best checkpoint (:func:`reroot`), the CSV log (:class:`ResumableCSVLogger`); elsewhere: the data
-position (:class:`xformer.data.loader.EpochStream`: Lightning runs the data epochs as one endless epoch, so
-no checkpoint holds an epoch boundary of its loop)."""
+"""Exact resume. **The guarantee:** a training job restarted in its own folder from any of its checkpoints trains
+the same batches, dropout, learning rate and ``tokens_seen`` and validates after the same optimizer steps as the
+uninterrupted run (docs/troubleshooting.md, "Resuming a killed run"). Here: the dropout RNG (:class:`StepSeed`), the
+validation schedule (:class:`OptimizerStepIntervals`), a moved folder's best checkpoint (:func:`reroot`), the CSV
+log (:class:`ResumableCSVLogger`); the data position: :class:`xformer.data.loader.EpochStream`."""
 
 from __future__ import annotations
 
@@ -19,6 +17,7 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from typing_extensions import override
 
 from xformer import lightning_compat as compat
@@ -38,11 +37,9 @@ def _rerooted(path: Any, old: str, new: str) -> Any:
 
 
 def reroot(trainer: L.Trainer, callback: Any, checkpoint: dict) -> None:
-    """Keep a moved job folder's best checkpoint, best score and top-k record when it resumes: ``ModelCheckpoint``
-    stores absolute paths and drops its best score and top-k record when its folder differs from the stored one
-    (Lightning#15705). When the loaded checkpoint lies in ``callback``'s folder, its stored paths in
-    ``checkpoint`` are re-rooted to that folder (called from ``on_load_checkpoint``, before Lightning loads the
-    callback's state); a checkpoint of another folder is left as it is."""
+    """Re-root ``callback``'s stored paths in ``checkpoint`` to its folder when the loaded checkpoint lies there
+    (from ``on_load_checkpoint``): ``ModelCheckpoint`` drops its best score and top-k record when its folder
+    differs from the stored one (Lightning#15705)."""
     loaded, states = trainer.ckpt_path, checkpoint.get("callbacks") or {}
     dirpath = getattr(callback, "dirpath", None)
     if not loaded or not isinstance(states, dict) or not dirpath:
@@ -74,8 +71,6 @@ class ResumableCSVLogger(CSVLogger):
 
     @property
     def experiment(self):
-        from lightning.pytorch.utilities.rank_zero import rank_zero_only
-
         if logger_started(self) or self._keep_before is None or getattr(rank_zero_only, "rank", 0):
             return super().experiment
         path = Path(self.log_dir) / "metrics.csv"
@@ -103,8 +98,6 @@ class ResumableCSVLogger(CSVLogger):
     def forget_validation(self, step: int) -> None:
         """Remove the ``val/*`` rows of the validation after optimizer ``step`` (labelled ``step - 1``) from
         ``metrics.csv``."""
-        from lightning.pytorch.utilities.rank_zero import rank_zero_only
-
         if getattr(rank_zero_only, "rank", 0):
             return
         writer = self.experiment
@@ -131,11 +124,6 @@ def budget_reached(trainer: L.Trainer) -> bool:
     return trainer.max_steps is not None and trainer.max_steps != -1 and trainer.global_step >= trainer.max_steps
 
 
-def _may_stop_early(trainer: L.Trainer) -> bool:
-    """True when the fit loop honours ``trainer.should_stop`` now (``min_steps`` met)."""
-    return not trainer.fit_loop.min_steps or trainer.global_step >= trainer.fit_loop.min_steps
-
-
 _UNRECORDED = object()  # a checkpoint whose OptimizerStepIntervals state holds no unscheduled step
 
 
@@ -148,9 +136,7 @@ class StepSeed(L.Callback):
         self.seed = int(seed)
 
     @override
-    def on_train_batch_start(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
-    ) -> None:
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module, batch, batch_idx: int) -> None:
         epoch, index = data_index(trainer, batch_idx)
         state = np.random.SeedSequence([self.seed, epoch, index, trainer.global_rank])
         s = int(state.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
@@ -165,30 +151,18 @@ class StepSeed(L.Callback):
 
 class OptimizerStepIntervals(StepSeed):
     """xformer's one callback of the step count: the dropout seed (:class:`StepSeed`), the job's wall clock
-    (:meth:`elapsed`) and the validation schedule as a function of the optimizer step (Lightning counts batches,
-    which differ under gradient accumulation). Every validation, and so every checkpoint written by one, falls at
-    the end of an optimizer step.
-
-    ``val_check_interval``: an integer counts ``global_step`` (an epoch's fraction or count is converted to
-    one by :func:`xformer.jobs.steps.steps_from_epochs`); a time is Lightning's decision, taken at the first
-    optimizer step's end once it is due. After the last step (``max_steps``) the run validates, so the
-    objective and best checkpoint always exist, and stops.
-
-    At a restart Lightning asks once whether the checkpoint's own step was due for validation; each
-    checkpoint records whether it was written inside one (:meth:`state_dict`), which is the right answer.
-    A validation the schedule did not ask for (after the budget's last step, or once more at a stop that
-    early stopping or ``max_time`` requested) is recorded by its step in each checkpoint; a run resumed
-    from that step with a larger budget takes it back (:meth:`on_train_start`).
+    (:meth:`elapsed`) and the validation schedule in optimizer steps (Lightning counts batches), so every
+    validation falls at a step's end; after the last step (``max_steps``) the run validates once more. Each
+    checkpoint records whether it was written inside a validation (Lightning's restart question) and the step of a
+    validation the schedule did not ask for, which a resume with a larger budget takes back.
 
     Args:
-        val_check_interval: the trainer's ``val_check_interval`` in optimizer steps (None: a time).
-        dense_every, dense_until: also validate every ``dense_every`` optimizer steps up to step ``dense_until``
-            (``val_dense`` in the config), so that an outcome such as the steps to reach a level is measured,
-            not bounded by the first regular validation; None or 0: no extra validations.
+        val_check_interval: the interval in optimizer steps (:func:`xformer.jobs.steps.steps_from_epochs`); None:
+            a time, Lightning's decision at the first step's end once due.
+        dense_every, dense_until: ``val_dense``: also validate every ``dense_every`` steps up to ``dense_until``.
         seed: the dropout seed (:class:`StepSeed`).
-        start: when the job's clock started (``time.time()``; default: now). :meth:`elapsed` (``metrics.json``'s
-            ``wall_time_s``) counts this run's seconds since then plus, when ``fit`` resumes a checkpoint, the
-            seconds that checkpoint had counted (the time between a stop and the resume is not counted)."""
+        start: the job's clock (``time.time()``; default: now); :meth:`elapsed` (``wall_time_s``) adds the seconds
+            the resumed checkpoint had counted."""
 
     def __init__(
         self,
@@ -213,9 +187,6 @@ class OptimizerStepIntervals(StepSeed):
         self._restored_unscheduled: int | None | object = _UNRECORDED
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"in_validation", "unscheduled_step", "elapsed_s"}``: whether the checkpoint is written inside a
-        validation of ``fit``, the step of the last validation the schedule did not ask for (None: none yet), and
-        the job's :meth:`elapsed` seconds."""
         in_validation = bool(self._current is not None and self._current.validating)
         return {"in_validation": in_validation, "unscheduled_step": self._unscheduled_step, "elapsed_s": self.elapsed()}
 
@@ -254,7 +225,8 @@ class OptimizerStepIntervals(StepSeed):
                     return True
             elif stepped and self.scheduled(trainer):
                 return True
-            stopping = self.val_check_interval is not None and trainer.should_stop and _may_stop_early(trainer)
+            stopping = self.val_check_interval is not None and trainer.should_stop
+            stopping = stopping and trainer.global_step >= (trainer.fit_loop.min_steps or 0)  # honoured once met
             if (stepped and budget_reached(trainer)) or stopping:  # early stopping or max_time: one more
                 self._unscheduled_step = trainer.global_step
                 return True
@@ -270,8 +242,7 @@ class OptimizerStepIntervals(StepSeed):
 
     @override
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """A larger budget resumed from a step validated only because the old run ended there: take that
-        validation back from the loggers and callbacks that keep one (``forget_validation``)."""
+        """Take back (``forget_validation``) a validation the resumed step had only because the old run ended there."""
         step, restored = trainer.global_step, self._restored_unscheduled
         if step == 0 or budget_reached(trainer):
             return
@@ -287,8 +258,6 @@ class OptimizerStepIntervals(StepSeed):
                 keeper.forget_validation(step)
 
     @override
-    def on_train_batch_start(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
-    ) -> None:
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module, batch, batch_idx: int) -> None:
         super().on_train_batch_start(trainer, pl_module, batch, batch_idx)
         self._trained, self._step_before_batch = True, trainer.global_step

@@ -1,30 +1,21 @@
-"""Running under SLURM: a job stopped by its requeue signal saves at the step boundary, requeues itself by
-the engine's own means, and, requeued, continues from its own ``last.ckpt`` (which checkpoint:
-:func:`xformer.jobs.checkpoints.requeued_checkpoint`; the signal: :class:`xformer.jobs.callbacks.StopCheckpoint`).
-Before a ``hydra/launcher=slurm`` sweep queues anything, a request SLURM would refuse is one ``error:`` line."""
+"""Running under SLURM (docs/scaling.md, "SLURM"): the requeue signal and requeueing (the stop itself:
+:class:`xformer.jobs.callbacks.StopCheckpoint`), and, before a ``hydra/launcher=slurm`` sweep queues anything, a
+request SLURM would refuse as one ``error:`` line."""
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import subprocess
 from pathlib import Path
 from typing import Any
 
-log = logging.getLogger("xformer")
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf
 
-__all__ = [
-    "global_rank",
-    "is_slurm_sweep",
-    "missing_programs",
-    "quiet_sacct_warnings",
-    "sbatch_request",
-    "sweep_problem",
-    "lightning_requeue_signal",
-    "requeue",
-    "submitit_signal",
-]
+log = logging.getLogger("xformer")
 
 
 def submitit_signal() -> int | None:
@@ -86,8 +77,6 @@ REQUEUED = (
 
 def _resume_command() -> str:
     """The command that resumes this job by hand (the sweep's, for a sweep job)."""
-    from hydra.core.hydra_config import HydraConfig
-
     from .overrides import resume_command
 
     try:
@@ -103,16 +92,11 @@ SIZE_KEYS = ("trainer.devices", "trainer.num_nodes", "trainer")
 
 def is_slurm_sweep(config: Any) -> bool:
     """Whether multirun ``config`` launches its jobs with hydra-submitit's SLURM launcher."""
-    from omegaconf import OmegaConf
-
     return str(OmegaConf.select(config, "hydra.launcher._target_", default="")).endswith(".SlurmLauncher")
 
 
 def missing_programs() -> str | None:
-    """The line saying which of SLURM's ``sbatch`` (submits) and ``srun`` (submitit starts each job with it) are
-    not on PATH, or ``None`` when both are."""
-    import shutil
-
+    """The line saying which of ``sbatch`` and ``srun`` (submitit needs both) are not on PATH, else ``None``."""
     missing = [cmd for cmd in ("sbatch", "srun") if shutil.which(cmd) is None]
     if not missing:
         return None
@@ -143,13 +127,8 @@ def sbatch_request(launcher: dict) -> list[str]:
 
 
 def sweep_problem(config: Any, jobs: list[list[str]]) -> str | None:
-    """Why SLURM would not run the jobs (``jobs``: each job's overrides) of sweep ``config``, as one line, or
-    ``None``: a swept :data:`SIZE_KEYS` key, or ``sbatch --test-only``'s refusal (queues nothing; skipped
-    without ``sbatch`` on PATH)."""
-    import shutil
-
-    from omegaconf import OmegaConf
-
+    """Why SLURM would not run the jobs (each job's overrides) of sweep ``config``, as one line, or ``None``: a
+    swept :data:`SIZE_KEYS` key, or ``sbatch --test-only``'s refusal (skipped without ``sbatch``)."""
     for key in SIZE_KEYS:
         values = sorted({o.split("=", 1)[1] for job in jobs for o in job if o.split("=", 1)[0] == key})
         if len(values) > 1:
@@ -195,8 +174,7 @@ def sweep_problem(config: Any, jobs: list[list[str]]) -> str | None:
 
 
 def partition_nodes(partition: str | None) -> tuple[str, int] | None:
-    """``(name, node count)`` of ``partition`` (None: the cluster's default one) as ``sinfo`` reports it, or None
-    when ``sinfo`` does not answer or knows no such partition."""
+    """``(name, node count)`` of ``partition`` (None: the default one) from ``sinfo``, or None when unknown."""
     try:
         res = subprocess.run(["sinfo", "-h", "-o", "%P %D"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):

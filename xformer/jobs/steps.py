@@ -1,9 +1,5 @@
-"""Epoch keys converted to optimizer steps, once, when the data is known (the unit of a run: docs/scaling.md,
-"Steps are the unit"). xformer trains by optimizer steps over the data's epochs served back to back
-(:class:`~xformer.data.loader.EpochStream`): the budget, the validation interval and every stop count steps,
-and the data's epoch is a data-side count (logged, shown in the bar, seeding the shuffle). An epoch key a user
-sets is rewritten here into the step keys it means, with one console line each, or refused in one line; the
-trainer is then built from the rewritten config as it stands."""
+"""Epoch keys converted to optimizer steps, once, when the data is known, with one console line each or refused
+in one line (docs/scaling.md, "Steps are the unit")."""
 
 from __future__ import annotations
 
@@ -36,21 +32,11 @@ def batches_taken(n: int, limit: int | float | None) -> int:
 
 
 def steps_from_epochs(cfg: DictConfig, dm, world_size: int = 1) -> DictConfig:
-    """``cfg`` with its epoch keys rewritten in optimizer steps of the training data ``dm`` (set up), each
-    rewrite logged in one line, e.g. ``trainer.max_epochs=3 -> trainer.max_steps=9 (3 optimizer steps an
-    epoch)``:
-
-    - ``trainer.max_epochs=E`` -> ``trainer.max_steps`` = E epochs of steps (or the smaller ``max_steps``
-      given), ``max_epochs=-1``;
-    - ``trainer.limit_train_batches`` -> the data's epochs are that many batches (``data_epoch_batches``);
-    - ``trainer.val_check_interval`` as a fraction, or with ``check_val_every_n_epoch=N`` -> an interval in
-      steps, when it is one (N epochs, or a fraction of an epoch that divides it);
-    - ``trainer.limit_val_batches`` as a fraction -> that fraction of the validation examples, evenly spread
-      over their lengths (:meth:`~xformer.data.base.XformerDataModule.limit_val_examples`).
-
-    Steps an epoch: ``ceil(batches / accumulate_grad_batches)`` (an epoch ends with a whole optimizer step),
-    with the batches one of ``world_size`` ranks takes. Raises: ConfigError for an epoch key with no step
-    equivalent (an interval counted inside epochs that does not divide one)."""
+    """``cfg`` with its epoch keys (``max_epochs``, ``limit_train_batches``, ``val_check_interval`` as a fraction,
+    ``check_val_every_n_epoch``, ``limit_val_batches`` as a fraction) rewritten for the training data ``dm`` (set
+    up), each rewrite logged in one line (the table: docs/scaling.md, "Steps are the unit"). Steps an epoch:
+    ``ceil(batches / accumulate_grad_batches)`` of one of ``world_size`` ranks' batches. Raises: ConfigError for
+    an epoch key with no step equivalent."""
     t = cfg.trainer
     keys = ("max_epochs", "limit_train_batches", "val_check_interval", "check_val_every_n_epoch", "limit_val_batches")
     given = {k: t.get(k) for k in keys}
@@ -103,8 +89,7 @@ def steps_from_epochs(cfg: DictConfig, dm, world_size: int = 1) -> DictConfig:
 
 
 def _interval(interval, every: int | None, steps: int) -> int:
-    """The validation interval in optimizer steps for ``val_check_interval`` (an int counting steps inside an
-    epoch when ``every`` is set, else across epochs; a fraction of an epoch) and ``check_val_every_n_epoch``
+    """The validation interval in optimizer steps for ``val_check_interval`` and ``check_val_every_n_epoch``
     ``every``, with ``steps`` optimizer steps an epoch. Raises: ConfigError when that is no fixed interval."""
     if not _number(interval):  # a time
         raise ConfigError(

@@ -1,25 +1,28 @@
-"""Sweep-level behaviour of ``run.py -m``: every job's config is checked before the first job starts
-(:func:`check_sweep`, run by :class:`~.hydra_callbacks.ValidateSweep`: a refused sweep leaves no folder and
-trains nothing); each job records itself in ``<sweep dir>/.xformer/jobs/<num>.json`` when it ends,
-:class:`~.hydra_callbacks.SweepSummary` writes and prints ``sweep_summary.json`` at the end, and a job stopped
-by Ctrl-C or SIGTERM ends the sweep with the command that continues it."""
+"""Sweep-level behaviour of ``run.py -m`` (docs/scaling.md): every job's config checked before the first starts
+(:func:`check_sweep`), each job's entry in ``<sweep dir>/.xformer/jobs/<num>.json``, ``sweep_summary.json`` at
+the end, and a sweep stopped by Ctrl-C or SIGTERM ended with the command that continues it."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from xformer.config.checkpoint import runtime_keys
+from xformer.config.overrides import key_of, override_values
+from xformer.errors import ConfigError
 
+from .distributed import env_rank
 from .overrides import sweep_resume_command
-from .record import RunRecord, Status, finite_or_none
+from .record import RunRecord, Status, finite_or_none, write_json
 from .sweep_resume import config_diff
 
 if TYPE_CHECKING:
@@ -32,23 +35,18 @@ SUMMARY_FILE = "sweep_summary.json"
 
 
 def record_job(cfg: DictConfig, ctx: JobContext, end: Outcome, record: RunRecord | None) -> None:
-    """Write the sweep's entry for the job that just ended (rank 0): status and error from its run record when
-    it trained, else from ``end``."""
-    from .distributed import env_rank
-
+    """Write the sweep's entry for the job that just ended (rank 0), from its run record when it trained."""
     if env_rank() != 0:  # submitit/srun with several tasks per job: rank 0 reports
         return
     status = record.status if record is not None else end.status
     error = record.error if record is not None else (end.message if end.error is not None else None)
     value = record.objective.get("value") if record is not None else None
+    value = value if value is None or finite_or_none(value) is not None else str(value)  # NaN as text
     rec: dict[str, Any] = {
         "num": ctx.num,
         "overrides": list(ctx.overrides),
         "status": str(status),
-        "objective": {
-            "metric": OmegaConf.select(cfg, "objective.metric"),
-            "value": value if value is None or finite_or_none(value) is not None else str(value),
-        },
+        "objective": {"metric": OmegaConf.select(cfg, "objective.metric"), "value": value},
         "output_dir": str(ctx.out_dir),
         "error": error,
     }
@@ -56,36 +54,26 @@ def record_job(cfg: DictConfig, ctx: JobContext, end: Outcome, record: RunRecord
         rec["resume"] = ctx.plan.decision
     if record is not None and (wandb := record.job.get("wandb")):
         rec["wandb"] = {k: wandb.get(k) for k in ("id", "name", "group")}
-    jobs = ctx.sweep_dir / JOBS_DIR
-    jobs.mkdir(parents=True, exist_ok=True)
-    tmp = jobs / f".{ctx.num}.json.{os.getpid()}"
-    tmp.write_text(json.dumps(rec, indent=2, default=str))
-    tmp.replace(jobs / f"{ctx.num}.json")
+    write_json(ctx.sweep_dir / JOBS_DIR / f"{ctx.num}.json", rec, indent=2)
 
 
 def stop_sweep(cfg: DictConfig, ctx: JobContext, end: Outcome) -> None:
     """End the sweep after a job stopped by Ctrl-C or SIGTERM (Hydra's ``on_multirun_end`` does not run): write
-    ``sweep_summary.json`` for what ran and log the command that continues the sweep. A job stopped by SLURM's
-    requeue signal ends nothing: SLURM requeues it and it resumes by itself (:func:`xformer.jobs.slurm.requeue`
-    logs that), so this says nothing."""
-    from hydra.core.hydra_config import HydraConfig
-
+    ``sweep_summary.json`` and log the command that continues it; SLURM's requeue signal ends nothing."""
     if getattr(end.error, "stop_signal", None) not in (None, "SIGTERM", "SIGINT"):  # SLURM's requeue signal
         return
-    code = end.exit_code
-
     try:
         write_sweep_summary(ctx.sweep_dir, cfg, HydraConfig.get().sweeper, exit_on_failure=False)
     except Exception as err:  # never let the summary keep the sweep from stopping
         log.warning("could not write the sweep summary: %s", err)
     command = sweep_resume_command(HydraConfig.instance().cfg)
-    log.warning("sweep stopped (exit %d); resume the whole sweep with: %s", code, command)
+    log.warning("sweep stopped (exit %d); resume the whole sweep with: %s", end.exit_code, command)
 
 
 def write_sweep_summary(sweep_dir: Path, cfg: DictConfig, sweeper: Any, exit_on_failure: bool = True) -> None:
     """Write ``<sweep_dir>/sweep_summary.json`` from the job records and print it; exit 1 (``exit_on_failure``)
-    when a job failed (a diverged job is an outcome, not a failure) or, outside a dry run, no job that ended
-    (not stopped by a signal) produced an objective value. ``sweeper`` (``hydra.sweeper``) names an Optuna study."""
+    when a job failed or, outside a dry run, no job that ended produced an objective value (docs/scaling.md,
+    "Failing jobs and the sweep summary"). ``sweeper``: ``hydra.sweeper``, which may name an Optuna study."""
     jobs = []
     for f in sorted((sweep_dir / JOBS_DIR).glob("*.json"), key=lambda p: int(p.stem)):
         try:
@@ -105,17 +93,11 @@ def write_sweep_summary(sweep_dir: Path, cfg: DictConfig, sweeper: Any, exit_on_
         "n_failed": len(failed),
         "n_diverged": len(diverged),
         "n_with_objective": len(valued),
-        "objective": {
-            "metric": OmegaConf.select(cfg, "objective.metric"),
-            "mode": OmegaConf.select(cfg, "objective.mode"),
-        },
+        "objective": {k: OmegaConf.select(cfg, f"objective.{k}") for k in ("metric", "mode")},
         "jobs": jobs,
     }
     if sweeper is not None and "storage" in sweeper:
-        summary["optuna"] = {
-            "study_name": sweeper.get("study_name"),
-            "storage": None if dry else sweeper.get("storage"),
-        }
+        summary["optuna"] = {"study_name": sweeper.get("study_name"), "storage": None if dry else sweeper["storage"]}
     if no_value:
         summary["error"] = (
             f"no job produced a value of {summary['objective']['metric']}: every job failed "
@@ -132,15 +114,12 @@ def format_summary(summary: dict) -> str:
     """The summary as a text table (one line per job)."""
     metric = summary["objective"]["metric"]
     diverged = f", {summary['n_diverged']} diverged" if summary.get("n_diverged") else ""
-    head = (
-        f"sweep summary: {summary['n_jobs']} jobs, {summary['n_failed']} failed{diverged} -> "
-        f"{Path(summary['sweep_dir']) / SUMMARY_FILE}"
-    )
+    path = Path(summary["sweep_dir"]) / SUMMARY_FILE
     common = set.intersection(*(set(j["overrides"]) for j in summary["jobs"])) if len(summary["jobs"]) > 1 else set()
-    lines = [
-        head,
-        f"  {'#':>3}  {'status':<9}  {metric:>12}  overrides" + (" (beyond the shared ones)" if common else ""),
-    ]
+    lines = [f"sweep summary: {summary['n_jobs']} jobs, {summary['n_failed']} failed{diverged} -> {path}"]
+    lines.append(
+        f"  {'#':>3}  {'status':<9}  {metric:>12}  overrides" + (" (beyond the shared ones)" if common else "")
+    )
     for j in summary["jobs"]:
         value = j["objective"]["value"]
         shown = f"{value:.4g}" if isinstance(value, (int, float)) else ("-" if value is None else str(value))
@@ -154,19 +133,9 @@ def format_summary(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def _interval_ends(sweep: Any) -> list[str]:
-    ends = [sweep.start, sweep.end]
-    if all(isinstance(v, int) for v in ends):
-        return [str(v) for v in ends]
-    return [repr(float(v)) for v in ends]
-
-
 def sweep_jobs(config: DictConfig) -> list[list[str]]:
-    """The overrides of every job of multirun ``config`` in Hydra's ``BasicSweeper`` order (``hydra.sweeper.params``
-    first, then the command line, the cartesian product), so job numbers match; an ``interval(a, b)`` gives
-    both ends."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
+    """The overrides of every job of multirun ``config`` in Hydra's ``BasicSweeper`` order, so job numbers match;
+    an ``interval(a, b)`` gives both ends."""
     params = OmegaConf.select(config, "hydra.sweeper.params") or {}
     lines = [f"{k}={v}" for k, v in params.items()] if isinstance(params, DictConfig) else []
     lines += list(config.hydra.overrides.task)
@@ -179,7 +148,8 @@ def sweep_jobs(config: DictConfig) -> list[list[str]]:
         if ov.is_discrete_sweep():
             values = list(ov.sweep_string_iterator())
         elif ov.is_interval_sweep():
-            values = _interval_ends(ov.value())
+            ends = [ov.value().start, ov.value().end]
+            values = [str(v) if all(isinstance(e, int) for e in ends) else repr(float(v)) for v in ends]
         else:
             values = [ov.get_value_element_as_str()]
         per_key[key] = [f"{key}={v}" for v in values]  # a later override of a key replaces it in place
@@ -196,11 +166,8 @@ def _swept(jobs: list[list[str]]) -> list[list[str]]:
 
 def check_sweep(config: DictConfig) -> tuple[int, list[tuple[int, list[str], BaseException]]]:
     """Compose and check every job; return ``(number of jobs, [(job number, swept overrides, error)])``."""
-    from hydra.core.global_hydra import GlobalHydra
-
     from xformer.config.check import check_config
     from xformer.data.errors import DataError
-    from xformer.model import ConfigError
 
     loader = GlobalHydra.instance().config_loader()
     jobs = sweep_jobs(config)
@@ -222,8 +189,6 @@ def check_sweep(config: DictConfig) -> tuple[int, list[tuple[int, list[str], Bas
 def sweep_mismatches(config: DictConfig, recorded: dict) -> tuple[int, list] | None:
     """``(number of jobs, [(num, overrides, diff)])`` for the jobs whose folder records another config, or None
     when the sweeper's jobs cannot be listed in advance (Optuna: each job checks itself)."""
-    from hydra.core.global_hydra import GlobalHydra
-
     sweeper = str(OmegaConf.select(config, "hydra.sweeper._target_", default=""))
     if "BasicSweeper" not in sweeper:
         return None
@@ -268,13 +233,10 @@ def _int(value: Any) -> int | None:
 
 
 def report_needs(config: DictConfig) -> str | None:
-    """One line saying what ``xformer report`` needs to decide the comparisons of multirun ``config``
-    (:mod:`xformer.verdict_needs`: seeds per setting, second-half validations) when its jobs have fewer, with the
-    overrides that give them; ``None`` when they have enough, when the sweep compares no settings (one setting,
-    ``mode=eval``) or its jobs cannot be listed up front (Optuna). Validations are counted where
-    ``trainer.max_steps`` and ``trainer.val_check_interval`` are step counts."""
+    """One line saying what ``xformer report`` needs to decide multirun ``config`` (:mod:`xformer.verdict_needs`)
+    when its jobs have fewer seeds or second-half validations, with the overrides that give them; ``None`` when
+    they have enough, compare no settings, or cannot be listed up front (Optuna)."""
     from xformer import verdict_needs as need
-    from xformer.config.overrides import key_of, override_values
 
     if "BasicSweeper" not in str(OmegaConf.select(config, "hydra.sweeper._target_", default="")):
         return None

@@ -1,7 +1,5 @@
-"""Resumable ``-m`` sweeps: the same command run again into the same ``hydra.sweep.dir`` continues the sweep
-(docs/scaling.md, "Resuming a sweep"). :func:`plan_job` decides per job folder: ``skip`` (finished),
-``resume`` (holds ``last.ckpt``), ``run``, or refuse (a job :func:`ran` there with another config).
-Job numbers are grid positions, so a changed grid is refused as a changed config."""
+"""Resumable ``-m`` sweeps (docs/scaling.md, "Resuming a sweep"): :func:`plan_job` decides per job folder to
+``skip``, ``resume``, ``run`` or ``refuse`` (a job :func:`ran` there with another config)."""
 
 from __future__ import annotations
 
@@ -23,8 +21,7 @@ RECORDED_FILE = ".xformer/recorded_configs.json"
 
 @dataclass
 class Plan:
-    """What a sweep job does (``skip``, ``resume``, ``run`` or ``refuse`` with ``reason``); ``checkpoint``: the
-    ``last.ckpt`` a resumed job continues from."""
+    """What a sweep job does (``refuse`` with ``reason``; ``checkpoint``: the ``last.ckpt`` a resume continues)."""
 
     action: str
     checkpoint: Path | None = None
@@ -64,14 +61,12 @@ def describe_diff(diff: list[tuple[str, Any, Any]], limit: int = 3) -> str:
 
 
 def ran(job_dir: Path) -> bool:
-    """A job trained in ``job_dir``: it holds ``metrics.json`` or a checkpoint (a job refused before training
-    leaves only ``.hydra/`` and ``run.log``)."""
+    """A job trained in ``job_dir``: it holds ``metrics.json`` or a checkpoint."""
     return (Path(job_dir) / FILE).is_file() or any((Path(job_dir) / "checkpoints").glob("*.ckpt"))
 
 
 def recorded_config(job_dir: Path) -> dict | None:
-    """The unresolved task config Hydra saved in ``<job_dir>/.hydra/config.yaml``, or None when no job :func:`ran`
-    there (such a folder is reused by any config)."""
+    """The unresolved config in ``<job_dir>/.hydra/config.yaml``, or None when no job :func:`ran` there."""
     path = job_dir / ".hydra" / "config.yaml"
     if not path.is_file() or not ran(job_dir):
         return None
@@ -82,8 +77,7 @@ def recorded_config(job_dir: Path) -> dict | None:
 
 
 def plan_job(cfg: DictConfig, out_dir: Path, recorded: dict | None) -> Plan:
-    """What the job with config ``cfg`` and folder ``out_dir`` does; ``recorded``: the config recorded there when
-    this invocation started (None: the job runs); ``refuse`` when it differs in a non-run-time key."""
+    """What the job with config ``cfg`` and folder ``out_dir`` does, given the config ``recorded`` there."""
     if recorded is None:
         return Plan("run")
     if diff := config_diff(recorded, cfg, runtime_keys(cfg)):

@@ -3,14 +3,17 @@ parameter breakdown, the claim and the swept keys as top-level config keys, and 
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any
 
 import lightning as L
+from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.loggers import WandbLogger
 from typing_extensions import override
 
 from xformer.config.overrides import override_values
 from xformer.config_types import Range
+from xformer.hydra_job import sweep_dir as sweep_dir_of
 
 from .overrides import swept_keys
 from .wandb_run import wandb_call
@@ -40,14 +43,10 @@ def swept_values(keys: list[str], overrides: list[str], config: dict) -> dict[st
 
 
 class WandbPanels(L.Callback):
-    """Fill each W&B run with what the sweep dashboard reads (no-op without a ``WandbLogger``): at ``fit`` start the
-    :data:`SUMMARIES` and :meth:`run_config`; after each validation the best values over the whole job (kept in
-    the checkpoint, since a resumed run's W&B process restarts its min/max, wandb#9684) and ``val/samples``,
-    decoded with the module's ``generate`` on rank 0.
-
-    Args:
-        n_samples: rows of the ``val/samples`` table (0 = no table).
-        claim: claim id for the run config; ``None`` = taken from ``experiment=claims/<name>``."""
+    """Fill each W&B run with what the sweep dashboard reads: at ``fit`` start the :data:`SUMMARIES` and
+    :meth:`run_config` (``claim``: else from ``experiment=claims/<name>``); after each validation the best values
+    of the whole job (in the checkpoint: a resumed W&B run restarts its min/max, wandb#9684) and ``n_samples``
+    decoded rows of ``val/samples`` (rank 0)."""
 
     def __init__(self, n_samples: Annotated[int, Range(ge=0)] = 16, claim: str | None = None) -> None:
         self.n_samples = int(n_samples)
@@ -62,17 +61,9 @@ class WandbPanels(L.Callback):
         self._best = {k: float(v) for k, v in (state_dict.get("best") or {}).items()}
 
     def _track(self, trainer: L.Trainer) -> None:
-        import math
-
         for key, kind in SUMMARIES.items():
-            value = trainer.callback_metrics.get(key)
-            if value is None:
-                continue
-            v = float(value)
-            if not math.isfinite(v):
-                continue
-            old = self._best.get(key)
-            if old is None or (v < old if kind == "min" else v > old):
+            v, old = float(trainer.callback_metrics.get(key, math.nan)), self._best.get(key)
+            if math.isfinite(v) and (old is None or (v < old if kind == "min" else v > old)):
                 self._best[key] = v
 
     def _write_summary(self, trainer: L.Trainer) -> None:
@@ -101,10 +92,6 @@ class WandbPanels(L.Callback):
 
     def run_config(self, pl_module: L.LightningModule) -> dict:
         """``params/<part>``, ``claim``, ``swept`` and each swept key's value (:func:`top_level_key`)."""
-        from hydra.core.hydra_config import HydraConfig
-
-        from xformer.hydra_job import sweep_dir as sweep_dir_of
-
         out: dict[str, Any] = {}
         breakdown = getattr(getattr(pl_module, "model", None), "param_breakdown", None)
         if callable(breakdown):
@@ -130,13 +117,7 @@ class WandbPanels(L.Callback):
 
     @override
     def on_validation_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
+        self, trainer: L.Trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0
     ) -> None:
         if (
             trainer.sanity_checking
@@ -165,9 +146,5 @@ class WandbPanels(L.Callback):
         logger = self._wandb(trainer)
         if logger is None or not self._rows or trainer.sanity_checking:
             return
-        logger.log_table(
-            "val/samples",
-            columns=["step", "source", "reference", "hypothesis"],
-            data=self._rows,
-            step=trainer.global_step,
-        )
+        columns = ["step", "source", "reference", "hypothesis"]
+        logger.log_table("val/samples", columns=columns, data=self._rows, step=trainer.global_step)

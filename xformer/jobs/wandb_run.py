@@ -1,6 +1,5 @@
-"""Everything xformer does with W&B: whether a key exists, the run's name, group and tags within W&B's
-length limits, resuming a job's run, the offline fallback, and the summary at the end (docs/running.md,
-docs/troubleshooting.md). The API key is read by W&B alone, never put in the config or logs."""
+"""Everything xformer does with a job's W&B run (docs/running.md, "W&B"): its name, group and tags within W&B's
+limits, resuming it, the offline fallback, the summary at the end. The API key is read by W&B alone."""
 
 from __future__ import annotations
 
@@ -12,12 +11,14 @@ from typing import Any, Callable
 
 from hydra.utils import instantiate
 from lightning.pytorch.loggers import WandbLogger as LightningWandbLogger
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig
-from typing_extensions import override
 
+from xformer.config.overrides import key_of
 from xformer.lightning_compat import logger_started, wandb_init_kwargs
 
 from .engines import wandb_has_api_key
+from .overrides import swept_keys
 
 log = logging.getLogger("xformer")
 
@@ -25,13 +26,8 @@ WANDB_ID_FILE = "wandb_id.txt"
 
 
 def run_fields(node: DictConfig, info: dict) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The W&B ``(kwargs, full)`` (:func:`fit_wandb_fields`) of this job's run from the logger's ``node`` and the
-    job ``info``. Values in ``node`` win; else the name is the overrides that differ between a sweep's jobs,
-    the group the sweep folder, the tags ``node.tags`` plus every override."""
-    from xformer.config.overrides import key_of
-
-    from .overrides import swept_keys
-
+    """The W&B ``(kwargs, full)`` (:func:`fit_wandb_fields`) of this job's run: ``node``'s values, else the name
+    the overrides that differ between a sweep's jobs, the group the sweep folder, tags ``node.tags`` + overrides."""
     swept = [o for o in info["overrides"] if not o.startswith(("hydra.", "trainer.max_steps"))]
     varying = set(swept_keys(info.get("sweep_dir")))
     differ = [o for o in swept if key_of(o) in varying] if varying else swept
@@ -67,26 +63,19 @@ def wandb_logger(node: DictConfig, info: dict, out_dir: Path, resumed: Path | No
 
 
 def describe_runs(loggers: list) -> dict | None:
-    """``{"id", "name", "group", "tags", "mode"}`` of this process's W&B run (rank 0, whose run
-    :func:`wandb_logger` started), else ``None``."""
-    for lg in loggers:
-        if isinstance(lg, LightningWandbLogger):
-            run = lg.experiment
-            return {
-                "id": run.id,
-                "name": run.name,
-                "group": run.group,
-                "tags": list(run.tags or []),
-                "mode": os.environ.get("WANDB_MODE", "online"),
-            }
-    return None
+    """``{"id", "name", "group", "tags", "mode"}`` of this process's W&B run (rank 0), else ``None``."""
+    run = next((lg.experiment for lg in loggers if isinstance(lg, LightningWandbLogger)), None)
+    if run is None:
+        return None
+    mode = os.environ.get("WANDB_MODE", "online")
+    return {"id": run.id, "name": run.name, "group": run.group, "tags": list(run.tags or []), "mode": mode}
 
 
 def finish_runs(loggers: list, metrics: dict, exit_code: int) -> None:
     """Put ``metrics`` in each W&B run's summary under ``final/`` and finish it with ``exit_code``."""
     for lg in loggers:
         if getattr(lg, "service_lost", False):
-            _forget_lost_service()
+            _teardown()
         elif isinstance(lg, LightningWandbLogger):
             run = lg.experiment
             run_dir = getattr(run, "dir", None)
@@ -97,65 +86,38 @@ def finish_runs(loggers: list, metrics: dict, exit_code: int) -> None:
 
 
 def wandb_call(logger: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """``fn(*args, **kwargs)``, a call that reaches W&B's service process through ``logger``'s run, unless that
-    process is gone: then one warning (the first time) and ``None``, and every later call through ``logger``
-    is skipped, so the job goes on and its stop still saves ``last.ckpt``.
-
-    SLURM's ``scancel``, preemption and time limit send SIGTERM to every process of the job, and W&B's service
-    exits on it while the job is still finishing its step (wandb/wandb#9963); each later call then raises a
-    ``ConnectionError`` (the socket to the service is closed)."""
+    """``fn(*args, **kwargs)`` through ``logger``'s W&B service, unless that process is gone (SLURM's SIGTERM
+    reaches it too, wandb/wandb#9963: a ``ConnectionError``): then one warning and ``None``, and every later call
+    through ``logger`` is skipped, so the job goes on and its stop still saves ``last.ckpt``."""
     if getattr(logger, "service_lost", False):
         return None
     try:
         return fn(*args, **kwargs)
     except ConnectionError as err:
         logger.service_lost = True
-        log.warning(
-            "W&B's service process has stopped (%s, as on a SIGTERM sent to the whole job); this job goes on "
-            "without W&B, so run %s holds what was logged until now",
-            type(err).__name__,
-            logger.experiment.id if logger_started(logger) else "?",
-        )
+        run = logger.experiment.id if logger_started(logger) else "?"
+        line = "W&B's service process has stopped (%s, as on a SIGTERM sent to the whole job); this job goes on "
+        log.warning(line + "without W&B, so run %s holds what was logged until now", type(err).__name__, run)
         return None
 
 
-def _forget_lost_service() -> None:
-    """Close this process's connection to W&B's stopped service now (``wandb.teardown``), so that W&B's own
-    exit hook does not print a traceback about the closed socket."""
-    import wandb
-
-    try:
-        wandb.teardown()
-    except ConnectionError:
-        pass
-
-
 class WandbLogger(LightningWandbLogger):
-    """Lightning's ``WandbLogger`` whose calls go through :func:`wandb_call`: a job whose W&B service process
-    was killed keeps training and saving instead of failing on its next log call. :func:`wandb_logger` makes
-    it in place of Lightning's class (a config naming another class gets that class as is)."""
+    """Lightning's ``WandbLogger`` whose calls below go through :func:`wandb_call`, so a job whose W&B service was
+    killed keeps training and saving; :func:`wandb_logger` makes it in place of Lightning's class."""
 
     service_lost = False
 
-    @override
-    def log_metrics(self, *args: Any, **kwargs: Any) -> None:
-        wandb_call(self, super().log_metrics, *args, **kwargs)
 
-    @override
-    def log_hyperparams(self, *args: Any, **kwargs: Any) -> None:
-        wandb_call(self, super().log_hyperparams, *args, **kwargs)
+def _through_wandb_call(name: str) -> Callable[..., None]:
+    def method(self: WandbLogger, *args: Any, **kwargs: Any) -> None:
+        wandb_call(self, getattr(super(WandbLogger, self), name), *args, **kwargs)
 
-    @override
-    def log_table(self, *args: Any, **kwargs: Any) -> None:
-        wandb_call(self, super().log_table, *args, **kwargs)
+    method.__name__ = name
+    return method
 
-    @override
-    def after_save_checkpoint(self, *args: Any, **kwargs: Any) -> None:
-        wandb_call(self, super().after_save_checkpoint, *args, **kwargs)
 
-    @override
-    def finalize(self, *args: Any, **kwargs: Any) -> None:
-        wandb_call(self, super().finalize, *args, **kwargs)
+for _name in ("log_metrics", "log_hyperparams", "log_table", "after_save_checkpoint", "finalize"):
+    setattr(WandbLogger, _name, _through_wandb_call(_name))
 
 
 def _instantiate(node: DictConfig, **kwargs: Any) -> Any:
@@ -168,8 +130,6 @@ def _instantiate(node: DictConfig, **kwargs: Any) -> Any:
 TAG_MAX = 64
 NAME_MAX = 128
 GROUP_MAX = 128
-PROJECT_MAX = 128
-JOB_TYPE_MAX = 64
 
 
 def shorten(text: str, limit: int) -> str:
@@ -197,8 +157,8 @@ def fit_wandb_fields(
     for key, value, limit in (
         ("name", name, NAME_MAX),
         ("group", group, GROUP_MAX),
-        ("project", project, PROJECT_MAX),
-        ("job_type", job_type, JOB_TYPE_MAX),
+        ("project", project, 128),
+        ("job_type", job_type, 64),
     ):
         if value is None:
             continue
@@ -207,11 +167,7 @@ def fit_wandb_fields(
         if kwargs[key] != value:
             full[key] = value
     if tags is not None:
-        short: list[str] = []
-        for tag in (str(t) for t in tags):
-            if tag and shorten(tag, TAG_MAX) not in short:
-                short.append(shorten(tag, TAG_MAX))
-        kwargs["tags"] = short
+        kwargs["tags"] = list(dict.fromkeys(shorten(str(t), TAG_MAX) for t in tags if str(t)))
         if any(len(str(t)) > TAG_MAX for t in tags):
             full["tags"] = [str(t) for t in tags]
     return kwargs, full
@@ -227,15 +183,15 @@ def wandb_resume_kwargs(out_dir: Path, resumed: Path | None) -> dict[str, Any]:
     return {"id": run_id, "resume": "allow"} if run_id else {}
 
 
-def _forget_failed_run() -> None:
-    """Shut down W&B's service after a failed ``wandb.init``: it keeps the failed run id registered, so an offline
-    retry under the same id would fail."""
+def _teardown() -> None:
+    """Shut down this process's W&B service connection: after a failed ``wandb.init`` (which keeps the run id
+    registered, failing an offline retry) or once the service stopped (else W&B's exit hook prints a traceback)."""
     try:
         import wandb
 
         wandb.teardown()
-    except Exception as err:  # nothing to shut down, or already gone: the retry reports real problems
-        log.debug("W&B teardown after a failed start: %s", err)
+    except Exception as err:  # nothing to shut down, or already gone
+        log.debug("W&B teardown: %s", err)
 
 
 def _without_unset_anonymous(logger: Any) -> Any:
@@ -248,11 +204,8 @@ def _without_unset_anonymous(logger: Any) -> Any:
 
 
 def start_wandb(make_logger: Callable[..., Any], out_dir: Path) -> Any:
-    """``make_logger(**extra)`` with its run started now (rank 0), recording the run id in ``wandb_id.txt``; when
-    the online run cannot start, one warning and an offline run under the same id. Raises: what W&B raises
-    when the offline run cannot start."""
-    from lightning.pytorch.utilities.rank_zero import rank_zero_only
-
+    """``make_logger(**extra)`` with its run started now (rank 0), its id in ``wandb_id.txt``; when the online run
+    cannot start, one warning and an offline run under the same id."""
     logger = _without_unset_anonymous(make_logger())
     if getattr(rank_zero_only, "rank", 0) != 0:
         return logger
@@ -261,14 +214,12 @@ def start_wandb(make_logger: Callable[..., Any], out_dir: Path) -> Any:
     except Exception as err:
         if os.environ.get("WANDB_MODE") in ("offline", "dryrun", "disabled"):
             raise
-        first = (str(err).splitlines() or [""])[0][:200]
+        why = f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:200]}"
         log.warning(
-            "W&B: could not start an online run (%s: %s); logging offline instead, upload later with `wandb sync`",
-            type(err).__name__,
-            first,
+            "W&B: could not start an online run (%s); logging offline instead, upload later with `wandb sync`", why
         )
         os.environ["WANDB_MODE"] = "offline"
-        _forget_failed_run()
+        _teardown()
         logger = _without_unset_anonymous(make_logger(mode="offline"))
         run = logger.experiment
     run_id = getattr(run, "id", None)
