@@ -34,6 +34,12 @@ CONF = REPO / "conf"
         (["modle.d_model=3"], "modle.d_model=3: the root config has no key 'modle'. Fix: did you mean"),
         (["model/pe=rope", "model.pe.bse=3"], "model.pe.bse=3: model.pe has no key 'bse'. Fix: did you mean base?"),
         (["optim.lrr=3"], "optim.lrr=3: optim has no key 'lrr'. Fix: did you mean lr?"),
+        # a missing node above the leaf is named under its own parent, with the keys there
+        (
+            ["callbacks.stop_checkpoint.save_on_train_end=false"],
+            "callbacks.stop_checkpoint.save_on_train_end=false: callbacks has no key 'stop_checkpoint'. Fix: did "
+            "you mean last_checkpoint?",
+        ),
         # a parameter of lightning.Trainer that trainer/default.yaml leaves out: '+' adds it, not the same key
         (
             ["trainer.limit_train_batches=5"],

@@ -551,14 +551,16 @@ def _line_for(arg: str, conf: Path, err: BaseException, others: list[str], loade
         return f"{arg}: there is no config group {key}. Fix: {fix} (groups in {parent}: {', '.join(groups)})"
     if not isinstance(err.__cause__, (ConfigAttributeError, ConfigKeyError)) or f"'{key}'" not in said:
         return None
-    parent, _, leaf = key.rpartition(".")
     try:  # the config without this override: its root keys, the node's keys and its class's parameters
         cfg = compose("config", overrides=others)
     except Exception:  # only for the message
         cfg = OmegaConf.create()
     if (head := key.split(".")[0]) not in cfg:
         return f"{arg}: the root config has no key {head!r}. Fix: {hint(head, sorted(map(str, cfg)))}"
-    sub = OmegaConf.select(cfg, parent) if parent else cfg
+    parts = key.split(".")  # the first missing key, under its parent (a missing node above the leaf too)
+    n = next((i for i in range(2, len(parts)) if OmegaConf.select(cfg, ".".join(parts[:i])) is None), len(parts))
+    parent, leaf = ".".join(parts[: n - 1]), parts[n - 1]
+    sub = OmegaConf.select(cfg, parent)
     cls = import_target(str(sub._target_))[0] if OmegaConf.is_dict(sub) and sub.get("_target_") else None
     keys = [*(sub if OmegaConf.is_dict(sub) else []), *(parameters(cls)[0] if cls is not None else [])]
     keys = sorted({str(k) for k in keys if not str(k).startswith("_")})
