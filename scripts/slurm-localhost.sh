@@ -5,7 +5,7 @@
 #                                             # munged, slurmctld, slurmd; prints the SLURM_CONF to export
 #   export SLURM_CONF=/tmp/xformer-slurm/slurm.conf
 #   sinfo; sbatch ...; python run.py hydra/launcher=slurm ... -m
-#   sudo scripts/slurm-localhost.sh stop      # stops the daemons (the state folder is kept)
+#   sudo scripts/slurm-localhost.sh stop      # stops the daemons (a later start begins with no jobs)
 #   scripts/slurm-localhost.sh status         # exit 0 when the node answers
 #   sudo XFORMER_SLURM_NODES=2 scripts/slurm-localhost.sh start   # a second cluster of 2 nodes (see below)
 #
@@ -110,6 +110,11 @@ start() {
   [ "$(id -u)" = 0 ] || cannot "not root: slurmctld/slurmd/munged must run as root (run with sudo)"
   install
   if up; then echo "export SLURM_CONF=$CONF"; return; fi
+  # A cluster started here begins empty: jobs saved by a run of it that was killed (a session or CI
+  # stopped mid-test) would otherwise come back from StateSaveLocation and hold its CPUs; daemons of
+  # such a run that still live but do not answer are stopped first.
+  stop
+  rm -rf "$STATE/ctld" "$STATE/d" "$STATE/log"
   write_conf
   mkdir -p /run/munge /var/log/munge /var/lib/munge
   chown munge:munge /run/munge /var/log/munge /var/lib/munge 2>/dev/null || true

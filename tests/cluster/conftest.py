@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -44,6 +45,7 @@ class Cluster:
             "HYDRA_FULL_ERROR": "0",
             "OMP_NUM_THREADS": "1",
             "MKL_NUM_THREADS": "1",
+            "PYTHONFAULTHANDLER": "1",  # a stuck job's stacks on SIGABRT (Cluster.diagnose)
             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
             **extra,
         }
@@ -72,8 +74,36 @@ class Cluster:
             if not res.stdout.strip():
                 return
             time.sleep(1)
+        why = self.diagnose(job, tmp)
         self.run(["scancel", job], tmp)
-        raise AssertionError(f"SLURM job {job} still queued after {timeout} s")
+        raise AssertionError(f"SLURM job {job} still queued after {timeout} s\n{why}")
+
+    def diagnose(self, job: str, tmp: Path) -> str:
+        """What a job stuck in the queue was doing: its state and reason, the nodes, the controller's and the
+        nodes' log lines about it, the Python stacks of its processes (``SIGABRT`` under ``PYTHONFAULTHANDLER``,
+        written to the job's output) and the end of every job output under ``tmp``."""
+        parts = []
+        for args in (
+            ["squeue", "-h", "-o", "%i %T %r %M %j %N"],
+            ["sinfo", "-N", "-o", "%N %T %C %E"],
+            ["scontrol", "show", "job", job],
+        ):
+            res = self.run(args, tmp)
+            parts.append(f"$ {' '.join(args)}\n{res.stdout}{res.stderr}")
+        state = Path(self.conf).parent / "log"
+        for log in sorted(state.glob("*.log")):
+            lines = [
+                ln
+                for ln in log.read_text(errors="replace").splitlines()
+                if re.search(rf"(JobId=|[Jj]ob |StepId=|\[){job}\b", ln)
+            ]
+            parts.append(f"--- {log.name} (lines naming job {job}, last 25)\n" + "\n".join(lines[-25:]))
+        self.run(["scancel", "--signal=ABRT", job], tmp)  # its steps' processes (srun's tasks)
+        time.sleep(5)
+        for out in sorted(tmp.rglob("*.out")):
+            lines = out.read_text(errors="replace").splitlines()
+            parts.append(f"--- {out} (last 80 lines)\n" + "\n".join(lines[-80:]))
+        return "\n".join(parts)
 
     def queued(self, tmp: Path, settle: float = 30) -> list[str]:
         """This test's jobs still in the queue (any state) after up to ``settle`` seconds: jobs whose
