@@ -56,11 +56,8 @@ class AttentionPattern:
         return None
 
     def causal(self) -> "AttentionPattern":
-        """The same pattern with future keys blocked as well (used by decoder-only stacks).
-
-        Default: :class:`CausalAttention` when :meth:`blocked` is not overridden (nothing else is
-        blocked), otherwise :class:`CausalOf` this pattern.
-        """
+        """The same pattern with future keys blocked as well (used by decoder-only stacks):
+        :class:`CausalAttention` when :meth:`blocked` is not overridden, else :class:`CausalOf` this."""
         return CausalOf(self) if overrides(type(self), AttentionPattern, "blocked") else CausalAttention()
 
 
@@ -83,11 +80,7 @@ class CausalAttention(AttentionPattern):
 
 
 class CausalOf(AttentionPattern):
-    """The causal form of any pattern: ``base.blocked(q, k)`` or ``k > q``.
-
-    Args:
-        base: the pattern whose blocked keys stay blocked.
-    """
+    """The causal form of pattern ``base``: blocked where ``base.blocked(q, k)`` or ``k > q``."""
 
     def __init__(self, base: AttentionPattern) -> None:
         self.base = base

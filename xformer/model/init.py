@@ -37,21 +37,15 @@ class Xavier(InitScheme):
 
 def residual_projections(model: nn.Module) -> list[tuple[nn.Linear, int]]:
     """The projections that write into the residual stream, each with its stack's depth ``L``: the
-    last ``nn.Linear`` of every attention and FFN sub-layer of every block (the attention output
-    projection ``W^O`` and the FFN's second matrix).
-
-    A block is an :class:`~xformer.model.layers.EncoderLayer` or
-    :class:`~xformer.model.layers.DecoderLayer` inside a :class:`~xformer.model.layers.Stack`; its
-    attention sub-layers are its ``self_attn`` and ``cross_attn``, whatever their mechanism (``model/mixer``).
+    last ``nn.Linear`` of every block's ``self_attn``, ``cross_attn`` and ``ffn`` (whatever the
+    mechanism): the attention output projection ``W^O`` and the FFN's second matrix.
     """
-    from .layers import DecoderLayer, EncoderLayer, Stack
+    from .layers import Stack
 
     out = []
     for stack in (m for m in model.modules() if isinstance(m, Stack)):
         depth = len(stack.layers)
         for block in stack.layers:
-            if not isinstance(block, (EncoderLayer, DecoderLayer)):
-                continue
             subs = [getattr(block, n) for n in ("self_attn", "cross_attn") if getattr(block, n, None) is not None]
             subs.append(block.ffn)
             for sub in subs:
@@ -104,8 +98,6 @@ class GPT2(InitScheme):
                     nn.init.zeros_(m.bias)
         for lin, depth in residual_projections(model):
             nn.init.normal_(lin.weight, mean=0.0, std=self.std / math.sqrt(2 * depth))
-        d_model = getattr(model, "d_model", None)
-        if d_model:
-            token_rms = self.std * self.embed_scale(int(d_model))
-            for pe in (m for m in model.modules() if isinstance(m, PositionalEncoding)):
-                pe.match_scale(token_rms)
+        token_rms = self.std * self.embed_scale(model.d_model)
+        for pe in (m for m in model.modules() if isinstance(m, PositionalEncoding)):
+            pe.match_scale(token_rms)

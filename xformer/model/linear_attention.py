@@ -117,6 +117,28 @@ class RunningSumCache:
             self.state = tuple(t.index_select(self.batch_dim, index) for t in self.state)
 
 
+def refuse_score_hooks(
+    lacks: str, pattern: AttentionPattern | None, pe_cls: type | None, hooks: tuple[str, ...] = ("attn_bias", "rotate")
+) -> str | None:
+    """Why a mechanism without a ``(Tq, Tk)`` score matrix cannot serve ``pattern`` / ``pe_cls``, or ``None``.
+
+    Refused: a scheme that overrides one of ``hooks`` (``attn_bias``: ALiBi, T5; ``rotate``: RoPE) and
+    a pattern other than full or causal (a local window masks scores). ``lacks`` ends the reason
+    (``"which a recurrent layer does not have"``).
+    """
+    acts = {"attn_bias": "adds a bias to the attention scores", "rotate": "rotates queries and keys"}
+    for hook in hooks:
+        if pe_cls is not None and overrides(pe_cls, PositionalEncoding, hook):
+            fix = "sinusoidal, learned or none" if "rotate" in hooks else "sinusoidal, learned, rope or none"
+            return f"positional scheme {pe_cls.__name__} {acts[hook]}, {lacks}. Fix: model/pe={fix}"
+    if pattern is not None and overrides(type(pattern), AttentionPattern, "blocked") and not pattern.is_causal:
+        return (
+            f"pattern {type(pattern).__name__} masks attention scores, {lacks}. "
+            "Fix: model/attention=full (bidirectional) or causal"
+        )
+    return None
+
+
 def _wide(t: Tensor) -> Tensor:
     """``t`` in float32 when it is in a reduced precision: the sums over thousands of positions would
     lose the newest terms in bf16 (float32 and float64 stay as they are)."""
@@ -172,24 +194,9 @@ class LinearSelfAttention(MultiHeadAttention):
 
     @staticmethod
     def refusal(pattern: AttentionPattern | None, pe_cls: type | None) -> str | None:
-        """Why this mechanism cannot serve a stack with ``pattern`` and positional scheme class
-        ``pe_cls``, or ``None``.
-
-        Refused: a scheme with an ``attn_bias`` hook (ALiBi, T5: a bias on the score matrix) and a
-        pattern that blocks anything but the future (local windows: a mask on the score matrix).
-        RoPE (``rotate``) and absolute schemes (``embed``) apply.
-        """
-        if pe_cls is not None and overrides(pe_cls, PositionalEncoding, "attn_bias"):
-            return (
-                f"positional scheme {pe_cls.__name__} adds a bias to the (Tq, Tk) score matrix, which "
-                "linear attention never forms"
-            )
-        if pattern is not None and overrides(type(pattern), AttentionPattern, "blocked") and not pattern.is_causal:
-            return (
-                f"pattern {type(pattern).__name__} masks the (Tq, Tk) score matrix, which linear "
-                "attention never forms; only full and causal apply"
-            )
-        return None
+        """Why this mechanism cannot serve ``pattern`` / ``pe_cls`` (:func:`refuse_score_hooks`; RoPE
+        and absolute schemes apply), or ``None``."""
+        return refuse_score_hooks("which linear attention never forms", pattern, pe_cls, hooks=("attn_bias",))
 
     def forward(
         self, x: Tensor, key_padding_mask: Tensor | None = None, cache: RunningSumCache | None = None

@@ -33,9 +33,9 @@ from typing_extensions import override
 from xformer.config_types import Range
 
 from .attention import AttentionPattern, CrossAttention, SelfAttention
-from .linear_attention import LinearCrossAttention, LinearSelfAttention
+from .linear_attention import LinearCrossAttention, LinearSelfAttention, refuse_score_hooks
 from .positional import PositionalEncoding
-from .recurrent import ConvMixing, RecurrentMixing, refuse_score_hooks
+from .recurrent import ConvMixing, RecurrentMixing
 
 STACKS = ("encoder", "decoder", "both")
 
@@ -93,18 +93,7 @@ class Mixer:
     ) -> nn.Module:
         """One block's self-attention (arguments as :class:`~xformer.model.attention.SelfAttention`;
         ``layer``: the block's index in its stack)."""
-        return SelfAttention(
-            d_model,
-            n_heads,
-            d_head,
-            dropout,
-            scale,
-            bias=bias,
-            pattern=pattern,
-            pos_embeddings=pos_embeddings,
-            n_kv_heads=n_kv_heads,
-            d_qk=d_qk,
-        )
+        return SelfAttention(d_model, n_heads, d_head, dropout, scale, bias, pattern, pos_embeddings, n_kv_heads, d_qk)
 
     def cross_attention(
         self,
@@ -178,13 +167,13 @@ class LayerMixer(Mixer):
     """Base of the mixers that are not attention: one module per block from :meth:`layer`, causal in
     a causal stack and bidirectional in a full-attention encoder. Heads, score scale and attention
     dropout do not apply; schemes that act inside attention (ALiBi, T5, RoPE) and local windows are
-    refused (:func:`~xformer.model.recurrent.refuse_score_hooks`). Cross-attention stays attention.
+    refused (:func:`~xformer.model.linear_attention.refuse_score_hooks`). Cross-attention stays attention.
     """
 
     kind = "sequence-mixing"  # the layer's name in refusals
 
     def refusal(self, pattern: AttentionPattern | None, pe_cls: type | None) -> str | None:
-        return refuse_score_hooks(self.kind, pattern, pe_cls)
+        return refuse_score_hooks(f"which a {self.kind} layer does not have", pattern, pe_cls)
 
     def layer(self, d_model: int, causal: bool, bias: bool, layer: int) -> nn.Module:  # noqa: ARG002 - the hook's signature
         """The mixing module of block ``layer`` (from 0) of a stack of width ``d_model``."""

@@ -29,35 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from .attention import AttentionPattern
-from .hooks import overrides
 from .linear_attention import RunningSumCache
-from .positional import PositionalEncoding
-
-
-def refuse_score_hooks(name: str, pattern: AttentionPattern | None, pe_cls: type | None) -> str | None:
-    """Why a mixing layer without a score matrix (``name``) cannot serve ``pattern`` / ``pe_cls``.
-
-    Refused: a scheme that overrides ``attn_bias`` (a bias on the ``(Tq, Tk)`` scores: ALiBi, T5) or
-    ``rotate`` (RoPE rotates queries and keys), and a pattern other than full or causal (a local
-    window masks scores). ``None`` when it can serve them.
-    """
-    if pe_cls is not None:
-        for hook, what in (
-            ("attn_bias", "adds a bias to the attention scores"),
-            ("rotate", "rotates queries and keys"),
-        ):
-            if overrides(pe_cls, PositionalEncoding, hook):
-                return (
-                    f"positional scheme {pe_cls.__name__} {what}, which a {name} layer does not have. "
-                    "Fix: model/pe=sinusoidal, learned or none"
-                )
-    if pattern is not None and overrides(type(pattern), AttentionPattern, "blocked") and not pattern.is_causal:
-        return (
-            f"pattern {type(pattern).__name__} masks attention scores, which a {name} layer does not have. "
-            "Fix: model/attention=full (bidirectional) or causal"
-        )
-    return None
 
 
 def _real(key_padding_mask: Tensor | None, t: int) -> Tensor | None:

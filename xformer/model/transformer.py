@@ -1,6 +1,5 @@
-"""The three model shapes, each with its task glue: encoder–decoder (Vaswani et al. 2017 §3),
-decoder-only language model and encoder-only tagger, all built from the blocks of :mod:`.layers`
-on the shared construction of :class:`.base.ModelBase`.
+"""The three model shapes with their task glue: encoder–decoder (Vaswani et al. 2017 §3),
+decoder-only language model and encoder-only tagger, on :class:`.base.ModelBase`.
 """
 
 from __future__ import annotations
@@ -150,8 +149,6 @@ class DecoderOnly(ModelBase):
         x = self._embed(self.tgt_embed, self.decoder, tgt, start)
         return self.head(self.decoder(x, key_padding_mask=mask, cache=cache))
 
-    decode = forward
-
     # -- task glue ------------------------------------------------------------------------------
     @override
     def logits_and_labels(self, batch: dict, pad_id: int, eos_id: int) -> tuple[Tensor, Tensor]:
@@ -260,6 +257,3 @@ class EncoderOnly(ModelBase):
                 f"model/arch=encoder_only: data {type(dm).__name__} is not length-preserving; "
                 "use data=copy, reverse or sort (tagging needs one label per source token)"
             )
-
-
-Transformer = EncoderDecoder
