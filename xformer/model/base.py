@@ -75,12 +75,8 @@ def _require(obj, base: type, key: str, implement: str, where: str = "xformer.mo
 
 
 def check_positional(pe) -> None:
-    """Refuse a positional scheme that is not a :class:`PositionalEncoding` or that implements none
-    of its hooks (``embed``, ``rotate``, ``attn_bias``) without being :class:`NoPE`.
-
-    Raises:
-        ConfigError: naming the class and what it must implement.
-    """
+    """Refuse (ConfigError naming the class and the fix) a positional scheme that is not a
+    :class:`PositionalEncoding` or that implements none of its hooks without being :class:`NoPE`."""
     _require(pe, PositionalEncoding, "model.pe", f"implement one of {', '.join(POSITIONAL_HOOKS)}")
     hooks = [h for h in POSITIONAL_HOOKS if overrides(type(pe), PositionalEncoding, h)]
     if not hooks and not isinstance(pe, NoPE) and type(pe) is not PositionalEncoding:
@@ -91,11 +87,8 @@ def check_positional(pe) -> None:
 
 
 def check_residual(res) -> None:
-    """Refuse a norm placement that is not a :class:`Residual` or lacks ``forward(x, f)``.
-
-    Raises:
-        ConfigError: naming the class and what it must implement.
-    """
+    """Refuse (ConfigError naming the class and the fix) a norm placement that is not a
+    :class:`Residual` or lacks ``forward(x, f)``."""
     _require(res, Residual, "model.norm", "implement forward(x, f)")
     if not overrides(type(res), Residual, "forward"):
         raise ConfigError(
@@ -105,11 +98,8 @@ def check_residual(res) -> None:
 
 
 def check_ffn(ffn) -> None:
-    """Refuse an FFN that is not an ``nn.Module`` with its own ``forward(x)``.
-
-    Raises:
-        ConfigError: naming the class and what it must implement.
-    """
+    """Refuse (ConfigError naming the class and the fix) an FFN that is not an ``nn.Module`` with its
+    own ``forward(x)``."""
     if not isinstance(ffn, nn.Module) or not overrides(type(ffn), nn.Module, "forward"):
         raise ConfigError(
             f"model.ffn: {_name(ffn)} must be an nn.Module that implements forward(x) ((B, T, D) -> (B, T, D))"

@@ -100,10 +100,8 @@ def greedy(model, src: Tensor, bos: int, eos: int, pad: int, max_len: int) -> li
 
 @torch.no_grad()
 def greedy_recompute(model, src: Tensor, bos: int, eos: int, pad: int, max_len: int) -> list[list[int]]:
-    """Greedy decoding that re-runs the decoder over the whole prefix each step (no cache).
-
-    Same output as :func:`greedy`; the O(T²)-per-sequence baseline of the decoding benchmark.
-    """
+    """Greedy decoding that re-runs the decoder over the whole prefix each step (no cache): the same
+    output as :func:`greedy`, the O(T²) baseline of the decoding benchmark."""
     src_mask = src == pad
     memory = model.encode(src, src_mask)
     bsz = src.shape[0]
@@ -126,9 +124,8 @@ def greedy_recompute(model, src: Tensor, bos: int, eos: int, pad: int, max_len: 
 def greedy_lm(
     model, prompt: Tensor, prompt_len: Tensor, eos: int, pad: int, max_len: int, bos: int | None = None
 ) -> list[list[int]]:
-    """Greedy continuation for a decoder-only model of right-padded prompts of different lengths.
-
-    Each example keeps its own positions (as in training); the full sequence is re-run each step.
+    """Greedy continuation for a decoder-only model of right-padded prompts of different lengths, each
+    at its own positions (as in training); the full sequence is re-run each step.
 
     Args:
         prompt: ``(B, P)`` ids, example ``b`` occupying ``prompt[b, :prompt_len[b]]``.

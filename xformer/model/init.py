@@ -59,13 +59,10 @@ class GPT2(InitScheme):
     """GPT-2's initialisation (Radford et al. 2019 §2.3; as nanoGPT's ``GPT._init_weights``):
     every ``nn.Linear`` weight and every embedding table (token embeddings, learned positions)
     ``N(0, std²)``, biases 0, norms at gain 1 and bias 0; then the residual projections
-    (:func:`residual_projections`) ``N(0, (std / √(2L))²)`` with ``L`` the blocks of their stack
-    (GPT-2 counts two residual additions per block). Embeddings are not scaled by ``√D``
-    (``scale_embeddings=False``, as GPT-2), so tokens and learned positions enter at the same small
-    scale. A fixed table (``model/pe=sinusoidal``, RMS ``1/√2`` as the paper defines it) would enter
-    35× larger than tokens of ``std`` 0.02 (OpenNMT-py#1722), so it is scaled to the token
-    embeddings' RMS (``std``, times ``√D`` with ``scale_embeddings``) through
-    :meth:`~xformer.model.positional.PositionalEncoding.match_scale`.
+    (:func:`residual_projections`) ``N(0, (std / √(2L))²)`` with ``L`` the blocks of their stack.
+    Embeddings are not scaled by ``√D`` (as GPT-2). A fixed table (``model/pe=sinusoidal``, RMS
+    ``1/√2``) would enter 35× larger than tokens of ``std`` 0.02 (OpenNMT-py#1722), so it is scaled to
+    the token embeddings' RMS (:meth:`~xformer.model.positional.PositionalEncoding.match_scale`).
 
     Args:
         std: standard deviation of the plain weights (0.02).

@@ -126,14 +126,8 @@ class DecoderLayer(nn.Module):
         cache: KVCache | None = None,
         memory_cache: KVCache | None = None,
     ) -> Tensor:
-        """Run the block on ``x`` ``(B, T, D)`` with encoder output ``memory`` ``(B, S, D)``.
-
-        Args:
-            key_padding_mask: ``(B, T)`` (with a cache ``(B, past+T)``) bool, ``True`` = padding.
-            memory_key_padding_mask: ``(B, S)`` bool, ``True`` = padding in the source.
-            cache: self-attention keys/values (see :meth:`SelfAttention.forward`).
-            memory_cache: the memory's keys/values (see :meth:`CrossAttention.forward`).
-        """
+        """Run the block on ``x`` ``(B, T, D)`` with encoder output ``memory`` ``(B, S, D)``; the masks
+        (``True`` = padding) and caches as :meth:`SelfAttention.forward` and :meth:`CrossAttention.forward`."""
         x = self.res_self(x, lambda h: self.self_attn(h, key_padding_mask, cache))
         x = self.res_cross(x, lambda h: self.cross_attn(h, memory, memory_key_padding_mask, memory_cache))
         return self.res_ffn(x, self.ffn)
@@ -155,8 +149,7 @@ class StackCache:
 
     @classmethod
     def of(cls, self_attn: list, cross_attn: list | None = None) -> "StackCache":
-        """A stack cache holding the given per-layer caches (each made by its attention module's
-        ``new_cache``, so each mechanism keeps its own kind of state)."""
+        """A stack cache holding the given per-layer caches (each from its module's ``new_cache``)."""
         out = cls(0)
         out.self_attn, out.cross_attn = list(self_attn), None if cross_attn is None else list(cross_attn)
         return out
@@ -201,12 +194,9 @@ class Stack(nn.Module):
         memory: Tensor | None = None,
         memory_key_padding_mask: Tensor | None = None,
     ) -> Tensor:
-        """Run all blocks on ``x`` ``(B, T, D)`` (already embedded), whose first position is
-        ``cache.size`` (0 without a cache).
-
-        ``key_padding_mask`` ``(B, cache.size + T)`` covers every key (cached ones too). ``memory``
-        ``(B, S, D)`` and ``memory_key_padding_mask`` ``(B, S)`` go to decoder blocks (required for them).
-        """
+        """Run all blocks on embedded ``x`` ``(B, T, D)`` at positions ``cache.size ..`` (0 without a cache).
+        ``key_padding_mask`` ``(B, cache.size + T)`` covers the cached keys too; decoder blocks need
+        ``memory`` ``(B, S, D)`` and ``memory_key_padding_mask`` ``(B, S)``."""
         for i, layer in enumerate(self.layers):
             own = None if cache is None else cache.self_attn[i]
             if memory is None:

@@ -241,16 +241,10 @@ class LinearCrossAttention(MultiHeadAttention):
     """Linear attention from the decoder to the encoder output, a drop-in for
     :class:`~xformer.model.attention.CrossAttention`: the memory is summed once into ``(S, z)``.
 
-    Args: as :class:`LinearSelfAttention` without ``pattern`` and ``pos_embeddings``.
+    Args: as :class:`~xformer.model.attention.MultiHeadAttention` (``dropout`` and ``scale`` not used).
     """
 
     cache_cls = RunningSumCache
-
-    def __init__(
-        self, d_model: int, n_heads: int, d_head: int, dropout: float = 0.0, scale: bool = True, bias: bool = True
-    ) -> None:
-        del dropout  # accepted so every mechanism is built alike; there is no score matrix to drop from
-        super().__init__(d_model, n_heads, d_head, 0.0, scale, bias)
 
     def forward(
         self, x: Tensor, memory: Tensor, key_padding_mask: Tensor | None = None, cache: RunningSumCache | None = None

@@ -44,10 +44,7 @@ class Mixer:
     """Base of the mechanisms: softmax multi-head attention, built for a stack's blocks.
 
     Args:
-        stacks: ``"encoder"``, ``"decoder"`` or ``"both"``: the stacks that use this mechanism.
-
-    Raises:
-        ValueError: for another ``stacks`` value.
+        stacks: ``"encoder"``, ``"decoder"`` or ``"both"`` (ValueError otherwise): the stacks that use it.
     """
 
     def __init__(self, stacks: str = "both") -> None:
@@ -60,11 +57,8 @@ class Mixer:
         return self.stacks in (stack, "both")
 
     def kv_heads(self, n_heads: int, n_kv_heads: int | None) -> int | None:
-        """The key/value heads to build with, given ``model.n_kv_heads``; the base uses one per query head.
-
-        Raises:
-            ValueError: when ``n_kv_heads`` is set to anything but ``n_heads``.
-        """
+        """The key/value heads to build with, given ``model.n_kv_heads``: one per query head here
+        (ValueError when ``n_kv_heads`` is set to anything but ``n_heads``)."""
         if n_kv_heads is not None and n_kv_heads != n_heads:
             raise ValueError(
                 f"model.n_kv_heads={n_kv_heads}: only model/mixer=gqa uses it (this mixer has "

@@ -1,15 +1,12 @@
 """The layer types self-attention replaced (Vaswani et al. 2017 §4, Table 1), as sequence-mixing
 sub-layers that drop into a Transformer block in place of its self-attention.
 
-* :class:`RecurrentMixing`: an LSTM (Hochreiter & Schmidhuber 1997) of the block's width. Causal
-  stacks run it left to right; a bidirectional (full-attention) encoder runs two directions of
-  ``d_model / 2`` each and concatenates them (Schuster & Paliwal 1997), so the output stays
-  ``(B, T, D)``. Its path between two positions ``n`` apart is ``O(n)`` sequential steps.
-* :class:`ConvMixing`: a gated depthwise-separable 1-D convolution in the form of Wu et al. 2019
-  ("Pay less attention", §3: GLU input projection, depthwise convolution, output projection), with
-  kernel ``k`` and dilation ``growth**layer`` (ByteNet, Kalchbrenner et al. 2016; WaveNet, van den
-  Oord et al. 2016). Its path between two positions ``n`` apart is ``O(n/k)`` layers, ``O(log_k n)``
-  with growing dilation.
+* :class:`RecurrentMixing`: an LSTM (Hochreiter & Schmidhuber 1997), left to right in causal stacks,
+  two directions of ``d_model / 2`` concatenated in a bidirectional encoder (Schuster & Paliwal
+  1997). Path between positions ``n`` apart: ``O(n)`` sequential steps.
+* :class:`ConvMixing`: a gated depthwise-separable 1-D convolution (Wu et al. 2019 §3), kernel ``k``,
+  dilation ``growth**layer`` (ByteNet, Kalchbrenner et al. 2016; WaveNet, van den Oord et al. 2016).
+  Path between positions ``n`` apart: ``O(n/k)`` layers, ``O(log_k n)`` with growing dilation.
 
 Both take the mixer contract of :mod:`.mixer` and keep a fixed-size decoding state: the LSTM's
 ``(h, c)``, the convolution's last ``(k - 1)·dilation`` inputs. Neither forms a score matrix, so
@@ -79,20 +76,12 @@ class RecurrentMixing(nn.Module):
         return RecurrentState(capacity)
 
     def forward(self, x: Tensor, key_padding_mask: Tensor | None = None, cache: RecurrentState | None = None) -> Tensor:
-        """Mix ``x`` ``(B, T, D)`` over time.
-
-        Args:
-            x: inputs at positions ``past .. past+T-1``, ``past`` = ``cache.size`` (0 without cache).
-            key_padding_mask: ``(B, T)`` or, with a cache, ``(B, past+T)`` bool, ``True`` = pad (at
-                the right end of a row).
-            cache: the unidirectional LSTM's state, continued and updated.
-
-        Returns:
-            ``(B, T, D)``, zero at pad positions.
+        """Mix ``x`` ``(B, T, D)`` (positions ``past ..``, ``past`` = ``cache.size``) over time: ``(B, T, D)``,
+        zero at pad positions. ``key_padding_mask``: ``(B, past+T)`` bool, ``True`` = pad; ``cache``:
+        the unidirectional LSTM's state, continued and updated.
 
         Raises:
-            ValueError: a cache for the bidirectional form (its backward direction needs the whole
-                sequence; encoders are run once, not decoded).
+            ValueError: a cache for the bidirectional form (its backward direction needs the whole sequence).
         """
         dtype, weight = x.dtype, self.rnn.weight_ih_l0
         t = x.shape[1]
@@ -156,16 +145,9 @@ class ConvMixing(nn.Module):
     def forward(
         self, x: Tensor, key_padding_mask: Tensor | None = None, cache: RunningSumCache | None = None
     ) -> Tensor:
-        """Mix ``x`` ``(B, T, D)`` over time.
-
-        Args:
-            x: inputs at positions ``past .. past+T-1``, ``past`` = ``cache.size`` (0 without cache).
-            key_padding_mask: ``(B, T)`` or, with a cache, ``(B, past+T)`` bool, ``True`` = pad.
-            cache: the last ``(k - 1)·d`` inputs of the causal form, continued and updated.
-
-        Returns:
-            ``(B, T, D)``, zero at pad positions.
-        """
+        """Mix ``x`` ``(B, T, D)`` (positions ``past ..``, ``past`` = ``cache.size``) over time: ``(B, T, D)``,
+        zero at pad positions. ``key_padding_mask``: ``(B, past+T)`` bool, ``True`` = pad; ``cache``:
+        the causal form's last ``(k - 1)·d`` inputs, continued and updated."""
         t = x.shape[1]
         real = _real(key_padding_mask, t)
         h = F.glu(self.in_proj(x), dim=-1)

@@ -56,9 +56,8 @@ class EncoderDecoder(ModelBase):
     ) -> Tensor:
         """Logits ``(B, T, V)`` for target ids ``tgt`` ``(B, T)`` given ``memory`` ``(B, S, D)``.
 
-        Incremental decoding: pass ``cache = model.new_cache()`` and feed only the new tokens each
-        call; keys/values of earlier steps are reused, so step ``t`` costs O(t) instead of O(t²).
-        With a cache, ``tgt_key_padding_mask`` must cover all tokens so far (or be ``None``).
+        Incremental decoding: pass ``cache = model.new_cache()`` and feed only the new tokens each call
+        (step ``t`` costs O(t), not O(t²)); ``tgt_key_padding_mask`` then covers all tokens so far.
         """
         start = 0 if cache is None else cache.size
         mask = tgt_key_padding_mask if cache is not None else self._padding(tgt, tgt_key_padding_mask)
