@@ -29,7 +29,7 @@ from .mixer import (
 from .norm import PostNorm, PreNorm, PreRMSNorm, Residual, SandwichNorm
 from .positional import ALiBi, Learned, NoPE, PositionalEncoding, RoPE, Sinusoidal, T5RelativeBias
 from .recurrent import ConvMixing, RecurrentMixing
-from .transformer import DecoderOnly, EncoderDecoder, EncoderOnly, Transformer
+from .transformer import DecoderOnly, EncoderDecoder, EncoderOnly
 
 __all__ = [
     "AttentionPattern",
@@ -72,5 +72,4 @@ __all__ = [
     "DecoderOnly",
     "EncoderDecoder",
     "EncoderOnly",
-    "Transformer",
 ]

@@ -1,20 +1,16 @@
 """Multi-head attention (self- and cross-), its key/value cache, and the attention patterns that
 decide who may attend to whom.
 
-* :class:`SelfAttention` attends from a sequence to itself. It is built with its pattern and its
-  positional scheme (as torchtune's ``MultiHeadAttention`` takes ``pos_embeddings``), so a call
-  passes only the input, the padding mask and the cache.
-* :class:`CrossAttention` attends from the decoder to the encoder output ("memory"); it has no
-  positional scheme and no pattern (Vaswani et al. 2017 §3.2.3).
-* :class:`KVCache` holds one attention layer's keys and values during incremental decoding, for
-  both kinds. Under grouped-query attention (``n_kv_heads < n_heads``; Ainslie et al. 2023) it holds
-  only the ``n_kv_heads`` key/value heads; each group of ``n_heads / n_kv_heads`` query heads reads
-  one of them.
+* :class:`SelfAttention` is built with its pattern and positional scheme (as torchtune's
+  ``MultiHeadAttention`` takes ``pos_embeddings``); a call passes the input, padding mask and cache.
+* :class:`CrossAttention` attends from the decoder to the encoder output ("memory") with no pattern
+  and no positional scheme (Vaswani et al. 2017 §3.2.3).
+* :class:`KVCache` holds one layer's keys and values for incremental decoding (only the
+  ``n_kv_heads`` heads under grouped-query attention).
 
 Mask polarity, everywhere in xformer: a boolean mask is ``True`` where attention is **blocked**
-(padding, future, outside the window), the convention of ``torch.nn.Transformer``'s
-``key_padding_mask``. Only :func:`combine_masks` converts it to what
-:func:`torch.nn.functional.scaled_dot_product_attention` wants (``True`` = may attend).
+(padding, future, outside the window), as ``torch.nn.Transformer``'s ``key_padding_mask``. Only
+:func:`combine_masks` converts it to SDPA's polarity (``True`` = may attend).
 """
 
 from __future__ import annotations
@@ -24,7 +20,6 @@ import contextlib
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from typing_extensions import override
 
 from xformer.config_types import Positive
 
@@ -37,11 +32,9 @@ class AttentionPattern:
     """Base pattern: every query may see every key (the bidirectional encoder of §3.2.3).
 
     Contract for a new pattern (see the README's "Adding a variant"): override :meth:`blocked`.
-    That is enough for every model shape: a decoder-only stack asks for :meth:`causal`, whose default
-    blocks what :meth:`blocked` blocks plus every future key (:class:`CausalOf`); override
-    :meth:`causal` only to return a cheaper equivalent. ``is_causal`` (the pattern is exactly the
-    causal triangle, so SDPA's ``is_causal`` fast path may replace :meth:`blocked`) is worked out from
-    the class: true only for :class:`CausalAttention`'s own :meth:`blocked`.
+    A decoder-only stack asks for :meth:`causal`, whose default also blocks every future key
+    (:class:`CausalOf`); override it only to return a cheaper equivalent. ``is_causal`` is worked out
+    from the class: true only for :class:`CausalAttention`'s own :meth:`blocked`.
     """
 
     def __init_subclass__(cls, **kwargs) -> None:
@@ -63,11 +56,8 @@ class AttentionPattern:
         return None
 
     def causal(self) -> "AttentionPattern":
-        """The same pattern with future keys blocked as well (used by decoder-only stacks).
-
-        Default: :class:`CausalAttention` when :meth:`blocked` is not overridden (nothing else is
-        blocked), otherwise :class:`CausalOf` this pattern.
-        """
+        """The same pattern with future keys blocked as well (used by decoder-only stacks):
+        :class:`CausalAttention` when :meth:`blocked` is not overridden, else :class:`CausalOf` this."""
         return CausalOf(self) if overrides(type(self), AttentionPattern, "blocked") else CausalAttention()
 
 
@@ -90,11 +80,7 @@ class CausalAttention(AttentionPattern):
 
 
 class CausalOf(AttentionPattern):
-    """The causal form of any pattern: ``base.blocked(q, k)`` or ``k > q``.
-
-    Args:
-        base: the pattern whose blocked keys stay blocked.
-    """
+    """The causal form of pattern ``base``: blocked where ``base.blocked(q, k)`` or ``k > q``."""
 
     def __init__(self, base: AttentionPattern) -> None:
         self.base = base
@@ -113,11 +99,7 @@ class CausalOf(AttentionPattern):
 
 class LocalAttention(AttentionPattern):
     """Sliding-window attention: query ``i`` sees keys with ``|i - j| < window`` (and ``j <= i``
-    when ``causal``), as in Longformer's local band (Beltagy et al. 2020).
-
-    Raises:
-        (``window >= 1`` is its annotation, checked with the config.)
-    """
+    when ``causal``), as in Longformer's local band (Beltagy et al. 2020)."""
 
     def __init__(self, window: Positive = 16, causal: bool = False) -> None:
         self.window, self.is_causal_band = window, causal
@@ -155,13 +137,9 @@ def combine_masks(
         ``(1, 1, Tq, Tk)`` for a pattern alone, ``(B, 1, Tq, Tk)`` for both.
 
     A query row with every key blocked (a fully padded sequence) is opened to all keys instead, so
-    softmax never sees a row of ``-inf`` and outputs stay finite; such rows belong to padding and are
-    ignored by the loss. No large finite fill (``-1e9``) is used, so fp16/bf16 never overflow.
-
-    Performance: the mask is not expanded to ``(B, 1, Tq, Tk)`` when padding alone is masked (SDPA
-    broadcasts it, and converts and reads a ``Tq`` times smaller mask), and the empty-row fix is
-    applied unconditionally (OR-ing an all-``False`` tensor changes nothing) instead of behind a
-    ``bool(...)`` test, which would stall a GPU stream and break ``torch.compile`` graphs.
+    softmax never sees a row of ``-inf``; such rows are padding, ignored by the loss. No finite fill
+    (``-1e9``) is used, so fp16/bf16 never overflow. The fix is applied unconditionally: a
+    ``bool(...)`` test would stall a GPU stream and break ``torch.compile`` graphs.
     """
     allowed = None if key_padding_mask is None else ~key_padding_mask[:, None, None, :]  # (B, 1, 1, Tk)
     if blocked is not None:
@@ -181,10 +159,8 @@ def attention_with_dropout(
 ) -> Tensor:
     """``Dropout(softmax(Q Kᵀ · s + mask)) V`` written out (eq. 1 with dropout on the weights, §5.4).
 
-    This is what SDPA itself computes on the CPU whenever ``dropout_p > 0`` (its fused CPU kernel
-    takes no dropout, so it falls back to the same math), except that the dropout mask comes from
-    :func:`xformer.model.dropout.keep_mask`, cheaper than SDPA's ``bernoulli_``.
-    :class:`MultiHeadAttention` uses it only for CPU training in eager mode.
+    SDPA's own CPU math fallback for ``dropout_p > 0``, with the mask from the cheaper
+    :func:`xformer.model.dropout.keep_mask`; used for CPU training in eager mode only.
 
     Args:
         q: ``(B, H, Tq, d)``; k, v: ``(B, H, Tk, d)``.
@@ -210,16 +186,12 @@ def attention_with_dropout(
 class KVCache:
     """Keys and values of one attention layer for incremental decoding, in pre-allocated buffers.
 
-    The buffers are ``(B, H, capacity, d_head)``; :attr:`size` (a host ``int``, so reading it never
-    waits for the device) says how many positions are filled. :meth:`append` writes new keys and
-    values in place at ``size`` instead of concatenating, so a decoding step allocates nothing. The
-    buffers are allocated by the first :meth:`append` (batch, heads, dtype and device come from its
-    keys) with room for ``capacity`` positions, or exactly the first keys' length when ``capacity``
-    is ``None``; an append past the end moves the contents to a buffer twice as long.
-
-    Self-attention appends each step's keys; cross-attention appends the memory's keys once and
-    reads them afterwards. A cache is for inference: a backward pass through values read from it
-    before a later :meth:`append` fails (the buffer was written in place).
+    The buffers ``(B, H, capacity, d_head)`` are allocated by the first :meth:`append` (room for
+    ``capacity`` positions, or the first keys' length when ``None``); :attr:`size` (a host ``int``)
+    counts the filled positions. :meth:`append` writes in place, so a decoding step allocates nothing;
+    an append past the end moves the contents to a buffer twice as long. Self-attention appends each
+    step's keys; cross-attention appends the memory's once. For inference only: a backward pass
+    through values read before a later :meth:`append` fails (the buffer was written in place).
 
     Args:
         capacity: positions to allocate room for (e.g. the longest output a decoder may produce).
@@ -278,22 +250,16 @@ class MultiHeadAttention(nn.Module):
     """What self- and cross-attention share: the projections and eq. 1 of Vaswani et al. 2017
     (§3.2.2) over the heads.
 
-    ``softmax(Q Kᵀ · s + bias) V`` per head with ``s = 1/√d_k`` (or 1 when ``scale=False``, Vaswani et al. 2017
-    §3.2.1), computed by :func:`torch.nn.functional.scaled_dot_product_attention` so fused kernels
-    run where the mask allows. Projections: one ``(3·H·d_head, D)`` input projection laid out
-    ``[W_q; W_k; W_v]`` like ``torch.nn.MultiheadAttention.in_proj_weight`` (cross-attention uses its
-    first third on the queries and the rest on the memory), and an output projection ``(D, H·d_head)``.
+    ``softmax(Q Kᵀ · s + bias) V`` per head with ``s = 1/√d_k`` (1 when ``scale=False``, §3.2.1), by
+    :func:`torch.nn.functional.scaled_dot_product_attention` so fused kernels run where the mask
+    allows. The input projection ``((H + H_kv)·d_k + H_kv·d_v, D)`` is laid out ``[W_q; W_k; W_v]``
+    like ``torch.nn.MultiheadAttention.in_proj_weight`` (cross-attention applies the ``W_q`` rows to
+    the queries, the rest to the memory); the output projection is ``(D, H·d_v)``.
 
-    Grouped-query attention (Ainslie et al. 2023 §2.2; multi-query attention, Shazeer 2019, is
-    ``n_kv_heads = 1``): keys and values have ``n_kv_heads`` heads, query head ``h`` reads key/value
-    head ``h // (n_heads / n_kv_heads)``, and the input projection shrinks to
-    ``((H + 2·H_kv)·d_head, D)`` laid out ``[W_q; W_k; W_v]``. With ``n_kv_heads = n_heads`` (the
-    default) the layer is exactly multi-head attention (same weights, same operations).
-
-    Query/key width: ``d_qk`` sets the per-head size ``d_k`` of queries and keys apart from the
-    value size ``d_v = d_head`` (Vaswani et al. 2017 §3.2.2 name both; Table 3 row B varies ``d_k``
-    alone). The input projection is then ``((H + H_kv)·d_k + H_kv·d_v, D)``, still ``[W_q; W_k; W_v]``,
-    and the output projection keeps reading ``H·d_v`` features.
+    Grouped-query attention (Ainslie et al. 2023 §2.2; multi-query, Shazeer 2019, is
+    ``n_kv_heads = 1``): query head ``h`` reads key/value head ``h // (H / H_kv)``; with
+    ``H_kv = H`` (the default) this is exactly multi-head attention. ``d_qk`` sets the query/key size
+    ``d_k`` apart from the value size ``d_v = d_head`` (Table 3 row B varies ``d_k`` alone).
 
     Args:
         d_model: model width ``D``.
@@ -310,11 +276,10 @@ class MultiHeadAttention(nn.Module):
         ValueError: if ``n_kv_heads`` does not divide ``n_heads``.
     """
 
-    #: Under CPU ``bf16-mixed`` autocast, eq. 1 (SDPA) runs on float32 copies of q, k, v and its output
-    #: is cast back to bfloat16; the projections stay in bfloat16. Why: on a CPU without AMX, PyTorch's
-    #: CPU flash-attention backward is several times slower in bfloat16 than in float32 (the profile is
-    #: in docs/results/nanogpt-cpu.md). Set to ``False`` (on the class or an instance) to keep
-    #: autocast's bfloat16 attention, e.g. on a CPU where that is faster.
+    #: Under CPU ``bf16-mixed`` autocast, eq. 1 (SDPA) runs on float32 copies of q, k, v (output cast
+    #: back to bfloat16; the projections stay bfloat16): without AMX, PyTorch's CPU flash-attention
+    #: backward is several times slower in bfloat16 (docs/results/nanogpt-cpu.md). ``False`` (on the
+    #: class or an instance) keeps autocast's bfloat16 attention.
     cpu_bf16_in_float32: bool = True
 
     def __init__(
@@ -359,17 +324,17 @@ class MultiHeadAttention(nn.Module):
         q, k, v = self.in_proj(x).split(self._rows, dim=-1)
         return self.heads(q, self.d_qk), self.heads(k, self.d_qk), self.heads(v)
 
+    def _in_proj_rows(self, x: Tensor, rows: slice) -> Tensor:
+        b = None if self.in_proj.bias is None else self.in_proj.bias[rows]
+        return F.linear(x, self.in_proj.weight[rows], b)
+
     def project_q(self, x: Tensor) -> Tensor:
         """Queries ``(B, H, T, d_k)`` of ``x`` ``(B, T, D)`` (the first rows of the input projection)."""
-        inner = self._rows[0]
-        w, b = self.in_proj.weight[:inner], None if self.in_proj.bias is None else self.in_proj.bias[:inner]
-        return self.heads(F.linear(x, w, b), self.d_qk)
+        return self.heads(self._in_proj_rows(x, slice(self._rows[0])), self.d_qk)
 
     def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         """Keys ``(B, H_kv, S, d_k)`` and values ``(B, H_kv, S, d_v)`` of ``memory`` ``(B, S, D)``."""
-        inner = self._rows[0]
-        w, b = self.in_proj.weight[inner:], None if self.in_proj.bias is None else self.in_proj.bias[inner:]
-        k, v = F.linear(memory, w, b).split(self._rows[1:], dim=-1)
+        k, v = self._in_proj_rows(memory, slice(self._rows[0], None)).split(self._rows[1:], dim=-1)
         return self.heads(k, self.d_qk), self.heads(v)
 
     def merge_heads(self, out: Tensor) -> Tensor:
@@ -377,9 +342,12 @@ class MultiHeadAttention(nn.Module):
         bsz, _, tq, _ = out.shape
         return self.out_proj(out.transpose(1, 2).reshape(bsz, tq, self.n_heads * self.d_head))
 
-    def new_cache(self, capacity: int | None = None) -> KVCache:
+    #: the decoding state :meth:`new_cache` makes
+    cache_cls: type = KVCache
+
+    def new_cache(self, capacity: int | None = None):
         """An empty cache for incremental decoding through this layer (``capacity`` positions of room)."""
-        return KVCache(capacity)
+        return self.cache_cls(capacity)
 
     def score_dtype(self, q: Tensor) -> torch.dtype:
         """The dtype eq. 1 computes its scores in for queries ``q``: float32 for bf16 queries on the
@@ -416,11 +384,9 @@ class MultiHeadAttention(nn.Module):
 class SelfAttention(MultiHeadAttention):
     """Multi-head self-attention with its attention pattern and positional scheme fixed at construction.
 
-    The positional scheme acts here through its relative hooks: :meth:`PositionalEncoding.rotate`
-    on queries and keys (RoPE) and :meth:`PositionalEncoding.attn_bias` on the scores (ALiBi, T5).
-    Its absolute hook (``embed``) belongs to the embeddings. The scheme is shared by every layer of a
-    stack and owned by the stack, so it is referenced here, not registered as a sub-module (its
-    parameters, e.g. T5's bias table, appear once in the state dict).
+    The scheme acts through its relative hooks: :meth:`PositionalEncoding.rotate` on queries and keys
+    (RoPE) and :meth:`PositionalEncoding.attn_bias` on the scores (ALiBi, T5). It is owned by the
+    stack and only referenced here (its parameters appear once in the state dict).
 
     Args:
         d_model, n_heads, d_head, dropout, scale, bias, n_kv_heads, d_qk: as :class:`MultiHeadAttention`.
@@ -491,11 +457,6 @@ class CrossAttention(MultiHeadAttention):
 
     Args: as :class:`MultiHeadAttention`.
     """
-
-    @override
-    def new_cache(self, capacity: int | None = None) -> KVCache:
-        """An empty memory cache (sized by the memory at its first use; ``capacity`` is not needed)."""
-        return KVCache()
 
     def forward(
         self, x: Tensor, memory: Tensor, key_padding_mask: Tensor | None = None, cache: KVCache | None = None

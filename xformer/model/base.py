@@ -3,9 +3,8 @@ the checks of a configuration, and the task-glue interface the training module c
 
 Construction is driven by Hydra: ``hydra.utils.instantiate(cfg.model, src_vocab_size=V_s,
 tgt_vocab_size=V_t, pad_id=0)``. The variant arguments (``attention``, ``norm``, ``pe``, ``ffn``) are
-factories (``_partial_`` Hydra nodes or classes); the model calls them with its sizes. ``mixer`` (a
-:class:`~.mixer.Mixer`) builds each block's self- and cross-attention modules, which the blocks
-receive by keyword.
+factories (``_partial_`` Hydra nodes or classes) called with the model's sizes; ``mixer`` builds each
+block's attention modules.
 """
 
 from __future__ import annotations
@@ -76,14 +75,11 @@ def _require(obj, base: type, key: str, implement: str, where: str = "xformer.mo
 
 
 def check_positional(pe) -> None:
-    """Refuse a positional scheme that is not a :class:`PositionalEncoding` or that implements none
-    of its hooks (``embed``, ``rotate``, ``attn_bias``) without being :class:`NoPE`.
-
-    Raises:
-        ConfigError: naming the class and what it must implement.
-    """
+    """Refuse (ConfigError naming the class and the fix) a positional scheme that is not a
+    :class:`PositionalEncoding` or that implements none of its hooks without being :class:`NoPE`."""
     _require(pe, PositionalEncoding, "model.pe", f"implement one of {', '.join(POSITIONAL_HOOKS)}")
-    if not pe.implemented_hooks() and not isinstance(pe, NoPE) and type(pe) is not PositionalEncoding:
+    hooks = [h for h in POSITIONAL_HOOKS if overrides(type(pe), PositionalEncoding, h)]
+    if not hooks and not isinstance(pe, NoPE) and type(pe) is not PositionalEncoding:
         raise ConfigError(
             f"model.pe: {_name(pe)} overrides none of the PositionalEncoding hooks "
             f"{', '.join(POSITIONAL_HOOKS)}; implement one (or subclass NoPE for no positions)"
@@ -91,11 +87,8 @@ def check_positional(pe) -> None:
 
 
 def check_residual(res) -> None:
-    """Refuse a norm placement that is not a :class:`Residual` or lacks ``forward(x, f)``.
-
-    Raises:
-        ConfigError: naming the class and what it must implement.
-    """
+    """Refuse (ConfigError naming the class and the fix) a norm placement that is not a
+    :class:`Residual` or lacks ``forward(x, f)``."""
     _require(res, Residual, "model.norm", "implement forward(x, f)")
     if not overrides(type(res), Residual, "forward"):
         raise ConfigError(
@@ -105,11 +98,8 @@ def check_residual(res) -> None:
 
 
 def check_ffn(ffn) -> None:
-    """Refuse an FFN that is not an ``nn.Module`` with its own ``forward(x)``.
-
-    Raises:
-        ConfigError: naming the class and what it must implement.
-    """
+    """Refuse (ConfigError naming the class and the fix) an FFN that is not an ``nn.Module`` with its
+    own ``forward(x)``."""
     if not isinstance(ffn, nn.Module) or not overrides(type(ffn), nn.Module, "forward"):
         raise ConfigError(
             f"model.ffn: {_name(ffn)} must be an nn.Module that implements forward(x) ((B, T, D) -> (B, T, D))"
@@ -117,9 +107,8 @@ def check_ffn(ffn) -> None:
 
 
 class ModelBase(nn.Module):
-    """Shared construction (sizes, variant factories, embeddings, parameter accounting) and the task
-    glue every shape implements for the training module, so that module never asks which shape it
-    trains (compare torchtitan's model spec):
+    """Shared construction and the task glue every shape implements for the training module, so that
+    module never asks which shape it trains (compare torchtitan's model spec):
 
     * :meth:`logits_and_labels`: the teacher-forced logits of a batch and the labels they predict;
     * :meth:`generate`: decoded token ids for a batch (BLEU, exact match);
@@ -133,10 +122,9 @@ class ModelBase(nn.Module):
         src_vocab_size, tgt_vocab_size: vocabulary sizes (the data module supplies them).
         d_model: model width ``D``.
         n_heads: attention heads ``H``.
-        d_head: per-head size (default ``D / H``; set it to decouple head size from ``D``); the value
-            size ``d_v`` and, unless ``d_qk`` is set, the query/key size ``d_k`` too.
-        d_qk: per-head query/key size ``d_k`` apart from the value size (``None`` = ``d_head``), as
-            Vaswani et al. 2017 Table 3 row B varies it; softmax-attention mixers only.
+        d_head: per-head value size ``d_v`` and, unless ``d_qk`` is set, query/key size (default ``D / H``).
+        d_qk: per-head query/key size ``d_k`` (``None`` = ``d_head``; Vaswani et al. 2017 Table 3 row B);
+            softmax-attention mixers only.
         ffn_ratio: ``d_ff = ffn_ratio · D`` (float allowed); ignored when ``d_ff`` is given.
         d_ff: explicit FFN inner width.
         n_encoder_layers, n_decoder_layers: stack depths.
@@ -145,22 +133,21 @@ class ModelBase(nn.Module):
             source embedding is shared too (Press & Wolf 2017; Vaswani et al. §3.4).
         max_len: longest sequence the positional scheme must support.
         attn_scale: scale scores by 1/√d_head (Vaswani et al. 2017 §3.2.1).
-        pad_id: padding token id; when a padding mask is not passed it is derived from ``ids == pad_id``.
+        pad_id: padding token id; a padding mask not passed is derived from ``ids == pad_id``.
         attention: encoder self-attention pattern (instance or factory) — default full.
         norm: residual/norm placement factory ``(d_model, dropout) -> Residual`` — default Post-LN.
         pe: positional scheme factory ``(d_model, n_heads, d_head, max_len, causal)`` — default sinusoidal.
         ffn: FFN factory ``(d_model, d_ff, dropout)`` — default ReLU.
         mixer: the attention mechanism (:class:`~.mixer.Mixer`) and the stacks it serves — default
-            :class:`~.mixer.MultiHeadMixer` everywhere; stacks it does not serve use that default.
-        n_kv_heads: key/value heads of grouped-query attention (``mixer`` = ``GroupedQueryMixer``);
-            ``None`` = ``n_heads``.
+            :class:`~.mixer.MultiHeadMixer`, which the other stacks use.
+        n_kv_heads: key/value heads of grouped-query attention; ``None`` = ``n_heads``.
         param_budget: when set, ``budget_solves`` (``"d_model"`` or ``"d_ff"``) is chosen so that the
-            total parameter count is as close to this number as possible (ablations at equal size).
+            total parameter count is closest to it (ablations at equal size).
         budget_solves: which size the budget solves for.
-        bias: biases in every projection and norm (``False``: no bias parameter anywhere, as
-            nanoGPT's default; the output layer never has one in the LM/translation shapes).
-        init: the initialisation scheme (:mod:`.init`, ``model/init``) — default :class:`~.init.Xavier`,
-            which also sets the ``√D`` embedding scale of §3.4.
+        bias: biases in every projection and norm (``False``: none anywhere, as nanoGPT's default;
+            the output layer has none in the LM/translation shapes).
+        init: the initialisation scheme (:mod:`.init`) — default :class:`~.init.Xavier`, which also sets
+            the ``√D`` embedding scale of §3.4.
 
     Raises:
         ConfigError: for invalid sizes or an unreachable budget (message names the key and the fix).
@@ -244,9 +231,8 @@ class ModelBase(nn.Module):
         n_kv_heads: int | None,
         layer: int = 0,
     ) -> nn.Module:
-        """One block (``layer``: its index in the stack): its attention modules come from ``mixer``
-        and are passed to ``cls`` by keyword (built in the order self-attention, cross-attention, FFN,
-        so a seed gives the same weights as ever)."""
+        """One block (``layer``: its index in the stack), its modules built in the order
+        self-attention, cross-attention, FFN (a seed gives the same weights)."""
         sizes = dict(
             d_model=self.d_model,
             n_heads=self.n_heads,
@@ -278,8 +264,7 @@ class ModelBase(nn.Module):
 
     def _stack(self, cls: type, n: int, name: str, causal: bool) -> Stack:
         """A stack of ``n`` blocks of ``cls`` with its pattern from :meth:`stack_patterns`; ``name``
-        (``"encoder"`` or ``"decoder"``) also decides whether it uses the configured mixer
-        (``model.mixer.stacks``) or multi-head attention."""
+        (``"encoder"``/``"decoder"``) decides whether it uses the configured mixer."""
         pattern = self.stack_patterns(self.pattern)[name]
         try:
             pe = self.pe_factory(  # a relative scheme acts on queries and keys: their width d_k
@@ -303,16 +288,15 @@ class ModelBase(nn.Module):
         return Stack(blocks, pe, pattern, residual.make_final_norm())
 
     def _embedding(self, vocab: int) -> nn.Embedding:
-        # no padding_idx: a zero pad vector makes a fully padded sequence an all-zero input whose
-        # zero-variance LayerNorm blows gradients up past fp16's range; masks already hide padding
+        # no padding_idx: an all-zero fully padded input has a zero-variance LayerNorm whose gradients
+        # overflow fp16; masks already hide padding
         emb = nn.Embedding(vocab, self.d_model)
         nn.init.normal_(emb.weight, std=self.d_model**-0.5)
         return emb
 
     def _head(self, vocab: int, tie: nn.Embedding | None, bias: bool = False) -> None:
-        """The output layer ``D -> vocab``, then the init scheme over the built model (``model/init``;
-        default Xavier-uniform for every projection matrix and zero biases, as ``torch.nn.Transformer``);
-        the layer then shares ``tie``'s weight when given."""
+        """The output layer ``D -> vocab``, then the init scheme over the built model; the layer then
+        shares ``tie``'s weight when given."""
         self.head = nn.Linear(self.d_model, vocab, bias=bias)
         self.init_scheme(self)
         if tie is not None:
@@ -333,9 +317,7 @@ class ModelBase(nn.Module):
         if self.pad_id is None or self.pad_id < 0:  # negative: the data has no padding token
             return None
         mask = ids == self.pad_id
-        if self.training or torch.compiler.is_compiling():
-            # no data-dependent branch: it would be a device sync per training step and a graph
-            # break under torch.compile; an all-False mask gives the same outputs
+        if self.training or torch.compiler.is_compiling():  # no device sync, no graph break
             return mask
         return mask if bool(mask.any()) else None
 
@@ -380,22 +362,21 @@ class ModelBase(nn.Module):
     @property
     def position_limit(self) -> int | None:
         """Longest sequence (tokens) a stack of this model may be given: ``max_len`` when a stack uses
-        an absolute scheme bound to it (``bounded``: learned, sinusoidal), else ``None`` (no limit).
-        Longer inputs must be cut first (``xformer translate`` and evaluation do, with a warning)."""
-        stacks = [getattr(self, name, None) for name in ("encoder", "decoder")]
-        return self.max_len if any(s is not None and getattr(s.pe, "bounded", False) for s in stacks) else None
+        an absolute scheme bound to it (``bounded``: learned, sinusoidal), else ``None`` (no limit)."""
+        return self.max_len if any(s.pe.bounded for s in self._stacks()) else None
+
+    def _stacks(self) -> list[Stack]:
+        return [s for s in (getattr(self, name, None) for name in ("encoder", "decoder")) if s is not None]
 
     def blocks(self) -> list[nn.Module]:
         """Every block of every stack (encoder first), e.g. the units FSDP shards."""
-        stacks = [getattr(self, name, None) for name in ("encoder", "decoder")]
-        return [layer for s in stacks if s is not None for layer in s.layers]
+        return [layer for s in self._stacks() for layer in s.layers]
 
     # -- accounting -------------------------------------------------------------------------
     def param_breakdown(self) -> dict[str, int]:
-        """Parameter counts by role: ``total``, ``attention`` (every parameter of the blocks'
-        self- and cross-attention modules, whatever the mechanism: q/k/v/out projections),
-        ``ffn``, ``embedding`` (token embeddings and an untied output projection), ``positional``
-        (learned positions, relative bias tables), ``norm``. Tied tensors are counted once."""
+        """Parameter counts by role: ``total``, ``attention`` (the blocks' self- and cross-attention
+        modules, whatever the mechanism), ``ffn``, ``embedding`` (token embeddings and an untied output
+        projection), ``positional`` (learned positions, bias tables), ``norm``. Tied tensors count once."""
         seen: set[int] = set()
         out = {"attention": 0, "ffn": 0, "embedding": 0, "positional": 0, "norm": 0}
 
@@ -405,7 +386,7 @@ class ModelBase(nn.Module):
                     seen.add(id(p))
                     out[key] += p.numel()
 
-        for block in self.blocks():  # whatever the mechanism's class: its sub-layers by role
+        for block in self.blocks():
             for name in ("self_attn", "cross_attn"):
                 if getattr(block, name, None) is not None:
                     add(getattr(block, name), "attention")
@@ -415,7 +396,7 @@ class ModelBase(nn.Module):
                 add(m, "positional")
             elif isinstance(m, (nn.LayerNorm, nn.RMSNorm)):
                 add(m, "norm")
-            elif isinstance(m, (nn.Embedding,)) or m is getattr(self, "head", None):
+            elif isinstance(m, nn.Embedding) or m is getattr(self, "head", None):
                 add(m, "embedding")
         out["other"] = sum(p.numel() for p in self.parameters() if id(p) not in seen)
         out["total"] = sum(out.values())

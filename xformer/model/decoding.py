@@ -1,12 +1,9 @@
 """Autoregressive decoding: greedy and beam search (Wu et al. 2016 length penalty), with the models'
 incremental key/value caches.
 
-All functions take token ids ``(B, S)`` and return lists of token-id lists without BOS/EOS.
-
-Special tokens: PAD and BOS are never generated. Their scores are set to ``-inf`` before a token is
-chosen (as fairseq does for PAD), so a model whose top choice at some step is PAD or BOS continues
-with its best ordinary token, and greedy decoding and beam search with ``beam_size=1`` choose from
-the same candidates and give the same output.
+All functions take token ids ``(B, S)`` and return lists of token-id lists without BOS/EOS. PAD and
+BOS are never generated: their scores are set to ``-inf`` before a token is chosen (as fairseq does
+for PAD), so greedy decoding and beam search with ``beam_size=1`` give the same output.
 """
 
 from __future__ import annotations
@@ -62,19 +59,13 @@ def ban(scores: Tensor, *ids: int | None) -> Tensor:
 
 def step_logprobs(logits: Tensor, pad: int, bos: int | None) -> Tensor:
     """Next-token log-probabilities ``(N, V)`` (float32) from last-position logits ``(N, V)``, with
-    ``pad`` and ``bos`` at ``-inf``.
-
-    Greedy decoding takes the argmax of these values and beam search adds them (in float64) to its
-    running scores, so both rank tokens from the same numbers.
-    """
+    ``pad`` and ``bos`` at ``-inf``: greedy decoding and beam search rank tokens from these numbers."""
     return ban(torch.log_softmax(logits.float(), -1), pad, bos)
 
 
 DONE_CHECK_EVERY = 8
-"""Greedy loops read "has every row ended?" on the host only every this many steps: each read waits
-for the accelerator, so checking every step would stall a GPU's queue once per token. Rows that
-ended keep emitting ``pad`` until the check (at most ``DONE_CHECK_EVERY - 1`` wasted steps);
-the returned tokens are the same."""
+"""Greedy loops read "has every row ended?" on the host (a wait for the accelerator) only every this
+many steps; rows that ended emit ``pad`` until then, so the returned tokens are the same."""
 
 
 @torch.no_grad()
@@ -109,10 +100,8 @@ def greedy(model, src: Tensor, bos: int, eos: int, pad: int, max_len: int) -> li
 
 @torch.no_grad()
 def greedy_recompute(model, src: Tensor, bos: int, eos: int, pad: int, max_len: int) -> list[list[int]]:
-    """Greedy decoding that re-runs the decoder over the whole prefix each step (no cache).
-
-    Same output as :func:`greedy`; the O(T²)-per-sequence baseline of the decoding benchmark.
-    """
+    """Greedy decoding that re-runs the decoder over the whole prefix each step (no cache): the same
+    output as :func:`greedy`, the O(T²) baseline of the decoding benchmark."""
     src_mask = src == pad
     memory = model.encode(src, src_mask)
     bsz = src.shape[0]
@@ -135,9 +124,8 @@ def greedy_recompute(model, src: Tensor, bos: int, eos: int, pad: int, max_len: 
 def greedy_lm(
     model, prompt: Tensor, prompt_len: Tensor, eos: int, pad: int, max_len: int, bos: int | None = None
 ) -> list[list[int]]:
-    """Greedy continuation for a decoder-only model of right-padded prompts of different lengths.
-
-    Each example keeps its own positions (as in training); the full sequence is re-run each step.
+    """Greedy continuation for a decoder-only model of right-padded prompts of different lengths, each
+    at its own positions (as in training); the full sequence is re-run each step.
 
     Args:
         prompt: ``(B, P)`` ids, example ``b`` occupying ``prompt[b, :prompt_len[b]]``.
@@ -184,11 +172,10 @@ def beam_search(
 ) -> list[list[int]]:
     """Beam search for an encoder–decoder model; hypotheses ranked by ``log P(Y|X) / lp(Y)``.
 
-    Each source sentence keeps ``beam_size`` live hypotheses (batched as ``B·beam_size`` rows,
-    cached keys/values reordered each step). A hypothesis ends at EOS; a sentence stops once it
-    holds ``beam_size`` finished hypotheses (fairseq's rule), the search at ``max_len``. PAD and BOS
-    get log-probability ``-inf`` (not renormalised, as in fairseq), so with ``beam_size=1`` the search
-    takes the same token as :func:`greedy` at every step and returns exactly its output.
+    Each source sentence keeps ``beam_size`` live hypotheses (batched as ``B·beam_size`` rows, caches
+    reordered each step). A hypothesis ends at EOS; a sentence stops once it holds ``beam_size``
+    finished hypotheses (fairseq's rule), the search at ``max_len``. With ``beam_size=1`` it returns
+    exactly :func:`greedy`'s output.
 
     Args:
         src: ``(B, S)`` source ids padded with ``pad``.
@@ -245,8 +232,6 @@ def beam_search(
                 n += 1
                 if n == k:
                     break
-        # a sentence is done once it holds beam_size finished hypotheses (fairseq's rule), so
-        # beam_size=1 reproduces greedy decoding exactly
         done = [b for b in range(bsz) if len(finished[b]) >= k]
         if len(done) == bsz:
             break

@@ -1,18 +1,13 @@
 """Dropout (Srivastava et al. 2014; Vaswani et al. 2017 §5.4), with a cheaper mask on the CPU.
 
-Why this exists: on the CPU, ``torch.nn.functional.dropout`` draws its mask with
-``Tensor.bernoulli_(1 - p)``, one Mersenne-Twister draw and one float compare per element, a large
-share of a CPU training step's time. :func:`dropout` instead draws 64 random bits per call
-(``int64.random_``) and cuts them into four 16-bit uniforms, one per element, which is several times
-cheaper (``xformer bench`` rows 1 and 1b measure the effect on a whole step; dated figures are in
-``docs/results/``). The result is the same distribution up to the resolution of the threshold: an
-element is kept with probability ``k = 1 - round(p·2¹⁶)/2¹⁶`` (within 7.7e-6 of ``1 - p``) and kept
-elements are scaled by exactly ``1/k``, so ``E[dropout(x)] = x`` holds exactly.
+Why: on the CPU, ``torch.nn.functional.dropout`` draws its mask with ``Tensor.bernoulli_(1 - p)``,
+one Mersenne-Twister draw per element, a large share of a CPU training step. :func:`dropout` cuts
+each 64 random bits (``int64.random_``) into four 16-bit uniforms, several times cheaper (``xformer
+bench`` rows 1 and 1b). An element is kept with probability ``k = 1 - round(p·2¹⁶)/2¹⁶`` (within
+7.7e-6 of ``1 - p``) and scaled by exactly ``1/k``, so ``E[dropout(x)] = x`` holds exactly.
 
-The fast mask is used only where it pays and is safe: floating-point tensors on the CPU, in
-eager mode. On CUDA (fused Philox dropout kernels) and under ``torch.compile`` (Inductor generates
-its own random numbers) the call goes to ``F.dropout``. Both paths draw from PyTorch's default
-generator, so ``torch.manual_seed`` makes runs repeatable either way.
+Only floating-point CPU tensors in eager mode use it; on CUDA and under ``torch.compile`` the call
+goes to ``F.dropout``. Both draw from PyTorch's default generator (``torch.manual_seed`` applies).
 """
 
 from __future__ import annotations

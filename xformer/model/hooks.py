@@ -16,18 +16,9 @@ def overrides(cls: type, base: type, name: str) -> bool:
 
 
 def check_derived_flag(cls: type, flag: str, derived: bool, because: str) -> None:
-    """Reject a class attribute ``flag`` that contradicts what the hooks say, and drop a consistent one
-    so the base class's property decides from then on.
-
-    Args:
-        cls: the subclass being defined.
-        flag: the attribute name (``"rotates"``, ``"is_causal"``).
-        derived: the value the hooks imply.
-        because: how the value is derived, for the message (e.g. ``"whether rotate() is overridden"``).
-
-    Raises:
-        TypeError: when ``cls`` sets ``flag`` to something other than ``derived``.
-    """
+    """Reject a class attribute ``flag`` (``"rotates"``, ``"is_causal"``) of the subclass ``cls`` that
+    contradicts ``derived``, the value its hooks imply (TypeError saying ``because``: how it is
+    derived), and drop a consistent one so the base class's property decides from then on."""
     if flag not in cls.__dict__ or isinstance(cls.__dict__[flag], property):
         return
     declared = cls.__dict__[flag]

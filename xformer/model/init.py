@@ -37,21 +37,15 @@ class Xavier(InitScheme):
 
 def residual_projections(model: nn.Module) -> list[tuple[nn.Linear, int]]:
     """The projections that write into the residual stream, each with its stack's depth ``L``: the
-    last ``nn.Linear`` of every attention and FFN sub-layer of every block (the attention output
-    projection ``W^O`` and the FFN's second matrix).
-
-    A block is an :class:`~xformer.model.layers.EncoderLayer` or
-    :class:`~xformer.model.layers.DecoderLayer` inside a :class:`~xformer.model.layers.Stack`; its
-    attention sub-layers are its ``self_attn`` and ``cross_attn``, whatever their mechanism (``model/mixer``).
+    last ``nn.Linear`` of every block's ``self_attn``, ``cross_attn`` and ``ffn`` (whatever the
+    mechanism): the attention output projection ``W^O`` and the FFN's second matrix.
     """
-    from .layers import DecoderLayer, EncoderLayer, Stack
+    from .layers import Stack
 
     out = []
     for stack in (m for m in model.modules() if isinstance(m, Stack)):
         depth = len(stack.layers)
         for block in stack.layers:
-            if not isinstance(block, (EncoderLayer, DecoderLayer)):
-                continue
             subs = [getattr(block, n) for n in ("self_attn", "cross_attn") if getattr(block, n, None) is not None]
             subs.append(block.ffn)
             for sub in subs:
@@ -65,13 +59,10 @@ class GPT2(InitScheme):
     """GPT-2's initialisation (Radford et al. 2019 §2.3; as nanoGPT's ``GPT._init_weights``):
     every ``nn.Linear`` weight and every embedding table (token embeddings, learned positions)
     ``N(0, std²)``, biases 0, norms at gain 1 and bias 0; then the residual projections
-    (:func:`residual_projections`) ``N(0, (std / √(2L))²)`` with ``L`` the blocks of their stack
-    (GPT-2 counts two residual additions per block). Embeddings are not scaled by ``√D``
-    (``scale_embeddings=False``, as GPT-2), so tokens and learned positions enter at the same small
-    scale. A fixed table (``model/pe=sinusoidal``, RMS ``1/√2`` as the paper defines it) would enter
-    35× larger than tokens of ``std`` 0.02 (OpenNMT-py#1722), so it is scaled to the token
-    embeddings' RMS (``std``, times ``√D`` with ``scale_embeddings``) through
-    :meth:`~xformer.model.positional.PositionalEncoding.match_scale`.
+    (:func:`residual_projections`) ``N(0, (std / √(2L))²)`` with ``L`` the blocks of their stack.
+    Embeddings are not scaled by ``√D`` (as GPT-2). A fixed table (``model/pe=sinusoidal``, RMS
+    ``1/√2``) would enter 35× larger than tokens of ``std`` 0.02 (OpenNMT-py#1722), so it is scaled to
+    the token embeddings' RMS (:meth:`~xformer.model.positional.PositionalEncoding.match_scale`).
 
     Args:
         std: standard deviation of the plain weights (0.02).
@@ -104,8 +95,6 @@ class GPT2(InitScheme):
                     nn.init.zeros_(m.bias)
         for lin, depth in residual_projections(model):
             nn.init.normal_(lin.weight, mean=0.0, std=self.std / math.sqrt(2 * depth))
-        d_model = getattr(model, "d_model", None)
-        if d_model:
-            token_rms = self.std * self.embed_scale(int(d_model))
-            for pe in (m for m in model.modules() if isinstance(m, PositionalEncoding)):
-                pe.match_scale(token_rms)
+        token_rms = self.std * self.embed_scale(model.d_model)
+        for pe in (m for m in model.modules() if isinstance(m, PositionalEncoding)):
+            pe.match_scale(token_rms)

@@ -1,11 +1,9 @@
 """Encoder and decoder blocks and the stacks built from them (Vaswani et al. 2017 §3.1).
 
-A block is attention and FFN sub-layers, each inside a residual wrapper from :mod:`.norm`; which
-attention mechanism (with its pattern and positional scheme, see :mod:`.mixer`), FFN and norm
-placement are used is decided by the modules and factories passed in by keyword at construction,
-never by flags here. Both block kinds take the same keyword names:
-``key_padding_mask`` for their own sequence and ``cache`` for their self-attention; a decoder block
-adds ``memory``, ``memory_key_padding_mask`` and ``memory_cache``.
+A block is attention and FFN sub-layers, each inside a residual wrapper from :mod:`.norm`; the
+mechanism (:mod:`.mixer`), FFN and norm placement arrive as modules and factories by keyword, never
+as flags. Both block kinds take ``key_padding_mask`` and ``cache`` for their self-attention; a
+decoder block adds ``memory``, ``memory_key_padding_mask`` and ``memory_cache``.
 """
 
 from __future__ import annotations
@@ -15,7 +13,7 @@ from typing import Callable
 
 from torch import Tensor, nn
 
-from .attention import AttentionPattern, CausalAttention, KVCache
+from .attention import AttentionPattern, KVCache
 from .norm import Residual
 from .positional import PositionalEncoding
 
@@ -53,20 +51,17 @@ def no_bias(bias: bool, factory: Callable | None = None, group: str = "model/nor
 class EncoderLayer(nn.Module):
     """Self-attention → FFN, each with residual + norm. Input and output ``(B, S, D)``.
 
-    Also the block of decoder-only stacks (built with a causal self-attention). The sub-layers arrive
-    built, by keyword (as torchtune's ``TransformerSelfAttentionLayer`` takes ``attn=`` and ``mlp=``),
-    so the block does not know which attention mechanism or FFN it runs.
+    Also the block of decoder-only stacks (with a causal self-attention). The sub-layers arrive built,
+    by keyword (as torchtune's ``TransformerSelfAttentionLayer`` takes ``attn=`` and ``mlp=``).
 
     Args:
-        self_attn: the self-attention module, ``forward(x, key_padding_mask, cache) -> (B, T, D)``
-            (see :mod:`.mixer`).
+        self_attn: ``forward(x, key_padding_mask, cache) -> (B, T, D)`` (see :mod:`.mixer`).
         ffn: the position-wise FFN, ``forward(x) -> (B, T, D)``.
         residual: factory ``(d_model, dropout) -> Residual`` (one per sub-layer).
         d_model: model width ``D``.
         dropout: dropout on each sub-layer's output (in the residual wrapper).
-        bias: biases in the block's norms (``model.bias``); ``False`` is passed on to the ``residual``
-            factory as ``bias=False`` (only then, so factories without a ``bias`` argument keep working).
-            The sub-layers arrive built with the same setting.
+        bias: biases in the block's norms (``model.bias``); ``False`` is passed to ``residual`` as
+            ``bias=False`` (only then, so factories without a ``bias`` argument keep working).
     """
 
     def __init__(
@@ -131,22 +126,16 @@ class DecoderLayer(nn.Module):
         cache: KVCache | None = None,
         memory_cache: KVCache | None = None,
     ) -> Tensor:
-        """Run the block on ``x`` ``(B, T, D)`` with encoder output ``memory`` ``(B, S, D)``.
-
-        Args:
-            key_padding_mask: ``(B, T)`` (with a cache ``(B, past+T)``) bool, ``True`` = padding.
-            memory_key_padding_mask: ``(B, S)`` bool, ``True`` = padding in the source.
-            cache: self-attention keys/values (see :meth:`SelfAttention.forward`).
-            memory_cache: the memory's keys/values (see :meth:`CrossAttention.forward`).
-        """
+        """Run the block on ``x`` ``(B, T, D)`` with encoder output ``memory`` ``(B, S, D)``; the masks
+        (``True`` = padding) and caches as :meth:`SelfAttention.forward` and :meth:`CrossAttention.forward`."""
         x = self.res_self(x, lambda h: self.self_attn(h, key_padding_mask, cache))
         x = self.res_cross(x, lambda h: self.cross_attn(h, memory, memory_key_padding_mask, memory_cache))
         return self.res_ffn(x, self.ffn)
 
 
 class StackCache:
-    """The key/value caches of one stack for incremental decoding: a :class:`KVCache` per layer for
-    self-attention and, in a decoder with cross-attention, one per layer for the memory.
+    """The caches of one stack for incremental decoding: one per layer for self-attention and, with
+    cross-attention, one per layer for the memory.
 
     Args:
         n_layers: blocks in the stack.
@@ -160,8 +149,7 @@ class StackCache:
 
     @classmethod
     def of(cls, self_attn: list, cross_attn: list | None = None) -> "StackCache":
-        """A stack cache holding the given per-layer caches (each made by its attention module's
-        ``new_cache``, so each mechanism keeps its own kind of state)."""
+        """A stack cache holding the given per-layer caches (each from its module's ``new_cache``)."""
         out = cls(0)
         out.self_attn, out.cross_attn = list(self_attn), None if cross_attn is None else list(cross_attn)
         return out
@@ -172,11 +160,8 @@ class StackCache:
         return self.self_attn[0].size if self.self_attn else 0
 
     def reorder(self, index: Tensor) -> None:
-        """Keep rows ``index`` ``(B,)`` of every self-attention cache (beam search).
-
-        Memory caches are left alone: ``index`` must map each row to a row with the same memory, as
-        beam search does when each sentence's memory is repeated once per beam.
-        """
+        """Keep rows ``index`` ``(B,)`` of every self-attention cache (beam search). Memory caches are
+        left alone: ``index`` must map each row to one with the same memory (as beam search does)."""
         for c in self.self_attn:
             c.reorder(index)
 
@@ -188,8 +173,8 @@ class Stack(nn.Module):
     Args:
         layers: the blocks (:class:`EncoderLayer` or :class:`DecoderLayer`), built with ``pe`` and
             ``pattern``.
-        pe: positional scheme of this stack, owned here (its ``embed`` hook is applied to the
-            embeddings by the model; the blocks' self-attention applies its relative hooks).
+        pe: positional scheme of this stack, owned here (the model applies ``embed``, the blocks'
+            self-attention its relative hooks).
         pattern: the blocks' self-attention pattern (kept for inspection).
         final_norm: module applied to the last block's output (``nn.Identity`` for Post-LN).
     """
@@ -209,12 +194,9 @@ class Stack(nn.Module):
         memory: Tensor | None = None,
         memory_key_padding_mask: Tensor | None = None,
     ) -> Tensor:
-        """Run all blocks on ``x`` ``(B, T, D)`` (already embedded), whose first position is
-        ``cache.size`` (0 without a cache).
-
-        ``key_padding_mask`` ``(B, cache.size + T)`` covers every key (cached ones too). ``memory``
-        ``(B, S, D)`` and ``memory_key_padding_mask`` ``(B, S)`` go to decoder blocks (required for them).
-        """
+        """Run all blocks on embedded ``x`` ``(B, T, D)`` at positions ``cache.size ..`` (0 without a cache).
+        ``key_padding_mask`` ``(B, cache.size + T)`` covers the cached keys too; decoder blocks need
+        ``memory`` ``(B, S, D)`` and ``memory_key_padding_mask`` ``(B, S)``."""
         for i, layer in enumerate(self.layers):
             own = None if cache is None else cache.self_attn[i]
             if memory is None:
@@ -230,6 +212,3 @@ class Stack(nn.Module):
         own = [layer.self_attn.new_cache(capacity) for layer in self.layers]
         cross = [layer.cross_attn.new_cache() for layer in self.layers if hasattr(layer, "cross_attn")]
         return StackCache.of(own, cross or None)
-
-
-__all__ = ["EncoderLayer", "DecoderLayer", "Stack", "StackCache", "CausalAttention"]

@@ -11,15 +11,13 @@ over ``j <= i`` only; its two running sums ``S = Σ ϕ(k_j) v_jᵀ`` ``(d, d)`` 
 ``(d,)`` are the whole decoding state (:class:`RunningSumCache`), so a cached decoding step costs
 ``O(d²)`` whatever the position.
 
-RoPE combines with it as in Su et al. 2021 §3.3 (eq. 19): queries and keys are rotated *after* the
-feature map in the numerator only, and the denominator keeps the unrotated (positive) features.
-Score biases (ALiBi, T5) and patterns other than full or causal need the ``(Tq, Tk)`` score matrix,
-which linear attention never forms; :meth:`LinearSelfAttention.refusal` names them and the model
-refuses to build them.
+RoPE combines with it as in Su et al. 2021 §3.3 (eq. 19): features are rotated *after* the feature
+map in the numerator only; the denominator keeps the unrotated (positive) ones. Score biases (ALiBi,
+T5) and patterns other than full or causal need the ``(Tq, Tk)`` score matrix, which is never formed
+(:meth:`LinearSelfAttention.refusal`).
 
-The same projections as :class:`~xformer.model.attention.MultiHeadAttention` (``[W_q; W_k; W_v]``
-and an output projection), so both mechanisms have the same parameter count. There is no
-attention-weight dropout (no weights are formed) and no score scale (``ϕ`` has no temperature);
+The projections are :class:`~xformer.model.attention.MultiHeadAttention`'s (same parameter count).
+No attention-weight dropout (no weights are formed) and no score scale (``ϕ`` has no temperature):
 ``dropout`` and ``scale`` are accepted for a uniform constructor and not used.
 """
 
@@ -28,7 +26,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from typing_extensions import override
 
 from .attention import AttentionPattern, FullAttention, MultiHeadAttention
 from .hooks import overrides
@@ -42,17 +39,12 @@ CHUNK = 64
 between chunks only the running sums travel, so time and memory grow linearly in ``T``."""
 
 
-def elu_feature_map(x: Tensor) -> Tensor:
-    """``ϕ(x) = elu(x) + 1`` (Katharopoulos et al. 2020 eq. 7), elementwise and positive."""
-    return F.elu(x) + 1.0
-
-
 def causal_linear_attention(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    q_num: Tensor | None = None,
-    k_num: Tensor | None = None,
+    q_num: Tensor,
+    k_num: Tensor,
     state: tuple[Tensor, Tensor] | None = None,
     eps: float = EPS,
     chunk: int = CHUNK,
@@ -65,15 +57,13 @@ def causal_linear_attention(
 
     Args:
         q, k: ``ϕ(Q)``, ``ϕ(K)`` ``(B, H, T, d)`` (padding keys zeroed); ``v``: ``(B, H, T, d_v)``.
-        q_num, k_num: the features used in the numerator (RoPE-rotated ones); default ``q``, ``k``.
+        q_num, k_num: the features used in the numerator (RoPE-rotated ones, or ``q``, ``k`` themselves).
         state: ``(S, z)`` of earlier positions, ``S`` = ``Σ k_num_j v_jᵀ`` ``(B, H, d, d_v)`` and
             ``z`` = ``Σ k_j`` ``(B, H, d)``; ``None`` = no earlier positions.
 
     Returns:
         ``(out (B, H, T, d_v), (S, z))`` with the sums updated by this call's keys.
     """
-    q_num = q if q_num is None else q_num
-    k_num = k if k_num is None else k_num
     rotated = q_num is not q
     bsz, heads, t, d = q.shape
     if state is None:
@@ -101,11 +91,9 @@ class RunningSumCache:
     """Decoding state of one linear-attention layer: ``S`` ``(B, H, d, d_v)``, ``z`` ``(B, H, d)``
     (see :func:`causal_linear_attention`) and :attr:`size`, the positions summed so far.
 
-    Self-attention adds each step's keys; cross-attention sums the memory once and reads it
-    afterwards. Its size does not grow with the sequence (the point of linear attention).
-
-    The recurrent mixers' states (:mod:`.recurrent`) are kept the same way: a fixed-size ``state``
-    (a tensor or a tuple of them, batch at dim :attr:`batch_dim`) replaced at every step.
+    Self-attention adds each step's keys; cross-attention sums the memory once. The recurrent
+    mixers' states (:mod:`.recurrent`) are kept the same way: a fixed-size ``state`` (a tensor or a
+    tuple of them, batch at dim :attr:`batch_dim`) replaced at every step.
 
     Args:
         capacity: not used (the state has a fixed size); accepted so every cache is made alike.
@@ -129,6 +117,28 @@ class RunningSumCache:
             self.state = tuple(t.index_select(self.batch_dim, index) for t in self.state)
 
 
+def refuse_score_hooks(
+    lacks: str, pattern: AttentionPattern | None, pe_cls: type | None, hooks: tuple[str, ...] = ("attn_bias", "rotate")
+) -> str | None:
+    """Why a mechanism without a ``(Tq, Tk)`` score matrix cannot serve ``pattern`` / ``pe_cls``, or ``None``.
+
+    Refused: a scheme that overrides one of ``hooks`` (``attn_bias``: ALiBi, T5; ``rotate``: RoPE) and
+    a pattern other than full or causal (a local window masks scores). ``lacks`` ends the reason
+    (``"which a recurrent layer does not have"``).
+    """
+    acts = {"attn_bias": "adds a bias to the attention scores", "rotate": "rotates queries and keys"}
+    for hook in hooks:
+        if pe_cls is not None and overrides(pe_cls, PositionalEncoding, hook):
+            fix = "sinusoidal, learned or none" if "rotate" in hooks else "sinusoidal, learned, rope or none"
+            return f"positional scheme {pe_cls.__name__} {acts[hook]}, {lacks}. Fix: model/pe={fix}"
+    if pattern is not None and overrides(type(pattern), AttentionPattern, "blocked") and not pattern.is_causal:
+        return (
+            f"pattern {type(pattern).__name__} masks attention scores, {lacks}. "
+            "Fix: model/attention=full (bidirectional) or causal"
+        )
+    return None
+
+
 def _wide(t: Tensor) -> Tensor:
     """``t`` in float32 when it is in a reduced precision: the sums over thousands of positions would
     lose the newest terms in bf16 (float32 and float64 stay as they are)."""
@@ -136,7 +146,8 @@ def _wide(t: Tensor) -> Tensor:
 
 
 def _features(t: Tensor) -> Tensor:
-    return elu_feature_map(_wide(t))
+    """``ϕ(t) = elu(t) + 1`` (Katharopoulos et al. 2020 eq. 7), elementwise and positive, at least float32."""
+    return F.elu(_wide(t)) + 1.0
 
 
 def _zero_padding(k: Tensor, key_padding_mask: Tensor | None) -> Tensor:
@@ -157,6 +168,8 @@ class LinearSelfAttention(MultiHeadAttention):
     Raises:
         ValueError: for a pattern or scheme this mechanism cannot apply (see :meth:`refusal`).
     """
+
+    cache_cls = RunningSumCache
 
     def __init__(
         self,
@@ -181,29 +194,9 @@ class LinearSelfAttention(MultiHeadAttention):
 
     @staticmethod
     def refusal(pattern: AttentionPattern | None, pe_cls: type | None) -> str | None:
-        """Why this mechanism cannot serve a stack with ``pattern`` and positional scheme class
-        ``pe_cls``, or ``None``.
-
-        Refused: a scheme with an ``attn_bias`` hook (ALiBi, T5: a bias on the score matrix) and a
-        pattern that blocks anything but the future (local windows: a mask on the score matrix).
-        RoPE (``rotate``) and absolute schemes (``embed``) apply.
-        """
-        if pe_cls is not None and overrides(pe_cls, PositionalEncoding, "attn_bias"):
-            return (
-                f"positional scheme {pe_cls.__name__} adds a bias to the (Tq, Tk) score matrix, which "
-                "linear attention never forms"
-            )
-        if pattern is not None and overrides(type(pattern), AttentionPattern, "blocked") and not pattern.is_causal:
-            return (
-                f"pattern {type(pattern).__name__} masks the (Tq, Tk) score matrix, which linear "
-                "attention never forms; only full and causal apply"
-            )
-        return None
-
-    @override
-    def new_cache(self, capacity: int | None = None) -> RunningSumCache:
-        """Empty running sums for incremental decoding (``capacity`` is not needed)."""
-        return RunningSumCache()
+        """Why this mechanism cannot serve ``pattern`` / ``pe_cls`` (:func:`refuse_score_hooks`; RoPE
+        and absolute schemes apply), or ``None``."""
+        return refuse_score_hooks("which linear attention never forms", pattern, pe_cls, hooks=("attn_bias",))
 
     def forward(
         self, x: Tensor, key_padding_mask: Tensor | None = None, cache: RunningSumCache | None = None
@@ -219,54 +212,39 @@ class LinearSelfAttention(MultiHeadAttention):
         Returns:
             ``(B, T, D)``.
         """
+        tq = x.shape[1]
         q, k, v = self.project_qkv(x)
         with torch.autocast(x.device.type, enabled=False):  # the sums in float32 whatever the precision
-            out = self._attend(q, k, v, key_padding_mask, cache)
+            q, k, v_f = _features(q), _features(k), _wide(v)
+            if key_padding_mask is not None:
+                k = _zero_padding(k, key_padding_mask[:, -tq:])
+            q_num, k_num = q, k
+            past = 0 if cache is None else cache.size
+            if self._rotates:
+                pos = torch.arange(past, past + tq, device=q.device)
+                q_num, k_num = self.pos_embeddings.rotate(q, pos), self.pos_embeddings.rotate(k, pos)
+            state = None if cache is None else cache.state
+            if self.causal:
+                out, state = causal_linear_attention(q, k, v_f, q_num, k_num, state)
+            else:  # every query sees every key so far, the cached ones included
+                s_kv, z = k_num.transpose(-2, -1) @ v_f, k.sum(-2)
+                if state is not None:
+                    s_kv, z = s_kv + state[0], z + state[1]
+                state = (s_kv, z)
+                out = (q_num @ s_kv) / (q @ z[..., None] + EPS)
+            if cache is not None:
+                cache.update(state, tq)
         return self.merge_heads(out.to(v.dtype))
-
-    def _attend(
-        self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, cache: RunningSumCache | None
-    ) -> Tensor:
-        tq = q.shape[2]
-        q, k, v_f = _features(q), _features(k), _wide(v)
-        if key_padding_mask is not None:
-            k = _zero_padding(k, key_padding_mask[:, -tq:])
-        q_num, k_num = q, k
-        past = 0 if cache is None else cache.size
-        if self._rotates:
-            pos = torch.arange(past, past + tq, device=q.device)
-            q_num, k_num = self.pos_embeddings.rotate(q, pos), self.pos_embeddings.rotate(k, pos)
-        state = None if cache is None else cache.state
-        if self.causal:
-            out, state = causal_linear_attention(q, k, v_f, q_num, k_num, state)
-        else:  # every query sees every key so far, the cached ones included
-            s_kv, z = k_num.transpose(-2, -1) @ v_f, k.sum(-2)
-            if state is not None:
-                s_kv, z = s_kv + state[0], z + state[1]
-            state = (s_kv, z)
-            out = (q_num @ s_kv) / (q @ z[..., None] + EPS)
-        if cache is not None:
-            cache.update(state, tq)
-        return out
 
 
 class LinearCrossAttention(MultiHeadAttention):
     """Linear attention from the decoder to the encoder output, a drop-in for
     :class:`~xformer.model.attention.CrossAttention`: the memory is summed once into ``(S, z)``.
 
-    Args: as :class:`LinearSelfAttention` without ``pattern`` and ``pos_embeddings``.
+    Args: as :class:`~xformer.model.attention.MultiHeadAttention` (``dropout`` and ``scale`` not used).
     """
 
-    def __init__(
-        self, d_model: int, n_heads: int, d_head: int, dropout: float = 0.0, scale: bool = True, bias: bool = True
-    ) -> None:
-        del dropout  # accepted so every mechanism is built alike; there is no score matrix to drop from
-        super().__init__(d_model, n_heads, d_head, 0.0, scale, bias)
-
-    @override
-    def new_cache(self, capacity: int | None = None) -> RunningSumCache:
-        """An empty memory summary, filled at the first call."""
-        return RunningSumCache()
+    cache_cls = RunningSumCache
 
     def forward(
         self, x: Tensor, memory: Tensor, key_padding_mask: Tensor | None = None, cache: RunningSumCache | None = None

@@ -12,18 +12,15 @@ the self- and cross-attention modules that the blocks receive by keyword (as tor
 * :class:`ConvMixer` (``conv``): a gated depthwise-separable convolution (Wu et al. 2019), dilation
   optionally growing per layer (ByteNet, WaveNet); cross-attention stays attention.
 
-``stacks`` (``model.mixer.stacks``) says which stacks use the mechanism: ``encoder``, ``decoder`` or
-``both``; the others keep :class:`MultiHeadMixer`. In a decoder both its self- and its cross-attention
-use it.
+``stacks`` (``model.mixer.stacks``: ``encoder``, ``decoder`` or ``both``) names the stacks that use
+the mechanism (in a decoder, for self- and cross-attention); the others keep :class:`MultiHeadMixer`.
 
 Contract for a new mechanism (see the README's "Adding a variant"): subclass :class:`Mixer` and
 override :meth:`Mixer.self_attention` (and :meth:`Mixer.cross_attention` for encoder-decoder
-models). The modules they return take ``forward(x, key_padding_mask, cache)`` (self) or
-``forward(x, memory, key_padding_mask, cache)`` (cross), return ``(B, T, D)`` and make their own
-decoding state with ``new_cache(capacity)`` (an object with ``size`` and ``reorder(index)``). Their
-parameters are counted as the mixing sub-layer (``attention`` in the parameter breakdown), whatever
-their class. ``self_attention`` may take ``layer`` (the block's index in its stack, from 0) when a
-mechanism varies with depth (the convolution's dilation); it is passed only to methods that accept it.
+models). Their modules take ``forward(x, key_padding_mask, cache)`` (self) or
+``forward(x, memory, key_padding_mask, cache)`` (cross), return ``(B, T, D)`` and make their
+decoding state with ``new_cache(capacity)`` (an object with ``size`` and ``reorder(index)``).
+``self_attention`` may take ``layer`` (the block's index, from 0), passed only where accepted.
 """
 
 from __future__ import annotations
@@ -36,9 +33,9 @@ from typing_extensions import override
 from xformer.config_types import Range
 
 from .attention import AttentionPattern, CrossAttention, SelfAttention
-from .linear_attention import LinearCrossAttention, LinearSelfAttention
+from .linear_attention import LinearCrossAttention, LinearSelfAttention, refuse_score_hooks
 from .positional import PositionalEncoding
-from .recurrent import ConvMixing, RecurrentMixing, refuse_score_hooks
+from .recurrent import ConvMixing, RecurrentMixing
 
 STACKS = ("encoder", "decoder", "both")
 
@@ -47,10 +44,7 @@ class Mixer:
     """Base of the mechanisms: softmax multi-head attention, built for a stack's blocks.
 
     Args:
-        stacks: ``"encoder"``, ``"decoder"`` or ``"both"``: the stacks that use this mechanism.
-
-    Raises:
-        ValueError: for another ``stacks`` value.
+        stacks: ``"encoder"``, ``"decoder"`` or ``"both"`` (ValueError otherwise): the stacks that use it.
     """
 
     def __init__(self, stacks: str = "both") -> None:
@@ -63,11 +57,8 @@ class Mixer:
         return self.stacks in (stack, "both")
 
     def kv_heads(self, n_heads: int, n_kv_heads: int | None) -> int | None:
-        """The key/value heads to build with, given ``model.n_kv_heads``; the base uses one per query head.
-
-        Raises:
-            ValueError: when ``n_kv_heads`` is set to anything but ``n_heads``.
-        """
+        """The key/value heads to build with, given ``model.n_kv_heads``: one per query head here
+        (ValueError when ``n_kv_heads`` is set to anything but ``n_heads``)."""
         if n_kv_heads is not None and n_kv_heads != n_heads:
             raise ValueError(
                 f"model.n_kv_heads={n_kv_heads}: only model/mixer=gqa uses it (this mixer has "
@@ -94,21 +85,9 @@ class Mixer:
         layer: int = 0,  # noqa: ARG002 - softmax attention is the same at every depth
         d_qk: int | None = None,
     ) -> nn.Module:
-        """One block's self-attention (sizes as :class:`~xformer.model.attention.MultiHeadAttention`;
-        ``bias``: biases in its projections, ``model.bias``; ``layer``: the block's index in its stack;
-        ``d_qk``: the query/key head width, ``model.d_qk``, where it differs from ``d_head``)."""
-        return SelfAttention(
-            d_model,
-            n_heads,
-            d_head,
-            dropout,
-            scale,
-            bias=bias,
-            pattern=pattern,
-            pos_embeddings=pos_embeddings,
-            n_kv_heads=n_kv_heads,
-            d_qk=d_qk,
-        )
+        """One block's self-attention (arguments as :class:`~xformer.model.attention.SelfAttention`;
+        ``layer``: the block's index in its stack)."""
+        return SelfAttention(d_model, n_heads, d_head, dropout, scale, bias, pattern, pos_embeddings, n_kv_heads, d_qk)
 
     def cross_attention(
         self,
@@ -179,17 +158,16 @@ class LinearMixer(Mixer):
 
 
 class LayerMixer(Mixer):
-    """Base of the mixers that are not attention (the layers self-attention replaced): one module per
-    block from :meth:`layer`, causal in a causal stack (the decoder, ``model/attention=causal``) and
-    bidirectional in a full-attention encoder. Heads, score scale and attention dropout do not apply;
-    positional schemes that act inside attention (ALiBi, T5, RoPE) and local windows are refused
-    (:func:`~xformer.model.recurrent.refuse_score_hooks`). Cross-attention stays attention.
+    """Base of the mixers that are not attention: one module per block from :meth:`layer`, causal in
+    a causal stack and bidirectional in a full-attention encoder. Heads, score scale and attention
+    dropout do not apply; schemes that act inside attention (ALiBi, T5, RoPE) and local windows are
+    refused (:func:`~xformer.model.linear_attention.refuse_score_hooks`). Cross-attention stays attention.
     """
 
     kind = "sequence-mixing"  # the layer's name in refusals
 
     def refusal(self, pattern: AttentionPattern | None, pe_cls: type | None) -> str | None:
-        return refuse_score_hooks(self.kind, pattern, pe_cls)
+        return refuse_score_hooks(f"which a {self.kind} layer does not have", pattern, pe_cls)
 
     def layer(self, d_model: int, causal: bool, bias: bool, layer: int) -> nn.Module:  # noqa: ARG002 - the hook's signature
         """The mixing module of block ``layer`` (from 0) of a stack of width ``d_model``."""

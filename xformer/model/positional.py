@@ -1,35 +1,24 @@
-"""Positional schemes, one class per scheme.
-
-A scheme touches a stack in up to three places, so each class implements the hooks it needs and
-inherits identity behaviour for the others:
+"""Positional schemes, one class per scheme; each implements the hooks it needs (identity otherwise):
 
 * :meth:`PositionalEncoding.embed` adds an absolute encoding to the scaled token embeddings
   (sinusoidal, learned);
 * :meth:`PositionalEncoding.rotate` rotates queries and keys inside self-attention (RoPE);
 * :meth:`PositionalEncoding.attn_bias` returns an additive bias on the attention scores (ALiBi, T5).
 
-Relative schemes (``rotate``/``attn_bias``) act on self-attention only; cross-attention sees no
-positional signal beyond what the encoder output carries. Every constructor takes the same keyword
-arguments (``d_model``, ``n_heads``, ``d_head``, ``max_len``, ``causal``) so the model can build any
-scheme from a ``_partial_`` Hydra node; unused ones are ignored.
-
-Positions are 0-based integer tensors of shape ``(T,)``.
+Relative schemes act on self-attention only. Every constructor takes the same keywords (``d_model``,
+``n_heads``, ``d_head``, ``max_len``, ``causal``) so the model builds any scheme from a ``_partial_``
+Hydra node. Positions are 0-based integer tensors ``(T,)``.
 
 Contract for a new scheme (see the README's "Adding a variant"): subclass
-:class:`PositionalEncoding` and override at least one of the three hooks; overriding is all it takes
-(the stack applies :meth:`~PositionalEncoding.rotate` exactly when a class overrides it). A class
-that overrides none of them is refused when the model is built, unless it is :class:`NoPE` or a
-subclass of it, which means "no positions" on purpose.
+:class:`PositionalEncoding` and override at least one hook; a class that overrides none is refused
+when the model is built, unless it is :class:`NoPE` (or a subclass): "no positions" on purpose.
 
 Precision: positions, angles and biases are computed in float32 (or float64) under every
-``trainer.precision``. Lightning's ``bf16-true`` / ``16-true`` plugins convert the whole model with
-``module.to(dtype)``, which would also round the floating *buffers* of a scheme (RoPE's inverse
-frequencies, ALiBi's slopes, the sinusoid table) to 8 or 11 bits of mantissa -- at position 511
-RoPE's angles would be off by up to 0.2 rad. :class:`PositionalEncoding` (so every scheme,
-including a user's subclass) keeps its floating buffers at their own precision through such a
-conversion (device moves still apply), and the hooks cast only their result to the activations'
-dtype. Learned tables (:class:`Learned`, :class:`T5RelativeBias`) are parameters and follow the
-model's dtype like every other weight; their lookups involve no arithmetic on positions.
+``trainer.precision``. ``bf16-true`` / ``16-true`` convert the model with ``module.to(dtype)``, which
+would round a scheme's floating *buffers* (RoPE's frequencies, ALiBi's slopes, the sinusoid table;
+RoPE's angles at position 511 would be off by up to 0.2 rad); :class:`PositionalEncoding` keeps them
+at their own precision (device moves still apply) and the hooks cast only their result. Learned
+tables (:class:`Learned`, :class:`T5RelativeBias`) are parameters and follow the model's dtype.
 """
 
 from __future__ import annotations
@@ -70,11 +59,6 @@ class PositionalEncoding(nn.Module):
         """True when this scheme's class overrides :meth:`rotate` (the stack then applies it)."""
         return overrides(type(self), PositionalEncoding, "rotate")
 
-    @classmethod
-    def implemented_hooks(cls) -> tuple[str, ...]:
-        """The hooks of :data:`HOOKS` that ``cls`` overrides (empty for the identity scheme)."""
-        return tuple(h for h in HOOKS if overrides(cls, PositionalEncoding, h))
-
     def __init__(
         self, d_model: int, n_heads: int, d_head: int, max_len: int | None = None, causal: bool = False
     ) -> None:
@@ -83,11 +67,9 @@ class PositionalEncoding(nn.Module):
         self.max_len, self.causal = max_len, causal
 
     def _apply(self, fn, recurse: bool = True):
-        """``nn.Module._apply`` (behind ``.to``, ``.half()``, ``.bfloat16()``, ``.cuda()``), except that
-        this module's own floating buffers never lose precision: a conversion to a dtype with a
-        larger machine epsilon (bfloat16, float16) keeps the buffer's values and dtype and applies
-        only the device move. Buffers hold positional constants (frequencies, slopes, tables), not
-        learned state, so rounding them would silently shift every position (see the module doc)."""
+        """``nn.Module._apply`` (behind ``.to``, ``.half()``, ``.cuda()``), except that a conversion of
+        this module's floating buffers to a dtype with a larger machine epsilon (bfloat16, float16)
+        keeps their values and dtype and applies only the device move (see the module doc)."""
         before = {name: buf for name, buf in self._buffers.items() if buf is not None and buf.is_floating_point()}
         out = super()._apply(fn, recurse)
         for name, old in before.items():
@@ -149,10 +131,10 @@ def sinusoid_rows(pos: Tensor, d_model: int, dtype: torch.dtype = torch.float32)
 class Sinusoidal(PositionalEncoding):
     """Fixed sinusoidal absolute encoding added to the embeddings (Vaswani et al. 2017 §3.5).
 
-    The formula extends to any position. Training indexes a table precomputed for ``max_len``
-    positions (training data is validated against it); evaluation and decoding evaluate the same
-    float64 formula at the positions asked for (equal to the table's rows), so longer inputs work and
-    no step reads a position back on the host.
+    Training indexes a table precomputed for ``max_len`` positions (training data is validated
+    against it); evaluation and decoding evaluate the same float64 formula at the positions asked for,
+    so longer inputs work and no step reads a position back on the host (a device sync, a graph
+    break under torch.compile).
     """
 
     bounded = True
@@ -170,13 +152,8 @@ class Sinusoidal(PositionalEncoding):
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
         if self.training and not torch.compiler.is_compiling():
-            # training inputs fit max_len (validated before training): index the table without
-            # reading ``pos.max()`` on the host, which would be a device sync in every step
             rows = self.table[pos]
         else:
-            # evaluation and decoding may go past the table (longer test inputs): the same float64
-            # formula evaluated at ``pos`` (equal to the table's rows), with no data-dependent read of
-            # ``pos.max()`` (a device sync per decoding step, a graph break under torch.compile)
             rows = sinusoid_rows(pos, self.d_model).to(x.device)
         if self.amplitude != 1.0:
             rows = rows * self.amplitude
@@ -201,9 +178,8 @@ class Learned(PositionalEncoding):
         self.weight = nn.Parameter(torch.randn(max_len, d_model) * d_model**-0.5)
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
-        # the bound is checked outside training and on the CPU only, where reading ``pos.max()`` costs
-        # no device sync: training inputs are validated against max_len before training, and
-        # evaluation, decoding and translate cut inputs and outputs to max_len beforehand
+        # checked outside training on the CPU only, where reading ``pos.max()`` costs no device sync
+        # (training inputs are validated before training; evaluation and decoding cut to max_len)
         if not self.training and pos.device.type == "cpu" and pos.numel() and int(pos.max()) >= self.weight.shape[0]:
             raise IndexError(
                 f"position {int(pos.max())} >= model.max_len={self.weight.shape[0]} "

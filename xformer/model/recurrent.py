@@ -1,28 +1,22 @@
 """The layer types self-attention replaced (Vaswani et al. 2017 §4, Table 1), as sequence-mixing
 sub-layers that drop into a Transformer block in place of its self-attention.
 
-* :class:`RecurrentMixing`: an LSTM (Hochreiter & Schmidhuber 1997) of the block's width. Causal
-  stacks run it left to right; a bidirectional (full-attention) encoder runs two directions of
-  ``d_model / 2`` each and concatenates them (Schuster & Paliwal 1997), so the output stays
-  ``(B, T, D)``. Its path between two positions ``n`` apart is ``O(n)`` sequential steps.
-* :class:`ConvMixing`: a gated depthwise-separable 1-D convolution in the form of Wu et al. 2019
-  ("Pay less attention", §3: GLU input projection, depthwise convolution, output projection), with
-  kernel ``k`` and dilation ``growth**layer`` (ByteNet, Kalchbrenner et al. 2016; WaveNet, van den
-  Oord et al. 2016). Its path between two positions ``n`` apart is ``O(n/k)`` layers, ``O(log_k n)``
-  with growing dilation.
+* :class:`RecurrentMixing`: an LSTM (Hochreiter & Schmidhuber 1997), left to right in causal stacks,
+  two directions of ``d_model / 2`` concatenated in a bidirectional encoder (Schuster & Paliwal
+  1997). Path between positions ``n`` apart: ``O(n)`` sequential steps.
+* :class:`ConvMixing`: a gated depthwise-separable 1-D convolution (Wu et al. 2019 §3), kernel ``k``,
+  dilation ``growth**layer`` (ByteNet, Kalchbrenner et al. 2016; WaveNet, van den Oord et al. 2016).
+  Path between positions ``n`` apart: ``O(n/k)`` layers, ``O(log_k n)`` with growing dilation.
 
-Both take the mixer contract of :mod:`.mixer` (``forward(x, key_padding_mask, cache)``,
-``new_cache(capacity)``) and keep a fixed-size decoding state: the LSTM's ``(h, c)``, the
-convolution's last ``(k - 1)·dilation`` inputs. Neither forms a score matrix, so positional schemes
-that act on scores or on queries and keys (ALiBi, T5 bias, RoPE) have nothing to act on; they are
-refused at build time. An absolute scheme (sinusoidal, learned) is added to the embeddings as usual;
-a recurrent layer needs none (it knows order from its recurrence), a convolution neither within its
-receptive field.
+Both take the mixer contract of :mod:`.mixer` and keep a fixed-size decoding state: the LSTM's
+``(h, c)``, the convolution's last ``(k - 1)·dilation`` inputs. Neither forms a score matrix, so
+schemes acting on scores or queries and keys (ALiBi, T5 bias, RoPE) are refused at build time;
+absolute schemes are added to the embeddings as usual.
 
-Padding (``key_padding_mask``, ``True`` = pad) sits at the right end of each row, as everywhere in
-xformer. Outputs at pad positions are zero and outputs at real positions do not depend on the pads:
-the bidirectional LSTM packs the rows by length (:func:`torch.nn.utils.rnn.pack_padded_sequence`),
-the convolution zeroes the pad inputs, which is what its own zero border holds.
+Padding (``key_padding_mask``, ``True`` = pad) sits at the right end of each row. Outputs at pad
+positions are zero and outputs at real positions do not depend on the pads: the bidirectional LSTM
+packs the rows by length (:func:`torch.nn.utils.rnn.pack_padded_sequence`), the convolution zeroes
+the pad inputs, which is what its own zero border holds.
 """
 
 from __future__ import annotations
@@ -32,35 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from .attention import AttentionPattern
-from .hooks import overrides
 from .linear_attention import RunningSumCache
-from .positional import PositionalEncoding
-
-
-def refuse_score_hooks(name: str, pattern: AttentionPattern | None, pe_cls: type | None) -> str | None:
-    """Why a mixing layer without a score matrix (``name``) cannot serve ``pattern`` / ``pe_cls``.
-
-    Refused: a scheme that overrides ``attn_bias`` (a bias on the ``(Tq, Tk)`` scores: ALiBi, T5) or
-    ``rotate`` (RoPE rotates queries and keys), and a pattern other than full or causal (a local
-    window masks scores). ``None`` when it can serve them.
-    """
-    if pe_cls is not None:
-        for hook, what in (
-            ("attn_bias", "adds a bias to the attention scores"),
-            ("rotate", "rotates queries and keys"),
-        ):
-            if overrides(pe_cls, PositionalEncoding, hook):
-                return (
-                    f"positional scheme {pe_cls.__name__} {what}, which a {name} layer does not have. "
-                    "Fix: model/pe=sinusoidal, learned or none"
-                )
-    if pattern is not None and overrides(type(pattern), AttentionPattern, "blocked") and not pattern.is_causal:
-        return (
-            f"pattern {type(pattern).__name__} masks attention scores, which a {name} layer does not have. "
-            "Fix: model/attention=full (bidirectional) or causal"
-        )
-    return None
 
 
 def _real(key_padding_mask: Tensor | None, t: int) -> Tensor | None:
@@ -73,11 +39,6 @@ class RecurrentState(RunningSumCache):
     :attr:`size`, the positions consumed. Fixed size whatever the length decoded."""
 
     batch_dim = 1
-
-
-class ConvState(RunningSumCache):
-    """Decoding state of one causal convolution: its last ``context`` inputs ``(B, D, context)``
-    (zeros before the first position) and :attr:`size`, the positions consumed."""
 
 
 class RecurrentMixing(nn.Module):
@@ -115,50 +76,36 @@ class RecurrentMixing(nn.Module):
         return RecurrentState(capacity)
 
     def forward(self, x: Tensor, key_padding_mask: Tensor | None = None, cache: RecurrentState | None = None) -> Tensor:
-        """Mix ``x`` ``(B, T, D)`` over time.
-
-        Args:
-            x: inputs at positions ``past .. past+T-1``, ``past`` = ``cache.size`` (0 without cache).
-            key_padding_mask: ``(B, T)`` or, with a cache, ``(B, past+T)`` bool, ``True`` = pad (at
-                the right end of a row).
-            cache: the unidirectional LSTM's state, continued and updated.
-
-        Returns:
-            ``(B, T, D)``, zero at pad positions.
+        """Mix ``x`` ``(B, T, D)`` (positions ``past ..``, ``past`` = ``cache.size``) over time: ``(B, T, D)``,
+        zero at pad positions. ``key_padding_mask``: ``(B, past+T)`` bool, ``True`` = pad; ``cache``:
+        the unidirectional LSTM's state, continued and updated.
 
         Raises:
-            ValueError: a cache for the bidirectional form (its backward direction needs the whole
-                sequence; encoders are run once, not decoded).
+            ValueError: a cache for the bidirectional form (its backward direction needs the whole sequence).
         """
-        dtype = x.dtype
-        with torch.autocast(x.device.type, enabled=False):
-            out = self._run(x.to(self.rnn.weight_ih_l0.dtype), key_padding_mask, cache)
-        return out.to(dtype)
-
-    def _run(self, h: Tensor, key_padding_mask: Tensor | None, cache: RecurrentState | None) -> Tensor:
-        """The LSTM over ``h`` ``(B, T, D)``, already in its weights' dtype, with autocast off: an
-        autocast region would run it in bf16/fp16 (CPU bf16 autocast covers ``nn.LSTM``, CPU fp16 has
-        no kernel for it) and round its ``(h, c)`` state on every step."""
-        weight = self.rnn.weight_ih_l0
-        t = h.shape[1]
+        dtype, weight = x.dtype, self.rnn.weight_ih_l0
+        t = x.shape[1]
         real = _real(key_padding_mask, t)
-        if self.bidirectional:
-            if cache is not None:
-                raise ValueError("model/mixer=lstm: the bidirectional (encoder) layer has no decoding state")
-            if real is None:
-                out, _ = self.rnn(h)
+        # autocast off: it would run the LSTM in bf16/fp16 (CPU fp16 has no kernel) and round (h, c) every step
+        with torch.autocast(x.device.type, enabled=False):
+            h = x.to(weight.dtype)
+            if self.bidirectional:
+                if cache is not None:
+                    raise ValueError("model/mixer=lstm: the bidirectional (encoder) layer has no decoding state")
+                if real is None:
+                    out, _ = self.rnn(h)
+                else:
+                    lengths = real[..., 0].sum(1).clamp(min=1).cpu()
+                    packed = pack_padded_sequence(h, lengths, batch_first=True, enforce_sorted=False)
+                    out, _ = pad_packed_sequence(self.rnn(packed)[0], batch_first=True, total_length=t)
             else:
-                lengths = real[..., 0].sum(1).clamp(min=1).cpu()
-                packed = pack_padded_sequence(h, lengths, batch_first=True, enforce_sorted=False)
-                out, _ = pad_packed_sequence(self.rnn(packed)[0], batch_first=True, total_length=t)
-        else:
-            state = None if cache is None or cache.state is None else tuple(s.to(weight.dtype) for s in cache.state)
-            out, new_state = self.rnn(h, state)  # right pads come after every real position: nothing leaks
-            if cache is not None:
-                cache.update(new_state, t)
-        if real is not None:
-            out = out * real.to(out.dtype)
-        return out
+                state = None if cache is None or cache.state is None else tuple(s.to(weight.dtype) for s in cache.state)
+                out, new_state = self.rnn(h, state)  # right pads come after every real position: nothing leaks
+                if cache is not None:
+                    cache.update(new_state, t)
+            if real is not None:
+                out = out * real.to(out.dtype)
+        return out.to(dtype)
 
 
 class ConvMixing(nn.Module):
@@ -174,9 +121,6 @@ class ConvMixing(nn.Module):
             centred (``⌊(k - 1)·d / 2⌋`` left, the rest right).
         bias: biases in the projections and the convolution (``model.bias``).
 
-    Raises:
-        ValueError: ``kernel`` or ``dilation`` below 1.
-
     Precision: the projections and the convolution run where autocast puts them (bf16 under
     ``bf16-mixed``); the decoding state holds the convolution's inputs in the dtype the convolution
     reads them in, so cached decoding equals the full forward under every precision.
@@ -186,34 +130,24 @@ class ConvMixing(nn.Module):
 
     def __init__(self, d_model: int, kernel: int = 3, dilation: int = 1, causal: bool = True, bias: bool = True):
         super().__init__()
-        if kernel < 1 or dilation < 1:
-            raise ValueError(
-                f"model/mixer=conv: kernel={kernel}, dilation={dilation}. Fix: model.mixer.kernel >= 1 and "
-                "model.mixer.dilation_growth >= 1"
-            )
         self.kernel, self.dilation, self.causal = kernel, dilation, causal
         self.context = (kernel - 1) * dilation
         self.in_proj = nn.Linear(d_model, 2 * d_model, bias=bias)
         self.conv = nn.Conv1d(d_model, d_model, kernel, dilation=dilation, groups=d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
 
-    def new_cache(self, capacity: int | None = None) -> ConvState:
-        """An empty state for incremental decoding (``capacity`` is not needed)."""
+    def new_cache(self, capacity: int | None = None) -> RunningSumCache:
+        """An empty state for incremental decoding: the last ``(k - 1)·d`` inputs ``(B, D, (k - 1)·d)``."""
         if not self.causal:
             raise ValueError("model/mixer=conv: the centred (encoder) convolution has no decoding state")
-        return ConvState(capacity)
+        return RunningSumCache(capacity)
 
-    def forward(self, x: Tensor, key_padding_mask: Tensor | None = None, cache: ConvState | None = None) -> Tensor:
-        """Mix ``x`` ``(B, T, D)`` over time.
-
-        Args:
-            x: inputs at positions ``past .. past+T-1``, ``past`` = ``cache.size`` (0 without cache).
-            key_padding_mask: ``(B, T)`` or, with a cache, ``(B, past+T)`` bool, ``True`` = pad.
-            cache: the last ``(k - 1)·d`` inputs of the causal form, continued and updated.
-
-        Returns:
-            ``(B, T, D)``, zero at pad positions.
-        """
+    def forward(
+        self, x: Tensor, key_padding_mask: Tensor | None = None, cache: RunningSumCache | None = None
+    ) -> Tensor:
+        """Mix ``x`` ``(B, T, D)`` (positions ``past ..``, ``past`` = ``cache.size``) over time: ``(B, T, D)``,
+        zero at pad positions. ``key_padding_mask``: ``(B, past+T)`` bool, ``True`` = pad; ``cache``:
+        the causal form's last ``(k - 1)·d`` inputs, continued and updated."""
         t = x.shape[1]
         real = _real(key_padding_mask, t)
         h = F.glu(self.in_proj(x), dim=-1)

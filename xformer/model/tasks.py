@@ -10,11 +10,8 @@ from torch import Tensor
 
 
 def prefix_lm_batch(src: Tensor, tgt: Tensor, pad: int, trim: bool = True) -> tuple[Tensor, Tensor, Tensor]:
-    """Pack seq2seq pairs as one causal-LM sequence each: ``src + tgt`` (``tgt`` starts with BOS,
-    which doubles as the separator).
-
-    Built with ``gather`` on the device, without reading any length on the host (no device sync),
-    so it can run inside a training step.
+    """Pack seq2seq pairs as one causal-LM sequence each: ``src + tgt`` (``tgt``'s BOS doubles as the
+    separator), with ``gather`` on the device and no length read on the host (no device sync).
 
     Args:
         src: ``(B, S)`` right-padded source ids; tgt: ``(B, T)`` right-padded ``[BOS] + y + [EOS]``.
@@ -62,11 +59,9 @@ def fit_batch_to_positions(
 ) -> tuple[dict, Tensor]:
     """Cut a sequence-to-sequence batch so the model never sees a position ``>= limit``.
 
-    Sources longer than the limit keep their first ``limit - 1`` tokens and end in ``eos`` (as every
-    source does); targets keep what fits: ``limit`` decoder inputs for an encoder–decoder or tagger,
-    and ``limit - source length`` tokens after the source for a decoder-only model (whose source is cut
-    to ``limit - 2`` tokens, leaving room for BOS and one target token). References for BLEU/exact
-    match (``tgt_text``) are left whole.
+    Longer sources keep their first ``limit - 1`` tokens and end in ``eos``; targets keep what fits:
+    ``limit`` decoder inputs (encoder–decoder, tagger) or ``limit - source length`` tokens after the
+    source (decoder-only, whose source is cut to ``limit - 2`` tokens). ``tgt_text`` is left whole.
 
     Args:
         batch: ``{"src": (B, S), "tgt": (B, T), ...}`` right-padded; LM batches (no ``src``) pass through.

@@ -1,6 +1,5 @@
-"""The three model shapes, each with its task glue: encoder–decoder (Vaswani et al. 2017 §3),
-decoder-only language model and encoder-only tagger, all built from the blocks of :mod:`.layers`
-on the shared construction of :class:`.base.ModelBase`.
+"""The three model shapes with their task glue: encoder–decoder (Vaswani et al. 2017 §3),
+decoder-only language model and encoder-only tagger, on :class:`.base.ModelBase`.
 """
 
 from __future__ import annotations
@@ -57,9 +56,8 @@ class EncoderDecoder(ModelBase):
     ) -> Tensor:
         """Logits ``(B, T, V)`` for target ids ``tgt`` ``(B, T)`` given ``memory`` ``(B, S, D)``.
 
-        Incremental decoding: pass ``cache = model.new_cache()`` and feed only the new tokens each
-        call; keys/values of earlier steps are reused, so step ``t`` costs O(t) instead of O(t²).
-        With a cache, ``tgt_key_padding_mask`` must cover all tokens so far (or be ``None``).
+        Incremental decoding: pass ``cache = model.new_cache()`` and feed only the new tokens each call
+        (step ``t`` costs O(t), not O(t²)); ``tgt_key_padding_mask`` then covers all tokens so far.
         """
         start = 0 if cache is None else cache.size
         mask = tgt_key_padding_mask if cache is not None else self._padding(tgt, tgt_key_padding_mask)
@@ -149,8 +147,6 @@ class DecoderOnly(ModelBase):
         mask = tgt_key_padding_mask if cache is not None else self._padding(tgt, tgt_key_padding_mask)
         x = self._embed(self.tgt_embed, self.decoder, tgt, start)
         return self.head(self.decoder(x, key_padding_mask=mask, cache=cache))
-
-    decode = forward
 
     # -- task glue ------------------------------------------------------------------------------
     @override
@@ -260,6 +256,3 @@ class EncoderOnly(ModelBase):
                 f"model/arch=encoder_only: data {type(dm).__name__} is not length-preserving; "
                 "use data=copy, reverse or sort (tagging needs one label per source token)"
             )
-
-
-Transformer = EncoderDecoder
