@@ -2,25 +2,23 @@
 of self-attention that Vaswani et al.'s Table 1 states, measured side by side in one run; prints a
 table and writes ``bench.json``.
 
-Usage::
-
-    xformer bench [--quick] [--out bench.json] [--device cpu|cuda] [--sections train_step,decoding,...]
-                  [--preset cpu|gpu] [--repeats R] [--data-root DIR] [--ddp-devices 1,2,4 --ddp-steps N]
-
-Sections (rows): :data:`DEFAULT_SECTIONS`, opt-in :data:`OPTIONAL_SECTIONS`; ``docs/bench.md`` says
-what each measures and documents every key of ``bench.json``.
+Rows: :data:`DEFAULT_SECTIONS`, opt-in :data:`OPTIONAL_SECTIONS`; ``docs/bench.md`` says what each
+measures and documents every key of ``bench.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import importlib.metadata
 import json
+import math
+import os
 import platform
 import sys
 import time
 import traceback
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -28,6 +26,7 @@ import torch
 from xformer.help import PlainHelpFormatter
 
 from .config import BenchConfig, preset
+from .timing import loadavg
 
 DEFAULT_SECTIONS = (
     "train_step train_step_dropout0 overhead padding decoding attention recurrence mfu nanogpt_step"
@@ -97,18 +96,13 @@ def make_config(args: argparse.Namespace) -> BenchConfig:
         raise UsageError("--device cuda but torch.cuda.is_available() is False")
     name = "quick" if args.quick else (args.preset or ("gpu" if device.startswith("cuda") else "cpu"))
     cfg = preset(name, device)
-    for flag, value, low in (
-        ("--repeats", args.repeats, 1),
-        ("--warmup", args.warmup, 0),
-        ("--threads", args.threads, 1),
-        ("--ddp-steps", args.ddp_steps, 2),
-        ("--ddp-skip", args.ddp_skip, 1),
-    ):
+    over = {"seed": args.seed}
+    for key, low in (("repeats", 1), ("warmup", 0), ("threads", 1), ("ddp_steps", 2), ("ddp_skip", 1)):
+        value = getattr(args, key)
         if value is not None and value < low:
-            raise UsageError(f"{flag}={value}: must be >= {low}")
-    over = {k: getattr(args, k) for k in ("repeats", "threads", "warmup", "ddp_steps", "ddp_skip")}
-    over = {k: v for k, v in over.items() if v is not None}  # given: range-checked above
-    over["seed"] = args.seed
+            raise UsageError(f"--{key.replace('_', '-')}={value}: must be >= {low}")
+        if value is not None:
+            over[key] = value
     if args.ddp_devices:
         over["ddp_devices"] = [int(x) for x in args.ddp_devices.split(",") if x]
     if args.run_override:
@@ -135,16 +129,10 @@ def select_sections(spec: str | None) -> list[str]:
 
 
 def meta(cfg: BenchConfig, sections: list[str], argv: list[str]) -> dict:
-    import os
-
     try:
-        import importlib.metadata as md
-
-        xt = md.version("x-transformers")
-    except Exception:
+        xt = importlib.metadata.version("x-transformers")
+    except importlib.metadata.PackageNotFoundError:
         xt = None
-    from .timing import loadavg
-
     dev = torch.device(cfg.device)
     return {
         "started": _dt.datetime.now().isoformat(timespec="seconds"),
@@ -160,7 +148,7 @@ def meta(cfg: BenchConfig, sections: list[str], argv: list[str]) -> dict:
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "loadavg_start": loadavg(),
-        "config": cfg.as_dict(),
+        "config": asdict(cfg),
     }
 
 
@@ -253,7 +241,6 @@ def main(argv: list[str] | None = None) -> int:
     result["meta"]["data_root"] = str(data_root) if data_root else None
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    from .timing import loadavg
 
     def save(secs: dict) -> None:  # after every row, so a long run interrupted keeps what it measured
         result["meta"]["loadavg_end"] = loadavg()
@@ -276,8 +263,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _clean(obj):
     """JSON-safe copy: NaN/inf become null (strict JSON readers reject them)."""
-    import math
-
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):

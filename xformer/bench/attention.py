@@ -1,22 +1,14 @@
-"""Rows 5 and 6: the cost of self-attention over sequence length ``n``, and against a recurrent layer
-(Vaswani et al. 2017, Table 1 and §4). The method in full: ``docs/bench.md``, rows 5 and 6.
+"""Rows 5 and 6 (Vaswani et al. 2017, Table 1 and §4; the method in full: ``docs/bench.md``).
 
-Row 5: one :class:`~xformer.model.attention.SelfAttention` layer (batch 1, forward under ``no_grad``)
-by the paths of :data:`PATHS`: ``explicit`` materialises the ``H × n × n`` scores, ``sdpa`` is the
-layer's fused forward, ``linear``/``linear_causal`` are ``model/mixer=linear``'s layer (Katharopoulos
-et al. 2020). Time in ms (interleaved medians); memory in MiB (CUDA: ``max_memory_allocated`` above
-the baseline; CPU: the peak-RSS rise of one call in a subprocess, :func:`cpu_peak_memory`); exponents
-are log-log slopes over the upper half of the ``n`` range, points above :data:`TIME_FLOOR_S` /
-:data:`MEM_FLOOR_B`.
-
-Row 6: the same layer (fused) against ``model/mixer=lstm``'s LSTM and ``model/mixer=conv``'s
-convolution, batch ``B``; the crossover is the ``n`` (log-log interpolation) where attention becomes
-the slower, beside ``n = D`` (Table 1's per-layer costs ``n²·d`` vs ``n·d²``) and the multiply-add
-crossover of these two layers (``4nD² + 2n²D`` vs ``8nD²``: ``n = 2D``).
+Row 5: one :class:`~xformer.model.attention.SelfAttention` layer over sequence length ``n`` by the
+paths of :data:`PATHS`: time (ms, interleaved medians), peak memory (MiB) and their log-log exponents.
+Row 6: the same layer against ``model/mixer=lstm``'s LSTM and ``model/mixer=conv``'s convolution, and
+the ``n`` where attention becomes the slower (Table 1: ``n = d``).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -31,7 +23,7 @@ from xformer.model.linear_attention import LinearSelfAttention
 from xformer.model.mixer import ConvMixer, LSTMMixer
 
 from .config import BenchConfig
-from .timing import RSSPeak, fit_exponent, interleaved, median, time_once
+from .timing import fit_exponent, interleaved, median, rss_peak_bytes, time_once
 
 TIME_FLOOR_S = 1e-3
 MEM_FLOOR_B = 1 << 20
@@ -68,22 +60,20 @@ def _call(fn, x: torch.Tensor, bf16: bool = False):
     return run
 
 
-PATHS = ("explicit", "sdpa", "linear", "linear_causal")
-"""The measured paths of row 5 (see the module docstring)."""
-
-
-def _layers(d: int, h: int, device: str) -> dict:
-    """The layers behind :data:`PATHS`, built in a fixed order (after ``torch.manual_seed``)."""
+def _paths(d: int, h: int, device: str) -> dict:
+    """Row 5's measured paths, built in a fixed order (after ``torch.manual_seed``): ``explicit``
+    materialises the ``H × n × n`` scores, ``sdpa`` is the layer's fused forward, ``linear`` and
+    ``linear_causal`` are ``model/mixer=linear``'s layer (Katharopoulos et al. 2020)."""
     mha = SelfAttention(d, h, d // h, dropout=0.0).to(device).eval()
-    lin = LinearSelfAttention(d, h, d // h).to(device).eval()
-    lin_causal = LinearSelfAttention(d, h, d // h, pattern=CausalAttention()).to(device).eval()
-    return {"mha": mha, "linear": lin, "linear_causal": lin_causal}
+    return {
+        "explicit": lambda x: explicit_forward(mha, x),
+        "sdpa": mha,
+        "linear": LinearSelfAttention(d, h, d // h).to(device).eval(),
+        "linear_causal": LinearSelfAttention(d, h, d // h, pattern=CausalAttention()).to(device).eval(),
+    }
 
 
-def _paths(layers: dict, x: torch.Tensor, device: str) -> dict:
-    bf16 = torch.device(device).type == "cuda"
-    fns = {"explicit": lambda t: explicit_forward(layers["mha"], t), "sdpa": layers["mha"]}
-    return {p: _call(fns[p] if p in fns else layers[p], x, bf16) for p in PATHS}
+PATHS = ("explicit", "sdpa", "linear", "linear_causal")
 
 
 GLIBC_TUNABLES = "glibc.malloc.mmap_threshold=65536:glibc.malloc.trim_threshold=0"
@@ -120,21 +110,15 @@ def _memory_main(arg: str) -> None:
     """Entry of the CPU memory worker (see :func:`cpu_peak_memory`); prints one JSON line."""
     a = json.loads(arg)
     torch.manual_seed(a["seed"])
-    layers = _layers(a["d"], a["h"], "cpu")
+    paths = _paths(a["d"], a["h"], "cpu")
     out: dict[str, list] = {p: [] for p in PATHS}
-    fns = _paths(layers, torch.randn(1, 8, a["d"]), "cpu")
-    for fn in fns.values():  # first calls touch one-time buffers (thread pools, kernels' tables)
-        fn()
+    warm = torch.randn(1, 8, a["d"])
+    for f in paths.values():  # first calls touch one-time buffers (thread pools, kernels' tables)
+        _call(f, warm)()
     for n in a["ns"]:
-        fns = _paths(layers, torch.randn(1, n, a["d"]), "cpu")
-        for name, fn in fns.items():
-            peak = RSSPeak()
-            if not peak.available:
-                out[name].append(None)
-                continue
-            with peak:
-                fn()
-            out[name].append(peak.peak_bytes)
+        x = torch.randn(1, n, a["d"])
+        for name, f in paths.items():
+            out[name].append(rss_peak_bytes(_call(f, x)))
     print(json.dumps(out))
 
 
@@ -164,13 +148,14 @@ def run_cost(cfg: BenchConfig) -> dict:
     cuda = torch.device(dev).type == "cuda"
     elem = 2 if cuda else 4
     torch.manual_seed(cfg.seed)
-    layers = _layers(d, h, dev)
+    paths = _paths(d, h, dev)
     rows: dict[str, dict[str, list]] = {p: {"time_ms": [], "peak_mb": []} for p in PATHS}
     done_n: list[int] = []
     notes: list[str] = []
     alive = list(PATHS)
     for n in cfg.attn_ns:
-        fns = _paths(layers, torch.randn(1, n, d, device=dev), dev)
+        x = torch.randn(1, n, d, device=dev)
+        fns = {p: _call(f, x, cuda) for p, f in paths.items()}
         mem: dict[str, int | None] = {}
         for p in list(alive):  # a path that runs out of memory is dropped; the other goes on
             try:
@@ -231,12 +216,9 @@ def run_cost(cfg: BenchConfig) -> dict:
 
 def _crossover(ns: list[int], ratio: list[float]) -> float | None:
     """First ``n`` where ``ratio`` (attention / LSTM time) reaches 1, interpolated in log-log."""
-    for i in range(1, len(ns)):
-        a, b = ratio[i - 1], ratio[i]
+    for (n0, a), (n1, b) in itertools.pairwise(zip(ns, ratio, strict=True)):
         if a < 1.0 <= b:
-            la, lb = math.log(a), math.log(b)
-            f = (0.0 - la) / (lb - la)
-            return math.exp(math.log(ns[i - 1]) + f * (math.log(ns[i]) - math.log(ns[i - 1])))
+            return n0 * (n1 / n0) ** (math.log(a) / (math.log(a) - math.log(b)))
     return None
 
 
@@ -259,13 +241,12 @@ def run_recurrence(cfg: BenchConfig) -> dict:
     att_ms, lstm_ms, conv_ms = ms["attention"], ms["lstm"], ms["conv"]
     ratio = [a / r for a, r in zip(att_ms, lstm_ms, strict=True)]
     cross = _crossover(cfg.rec_ns, ratio)
-    note = None
-    if cross is None:
-        note = (
-            "attention slower than the LSTM at every n"
-            if ratio and ratio[0] >= 1
-            else "attention faster than the LSTM over the whole range (crossover beyond the largest n)"
-        )
+    if cross is not None:
+        notes = []
+    elif ratio[0] >= 1:
+        notes = ["attention slower than the LSTM at every n"]
+    else:
+        notes = ["attention faster than the LSTM over the whole range (crossover beyond the largest n)"]
     return {
         "status": "ok",
         "config": {
@@ -290,5 +271,5 @@ def run_recurrence(cfg: BenchConfig) -> dict:
         "macs_crossover_n": 2 * d,
         "attention_time_exponent": fit_exponent(cfg.rec_ns, att_ms),
         "lstm_time_exponent": fit_exponent(cfg.rec_ns, lstm_ms),
-        "notes": [note] if note else [],
+        "notes": notes,
     }

@@ -61,8 +61,7 @@ def run_compile(cfg: BenchConfig) -> dict:
 def run_ddp(cfg: BenchConfig, data_root: Path | None) -> dict:
     if not cfg.ddp_devices:
         return {"status": "skipped", "note": "no device counts given (--ddp-devices 1,2,4)"}
-    data_ov, data_desc = overhead.data_overrides(cfg, data_root)
-    base = [*data_ov, *overhead.model_overrides(cfg), *overhead.common_overrides(cfg, cfg.ddp_steps)]
+    base, data_desc = overhead.run_overrides(cfg, data_root, cfg.ddp_steps)
     rows = []
     with tempfile.TemporaryDirectory(prefix="xformer-ddp-") as tmp:
         for n in cfg.ddp_devices:
