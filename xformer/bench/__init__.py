@@ -15,6 +15,7 @@ import json
 import math
 import os
 import platform
+import re
 import sys
 import time
 import traceback
@@ -55,31 +56,25 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--quick", action="store_true", help="tiny sizes and few repeats (a smoke run, < 1 min)")
     p.add_argument("--preset", choices=["cpu", "gpu"], help="sizes (default: gpu on cuda, cpu otherwise)")
-    p.add_argument("--device", default=None, help="cpu or cuda (default: cpu)")
+    p.add_argument("--device", help="cpu or cuda (default: cpu)")
     p.add_argument("--out", default="bench.json", help="where to write the JSON (default: bench.json)")
     p.add_argument(
         "--sections",
-        default=None,
         help=f"comma-separated rows to run; default {','.join(DEFAULT_SECTIONS)}; "
         f"also {','.join(OPTIONAL_SECTIONS)}; 'all' for every row",
     )
-    p.add_argument("--repeats", type=int, default=None, help="timed repeats per contender (row 1)")
-    p.add_argument("--warmup", type=int, default=None, help="untimed warm-up steps (row 1)")
+    p.add_argument("--repeats", type=int, help="timed repeats per contender (row 1)")
+    p.add_argument("--warmup", type=int, help="untimed warm-up steps (row 1)")
     p.add_argument(
-        "--data-root",
-        default=None,
-        help="Multi30k raw files (default: $XFORMER_DATA/multi30k or ../shared/data/multi30k)",
+        "--data-root", help="Multi30k raw files (default: $XFORMER_DATA/multi30k or ../shared/data/multi30k)"
     )
-    p.add_argument("--ddp-devices", default=None, help="device counts for the ddp row, e.g. 1,2,4,8")
-    p.add_argument("--ddp-steps", type=int, default=None, help="training steps per ddp run")
-    p.add_argument("--ddp-skip", type=int, default=None, help="steps excluded from the ddp throughput window")
-    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: PyTorch's)")
+    p.add_argument("--ddp-devices", help="device counts for the ddp row, e.g. 1,2,4,8")
+    p.add_argument("--ddp-steps", type=int, help="training steps per ddp run")
+    p.add_argument("--ddp-skip", type=int, help="steps excluded from the ddp throughput window")
+    p.add_argument("--threads", type=int, help="torch.set_num_threads (default: PyTorch's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
-        "--run-override",
-        action="append",
-        default=[],
-        help="extra run.py override for the overhead/ddp rows (repeatable)",
+        "--run-override", action="append", help="extra run.py override for the overhead/ddp rows (repeatable)"
     )
     p.add_argument("--no-table", action="store_true", help="do not print the table")
     return p.parse_args(argv)
@@ -112,11 +107,7 @@ def make_config(args: argparse.Namespace) -> BenchConfig:
 
 def select_sections(spec: str | None) -> list[str]:
     """The sections named by ``--sections`` (comma list, ``all``, or ``None`` for the defaults), in
-    table order.
-
-    Raises:
-        UsageError: an unknown section name.
-    """
+    table order. Raises ``UsageError`` for an unknown name."""
     if not spec:
         return list(DEFAULT_SECTIONS)
     if spec == "all":
@@ -153,17 +144,12 @@ def meta(cfg: BenchConfig, sections: list[str], argv: list[str]) -> dict:
 
 
 def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    names = re.findall(r"^model name\s*:(.*)$", cpuinfo.read_text(), re.M) if cpuinfo.is_file() else []
+    return names[0].strip() if names else platform.processor() or platform.machine()
 
 
-def run_sections(cfg: BenchConfig, sections: list[str], data_root: Path | None, log=print, on_section=None) -> dict:
+def run_sections(cfg: BenchConfig, sections: list[str], data_root: Path | None, on_section) -> dict:
     """Run the chosen rows in order; a failing row is recorded as ``status: error`` and the rest go on.
     ``on_section(results_so_far)`` is called after each row (the CLI saves partial results with it)."""
     from . import attention, decode, gpt2, mfu, nanogpt, overhead, padding, scaling, training
@@ -185,7 +171,7 @@ def run_sections(cfg: BenchConfig, sections: list[str], data_root: Path | None, 
         "ddp": lambda: scaling.run_ddp(cfg, data_root),
     }
     for name in sections:
-        log(f"[bench] {name} ...")
+        print(f"[bench] {name} ...", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
         try:
             res = runners[name]()
@@ -197,9 +183,8 @@ def run_sections(cfg: BenchConfig, sections: list[str], data_root: Path | None, 
             }
         res["seconds"] = round(time.perf_counter() - t0, 2)
         out[name] = res
-        log(f"[bench] {name}: {res['status']} ({res['seconds']:.1f} s)")
-        if on_section is not None:
-            on_section(out)
+        print(f"[bench] {name}: {res['status']} ({res['seconds']:.1f} s)", file=sys.stderr, flush=True)
+        on_section(out)
     return out
 
 
@@ -251,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp.write_text(json.dumps(_clean(result), indent=2))
         tmp.replace(out)
 
-    secs = run_sections(cfg, sections, data_root, log=lambda m: print(m, file=sys.stderr, flush=True), on_section=save)
+    secs = run_sections(cfg, sections, data_root, on_section=save)
     save(secs)
     if not args.no_table:
         from .table import render

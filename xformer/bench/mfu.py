@@ -27,7 +27,7 @@ def step_flops(cfg: BenchConfig) -> dict:
     """Model FLOPs of one row-1 training step (see the module docstring)."""
     s = cfg.size
     with torch.device("meta"):
-        model = build_xformer(s).model
+        model = build_xformer(s)
     n_enc = sum(p.numel() for p in model.encoder.parameters())
     n_dec = sum(p.numel() for p in model.decoder.parameters())
     q = s.d_model // s.n_heads

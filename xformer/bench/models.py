@@ -1,15 +1,6 @@
-"""The three encoder–decoders the training-step row compares, behind one call signature
-``forward(src, tgt_in, src_pad, tgt_pad) -> logits (B, T, V)`` (pads ``(B, S)``/``(B, T)`` bool,
-``True`` at padding); loss and optimizer are applied outside, identically for all of them.
-
-* ``xformer``: :class:`xformer.model.EncoderDecoder` (Post-LN, sinusoidal positions, ReLU FFN, tied
-  embeddings);
-* ``torch``: ``torch.nn.Transformer(batch_first=True)`` inside the same embedding and tied output
-  layer (:class:`TorchTransformer`);
-* ``x_transformers``: ``x_transformers.XTransformer`` configured alike (Post-LN, SDPA, scaled
-  sinusoidal positions, tied embeddings), its encoder and ``decoder.net`` called directly.
-
-The remaining differences, inherent to the libraries, are listed in ``docs/bench.md``, row 1.
+"""The three encoder–decoders of the training-step row (:data:`CONTENDERS`), all called as
+``forward(src, tgt_in, src_pad, tgt_pad) -> logits (B, T, V)`` (pads ``(B, S)``/``(B, T)`` bool, ``True``
+at padding); how each is configured alike, and what still differs: ``docs/bench.md``, row 1.
 """
 
 from __future__ import annotations
@@ -40,9 +31,9 @@ class ModelSize:
         return asdict(self)
 
 
-def build_xformer(size: ModelSize) -> nn.Module:
+def build_xformer(size: ModelSize) -> EncoderDecoder:
     """xformer's encoder–decoder at ``size`` (library defaults for every variant)."""
-    model = EncoderDecoder(
+    return EncoderDecoder(
         src_vocab_size=size.vocab,
         tgt_vocab_size=size.vocab,
         d_model=size.d_model,
@@ -54,16 +45,6 @@ def build_xformer(size: ModelSize) -> nn.Module:
         max_len=size.max_len,
         pad_id=0,
     )
-    return _XformerAdapter(model)
-
-
-class _XformerAdapter(nn.Module):
-    def __init__(self, model: EncoderDecoder) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, src: Tensor, tgt_in: Tensor, src_pad: Tensor | None, tgt_pad: Tensor | None) -> Tensor:
-        return self.model(src, tgt_in, src_key_padding_mask=src_pad, tgt_key_padding_mask=tgt_pad)
 
 
 class TorchTransformer(nn.Module):
@@ -107,14 +88,6 @@ class TorchTransformer(nn.Module):
             tgt_is_causal=True,
         )
         return self.head(out)
-
-
-def x_transformers_available() -> bool:
-    try:
-        import x_transformers  # noqa: F401
-    except Exception:
-        return False
-    return True
 
 
 class _XTAdapter(nn.Module):

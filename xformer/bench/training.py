@@ -4,6 +4,7 @@ x-transformers, same sizes, same batch, same loss, same optimizer, timed interle
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from dataclasses import replace
 
@@ -19,13 +20,10 @@ from .timing import interleaved, median
 def make_batch(
     batch: int, seq_len: int, vocab: int, min_len_frac: float, seed: int, device: str = "cpu"
 ) -> dict[str, Tensor]:
-    """A padded translation-like batch: ``batch`` sentence pairs, each side of a length uniform in
-    ``[ceil(min_len_frac·seq_len), seq_len]`` (one pair at exactly ``seq_len``), right-padded with 0.
-
-    Returns ``src`` ``(B, L)``, ``tgt_in``/``tgt_out`` ``(B, L)`` (target shifted by one, BOS = 1 first),
-    ``src_pad``/``tgt_pad`` (``True`` at padding) and ``n_tokens`` (non-padding source + target-output
-    tokens, as the training module counts them).
-    """
+    """``batch`` random sentence pairs, each side of a length uniform in ``[ceil(min_len_frac·seq_len),
+    seq_len]`` (one pair at exactly ``seq_len``), right-padded with 0: ``src``, ``tgt_in``, ``tgt_out``
+    ``(B, L)`` (BOS = 1 first), ``src_pad``/``tgt_pad`` (``True`` at padding), ``n_tokens`` (non-pad source
+    + target-output tokens, as the training module counts them) and ``pad_fraction``."""
     g = torch.Generator().manual_seed(seed)
     lo = max(1, math.ceil(min_len_frac * seq_len))
 
@@ -79,15 +77,8 @@ def make_step(
 
 
 def run(cfg: BenchConfig, dropout: float | None = None, compiled: bool = False) -> dict:
-    """Measure row 1; returns the ``train_step`` section of ``bench.json``.
-
-    Args:
-        cfg: sizes and repeats.
-        dropout: override the preset's dropout for every contender (``0`` isolates the architecture's
-            speed from the dropout implementation: xformer's CPU mask is cheaper than ``F.dropout``).
-        compiled: wrap every contender in ``torch.compile`` (default mode) before timing, so compiled
-            xformer is compared with compiled baselines; the first (compiling) steps are warm-up.
-    """
+    """Row 1 (rows 1b/1c: ``dropout`` for every contender, or every contender ``torch.compile``d with
+    the compiling steps as warm-up); returns the ``train_step`` section of ``bench.json``."""
     dev = cfg.device
     size = cfg.size if dropout is None else replace(cfg.size, dropout=dropout)
     batch = make_batch(cfg.batch, cfg.seq_len, size.vocab, cfg.min_len_frac, cfg.seed, dev)
@@ -96,7 +87,7 @@ def run(cfg: BenchConfig, dropout: float | None = None, compiled: bool = False) 
     steps = {}
     opt_name = ""
     for name, build in models.CONTENDERS.items():
-        if name == "x_transformers" and not models.x_transformers_available():
+        if name == "x_transformers" and importlib.util.find_spec("x_transformers") is None:
             contenders[name] = {"status": "skipped", "note": "x-transformers not installed (pip install -e '.[bench]')"}
             notes.append("x-transformers column skipped: package not installed")
             continue
