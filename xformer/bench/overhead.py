@@ -41,13 +41,11 @@ class StepTimer(Callback):
         self.tokens.append(batch_tokens(batch, pl_module.pad_id))
 
     def on_train_end(self, trainer, pl_module) -> None:
-        tokens = self.tokens
-        world = getattr(trainer, "world_size", 1)
-        if world > 1:
-            t = torch.tensor(tokens, dtype=torch.float64, device=pl_module.device)
-            tokens = [int(x) for x in trainer.strategy.reduce(t, reduce_op="sum").tolist()]
+        t = torch.tensor(self.tokens, dtype=torch.float64, device=pl_module.device)
+        tokens = [int(x) for x in trainer.strategy.reduce(t, reduce_op="sum").tolist()]
         if trainer.is_global_zero:
-            Path(self.path).write_text(json.dumps({"times": self.times, "tokens": tokens, "world_size": world}))
+            record = {"times": self.times, "tokens": tokens, "world_size": trainer.world_size}
+            Path(self.path).write_text(json.dumps(record))
 
 
 def batch_tokens(batch: dict, pad: int) -> int:
@@ -62,8 +60,7 @@ def batch_tokens(batch: dict, pad: int) -> int:
 def steady_state(times: list[float], tokens: list[int], skip: int) -> dict:
     """Tokens/s over steps ``skip+1..N``: their tokens over the time from the end of step ``skip`` to
     the end of step ``N`` (start-up and warm-up excluded)."""
-    if len(times) <= skip + 1 or skip < 1:
-        skip = max(1, min(skip, len(times) - 2))
+    skip = max(1, min(skip, len(times) - 2))
     dt = times[-1] - times[skip - 1]
     tok = sum(tokens[skip:])
     return {
@@ -104,29 +101,19 @@ def run_overrides(cfg: BenchConfig, data_root: Path | None, steps: int) -> tuple
     ], desc
 
 
-def run_py(overrides: list[str], workdir: Path, timeout: float = 1800) -> dict:
-    """Run ``run.py`` with ``overrides`` plus the :class:`StepTimer` callback; return its record.
+def run_py(overrides: list[str], workdir: Path) -> dict:
+    """Run ``run.py`` with ``overrides`` plus the :class:`StepTimer` callback; return its record."""
+    timer = "+callbacks.bench_timer._target_=xformer.bench.overhead.StepTimer"
+    args = [str(REPO / "run.py"), *overrides, f"hydra.run.dir={workdir / 'job'}", timer]
+    return _child([*args, f"+callbacks.bench_timer.path={workdir / 'steps.json'}"], workdir, "run.py")
 
-    Raises:
-        RuntimeError: the run failed (the tail of its stderr is in the message).
-    """
+
+def _child(args: list[str], workdir: Path, what: str, timeout: float = 1800) -> dict:
+    """Run ``python *args`` in ``workdir`` with this process's intra-op thread count and W&B off; return
+    the JSON it wrote to ``workdir/steps.json`` plus ``wall_s`` (the whole process). Raises
+    ``RuntimeError`` with the stderr tail if it failed."""
     workdir.mkdir(parents=True, exist_ok=True)
-    steps_file = workdir / "steps.json"
-    args = [
-        sys.executable,
-        str(REPO / "run.py"),
-        *overrides,
-        f"hydra.run.dir={workdir / 'job'}",
-        "+callbacks.bench_timer._target_=xformer.bench.overhead.StepTimer",
-        f"+callbacks.bench_timer.path={steps_file}",
-    ]
-    return _child(args, workdir, steps_file, "run.py", timeout)
-
-
-def _child(args: list[str], workdir: Path, out: Path, what: str, timeout: float) -> dict:
-    """Run ``args`` in ``workdir`` with this process's intra-op thread count and W&B off; return the JSON
-    it wrote to ``out`` plus ``wall_s`` (the whole process). Raises ``RuntimeError`` with the stderr tail
-    if it failed."""
+    out = workdir / "steps.json"
     env = {
         **os.environ,
         "OMP_NUM_THREADS": str(torch.get_num_threads()),
@@ -135,13 +122,11 @@ def _child(args: list[str], workdir: Path, out: Path, what: str, timeout: float)
         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
     }
     t0 = time.perf_counter()
-    res = subprocess.run(args, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
+    res = subprocess.run([sys.executable, *args], cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
     wall = time.perf_counter() - t0
     if res.returncode != 0 or not out.is_file():
         raise RuntimeError(f"{what} failed (exit {res.returncode}): {res.stderr[-1500:]}")
-    rec = json.loads(out.read_text())
-    rec["wall_s"] = wall
-    return rec
+    return {**json.loads(out.read_text()), "wall_s": wall}
 
 
 def compose(overrides: list[str]):
@@ -202,17 +187,13 @@ def bare_loop(overrides: list[str], device: str) -> dict:
                 return {"times": times, "tokens": tokens}
 
 
-def bare_py(overrides: list[str], device: str, workdir: Path, timeout: float = 1800) -> dict:
+def bare_py(overrides: list[str], device: str, workdir: Path) -> dict:
     """:func:`bare_loop` in a fresh Python process (as ``run.py`` runs in one), so neither contender
-    inherits this process's allocator state, warm caches or loaded modules.
-
-    Raises:
-        RuntimeError: the loop failed (the tail of its stderr is in the message).
-    """
-    workdir.mkdir(parents=True, exist_ok=True)
-    out = workdir / "bare.json"
-    args = [sys.executable, "-m", "xformer.bench.overhead", "--device", device, "--out", str(out), "--", *overrides]
-    return _child(args, workdir, out, "bare loop", timeout)
+    inherits this process's allocator state, warm caches or loaded modules."""
+    out = str(workdir / "steps.json")
+    return _child(
+        ["-m", "xformer.bench.overhead", "--device", device, "--out", out, "--", *overrides], workdir, "bare loop"
+    )
 
 
 def data_root_default() -> Path | None:
