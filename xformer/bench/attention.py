@@ -1,7 +1,7 @@
 """Rows 5 and 6 (Vaswani et al. 2017, Table 1 and §4; the method in full: ``docs/bench.md``).
 
 Row 5: one :class:`~xformer.model.attention.SelfAttention` layer over sequence length ``n`` by the
-paths of :data:`PATHS`: time (ms, interleaved medians), peak memory (MiB) and their log-log exponents.
+paths of :func:`_paths`: time (ms, interleaved medians), peak memory (MiB) and their log-log exponents.
 Row 6: the same layer against ``model/mixer=lstm``'s LSTM and ``model/mixer=conv``'s convolution, and
 the ``n`` where attention becomes the slower (Table 1: ``n = d``).
 """
@@ -35,8 +35,7 @@ def explicit_forward(mha: SelfAttention, x: torch.Tensor) -> torch.Tensor:
     """``mha(x)`` with the attention written out (scores and probabilities materialised)."""
     q, k, v = mha.project_qkv(x)
     scale = mha.d_head**-0.5 if mha.scale is None else mha.scale
-    scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, n, n)
-    probs = torch.softmax(scores, dim=-1)
+    probs = torch.softmax(torch.matmul(q, k.transpose(-2, -1)) * scale, dim=-1)  # (B, H, n, n)
     return mha.merge_heads(torch.matmul(probs, v))
 
 
@@ -73,21 +72,14 @@ def _paths(d: int, h: int, device: str) -> dict:
     }
 
 
-PATHS = ("explicit", "sdpa", "linear", "linear_causal")
-
-
 GLIBC_TUNABLES = "glibc.malloc.mmap_threshold=65536:glibc.malloc.trim_threshold=0"
 """Fixed malloc thresholds for the CPU memory worker: every block of 64 KiB or more is its own
 mapping, returned to the OS when freed, so the peak RSS rise of a call is what the call held at once."""
 
 
 def cpu_peak_memory(d: int, h: int, ns: list[int], seed: int, timeout: float = 900) -> dict:
-    """Peak RSS rise (bytes) of each path at each ``n``, measured in a fresh subprocess whose glibc
-    malloc thresholds are fixed (:data:`GLIBC_TUNABLES`) so freed memory is not silently recycled.
-
-    Returns ``{"explicit": [...], "sdpa": [...]}`` (``None`` entries where not measurable) or
-    ``{"error": msg}``.
-    """
+    """Peak RSS rise (bytes) of each path at each ``n``, ``{path: [...]}`` (``None`` where not measurable)
+    or ``{"error": msg}``, measured in a fresh subprocess with :data:`GLIBC_TUNABLES`."""
     env = {
         **os.environ,
         "GLIBC_TUNABLES": GLIBC_TUNABLES,
@@ -111,7 +103,7 @@ def _memory_main(arg: str) -> None:
     a = json.loads(arg)
     torch.manual_seed(a["seed"])
     paths = _paths(a["d"], a["h"], "cpu")
-    out: dict[str, list] = {p: [] for p in PATHS}
+    out: dict[str, list] = {p: [] for p in paths}
     warm = torch.randn(1, 8, a["d"])
     for f in paths.values():  # first calls touch one-time buffers (thread pools, kernels' tables)
         _call(f, warm)()
@@ -149,10 +141,10 @@ def run_cost(cfg: BenchConfig) -> dict:
     elem = 2 if cuda else 4
     torch.manual_seed(cfg.seed)
     paths = _paths(d, h, dev)
-    rows: dict[str, dict[str, list]] = {p: {"time_ms": [], "peak_mb": []} for p in PATHS}
+    rows: dict[str, dict[str, list]] = {p: {"time_ms": [], "peak_mb": []} for p in paths}
     done_n: list[int] = []
     notes: list[str] = []
-    alive = list(PATHS)
+    alive = list(paths)
     for n in cfg.attn_ns:
         x = torch.randn(1, n, d, device=dev)
         fns = {p: _call(f, x, cuda) for p, f in paths.items()}
@@ -202,7 +194,7 @@ def run_cost(cfg: BenchConfig) -> dict:
             f">= {TIME_FLOOR_S * 1e3:g} ms / {MEM_FLOOR_B / 2**20:g} MiB; *_last: last two points",
         },
         "n": done_n,
-        **{p: rows[p] for p in PATHS},
+        **rows,
         "score_matrices_mb": score_mb,
         "explicit_peak_over_scores": ratio,
         "claim_table": [

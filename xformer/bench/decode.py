@@ -5,6 +5,8 @@ beam search, on an untrained row-1-size model (the method in full: ``docs/bench.
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 
 from xformer.model import decoding
@@ -23,24 +25,19 @@ def run(cfg: BenchConfig) -> dict:
     torch.manual_seed(cfg.seed)
     model = build_xformer(cfg.size).to(dev).eval()
     src = make_batch(cfg.decode_batch, cfg.decode_src_len, cfg.size.vocab, cfg.min_len_frac, cfg.seed, dev)["src"]
-    n = cfg.decode_len
-    bos, pad = 1, 0
+    n, k = cfg.decode_len, cfg.decode_beam_size
     cuda = torch.device(dev).type == "cuda"
     results: dict[str, list] = {}
 
-    def wrap(name, fn):
-        def call():
+    def call(name: str, fn):
+        def run():
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
-                results[name] = fn(model, src, bos, NEVER, pad, n)
+                results[name] = fn(model, src, 1, NEVER, 0, n)  # BOS 1, padding 0
 
-        return call
+        return run
 
-    times = interleaved(
-        {"cached": wrap("cached", decoding.greedy), "recompute": wrap("recompute", decoding.greedy_recompute)},
-        warmup=1,
-        repeats=cfg.decode_repeats,
-        device=dev,
-    )
+    fns = {"cached": call("cached", decoding.greedy), "recompute": call("recompute", decoding.greedy_recompute)}
+    times = interleaved(fns, warmup=1, repeats=cfg.decode_repeats, device=dev)
     gen = cfg.decode_batch * n
     out = {
         "status": "ok",
@@ -62,10 +59,9 @@ def run(cfg: BenchConfig) -> dict:
 
     out.update({name: timed(ts) for name, ts in times.items()})
     out["speedup"] = out["cached"]["tokens_per_s"] / out["recompute"]["tokens_per_s"]
-    k = cfg.decode_beam_size
-    beam = wrap("beam", lambda m, s, b, e, p, n_: decoding.beam_search(m, s, b, e, p, n_, beam_size=k))
+    beam = call("beam", partial(decoding.beam_search, beam_size=k))
     ts = interleaved({"beam": beam}, warmup=1, repeats=cfg.decode_repeats, device=dev)["beam"]
     # tokens of the returned hypotheses per second (what a user gets out, not beam rows x steps)
     out["beam"] = {"beam_size": k, **timed(ts)}
-    out["outputs_match"] = results.get("cached") == results.get("recompute")
+    out["outputs_match"] = results["cached"] == results["recompute"]
     return out

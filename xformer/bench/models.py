@@ -103,11 +103,7 @@ class _XTAdapter(nn.Module):
 
 
 def build_x_transformers(size: ModelSize) -> nn.Module:
-    """``x_transformers.XTransformer`` configured like xformer (see the module docstring).
-
-    Raises:
-        ImportError: x-transformers is not installed (``pip install -e '.[bench]'``).
-    """
+    """``x_transformers.XTransformer`` configured like xformer; ``ImportError`` without the ``bench`` extra."""
     from x_transformers import XTransformer
 
     p = size.dropout
