@@ -128,9 +128,8 @@ def _fit(ns: list[int], ys: list, floor: float) -> tuple[float | None, list[int]
     exponent of the last two points."""
     pts = [(n, y) for n, y in zip(ns, ys, strict=False) if y is not None and y >= floor]
     upper = pts[len(pts) // 2 :] if len(pts) >= 4 else pts
-    k = fit_exponent([p[0] for p in upper], [p[1] for p in upper])
-    last = fit_exponent([p[0] for p in pts[-2:]], [p[1] for p in pts[-2:]]) if len(pts) >= 2 else None
-    return k, [p[0] for p in upper], last
+    last = fit_exponent([n for n, _ in pts[-2:]], [y for _, y in pts[-2:]])
+    return fit_exponent([n for n, _ in upper], [y for _, y in upper]), [n for n, _ in upper], last
 
 
 def run_cost(cfg: BenchConfig) -> dict:

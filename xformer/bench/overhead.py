@@ -133,9 +133,7 @@ def compose(overrides: list[str]):
     """The config ``run.py`` would see for ``overrides`` (Hydra's compose API)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
 
-    GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         return hydra_compose(config_name="config", overrides=overrides)
 

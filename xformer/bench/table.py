@@ -11,6 +11,7 @@ import sys
 from functools import partial
 
 from rich.console import Console
+from rich.filesize import decimal
 from rich.table import Table
 
 
@@ -211,7 +212,7 @@ def render(result: dict, console: Console | None = None) -> None:
         for col in ("n", "claimed", "computed n²·2 B"):
             k.add_column(col, justify="right")
         for row in a["claim_table"]:
-            k.add_row(f"{row['n']:,}", row["claimed"], _human(row["fp16_nxn_bytes"]))
+            k.add_row(f"{row['n']:,}", row["claimed"], decimal(int(row["fp16_nxn_bytes"])))
         console.print(k)
         for note in a.get("notes", []):
             console.print(f"[yellow]attention note:[/] {note}")
@@ -235,13 +236,6 @@ def render(result: dict, console: Console | None = None) -> None:
             console.print(f"[red]{name} failed:[/] {sec.get('error')}")
         for note in sec.get("notes", []) if name != "attention" else []:
             console.print(f"[yellow]{name} note:[/] {note}")
-
-
-def _human(b: float) -> str:
-    for unit, div in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if b >= div:
-            return f"{b / div:,.1f} {unit}"
-    return f"{b:.0f} B"
 
 
 def main(argv: list[str] | None = None) -> int:
