@@ -51,12 +51,8 @@ def step_flops(model: torch.nn.Module, cfg: BenchConfig) -> float:
 
 
 def run(cfg: BenchConfig, mfu_section: dict | None = None) -> dict:
-    """Measure the GPT-2-small row; returns the ``gpt2`` section of ``bench.json``.
-
-    Args:
-        mfu_section: row 7's result in the same run; its measured matmul peak is reused (the same
-            device, dtype and size), else the peak is measured here.
-    """
+    """Row 8; returns the ``gpt2`` section of ``bench.json``. The matmul peak is row 7's (``mfu_section``,
+    same device, dtype and size) when that row ran, else measured here."""
     dev = cfg.device
     cuda = torch.device(dev).type == "cuda"
     torch.manual_seed(cfg.seed)

@@ -188,10 +188,8 @@ def bare_loop(overrides: list[str], device: str) -> dict:
 def bare_py(overrides: list[str], device: str, workdir: Path) -> dict:
     """:func:`bare_loop` in a fresh Python process (as ``run.py`` runs in one), so neither contender
     inherits this process's allocator state, warm caches or loaded modules."""
-    out = str(workdir / "steps.json")
-    return _child(
-        ["-m", "xformer.bench.overhead", "--device", device, "--out", out, "--", *overrides], workdir, "bare loop"
-    )
+    args = ["-m", "xformer.bench.overhead", device, str(workdir / "steps.json"), *overrides]
+    return _child(args, workdir, "bare loop")
 
 
 def data_root_default() -> Path | None:
@@ -243,18 +241,6 @@ def run(cfg: BenchConfig, data_root: Path | None = None) -> dict:
     }
 
 
-def _main(argv: list[str] | None = None) -> None:
-    """``python -m xformer.bench.overhead --device cpu --out bare.json -- <overrides>``: run
-    :func:`bare_loop` and write its step timestamps and token counts as JSON."""
-    import argparse
-
-    ap = argparse.ArgumentParser(description=_main.__doc__)
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("overrides", nargs="*")
-    a = ap.parse_args(argv)
-    Path(a.out).write_text(json.dumps(bare_loop(a.overrides, a.device)))
-
-
-if __name__ == "__main__":
-    _main()
+if __name__ == "__main__":  # python -m xformer.bench.overhead DEVICE OUT.json OVERRIDE...: bare_py's worker
+    device, out, *overrides = sys.argv[1:]
+    Path(out).write_text(json.dumps(bare_loop(overrides, device)))
