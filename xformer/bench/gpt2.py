@@ -8,13 +8,13 @@ embeddings excluded); peak as row 7.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from xformer.model import GELUFFN, DecoderOnly, Learned, PreNorm
 
 from .config import BenchConfig
 from .mfu import matmul_peak_flops
 from .timing import interleaved, median
+from .training import optimize
 
 NANOGPT_MFU = (0.40, 0.50)
 """nanoGPT's reported MFU range for GPT-2 small (124M) training on A100 GPUs."""
@@ -67,10 +67,7 @@ def run(cfg: BenchConfig, mfu_section: dict | None = None) -> dict:
     def step():
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
             logits = fwd(inp)
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), tgt.flatten())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        optimize(model, opt, logits, tgt)
 
     warmup = max(cfg.warmup, 3) if cfg.gpt2_compile else cfg.warmup
     ts = interleaved({"step": step}, warmup, cfg.repeats, dev)["step"]

@@ -141,10 +141,11 @@ def compose(overrides: list[str]):
 def bare_loop(overrides: list[str], device: str) -> dict:
     """The hand-written loop over what ``run.py`` builds for ``overrides`` (see the module docstring)."""
     import lightning as L
-    import torch.nn.functional as F
     from hydra.utils import instantiate
 
     from xformer.train.checkpoint_file import build_model
+
+    from .training import optimize
 
     cfg = compose(overrides)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
@@ -169,14 +170,7 @@ def bare_loop(overrides: list[str], device: str) -> dict:
             tgt = batch["tgt"].to(device, non_blocking=True)
             with torch.autocast(device_type="cuda" if cuda else "cpu", dtype=torch.bfloat16, enabled=bf16):
                 logits = model(src, tgt[:, :-1])
-            loss = F.cross_entropy(
-                logits.flatten(0, 1).float(), tgt[:, 1:].flatten(), ignore_index=pad, label_smoothing=smoothing
-            )
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if clip:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-            opt.step()
+            optimize(model, opt, logits, tgt[:, 1:], clip, ignore_index=pad, label_smoothing=smoothing)
             sched.step()
             sync(device)
             times.append(time.perf_counter())

@@ -56,22 +56,27 @@ def make_optimizer(params) -> tuple[torch.optim.Optimizer, str]:
         return torch.optim.Adam(params, lr=1e-4, betas=(0.9, 0.98), eps=1e-9, foreach=True), "Adam(foreach=True)"
 
 
+def optimize(model: torch.nn.Module, opt, logits: Tensor, labels: Tensor, clip: float | None = None, **ce) -> None:
+    """One optimizer step on ``F.cross_entropy(logits (B, T, V), labels (B, T), **ce)`` in fp32, with the
+    gradients of ``model`` clipped to norm ``clip`` when given."""
+    loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), **ce)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    if clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    opt.step()
+
+
 def make_step(
     model: torch.nn.Module, opt: torch.optim.Optimizer, batch: dict, device: str, label_smoothing: float = 0.1
 ):
     """A closure running one optimizer step of ``model`` on ``batch`` (bf16 autocast on CUDA)."""
     cuda = torch.device(device).type == "cuda"
 
-    def step() -> float:
+    def step() -> None:
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
             logits = model(batch["src"], batch["tgt_in"], batch["src_pad"], batch["tgt_pad"])
-        loss = F.cross_entropy(
-            logits.flatten(0, 1).float(), batch["tgt_out"].flatten(), ignore_index=0, label_smoothing=label_smoothing
-        )
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return loss
+        optimize(model, opt, logits, batch["tgt_out"], ignore_index=0, label_smoothing=label_smoothing)
 
     return step
 
