@@ -119,7 +119,7 @@ def select_sections(spec: str | None) -> list[str]:
     return [s for s in ALL_SECTIONS if s in names]
 
 
-def meta(cfg: BenchConfig, sections: list[str], argv: list[str]) -> dict:
+def meta(cfg: BenchConfig, sections: list[str], argv: list[str], data_root: Path | None) -> dict:
     try:
         xt = importlib.metadata.version("x-transformers")
     except importlib.metadata.PackageNotFoundError:
@@ -140,6 +140,7 @@ def meta(cfg: BenchConfig, sections: list[str], argv: list[str]) -> dict:
         "torch_threads": torch.get_num_threads(),
         "loadavg_start": loadavg(),
         "config": asdict(cfg),
+        "data_root": str(data_root) if data_root else None,
     }
 
 
@@ -222,8 +223,7 @@ def main(argv: list[str] | None = None) -> int:
 
     data_root = Path(args.data_root).resolve() if args.data_root else data_root_default()
     t0 = time.perf_counter()
-    result = {"schema_version": SCHEMA_VERSION, "meta": meta(cfg, sections, argv)}
-    result["meta"]["data_root"] = str(data_root) if data_root else None
+    result = {"schema_version": SCHEMA_VERSION, "meta": meta(cfg, sections, argv, data_root)}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
 

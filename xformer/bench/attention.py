@@ -170,10 +170,8 @@ def run_cost(cfg: BenchConfig) -> dict:
             for p in rows:
                 rows[p]["peak_mb"] = [None if b is None else b / 2**20 for b in mem.get(p, [None] * len(done_n))]
     for r in rows.values():
-        r["time_exponent"], r["time_fit_n"], r["time_exponent_last"] = _fit(done_n, r["time_ms"], TIME_FLOOR_S * 1e3)
-        r["memory_exponent"], r["memory_fit_n"], r["memory_exponent_last"] = _fit(
-            done_n, r["peak_mb"], MEM_FLOOR_B / 2**20
-        )
+        for kind, key, floor in (("time", "time_ms", TIME_FLOOR_S * 1e3), ("memory", "peak_mb", MEM_FLOOR_B / 2**20)):
+            r[f"{kind}_exponent"], r[f"{kind}_fit_n"], r[f"{kind}_exponent_last"] = _fit(done_n, r[key], floor)
     score_mb = [h * n * n * elem / 2**20 for n in done_n]
     ratio = [None if m is None else m / sc for m, sc in zip(rows["explicit"]["peak_mb"], score_mb, strict=False)]
     return {

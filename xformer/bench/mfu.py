@@ -1,9 +1,6 @@
-"""Row 7: model FLOPs utilisation of row 1's xformer step (the method in full: ``docs/bench.md``, row 7).
-
-Model FLOPs after PaLM (Chowdhery et al. 2022, App. B: ``6N + 12·L·H·Q·T`` per token), per stack
-over the padded batch (:func:`step_flops`); peak: the median rate of a square matmul measured in the
-run (bf16 on a GPU, fp32 on a CPU, :func:`matmul_peak_flops`). MFU = FLOPs per step / median step
-time / peak.
+"""Row 7: model FLOPs utilisation of row 1's xformer step (the method in full: ``docs/bench.md``, row 7):
+FLOPs per step after PaLM (Chowdhery et al. 2022, App. B, :func:`step_flops`) / median step time / the
+rate of a square matmul measured in the run (bf16 on a GPU, fp32 on a CPU, :func:`matmul_peak_flops`).
 """
 
 from __future__ import annotations

@@ -122,8 +122,7 @@ def build_x_transformers(size: ModelSize) -> nn.Module:
         num_tokens=size.vocab,
         max_seq_len=size.max_len,
     )
-    kwargs = {f"enc_{k}": v for k, v in side.items()}
-    kwargs.update({f"dec_{k}": v for k, v in side.items()})
+    kwargs = {f"{stack}_{k}": v for stack in ("enc", "dec") for k, v in side.items()}
     xt = XTransformer(dim=size.d_model, tie_token_emb=True, pad_value=0, **kwargs)
     net = xt.decoder.net  # tie the output layer to the (shared) token embedding, as the others do
     net.to_logits.weight = net.token_emb.emb.weight

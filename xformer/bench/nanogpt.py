@@ -1,8 +1,6 @@
-"""Row 9: the training step of ``experiment=shakespeare_char_cpu`` (nanoGPT's CPU recipe), built from
-the composed preset as ``run.py`` builds it and stepped without Lightning, against :class:`PlainGPT`,
-the same model in nanoGPT's ``model.GPT`` layout with nanoGPT's AdamW groups and the same clip, timed
-interleaved in one process on one random batch. ``ratio`` = xformer's tokens/s / the reference's
-(the method in full: ``docs/bench.md``, row 9).
+"""Row 9: the training step of ``experiment=shakespeare_char_cpu`` (nanoGPT's CPU recipe), built as
+``run.py`` builds it, against :class:`PlainGPT`, the same model in nanoGPT's layout with nanoGPT's AdamW
+groups and the same clip, on one random batch (the method in full: ``docs/bench.md``, row 9).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Row 3: padding waste in one Multi30k training epoch, xformer's token-budget batches vs a random
 permutation cut into fixed-size batches of the same count (the method in full: ``docs/bench.md``, row 3).
-
-``pad_fraction`` (the headline): pad positions / all positions with each side padded to its longest
-member in the batch, ``1 - Σ(len src + len tgt) / Σ n_b·(max src_b + max tgt_b)``;
-``pad_fraction_max_len``: :func:`xformer.data.batching.padding_fraction` on ``max(len src, len tgt)``.
+``pad_fraction``: ``1 - Σ(len src + len tgt) / Σ n_b·(max src_b + max tgt_b)`` (each side padded to its
+longest member); ``pad_fraction_max_len``: :func:`~xformer.data.batching.padding_fraction` on ``max(src, tgt)``.
 """
 
 from __future__ import annotations

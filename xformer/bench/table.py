@@ -1,7 +1,5 @@
-"""Rich tables of a ``bench.json`` result: one summary row per benchmark row, then the details of the
-attention and recurrence rows.
-
-``python -m xformer.bench.table bench.json`` re-prints the tables of a saved result.
+"""Rich tables of a ``bench.json`` result: one summary row per benchmark row, then the attention and
+recurrence details. ``python -m xformer.bench.table bench.json`` re-prints those of a saved result.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Timing helpers shared by the benchmark rows.
-
-Every comparison is *interleaved*: after warm-up, repeat ``r`` times "run each contender once",
-rotating which goes first, so a burst of load from other processes hits all contenders alike; each
-contender's figure is the median of its repeats, and ratios are taken between those medians.
+"""Timing helpers of the benchmark rows. Comparisons are *interleaved* (each repeat runs every contender
+once, rotating which goes first, so a burst of load hits all alike) and use medians over repeats.
 """
 
 from __future__ import annotations
