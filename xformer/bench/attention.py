@@ -216,11 +216,13 @@ def run_recurrence(cfg: BenchConfig) -> dict:
     dev = cfg.device
     d, h, b = cfg.rec_d, cfg.rec_heads, cfg.rec_batch
     torch.manual_seed(cfg.seed)
-    mha = SelfAttention(d, h, d // h, dropout=0.0).to(dev).eval()
     causal = dict(d_model=d, n_heads=h, d_head=d // h, dropout=0.0, scale=True, pattern=CausalAttention())
-    lstm = LSTMMixer().self_attention(**causal, pos_embeddings=None).to(dev).eval()  # the model's own layers
-    conv = ConvMixer().self_attention(**causal, pos_embeddings=None).to(dev).eval()
-    mods = {"attention": mha, "lstm": lstm, "conv": conv}
+    mods = {  # the model's own layers
+        "attention": SelfAttention(d, h, d // h, dropout=0.0),
+        "lstm": LSTMMixer().self_attention(**causal, pos_embeddings=None),
+        "conv": ConvMixer().self_attention(**causal, pos_embeddings=None),
+    }
+    mods = {k: m.to(dev).eval() for k, m in mods.items()}
     ms: dict[str, list[float]] = {k: [] for k in mods}
     for n in cfg.rec_ns:
         x = torch.randn(b, n, d, device=dev)
@@ -246,7 +248,7 @@ def run_recurrence(cfg: BenchConfig) -> dict:
             "precision": "fp32",
             "attention": "xformer MultiHeadAttention (projections + fused SDPA)",
             "recurrent": "model/mixer=lstm: RecurrentMixing(d) (torch.nn.LSTM(d, d), 1 layer, left to right)",
-            "convolutional": f"model/mixer=conv: ConvMixing(d, kernel={conv.kernel}), causal",
+            "convolutional": f"model/mixer=conv: ConvMixing(d, kernel={mods['conv'].kernel}), causal",
             "repeats": cfg.rec_repeats,
         },
         "n": list(cfg.rec_ns),

@@ -14,12 +14,7 @@ from rich.table import Table
 
 
 def _f(x, fmt: str = "{:,.0f}", none: str = "—") -> str:
-    if x is None:
-        return none
-    try:
-        return fmt.format(x)
-    except (TypeError, ValueError):
-        return str(x)
+    return none if x is None else fmt.format(x)
 
 
 def _row(num: str, what: str, ours: str, base: str, ratio: str = "—", t: dict | None = None) -> list[str]:
