@@ -16,7 +16,7 @@ from . import overhead
 from .config import BenchConfig
 from .models import build_xformer
 from .timing import interleaved, median, time_once
-from .training import make_batch, make_optimizer, make_step
+from .training import make_batch, make_step
 
 
 def run_compile(cfg: BenchConfig) -> dict:
@@ -26,11 +26,7 @@ def run_compile(cfg: BenchConfig) -> dict:
     eager = build_xformer(cfg.size).to(dev).train()
     torch.manual_seed(cfg.seed)
     base = build_xformer(cfg.size).to(dev).train()
-    compiled = torch.compile(base)
-    steps = {
-        "eager": make_step(eager, make_optimizer(eager.parameters())[0], batch, dev),
-        "compiled": make_step(compiled, make_optimizer(base.parameters())[0], batch, dev),
-    }
+    steps = {"eager": make_step(eager, batch, dev), "compiled": make_step(torch.compile(base), batch, dev)}
     breaks = None
     try:
         import torch._dynamo as dynamo
@@ -65,8 +61,7 @@ def run_ddp(cfg: BenchConfig, data_root: Path | None) -> dict:
     rows = []
     with tempfile.TemporaryDirectory(prefix="xformer-ddp-") as tmp:
         for n in cfg.ddp_devices:
-            ov = ["trainer=ddp", f"trainer.devices={n}", *base]
-            rec = overhead.run_py(ov, Path(tmp) / f"ddp{n}")
+            rec = overhead.run_py(["trainer=ddp", f"trainer.devices={n}", *base], Path(tmp) / f"ddp{n}")
             s = overhead.steady_state(rec["times"], rec["tokens"], cfg.ddp_skip)
             rows.append({"devices": n, "world_size": rec.get("world_size"), "wall_s": rec["wall_s"], **s})
     one = next((r["tokens_per_s"] for r in rows if r["devices"] == 1), None)
