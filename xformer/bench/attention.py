@@ -137,7 +137,6 @@ def run_cost(cfg: BenchConfig) -> dict:
     dev = cfg.device
     d, h = cfg.attn_d_model, cfg.attn_heads
     cuda = torch.device(dev).type == "cuda"
-    elem = 2 if cuda else 4
     torch.manual_seed(cfg.seed)
     paths = _paths(d, h, dev)
     rows: dict[str, dict[str, list]] = {p: {"time_ms": [], "peak_mb": []} for p in paths}
@@ -172,7 +171,7 @@ def run_cost(cfg: BenchConfig) -> dict:
     for r in rows.values():
         for kind, key, floor in (("time", "time_ms", TIME_FLOOR_S * 1e3), ("memory", "peak_mb", MEM_FLOOR_B / 2**20)):
             r[f"{kind}_exponent"], r[f"{kind}_fit_n"], r[f"{kind}_exponent_last"] = _fit(done_n, r[key], floor)
-    score_mb = [h * n * n * elem / 2**20 for n in done_n]
+    score_mb = [h * n * n * (2 if cuda else 4) / 2**20 for n in done_n]  # bf16 on CUDA, fp32 on CPU
     ratio = [None if m is None else m / sc for m, sc in zip(rows["explicit"]["peak_mb"], score_mb, strict=False)]
     return {
         "status": "ok",

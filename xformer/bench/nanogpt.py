@@ -96,11 +96,10 @@ def run(cfg: BenchConfig) -> dict:
     }
     repeats = 3 * cfg.repeats  # a step is short: more repeats than the other rows for a steady median
     ts = interleaved(steps, max(cfg.warmup, 3), repeats, dev)
-    tokens = B * T
     res = {
         name: {
             "step_ms": median(t) * 1e3,
-            "tokens_per_s": tokens / median(t),
+            "tokens_per_s": B * T / median(t),
             "params": sum(p.numel() for p in model.parameters()),
         }
         for name, t, model in (("xformer", ts["xformer"], ours), ("plain", ts["plain"], ref))

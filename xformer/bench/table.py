@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 from functools import partial
+from pathlib import Path
 
 from rich.console import Console
 from rich.filesize import decimal
@@ -165,11 +166,10 @@ def summary_rows(result: dict) -> list[list[str]]:
 def render(result: dict, console: Console | None = None) -> None:
     console = console or Console()
     m = result.get("meta", {})
-    title = (
-        f"xformer bench — {m.get('device_name', '')} ({m.get('device')}), preset {m.get('preset')}, "
+    t = Table(
+        title=f"xformer bench — {m.get('device_name', '')} ({m.get('device')}), preset {m.get('preset')}, "
         f"torch {m.get('torch')}, load {m.get('loadavg_start')} → {m.get('loadavg_end')}"
     )
-    t = Table(title=title, show_lines=False)
     for col in ("#", "row", "xformer", "baseline", "ratio", "target", "met"):
         t.add_column(col, overflow="fold")
     for r in summary_rows(result):
@@ -229,11 +229,5 @@ def render(result: dict, console: Console | None = None) -> None:
             console.print(f"[yellow]{name} note:[/] {note}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    render(json.loads(open(argv[0] if argv else "bench.json").read()))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # python -m xformer.bench.table [bench.json]
+    render(json.loads(Path(sys.argv[1] if len(sys.argv) > 1 else "bench.json").read_text()))
