@@ -1,9 +1,6 @@
 """``xformer bench``: xformer against ``torch.nn.Transformer`` and x-transformers, and the costs
 of self-attention that Vaswani et al.'s Table 1 states, measured side by side in one run; prints a
-table and writes ``bench.json``.
-
-Rows: :data:`DEFAULT_SECTIONS`, opt-in :data:`OPTIONAL_SECTIONS`; ``docs/bench.md`` says what each
-measures and documents every key of ``bench.json``.
+table and writes ``bench.json`` (every row and key: ``docs/bench.md``).
 """
 
 from __future__ import annotations
@@ -81,11 +78,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def make_config(args: argparse.Namespace) -> BenchConfig:
-    """The preset chosen by ``args`` with the command-line overrides applied.
-
-    Raises:
-        UsageError: a value out of range, or ``--device cuda`` without CUDA.
-    """
+    """The preset chosen by ``args`` with the command-line overrides applied; ``UsageError`` for a value
+    out of range, or ``--device cuda`` without CUDA."""
     device = args.device or "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise UsageError("--device cuda but torch.cuda.is_available() is False")

@@ -31,31 +31,25 @@ class BenchConfig:
     overhead_tokens_per_batch: int = 4096
     # 3. padding: tokens per batch of the token-budget sampler
     padding_tokens_per_batch: int = 4096
-    # 4. decoding
     decode_batch: int = 32
     decode_src_len: int = 32
     decode_len: int = 64
     decode_repeats: int = 3
-    # 5. attention cost over sequence length
     attn_d_model: int = 256
     attn_heads: int = 4
     attn_ns: list[int] = field(default_factory=lambda: [128, 256, 512, 1024, 2048, 4096, 8192])
     attn_repeats: int = 3
-    # 6. attention vs recurrence over sequence length
     rec_d: int = 256
     rec_heads: int = 4
     rec_batch: int = 8
     rec_ns: list[int] = field(default_factory=lambda: [16, 32, 64, 128, 256, 512, 1024, 2048, 4096])
     rec_repeats: int = 3
     decode_beam_size: int = 4
-    # 7. MFU
     mfu_matmul_n: int = 8192
-    # 8. GPT-2-small-shaped decoder-only row (opt-in section ``gpt2``)
     gpt2: dict = field(default_factory=lambda: {"d_model": 768, "n_heads": 12, "n_layers": 12, "vocab": 50257})
     gpt2_seq_len: int = 256
     gpt2_batch: int = 2
     gpt2_compile: bool = False
-    # DDP scaling (GPU script)
     ddp_devices: list[int] = field(default_factory=list)
     ddp_steps: int = 60
     ddp_skip: int = 20

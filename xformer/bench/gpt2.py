@@ -77,7 +77,6 @@ def run(cfg: BenchConfig, mfu_section: dict | None = None) -> dict:
         peak = mfu_section["peak_tflops"] * 1e12
     else:
         peak = matmul_peak_flops(dev, cfg.mfu_matmul_n, dtype=dtype)
-    tokens = cfg.gpt2_batch * cfg.gpt2_seq_len
     return {
         "status": "ok",
         "config": {
@@ -89,7 +88,7 @@ def run(cfg: BenchConfig, mfu_section: dict | None = None) -> dict:
             "params": sum(p.numel() for p in model.parameters()),
         },
         "step_ms": step_s * 1e3,
-        "tokens_per_s": tokens / step_s,
+        "tokens_per_s": cfg.gpt2_batch * cfg.gpt2_seq_len / step_s,
         "flops_per_step": flops,
         "achieved_tflops": flops / step_s / 1e12,
         "peak_tflops": peak / 1e12,

@@ -15,8 +15,7 @@ from .timing import interleaved, median
 
 def matmul_peak_flops(device: str, n: int, dtype=torch.bfloat16, repeats: int = 10) -> float:
     """Measured FLOP/s of an ``n × n`` by ``n × n`` matmul in ``dtype``."""
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
+    a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
     times = interleaved({"mm": lambda: torch.mm(a, b)}, warmup=3, repeats=repeats, device=device)["mm"]
     return 2 * n**3 / median(times)
 

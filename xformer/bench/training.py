@@ -26,15 +26,9 @@ def make_batch(
     + target-output tokens, as the training module counts them) and ``pad_fraction``."""
     g = torch.Generator().manual_seed(seed)
     lo = max(1, math.ceil(min_len_frac * seq_len))
-
-    def lengths() -> Tensor:
-        ls = torch.randint(lo, seq_len + 1, (batch,), generator=g)
-        ls[0] = seq_len
-        return ls
-
-    pos = torch.arange(seq_len)
-    src_pad = pos[None] >= lengths()[:, None]
-    tgt_len = lengths()
+    src_len, tgt_len = (torch.randint(lo, seq_len + 1, (batch,), generator=g) for _ in range(2))
+    src_len[0] = tgt_len[0] = seq_len
+    src_pad = torch.arange(seq_len)[None] >= src_len[:, None]
     src = torch.randint(4, vocab, (batch, seq_len), generator=g).masked_fill(src_pad, 0)
     tgt = torch.randint(4, vocab, (batch, seq_len + 1), generator=g)
     tgt[:, 0] = 1
