@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import importlib.metadata
+import importlib.util
 import json
 import math
 import os
@@ -104,20 +105,14 @@ def select_sections(spec: str | None) -> list[str]:
     table order. Raises ``UsageError`` for an unknown name."""
     if not spec:
         return list(DEFAULT_SECTIONS)
-    if spec == "all":
-        return list(ALL_SECTIONS)
-    names = [s.strip() for s in spec.split(",") if s.strip()]
-    bad = [s for s in names if s not in ALL_SECTIONS]
-    if bad:
+    names = ALL_SECTIONS if spec == "all" else [s.strip() for s in spec.split(",") if s.strip()]
+    if bad := [s for s in names if s not in ALL_SECTIONS]:
         raise UsageError(f"--sections: unknown section(s) {bad}; choose from {ALL_SECTIONS}")
     return [s for s in ALL_SECTIONS if s in names]
 
 
 def meta(cfg: BenchConfig, sections: list[str], argv: list[str], data_root: Path | None) -> dict:
-    try:
-        xt = importlib.metadata.version("x-transformers")
-    except importlib.metadata.PackageNotFoundError:
-        xt = None
+    xt = importlib.metadata.version("x-transformers") if importlib.util.find_spec("x_transformers") else None
     dev = torch.device(cfg.device)
     return {
         "started": _dt.datetime.now().isoformat(timespec="seconds"),
@@ -186,8 +181,7 @@ def run_sections(cfg: BenchConfig, sections: list[str], data_root: Path | None, 
 def evaluate_targets(sections: dict) -> list[dict]:
     rows = []
     for (sec, key), (desc, op, thr) in TARGETS.items():
-        s = sections.get(sec)
-        if s is None or s.get("status") != "ok":
+        if (s := sections.get(sec, {})).get("status") != "ok":
             continue
         val = (s.get("token_budget") or {}).get(key) if sec == "padding" else s.get(key)
         met = None if val is None else (val >= thr if op == ">=" else val <= thr)

@@ -6,7 +6,7 @@ at padding); how each is configured alike, and what still differs: ``docs/bench.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -27,9 +27,6 @@ class ModelSize:
     vocab: int = 8000
     max_len: int = 512
 
-    def as_dict(self) -> dict:
-        return asdict(self)
-
 
 def build_xformer(size: ModelSize) -> EncoderDecoder:
     """xformer's encoder–decoder at ``size`` (library defaults for every variant)."""
@@ -48,7 +45,7 @@ def build_xformer(size: ModelSize) -> EncoderDecoder:
 
 
 class TorchTransformer(nn.Module):
-    """``torch.nn.Transformer`` inside xformer's embedding and tied output layer."""
+    """``torch.nn.Transformer`` (Post-LN, ReLU: its defaults) inside xformer's embedding and tied output layer."""
 
     def __init__(self, size: ModelSize) -> None:
         super().__init__()
@@ -64,9 +61,7 @@ class TorchTransformer(nn.Module):
             num_decoder_layers=size.n_layers,
             dim_feedforward=size.d_ff,
             dropout=size.dropout,
-            activation="relu",
             batch_first=True,
-            norm_first=False,
         )
         self.head = nn.Linear(d, size.vocab, bias=False)
         self.head.weight = self.embed.weight

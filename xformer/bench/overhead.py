@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -218,7 +219,7 @@ def run(cfg: BenchConfig, data_root: Path | None = None) -> dict:
         "status": "ok",
         "config": {
             "data": data_desc,
-            "model": cfg.size.as_dict(),
+            "model": asdict(cfg.size),
             "steps": cfg.overhead_steps,
             "skip": cfg.overhead_skip,
             "repeats": cfg.overhead_repeats,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -72,7 +73,7 @@ def run_ddp(cfg: BenchConfig, data_root: Path | None) -> dict:
         "status": "ok",
         "config": {
             "data": data_desc,
-            "model": cfg.size.as_dict(),
+            "model": asdict(cfg.size),
             "steps": cfg.ddp_steps,
             "skip": cfg.ddp_skip,
             "tokens_per_batch_per_device": cfg.overhead_tokens_per_batch,

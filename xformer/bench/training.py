@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import torch
 import torch.nn.functional as F
@@ -96,7 +96,7 @@ def run(cfg: BenchConfig, dropout: float | None = None, compiled: bool = False) 
     return {
         "status": "ok",
         "config": {
-            **size.as_dict(),
+            **asdict(size),
             "batch": cfg.batch,
             "seq_len": cfg.seq_len,
             "tokens_per_step": batch["n_tokens"],
