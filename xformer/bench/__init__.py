@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     secs = run_sections(cfg, sections, data_root, on_section=save)
     save(secs)
     if not args.no_table:
-        from .table import render
+        from .table import render  # imported here: python -m xformer.bench.table runs that module as __main__
 
         render(result)
     print(f"wrote {out}", file=sys.stderr)

@@ -42,7 +42,6 @@ def run(cfg: BenchConfig, data_root: Path | None) -> dict:
     sampler = TokenBudgetBatchSampler(
         lengths, cfg.padding_tokens_per_batch, shuffle=True, seed=cfg.seed, sort_keys=ds.sort_keys()
     )
-    sampler.set_epoch(0)
     budget = sampler.all_batches()
     per = max(1, round(len(lengths) / len(budget)))
     perm = np.random.default_rng(cfg.seed).permutation(len(lengths))

@@ -153,8 +153,7 @@ def summary_rows(result: dict) -> list[list[str]]:
     """``[row, measure, xformer, baseline, ratio, target, met]`` strings for each section present."""
     rows: list[list[str]] = []
     for key, (num, name, make) in _SUMMARY.items():
-        sec = result.get("sections", {}).get(key)
-        if sec is None:
+        if (sec := result.get("sections", {}).get(key)) is None:
             continue
         if sec.get("status") == "ok":
             rows += make(sec, num, {t["metric"]: t for t in result.get("targets", []) if t["section"] == key})
