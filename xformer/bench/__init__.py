@@ -1,26 +1,23 @@
 """``xformer bench``: xformer against ``torch.nn.Transformer`` and x-transformers, and the costs
 of self-attention that Vaswani et al.'s Table 1 states, measured side by side in one run; prints a
-table and writes ``bench.json``.
-
-Usage::
-
-    xformer bench [--quick] [--out bench.json] [--device cpu|cuda] [--sections train_step,decoding,...]
-                  [--preset cpu|gpu] [--repeats R] [--data-root DIR] [--ddp-devices 1,2,4 --ddp-steps N]
-
-Sections (rows): :data:`DEFAULT_SECTIONS`, opt-in :data:`OPTIONAL_SECTIONS`; ``docs/bench.md`` says
-what each measures and documents every key of ``bench.json``.
+table and writes ``bench.json`` (every row and key: ``docs/bench.md``).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import importlib.metadata
+import importlib.util
 import json
+import math
+import os
 import platform
+import re
 import sys
 import time
 import traceback
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -28,6 +25,7 @@ import torch
 from xformer.help import PlainHelpFormatter
 
 from .config import BenchConfig, preset
+from .timing import loadavg
 
 DEFAULT_SECTIONS = (
     "train_step train_step_dropout0 overhead padding decoding attention recurrence mfu nanogpt_step"
@@ -56,59 +54,45 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--quick", action="store_true", help="tiny sizes and few repeats (a smoke run, < 1 min)")
     p.add_argument("--preset", choices=["cpu", "gpu"], help="sizes (default: gpu on cuda, cpu otherwise)")
-    p.add_argument("--device", default=None, help="cpu or cuda (default: cpu)")
+    p.add_argument("--device", help="cpu or cuda (default: cpu)")
     p.add_argument("--out", default="bench.json", help="where to write the JSON (default: bench.json)")
     p.add_argument(
         "--sections",
-        default=None,
         help=f"comma-separated rows to run; default {','.join(DEFAULT_SECTIONS)}; "
         f"also {','.join(OPTIONAL_SECTIONS)}; 'all' for every row",
     )
-    p.add_argument("--repeats", type=int, default=None, help="timed repeats per contender (row 1)")
-    p.add_argument("--warmup", type=int, default=None, help="untimed warm-up steps (row 1)")
+    p.add_argument("--repeats", type=int, help="timed repeats per contender (row 1)")
+    p.add_argument("--warmup", type=int, help="untimed warm-up steps (row 1)")
     p.add_argument(
-        "--data-root",
-        default=None,
-        help="Multi30k raw files (default: $XFORMER_DATA/multi30k or ../shared/data/multi30k)",
+        "--data-root", help="Multi30k raw files (default: $XFORMER_DATA/multi30k or ../shared/data/multi30k)"
     )
-    p.add_argument("--ddp-devices", default=None, help="device counts for the ddp row, e.g. 1,2,4,8")
-    p.add_argument("--ddp-steps", type=int, default=None, help="training steps per ddp run")
-    p.add_argument("--ddp-skip", type=int, default=None, help="steps excluded from the ddp throughput window")
-    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: PyTorch's)")
+    p.add_argument("--ddp-devices", help="device counts for the ddp row, e.g. 1,2,4,8")
+    p.add_argument("--ddp-steps", type=int, help="training steps per ddp run")
+    p.add_argument("--ddp-skip", type=int, help="steps excluded from the ddp throughput window")
+    p.add_argument("--threads", type=int, help="torch.set_num_threads (default: PyTorch's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
-        "--run-override",
-        action="append",
-        default=[],
-        help="extra run.py override for the overhead/ddp rows (repeatable)",
+        "--run-override", action="append", help="extra run.py override for the overhead/ddp rows (repeatable)"
     )
     p.add_argument("--no-table", action="store_true", help="do not print the table")
     return p.parse_args(argv)
 
 
 def make_config(args: argparse.Namespace) -> BenchConfig:
-    """The preset chosen by ``args`` with the command-line overrides applied.
-
-    Raises:
-        UsageError: a value out of range, or ``--device cuda`` without CUDA.
-    """
+    """The preset chosen by ``args`` with the command-line overrides applied; ``UsageError`` for a value
+    out of range, or ``--device cuda`` without CUDA."""
     device = args.device or "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise UsageError("--device cuda but torch.cuda.is_available() is False")
     name = "quick" if args.quick else (args.preset or ("gpu" if device.startswith("cuda") else "cpu"))
     cfg = preset(name, device)
-    for flag, value, low in (
-        ("--repeats", args.repeats, 1),
-        ("--warmup", args.warmup, 0),
-        ("--threads", args.threads, 1),
-        ("--ddp-steps", args.ddp_steps, 2),
-        ("--ddp-skip", args.ddp_skip, 1),
-    ):
+    over = {"seed": args.seed}
+    for key, low in (("repeats", 1), ("warmup", 0), ("threads", 1), ("ddp_steps", 2), ("ddp_skip", 1)):
+        value = getattr(args, key)
         if value is not None and value < low:
-            raise UsageError(f"{flag}={value}: must be >= {low}")
-    over = {k: getattr(args, k) for k in ("repeats", "threads", "warmup", "ddp_steps", "ddp_skip")}
-    over = {k: v for k, v in over.items() if v is not None}  # given: range-checked above
-    over["seed"] = args.seed
+            raise UsageError(f"--{key.replace('_', '-')}={value}: must be >= {low}")
+        if value is not None:
+            over[key] = value
     if args.ddp_devices:
         over["ddp_devices"] = [int(x) for x in args.ddp_devices.split(",") if x]
     if args.run_override:
@@ -118,33 +102,17 @@ def make_config(args: argparse.Namespace) -> BenchConfig:
 
 def select_sections(spec: str | None) -> list[str]:
     """The sections named by ``--sections`` (comma list, ``all``, or ``None`` for the defaults), in
-    table order.
-
-    Raises:
-        UsageError: an unknown section name.
-    """
+    table order. Raises ``UsageError`` for an unknown name."""
     if not spec:
         return list(DEFAULT_SECTIONS)
-    if spec == "all":
-        return list(ALL_SECTIONS)
-    names = [s.strip() for s in spec.split(",") if s.strip()]
-    bad = [s for s in names if s not in ALL_SECTIONS]
-    if bad:
+    names = ALL_SECTIONS if spec == "all" else [s.strip() for s in spec.split(",") if s.strip()]
+    if bad := [s for s in names if s not in ALL_SECTIONS]:
         raise UsageError(f"--sections: unknown section(s) {bad}; choose from {ALL_SECTIONS}")
     return [s for s in ALL_SECTIONS if s in names]
 
 
-def meta(cfg: BenchConfig, sections: list[str], argv: list[str]) -> dict:
-    import os
-
-    try:
-        import importlib.metadata as md
-
-        xt = md.version("x-transformers")
-    except Exception:
-        xt = None
-    from .timing import loadavg
-
+def meta(cfg: BenchConfig, sections: list[str], argv: list[str], data_root: Path | None) -> dict:
+    xt = importlib.metadata.version("x-transformers") if importlib.util.find_spec("x_transformers") else None
     dev = torch.device(cfg.device)
     return {
         "started": _dt.datetime.now().isoformat(timespec="seconds"),
@@ -160,22 +128,18 @@ def meta(cfg: BenchConfig, sections: list[str], argv: list[str]) -> dict:
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "loadavg_start": loadavg(),
-        "config": cfg.as_dict(),
+        "config": asdict(cfg),
+        "data_root": str(data_root) if data_root else None,
     }
 
 
 def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    names = re.findall(r"^model name\s*:(.*)$", cpuinfo.read_text(), re.M) if cpuinfo.is_file() else []
+    return names[0].strip() if names else platform.processor() or platform.machine()
 
 
-def run_sections(cfg: BenchConfig, sections: list[str], data_root: Path | None, log=print, on_section=None) -> dict:
+def run_sections(cfg: BenchConfig, sections: list[str], data_root: Path | None, on_section) -> dict:
     """Run the chosen rows in order; a failing row is recorded as ``status: error`` and the rest go on.
     ``on_section(results_so_far)`` is called after each row (the CLI saves partial results with it)."""
     from . import attention, decode, gpt2, mfu, nanogpt, overhead, padding, scaling, training
@@ -197,7 +161,7 @@ def run_sections(cfg: BenchConfig, sections: list[str], data_root: Path | None, 
         "ddp": lambda: scaling.run_ddp(cfg, data_root),
     }
     for name in sections:
-        log(f"[bench] {name} ...")
+        print(f"[bench] {name} ...", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
         try:
             res = runners[name]()
@@ -209,17 +173,15 @@ def run_sections(cfg: BenchConfig, sections: list[str], data_root: Path | None, 
             }
         res["seconds"] = round(time.perf_counter() - t0, 2)
         out[name] = res
-        log(f"[bench] {name}: {res['status']} ({res['seconds']:.1f} s)")
-        if on_section is not None:
-            on_section(out)
+        print(f"[bench] {name}: {res['status']} ({res['seconds']:.1f} s)", file=sys.stderr, flush=True)
+        on_section(out)
     return out
 
 
 def evaluate_targets(sections: dict) -> list[dict]:
     rows = []
     for (sec, key), (desc, op, thr) in TARGETS.items():
-        s = sections.get(sec)
-        if s is None or s.get("status") != "ok":
+        if (s := sections.get(sec, {})).get("status") != "ok":
             continue
         val = (s.get("token_budget") or {}).get(key) if sec == "padding" else s.get(key)
         met = None if val is None else (val >= thr if op == ">=" else val <= thr)
@@ -249,11 +211,9 @@ def main(argv: list[str] | None = None) -> int:
 
     data_root = Path(args.data_root).resolve() if args.data_root else data_root_default()
     t0 = time.perf_counter()
-    result = {"schema_version": SCHEMA_VERSION, "meta": meta(cfg, sections, argv)}
-    result["meta"]["data_root"] = str(data_root) if data_root else None
+    result = {"schema_version": SCHEMA_VERSION, "meta": meta(cfg, sections, argv, data_root)}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    from .timing import loadavg
 
     def save(secs: dict) -> None:  # after every row, so a long run interrupted keeps what it measured
         result["meta"]["loadavg_end"] = loadavg()
@@ -264,10 +224,10 @@ def main(argv: list[str] | None = None) -> int:
         tmp.write_text(json.dumps(_clean(result), indent=2))
         tmp.replace(out)
 
-    secs = run_sections(cfg, sections, data_root, log=lambda m: print(m, file=sys.stderr, flush=True), on_section=save)
+    secs = run_sections(cfg, sections, data_root, on_section=save)
     save(secs)
     if not args.no_table:
-        from .table import render
+        from .table import render  # imported here: python -m xformer.bench.table runs that module as __main__
 
         render(result)
     print(f"wrote {out}", file=sys.stderr)
@@ -276,8 +236,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _clean(obj):
     """JSON-safe copy: NaN/inf become null (strict JSON readers reject them)."""
-    import math
-
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):

@@ -1,22 +1,14 @@
-"""Rows 5 and 6: the cost of self-attention over sequence length ``n``, and against a recurrent layer
-(Vaswani et al. 2017, Table 1 and §4). The method in full: ``docs/bench.md``, rows 5 and 6.
+"""Rows 5 and 6 (Vaswani et al. 2017, Table 1 and §4; the method in full: ``docs/bench.md``).
 
-Row 5: one :class:`~xformer.model.attention.SelfAttention` layer (batch 1, forward under ``no_grad``)
-by the paths of :data:`PATHS`: ``explicit`` materialises the ``H × n × n`` scores, ``sdpa`` is the
-layer's fused forward, ``linear``/``linear_causal`` are ``model/mixer=linear``'s layer (Katharopoulos
-et al. 2020). Time in ms (interleaved medians); memory in MiB (CUDA: ``max_memory_allocated`` above
-the baseline; CPU: the peak-RSS rise of one call in a subprocess, :func:`cpu_peak_memory`); exponents
-are log-log slopes over the upper half of the ``n`` range, points above :data:`TIME_FLOOR_S` /
-:data:`MEM_FLOOR_B`.
-
-Row 6: the same layer (fused) against ``model/mixer=lstm``'s LSTM and ``model/mixer=conv``'s
-convolution, batch ``B``; the crossover is the ``n`` (log-log interpolation) where attention becomes
-the slower, beside ``n = D`` (Table 1's per-layer costs ``n²·d`` vs ``n·d²``) and the multiply-add
-crossover of these two layers (``4nD² + 2n²D`` vs ``8nD²``: ``n = 2D``).
+Row 5: one :class:`~xformer.model.attention.SelfAttention` layer over sequence length ``n`` by the
+paths of :func:`_paths`: time (ms, interleaved medians), peak memory (MiB) and their log-log exponents.
+Row 6: the same layer against ``model/mixer=lstm``'s LSTM and ``model/mixer=conv``'s convolution, and
+the ``n`` where attention becomes the slower (Table 1: ``n = d``).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -31,7 +23,7 @@ from xformer.model.linear_attention import LinearSelfAttention
 from xformer.model.mixer import ConvMixer, LSTMMixer
 
 from .config import BenchConfig
-from .timing import RSSPeak, fit_exponent, interleaved, median, time_once
+from .timing import fit_exponent, interleaved, median, rss_peak_bytes, time_once
 
 TIME_FLOOR_S = 1e-3
 MEM_FLOOR_B = 1 << 20
@@ -43,8 +35,7 @@ def explicit_forward(mha: SelfAttention, x: torch.Tensor) -> torch.Tensor:
     """``mha(x)`` with the attention written out (scores and probabilities materialised)."""
     q, k, v = mha.project_qkv(x)
     scale = mha.d_head**-0.5 if mha.scale is None else mha.scale
-    scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, n, n)
-    probs = torch.softmax(scores, dim=-1)
+    probs = torch.softmax(torch.matmul(q, k.transpose(-2, -1)) * scale, dim=-1)  # (B, H, n, n)
     return mha.merge_heads(torch.matmul(probs, v))
 
 
@@ -68,22 +59,17 @@ def _call(fn, x: torch.Tensor, bf16: bool = False):
     return run
 
 
-PATHS = ("explicit", "sdpa", "linear", "linear_causal")
-"""The measured paths of row 5 (see the module docstring)."""
-
-
-def _layers(d: int, h: int, device: str) -> dict:
-    """The layers behind :data:`PATHS`, built in a fixed order (after ``torch.manual_seed``)."""
+def _paths(d: int, h: int, device: str) -> dict:
+    """Row 5's measured paths, built in a fixed order (after ``torch.manual_seed``): ``explicit``
+    materialises the ``H × n × n`` scores, ``sdpa`` is the layer's fused forward, ``linear`` and
+    ``linear_causal`` are ``model/mixer=linear``'s layer (Katharopoulos et al. 2020)."""
     mha = SelfAttention(d, h, d // h, dropout=0.0).to(device).eval()
-    lin = LinearSelfAttention(d, h, d // h).to(device).eval()
-    lin_causal = LinearSelfAttention(d, h, d // h, pattern=CausalAttention()).to(device).eval()
-    return {"mha": mha, "linear": lin, "linear_causal": lin_causal}
-
-
-def _paths(layers: dict, x: torch.Tensor, device: str) -> dict:
-    bf16 = torch.device(device).type == "cuda"
-    fns = {"explicit": lambda t: explicit_forward(layers["mha"], t), "sdpa": layers["mha"]}
-    return {p: _call(fns[p] if p in fns else layers[p], x, bf16) for p in PATHS}
+    return {
+        "explicit": lambda x: explicit_forward(mha, x),
+        "sdpa": mha,
+        "linear": LinearSelfAttention(d, h, d // h).to(device).eval(),
+        "linear_causal": LinearSelfAttention(d, h, d // h, pattern=CausalAttention()).to(device).eval(),
+    }
 
 
 GLIBC_TUNABLES = "glibc.malloc.mmap_threshold=65536:glibc.malloc.trim_threshold=0"
@@ -92,12 +78,8 @@ mapping, returned to the OS when freed, so the peak RSS rise of a call is what t
 
 
 def cpu_peak_memory(d: int, h: int, ns: list[int], seed: int, timeout: float = 900) -> dict:
-    """Peak RSS rise (bytes) of each path at each ``n``, measured in a fresh subprocess whose glibc
-    malloc thresholds are fixed (:data:`GLIBC_TUNABLES`) so freed memory is not silently recycled.
-
-    Returns ``{"explicit": [...], "sdpa": [...]}`` (``None`` entries where not measurable) or
-    ``{"error": msg}``.
-    """
+    """Peak RSS rise (bytes) of each path at each ``n``, ``{path: [...]}`` (``None`` where not measurable)
+    or ``{"error": msg}``, measured in a fresh subprocess with :data:`GLIBC_TUNABLES`."""
     env = {
         **os.environ,
         "GLIBC_TUNABLES": GLIBC_TUNABLES,
@@ -120,21 +102,15 @@ def _memory_main(arg: str) -> None:
     """Entry of the CPU memory worker (see :func:`cpu_peak_memory`); prints one JSON line."""
     a = json.loads(arg)
     torch.manual_seed(a["seed"])
-    layers = _layers(a["d"], a["h"], "cpu")
-    out: dict[str, list] = {p: [] for p in PATHS}
-    fns = _paths(layers, torch.randn(1, 8, a["d"]), "cpu")
-    for fn in fns.values():  # first calls touch one-time buffers (thread pools, kernels' tables)
-        fn()
+    paths = _paths(a["d"], a["h"], "cpu")
+    out: dict[str, list] = {p: [] for p in paths}
+    warm = torch.randn(1, 8, a["d"])
+    for f in paths.values():  # first calls touch one-time buffers (thread pools, kernels' tables)
+        _call(f, warm)()
     for n in a["ns"]:
-        fns = _paths(layers, torch.randn(1, n, a["d"]), "cpu")
-        for name, fn in fns.items():
-            peak = RSSPeak()
-            if not peak.available:
-                out[name].append(None)
-                continue
-            with peak:
-                fn()
-            out[name].append(peak.peak_bytes)
+        x = torch.randn(1, n, a["d"])
+        for name, f in paths.items():
+            out[name].append(rss_peak_bytes(_call(f, x)))
     print(json.dumps(out))
 
 
@@ -152,9 +128,8 @@ def _fit(ns: list[int], ys: list, floor: float) -> tuple[float | None, list[int]
     exponent of the last two points."""
     pts = [(n, y) for n, y in zip(ns, ys, strict=False) if y is not None and y >= floor]
     upper = pts[len(pts) // 2 :] if len(pts) >= 4 else pts
-    k = fit_exponent([p[0] for p in upper], [p[1] for p in upper])
-    last = fit_exponent([p[0] for p in pts[-2:]], [p[1] for p in pts[-2:]]) if len(pts) >= 2 else None
-    return k, [p[0] for p in upper], last
+    last = fit_exponent([n for n, _ in pts[-2:]], [y for _, y in pts[-2:]])
+    return fit_exponent([n for n, _ in upper], [y for _, y in upper]), [n for n, _ in upper], last
 
 
 def run_cost(cfg: BenchConfig) -> dict:
@@ -162,15 +137,15 @@ def run_cost(cfg: BenchConfig) -> dict:
     dev = cfg.device
     d, h = cfg.attn_d_model, cfg.attn_heads
     cuda = torch.device(dev).type == "cuda"
-    elem = 2 if cuda else 4
     torch.manual_seed(cfg.seed)
-    layers = _layers(d, h, dev)
-    rows: dict[str, dict[str, list]] = {p: {"time_ms": [], "peak_mb": []} for p in PATHS}
+    paths = _paths(d, h, dev)
+    rows: dict[str, dict[str, list]] = {p: {"time_ms": [], "peak_mb": []} for p in paths}
     done_n: list[int] = []
     notes: list[str] = []
-    alive = list(PATHS)
+    alive = list(paths)
     for n in cfg.attn_ns:
-        fns = _paths(layers, torch.randn(1, n, d, device=dev), dev)
+        x = torch.randn(1, n, d, device=dev)
+        fns = {p: _call(f, x, cuda) for p, f in paths.items()}
         mem: dict[str, int | None] = {}
         for p in list(alive):  # a path that runs out of memory is dropped; the other goes on
             try:
@@ -194,11 +169,9 @@ def run_cost(cfg: BenchConfig) -> dict:
             for p in rows:
                 rows[p]["peak_mb"] = [None if b is None else b / 2**20 for b in mem.get(p, [None] * len(done_n))]
     for r in rows.values():
-        r["time_exponent"], r["time_fit_n"], r["time_exponent_last"] = _fit(done_n, r["time_ms"], TIME_FLOOR_S * 1e3)
-        r["memory_exponent"], r["memory_fit_n"], r["memory_exponent_last"] = _fit(
-            done_n, r["peak_mb"], MEM_FLOOR_B / 2**20
-        )
-    score_mb = [h * n * n * elem / 2**20 for n in done_n]
+        for kind, key, floor in (("time", "time_ms", TIME_FLOOR_S * 1e3), ("memory", "peak_mb", MEM_FLOOR_B / 2**20)):
+            r[f"{kind}_exponent"], r[f"{kind}_fit_n"], r[f"{kind}_exponent_last"] = _fit(done_n, r[key], floor)
+    score_mb = [h * n * n * (2 if cuda else 4) / 2**20 for n in done_n]  # bf16 on CUDA, fp32 on CPU
     ratio = [None if m is None else m / sc for m, sc in zip(rows["explicit"]["peak_mb"], score_mb, strict=False)]
     return {
         "status": "ok",
@@ -217,7 +190,7 @@ def run_cost(cfg: BenchConfig) -> dict:
             f">= {TIME_FLOOR_S * 1e3:g} ms / {MEM_FLOOR_B / 2**20:g} MiB; *_last: last two points",
         },
         "n": done_n,
-        **{p: rows[p] for p in PATHS},
+        **rows,
         "score_matrices_mb": score_mb,
         "explicit_peak_over_scores": ratio,
         "claim_table": [
@@ -231,12 +204,9 @@ def run_cost(cfg: BenchConfig) -> dict:
 
 def _crossover(ns: list[int], ratio: list[float]) -> float | None:
     """First ``n`` where ``ratio`` (attention / LSTM time) reaches 1, interpolated in log-log."""
-    for i in range(1, len(ns)):
-        a, b = ratio[i - 1], ratio[i]
+    for (n0, a), (n1, b) in itertools.pairwise(zip(ns, ratio, strict=True)):
         if a < 1.0 <= b:
-            la, lb = math.log(a), math.log(b)
-            f = (0.0 - la) / (lb - la)
-            return math.exp(math.log(ns[i - 1]) + f * (math.log(ns[i]) - math.log(ns[i - 1])))
+            return n0 * (n1 / n0) ** (math.log(a) / (math.log(a) - math.log(b)))
     return None
 
 
@@ -245,11 +215,13 @@ def run_recurrence(cfg: BenchConfig) -> dict:
     dev = cfg.device
     d, h, b = cfg.rec_d, cfg.rec_heads, cfg.rec_batch
     torch.manual_seed(cfg.seed)
-    mha = SelfAttention(d, h, d // h, dropout=0.0).to(dev).eval()
     causal = dict(d_model=d, n_heads=h, d_head=d // h, dropout=0.0, scale=True, pattern=CausalAttention())
-    lstm = LSTMMixer().self_attention(**causal, pos_embeddings=None).to(dev).eval()  # the model's own layers
-    conv = ConvMixer().self_attention(**causal, pos_embeddings=None).to(dev).eval()
-    mods = {"attention": mha, "lstm": lstm, "conv": conv}
+    mods = {  # the model's own layers
+        "attention": SelfAttention(d, h, d // h, dropout=0.0),
+        "lstm": LSTMMixer().self_attention(**causal, pos_embeddings=None),
+        "conv": ConvMixer().self_attention(**causal, pos_embeddings=None),
+    }
+    mods = {k: m.to(dev).eval() for k, m in mods.items()}
     ms: dict[str, list[float]] = {k: [] for k in mods}
     for n in cfg.rec_ns:
         x = torch.randn(b, n, d, device=dev)
@@ -259,13 +231,12 @@ def run_recurrence(cfg: BenchConfig) -> dict:
     att_ms, lstm_ms, conv_ms = ms["attention"], ms["lstm"], ms["conv"]
     ratio = [a / r for a, r in zip(att_ms, lstm_ms, strict=True)]
     cross = _crossover(cfg.rec_ns, ratio)
-    note = None
-    if cross is None:
-        note = (
-            "attention slower than the LSTM at every n"
-            if ratio and ratio[0] >= 1
-            else "attention faster than the LSTM over the whole range (crossover beyond the largest n)"
-        )
+    if cross is not None:
+        notes = []
+    elif ratio[0] >= 1:
+        notes = ["attention slower than the LSTM at every n"]
+    else:
+        notes = ["attention faster than the LSTM over the whole range (crossover beyond the largest n)"]
     return {
         "status": "ok",
         "config": {
@@ -276,7 +247,7 @@ def run_recurrence(cfg: BenchConfig) -> dict:
             "precision": "fp32",
             "attention": "xformer MultiHeadAttention (projections + fused SDPA)",
             "recurrent": "model/mixer=lstm: RecurrentMixing(d) (torch.nn.LSTM(d, d), 1 layer, left to right)",
-            "convolutional": f"model/mixer=conv: ConvMixing(d, kernel={conv.kernel}), causal",
+            "convolutional": f"model/mixer=conv: ConvMixing(d, kernel={mods['conv'].kernel}), causal",
             "repeats": cfg.rec_repeats,
         },
         "n": list(cfg.rec_ns),
@@ -290,5 +261,5 @@ def run_recurrence(cfg: BenchConfig) -> dict:
         "macs_crossover_n": 2 * d,
         "attention_time_exponent": fit_exponent(cfg.rec_ns, att_ms),
         "lstm_time_exponent": fit_exponent(cfg.rec_ns, lstm_ms),
-        "notes": [note] if note else [],
+        "notes": notes,
     }

@@ -1,15 +1,11 @@
 """Row 4: greedy decoding with the key/value cache (:func:`xformer.model.decoding.greedy`) vs
-recomputing the whole prefix every step (:func:`xformer.model.decoding.greedy_recompute`).
-
-Both library functions are called unchanged. To make every sequence run exactly ``decode_len``
-steps, they are given an EOS id of ``-1``, which argmax can never return (ids are ``>= 0``); the
-model is an untrained xformer encoder–decoder of the row-1 size, in eval mode, on a padded batch of
-random source sentences. The two outputs are compared token for token (``outputs_match``). Beam
-search (``decode_beam_size`` beams, cached) is timed the same way and reported as tokens/s of the
-returned hypotheses.
+recomputing the whole prefix every step (:func:`~xformer.model.decoding.greedy_recompute`), and cached
+beam search, on an untrained row-1-size model (the method in full: ``docs/bench.md``, row 4).
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 import torch
 
@@ -21,32 +17,27 @@ from .timing import interleaved, median
 from .training import make_batch
 
 NEVER = -1
-"""EOS id that no argmax can produce: decoding runs to ``max_len``."""
+"""EOS id that no argmax can produce (ids are ``>= 0``): every sequence decodes ``decode_len`` steps."""
 
 
 def run(cfg: BenchConfig) -> dict:
     dev = cfg.device
     torch.manual_seed(cfg.seed)
-    model = build_xformer(cfg.size).model.to(dev).eval()
+    model = build_xformer(cfg.size).to(dev).eval()
     src = make_batch(cfg.decode_batch, cfg.decode_src_len, cfg.size.vocab, cfg.min_len_frac, cfg.seed, dev)["src"]
-    n = cfg.decode_len
-    bos, pad = 1, 0
+    n, k = cfg.decode_len, cfg.decode_beam_size
     cuda = torch.device(dev).type == "cuda"
     results: dict[str, list] = {}
 
-    def wrap(name, fn):
-        def call():
+    def call(name: str, fn):
+        def run():
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
-                results[name] = fn(model, src, bos, NEVER, pad, n)
+                results[name] = fn(model, src, 1, NEVER, 0, n)  # BOS 1, padding 0
 
-        return call
+        return run
 
-    times = interleaved(
-        {"cached": wrap("cached", decoding.greedy), "recompute": wrap("recompute", decoding.greedy_recompute)},
-        warmup=1,
-        repeats=cfg.decode_repeats,
-        device=dev,
-    )
+    fns = {"cached": call("cached", decoding.greedy), "recompute": call("recompute", decoding.greedy_recompute)}
+    times = interleaved(fns, warmup=1, repeats=cfg.decode_repeats, device=dev)
     gen = cfg.decode_batch * n
     out = {
         "status": "ok",
@@ -68,11 +59,9 @@ def run(cfg: BenchConfig) -> dict:
 
     out.update({name: timed(ts) for name, ts in times.items()})
     out["speedup"] = out["cached"]["tokens_per_s"] / out["recompute"]["tokens_per_s"]
-    k = cfg.decode_beam_size
-    beam = wrap("beam", lambda m, s, b, e, p, n_: decoding.beam_search(m, s, b, e, p, n_, beam_size=k))
+    beam = call("beam", partial(decoding.beam_search, beam_size=k))
     ts = interleaved({"beam": beam}, warmup=1, repeats=cfg.decode_repeats, device=dev)["beam"]
-    # tokens of the returned best hypotheses per second (each sentence decodes output_len steps on
-    # beam_size rows; the figure is what a user gets out, not rows x steps)
+    # tokens of the returned hypotheses per second (what a user gets out, not beam rows x steps)
     out["beam"] = {"beam_size": k, **timed(ts)}
-    out["outputs_match"] = results.get("cached") == results.get("recompute")
+    out["outputs_match"] = results["cached"] == results["recompute"]
     return out

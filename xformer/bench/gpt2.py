@@ -8,13 +8,13 @@ embeddings excluded); peak as row 7.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from xformer.model import GELUFFN, DecoderOnly, Learned, PreNorm
 
 from .config import BenchConfig
 from .mfu import matmul_peak_flops
 from .timing import interleaved, median
+from .training import optimize
 
 NANOGPT_MFU = (0.40, 0.50)
 """nanoGPT's reported MFU range for GPT-2 small (124M) training on A100 GPUs."""
@@ -51,12 +51,8 @@ def step_flops(model: torch.nn.Module, cfg: BenchConfig) -> float:
 
 
 def run(cfg: BenchConfig, mfu_section: dict | None = None) -> dict:
-    """Measure the GPT-2-small row; returns the ``gpt2`` section of ``bench.json``.
-
-    Args:
-        mfu_section: row 7's result in the same run; its measured matmul peak is reused (the same
-            device, dtype and size), else the peak is measured here.
-    """
+    """Row 8; returns the ``gpt2`` section of ``bench.json``. The matmul peak is row 7's (``mfu_section``,
+    same device, dtype and size) when that row ran, else measured here."""
     dev = cfg.device
     cuda = torch.device(dev).type == "cuda"
     torch.manual_seed(cfg.seed)
@@ -71,10 +67,7 @@ def run(cfg: BenchConfig, mfu_section: dict | None = None) -> dict:
     def step():
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
             logits = fwd(inp)
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), tgt.flatten())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        optimize(model, opt, logits, tgt)
 
     warmup = max(cfg.warmup, 3) if cfg.gpt2_compile else cfg.warmup
     ts = interleaved({"step": step}, warmup, cfg.repeats, dev)["step"]
@@ -84,7 +77,6 @@ def run(cfg: BenchConfig, mfu_section: dict | None = None) -> dict:
         peak = mfu_section["peak_tflops"] * 1e12
     else:
         peak = matmul_peak_flops(dev, cfg.mfu_matmul_n, dtype=dtype)
-    tokens = cfg.gpt2_batch * cfg.gpt2_seq_len
     return {
         "status": "ok",
         "config": {
@@ -96,7 +88,7 @@ def run(cfg: BenchConfig, mfu_section: dict | None = None) -> dict:
             "params": sum(p.numel() for p in model.parameters()),
         },
         "step_ms": step_s * 1e3,
-        "tokens_per_s": tokens / step_s,
+        "tokens_per_s": cfg.gpt2_batch * cfg.gpt2_seq_len / step_s,
         "flops_per_step": flops,
         "achieved_tflops": flops / step_s / 1e12,
         "peak_tflops": peak / 1e12,

@@ -1,15 +1,13 @@
-"""Row 7: model FLOPs utilisation of row 1's xformer step (the method in full: ``docs/bench.md``, row 7).
-
-Model FLOPs after PaLM (Chowdhery et al. 2022, App. B: ``6N + 12·L·H·Q·T`` per token), per stack
-over the padded batch (:func:`step_flops`); peak: the median rate of a square matmul measured in the
-run (bf16 on a GPU, fp32 on a CPU, :func:`matmul_peak_flops`). MFU = FLOPs per step / median step
-time / peak.
+"""Row 7: model FLOPs utilisation of row 1's xformer step (the method in full: ``docs/bench.md``, row 7):
+FLOPs per step after PaLM (Chowdhery et al. 2022, App. B, :func:`step_flops`) / median step time / the
+rate of a square matmul measured in the run (bf16 on a GPU, fp32 on a CPU, :func:`matmul_peak_flops`).
 """
 
 from __future__ import annotations
 
 import torch
 
+from . import training
 from .config import BenchConfig
 from .models import build_xformer
 from .timing import interleaved, median
@@ -17,8 +15,7 @@ from .timing import interleaved, median
 
 def matmul_peak_flops(device: str, n: int, dtype=torch.bfloat16, repeats: int = 10) -> float:
     """Measured FLOP/s of an ``n × n`` by ``n × n`` matmul in ``dtype``."""
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
+    a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
     times = interleaved({"mm": lambda: torch.mm(a, b)}, warmup=3, repeats=repeats, device=device)["mm"]
     return 2 * n**3 / median(times)
 
@@ -27,7 +24,7 @@ def step_flops(cfg: BenchConfig) -> dict:
     """Model FLOPs of one row-1 training step (see the module docstring)."""
     s = cfg.size
     with torch.device("meta"):
-        model = build_xformer(s).model
+        model = build_xformer(s)
     n_enc = sum(p.numel() for p in model.encoder.parameters())
     n_dec = sum(p.numel() for p in model.decoder.parameters())
     q = s.d_model // s.n_heads
@@ -52,9 +49,7 @@ def run(cfg: BenchConfig, train_step: dict | None) -> dict:
     flops = step_flops(cfg)
     peak = matmul_peak_flops(cfg.device, cfg.mfu_matmul_n, dtype=dtype)
     if train_step is None or train_step.get("status") != "ok":
-        from . import training  # measure xformer's step alone
-
-        train_step = training.run(cfg)
+        train_step = training.run(cfg)  # row 1 did not run: measure it here
     step_s = train_step["contenders"]["xformer"]["step_ms"] / 1e3
     achieved = flops["flops_per_step"] / step_s
     out = {

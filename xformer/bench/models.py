@@ -1,21 +1,12 @@
-"""The three encoder–decoders the training-step row compares, behind one call signature
-``forward(src, tgt_in, src_pad, tgt_pad) -> logits (B, T, V)`` (pads ``(B, S)``/``(B, T)`` bool,
-``True`` at padding); loss and optimizer are applied outside, identically for all of them.
-
-* ``xformer``: :class:`xformer.model.EncoderDecoder` (Post-LN, sinusoidal positions, ReLU FFN, tied
-  embeddings);
-* ``torch``: ``torch.nn.Transformer(batch_first=True)`` inside the same embedding and tied output
-  layer (:class:`TorchTransformer`);
-* ``x_transformers``: ``x_transformers.XTransformer`` configured alike (Post-LN, SDPA, scaled
-  sinusoidal positions, tied embeddings), its encoder and ``decoder.net`` called directly.
-
-The remaining differences, inherent to the libraries, are listed in ``docs/bench.md``, row 1.
+"""The three encoder–decoders of the training-step row (:data:`CONTENDERS`), all called as
+``forward(src, tgt_in, src_pad, tgt_pad) -> logits (B, T, V)`` (pads ``(B, S)``/``(B, T)`` bool, ``True``
+at padding); how each is configured alike, and what still differs: ``docs/bench.md``, row 1.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -36,13 +27,10 @@ class ModelSize:
     vocab: int = 8000
     max_len: int = 512
 
-    def as_dict(self) -> dict:
-        return asdict(self)
 
-
-def build_xformer(size: ModelSize) -> nn.Module:
+def build_xformer(size: ModelSize) -> EncoderDecoder:
     """xformer's encoder–decoder at ``size`` (library defaults for every variant)."""
-    model = EncoderDecoder(
+    return EncoderDecoder(
         src_vocab_size=size.vocab,
         tgt_vocab_size=size.vocab,
         d_model=size.d_model,
@@ -54,20 +42,10 @@ def build_xformer(size: ModelSize) -> nn.Module:
         max_len=size.max_len,
         pad_id=0,
     )
-    return _XformerAdapter(model)
-
-
-class _XformerAdapter(nn.Module):
-    def __init__(self, model: EncoderDecoder) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, src: Tensor, tgt_in: Tensor, src_pad: Tensor | None, tgt_pad: Tensor | None) -> Tensor:
-        return self.model(src, tgt_in, src_key_padding_mask=src_pad, tgt_key_padding_mask=tgt_pad)
 
 
 class TorchTransformer(nn.Module):
-    """``torch.nn.Transformer`` inside xformer's embedding and tied output layer."""
+    """``torch.nn.Transformer`` (Post-LN, ReLU: its defaults) inside xformer's embedding and tied output layer."""
 
     def __init__(self, size: ModelSize) -> None:
         super().__init__()
@@ -83,9 +61,7 @@ class TorchTransformer(nn.Module):
             num_decoder_layers=size.n_layers,
             dim_feedforward=size.d_ff,
             dropout=size.dropout,
-            activation="relu",
             batch_first=True,
-            norm_first=False,
         )
         self.head = nn.Linear(d, size.vocab, bias=False)
         self.head.weight = self.embed.weight
@@ -109,14 +85,6 @@ class TorchTransformer(nn.Module):
         return self.head(out)
 
 
-def x_transformers_available() -> bool:
-    try:
-        import x_transformers  # noqa: F401
-    except Exception:
-        return False
-    return True
-
-
 class _XTAdapter(nn.Module):
     def __init__(self, xt: nn.Module) -> None:
         super().__init__()
@@ -130,11 +98,7 @@ class _XTAdapter(nn.Module):
 
 
 def build_x_transformers(size: ModelSize) -> nn.Module:
-    """``x_transformers.XTransformer`` configured like xformer (see the module docstring).
-
-    Raises:
-        ImportError: x-transformers is not installed (``pip install -e '.[bench]'``).
-    """
+    """``x_transformers.XTransformer`` configured like xformer; ``ImportError`` without the ``bench`` extra."""
     from x_transformers import XTransformer
 
     p = size.dropout
@@ -153,8 +117,7 @@ def build_x_transformers(size: ModelSize) -> nn.Module:
         num_tokens=size.vocab,
         max_seq_len=size.max_len,
     )
-    kwargs = {f"enc_{k}": v for k, v in side.items()}
-    kwargs.update({f"dec_{k}": v for k, v in side.items()})
+    kwargs = {f"{stack}_{k}": v for stack in ("enc", "dec") for k, v in side.items()}
     xt = XTransformer(dim=size.d_model, tie_token_emb=True, pad_value=0, **kwargs)
     net = xt.decoder.net  # tie the output layer to the (shared) token embedding, as the others do
     net.to_logits.weight = net.token_emb.emb.weight

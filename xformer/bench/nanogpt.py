@@ -1,8 +1,6 @@
-"""Row 9: the training step of ``experiment=shakespeare_char_cpu`` (nanoGPT's CPU recipe), built from
-the composed preset as ``run.py`` builds it and stepped without Lightning, against :class:`PlainGPT`,
-the same model in nanoGPT's ``model.GPT`` layout with nanoGPT's AdamW groups and the same clip, timed
-interleaved in one process on one random batch. ``ratio`` = xformer's tokens/s / the reference's
-(the method in full: ``docs/bench.md``, row 9).
+"""Row 9: the training step of ``experiment=shakespeare_char_cpu`` (nanoGPT's CPU recipe), built as
+``run.py`` builds it, against :class:`PlainGPT`, the same model in nanoGPT's layout with nanoGPT's AdamW
+groups and the same clip, on one random batch (the method in full: ``docs/bench.md``, row 9).
 """
 
 from __future__ import annotations
@@ -15,6 +13,7 @@ from torch import Tensor, nn
 
 from .config import BenchConfig
 from .timing import interleaved, median
+from .training import optimize
 
 
 class PlainBlock(nn.Module):
@@ -88,29 +87,19 @@ def run(cfg: BenchConfig) -> dict:
     )
     g = torch.Generator().manual_seed(cfg.seed)
     batch = {"tgt": torch.randint(0, vocab, (B, T + 1), generator=g).to(dev)}
-
-    def step(model: nn.Module, opt, logits: Tensor, labels: Tensor, **ce) -> None:
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), **ce)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        opt.step()
-
     ids = batch["tgt"]
     steps = {
-        "xformer": lambda: step(
-            ours, ours_opt, *ours.logits_and_labels(batch, NO_TOKEN, NO_TOKEN), ignore_index=NO_TOKEN
+        "xformer": lambda: optimize(
+            ours, ours_opt, *ours.logits_and_labels(batch, NO_TOKEN, NO_TOKEN), clip, ignore_index=NO_TOKEN
         ),
-        "plain": lambda: step(ref, ref_opt, ref(ids[:, :-1]), ids[:, 1:]),
+        "plain": lambda: optimize(ref, ref_opt, ref(ids[:, :-1]), ids[:, 1:], clip),
     }
     repeats = 3 * cfg.repeats  # a step is short: more repeats than the other rows for a steady median
     ts = interleaved(steps, max(cfg.warmup, 3), repeats, dev)
-    tokens = B * T
     res = {
         name: {
             "step_ms": median(t) * 1e3,
-            "tokens_per_s": tokens / median(t),
+            "tokens_per_s": B * T / median(t),
             "params": sum(p.numel() for p in model.parameters()),
         }
         for name, t, model in (("xformer", ts["xformer"], ours), ("plain", ts["plain"], ref))

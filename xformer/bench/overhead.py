@@ -1,21 +1,19 @@
-"""Row 2 (framework overhead) and the DDP runs: ``run.py`` (Lightning + Hydra) against a bare PyTorch
-loop over the same model, batches and optimizer (the method in full: ``docs/bench.md``, row 2).
-
-``run.py`` runs as a subprocess with the :class:`StepTimer` callback; the bare loop (:func:`bare_loop`)
-is built from the same composed Hydra config in a fresh process of its own. Both take end-of-step
-timestamps; throughput (tokens/s) is the tokens of steps ``skip+1..N`` over the time from the end of
-step ``skip`` to the end of step ``N`` (:func:`steady_state`), so start-up and warm-up are excluded.
-Repeats alternate which runs first; medians over repeats are compared.
+"""Row 2 (framework overhead) and the DDP runs: ``run.py`` (Lightning + Hydra, as a subprocess with
+the :class:`StepTimer` callback) against :func:`bare_loop`, a plain PyTorch loop built from the same
+composed Hydra config in a fresh process of its own; steady-state tokens/s of each (:func:`steady_state`),
+medians over repeats that alternate which runs first (the method in full: ``docs/bench.md``, row 2).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -30,22 +28,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 class StepTimer(Callback):
     """Lightning callback: end-of-batch timestamps and token counts, written to ``path`` as JSON at
-    the end of training (rank 0; token counts summed over DDP ranks).
-
-    Add it to a run with ``+callbacks.bench_timer._target_=xformer.bench.overhead.StepTimer
-    +callbacks.bench_timer.path=/tmp/steps.json``.
-    """
+    the end of training (rank 0; token counts summed over DDP ranks)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.times: list[float] = []
         self.tokens: list[int] = []
-        self.t_fit_start: float | None = None
-
-    @override
-    def on_train_start(self, trainer, pl_module) -> None:
-        sync(pl_module.device)
-        self.t_fit_start = time.perf_counter()
 
     @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
@@ -54,13 +42,10 @@ class StepTimer(Callback):
         self.tokens.append(batch_tokens(batch, pl_module.pad_id))
 
     def on_train_end(self, trainer, pl_module) -> None:
-        tokens = self.tokens
-        world = getattr(trainer, "world_size", 1)
-        if world > 1:
-            t = torch.tensor(tokens, dtype=torch.float64, device=pl_module.device)
-            tokens = [int(x) for x in trainer.strategy.reduce(t, reduce_op="sum").tolist()]
-        record = {"times": self.times, "tokens": tokens, "world_size": world, "t_fit_start": self.t_fit_start}
+        t = torch.tensor(self.tokens, dtype=torch.float64, device=pl_module.device)
+        tokens = [int(x) for x in trainer.strategy.reduce(t, reduce_op="sum").tolist()]
         if trainer.is_global_zero:
+            record = {"times": self.times, "tokens": tokens, "world_size": trainer.world_size}
             Path(self.path).write_text(json.dumps(record))
 
 
@@ -74,9 +59,9 @@ def batch_tokens(batch: dict, pad: int) -> int:
 
 
 def steady_state(times: list[float], tokens: list[int], skip: int) -> dict:
-    """Tokens/s over steps ``skip+1..N`` from end-of-step timestamps."""
-    if len(times) <= skip + 1 or skip < 1:
-        skip = max(1, min(skip, len(times) - 2))
+    """Tokens/s over steps ``skip+1..N``: their tokens over the time from the end of step ``skip`` to
+    the end of step ``N`` (start-up and warm-up excluded)."""
+    skip = max(1, min(skip, len(times) - 2))
     dt = times[-1] - times[skip - 1]
     tok = sum(tokens[skip:])
     return {
@@ -87,87 +72,69 @@ def steady_state(times: list[float], tokens: list[int], skip: int) -> dict:
     }
 
 
-# -- the two contenders ---------------------------------------------------------------------------
-
-
-def data_overrides(cfg: BenchConfig, data_root: Path | None) -> tuple[list[str], str]:
-    """Hydra overrides selecting the row's data set; returns ``(overrides, description)``."""
-    name = cfg.overhead_data
+def run_overrides(cfg: BenchConfig, data_root: Path | None, steps: int) -> tuple[list[str], str]:
+    """Hydra overrides of the overhead and DDP runs (data, row-1 model sizes, ``steps`` training steps,
+    no validation or test); returns ``(overrides, description of the data)``."""
+    name, s = cfg.overhead_data, cfg.size
     tpb = f"data.tokens_per_batch={cfg.overhead_tokens_per_batch}"
     if name == "multi30k" and data_root is not None:
-        return ["data=multi30k", f"data.root={data_root}", tpb], f"multi30k train ({data_root})"
-    if name in ("copy", "reverse", "sort", "addition"):
-        return [f"data={name}", "data.n_train=2000", "data.n_val=50", "data.n_test=50", tpb], f"synthetic {name}"
-    return ["data=numbers", tpb], "numbers (generated; Multi30k files not found)"
-
-
-def model_overrides(cfg: BenchConfig) -> list[str]:
-    s = cfg.size
+        data, desc = ["data=multi30k", f"data.root={data_root}", tpb], f"multi30k train ({data_root})"
+    elif name in ("copy", "reverse", "sort", "addition"):
+        data, desc = [f"data={name}", "data.n_train=2000", "data.n_val=50", "data.n_test=50", tpb], f"synthetic {name}"
+    else:
+        data, desc = ["data=numbers", tpb], "numbers (generated; Multi30k files not found)"
     return [
+        *data,
         f"model.d_model={s.d_model}",
         f"model.n_heads={s.n_heads}",
         f"model.d_ff={s.d_ff}",
         f"model.n_encoder_layers={s.n_layers}",
         f"model.n_decoder_layers={s.n_layers}",
         f"model.dropout={s.dropout}",
-    ]
-
-
-def common_overrides(cfg: BenchConfig, steps: int) -> list[str]:
-    acc = "gpu" if torch.device(cfg.device).type == "cuda" else "cpu"
-    return [
         f"trainer.max_steps={steps}",
         "trainer.limit_val_batches=0",
         "++trainer.limit_test_batches=0",
         "objective.metric=train/loss",
-        f"trainer.accelerator={acc}",
+        f"trainer.accelerator={'gpu' if torch.device(cfg.device).type == 'cuda' else 'cpu'}",
         "logger=csv",
         f"seed={cfg.seed}",
         *cfg.run_overrides,
-    ]
+    ], desc
 
 
-def run_py(overrides: list[str], workdir: Path, timeout: float = 1800) -> dict:
-    """Run ``run.py`` with ``overrides`` plus the :class:`StepTimer` callback; return its record.
+def run_py(overrides: list[str], workdir: Path) -> dict:
+    """Run ``run.py`` with ``overrides`` plus the :class:`StepTimer` callback; return its record."""
+    timer = "+callbacks.bench_timer._target_=xformer.bench.overhead.StepTimer"
+    args = [str(REPO / "run.py"), *overrides, f"hydra.run.dir={workdir / 'job'}", timer]
+    return _child([*args, f"+callbacks.bench_timer.path={workdir / 'steps.json'}"], workdir, "run.py")
 
-    Raises:
-        RuntimeError: the run failed (the tail of its stderr is in the message).
-    """
+
+def _child(args: list[str], workdir: Path, what: str, timeout: float = 1800) -> dict:
+    """Run ``python *args`` in ``workdir`` with this process's intra-op thread count and W&B off; return
+    the JSON it wrote to ``workdir/steps.json`` plus ``wall_s`` (the whole process). Raises
+    ``RuntimeError`` with the stderr tail if it failed."""
     workdir.mkdir(parents=True, exist_ok=True)
-    steps_file = workdir / "steps.json"
-    args = [
-        sys.executable,
-        str(REPO / "run.py"),
-        *overrides,
-        f"hydra.run.dir={workdir / 'job'}",
-        "+callbacks.bench_timer._target_=xformer.bench.overhead.StepTimer",
-        f"+callbacks.bench_timer.path={steps_file}",
-    ]
-    rec = _child(args, workdir, steps_file, "run.py", timeout)
-    rec["argv"] = overrides
-    return rec
-
-
-def _child(args: list[str], workdir: Path, out: Path, what: str, timeout: float) -> dict:
-    """Run ``args`` in ``workdir`` with :func:`_child_env`; return the JSON it wrote to ``out`` plus
-    ``wall_s`` (the whole process). Raises ``RuntimeError`` with the stderr tail if it failed."""
+    out = workdir / "steps.json"
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": str(torch.get_num_threads()),
+        "WANDB_MODE": "disabled",
+        "HYDRA_FULL_ERROR": "1",
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    }
     t0 = time.perf_counter()
-    res = subprocess.run(args, cwd=workdir, env=_child_env(), capture_output=True, text=True, timeout=timeout)
+    res = subprocess.run([sys.executable, *args], cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
     wall = time.perf_counter() - t0
     if res.returncode != 0 or not out.is_file():
         raise RuntimeError(f"{what} failed (exit {res.returncode}): {res.stderr[-1500:]}")
-    rec = json.loads(out.read_text())
-    rec["wall_s"] = wall
-    return rec
+    return {**json.loads(out.read_text()), "wall_s": wall}
 
 
 def compose(overrides: list[str]):
     """The config ``run.py`` would see for ``overrides`` (Hydra's compose API)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
 
-    GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         return hydra_compose(config_name="config", overrides=overrides)
 
@@ -175,10 +142,11 @@ def compose(overrides: list[str]):
 def bare_loop(overrides: list[str], device: str) -> dict:
     """The hand-written loop over what ``run.py`` builds for ``overrides`` (see the module docstring)."""
     import lightning as L
-    import torch.nn.functional as F
     from hydra.utils import instantiate
 
     from xformer.train.checkpoint_file import build_model
+
+    from .training import optimize
 
     cfg = compose(overrides)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
@@ -193,61 +161,30 @@ def bare_loop(overrides: list[str], device: str) -> dict:
     cuda = torch.device(device).type == "cuda"
     pad, smoothing = dm.pad_id, cfg.loss.label_smoothing
     loader = dm.train_dataloader()
-    steps = int(cfg.trainer.max_steps)
     times: list[float] = []
     tokens: list[int] = []
-    epoch = 0
-    it = iter(loader)
-    while len(times) < steps:
-        try:
-            batch = next(it)
-        except StopIteration:
-            epoch += 1
+    for epoch in itertools.count():
+        if epoch:
             loader.batch_sampler.set_epoch(epoch)
-            it = iter(loader)
-            continue
-        src = batch["src"].to(device, non_blocking=True)
-        tgt = batch["tgt"].to(device, non_blocking=True)
-        with torch.autocast(device_type="cuda" if cuda else "cpu", dtype=torch.bfloat16, enabled=bf16):
-            logits = model(src, tgt[:, :-1])
-        labels = tgt[:, 1:]
-        loss = F.cross_entropy(
-            logits.flatten(0, 1).float(), labels.flatten(), ignore_index=pad, label_smoothing=smoothing
-        )
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        opt.step()
-        sched.step()
-        sync(device)
-        times.append(time.perf_counter())
-        tokens.append(batch_tokens(batch, pad))
-    return {"times": times, "tokens": tokens}
+        for batch in loader:
+            src = batch["src"].to(device, non_blocking=True)
+            tgt = batch["tgt"].to(device, non_blocking=True)
+            with torch.autocast(device_type="cuda" if cuda else "cpu", dtype=torch.bfloat16, enabled=bf16):
+                logits = model(src, tgt[:, :-1])
+            optimize(model, opt, logits, tgt[:, 1:], clip, ignore_index=pad, label_smoothing=smoothing)
+            sched.step()
+            sync(device)
+            times.append(time.perf_counter())
+            tokens.append(batch_tokens(batch, pad))
+            if len(times) == cfg.trainer.max_steps:
+                return {"times": times, "tokens": tokens}
 
 
-def bare_py(overrides: list[str], device: str, workdir: Path, timeout: float = 1800) -> dict:
+def bare_py(overrides: list[str], device: str, workdir: Path) -> dict:
     """:func:`bare_loop` in a fresh Python process (as ``run.py`` runs in one), so neither contender
-    inherits this process's allocator state, warm caches or loaded modules.
-
-    Raises:
-        RuntimeError: the loop failed (the tail of its stderr is in the message).
-    """
-    workdir.mkdir(parents=True, exist_ok=True)
-    out = workdir / "bare.json"
-    args = [sys.executable, "-m", "xformer.bench.overhead", "--device", device, "--out", str(out), "--", *overrides]
-    return _child(args, workdir, out, "bare loop", timeout)
-
-
-def _child_env() -> dict:
-    """Environment of both contenders' processes: this process's intra-op thread count, W&B off."""
-    return {
-        **os.environ,
-        "OMP_NUM_THREADS": str(torch.get_num_threads()),
-        "WANDB_MODE": "disabled",
-        "HYDRA_FULL_ERROR": "1",
-        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-    }
+    inherits this process's allocator state, warm caches or loaded modules."""
+    args = ["-m", "xformer.bench.overhead", device, str(workdir / "steps.json"), *overrides]
+    return _child(args, workdir, "bare loop")
 
 
 def data_root_default() -> Path | None:
@@ -261,8 +198,7 @@ def run(cfg: BenchConfig, data_root: Path | None = None) -> dict:
     """Measure row 2; returns the ``overhead`` section of ``bench.json``."""
     if not (REPO / "run.py").is_file():
         return {"status": "skipped", "note": f"run.py not found beside the package ({REPO})"}
-    data_ov, data_desc = data_overrides(cfg, data_root)
-    overrides = [*data_ov, *model_overrides(cfg), *common_overrides(cfg, cfg.overhead_steps)]
+    overrides, data_desc = run_overrides(cfg, data_root, cfg.overhead_steps)
     runs, bares = [], []
     with tempfile.TemporaryDirectory(prefix="xformer-bench-") as tmp:
         for r in range(cfg.overhead_repeats):
@@ -283,7 +219,7 @@ def run(cfg: BenchConfig, data_root: Path | None = None) -> dict:
         "status": "ok",
         "config": {
             "data": data_desc,
-            "model": cfg.size.as_dict(),
+            "model": asdict(cfg.size),
             "steps": cfg.overhead_steps,
             "skip": cfg.overhead_skip,
             "repeats": cfg.overhead_repeats,
@@ -300,18 +236,6 @@ def run(cfg: BenchConfig, data_root: Path | None = None) -> dict:
     }
 
 
-def _main(argv: list[str] | None = None) -> None:
-    """``python -m xformer.bench.overhead --device cpu --out bare.json -- <overrides>``: run
-    :func:`bare_loop` and write its step timestamps and token counts as JSON."""
-    import argparse
-
-    ap = argparse.ArgumentParser(description=_main.__doc__)
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("overrides", nargs="*")
-    a = ap.parse_args(argv)
-    Path(a.out).write_text(json.dumps(bare_loop(a.overrides, a.device)))
-
-
-if __name__ == "__main__":
-    _main()
+if __name__ == "__main__":  # python -m xformer.bench.overhead DEVICE OUT.json OVERRIDE...: bare_py's worker
+    device, out, *overrides = sys.argv[1:]
+    Path(out).write_text(json.dumps(bare_loop(overrides, device)))

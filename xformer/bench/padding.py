@@ -1,9 +1,7 @@
 """Row 3: padding waste in one Multi30k training epoch, xformer's token-budget batches vs a random
 permutation cut into fixed-size batches of the same count (the method in full: ``docs/bench.md``, row 3).
-
-``pad_fraction`` (the headline): pad positions / all positions with each side padded to its longest
-member in the batch, ``1 - Σ(len src + len tgt) / Σ n_b·(max src_b + max tgt_b)``;
-``pad_fraction_max_len``: :func:`xformer.data.batching.padding_fraction` on ``max(len src, len tgt)``.
+``pad_fraction``: ``1 - Σ(len src + len tgt) / Σ n_b·(max src_b + max tgt_b)`` (each side padded to its
+longest member); ``pad_fraction_max_len``: :func:`~xformer.data.batching.padding_fraction` on ``max(src, tgt)``.
 """
 
 from __future__ import annotations
@@ -17,23 +15,16 @@ from xformer.data.batching import TokenBudgetBatchSampler, padding_fraction
 from .config import BenchConfig
 
 
-def both_sides(src_len: np.ndarray, tgt_len: np.ndarray, batches: list[list[int]]) -> float:
-    real = padded = 0
-    for b in batches:
-        idx = np.asarray(b, dtype=np.int64)
-        real += int(src_len[idx].sum() + tgt_len[idx].sum())
-        padded += len(idx) * int(src_len[idx].max() + tgt_len[idx].max())
-    return 0.0 if padded == 0 else 1.0 - real / padded
-
-
-def _summary(src_len, tgt_len, lengths, batches) -> dict:
-    sizes = [len(b) for b in batches]
+def _summary(src_len: np.ndarray, tgt_len: np.ndarray, lengths: np.ndarray, batches: list[list[int]]) -> dict:
+    idx = [np.asarray(b, dtype=np.int64) for b in batches]
+    real = sum(int(src_len[i].sum() + tgt_len[i].sum()) for i in idx)
+    padded = sum(len(i) * int(src_len[i].max() + tgt_len[i].max()) for i in idx)
     return {
-        "pad_fraction": both_sides(src_len, tgt_len, batches),
+        "pad_fraction": 1.0 - real / padded,
         "pad_fraction_max_len": padding_fraction(lengths, batches),
         "batches": len(batches),
-        "mean_pairs_per_batch": float(np.mean(sizes)),
-        "max_padded_tokens": int(max(len(b) * int(np.max(lengths[np.asarray(b)])) for b in batches)),
+        "mean_pairs_per_batch": float(np.mean([len(b) for b in batches])),
+        "max_padded_tokens": int(max(len(i) * int(lengths[i].max()) for i in idx)),
     }
 
 
@@ -51,7 +42,6 @@ def run(cfg: BenchConfig, data_root: Path | None) -> dict:
     sampler = TokenBudgetBatchSampler(
         lengths, cfg.padding_tokens_per_batch, shuffle=True, seed=cfg.seed, sort_keys=ds.sort_keys()
     )
-    sampler.set_epoch(0)
     budget = sampler.all_batches()
     per = max(1, round(len(lengths) / len(budget)))
     perm = np.random.default_rng(cfg.seed).permutation(len(lengths))

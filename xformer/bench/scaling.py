@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -16,7 +17,7 @@ from . import overhead
 from .config import BenchConfig
 from .models import build_xformer
 from .timing import interleaved, median, time_once
-from .training import make_batch, make_optimizer, make_step
+from .training import make_batch, make_step
 
 
 def run_compile(cfg: BenchConfig) -> dict:
@@ -26,11 +27,7 @@ def run_compile(cfg: BenchConfig) -> dict:
     eager = build_xformer(cfg.size).to(dev).train()
     torch.manual_seed(cfg.seed)
     base = build_xformer(cfg.size).to(dev).train()
-    compiled = torch.compile(base)
-    steps = {
-        "eager": make_step(eager, make_optimizer(eager.parameters())[0], batch, dev),
-        "compiled": make_step(compiled, make_optimizer(base.parameters())[0], batch, dev),
-    }
+    steps = {"eager": make_step(eager, batch, dev), "compiled": make_step(torch.compile(base), batch, dev)}
     breaks = None
     try:
         import torch._dynamo as dynamo
@@ -61,13 +58,11 @@ def run_compile(cfg: BenchConfig) -> dict:
 def run_ddp(cfg: BenchConfig, data_root: Path | None) -> dict:
     if not cfg.ddp_devices:
         return {"status": "skipped", "note": "no device counts given (--ddp-devices 1,2,4)"}
-    data_ov, data_desc = overhead.data_overrides(cfg, data_root)
-    base = [*data_ov, *overhead.model_overrides(cfg), *overhead.common_overrides(cfg, cfg.ddp_steps)]
+    base, data_desc = overhead.run_overrides(cfg, data_root, cfg.ddp_steps)
     rows = []
     with tempfile.TemporaryDirectory(prefix="xformer-ddp-") as tmp:
         for n in cfg.ddp_devices:
-            ov = ["trainer=ddp", f"trainer.devices={n}", *base]
-            rec = overhead.run_py(ov, Path(tmp) / f"ddp{n}")
+            rec = overhead.run_py(["trainer=ddp", f"trainer.devices={n}", *base], Path(tmp) / f"ddp{n}")
             s = overhead.steady_state(rec["times"], rec["tokens"], cfg.ddp_skip)
             rows.append({"devices": n, "world_size": rec.get("world_size"), "wall_s": rec["wall_s"], **s})
     one = next((r["tokens_per_s"] for r in rows if r["devices"] == 1), None)
@@ -78,7 +73,7 @@ def run_ddp(cfg: BenchConfig, data_root: Path | None) -> dict:
         "status": "ok",
         "config": {
             "data": data_desc,
-            "model": cfg.size.as_dict(),
+            "model": asdict(cfg.size),
             "steps": cfg.ddp_steps,
             "skip": cfg.ddp_skip,
             "tokens_per_batch_per_device": cfg.overhead_tokens_per_batch,
