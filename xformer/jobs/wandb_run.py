@@ -15,7 +15,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig
 
 from xformer.config.overrides import key_of
-from xformer.lightning_compat import logger_started, wandb_init_kwargs
+from xformer.lightning_compat import wandb_init_kwargs
 
 from .engines import wandb_has_api_key
 from .overrides import swept_keys
@@ -57,7 +57,7 @@ def wandb_logger(node: DictConfig, info: dict, out_dir: Path, resumed: Path | No
     logger = start_wandb(lambda **kw: _instantiate(node, **kwargs, **kw), out_dir)
     # spawned ranks re-attach with W&B's settings from the environment: keep their files in the job folder
     os.environ["WANDB_DIR"] = str(logger.save_dir or out_dir)
-    if full and logger_started(logger):  # rank 0: the shortened fields' full text
+    if full and getattr(rank_zero_only, "rank", 0) == 0:  # its run started: the shortened fields' full text
         logger.experiment.config.update({"wandb_full": full}, allow_val_change=True)
     return logger
 
@@ -94,8 +94,10 @@ def wandb_call(logger: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -
     try:
         return fn(*args, **kwargs)
     except ConnectionError as err:
+        import wandb
+
         logger.service_lost = True
-        run = logger.experiment.id if logger_started(logger) else "?"
+        run = wandb.run.id if wandb.run is not None else "?"
         line = "W&B's service process has stopped (%s, as on a SIGTERM sent to the whole job); this job goes on "
         log.warning(line + "without W&B, so run %s holds what was logged until now", type(err).__name__, run)
         return None
@@ -121,10 +123,14 @@ for _name in ("log_metrics", "log_hyperparams", "log_table", "after_save_checkpo
 
 
 def _instantiate(node: DictConfig, **kwargs: Any) -> Any:
-    """The logger ``node`` names, built with ``kwargs``; Lightning's ``WandbLogger`` becomes :class:`WandbLogger`."""
+    """The logger ``node`` names, built with ``kwargs``; Lightning's ``WandbLogger`` becomes :class:`WandbLogger`.
+    Without the ``anonymous=None`` Lightning passes to ``wandb.init`` (W&B warns whenever it is given)."""
     made = instantiate(node, **kwargs, _partial_=True)
-    cls = WandbLogger if made.func is LightningWandbLogger else made.func
-    return cls(*made.args, **made.keywords)
+    logger = (WandbLogger if made.func is LightningWandbLogger else made.func)(*made.args, **made.keywords)
+    init = wandb_init_kwargs(logger)
+    if init is not None and "anonymous" in init and init["anonymous"] is None:
+        del init["anonymous"]
+    return logger
 
 
 TAG_MAX = 64
@@ -194,19 +200,10 @@ def _teardown() -> None:
         log.debug("W&B teardown: %s", err)
 
 
-def _without_unset_anonymous(logger: Any) -> Any:
-    """``logger`` without the ``anonymous=None`` Lightning passes to ``wandb.init`` (W&B warns whenever it is
-    given)."""
-    init = wandb_init_kwargs(logger)
-    if init is not None and "anonymous" in init and init["anonymous"] is None:
-        del init["anonymous"]
-    return logger
-
-
 def start_wandb(make_logger: Callable[..., Any], out_dir: Path) -> Any:
     """``make_logger(**extra)`` with its run started now (rank 0), its id in ``wandb_id.txt``; when the online run
     cannot start, one warning and an offline run under the same id."""
-    logger = _without_unset_anonymous(make_logger())
+    logger = make_logger()
     if getattr(rank_zero_only, "rank", 0) != 0:
         return logger
     try:
@@ -220,7 +217,7 @@ def start_wandb(make_logger: Callable[..., Any], out_dir: Path) -> Any:
         )
         os.environ["WANDB_MODE"] = "offline"
         _teardown()
-        logger = _without_unset_anonymous(make_logger(mode="offline"))
+        logger = make_logger(mode="offline")
         run = logger.experiment
     run_id = getattr(run, "id", None)
     if isinstance(run_id, str) and run_id:
