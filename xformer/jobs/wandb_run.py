@@ -47,7 +47,9 @@ def wandb_logger(node: DictConfig, info: dict, out_dir: Path, resumed: Path | No
     if not wandb_has_api_key() and os.environ.get("WANDB_MODE") not in ("online", "disabled"):
         os.environ["WANDB_MODE"] = "offline"
     kwargs, full = run_fields(node, info)
-    kwargs.update(wandb_resume_kwargs(out_dir, resumed))
+    id_file = out_dir / WANDB_ID_FILE
+    if resumed is not None and id_file.is_file() and (run_id := id_file.read_text().strip()):
+        kwargs.update(id=run_id, resume="allow")  # the run this job logged to before its checkpoint
     if "settings" not in node:
         # no summary dump at the end (finish_runs says how to upload an offline run); offline, no start-up lines
         import wandb
@@ -177,16 +179,6 @@ def fit_wandb_fields(
         if any(len(str(t)) > TAG_MAX for t in tags):
             full["tags"] = [str(t) for t in tags]
     return kwargs, full
-
-
-def wandb_resume_kwargs(out_dir: Path, resumed: Path | None) -> dict[str, Any]:
-    """``{"id": <previous run id>, "resume": "allow"}`` when this job resumes its own checkpoint (``resumed``) and
-    ``wandb_id.txt`` exists, else ``{}``."""
-    id_file = out_dir / WANDB_ID_FILE
-    if not id_file.is_file() or resumed is None:
-        return {}
-    run_id = id_file.read_text().strip()
-    return {"id": run_id, "resume": "allow"} if run_id else {}
 
 
 def _teardown() -> None:
