@@ -31,7 +31,7 @@ def set_val_check_decision(trainer: Any, decide: Callable[[Any], bool]) -> None:
     trainer.fit_loop.epoch_loop._should_check_val_fx = decide
 
 
-# -- loggers (xformer.jobs.wandb_run, xformer.jobs.resume) -------------------------------------------
+# -- a logger's experiment (xformer.jobs.resume) ---------------------------------------------------
 def logger_started(logger: Any) -> bool:
     """True when ``logger``'s experiment exists already; asking through ``logger.experiment`` would
     start one (a W&B run on every rank, a CSV writer that deletes the old file)."""

@@ -471,11 +471,7 @@ def check_config_first(cfg: DictConfig, ckpt: str | None = None) -> None:
 
 
 #: Lightning's accelerator names (values of ``trainer.accelerator``) for devices torch can count
-_ACCELERATORS = {
-    "gpu": "cuda",
-    "cuda": "cuda",
-    "mps": "mps",
-}
+_ACCELERATORS = {"gpu": "cuda", "cuda": "cuda", "mps": "mps"}
 
 
 def check_devices(cfg: DictConfig) -> None:

@@ -15,7 +15,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig
 
 from xformer.config.overrides import key_of
-from xformer.lightning_compat import logger_started, wandb_init_kwargs
+from xformer.lightning_compat import wandb_init_kwargs
 
 from .engines import wandb_has_api_key
 from .overrides import swept_keys
@@ -47,7 +47,9 @@ def wandb_logger(node: DictConfig, info: dict, out_dir: Path, resumed: Path | No
     if not wandb_has_api_key() and os.environ.get("WANDB_MODE") not in ("online", "disabled"):
         os.environ["WANDB_MODE"] = "offline"
     kwargs, full = run_fields(node, info)
-    kwargs.update(wandb_resume_kwargs(out_dir, resumed))
+    id_file = out_dir / WANDB_ID_FILE
+    if resumed is not None and id_file.is_file() and (run_id := id_file.read_text().strip()):
+        kwargs.update(id=run_id, resume="allow")  # the run this job logged to before its checkpoint
     if "settings" not in node:
         # no summary dump at the end (finish_runs says how to upload an offline run); offline, no start-up lines
         import wandb
@@ -57,7 +59,7 @@ def wandb_logger(node: DictConfig, info: dict, out_dir: Path, resumed: Path | No
     logger = start_wandb(lambda **kw: _instantiate(node, **kwargs, **kw), out_dir)
     # spawned ranks re-attach with W&B's settings from the environment: keep their files in the job folder
     os.environ["WANDB_DIR"] = str(logger.save_dir or out_dir)
-    if full and logger_started(logger):  # rank 0: the shortened fields' full text
+    if full and getattr(rank_zero_only, "rank", 0) == 0:  # its run started: the shortened fields' full text
         logger.experiment.config.update({"wandb_full": full}, allow_val_change=True)
     return logger
 
@@ -94,8 +96,10 @@ def wandb_call(logger: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -
     try:
         return fn(*args, **kwargs)
     except ConnectionError as err:
+        import wandb
+
         logger.service_lost = True
-        run = logger.experiment.id if logger_started(logger) else "?"
+        run = wandb.run.id if wandb.run is not None else "?"
         line = "W&B's service process has stopped (%s, as on a SIGTERM sent to the whole job); this job goes on "
         log.warning(line + "without W&B, so run %s holds what was logged until now", type(err).__name__, run)
         return None
@@ -121,10 +125,14 @@ for _name in ("log_metrics", "log_hyperparams", "log_table", "after_save_checkpo
 
 
 def _instantiate(node: DictConfig, **kwargs: Any) -> Any:
-    """The logger ``node`` names, built with ``kwargs``; Lightning's ``WandbLogger`` becomes :class:`WandbLogger`."""
+    """The logger ``node`` names, built with ``kwargs``; Lightning's ``WandbLogger`` becomes :class:`WandbLogger`.
+    Without the ``anonymous=None`` Lightning passes to ``wandb.init`` (W&B warns whenever it is given)."""
     made = instantiate(node, **kwargs, _partial_=True)
-    cls = WandbLogger if made.func is LightningWandbLogger else made.func
-    return cls(*made.args, **made.keywords)
+    logger = (WandbLogger if made.func is LightningWandbLogger else made.func)(*made.args, **made.keywords)
+    init = wandb_init_kwargs(logger)
+    if init is not None and "anonymous" in init and init["anonymous"] is None:
+        del init["anonymous"]
+    return logger
 
 
 TAG_MAX = 64
@@ -173,16 +181,6 @@ def fit_wandb_fields(
     return kwargs, full
 
 
-def wandb_resume_kwargs(out_dir: Path, resumed: Path | None) -> dict[str, Any]:
-    """``{"id": <previous run id>, "resume": "allow"}`` when this job resumes its own checkpoint (``resumed``) and
-    ``wandb_id.txt`` exists, else ``{}``."""
-    id_file = out_dir / WANDB_ID_FILE
-    if not id_file.is_file() or resumed is None:
-        return {}
-    run_id = id_file.read_text().strip()
-    return {"id": run_id, "resume": "allow"} if run_id else {}
-
-
 def _teardown() -> None:
     """Shut down this process's W&B service connection: after a failed ``wandb.init`` (which keeps the run id
     registered, failing an offline retry) or once the service stopped (else W&B's exit hook prints a traceback)."""
@@ -194,19 +192,10 @@ def _teardown() -> None:
         log.debug("W&B teardown: %s", err)
 
 
-def _without_unset_anonymous(logger: Any) -> Any:
-    """``logger`` without the ``anonymous=None`` Lightning passes to ``wandb.init`` (W&B warns whenever it is
-    given)."""
-    init = wandb_init_kwargs(logger)
-    if init is not None and "anonymous" in init and init["anonymous"] is None:
-        del init["anonymous"]
-    return logger
-
-
 def start_wandb(make_logger: Callable[..., Any], out_dir: Path) -> Any:
     """``make_logger(**extra)`` with its run started now (rank 0), its id in ``wandb_id.txt``; when the online run
     cannot start, one warning and an offline run under the same id."""
-    logger = _without_unset_anonymous(make_logger())
+    logger = make_logger()
     if getattr(rank_zero_only, "rank", 0) != 0:
         return logger
     try:
@@ -220,7 +209,7 @@ def start_wandb(make_logger: Callable[..., Any], out_dir: Path) -> Any:
         )
         os.environ["WANDB_MODE"] = "offline"
         _teardown()
-        logger = _without_unset_anonymous(make_logger(mode="offline"))
+        logger = make_logger(mode="offline")
         run = logger.experiment
     run_id = getattr(run, "id", None)
     if isinstance(run_id, str) and run_id:
