@@ -1,22 +1,15 @@
 """Find the jobs of one or more sweeps, group them by the swept values and average over seeds.
 
-A *job* is any folder holding ``metrics.json`` (written by :func:`xformer.jobs.driver.run`) or
-``.hydra/overrides.yaml`` (a job that crashed before writing its summary). Folders are searched
-recursively, so DIR may be one job, one ``multirun/<date>/<time>`` sweep, or a parent of several.
+A *job* is a folder holding ``metrics.json`` (:func:`xformer.jobs.driver.run`) or ``.hydra/overrides.yaml``
+(a job that crashed before its summary), found recursively below each folder given. The *swept keys* are the
+override keys (``model.ffn_ratio``, ``model/pe``) whose value differs between jobs, never ``seed`` or
+``hydra.*``; a job that does not override a key gets its value from its resolved config or Hydra group
+choices, so sweeps run with different override lists pool. Jobs with equal swept values form a
+:class:`Group`; every metric is summarised over its seeds as a :class:`Stat` (mean, sample std, n).
 
-The *swept keys* are the override keys (``model.ffn_ratio``, group choices such as ``model/pe``)
-whose value differs between jobs; ``seed`` and ``hydra.*`` are never swept keys. A job that does not
-override a key gets its value from its resolved config (dotted keys) or its Hydra group choices
-(``a/b`` keys), so sweeps run with different override lists can be pooled. Jobs with equal swept
-values form a :class:`Group`; every metric is summarised over the group's finished jobs (its seeds)
-as a :class:`Stat` (mean, sample std with ddof=1, n).
-
-A *diverged* job (``metrics.json`` status ``diverged``: non-finite training loss, or a last validation
-loss above the first; also an older ``failed`` record whose error is a ``NonFiniteLossError``) is an
-outcome of its setting: it stays in its group (``Group.diverged``, ``Sweep.diverged``) and enters every
-metric's :class:`Stat` as a non-finite value (``Stat.n_nonfinite``), so a setting whose seeds all
-diverged is still a group the claims see. Crashed, unfinished or missing jobs are kept apart
-(``Sweep.failed``, ``Group.failed``) and never averaged.
+A *diverged* job (status ``diverged``, or an older ``failed`` one whose error is a ``NonFiniteLossError``) is
+an outcome of its setting: it stays in its group and enters every metric's :class:`Stat` as a non-finite
+value. Crashed, unfinished or missing jobs are kept apart (``Sweep.failed``) and never averaged.
 """
 
 from __future__ import annotations
@@ -55,14 +48,11 @@ class Job:
         path: the job folder (``multirun/<date>/<time>/<num>``); for W&B runs a pseudo path.
         status: ``finished`` | ``diverged`` | ``failed`` | ``preempted`` | ``running`` (metrics.json), or
             ``missing`` (no metrics.json).
-        diverged_step: for a diverged job, the step it diverged at (``None`` when unknown).
-        error: the error line of a failed or diverged job (``""`` when none).
-        overrides: the job's command-line overrides, ``{key: parsed value}`` (``+``/``~`` prefixes dropped).
-        config: the fully resolved config (empty when unknown).
-        choices: Hydra group choices, e.g. ``{"model/pe": "rope"}``.
-        metrics: final flat metrics (``val/loss``, ``test/bleu``, ``test/exact_match@2x`` ...).
-        params: parameter counts by role (``total``, ``attention``, ``ffn`` ...).
+        overrides: the command-line overrides, ``{key: parsed value}`` (``+``/``~`` prefixes dropped).
+        config, choices: the resolved config (``{}`` when unknown); the Hydra group choices (``{"model/pe": "rope"}``).
+        metrics, params: final flat metrics (``val/loss``, ``test/exact_match@2x`` ...); parameter counts by role.
         wall_time_s, global_step, tokens_seen: from metrics.json when present.
+        diverged_step, error: the step a diverged job diverged at (``None`` when unknown); the error line.
         curves: ``{metric: (steps, values)}`` when already loaded (W&B); files are read lazily.
     """
 
@@ -75,10 +65,10 @@ class Job:
     params: dict[str, int] = field(default_factory=dict)
     wall_time_s: float | None = None
     global_step: int | None = None
-    curves: dict[str, tuple[list[float], list[float]]] | None = None
+    tokens_seen: int | None = None
     diverged_step: int | None = None
     error: str = ""
-    tokens_seen: int | None = None
+    curves: dict[str, tuple[list[float], list[float]]] | None = None
 
     @property
     def finished(self) -> bool:
@@ -213,10 +203,8 @@ def load_job(path: Path) -> Job:
         raw = info.get("overrides") or []
     overrides = dict(kv for kv in (parse_override(str(o)) for o in raw) if kv is not None)
     overrides = {k: v for k, v in overrides.items() if not k.startswith("hydra.")}
-    config = record.config
+    config = record.config or _load_yaml(path / ".hydra" / "config.yaml") or {}
     choices = info.get("choices") or {}
-    if not config and (path / ".hydra" / "config.yaml").is_file():
-        config = _load_yaml(path / ".hydra" / "config.yaml") or {}
     if not choices and (path / ".hydra" / "hydra.yaml").is_file():
         hydra = _load_yaml(path / ".hydra" / "hydra.yaml") or {}
         choices = ((hydra.get("hydra") or {}).get("runtime") or {}).get("choices") or {}
@@ -246,15 +234,11 @@ def load_job(path: Path) -> Job:
 
 
 def _is_number(v: Any) -> bool:
-    if isinstance(v, bool):
-        return False
-    if isinstance(v, (int, float)):
-        return True
     try:
         float(v)
-        return True
     except (TypeError, ValueError):
         return False
+    return not isinstance(v, bool)
 
 
 # -- statistics ---------------------------------------------------------------------------------
@@ -369,12 +353,7 @@ def swept_keys(jobs: list[Job]) -> list[str]:
     A job without the override contributes its config/choice value (:meth:`Job.value`); a job that
     cannot tell (crashed before writing any config) contributes nothing."""
     keys = sorted({k for j in jobs for k in j.overrides if k != SEED_KEY and not k.startswith("hydra.")})
-    out = []
-    for k in keys:
-        seen = {_hashable(j.value(k)) for j in jobs if j.knows(k)}
-        if len(seen) > 1:
-            out.append(k)
-    return out
+    return [k for k in keys if len({_hashable(j.value(k)) for j in jobs if j.knows(k)}) > 1]
 
 
 def _hashable(v: Any) -> Any:
@@ -516,29 +495,20 @@ def read_curves(
     ``step = k - 1`` (0-based), so the label is shifted by one here; the validation after 250 updates
     is at step 250, the same axis as the budget (``trainer.max_steps``), ``global_step`` and the
     ``best-<step>.ckpt`` names."""
-    if job.curves is not None:
-        return {k: v for k, v in job.curves.items() if k in set(keys)}
-    out: dict[str, tuple[list[float], list[float]]] = {}
-    path = job.path / "csv" / "metrics.csv"
-    if not path.is_file():
-        return out
     wanted = list(keys)
+    if job.curves is not None:
+        return {k: v for k, v in job.curves.items() if k in wanted}
+    out: dict[str, tuple[list[float], list[float]]] = {}
     try:
-        with path.open(newline="") as fh:
+        with (job.path / "csv" / "metrics.csv").open(newline="") as fh:
             for row in csv.DictReader(fh):
-                step = row.get("step")
-                if step in (None, ""):
-                    continue
                 for k in wanted:
-                    cell = row.get(k)
-                    if cell in (None, ""):
-                        continue
-                    try:
-                        s, v = float(step) + LIGHTNING_STEP_OFFSET, float(cell)
+                    try:  # an empty cell (Lightning's CSV rows are sparse) is no point
+                        s, v = float(row.get("step") or ""), float(row.get(k) or "")
                     except ValueError:
                         continue
                     xs, ys = out.setdefault(k, ([], []))
-                    xs.append(s)
+                    xs.append(s + LIGHTNING_STEP_OFFSET)
                     ys.append(v)
     except (OSError, csv.Error, UnicodeDecodeError):
         return {}

@@ -20,6 +20,7 @@ file, the claim, the key and the fix), or bad arguments.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import sys
@@ -29,11 +30,12 @@ from xformer.help import PlainHelpFormatter
 from xformer.jobs import preregister
 
 from .aggregate import Job, NoJobsError, Sweep, aggregate_jobs, find_job_dirs, load_jobs_once, main_metrics
-from .benchjson import load_bench
-from .claims import Claim, ClaimResult, DeclarationError, evaluate, load_file, project_claims
 from .export import is_report_folder, portable, read_report_folder, write_seed_files, write_verdicts
 from .markdown import render
 from .plots import length_metrics, plot_claim, write_plots
+from .rules.declare import Claim, DeclarationError, load_file
+from .rules.engine import evaluate, project_claims
+from .rules.results import ClaimResult
 
 PREFERRED = ("test/loss", "val/loss", "test/bleu", "val/bleu", "test/ppl", "val/ppl")
 """The metric tabulated and plotted first when neither ``--metric`` nor a claim names one."""
@@ -88,6 +90,19 @@ def find_bench_files(dirs: list[Path]) -> list[Path]:
     return sorted(out)
 
 
+def load_bench(paths: list[Path]) -> dict | None:
+    """The first readable JSON object among ``paths`` (``bench.json``, written by ``xformer bench``); ``None``
+    when there is none."""
+    for p in paths:
+        try:
+            data = json.loads(Path(p).read_text())
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            continue
+        if isinstance(data, dict):
+            return data
+    return None
+
+
 def collect_jobs(dirs: list[Path], wandb_spec: str | None, has_bench: set[Path]) -> list[Job]:
     """Jobs below ``dirs`` plus W&B runs.
 
@@ -113,9 +128,11 @@ def collect_jobs(dirs: list[Path], wandb_spec: str | None, has_bench: set[Path])
             )
         jobs += load_jobs_once(found, seen)
     if wandb_spec:
-        from .wandb_source import has_api_key, load_wandb_jobs
+        from xformer.jobs.engines import wandb_has_api_key
 
-        if not has_api_key():
+        from .wandb_source import load_wandb_jobs
+
+        if not wandb_has_api_key():
             print(f"wandb: no API key (WANDB_API_KEY or ~/.netrc); skipping {wandb_spec}, using the files only")
         else:
             try:
@@ -219,8 +236,6 @@ def run(args: argparse.Namespace, command: str) -> Path:
         print(f"note: {note}")
     for v in verdicts:
         print(v.line())
-    if verdicts:
-        print(f"details (every part's interval, margin, power and second-half check): {path}")
     return path
 
 

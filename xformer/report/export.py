@@ -1,23 +1,18 @@
-"""The per-seed files of a report folder, and reading a report folder back as a sweep.
-
-Written next to ``report.md`` by ``xformer report`` so that anyone can recompute a verdict without the
-sweep's job folders:
+"""The per-seed files of a report folder (written next to ``report.md`` so that anyone can recompute a verdict
+without the sweep's job folders), and reading a report folder back as a sweep.
 
 - ``seeds.csv``: one row per job: ``setting`` (the group label), one column per swept key, ``seed``,
-  ``status`` (finished | diverged | failed | ...), ``diverged_step``, ``global_step``, ``tokens_seen``,
-  ``params_total``, ``job`` (folder relative to the sweep) and every final metric of the sweep.
-- ``curves.csv``: the per-seed validation curves, long format: ``job, setting, seed, metric,
-  optimizer_step, value`` (every ``val/*`` key logged in ``csv/metrics.csv``; ``optimizer_step``: updates
-  done. Files written before this column had ``step``, Lightning's 0-based row label, read back + 1).
-- ``jobs.json``: what :func:`xformer.report.aggregate.load_job` read from each job (overrides,
-  resolved config, Hydra choices, metrics, parameter counts, status), so that
-  ``xformer report <report folder>`` rebuilds the same sweep: :func:`read_report_folder`.
-- ``verdicts.json``: one record per claim with its parts (:func:`write_verdicts`), what
-  ``xformer claims table`` reads.
+  ``status``, ``diverged_step``, ``global_step``, ``tokens_seen``, ``params_total``, ``job`` (folder relative
+  to the sweep) and every final metric of the sweep.
+- ``curves.csv``: the per-seed ``val/*`` curves of ``csv/metrics.csv``, long format: ``job, setting, seed,
+  metric, optimizer_step, value`` (``optimizer_step``: updates done; an older file's ``step``, Lightning's
+  0-based row label, is read back + 1).
+- ``jobs.json``: what :func:`xformer.report.aggregate.load_job` read from each job, so that
+  ``xformer report <report folder>`` rebuilds the same sweep (:func:`read_report_folder`).
+- ``verdicts.json``: one record per claim with its parts (:func:`write_verdicts`), read by ``xformer claims table``.
 
-Paths in these files and in ``report.md`` are portable (:func:`portable`): under ``$XFORMER_DATA``,
-``$XFORMER_RUNS``, this checkout or the home folder they are written ``${XFORMER_DATA}/…``,
-``${XFORMER_RUNS}/…``, ``./…``, ``~/…``, never as the absolute paths of the machine that ran the sweep.
+Paths in these files and in ``report.md`` are portable (:func:`portable`): ``${XFORMER_DATA}/…``,
+``${XFORMER_RUNS}/…``, ``./…`` (this checkout) or ``~/…``, never the absolute paths of the machine that ran it.
 """
 
 from __future__ import annotations
@@ -26,6 +21,7 @@ import csv
 import json
 import math
 import os
+from dataclasses import fields
 from pathlib import Path
 
 from .aggregate import LIGHTNING_STEP_OFFSET, Job, Sweep, fmt_value, read_curves
@@ -35,6 +31,8 @@ FORMAT = 1
 """Version of ``jobs.json``."""
 VERDICTS_FORMAT = 2
 """Version of ``verdicts.json`` (2: a claim's ``parts``)."""
+JOB_FIELDS = [f.name for f in fields(Job) if f.name not in ("path", "curves")]
+"""The :class:`~xformer.report.aggregate.Job` fields a ``jobs.json`` record holds, besides ``job`` (its folder)."""
 
 
 def _prefixes() -> list[tuple[str, str]]:
@@ -134,22 +132,10 @@ def write_seed_files(sweep: Sweep, out: Path) -> list[Path]:
             for key, (xs, ys) in sorted(read_curves(j, _val_keys(j)).items()):
                 for x, y in zip(xs, ys, strict=False):
                     w.writerow([names[id(j)], _setting(sweep, j), fmt_value(j.seed), key, f"{x:g}", repr(y)])
-            records.append(
-                {
-                    "job": names[id(j)],
-                    "status": j.status,
-                    "overrides": {k: v for k, v in j.overrides.items()},
-                    "config": portable(j.config),
-                    "choices": j.choices,
-                    "metrics": {k: v if math.isfinite(v) else repr(v) for k, v in j.metrics.items()},  # "nan", "inf"
-                    "params": j.params,
-                    "wall_time_s": j.wall_time_s,
-                    "global_step": j.global_step,
-                    "tokens_seen": j.tokens_seen,
-                    "diverged_step": j.diverged_step,
-                    "error": portable(j.error),
-                }
-            )
+            record = {"job": names[id(j)]} | {k: getattr(j, k) for k in JOB_FIELDS}
+            record |= {"config": portable(j.config), "error": portable(j.error)}
+            record["metrics"] = {k: v if math.isfinite(v) else repr(v) for k, v in j.metrics.items()}  # "nan", "inf"
+            records.append(record)
     (out / JOBS_JSON).write_text(json.dumps({"format": FORMAT, "jobs": records}, indent=1, default=str))
     return [out / SEEDS_CSV, out / CURVES_CSV, out / JOBS_JSON]
 
@@ -180,23 +166,10 @@ def read_report_folder(d: Path) -> list[Job]:
             else:  # an older file: Lightning's 0-based row label
                 xs.append(float(row["step"]) + LIGHTNING_STEP_OFFSET)
             ys.append(float(row["value"]))
-    jobs = []
-    for r in data["jobs"]:
-        jobs.append(
-            Job(
-                path=d / r["job"],
-                status=r["status"],
-                overrides=r.get("overrides") or {},
-                config=r.get("config") or {},
-                choices=r.get("choices") or {},
-                metrics={k: float(v) for k, v in (r.get("metrics") or {}).items()},
-                params={k: int(v) for k, v in (r.get("params") or {}).items()},
-                wall_time_s=r.get("wall_time_s"),
-                global_step=r.get("global_step"),
-                curves=curves.get(r["job"], {}),
-                diverged_step=r.get("diverged_step"),
-                error=r.get("error") or "",
-                tokens_seen=r.get("tokens_seen"),
-            )
-        )
+    jobs = [
+        Job(path=d / r["job"], curves=curves.get(r["job"], {}), **{k: r[k] for k in JOB_FIELDS if k in r})
+        for r in data["jobs"]
+    ]
+    for j in jobs:
+        j.metrics = {k: float(v) for k, v in j.metrics.items()}  # "nan", "inf" are written as text
     return jobs

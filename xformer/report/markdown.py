@@ -10,10 +10,9 @@ import os
 from pathlib import Path
 
 from .aggregate import Job, Sweep, fmt_value
-from .claims import ClaimResult
 from .rules.engine import count_text
 from .rules.measures import block_share
-from .rules.results import PartResult
+from .rules.results import ClaimResult, PartResult
 
 RULES_DOC = Path(__file__).resolve().parents[2] / "docs" / "report.md"
 """Where the test types and the checks every part gets are documented (linked from every report)."""

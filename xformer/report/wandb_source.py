@@ -15,13 +15,6 @@ STATES = {"finished": "finished", "running": "running", "crashed": "failed", "fa
 CURVE_KEYS = ("train/loss", "val/loss")
 
 
-def has_api_key() -> bool:
-    """True when a W&B API key is available (the training driver's own check)."""
-    from xformer.jobs.wandb_run import wandb_has_api_key
-
-    return wandb_has_api_key()
-
-
 def load_wandb_jobs(spec: str) -> list[Job]:
     """All runs of ``ENTITY/PROJECT`` (only group ``GROUP`` when given) as :class:`Job`.
 
