@@ -15,6 +15,7 @@ value. Crashed, unfinished or missing jobs are kept apart (``Sweep.failed``) and
 from __future__ import annotations
 
 import csv
+import json
 import logging
 import math
 import os
@@ -141,11 +142,7 @@ def parse_override(text: str) -> tuple[str, Any] | None:
 
 def fmt_value(v: Any) -> str:
     """A swept value as text (``true``/``null`` spelled as in Hydra overrides)."""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if v is None:
-        return "null"
-    return str(v)
+    return json.dumps(v) if v is None or isinstance(v, bool) else str(v)
 
 
 def value_sort_key(v: Any) -> tuple:

@@ -6,26 +6,20 @@ the claims table of docs/results/README.md -- one command per step, each resumab
     xformer claims report [--scale cpu|gpu|cpu_small] [NAMES ...]   # reports of the sweeps as they are
     xformer claims table [--check]                                  # docs/results/README.md table from docs/results/*/
 
-NAMES are claim configs (the files of ``conf/experiment/claims/``) or declared claims (``claims/*.yaml``:
-the configs its ``sweeps`` name); none means every claim config. ``run`` starts, for each name in turn,
+NAMES are claim configs (``conf/experiment/claims/``) or declared claims (``claims/*.yaml``, standing for the
+configs its ``sweeps`` name); none means every claim config. ``run`` starts, for each name in turn,
 
     python run.py experiment=claims/<name> scale=<scale> [OVERRIDES] -m
 
-into the claim's stable sweep folder ``$XFORMER_RUNS/claims/<name>/<scale>`` (``XFORMER_RUNS``
-defaults to ``multirun``, relative to the current folder; set in the claim config's
-``hydra.sweep.dir``). Sweeps are resumable (:mod:`xformer.jobs.sweep_resume`): finished jobs are
-skipped, an interrupted job continues from its last checkpoint, so the same command after an
-interruption continues where it stopped; a claim whose jobs have all finished is not started again, and
-neither is one whose report is already published in ``--results`` (a fresh clone lists those as
-``published``; ``--rerun`` runs them again).
-``--scale cpu_small`` is a claim's small form (``conf/scale/cpu_small.yaml``: 2 seeds, a tenth to a fifth of the
-steps; minutes on one core), in its own folder ``$XFORMER_RUNS/claims/<name>/cpu_small``; its reports go
-to ``$XFORMER_RUNS/claims/cpu_small_reports/<name>/``, never over the published ones.
-The CPU forms run two jobs side by side with one thread each (``hydra/launcher=joblib_cpu``, chosen
-by ``conf/scale/cpu.yaml``). After each sweep it writes, into ``docs/results/<name>/`` (``--results``):
-``report.md`` and plots (:func:`xformer.report.cli.main`, the ``xformer report`` command),
-``run.md`` (the commands, the wall time of every invocation and their sum, the machine) and
-``jobs.csv`` (one row per job and seed: overrides, status, the decision metrics, wall time).
+into the claim's sweep folder ``$XFORMER_RUNS/claims/<name>/<scale>`` (``XFORMER_RUNS`` defaults to
+``multirun``). Sweeps resume (:mod:`xformer.jobs.sweep_resume`): finished jobs are skipped, an interrupted one
+continues from its last checkpoint; a claim whose jobs have all finished, or whose report is published in
+``--results``, is not started again (``--rerun`` runs it). ``--scale cpu_small`` is a claim's small form
+(``conf/scale/cpu_small.yaml``: 2 seeds, a tenth to a fifth of the steps), its reports in
+``$XFORMER_RUNS/claims/cpu_small_reports/<name>/``, never over the published ones. The CPU forms run two
+one-thread jobs side by side (``hydra/launcher=joblib_cpu``). After each sweep it writes into
+``docs/results/<name>/`` (``--results``) ``report.md`` and plots (``xformer report``), ``run.md`` (the
+commands, the wall time of every invocation and their sum, the machine) and ``jobs.csv`` (one row per job).
 
 Exit status: 0 when every named sweep finished and was reported; 1 when a job failed; 2 with one
 ``error:`` line for bad arguments, a missing ``XFORMER_DATA`` or a sweep refused (changed config).
@@ -293,10 +287,7 @@ def write_run_md(s: ClaimSweep, out: Path, extra: list[str]) -> Path:
         summary = {}
     jobs = summary.get("jobs") or []
     finished = sum(j.get("status") == Status.FINISHED for j in jobs)
-    job_time = 0.0
-    for job in s.sweep_dir.iterdir():
-        if (record := read_record(job)) is not None:
-            job_time += float(record.wall_time_s or 0)
+    job_time = sum(float(r.wall_time_s or 0) for job in s.sweep_dir.iterdir() if (r := read_record(job)) is not None)
     launcher = (
         "two jobs side by side, one thread each (hydra/launcher=joblib_cpu)"
         if s.scale in ("cpu", SMALL)

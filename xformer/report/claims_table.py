@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from .export import VERDICTS_FORMAT, VERDICTS_JSON
-from .markdown import part_preregistration, qualified
+from .markdown import part_preregistration, qualified, table_row
 from .rules.declare import Claim
 from .rules.engine import combine, project_claims
 from .rules.results import PartResult, Status
@@ -59,7 +59,7 @@ class Row:
 
     def markdown(self) -> str:
         cells = [f"`{v}`" if f.name == "sweep" and v else v for f in fields(self) for v in [getattr(self, f.name)]]
-        return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ").strip() for c in cells) + " |"
+        return table_row(c.strip() for c in cells)
 
 
 def _interval(p: dict) -> str:
@@ -144,22 +144,10 @@ def _claim_rows(claim: Claim, results: Path, sub: str = "") -> tuple[list[Row], 
             continue
         p, sweep, pre = got
         rel = f"`docs/results/{sweep}/{sub + '/' if sub else ''}`"
-        rows.append(
-            Row(
-                "",
-                "",
-                f"{part.label} {part.role if part.role != 'claim' else ''}".strip(),
-                sweep,
-                p.get("test", ""),
-                qualified(p.get("verdict", ""), p.get("problems") or [], p.get("caveats") or []),
-                _interval(p),
-                _trend(p),
-                part_preregistration(pre, i + 1, "—"),
-                _margin(p),
-                "",
-                rel,
-            )
-        )
+        label = f"{part.label} {part.role if part.role != 'claim' else ''}".strip()
+        verdict = qualified(p.get("verdict", ""), p.get("problems") or [], p.get("caveats") or [])
+        cells = (_interval(p), _trend(p), part_preregistration(pre, i + 1, "—"), _margin(p))
+        rows.append(Row("", "", label, sweep, p.get("test", ""), verdict, *cells, "", rel))
     if not found:
         return missing, ""
     verdict, _ = combine([_as_result(p, sw) for p, sw, _ in found.values()])
@@ -179,11 +167,7 @@ def claim_rows(claim: Claim, results: Path = RESULTS) -> list[Row]:
         if sub and not verdict:
             continue
         head = Row(claim.name + label, f"**{verdict}**" if verdict else "not run", published=published)
-        if rows and not rows[0].claim and not rows[0].part:  # a sweep not run: its row carries the head
-            rows[0].claim, rows[0].verdict, rows[0].published = head.claim, head.verdict, head.published
-            out += rows
-            continue
-        if rows:
+        if rows:  # the first row (a part, or a sweep not run) carries the claim's verdict
             rows[0].claim, rows[0].verdict, rows[0].published = head.claim, head.verdict, head.published
         out += rows or [head]
     return out

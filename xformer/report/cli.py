@@ -168,10 +168,8 @@ def preregistration(
     by_name = {c.name: c for c in claims}
     sweep_dir = dirs[0] if dirs and find_job_dirs(dirs[0]) else None
     if own:
-        target = sweep_dir or out
         mine = {v.claim: (by_name[v.claim].file, by_name[v.claim].body) for v in verdicts if v.claim in by_name}
-        n_done = sum(j.finished for j in jobs)
-        merge(preregister.freeze(target, mine, len(jobs), n_done))
+        merge(preregister.freeze(sweep_dir or out, mine, len(jobs), sum(j.finished for j in jobs)))
     for v in verdicts:
         c = by_name.get(v.claim)
         if c is None or not c.body:
@@ -206,13 +204,8 @@ def run(args: argparse.Namespace, command: str) -> Path:
         known = ", ".join(sweep.metric_keys[:12]) or "none"
         raise UsageError(f"--metric {args.metric}: not a metric of these jobs (known: {known})")
 
-    own = None
-    if args.claims is not None:
-        try:
-            own = load_file(args.claims)
-        except DeclarationError as e:
-            raise UsageError(str(e)) from e
     try:
+        own = load_file(args.claims) if args.claims is not None else None
         verdicts, note = evaluate(sweep, own, bench, strict=own is not None)
     except DeclarationError as e:
         raise UsageError(str(e)) from e
@@ -242,9 +235,8 @@ def run(args: argparse.Namespace, command: str) -> Path:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``xformer report``; returns the exit status (0 ok, 2 bad input)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = build_parser().parse_args(argv)
     except SystemExit as e:  # argparse already printed usage and the error
         return int(e.code or 0)
     try:

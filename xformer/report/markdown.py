@@ -1,8 +1,6 @@
-"""The text of ``report.md``: first a summary table (one row per claim: its verdict and each part's),
-then the command and the sweep, each claim with its parts (test, verdict, interval, margin and where
-it comes from, detectable effect, reason; the rules linked, not repeated) and its plot, the sweep
-table, failed and diverged jobs, the parameter breakdown, the other plots and the per-seed files.
-Pure functions from the aggregated data to Markdown strings."""
+"""The text of ``report.md`` (pure functions from the aggregated data to Markdown): a summary table (a row per
+claim), the command and the sweep, each claim with its parts table (the rules linked, not repeated) and plot,
+the sweep table, failed and diverged jobs, the parameter breakdown, the other plots and the per-seed files."""
 
 from __future__ import annotations
 
@@ -30,15 +28,14 @@ def rules_link(out_dir: Path) -> str:
 PARAM_ROLES = ("total", "attention", "ffn", "embedding", "positional", "norm", "other")
 
 
-def _cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+def table_row(cells) -> str:
+    """One row of a Markdown table (``|`` escaped, line breaks as spaces)."""
+    return "| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
     """A Markdown table."""
-    lines = ["| " + " | ".join(_cell(h) for h in header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows]
-    return "\n".join(lines)
+    return "\n".join([table_row(header), "|" + "---|" * len(header), *map(table_row, rows)])
 
 
 def sweep_table(sweep: Sweep, metrics: list[str]) -> str:
@@ -117,23 +114,14 @@ def parts_table(r: ClaimResult) -> str:
             margin += f" ({p.margin_source})"
         detect = "–" if p.detectable is None else f"{p.detectable:.3g}"
         if p.seeds_needed is not None:
-            detect += (
-                f"; ~{p.seeds_needed} seeds a side decide it" if p.seeds_needed <= 1000 else "; > 1000 seeds a side"
-            )
+            more = f"~{p.seeds_needed} seeds a side decide it" if p.seeds_needed <= 1000 else "> 1000 seeds a side"
+            detect += f"; {more}"
+        part = p.label + (f" `{p.sweep}`" if p.sweep else "")
+        verdict = qualified(f"**{p.verdict}**", p.problems, p.caveats)
+        estimate = f"{p.interval_text()} {p.metric or ''}".strip()
+        pre = part_preregistration(r.preregistration, i + 1)
         rows.append(
-            [
-                p.label + (f" `{p.sweep}`" if p.sweep else ""),
-                p.role,
-                p.test,
-                p.says or "–",
-                qualified(f"**{p.verdict}**", p.problems, p.caveats),
-                f"{p.interval_text()} {p.metric or ''}".strip(),
-                margin,
-                detect,
-                trend_text(p),
-                part_preregistration(r.preregistration, i + 1),
-                p.reason,
-            ]
+            [part, p.role, p.test, p.says or "–", verdict, estimate, margin, detect, trend_text(p), pre, p.reason]
         )
     return table(
         [
@@ -203,9 +191,8 @@ def claim_item(r: ClaimResult, plot: str | None = None) -> str:
             "",
         ]
     lines += [f"The claim states {states}."]
-    pre = r.preregistration or {}
-    if pre:
-        lines += [f"Pre-registration: {preregistration_text(pre)}."]
+    if r.preregistration:
+        lines += [f"Pre-registration: {preregistration_text(r.preregistration)}."]
     lines += [""]
     lines += [parts_table(r), ""]
     if plot:
@@ -250,15 +237,9 @@ def render(
     verdict_plots: list[Path | None] | None = None,
     files: list[Path] | None = None,
 ) -> str:
-    """The whole ``report.md``.
-
-    Args:
-        command: the command line; ``sweep``: the aggregated jobs; ``metrics``: table columns;
-        ``verdicts``: claim verdicts; ``plots``: PNG files (linked relative to ``out_dir``);
-        ``decision_metric``: the metric claims were judged on by default; ``notes``: extra lines;
-        ``verdict_plots``: one PNG (or ``None``) per verdict, shown beside it; ``files``: the
-        per-seed files written next to the report (:mod:`xformer.report.export`).
-    """
+    """The whole ``report.md``: ``command`` (the command line), ``metrics`` (table columns), ``plots`` (PNGs
+    linked relative to ``out_dir``), ``decision_metric`` (the table's first), ``notes`` (extra lines),
+    ``verdict_plots`` (a PNG or ``None`` per verdict, shown beside it), ``files`` (the per-seed files)."""
     seeds = sorted({fmt_value(j.seed) for j in sweep.finished})
     parts = ["# xformer ablation report", ""]
     if verdicts:

@@ -1,16 +1,14 @@
-"""PNG plots of a sweep (matplotlib's Agg canvas; no pyplot, no display needed).
+"""PNG plots of a sweep (matplotlib's Agg canvas; no pyplot, no display needed). Error bars are the 95 % t
+interval of the mean over seeds, clipped to the metric's range, dashed and labelled where fewer than 3 seeds
+make it.
 
-- ``metric_<metric>_vs_<key>.png``: a metric against one swept key, error bars = 95 % t interval of
-  the mean over seeds (clipped to the metric's range; dashed and labelled where fewer than 3 seeds
-  make it), one line per combination of the other swept keys.
-- ``length_<metric>.png``: ``@Nx`` test metrics against the test-length multiple N, one line per group.
-- ``params_<metric>.png``: a metric against the total parameter count, one point per group (width at
-  equal size).
-- ``curves.png``: ``train/loss`` (named label-smoothed where it is), ``train/nll`` where logged, and
-  ``val/loss`` against step from each job's ``csv/metrics.csv``, one line per group, the mean over its
-  seeds, with a band from the lowest to the highest seed.
-- ``claim_<claim>_<n>.png`` (:func:`plot_claim`, shown next to its claim): each compared part's arms
-  with their intervals, and Δ over the second half of training where a part was checked there.
+- ``metric_<metric>_vs_<key>.png``: a metric against one swept key, a line per combination of the other keys.
+- ``length_<metric>.png``: ``@Nx`` test metrics against the test-length multiple N, a line per group.
+- ``params_<metric>.png``: a metric against the total parameter count, a point per group.
+- ``curves.png``: ``train/loss`` (named label-smoothed where it is), ``train/nll`` where logged and ``val/loss``
+  against step, a line per group: the mean over its seeds, with a band from the lowest to the highest seed.
+- ``claim_<claim>_<n>.png`` (:func:`plot_claim`, shown next to its claim): each compared part's arms with
+  their intervals, and Δ over the second half of training where a part was checked there.
 
 Every function returns the written path, or ``None`` when there is nothing to draw.
 """
@@ -80,16 +78,17 @@ def ci_err(s: Stat | list[float], metric: str | None = None) -> tuple[float, flo
     return m - lo, hi - m
 
 
-def _errorbar(ax, xs, means, errs, ns, **kw):
-    """Error bars, dashed and labelled where a point's interval comes from fewer than :data:`FEW_SEEDS` seeds."""
+def _errorbar(ax, points: list[tuple[float, float, tuple[float, float], int]], **kw) -> None:
+    """Error bars at ``points`` ``(x, mean, (below, above), seeds)``, dashed and labelled where a point's
+    interval comes from fewer than :data:`FEW_SEEDS` seeds."""
+    xs, means, errs, _ = zip(*points, strict=True)
     container = ax.errorbar(xs, means, yerr=[[e[0] for e in errs], [e[1] for e in errs]], capsize=3, **kw)
-    few = [(x, m, e, n) for x, m, e, n in zip(xs, means, errs, ns, strict=True) if n < FEW_SEEDS]
+    few = [(x, m, n) for x, m, _, n in points if n < FEW_SEEDS]
     if few:
         for bars in container[2]:
             bars.set_linestyle("--")
-        for x, m, _, n in few:
+        for x, m, n in few:
             ax.annotate(f"n={n} < {FEW_SEEDS}", (x, m), fontsize="x-small", xytext=(4, -10), textcoords="offset points")
-    return container
 
 
 def plot_metric_vs_key(sweep: Sweep, metric: str, key: str, out: Path) -> Path | None:
@@ -111,15 +110,7 @@ def plot_metric_vs_key(sweep: Sweep, metric: str, key: str, out: Path) -> Path |
     ax = fig.add_subplot()
     for label, pts in lines.items():
         pts.sort(key=lambda p: value_sort_key(p[0]))
-        _errorbar(
-            ax,
-            [pos[p[0]] for p in pts],
-            [p[1] for p in pts],
-            [p[2] for p in pts],
-            [p[3] for p in pts],
-            marker="o",
-            label=label,
-        )
+        _errorbar(ax, [(pos[x], *rest) for x, *rest in pts], marker="o", label=label)
     if numeric and min(pos.values()) > 0 and max(pos.values()) / min(pos.values()) >= 8:
         ax.set_xscale("log", base=2)
     ax.set_xticks([pos[x] for x in xs_all], [fmt_value(x) for x in xs_all])
@@ -136,18 +127,9 @@ def plot_length(sweep: Sweep, base: str, lengths: dict[float, str], out: Path) -
     ax = fig.add_subplot()
     drawn = False
     for g in sweep.groups:
-        pts = [(n, g.stat(k)) for n, k in lengths.items() if g.stat(k) is not None and g.stat(k).n]
+        pts = [(n, s.mean, ci_err(s, k), s.n) for n, k in lengths.items() if (s := g.stat(k)) is not None and s.n]
         if pts:
-            errs = [ci_err(s, lengths[n]) for n, s in pts]
-            _errorbar(
-                ax,
-                [n for n, _ in pts],
-                [s.mean for _, s in pts],
-                errs,
-                [s.n for _, s in pts],
-                marker="o",
-                label=g.label(),
-            )
+            _errorbar(ax, pts, marker="o", label=g.label())
             drawn = True
     if not drawn:
         return None
@@ -171,7 +153,7 @@ def plot_metric_vs_params(sweep: Sweep, metric: str, out: Path) -> Path | None:
     fig = Figure(figsize=(6, 4))
     ax = fig.add_subplot()
     for total, s, label in pts:
-        _errorbar(ax, [total], [s.mean], [ci_err(s, metric)], [s.n], marker="o")
+        _errorbar(ax, [(total, s.mean, ci_err(s, metric), s.n)], marker="o")
         ax.annotate(label, (total, s.mean), fontsize="x-small", xytext=(3, 3), textcoords="offset points")
     ax.set(xlabel="parameters (total)", ylabel=metric, title=f"{metric} vs parameter count")
     ax.grid(alpha=0.3)
@@ -270,15 +252,8 @@ def plot_claim(result: Any, out: Path, index: int) -> Path | None:
         ax = fig.add_subplot(1, panels, k + 1)
         arms = [a for a in part.arms if a.values]
         for i, a in enumerate(arms):
-            _errorbar(
-                ax,
-                [i],
-                [a.mean],
-                [ci_err(a.values, part.metric) if a.n > 1 else (0.0, 0.0)],
-                [a.n],
-                marker="o",
-                color="tab:blue",
-            )
+            err = ci_err(a.values, part.metric) if a.n > 1 else (0.0, 0.0)
+            _errorbar(ax, [(i, a.mean, err, a.n)], marker="o", color="tab:blue")
             ax.plot([i] * a.n, a.values, "x", color="tab:orange", alpha=0.7)
         ax.set_xticks(
             range(len(arms)),
