@@ -483,23 +483,24 @@ LIGHTNING_STEP_OFFSET = 1
 
 
 def read_curves(
-    job: Job, keys: Iterable[str] = ("train/loss", "val/loss")
+    job: Job, keys: Iterable[str] | None = ("train/loss", "val/loss")
 ) -> dict[str, tuple[list[float], list[float]]]:
-    """``{metric: (steps, values)}`` for ``keys`` from the job's ``csv/metrics.csv`` (Lightning's
-    CSVLogger: sparse rows, empty cells skipped; non-finite values kept). Missing file → ``{}``.
+    """``{metric: (steps, values)}`` for ``keys`` (``None``: every column) from the job's ``csv/metrics.csv``
+    (Lightning's CSVLogger: sparse rows, empty cells skipped; non-finite values kept). Missing file → ``{}``.
 
     Steps are optimizer steps done: Lightning labels the rows logged after the k-th update with
     ``step = k - 1`` (0-based), so the label is shifted by one here; the validation after 250 updates
     is at step 250, the same axis as the budget (``trainer.max_steps``), ``global_step`` and the
     ``best-<step>.ckpt`` names."""
-    wanted = list(keys)
+    wanted = None if keys is None else list(keys)
     if job.curves is not None:
-        return {k: v for k, v in job.curves.items() if k in wanted}
+        return {k: v for k, v in job.curves.items() if wanted is None or k in wanted}
     out: dict[str, tuple[list[float], list[float]]] = {}
     try:
         with (job.path / "csv" / "metrics.csv").open(newline="") as fh:
-            for row in csv.DictReader(fh):
-                for k in wanted:
+            reader = csv.DictReader(fh)
+            for row in reader:
+                for k in reader.fieldnames if wanted is None else wanted:
                     try:  # an empty cell (Lightning's CSV rows are sparse) is no point
                         s, v = float(row.get("step") or ""), float(row.get(k) or "")
                     except ValueError:

@@ -5,8 +5,7 @@ without the sweep's job folders), and reading a report folder back as a sweep.
   ``status``, ``diverged_step``, ``global_step``, ``tokens_seen``, ``params_total``, ``job`` (folder relative
   to the sweep) and every final metric of the sweep.
 - ``curves.csv``: the per-seed ``val/*`` curves of ``csv/metrics.csv``, long format: ``job, setting, seed,
-  metric, optimizer_step, value`` (``optimizer_step``: updates done; an older file's ``step``, Lightning's
-  0-based row label, is read back + 1).
+  metric, optimizer_step, value`` (``optimizer_step``: updates done).
 - ``jobs.json``: what :func:`xformer.report.aggregate.load_job` read from each job, so that
   ``xformer report <report folder>`` rebuilds the same sweep (:func:`read_report_folder`).
 - ``verdicts.json``: one record per claim with its parts (:func:`write_verdicts`), read by ``xformer claims table``.
@@ -24,7 +23,7 @@ import os
 from dataclasses import fields
 from pathlib import Path
 
-from .aggregate import LIGHTNING_STEP_OFFSET, Job, Sweep, fmt_value, read_curves
+from .aggregate import Job, Sweep, fmt_value, read_curves
 
 SEEDS_CSV, CURVES_CSV, JOBS_JSON, VERDICTS_JSON = "seeds.csv", "curves.csv", "jobs.json", "verdicts.json"
 FORMAT = 1
@@ -87,19 +86,6 @@ def _setting(sweep: Sweep, job: Job) -> str:
     return ", ".join(f"{k}={fmt_value(job.value(k))}" for k in sweep.swept_keys) or "all jobs"
 
 
-def _val_keys(job: Job) -> list[str]:
-    """The ``val/*`` columns of a job's ``csv/metrics.csv`` (or its preloaded curves)."""
-    if job.curves is not None:
-        return sorted(k for k in job.curves if k.startswith("val/"))
-    path = job.path / "csv" / "metrics.csv"
-    try:
-        with path.open(newline="") as fh:
-            header = next(csv.reader(fh), [])
-    except OSError:
-        return []
-    return sorted(k for k in header if k.startswith("val/"))
-
-
 def write_seed_files(sweep: Sweep, out: Path) -> list[Path]:
     """Write ``seeds.csv``, ``curves.csv`` and ``jobs.json`` for ``sweep`` into ``out``; return them."""
     out.mkdir(parents=True, exist_ok=True)
@@ -129,7 +115,8 @@ def write_seed_files(sweep: Sweep, out: Path) -> list[Path]:
         w = csv.writer(fh)
         w.writerow(["job", "setting", "seed", "metric", "optimizer_step", "value"])
         for j in sweep.jobs:
-            for key, (xs, ys) in sorted(read_curves(j, _val_keys(j)).items()):
+            curves = {k: c for k, c in read_curves(j, None).items() if k.startswith("val/")}
+            for key, (xs, ys) in sorted(curves.items()):
                 for x, y in zip(xs, ys, strict=False):
                     w.writerow([names[id(j)], _setting(sweep, j), fmt_value(j.seed), key, f"{x:g}", repr(y)])
             record = {"job": names[id(j)]} | {k: getattr(j, k) for k in JOB_FIELDS}
@@ -161,10 +148,7 @@ def read_report_folder(d: Path) -> list[Job]:
     with (d / CURVES_CSV).open(newline="") as fh:
         for row in csv.DictReader(fh):
             xs, ys = curves.setdefault(row["job"], {}).setdefault(row["metric"], ([], []))
-            if "optimizer_step" in row:
-                xs.append(float(row["optimizer_step"]))
-            else:  # an older file: Lightning's 0-based row label
-                xs.append(float(row["step"]) + LIGHTNING_STEP_OFFSET)
+            xs.append(float(row["optimizer_step"]))
             ys.append(float(row["value"]))
     jobs = [
         Job(path=d / r["job"], curves=curves.get(r["job"], {}), **{k: r[k] for k in JOB_FIELDS if k in r})
