@@ -311,10 +311,7 @@ class Group:
 
     def config(self) -> dict:
         """The resolved config of the group's first job (finished first), ``{}`` if none."""
-        for j in self.jobs + self.diverged + self.failed:
-            if j.config:
-                return j.config
-        return {}
+        return next((j.config for j in self.jobs + self.diverged + self.failed if j.config), {})
 
 
 @dataclass

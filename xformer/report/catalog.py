@@ -24,19 +24,15 @@ def part_line(p: Part) -> str:
     bits = [f"**{p.label}** {p.role if p.role != 'claim' else ''} `{p.test}`".replace("  ", " ")]
     if p.says:
         bits.append(f"{p.says}.")
-    arms = []
-    for key in ("a", "b"):
-        if key in spec:
-            arms.append(f"{key} = `{_selector(spec[key])}`")
+    arms = [f"{key} = `{_selector(spec[key])}`" for key in ("a", "b") if key in spec]
     if "terms" in spec:
         arms.append(
             "contrast " + " ".join(f"{float(t.get('weight', 1)):+g}·`{_selector(t.get('arm'))}`" for t in spec["terms"])
         )
     if "axis" in spec:
         arms.append(f"along `{spec['axis']}`" + (f" at `{_selector(spec['at'])}`" if spec.get("at") else ""))
-    for key in ("shape", "per", "mode", "level", "need", "expect", "factor", "from_value", "to_value", "measure"):
-        if key in spec:
-            arms.append(f"{key} {fmt_value(spec[key])}")
+    keys = ("shape", "per", "mode", "level", "need", "expect", "factor", "from_value", "to_value", "measure")
+    arms += [f"{key} {fmt_value(spec[key])}" for key in keys if key in spec]
     if "target" in spec:
         arms.append(f"target {spec['target']} ± {spec.get('tolerance')}")
     if "at_least" in spec:

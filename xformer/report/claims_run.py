@@ -263,8 +263,9 @@ def write_jobs_csv(sweep_dir: Path, path: Path) -> int:
 
 def _commit() -> str:
     try:
-        git = ["git", "rev-parse", "--short", "HEAD"]
-        done = subprocess.run(git, cwd=REPO, capture_output=True, text=True, timeout=10)
+        done = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10
+        )
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return done.stdout.strip() or "unknown"

@@ -1,17 +1,10 @@
-"""The claims table of ``docs/results/README.md``, generated from the claim declarations
-(``claims/*.yaml``) and the committed reports (``xformer claims table``).
+"""The claims table of ``docs/results/README.md`` (between :data:`BEGIN` and :data:`END`; ``xformer claims
+table``, whose ``--check`` fails when it differs), from the claim declarations and the committed reports.
 
-One verdict per claim over every sweep it reads (its first row), then each part in declaration order
-with the sweep it was decided on: its test, verdict, interval (naming its level), the trend of the gap
-over the second half, whether it was declared before the data, and its margin, read from
-``docs/results/<sweep>/verdicts.json`` (written by ``xformer report``,
-:func:`xformer.report.export.write_verdicts`; never from the Markdown). A confirmatory replication
-published in ``docs/results/<sweep>/confirmatory/`` follows with its own verdict. A sweep without a
-published report (``run.md`` beside it) gets a ``not run`` row with the command that runs it; a report
-made before claims had parts, a row asking to re-render it.
-
-The table sits in ``docs/results/README.md`` between :data:`BEGIN` and :data:`END`; ``--check`` (and
-``tests/report/test_claims_table.py``) fails when it differs from what the reports give.
+A claim's one verdict over every sweep it reads (its first row), then each part with the sweep it was decided
+on, read from ``docs/results/<sweep>/verdicts.json`` (:func:`xformer.report.export.write_verdicts`; never from
+the Markdown); a confirmatory replication (``<sweep>/confirmatory/``) follows with its own verdict. A sweep
+without a published report (``run.md``) gets a ``not run`` row with the command that runs it.
 """
 
 from __future__ import annotations

@@ -32,16 +32,9 @@ def load_wandb_jobs(spec: str) -> list[Job]:
     for run in runs:
         summary = dict(run.summary._json_dict) if hasattr(run.summary, "_json_dict") else dict(run.summary)
         overrides = dict(kv for kv in (parse_override(t) for t in run.tags) if kv is not None)
-        metrics = {
-            k[len("final/") :]: float(v)
-            for k, v in summary.items()
-            if k.startswith("final/") and isinstance(v, (int, float)) and not isinstance(v, bool)
-        }
-        params = {
-            k[len("model/params_") :]: int(v)
-            for k, v in summary.items()
-            if k.startswith("model/params_") and isinstance(v, (int, float))
-        }
+        nums = {k: v for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        metrics = {k.removeprefix("final/"): float(v) for k, v in nums.items() if k.startswith("final/")}
+        params = {k.removeprefix("model/params_"): int(v) for k, v in nums.items() if k.startswith("model/params_")}
         history = {}
         for k in CURVE_KEYS:
             # Lightning's WandbLogger stores the trainer's row label (0-based, as in its CSV) in
@@ -54,15 +47,6 @@ def load_wandb_jobs(spec: str) -> list[Job]:
             ]
             if pts:
                 history[k] = ([float(s) for s, _ in pts], [float(v) for _, v in pts])
-        jobs.append(
-            Job(
-                path=Path(f"wandb:{path}/{run.id}"),
-                status=STATES.get(run.state, run.state),
-                overrides=overrides,
-                config=dict(run.config),
-                metrics=metrics,
-                params=params,
-                curves=history,
-            )
-        )
+        name, status = Path(f"wandb:{path}/{run.id}"), STATES.get(run.state, run.state)
+        jobs.append(Job(name, status, overrides, dict(run.config), metrics=metrics, params=params, curves=history))
     return jobs
