@@ -22,6 +22,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import fmean
 from typing import Any, Iterable
 
 from omegaconf import OmegaConf
@@ -379,10 +380,7 @@ def group_jobs(jobs: list[Job], keys: list[str]) -> tuple[list[Group], list[Job]
         }
         counted = g.jobs + g.diverged
         roles = sorted({r for j in counted for r in j.params})
-        g.params = {
-            r: sum(j.params[r] for j in counted if r in j.params) / sum(1 for j in counted if r in j.params)
-            for r in roles
-        }
+        g.params = {r: fmean(j.params[r] for j in counted if r in j.params) for r in roles}
     failed = [j for j in jobs if not j.finished and not j.diverged]
     return groups, failed
 
@@ -401,17 +399,8 @@ def aggregate_jobs(jobs: list[Job], dirs: list[Path] | None = None) -> Sweep:
     fixed = {k: jobs[0].value(k) for k in shared}
     groups, failed = group_jobs(jobs, keys)
     metric_keys = sorted({m for j in jobs if j.finished for m in j.metrics})
-    return Sweep(
-        dirs=list(dirs or []),
-        jobs=jobs,
-        swept_keys=keys,
-        fixed=fixed,
-        groups=groups,
-        failed=failed,
-        metric_keys=metric_keys,
-        diverged=[j for j in jobs if j.diverged],
-        dropped=dropped,
-    )
+    diverged = [j for j in jobs if j.diverged]
+    return Sweep(list(dirs or []), jobs, keys, fixed, groups, failed, metric_keys, diverged, dropped)
 
 
 def drop_duplicate_runs(jobs: list[Job], keys: list[str]) -> tuple[list[Job], list[str]]:
@@ -419,17 +408,14 @@ def drop_duplicate_runs(jobs: list[Job], keys: list[str]) -> tuple[list[Job], li
     seed (a sweep given twice under different names, a rerun copied beside the original), the first
     finished one is kept (else the first) and the other is dropped with a warning naming both
     (wandb#6614: pooled runs counted twice narrow every interval). Returns ``(kept, warnings)``."""
-    kept: dict[tuple, Job] = {}
-    order: list[tuple] = []
+    kept: dict[tuple, Job] = {}  # in the order first seen
     warnings: list[str] = []
     for j in jobs:
         ident = (tuple(fmt_value(j.value(k)) for k in keys), fmt_value(j.seed))
         if j.seed is None:  # a job that crashed before writing its config: nothing to match it on
             ident = ("path", str(j.path))
-        first = kept.get(ident)
-        if first is None:
-            kept[ident] = j
-            order.append(ident)
+        first = kept.setdefault(ident, j)
+        if first is j:
             continue
         keep, drop = (j, first) if (j.finished and not first.finished) else (first, j)
         kept[ident] = keep
@@ -440,7 +426,7 @@ def drop_duplicate_runs(jobs: list[Job], keys: list[str]) -> tuple[list[Job], li
             f"seed adds no information; a rerun needs another seed to count)"
         )
         log.warning("%s", warnings[-1])
-    return [kept[i] for i in order], warnings
+    return list(kept.values()), warnings
 
 
 def aggregate(dirs: list[Path | str]) -> Sweep:

@@ -194,16 +194,15 @@ def run_sweep(s: ClaimSweep, extra: list[str]) -> int:
         f"finished, {s.count('resumable')} to resume)",
         flush=True,
     )
-    t0, started = time.time(), time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    runs = _load_runs(s.sweep_dir)
+    t0 = time.time()
     record = {
-        "started": started,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "wall_s": None,  # filled in when the sweep ends, or when this process is stopped by SIGTERM
         "exit": "running",
         "command": shlex.join(s.command(extra)),
         "jobs_before": {"finished": s.count("finished"), "resumable": s.count("resumable"), "total": len(s.states)},
     }
-    runs.append(record)
+    runs = [*_load_runs(s.sweep_dir), record]
 
     def save(exit_status) -> float:
         wall = time.time() - t0
@@ -403,10 +402,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``xformer claims``; returns the exit status (module docstring)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    extra: list[str] = []
-    if "--" in argv:
-        i = argv.index("--")
-        argv, extra = argv[:i], argv[i + 1 :]
+    i = argv.index("--") if "--" in argv else len(argv)
+    argv, extra = argv[:i], argv[i + 1 :]
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as e:
@@ -419,8 +416,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.results is None:
             small = Path(os.environ.get("XFORMER_RUNS", "multirun")) / "claims" / f"{SMALL}_reports"
             args.results = small if args.scale == SMALL else RESULTS
-        names = resolve_names(args.names)
-        sweeps = [inspect(n, args.scale, extra) for n in names]
+        sweeps = [inspect(n, args.scale, extra) for n in resolve_names(args.names)]
         if args.command == "list" or getattr(args, "dry_run", False):
             print(format_listing(sweeps, args.results))
             return 0

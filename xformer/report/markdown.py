@@ -21,7 +21,7 @@ def rules_link(out_dir: Path) -> str:
     checkout, else the file named in words."""
     root = RULES_DOC.parents[1]
     if Path(out_dir).resolve().is_relative_to(root):
-        return f"[docs/report.md § Test types]({_rel(RULES_DOC, Path(out_dir).resolve())}#test-types)"
+        return f"[docs/report.md § Test types]({os.path.relpath(RULES_DOC, Path(out_dir).resolve())}#test-types)"
     return "docs/report.md § Test types (in the xformer checkout)"
 
 
@@ -55,7 +55,7 @@ def failed_table(jobs: list[Job], root: Path) -> str:
     """Failed, unfinished or diverged jobs: folder | status | step | overrides | error."""
     rows = [
         [
-            _rel(j.path, root),
+            os.path.relpath(j.path, root),
             j.status,
             str(j.diverged_step) if j.diverged_step is not None else "–",
             j.override_text(),
@@ -193,8 +193,7 @@ def claim_item(r: ClaimResult, plot: str | None = None) -> str:
     lines += [f"The claim states {states}."]
     if r.preregistration:
         lines += [f"Pre-registration: {preregistration_text(r.preregistration)}."]
-    lines += [""]
-    lines += [parts_table(r), ""]
+    lines += ["", parts_table(r), ""]
     if plot:
         lines += [f"![{r.claim}]({plot})", ""]
     for p in r.parts:
@@ -218,13 +217,6 @@ def preregistration_text(pre: dict) -> str:
     return out
 
 
-def _rel(path: Path, root: Path) -> str:
-    try:
-        return os.path.relpath(path, root)
-    except ValueError:
-        return str(path)
-
-
 def render(
     command: str,
     sweep: Sweep,
@@ -233,9 +225,9 @@ def render(
     plots: list[Path],
     out_dir: Path,
     decision_metric: str | None,
-    notes: list[str] | None = None,
-    verdict_plots: list[Path | None] | None = None,
-    files: list[Path] | None = None,
+    notes: list[str],
+    verdict_plots: list[Path | None],
+    files: list[Path],
 ) -> str:
     """The whole ``report.md``: ``command`` (the command line), ``metrics`` (table columns), ``plots`` (PNGs
     linked relative to ``out_dir``), ``decision_metric`` (the table's first), ``notes`` (extra lines),
@@ -254,7 +246,7 @@ def render(
         ]
     parts += [f"Command: `{command}`", ""]
     parts += ["Folders:"] + [f"- `{d}`" for d in sweep.dirs] + [""]
-    parts += [f"- {note}" for note in notes or []]
+    parts += [f"- {note}" for note in notes]
     parts += [
         f"- jobs: {len(sweep.jobs)} ({len(sweep.finished)} finished, {len(sweep.diverged)} diverged, "
         f"{len(sweep.failed)} failed or unfinished)",
@@ -267,8 +259,9 @@ def render(
         "",
     ]
     parts += ["## Claim verdicts", ""]
-    vplots = list(verdict_plots or []) + [None] * len(verdicts)
-    parts += [claim_item(v, _rel(p, out_dir) if p else None) for v, p in zip(verdicts, vplots, strict=False)] or [
+    plots_of = zip(verdicts, verdict_plots, strict=True)
+    items = [claim_item(v, os.path.relpath(p, out_dir) if p else None) for v, p in plots_of]
+    parts += items or [
         "_No claim asks about these runs (their experiment is not among any claim's sweeps; "
         "`xformer report DIR --claims FILE` decides your own)._"
     ]
@@ -280,7 +273,7 @@ def render(
     parts += [failed_table(odd, root) if odd else "_None._", ""]
     parts += ["## Parameters", "", params_table(sweep), ""]
     parts += ["## Plots", ""]
-    parts += [f"![{p.stem}]({_rel(p, out_dir)})" for p in plots] or ["_No plots._"]
+    parts += [f"![{p.stem}]({os.path.relpath(p, out_dir)})" for p in plots] or ["_No plots._"]
     if files:
         parts += [
             "",
@@ -290,5 +283,5 @@ def render(
             "reads them back):",
             "",
         ]
-        parts += [f"- [`{f.name}`]({_rel(f, out_dir)})" for f in files]
+        parts += [f"- [`{f.name}`]({os.path.relpath(f, out_dir)})" for f in files]
     return "\n".join(parts) + "\n"
