@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import fmean
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from omegaconf import OmegaConf
 
@@ -269,24 +269,16 @@ class Stat:
         """``"0.6 ± 0.1414 (n=2)"``; ``"0.6 (n=1)"``; diverged runs noted."""
         if self.n == 0:
             return f"diverged ({self.n_nonfinite})"
-        out = f"{self.mean:.{digits}g}"
-        if self.std is not None:
-            out += f" ± {self.std:.{max(digits - 1, 2)}g}"
-        out += f" (n={self.n})"
-        if self.n_nonfinite:
-            out += f" +{self.n_nonfinite} diverged"
-        return out
+        std = f" ± {self.std:.{max(digits - 1, 2)}g}" if self.std is not None else ""
+        bad = f" +{self.n_nonfinite} diverged" if self.n_nonfinite else ""
+        return f"{self.mean:.{digits}g}{std} (n={self.n}){bad}"
 
 
 @dataclass
 class Group:
-    """Jobs that share the swept values ``values`` (``{swept key: value}``), i.e. the seeds of one setting.
-
-    Attributes:
-        jobs: finished jobs (averaged); ``diverged``: the group's diverged jobs (counted in every
-        metric's ``Stat.n_nonfinite``); ``failed``: crashed/unfinished jobs (not averaged, not counted).
-        stats: ``{metric: Stat}`` over ``jobs`` and ``diverged``; ``params``: mean parameter counts by role.
-    """
+    """The seeds of one setting: jobs that share the swept values ``values`` (``{swept key: value}``), split
+    into ``jobs`` (finished, averaged), ``diverged`` (in every metric's ``Stat.n_nonfinite``) and ``failed``
+    (crashed or unfinished: neither); ``stats`` ``{metric: Stat}``; ``params`` mean parameter counts by role."""
 
     values: dict[str, Any]
     jobs: list[Job] = field(default_factory=list)
@@ -436,28 +428,35 @@ def aggregate(dirs: list[Path | str]) -> Sweep:
         NoJobsError: a folder does not exist or holds no job (the message names it).
     """
     paths = [Path(d) for d in dirs]
+    return aggregate_jobs(load_dirs(paths), paths)
+
+
+def load_dirs(dirs: list[Path], without_jobs: Callable[[Path], list[Job] | None] = lambda _d: None) -> list[Job]:
+    """The jobs below ``dirs``, each job folder read once however many given paths reach it (``sweep`` and
+    ``sweep/3``, a symlink); ``without_jobs(d)`` gives the jobs of a folder with no job folder below it
+    (``None``: it holds none).
+
+    Raises:
+        NoJobsError: a folder does not exist or holds no job (the message names it).
+    """
     jobs: list[Job] = []
     seen: set[Path] = set()
-    for d in paths:
+    for d in dirs:
         if not d.is_dir():
             raise NoJobsError(f"{d}: no such directory")
         found = find_job_dirs(d)
-        if not found:
-            raise NoJobsError(f"{d}: no jobs found (no metrics.json or .hydra/overrides.yaml below it)")
-        jobs += load_jobs_once(found, seen)
-    return aggregate_jobs(jobs, paths)
-
-
-def load_jobs_once(found: list[Path], seen: set[Path]) -> list[Job]:
-    """:func:`load_job` of each folder in ``found`` not yet in ``seen`` (resolved paths, updated): a job
-    folder reached through two given paths (``sweep`` and ``sweep/3``, a symlink) is read once."""
-    out = []
-    for p in found:
-        real = p.resolve()
-        if real not in seen:
-            seen.add(real)
-            out.append(load_job(p))
-    return out
+        other = None if found else without_jobs(d)
+        if not found and other is None:
+            raise NoJobsError(
+                f"{d}: no jobs found (no metrics.json or .hydra/overrides.yaml below it, "
+                f"and not a report folder with jobs.json)"
+            )
+        jobs += other or []
+        for p in found:
+            if (real := p.resolve()) not in seen:
+                seen.add(real)
+                jobs.append(load_job(p))
+    return jobs
 
 
 # -- logged history -----------------------------------------------------------------------------

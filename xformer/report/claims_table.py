@@ -97,16 +97,9 @@ def _record(folder: Path, claim: str) -> tuple[dict | None, str]:
 
 
 def _as_result(p: dict, sweep: str) -> PartResult:
-    return PartResult(
-        p.get("part", ""),
-        p.get("test", ""),
-        p.get("role", "claim"),
-        p.get("says", ""),
-        Status(p.get("verdict", "inconclusive")),
-        p.get("reason", ""),
-        problems=list(p.get("problems") or []),
-        sweep=sweep,
-    )
+    label, test, role, says = p.get("part", ""), p.get("test", ""), p.get("role", "claim"), p.get("says", "")
+    verdict, problems = Status(p.get("verdict", "inconclusive")), list(p.get("problems") or [])
+    return PartResult(label, test, role, says, verdict, p.get("reason", ""), problems=problems, sweep=sweep)
 
 
 def _claim_rows(claim: Claim, results: Path, sub: str = "") -> tuple[list[Row], str]:

@@ -29,7 +29,7 @@ from pathlib import Path
 from xformer.help import PlainHelpFormatter
 from xformer.jobs import preregister
 
-from .aggregate import Job, NoJobsError, Sweep, aggregate_jobs, find_job_dirs, load_jobs_once, main_metrics
+from .aggregate import Job, NoJobsError, Sweep, aggregate_jobs, find_job_dirs, load_dirs, main_metrics
 from .export import is_report_folder, portable, read_report_folder, write_seed_files, write_verdicts
 from .markdown import render
 from .plots import length_metrics, plot_claim, write_plots
@@ -104,29 +104,18 @@ def load_bench(paths: list[Path]) -> dict | None:
 
 
 def collect_jobs(dirs: list[Path], wandb_spec: str | None, has_bench: set[Path]) -> list[Job]:
-    """Jobs below ``dirs`` plus W&B runs.
+    """Jobs below ``dirs`` (a report folder's from its files) plus W&B runs.
 
     Raises:
-        UsageError: a DIR does not exist, or holds neither a job nor a bench.json.
+        NoJobsError: a DIR does not exist, holds neither a job nor a bench.json, or its jobs.json is unreadable.
     """
-    jobs: list[Job] = []
-    seen: set[Path] = set()  # each job folder once, whatever given paths reach it
-    for d in dirs:
-        if not d.is_dir():
-            raise UsageError(f"{d}: no such directory")
-        found = find_job_dirs(d)
-        if not found and is_report_folder(d):
-            try:
-                jobs += read_report_folder(d)
-            except ValueError as e:
-                raise UsageError(str(e)) from e
-            continue
-        if not found and d not in has_bench:
-            raise UsageError(
-                f"{d}: no jobs found (no metrics.json or .hydra/overrides.yaml below it, "
-                f"and not a report folder with jobs.json)"
-            )
-        jobs += load_jobs_once(found, seen)
+
+    def without_jobs(d: Path) -> list[Job] | None:
+        if is_report_folder(d):
+            return read_report_folder(d)
+        return [] if d in has_bench else None  # a folder with only a bench.json
+
+    jobs = load_dirs(dirs, without_jobs)
     if wandb_spec:
         from xformer.jobs.engines import wandb_has_api_key
 

@@ -23,7 +23,7 @@ import os
 from dataclasses import fields
 from pathlib import Path
 
-from .aggregate import Job, Sweep, fmt_value, read_curves
+from .aggregate import Job, NoJobsError, Sweep, fmt_value, read_curves
 
 SEEDS_CSV, CURVES_CSV, JOBS_JSON, VERDICTS_JSON = "seeds.csv", "curves.csv", "jobs.json", "verdicts.json"
 FORMAT = 1
@@ -136,14 +136,14 @@ def read_report_folder(d: Path) -> list[Job]:
     """The jobs of a report folder, with their validation curves from ``curves.csv``.
 
     Raises:
-        ValueError: ``jobs.json`` is unreadable or of an unknown format.
+        NoJobsError: ``jobs.json`` is unreadable or of an unknown format.
     """
     try:
         data = json.loads((d / JOBS_JSON).read_text())
     except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"{d / JOBS_JSON}: unreadable ({e})") from e
+        raise NoJobsError(f"{d / JOBS_JSON}: unreadable ({e})") from e
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ValueError(f"{d / JOBS_JSON}: not a report folder of format {FORMAT}")
+        raise NoJobsError(f"{d / JOBS_JSON}: not a report folder of format {FORMAT}")
     curves: dict[str, dict[str, tuple[list[float], list[float]]]] = {}
     with (d / CURVES_CSV).open(newline="") as fh:
         for row in csv.DictReader(fh):

@@ -205,13 +205,8 @@ def plot_curves(sweep: Sweep, out: Path, keys: tuple[str, ...] = CURVE_KEYS) -> 
     if not per_group:
         return None
     keys = tuple(k for k in keys if k == "val/loss" or any(k in b for _, b in per_group)) or keys
-    smoothing = sorted(
-        {
-            float(eps)
-            for j in sweep.jobs
-            if isinstance(eps := ((j.config or {}).get("loss") or {}).get("label_smoothing"), (int, float)) and eps > 0
-        }
-    )
+    eps_of_jobs = (((j.config or {}).get("loss") or {}).get("label_smoothing") for j in sweep.jobs)
+    smoothing = sorted({float(e) for e in eps_of_jobs if isinstance(e, (int, float)) and e > 0})
     fig = Figure(figsize=(6 * len(keys), 4))
     axes = [fig.add_subplot(1, len(keys), i + 1) for i in range(len(keys))]
     for ax, k in zip(axes, keys, strict=True):
@@ -255,12 +250,8 @@ def plot_claim(result: Any, out: Path, index: int) -> Path | None:
             err = ci_err(a.values, part.metric) if a.n > 1 else (0.0, 0.0)
             _errorbar(ax, [(i, a.mean, err, a.n)], marker="o", color="tab:blue")
             ax.plot([i] * a.n, a.values, "x", color="tab:orange", alpha=0.7)
-        ax.set_xticks(
-            range(len(arms)),
-            [a.name + (f"\n({a.diverged} diverged)" if a.diverged else "") for a in arms],
-            fontsize="x-small",
-            rotation=15,
-        )
+        names = [a.name + (f"\n({a.diverged} diverged)" if a.diverged else "") for a in arms]
+        ax.set_xticks(range(len(arms)), names, fontsize="x-small", rotation=15)
         ax.set_xlim(-0.5, len(arms) - 0.5)
         ax.set_ylabel(part.metric or "")
         ax.set_title(f"{result.claim} {part.label} {part.test}: {part.verdict}", fontsize="small")
