@@ -182,12 +182,9 @@ def _load_yaml(path: Path) -> Any:
 
 
 def load_job(path: Path) -> Job:
-    """Read one job folder.
-
-    Overrides come from ``.hydra/overrides.yaml`` (else ``metrics.json``'s ``job.overrides``). Without
-    ``metrics.json`` the job is ``missing`` and its config/choices are read from ``.hydra/`` if there.
-    An unreadable ``metrics.json`` makes the job ``failed``. Never raises for bad content.
-    """
+    """Read one job folder: overrides from ``.hydra/overrides.yaml`` (else ``metrics.json``'s), config and
+    choices from ``metrics.json`` (else ``.hydra/``). Without ``metrics.json`` the job is ``missing``; an
+    unreadable one makes it ``failed``. Never raises for bad content."""
     record, status = RunRecord(), "missing"
     if (path / FILE).is_file():
         try:
@@ -309,15 +306,11 @@ class Group:
 
 @dataclass
 class Sweep:
-    """Everything the report needs about a set of jobs.
-
-    Attributes:
-        dirs: the folders searched; ``jobs``: every job found; ``swept_keys``: sorted swept keys;
-        ``fixed``: overrides shared by all jobs; ``groups``: groups with at least one finished or
-        diverged job, ordered by swept values; ``failed``: all crashed/unfinished jobs (not diverged
-        ones); ``diverged``: all diverged jobs; ``metric_keys``: every metric seen in a finished job, sorted;
-        ``dropped``: a warning per job folder not counted because another folder ran the same job.
-    """
+    """Everything the report needs about a set of jobs: the folders searched (``dirs``), every job found,
+    the sorted ``swept_keys``, the overrides all jobs share (``fixed``), the ``groups`` with a finished or
+    diverged job (ordered by swept values), all crashed or unfinished jobs (``failed``), all ``diverged`` ones,
+    every metric of a finished job (``metric_keys``, sorted) and a warning per job folder not counted because
+    another folder ran the same job (``dropped``)."""
 
     dirs: list[Path]
     jobs: list[Job]
@@ -349,11 +342,8 @@ def _hashable(v: Any) -> Any:
 
 def group_jobs(jobs: list[Job], keys: list[str]) -> tuple[list[Group], list[Job]]:
     """Group ``jobs`` by their values of ``keys``; return (groups with a finished or diverged job,
-    crashed/unfinished jobs).
-
-    Each group's ``stats`` holds a :class:`Stat` for every metric of the sweep's finished jobs: the
-    finished seeds' values plus one non-finite value per diverged seed (whatever a diverged run
-    logged before or after it diverged is not its result)."""
+    crashed/unfinished jobs). A group's :class:`Stat` of a metric holds its finished seeds' values and one
+    non-finite value per diverged seed (what a diverged run logged is not its result)."""
     by_key: dict[tuple, Group] = {}
     for j in jobs:
         values = {k: _hashable(j.value(k)) for k in keys}
@@ -470,10 +460,8 @@ def read_curves(
     """``{metric: (steps, values)}`` for ``keys`` (``None``: every column) from the job's ``csv/metrics.csv``
     (Lightning's CSVLogger: sparse rows, empty cells skipped; non-finite values kept). Missing file → ``{}``.
 
-    Steps are optimizer steps done: Lightning labels the rows logged after the k-th update with
-    ``step = k - 1`` (0-based), so the label is shifted by one here; the validation after 250 updates
-    is at step 250, the same axis as the budget (``trainer.max_steps``), ``global_step`` and the
-    ``best-<step>.ckpt`` names."""
+    Steps are optimizer steps done: Lightning labels the rows logged after the k-th update ``k - 1``, shifted
+    by one here, so the validation after 250 updates is at step 250, as ``trainer.max_steps`` counts."""
     wanted = None if keys is None else list(keys)
     if job.curves is not None:
         return {k: v for k, v in job.curves.items() if wanted is None or k in wanted}

@@ -53,13 +53,9 @@ def claim_section(c: Claim) -> list[str]:
     """The section of one claim."""
     lines = [f"## {c.name}: {c.statement}", "", f"- source: {c.source}" if c.source else ""]
     lines += [f"- sweeps: {', '.join(f'`{s}`' for s in c.sweeps)}" if c.sweeps else "- sweeps: none"]
-    if c.bench:
-        lines.append("- measured by `xformer bench` (`bench.json`)")
-    if c.published:
-        lines.append(f"- published: {c.published}")
-    if c.rule:
-        lines.append(f"- how: {c.rule}")
-    lines.append(f"- declared in `{c.file.split('/claims/')[-1] if '/claims/' in c.file else c.file}`")
+    lines += ["- measured by `xformer bench` (`bench.json`)" if c.bench else ""]
+    lines += [f"- published: {c.published}" if c.published else "", f"- how: {c.rule}" if c.rule else ""]
+    lines.append(f"- declared in `{c.file.split('/claims/')[-1]}`")
     lines += ["- parts:"] + [f"  - {part_line(p)}" for p in c.parts]
     return [x for x in lines if x] + [""]
 

@@ -172,11 +172,8 @@ def preregistration(
 
 
 def run(args: argparse.Namespace, command: str) -> Path:
-    """Build the report described by ``args``; return the path of report.md.
-
-    Raises:
-        UsageError: bad input (see :func:`collect_jobs`, unknown ``--metric``, nothing to report).
-    """
+    """Build the report described by ``args``; return the path of report.md. Raises UsageError or
+    NoJobsError on bad input (see :func:`collect_jobs`, an unknown ``--metric``, nothing to report)."""
     if not args.dirs and not args.wandb:
         raise UsageError("give at least one DIR (or --wandb ENTITY/PROJECT[:GROUP])")
     bench_files = [*args.bench, *find_bench_files([d for d in args.dirs if d.is_dir()])]

@@ -98,18 +98,11 @@ def write_seed_files(sweep: Sweep, out: Path) -> list[Path]:
         w = csv.writer(fh)
         w.writerow(header)
         for j in sweep.jobs:
-            w.writerow(
-                [
-                    _setting(sweep, j),
-                    *(fmt_value(j.value(k)) for k in sweep.swept_keys),
-                    fmt_value(j.seed),
-                    j.status,
-                    *("" if v is None else v for v in (j.diverged_step, j.global_step, j.tokens_seen)),
-                    j.params.get("total", ""),
-                    names[id(j)],
-                    *(repr(j.metrics[m]) if m in j.metrics else "" for m in metrics),
-                ]
-            )
+            swept = [fmt_value(j.value(k)) for k in sweep.swept_keys]
+            steps = ["" if v is None else v for v in (j.diverged_step, j.global_step, j.tokens_seen)]
+            values = [repr(j.metrics[m]) if m in j.metrics else "" for m in metrics]
+            row = [_setting(sweep, j), *swept, fmt_value(j.seed), j.status, *steps, j.params.get("total", "")]
+            w.writerow([*row, names[id(j)], *values])
     records = []
     with (out / CURVES_CSV).open("w", newline="") as fh:
         w = csv.writer(fh)

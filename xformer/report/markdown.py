@@ -53,16 +53,10 @@ def sweep_table(sweep: Sweep, metrics: list[str]) -> str:
 
 def failed_table(jobs: list[Job], root: Path) -> str:
     """Failed, unfinished or diverged jobs: folder | status | step | overrides | error."""
-    rows = [
-        [
-            os.path.relpath(j.path, root),
-            j.status,
-            str(j.diverged_step) if j.diverged_step is not None else "–",
-            j.override_text(),
-            j.error[:200] or "–",
-        ]
-        for j in jobs
-    ]
+    rows = []
+    for j in jobs:
+        step = "–" if j.diverged_step is None else str(j.diverged_step)
+        rows.append([os.path.relpath(j.path, root), j.status, step, j.override_text(), j.error[:200] or "–"])
     return table(["job", "status", "diverged at step", "overrides", "error"], rows)
 
 
@@ -163,11 +157,8 @@ def params_table(sweep: Sweep) -> str:
         if not g.params:
             continue
         share = block_share(g) if g.params.get("ffn") and g.params.get("attention") else None
-        rows.append(
-            [g.label()]
-            + [f"{int(g.params[r]):,}" if r in g.params else "–" for r in PARAM_ROLES]
-            + [f"{share:.3f}" if share is not None else "–"]
-        )
+        counts = [f"{int(g.params[r]):,}" if r in g.params else "–" for r in PARAM_ROLES]
+        rows.append([g.label(), *counts, f"{share:.3f}" if share is not None else "–"])
     if not rows:
         return "_No parameter counts in metrics.json._"
     return table(["group", *PARAM_ROLES, "FFN share of block"], rows)

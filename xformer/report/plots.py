@@ -232,11 +232,9 @@ def plot_curves(sweep: Sweep, out: Path, keys: tuple[str, ...] = CURVE_KEYS) -> 
 
 
 def plot_claim(result: Any, out: Path, index: int) -> Path | None:
-    """One figure for a claim (:class:`xformer.report.rules.results.ClaimResult`): a panel per part
-    that compared arms (each arm's mean with its 95 % interval, clipped to the metric's range, dashed
-    with fewer than 3 seeds; x: the seeds), and, when a part was checked over the second half of
-    training, a panel of Δ against step with its intervals. ``None`` when no part has anything to
-    draw: no empty panel is ever drawn."""
+    """One figure for a claim (:class:`xformer.report.rules.results.ClaimResult`): a panel per part that
+    compared arms (each arm's mean with its interval; x: the seeds) and, when a part was checked over the
+    second half of training, a panel of Δ against step with its intervals. ``None`` when nothing to draw."""
     arm_parts = [p for p in result.parts if any(a.values for a in p.arms)][:3]
     stab = next((p for p in result.parts if p.stability is not None and p.stability.points), None)
     panels = len(arm_parts) + (1 if stab is not None else 0)

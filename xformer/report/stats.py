@@ -72,11 +72,7 @@ def _t_interval(delta: float, se2: float, df: float, confidence: float) -> Inter
 
 def mean_interval(values: list[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
     """``(mean, lo, hi)``: Student's t interval of the mean of ``values`` (``lo == hi == mean`` for one
-    value or no spread). The error bars of the report's plots.
-
-    Raises:
-        ValueError: no value, or a non-finite one.
-    """
+    value or no spread), the error bars of the report's plots. Raises ValueError: no value, or a non-finite one."""
     if not values or not all(math.isfinite(v) for v in values):
         raise ValueError("mean_interval: needs at least one finite value and no non-finite one")
     n = len(values)
@@ -121,12 +117,10 @@ def seeds_needed(
 def contrast(samples: list[list[float]], weights: list[float], confidence: float = CONFIDENCE) -> Interval:
     """Welch's interval for a linear contrast ``Σ wᵢ·mean(samplesᵢ)`` of independent settings, e.g. an
     interaction ``(A₁ − B₁) − (A₂ − B₂)`` (weights 1, −1, −1, 1): variance ``Σ wᵢ² sᵢ²/nᵢ``,
-    Welch–Satterthwaite degrees of freedom (Satterthwaite 1946). With two settings and weights
-    (1, −1) it is :func:`welch`.
+    Welch–Satterthwaite degrees of freedom (Satterthwaite 1946); with weights (1, −1) it is :func:`welch`.
 
     Raises:
-        ValueError: fewer than 2 values in a sample, a non-finite value, or unequal lengths of
-            ``samples`` and ``weights``.
+        ValueError: fewer than 2 values in a sample, a non-finite value, or not one weight per sample.
     """
     if len(samples) != len(weights):
         raise ValueError(f"contrast: {len(samples)} samples for {len(weights)} weights")
