@@ -104,10 +104,6 @@ class Job:
             node = node[part]
         return node if not isinstance(node, (dict, list)) else str(node)
 
-    def override_text(self) -> str:
-        """The overrides as ``k=v`` text, for listings."""
-        return " ".join(f"{k}={fmt_value(v)}" for k, v in self.overrides.items()) or "(no overrides)"
-
 
 def parse_value(text: str) -> Any:
     """An override value as Python: ``"4"`` → 4, ``"0.1"`` → 0.1, ``"true"`` → True, ``"null"`` → None;
@@ -368,11 +364,7 @@ def group_jobs(jobs: list[Job], keys: list[str]) -> tuple[list[Group], list[Job]
 
 
 def aggregate_jobs(jobs: list[Job], dirs: list[Path] | None = None) -> Sweep:
-    """Build a :class:`Sweep` from already-loaded jobs.
-
-    Raises:
-        NoJobsError: ``jobs`` is empty.
-    """
+    """Build a :class:`Sweep` from already-loaded jobs. Raises NoJobsError: ``jobs`` is empty."""
     if not jobs:
         raise NoJobsError("no jobs")
     keys = swept_keys(jobs)

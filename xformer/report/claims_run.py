@@ -154,11 +154,9 @@ def format_listing(sweeps: list[ClaimSweep], results: Path) -> str:
     ]
     for s in sweeps:
         todo = len(s.states) - s.count("finished") - s.count("resumable")
-        report = results / s.name / "report.md"
         lines.append(
             f"{s.name:<24} {s.scale:<5} {len(s.states):>4} {s.count('finished'):>4} "
-            f"{s.count('resumable'):>6} {todo:>6}  {s.sweep_dir} -> "
-            f"{report if report.is_file() else '(no report yet)'}"
+            f"{s.count('resumable'):>6} {todo:>6}  {s.sweep_dir} -> {s.published(results) or '(no report yet)'}"
         )
         if s.refused:
             lines.append(f"  refused: the folder holds another config, {s.refused}")
@@ -178,11 +176,12 @@ def format_listing(sweeps: list[ClaimSweep], results: Path) -> str:
     return "\n".join(lines)
 
 
-def _load_runs(sweep_dir: Path) -> list[dict]:
+def _read_json(path: Path, default: list | dict) -> list | dict:
+    """The JSON in ``path``; ``default`` when it is missing or unreadable."""
     try:
-        return json.loads((sweep_dir / RUNS_LOG).read_text())
+        return json.loads(path.read_text())
     except (OSError, ValueError):
-        return []
+        return default
 
 
 def run_sweep(s: ClaimSweep, extra: list[str]) -> int:
@@ -202,7 +201,7 @@ def run_sweep(s: ClaimSweep, extra: list[str]) -> int:
         "command": shlex.join(s.command(extra)),
         "jobs_before": {"finished": s.count("finished"), "resumable": s.count("resumable"), "total": len(s.states)},
     }
-    runs = [*_load_runs(s.sweep_dir), record]
+    runs = [*_read_json(s.sweep_dir / RUNS_LOG, []), record]
 
     def save(exit_status) -> float:
         wall = time.time() - t0
@@ -278,14 +277,10 @@ def _wall(run: dict, unit: str = " s") -> str:
 def write_run_md(s: ClaimSweep, out: Path, extra: list[str]) -> Path:
     """``run.md``: how the report was made (commands, wall time per invocation and in total, jobs,
     launcher, machine, commit)."""
-    runs = _load_runs(s.sweep_dir)
+    runs = _read_json(s.sweep_dir / RUNS_LOG, [])
     total = sum(r["wall_s"] for r in runs if r.get("wall_s") is not None)
     unknown = sum(1 for r in runs if r.get("wall_s") is None)  # killed (SIGKILL) before it could record
-    try:
-        summary = json.loads((s.sweep_dir / "sweep_summary.json").read_text())
-    except (OSError, ValueError):
-        summary = {}
-    jobs = summary.get("jobs") or []
+    jobs = _read_json(s.sweep_dir / "sweep_summary.json", {}).get("jobs") or []
     finished = sum(j.get("status") == Status.FINISHED for j in jobs)
     job_time = sum(float(r.wall_time_s or 0) for job in s.sweep_dir.iterdir() if (r := read_record(job)) is not None)
     launcher = (

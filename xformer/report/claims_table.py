@@ -161,9 +161,7 @@ def claim_rows(claim: Claim, results: Path = RESULTS) -> list[Row]:
 
 def render(results: Path = RESULTS, claims: list[Claim] | None = None) -> str:
     """The whole table (header and rows) for the declared claims."""
-    rows = []
-    for c in project_claims() if claims is None else claims:
-        rows += claim_rows(c, results)
+    rows = [row for c in (project_claims() if claims is None else claims) for row in claim_rows(c, results)]
     return "\n".join([HEADER, *(r.markdown() for r in rows)])
 
 

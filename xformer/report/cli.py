@@ -28,6 +28,7 @@ from pathlib import Path
 
 from xformer.help import PlainHelpFormatter
 from xformer.jobs import preregister
+from xformer.jobs.engines import wandb_has_api_key
 
 from .aggregate import Job, NoJobsError, Sweep, aggregate_jobs, find_job_dirs, load_dirs, main_metrics
 from .export import is_report_folder, portable, read_report_folder, write_seed_files, write_verdicts
@@ -104,11 +105,8 @@ def load_bench(paths: list[Path]) -> dict | None:
 
 
 def collect_jobs(dirs: list[Path], wandb_spec: str | None, has_bench: set[Path]) -> list[Job]:
-    """Jobs below ``dirs`` (a report folder's from its files) plus W&B runs.
-
-    Raises:
-        NoJobsError: a DIR does not exist, holds neither a job nor a bench.json, or its jobs.json is unreadable.
-    """
+    """Jobs below ``dirs`` (a report folder's from its files) plus W&B runs. Raises NoJobsError: a DIR does
+    not exist, holds neither a job nor a bench.json, or its jobs.json is unreadable."""
 
     def without_jobs(d: Path) -> list[Job] | None:
         if is_report_folder(d):
@@ -117,8 +115,6 @@ def collect_jobs(dirs: list[Path], wandb_spec: str | None, has_bench: set[Path])
 
     jobs = load_dirs(dirs, without_jobs)
     if wandb_spec:
-        from xformer.jobs.engines import wandb_has_api_key
-
         from .wandb_source import load_wandb_jobs
 
         if not wandb_has_api_key():

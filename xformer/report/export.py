@@ -65,10 +65,8 @@ def portable(obj, prefixes: list[tuple[str, str]] | None = None):
 
 
 def write_verdicts(results: list, out: Path) -> Path:
-    """Write ``verdicts.json``: ``{"format": 2, "claims": [{"claim", "statement", "verdict", "reason",
-    "budget", "sweep", "published", "note", "parts": [{"part", "test", "role", "says", "verdict",
-    "reason", "metric", "estimate", "interval", "confidence", "margin", "margin_source", "detectable",
-    "published_effect", "stability", "problems"}]}]}`` (:meth:`~xformer.report.rules.results.ClaimResult.record`)."""
+    """Write ``verdicts.json``: ``{"format": 2, "claims": [...]}``, a record per claim with its parts
+    (:meth:`xformer.report.rules.results.ClaimResult.record`), paths made portable."""
     records = [r.record() for r in results]
     path = out / VERDICTS_JSON
     path.write_text(json.dumps({"format": VERDICTS_FORMAT, "claims": portable(records)}, indent=1, default=str))
@@ -126,11 +124,8 @@ def is_report_folder(d: Path) -> bool:
 
 
 def read_report_folder(d: Path) -> list[Job]:
-    """The jobs of a report folder, with their validation curves from ``curves.csv``.
-
-    Raises:
-        NoJobsError: ``jobs.json`` is unreadable or of an unknown format.
-    """
+    """The jobs of a report folder, with their validation curves from ``curves.csv``. Raises NoJobsError:
+    ``jobs.json`` is unreadable or of an unknown format."""
     try:
         data = json.loads((d / JOBS_JSON).read_text())
     except (OSError, json.JSONDecodeError) as e:

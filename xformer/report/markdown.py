@@ -56,7 +56,8 @@ def failed_table(jobs: list[Job], root: Path) -> str:
     rows = []
     for j in jobs:
         step = "–" if j.diverged_step is None else str(j.diverged_step)
-        rows.append([os.path.relpath(j.path, root), j.status, step, j.override_text(), j.error[:200] or "–"])
+        overrides = " ".join(f"{k}={fmt_value(v)}" for k, v in j.overrides.items()) or "(no overrides)"
+        rows.append([os.path.relpath(j.path, root), j.status, step, overrides, j.error[:200] or "–"])
     return table(["job", "status", "diverged at step", "overrides", "error"], rows)
 
 

@@ -106,8 +106,7 @@ def plot_metric_vs_key(sweep: Sweep, metric: str, key: str, out: Path) -> Path |
     xs_all = sorted({p[0] for pts in lines.values() for p in pts}, key=value_sort_key)
     numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs_all)
     pos = {x: (float(x) if numeric else i) for i, x in enumerate(xs_all)}
-    fig = Figure(figsize=(6, 4))
-    ax = fig.add_subplot()
+    ax = Figure(figsize=(6, 4)).add_subplot()
     for label, pts in lines.items():
         pts.sort(key=lambda p: value_sort_key(p[0]))
         _errorbar(ax, [(pos[x], *rest) for x, *rest in pts], marker="o", label=label)
@@ -118,27 +117,24 @@ def plot_metric_vs_key(sweep: Sweep, metric: str, key: str, out: Path) -> Path |
     ax.grid(alpha=0.3)
     if len(lines) > 1:
         ax.legend(fontsize="small")
-    return _save(fig, out / f"metric_{slug(metric)}_vs_{slug(key)}.png")
+    return _save(ax.figure, out / f"metric_{slug(metric)}_vs_{slug(key)}.png")
 
 
 def plot_length(sweep: Sweep, base: str, lengths: dict[float, str], out: Path) -> Path | None:
     """``base@Nx`` against N for every group (length generalisation)."""
-    fig = Figure(figsize=(6, 4))
-    ax = fig.add_subplot()
-    drawn = False
+    ax = Figure(figsize=(6, 4)).add_subplot()
     for g in sweep.groups:
         pts = [(n, s.mean, ci_err(s, k), s.n) for n, k in lengths.items() if (s := g.stat(k)) is not None and s.n]
         if pts:
             _errorbar(ax, pts, marker="o", label=g.label())
-            drawn = True
-    if not drawn:
+    if not ax.get_lines():
         return None
     ax.set_xscale("log", base=2)
     ax.set_xticks(list(lengths), [f"{n:g}x" for n in lengths])
     ax.set(xlabel="test length / training length", ylabel=base, title=f"{base} against test length")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
-    return _save(fig, out / f"length_{slug(base)}.png")
+    return _save(ax.figure, out / f"length_{slug(base)}.png")
 
 
 def plot_metric_vs_params(sweep: Sweep, metric: str, out: Path) -> Path | None:
@@ -150,14 +146,13 @@ def plot_metric_vs_params(sweep: Sweep, metric: str, out: Path) -> Path | None:
     ]
     if len({total for total, _, _ in pts}) < 2:
         return None
-    fig = Figure(figsize=(6, 4))
-    ax = fig.add_subplot()
+    ax = Figure(figsize=(6, 4)).add_subplot()
     for total, s, label in pts:
         _errorbar(ax, [(total, s.mean, ci_err(s, metric), s.n)], marker="o")
         ax.annotate(label, (total, s.mean), fontsize="x-small", xytext=(3, 3), textcoords="offset points")
     ax.set(xlabel="parameters (total)", ylabel=metric, title=f"{metric} vs parameter count")
     ax.grid(alpha=0.3)
-    return _save(fig, out / f"params_{slug(metric)}.png")
+    return _save(ax.figure, out / f"params_{slug(metric)}.png")
 
 
 def seed_band(
