@@ -68,8 +68,6 @@ def _interval(p: dict) -> str:
 
 def _trend(p: dict) -> str:
     st = p.get("stability") or {}
-    if not st:
-        return "—"
     if st.get("slope") is None:
         return st.get("outcome") or "—"
     lo, hi = st.get("slope_interval") or (None, None)

@@ -140,7 +140,6 @@ def preregistration(
     folder carries it. A researcher's own declarations (``own``) are frozen the first time they decide
     a folder: into the sweep folder ``dirs[0]`` (into ``out`` when that is a report folder), with the
     jobs finished by then. Returns the merged record."""
-    folders = list(dict.fromkeys([*dirs, out]))
     record: dict = {"format": 1, "claims": {}, "observations": []}
 
     def merge(got: dict) -> None:  # the first record of a claim wins; observations once each
@@ -148,7 +147,7 @@ def preregistration(
             record["claims"].setdefault(name, frozen)
         record["observations"] += [o for o in got["observations"] if o not in record["observations"]]
 
-    for d in folders:
+    for d in dict.fromkeys([*dirs, out]):  # each folder once
         merge(preregister.read(d))
     by_name = {c.name: c for c in claims}
     sweep_dir = dirs[0] if dirs and find_job_dirs(dirs[0]) else None

@@ -67,17 +67,15 @@ def portable(obj, prefixes: list[tuple[str, str]] | None = None):
 def write_verdicts(results: list, out: Path) -> Path:
     """Write ``verdicts.json``: ``{"format": 2, "claims": [...]}``, a record per claim with its parts
     (:meth:`xformer.report.rules.results.ClaimResult.record`), paths made portable."""
-    records = [r.record() for r in results]
     path = out / VERDICTS_JSON
-    path.write_text(json.dumps({"format": VERDICTS_FORMAT, "claims": portable(records)}, indent=1, default=str))
+    records = portable([r.record() for r in results])
+    path.write_text(json.dumps({"format": VERDICTS_FORMAT, "claims": records}, indent=1, default=str))
     return path
 
 
 def _rel(path: Path, roots: list[Path]) -> str:
-    for r in roots:
-        if path.is_relative_to(r):
-            return os.path.relpath(path, r)
-    return str(path)
+    """``path`` relative to the first of ``roots`` it lies under, else as it is."""
+    return next((os.path.relpath(path, r) for r in roots if path.is_relative_to(r)), str(path))
 
 
 def _setting(sweep: Sweep, job: Job) -> str:

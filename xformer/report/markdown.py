@@ -19,8 +19,7 @@ RULES_DOC = Path(__file__).resolve().parents[2] / "docs" / "report.md"
 def rules_link(out_dir: Path) -> str:
     """A link to the test types' section of ``docs/report.md``: relative where the report lies in this
     checkout, else the file named in words."""
-    root = RULES_DOC.parents[1]
-    if Path(out_dir).resolve().is_relative_to(root):
+    if Path(out_dir).resolve().is_relative_to(RULES_DOC.parents[1]):
         return f"[docs/report.md § Test types]({os.path.relpath(RULES_DOC, Path(out_dir).resolve())}#test-types)"
     return "docs/report.md § Test types (in the xformer checkout)"
 

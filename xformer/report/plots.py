@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from .aggregate import Group, Stat, Sweep, fmt_value, read_curves, value_sort_key
@@ -38,8 +37,7 @@ def length_metrics(keys: list[str], base: str | None = None) -> tuple[str, dict[
     (``base`` first when given, else test loss, BLEU, exact match, accuracy), or ``None``."""
     families: dict[str, dict[float, str]] = {}
     for k in keys:
-        m = LENGTH_RE.match(k)
-        if m:
+        if m := LENGTH_RE.match(k):
             families.setdefault(m["base"], {})[float(m["n"])] = k
     order = [base] if base else ["test/loss", "test/bleu", "test/exact_match", "test/acc"]
     order += sorted(families)
@@ -57,7 +55,6 @@ def slug(text: str) -> str:
 
 def _save(fig: Figure, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    FigureCanvasAgg(fig)
     fig.savefig(path, dpi=110, bbox_inches="tight")
     return path
 

@@ -27,9 +27,8 @@ def load_wandb_jobs(spec: str) -> list[Job]:
         raise ValueError(f"--wandb {spec!r}: expected ENTITY/PROJECT[:GROUP]")
     import wandb  # imported here: slow, and only needed for this source
 
-    runs = wandb.Api().runs(path, filters={"group": group} if group else None)
     jobs = []
-    for run in runs:
+    for run in wandb.Api().runs(path, filters={"group": group} if group else None):
         summary = dict(run.summary._json_dict) if hasattr(run.summary, "_json_dict") else dict(run.summary)
         overrides = dict(kv for kv in (parse_override(t) for t in run.tags) if kv is not None)
         nums = {k: v for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
