@@ -58,11 +58,9 @@ class UsageError(Exception):
 
 @dataclass
 class ClaimSweep:
-    """One claim config at one scale: its sweep folder and the state of each of its jobs.
-
-    ``states[num]`` is ``finished``, ``resumable`` (has ``last.ckpt``), ``failed``, ``started`` (a
-    folder without a checkpoint) or ``new``; ``refused`` the config mismatch that stops it, if any.
-    """
+    """One claim config at one scale: its sweep folder, each job's state (``states[num]``: ``finished``,
+    ``resumable`` (has ``last.ckpt``), ``failed``, ``started`` (a folder without a checkpoint) or ``new``)
+    and ``refused``: the config mismatch that stops it, if any."""
 
     name: str
     scale: str
@@ -89,11 +87,8 @@ class ClaimSweep:
 
 def resolve_names(names: list[str]) -> list[str]:
     """Claim config names for ``names`` (config names, or declared claims standing for the configs their
-    ``sweeps`` name; case-insensitive), in catalogue order; all configs when empty.
-
-    Raises:
-        UsageError: a name that is neither.
-    """
+    ``sweeps`` name; case-insensitive), in catalogue order; all configs when empty. Raises UsageError: a
+    name that is neither."""
     from .rules.engine import project_claims
 
     known = claim_names()
