@@ -26,6 +26,7 @@ def test_report_md_has_table_verdicts_failed_jobs_and_plots(sweep_dir, tmp_path,
     assert main([str(sweep_dir), "--out", str(out)]) == 0
     stdout = capsys.readouterr().out.splitlines()
     assert stdout[-1] == str(out / "report.md")
+    assert sum(str(out / "report.md") in line for line in stdout) == 1  # the path once, last
     # the console: one line per claim the sweep asks about (its experiment), details in report.md
     claims = [line for line in stdout if line.startswith("C")]
     assert [c.split(" ")[0].rstrip(":") for c in claims] == ["C1", "C2"]

@@ -162,7 +162,7 @@ def test_every_published_claim_carries_its_preregistration_record():
 
 
 def test_every_reason_the_engine_gave_reads_back_to_one_template(tmp_path):
-    from xformer.report.claims import load_file
+    from xformer.report.rules.declare import load_file
     from xformer.report.rules.reasons import REASONS, parse
 
     reasons = []

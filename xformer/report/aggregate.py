@@ -1,34 +1,29 @@
 """Find the jobs of one or more sweeps, group them by the swept values and average over seeds.
 
-A *job* is any folder holding ``metrics.json`` (written by :func:`xformer.jobs.driver.run`) or
-``.hydra/overrides.yaml`` (a job that crashed before writing its summary). Folders are searched
-recursively, so DIR may be one job, one ``multirun/<date>/<time>`` sweep, or a parent of several.
+A *job* is a folder holding ``metrics.json`` (:func:`xformer.jobs.driver.run`) or ``.hydra/overrides.yaml``
+(a job that crashed before its summary), found recursively below each folder given. The *swept keys* are the
+override keys (``model.ffn_ratio``, ``model/pe``) whose value differs between jobs, never ``seed`` or
+``hydra.*``; a job that does not override a key gets its value from its resolved config or Hydra group
+choices, so sweeps run with different override lists pool. Jobs with equal swept values form a
+:class:`Group`; every metric is summarised over its seeds as a :class:`Stat` (mean, sample std, n).
 
-The *swept keys* are the override keys (``model.ffn_ratio``, group choices such as ``model/pe``)
-whose value differs between jobs; ``seed`` and ``hydra.*`` are never swept keys. A job that does not
-override a key gets its value from its resolved config (dotted keys) or its Hydra group choices
-(``a/b`` keys), so sweeps run with different override lists can be pooled. Jobs with equal swept
-values form a :class:`Group`; every metric is summarised over the group's finished jobs (its seeds)
-as a :class:`Stat` (mean, sample std with ddof=1, n).
-
-A *diverged* job (``metrics.json`` status ``diverged``: non-finite training loss, or a last validation
-loss above the first; also an older ``failed`` record whose error is a ``NonFiniteLossError``) is an
-outcome of its setting: it stays in its group (``Group.diverged``, ``Sweep.diverged``) and enters every
-metric's :class:`Stat` as a non-finite value (``Stat.n_nonfinite``), so a setting whose seeds all
-diverged is still a group the claims see. Crashed, unfinished or missing jobs are kept apart
-(``Sweep.failed``, ``Group.failed``) and never averaged.
+A *diverged* job (status ``diverged``, or an older ``failed`` one whose error is a ``NonFiniteLossError``) is
+an outcome of its setting: it stays in its group and enters every metric's :class:`Stat` as a non-finite
+value. Crashed, unfinished or missing jobs are kept apart (``Sweep.failed``) and never averaged.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import logging
 import math
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from statistics import fmean
+from typing import Any, Callable, Iterable
 
 from omegaconf import OmegaConf
 
@@ -55,14 +50,11 @@ class Job:
         path: the job folder (``multirun/<date>/<time>/<num>``); for W&B runs a pseudo path.
         status: ``finished`` | ``diverged`` | ``failed`` | ``preempted`` | ``running`` (metrics.json), or
             ``missing`` (no metrics.json).
-        diverged_step: for a diverged job, the step it diverged at (``None`` when unknown).
-        error: the error line of a failed or diverged job (``""`` when none).
-        overrides: the job's command-line overrides, ``{key: parsed value}`` (``+``/``~`` prefixes dropped).
-        config: the fully resolved config (empty when unknown).
-        choices: Hydra group choices, e.g. ``{"model/pe": "rope"}``.
-        metrics: final flat metrics (``val/loss``, ``test/bleu``, ``test/exact_match@2x`` ...).
-        params: parameter counts by role (``total``, ``attention``, ``ffn`` ...).
+        overrides: the command-line overrides, ``{key: parsed value}`` (``+``/``~`` prefixes dropped).
+        config, choices: the resolved config (``{}`` when unknown); the Hydra group choices (``{"model/pe": "rope"}``).
+        metrics, params: final flat metrics (``val/loss``, ``test/exact_match@2x`` ...); parameter counts by role.
         wall_time_s, global_step, tokens_seen: from metrics.json when present.
+        diverged_step, error: the step a diverged job diverged at (``None`` when unknown); the error line.
         curves: ``{metric: (steps, values)}`` when already loaded (W&B); files are read lazily.
     """
 
@@ -75,10 +67,10 @@ class Job:
     params: dict[str, int] = field(default_factory=dict)
     wall_time_s: float | None = None
     global_step: int | None = None
-    curves: dict[str, tuple[list[float], list[float]]] | None = None
+    tokens_seen: int | None = None
     diverged_step: int | None = None
     error: str = ""
-    tokens_seen: int | None = None
+    curves: dict[str, tuple[list[float], list[float]]] | None = None
 
     @property
     def finished(self) -> bool:
@@ -111,10 +103,6 @@ class Job:
                 return None
             node = node[part]
         return node if not isinstance(node, (dict, list)) else str(node)
-
-    def override_text(self) -> str:
-        """The overrides as ``k=v`` text, for listings."""
-        return " ".join(f"{k}={fmt_value(v)}" for k, v in self.overrides.items()) or "(no overrides)"
 
 
 def parse_value(text: str) -> Any:
@@ -151,11 +139,7 @@ def parse_override(text: str) -> tuple[str, Any] | None:
 
 def fmt_value(v: Any) -> str:
     """A swept value as text (``true``/``null`` spelled as in Hydra overrides)."""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if v is None:
-        return "null"
-    return str(v)
+    return json.dumps(v) if v is None or isinstance(v, bool) else str(v)
 
 
 def value_sort_key(v: Any) -> tuple:
@@ -194,12 +178,9 @@ def _load_yaml(path: Path) -> Any:
 
 
 def load_job(path: Path) -> Job:
-    """Read one job folder.
-
-    Overrides come from ``.hydra/overrides.yaml`` (else ``metrics.json``'s ``job.overrides``). Without
-    ``metrics.json`` the job is ``missing`` and its config/choices are read from ``.hydra/`` if there.
-    An unreadable ``metrics.json`` makes the job ``failed``. Never raises for bad content.
-    """
+    """Read one job folder: overrides from ``.hydra/overrides.yaml`` (else ``metrics.json``'s), config and
+    choices from ``metrics.json`` (else ``.hydra/``). Without ``metrics.json`` the job is ``missing``; an
+    unreadable one makes it ``failed``. Never raises for bad content."""
     record, status = RunRecord(), "missing"
     if (path / FILE).is_file():
         try:
@@ -213,10 +194,8 @@ def load_job(path: Path) -> Job:
         raw = info.get("overrides") or []
     overrides = dict(kv for kv in (parse_override(str(o)) for o in raw) if kv is not None)
     overrides = {k: v for k, v in overrides.items() if not k.startswith("hydra.")}
-    config = record.config
+    config = record.config or _load_yaml(path / ".hydra" / "config.yaml") or {}
     choices = info.get("choices") or {}
-    if not config and (path / ".hydra" / "config.yaml").is_file():
-        config = _load_yaml(path / ".hydra" / "config.yaml") or {}
     if not choices and (path / ".hydra" / "hydra.yaml").is_file():
         hydra = _load_yaml(path / ".hydra" / "hydra.yaml") or {}
         choices = ((hydra.get("hydra") or {}).get("runtime") or {}).get("choices") or {}
@@ -246,15 +225,11 @@ def load_job(path: Path) -> Job:
 
 
 def _is_number(v: Any) -> bool:
-    if isinstance(v, bool):
-        return False
-    if isinstance(v, (int, float)):
-        return True
     try:
         float(v)
-        return True
     except (TypeError, ValueError):
         return False
+    return not isinstance(v, bool)
 
 
 # -- statistics ---------------------------------------------------------------------------------
@@ -287,24 +262,16 @@ class Stat:
         """``"0.6 ± 0.1414 (n=2)"``; ``"0.6 (n=1)"``; diverged runs noted."""
         if self.n == 0:
             return f"diverged ({self.n_nonfinite})"
-        out = f"{self.mean:.{digits}g}"
-        if self.std is not None:
-            out += f" ± {self.std:.{max(digits - 1, 2)}g}"
-        out += f" (n={self.n})"
-        if self.n_nonfinite:
-            out += f" +{self.n_nonfinite} diverged"
-        return out
+        std = f" ± {self.std:.{max(digits - 1, 2)}g}" if self.std is not None else ""
+        bad = f" +{self.n_nonfinite} diverged" if self.n_nonfinite else ""
+        return f"{self.mean:.{digits}g}{std} (n={self.n}){bad}"
 
 
 @dataclass
 class Group:
-    """Jobs that share the swept values ``values`` (``{swept key: value}``), i.e. the seeds of one setting.
-
-    Attributes:
-        jobs: finished jobs (averaged); ``diverged``: the group's diverged jobs (counted in every
-        metric's ``Stat.n_nonfinite``); ``failed``: crashed/unfinished jobs (not averaged, not counted).
-        stats: ``{metric: Stat}`` over ``jobs`` and ``diverged``; ``params``: mean parameter counts by role.
-    """
+    """The seeds of one setting: jobs that share the swept values ``values`` (``{swept key: value}``), split
+    into ``jobs`` (finished, averaged), ``diverged`` (in every metric's ``Stat.n_nonfinite``) and ``failed``
+    (crashed or unfinished: neither); ``stats`` ``{metric: Stat}``; ``params`` mean parameter counts by role."""
 
     values: dict[str, Any]
     jobs: list[Job] = field(default_factory=list)
@@ -330,23 +297,16 @@ class Group:
 
     def config(self) -> dict:
         """The resolved config of the group's first job (finished first), ``{}`` if none."""
-        for j in self.jobs + self.diverged + self.failed:
-            if j.config:
-                return j.config
-        return {}
+        return next((j.config for j in self.jobs + self.diverged + self.failed if j.config), {})
 
 
 @dataclass
 class Sweep:
-    """Everything the report needs about a set of jobs.
-
-    Attributes:
-        dirs: the folders searched; ``jobs``: every job found; ``swept_keys``: sorted swept keys;
-        ``fixed``: overrides shared by all jobs; ``groups``: groups with at least one finished or
-        diverged job, ordered by swept values; ``failed``: all crashed/unfinished jobs (not diverged
-        ones); ``diverged``: all diverged jobs; ``metric_keys``: every metric seen in a finished job, sorted;
-        ``dropped``: a warning per job folder not counted because another folder ran the same job.
-    """
+    """Everything the report needs about a set of jobs: the folders searched (``dirs``), every job found,
+    the sorted ``swept_keys``, the overrides all jobs share (``fixed``), the ``groups`` with a finished or
+    diverged job (ordered by swept values), all crashed or unfinished jobs (``failed``), all ``diverged`` ones,
+    every metric of a finished job (``metric_keys``, sorted) and a warning per job folder not counted because
+    another folder ran the same job (``dropped``)."""
 
     dirs: list[Path]
     jobs: list[Job]
@@ -369,12 +329,7 @@ def swept_keys(jobs: list[Job]) -> list[str]:
     A job without the override contributes its config/choice value (:meth:`Job.value`); a job that
     cannot tell (crashed before writing any config) contributes nothing."""
     keys = sorted({k for j in jobs for k in j.overrides if k != SEED_KEY and not k.startswith("hydra.")})
-    out = []
-    for k in keys:
-        seen = {_hashable(j.value(k)) for j in jobs if j.knows(k)}
-        if len(seen) > 1:
-            out.append(k)
-    return out
+    return [k for k in keys if len({_hashable(j.value(k)) for j in jobs if j.knows(k)}) > 1]
 
 
 def _hashable(v: Any) -> Any:
@@ -383,11 +338,8 @@ def _hashable(v: Any) -> Any:
 
 def group_jobs(jobs: list[Job], keys: list[str]) -> tuple[list[Group], list[Job]]:
     """Group ``jobs`` by their values of ``keys``; return (groups with a finished or diverged job,
-    crashed/unfinished jobs).
-
-    Each group's ``stats`` holds a :class:`Stat` for every metric of the sweep's finished jobs: the
-    finished seeds' values plus one non-finite value per diverged seed (whatever a diverged run
-    logged before or after it diverged is not its result)."""
+    crashed/unfinished jobs). A group's :class:`Stat` of a metric holds its finished seeds' values and one
+    non-finite value per diverged seed (what a diverged run logged is not its result)."""
     by_key: dict[tuple, Group] = {}
     for j in jobs:
         values = {k: _hashable(j.value(k)) for k in keys}
@@ -406,20 +358,13 @@ def group_jobs(jobs: list[Job], keys: list[str]) -> tuple[list[Group], list[Job]
         }
         counted = g.jobs + g.diverged
         roles = sorted({r for j in counted for r in j.params})
-        g.params = {
-            r: sum(j.params[r] for j in counted if r in j.params) / sum(1 for j in counted if r in j.params)
-            for r in roles
-        }
+        g.params = {r: fmean(j.params[r] for j in counted if r in j.params) for r in roles}
     failed = [j for j in jobs if not j.finished and not j.diverged]
     return groups, failed
 
 
 def aggregate_jobs(jobs: list[Job], dirs: list[Path] | None = None) -> Sweep:
-    """Build a :class:`Sweep` from already-loaded jobs.
-
-    Raises:
-        NoJobsError: ``jobs`` is empty.
-    """
+    """Build a :class:`Sweep` from already-loaded jobs. Raises NoJobsError: ``jobs`` is empty."""
     if not jobs:
         raise NoJobsError("no jobs")
     keys = swept_keys(jobs)
@@ -428,17 +373,8 @@ def aggregate_jobs(jobs: list[Job], dirs: list[Path] | None = None) -> Sweep:
     fixed = {k: jobs[0].value(k) for k in shared}
     groups, failed = group_jobs(jobs, keys)
     metric_keys = sorted({m for j in jobs if j.finished for m in j.metrics})
-    return Sweep(
-        dirs=list(dirs or []),
-        jobs=jobs,
-        swept_keys=keys,
-        fixed=fixed,
-        groups=groups,
-        failed=failed,
-        metric_keys=metric_keys,
-        diverged=[j for j in jobs if j.diverged],
-        dropped=dropped,
-    )
+    diverged = [j for j in jobs if j.diverged]
+    return Sweep(list(dirs or []), jobs, keys, fixed, groups, failed, metric_keys, diverged, dropped)
 
 
 def drop_duplicate_runs(jobs: list[Job], keys: list[str]) -> tuple[list[Job], list[str]]:
@@ -446,17 +382,14 @@ def drop_duplicate_runs(jobs: list[Job], keys: list[str]) -> tuple[list[Job], li
     seed (a sweep given twice under different names, a rerun copied beside the original), the first
     finished one is kept (else the first) and the other is dropped with a warning naming both
     (wandb#6614: pooled runs counted twice narrow every interval). Returns ``(kept, warnings)``."""
-    kept: dict[tuple, Job] = {}
-    order: list[tuple] = []
+    kept: dict[tuple, Job] = {}  # in the order first seen
     warnings: list[str] = []
     for j in jobs:
         ident = (tuple(fmt_value(j.value(k)) for k in keys), fmt_value(j.seed))
         if j.seed is None:  # a job that crashed before writing its config: nothing to match it on
             ident = ("path", str(j.path))
-        first = kept.get(ident)
-        if first is None:
-            kept[ident] = j
-            order.append(ident)
+        first = kept.setdefault(ident, j)
+        if first is j:
             continue
         keep, drop = (j, first) if (j.finished and not first.finished) else (first, j)
         kept[ident] = keep
@@ -467,7 +400,7 @@ def drop_duplicate_runs(jobs: list[Job], keys: list[str]) -> tuple[list[Job], li
             f"seed adds no information; a rerun needs another seed to count)"
         )
         log.warning("%s", warnings[-1])
-    return [kept[i] for i in order], warnings
+    return list(kept.values()), warnings
 
 
 def aggregate(dirs: list[Path | str]) -> Sweep:
@@ -477,28 +410,35 @@ def aggregate(dirs: list[Path | str]) -> Sweep:
         NoJobsError: a folder does not exist or holds no job (the message names it).
     """
     paths = [Path(d) for d in dirs]
+    return aggregate_jobs(load_dirs(paths), paths)
+
+
+def load_dirs(dirs: list[Path], without_jobs: Callable[[Path], list[Job] | None] = lambda _d: None) -> list[Job]:
+    """The jobs below ``dirs``, each job folder read once however many given paths reach it (``sweep`` and
+    ``sweep/3``, a symlink); ``without_jobs(d)`` gives the jobs of a folder with no job folder below it
+    (``None``: it holds none).
+
+    Raises:
+        NoJobsError: a folder does not exist or holds no job (the message names it).
+    """
     jobs: list[Job] = []
     seen: set[Path] = set()
-    for d in paths:
+    for d in dirs:
         if not d.is_dir():
             raise NoJobsError(f"{d}: no such directory")
         found = find_job_dirs(d)
-        if not found:
-            raise NoJobsError(f"{d}: no jobs found (no metrics.json or .hydra/overrides.yaml below it)")
-        jobs += load_jobs_once(found, seen)
-    return aggregate_jobs(jobs, paths)
-
-
-def load_jobs_once(found: list[Path], seen: set[Path]) -> list[Job]:
-    """:func:`load_job` of each folder in ``found`` not yet in ``seen`` (resolved paths, updated): a job
-    folder reached through two given paths (``sweep`` and ``sweep/3``, a symlink) is read once."""
-    out = []
-    for p in found:
-        real = p.resolve()
-        if real not in seen:
-            seen.add(real)
-            out.append(load_job(p))
-    return out
+        other = None if found else without_jobs(d)
+        if not found and other is None:
+            raise NoJobsError(
+                f"{d}: no jobs found (no metrics.json or .hydra/overrides.yaml below it, "
+                f"and not a report folder with jobs.json)"
+            )
+        jobs += other or []
+        for p in found:
+            if (real := p.resolve()) not in seen:
+                seen.add(real)
+                jobs.append(load_job(p))
+    return jobs
 
 
 # -- logged history -----------------------------------------------------------------------------
@@ -507,38 +447,28 @@ LIGHTNING_STEP_OFFSET = 1
 
 
 def read_curves(
-    job: Job, keys: Iterable[str] = ("train/loss", "val/loss")
+    job: Job, keys: Iterable[str] | None = ("train/loss", "val/loss")
 ) -> dict[str, tuple[list[float], list[float]]]:
-    """``{metric: (steps, values)}`` for ``keys`` from the job's ``csv/metrics.csv`` (Lightning's
-    CSVLogger: sparse rows, empty cells skipped; non-finite values kept). Missing file → ``{}``.
+    """``{metric: (steps, values)}`` for ``keys`` (``None``: every column) from the job's ``csv/metrics.csv``
+    (Lightning's CSVLogger: sparse rows, empty cells skipped; non-finite values kept). Missing file → ``{}``.
 
-    Steps are optimizer steps done: Lightning labels the rows logged after the k-th update with
-    ``step = k - 1`` (0-based), so the label is shifted by one here; the validation after 250 updates
-    is at step 250, the same axis as the budget (``trainer.max_steps``), ``global_step`` and the
-    ``best-<step>.ckpt`` names."""
+    Steps are optimizer steps done: Lightning labels the rows logged after the k-th update ``k - 1``, shifted
+    by one here, so the validation after 250 updates is at step 250, as ``trainer.max_steps`` counts."""
+    wanted = None if keys is None else list(keys)
     if job.curves is not None:
-        return {k: v for k, v in job.curves.items() if k in set(keys)}
+        return {k: v for k, v in job.curves.items() if wanted is None or k in wanted}
     out: dict[str, tuple[list[float], list[float]]] = {}
-    path = job.path / "csv" / "metrics.csv"
-    if not path.is_file():
-        return out
-    wanted = list(keys)
     try:
-        with path.open(newline="") as fh:
-            for row in csv.DictReader(fh):
-                step = row.get("step")
-                if step in (None, ""):
-                    continue
-                for k in wanted:
-                    cell = row.get(k)
-                    if cell in (None, ""):
-                        continue
-                    try:
-                        s, v = float(step) + LIGHTNING_STEP_OFFSET, float(cell)
+        with (job.path / "csv" / "metrics.csv").open(newline="") as fh:
+            reader = csv.DictReader(fh)
+            for row in reader:
+                for k in reader.fieldnames if wanted is None else wanted:
+                    try:  # an empty cell (Lightning's CSV rows are sparse) is no point
+                        s, v = float(row.get("step") or ""), float(row.get(k) or "")
                     except ValueError:
                         continue
                     xs, ys = out.setdefault(k, ([], []))
-                    xs.append(s)
+                    xs.append(s + LIGHTNING_STEP_OFFSET)
                     ys.append(v)
     except (OSError, csv.Error, UnicodeDecodeError):
         return {}

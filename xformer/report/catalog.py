@@ -24,19 +24,15 @@ def part_line(p: Part) -> str:
     bits = [f"**{p.label}** {p.role if p.role != 'claim' else ''} `{p.test}`".replace("  ", " ")]
     if p.says:
         bits.append(f"{p.says}.")
-    arms = []
-    for key in ("a", "b"):
-        if key in spec:
-            arms.append(f"{key} = `{_selector(spec[key])}`")
+    arms = [f"{key} = `{_selector(spec[key])}`" for key in ("a", "b") if key in spec]
     if "terms" in spec:
         arms.append(
             "contrast " + " ".join(f"{float(t.get('weight', 1)):+g}·`{_selector(t.get('arm'))}`" for t in spec["terms"])
         )
     if "axis" in spec:
         arms.append(f"along `{spec['axis']}`" + (f" at `{_selector(spec['at'])}`" if spec.get("at") else ""))
-    for key in ("shape", "per", "mode", "level", "need", "expect", "factor", "from_value", "to_value", "measure"):
-        if key in spec:
-            arms.append(f"{key} {fmt_value(spec[key])}")
+    keys = ("shape", "per", "mode", "level", "need", "expect", "factor", "from_value", "to_value", "measure")
+    arms += [f"{key} {fmt_value(spec[key])}" for key in keys if key in spec]
     if "target" in spec:
         arms.append(f"target {spec['target']} ± {spec.get('tolerance')}")
     if "at_least" in spec:
@@ -57,13 +53,9 @@ def claim_section(c: Claim) -> list[str]:
     """The section of one claim."""
     lines = [f"## {c.name}: {c.statement}", "", f"- source: {c.source}" if c.source else ""]
     lines += [f"- sweeps: {', '.join(f'`{s}`' for s in c.sweeps)}" if c.sweeps else "- sweeps: none"]
-    if c.bench:
-        lines.append("- measured by `xformer bench` (`bench.json`)")
-    if c.published:
-        lines.append(f"- published: {c.published}")
-    if c.rule:
-        lines.append(f"- how: {c.rule}")
-    lines.append(f"- declared in `{c.file.split('/claims/')[-1] if '/claims/' in c.file else c.file}`")
+    lines += ["- measured by `xformer bench` (`bench.json`)" if c.bench else ""]
+    lines += [f"- published: {c.published}" if c.published else "", f"- how: {c.rule}" if c.rule else ""]
+    lines.append(f"- declared in `{c.file.split('/claims/')[-1]}`")
     lines += ["- parts:"] + [f"  - {part_line(p)}" for p in c.parts]
     return [x for x in lines if x] + [""]
 

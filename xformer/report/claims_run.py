@@ -6,26 +6,20 @@ the claims table of docs/results/README.md -- one command per step, each resumab
     xformer claims report [--scale cpu|gpu|cpu_small] [NAMES ...]   # reports of the sweeps as they are
     xformer claims table [--check]                                  # docs/results/README.md table from docs/results/*/
 
-NAMES are claim configs (the files of ``conf/experiment/claims/``) or declared claims (``claims/*.yaml``:
-the configs its ``sweeps`` name); none means every claim config. ``run`` starts, for each name in turn,
+NAMES are claim configs (``conf/experiment/claims/``) or declared claims (``claims/*.yaml``, standing for the
+configs its ``sweeps`` name); none means every claim config. ``run`` starts, for each name in turn,
 
     python run.py experiment=claims/<name> scale=<scale> [OVERRIDES] -m
 
-into the claim's stable sweep folder ``$XFORMER_RUNS/claims/<name>/<scale>`` (``XFORMER_RUNS``
-defaults to ``multirun``, relative to the current folder; set in the claim config's
-``hydra.sweep.dir``). Sweeps are resumable (:mod:`xformer.jobs.sweep_resume`): finished jobs are
-skipped, an interrupted job continues from its last checkpoint, so the same command after an
-interruption continues where it stopped; a claim whose jobs have all finished is not started again, and
-neither is one whose report is already published in ``--results`` (a fresh clone lists those as
-``published``; ``--rerun`` runs them again).
-``--scale cpu_small`` is a claim's small form (``conf/scale/cpu_small.yaml``: 2 seeds, a tenth to a fifth of the
-steps; minutes on one core), in its own folder ``$XFORMER_RUNS/claims/<name>/cpu_small``; its reports go
-to ``$XFORMER_RUNS/claims/cpu_small_reports/<name>/``, never over the published ones.
-The CPU forms run two jobs side by side with one thread each (``hydra/launcher=joblib_cpu``, chosen
-by ``conf/scale/cpu.yaml``). After each sweep it writes, into ``docs/results/<name>/`` (``--results``):
-``report.md`` and plots (:func:`xformer.report.cli.main`, the ``xformer report`` command),
-``run.md`` (the commands, the wall time of every invocation and their sum, the machine) and
-``jobs.csv`` (one row per job and seed: overrides, status, the decision metrics, wall time).
+into the claim's sweep folder ``$XFORMER_RUNS/claims/<name>/<scale>`` (``XFORMER_RUNS`` defaults to
+``multirun``). Sweeps resume (:mod:`xformer.jobs.sweep_resume`): finished jobs are skipped, an interrupted one
+continues from its last checkpoint; a claim whose jobs have all finished, or whose report is published in
+``--results``, is not started again (``--rerun`` runs it). ``--scale cpu_small`` is a claim's small form
+(``conf/scale/cpu_small.yaml``: 2 seeds, a tenth to a fifth of the steps), its reports in
+``$XFORMER_RUNS/claims/cpu_small_reports/<name>/``, never over the published ones. The CPU forms run two
+one-thread jobs side by side (``hydra/launcher=joblib_cpu``). After each sweep it writes into
+``docs/results/<name>/`` (``--results``) ``report.md`` and plots (``xformer report``), ``run.md`` (the
+commands, the wall time of every invocation and their sum, the machine) and ``jobs.csv`` (one row per job).
 
 Exit status: 0 when every named sweep finished and was reported; 1 when a job failed; 2 with one
 ``error:`` line for bad arguments, a missing ``XFORMER_DATA`` or a sweep refused (changed config).
@@ -64,11 +58,9 @@ class UsageError(Exception):
 
 @dataclass
 class ClaimSweep:
-    """One claim config at one scale: its sweep folder and the state of each of its jobs.
-
-    ``states[num]`` is ``finished``, ``resumable`` (has ``last.ckpt``), ``failed``, ``started`` (a
-    folder without a checkpoint) or ``new``; ``refused`` the config mismatch that stops it, if any.
-    """
+    """One claim config at one scale: its sweep folder, each job's state (``states[num]``: ``finished``,
+    ``resumable`` (has ``last.ckpt``), ``failed``, ``started`` (a folder without a checkpoint) or ``new``)
+    and ``refused``: the config mismatch that stops it, if any."""
 
     name: str
     scale: str
@@ -95,11 +87,8 @@ class ClaimSweep:
 
 def resolve_names(names: list[str]) -> list[str]:
     """Claim config names for ``names`` (config names, or declared claims standing for the configs their
-    ``sweeps`` name; case-insensitive), in catalogue order; all configs when empty.
-
-    Raises:
-        UsageError: a name that is neither.
-    """
+    ``sweeps`` name; case-insensitive), in catalogue order; all configs when empty. Raises UsageError: a
+    name that is neither."""
     from .rules.engine import project_claims
 
     known = claim_names()
@@ -160,11 +149,9 @@ def format_listing(sweeps: list[ClaimSweep], results: Path) -> str:
     ]
     for s in sweeps:
         todo = len(s.states) - s.count("finished") - s.count("resumable")
-        report = results / s.name / "report.md"
         lines.append(
             f"{s.name:<24} {s.scale:<5} {len(s.states):>4} {s.count('finished'):>4} "
-            f"{s.count('resumable'):>6} {todo:>6}  {s.sweep_dir} -> "
-            f"{report if report.is_file() else '(no report yet)'}"
+            f"{s.count('resumable'):>6} {todo:>6}  {s.sweep_dir} -> {s.published(results) or '(no report yet)'}"
         )
         if s.refused:
             lines.append(f"  refused: the folder holds another config, {s.refused}")
@@ -184,11 +171,12 @@ def format_listing(sweeps: list[ClaimSweep], results: Path) -> str:
     return "\n".join(lines)
 
 
-def _load_runs(sweep_dir: Path) -> list[dict]:
+def _read_json(path: Path, default: list | dict) -> list | dict:
+    """The JSON in ``path``; ``default`` when it is missing or unreadable."""
     try:
-        return json.loads((sweep_dir / RUNS_LOG).read_text())
+        return json.loads(path.read_text())
     except (OSError, ValueError):
-        return []
+        return default
 
 
 def run_sweep(s: ClaimSweep, extra: list[str]) -> int:
@@ -200,16 +188,15 @@ def run_sweep(s: ClaimSweep, extra: list[str]) -> int:
         f"finished, {s.count('resumable')} to resume)",
         flush=True,
     )
-    t0, started = time.time(), time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    runs = _load_runs(s.sweep_dir)
+    t0 = time.time()
     record = {
-        "started": started,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "wall_s": None,  # filled in when the sweep ends, or when this process is stopped by SIGTERM
         "exit": "running",
         "command": shlex.join(s.command(extra)),
         "jobs_before": {"finished": s.count("finished"), "resumable": s.count("resumable"), "total": len(s.states)},
     }
-    runs.append(record)
+    runs = [*_read_json(s.sweep_dir / RUNS_LOG, []), record]
 
     def save(exit_status) -> float:
         wall = time.time() - t0
@@ -269,8 +256,9 @@ def write_jobs_csv(sweep_dir: Path, path: Path) -> int:
 
 def _commit() -> str:
     try:
-        git = ["git", "rev-parse", "--short", "HEAD"]
-        done = subprocess.run(git, cwd=REPO, capture_output=True, text=True, timeout=10)
+        done = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10
+        )
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return done.stdout.strip() or "unknown"
@@ -284,19 +272,12 @@ def _wall(run: dict, unit: str = " s") -> str:
 def write_run_md(s: ClaimSweep, out: Path, extra: list[str]) -> Path:
     """``run.md``: how the report was made (commands, wall time per invocation and in total, jobs,
     launcher, machine, commit)."""
-    runs = _load_runs(s.sweep_dir)
+    runs = _read_json(s.sweep_dir / RUNS_LOG, [])
     total = sum(r["wall_s"] for r in runs if r.get("wall_s") is not None)
     unknown = sum(1 for r in runs if r.get("wall_s") is None)  # killed (SIGKILL) before it could record
-    try:
-        summary = json.loads((s.sweep_dir / "sweep_summary.json").read_text())
-    except (OSError, ValueError):
-        summary = {}
-    jobs = summary.get("jobs") or []
+    jobs = _read_json(s.sweep_dir / "sweep_summary.json", {}).get("jobs") or []
     finished = sum(j.get("status") == Status.FINISHED for j in jobs)
-    job_time = 0.0
-    for job in s.sweep_dir.iterdir():
-        if (record := read_record(job)) is not None:
-            job_time += float(record.wall_time_s or 0)
+    job_time = sum(float(r.wall_time_s or 0) for job in s.sweep_dir.iterdir() if (r := read_record(job)) is not None)
     launcher = (
         "two jobs side by side, one thread each (hydra/launcher=joblib_cpu)"
         if s.scale in ("cpu", SMALL)
@@ -411,10 +392,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``xformer claims``; returns the exit status (module docstring)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    extra: list[str] = []
-    if "--" in argv:
-        i = argv.index("--")
-        argv, extra = argv[:i], argv[i + 1 :]
+    i = argv.index("--") if "--" in argv else len(argv)
+    argv, extra = argv[:i], argv[i + 1 :]
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as e:
@@ -427,8 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.results is None:
             small = Path(os.environ.get("XFORMER_RUNS", "multirun")) / "claims" / f"{SMALL}_reports"
             args.results = small if args.scale == SMALL else RESULTS
-        names = resolve_names(args.names)
-        sweeps = [inspect(n, args.scale, extra) for n in names]
+        sweeps = [inspect(n, args.scale, extra) for n in resolve_names(args.names)]
         if args.command == "list" or getattr(args, "dry_run", False):
             print(format_listing(sweeps, args.results))
             return 0

@@ -1,17 +1,10 @@
-"""The claims table of ``docs/results/README.md``, generated from the claim declarations
-(``claims/*.yaml``) and the committed reports (``xformer claims table``).
+"""The claims table of ``docs/results/README.md`` (between :data:`BEGIN` and :data:`END`; ``xformer claims
+table``, whose ``--check`` fails when it differs), from the claim declarations and the committed reports.
 
-One verdict per claim over every sweep it reads (its first row), then each part in declaration order
-with the sweep it was decided on: its test, verdict, interval (naming its level), the trend of the gap
-over the second half, whether it was declared before the data, and its margin, read from
-``docs/results/<sweep>/verdicts.json`` (written by ``xformer report``,
-:func:`xformer.report.export.write_verdicts`; never from the Markdown). A confirmatory replication
-published in ``docs/results/<sweep>/confirmatory/`` follows with its own verdict. A sweep without a
-published report (``run.md`` beside it) gets a ``not run`` row with the command that runs it; a report
-made before claims had parts, a row asking to re-render it.
-
-The table sits in ``docs/results/README.md`` between :data:`BEGIN` and :data:`END`; ``--check`` (and
-``tests/report/test_claims_table.py``) fails when it differs from what the reports give.
+A claim's one verdict over every sweep it reads (its first row), then each part with the sweep it was decided
+on, read from ``docs/results/<sweep>/verdicts.json`` (:func:`xformer.report.export.write_verdicts`; never from
+the Markdown); a confirmatory replication (``<sweep>/confirmatory/``) follows with its own verdict. A sweep
+without a published report (``run.md``) gets a ``not run`` row with the command that runs it.
 """
 
 from __future__ import annotations
@@ -21,7 +14,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from .export import VERDICTS_FORMAT, VERDICTS_JSON
-from .markdown import part_preregistration, qualified
+from .markdown import part_preregistration, qualified, table_row
 from .rules.declare import Claim
 from .rules.engine import combine, project_claims
 from .rules.results import PartResult, Status
@@ -59,7 +52,7 @@ class Row:
 
     def markdown(self) -> str:
         cells = [f"`{v}`" if f.name == "sweep" and v else v for f in fields(self) for v in [getattr(self, f.name)]]
-        return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ").strip() for c in cells) + " |"
+        return table_row(c.strip() for c in cells)
 
 
 def _interval(p: dict) -> str:
@@ -75,8 +68,6 @@ def _interval(p: dict) -> str:
 
 def _trend(p: dict) -> str:
     st = p.get("stability") or {}
-    if not st:
-        return "—"
     if st.get("slope") is None:
         return st.get("outcome") or "—"
     lo, hi = st.get("slope_interval") or (None, None)
@@ -104,16 +95,9 @@ def _record(folder: Path, claim: str) -> tuple[dict | None, str]:
 
 
 def _as_result(p: dict, sweep: str) -> PartResult:
-    return PartResult(
-        p.get("part", ""),
-        p.get("test", ""),
-        p.get("role", "claim"),
-        p.get("says", ""),
-        Status(p.get("verdict", "inconclusive")),
-        p.get("reason", ""),
-        problems=list(p.get("problems") or []),
-        sweep=sweep,
-    )
+    label, test, role, says = p.get("part", ""), p.get("test", ""), p.get("role", "claim"), p.get("says", "")
+    verdict, problems = Status(p.get("verdict", "inconclusive")), list(p.get("problems") or [])
+    return PartResult(label, test, role, says, verdict, p.get("reason", ""), problems=problems, sweep=sweep)
 
 
 def _claim_rows(claim: Claim, results: Path, sub: str = "") -> tuple[list[Row], str]:
@@ -144,22 +128,10 @@ def _claim_rows(claim: Claim, results: Path, sub: str = "") -> tuple[list[Row], 
             continue
         p, sweep, pre = got
         rel = f"`docs/results/{sweep}/{sub + '/' if sub else ''}`"
-        rows.append(
-            Row(
-                "",
-                "",
-                f"{part.label} {part.role if part.role != 'claim' else ''}".strip(),
-                sweep,
-                p.get("test", ""),
-                qualified(p.get("verdict", ""), p.get("problems") or [], p.get("caveats") or []),
-                _interval(p),
-                _trend(p),
-                part_preregistration(pre, i + 1, "—"),
-                _margin(p),
-                "",
-                rel,
-            )
-        )
+        label = f"{part.label} {part.role if part.role != 'claim' else ''}".strip()
+        verdict = qualified(p.get("verdict", ""), p.get("problems") or [], p.get("caveats") or [])
+        cells = (_interval(p), _trend(p), part_preregistration(pre, i + 1, "—"), _margin(p))
+        rows.append(Row("", "", label, sweep, p.get("test", ""), verdict, *cells, "", rel))
     if not found:
         return missing, ""
     verdict, _ = combine([_as_result(p, sw) for p, sw, _ in found.values()])
@@ -179,11 +151,7 @@ def claim_rows(claim: Claim, results: Path = RESULTS) -> list[Row]:
         if sub and not verdict:
             continue
         head = Row(claim.name + label, f"**{verdict}**" if verdict else "not run", published=published)
-        if rows and not rows[0].claim and not rows[0].part:  # a sweep not run: its row carries the head
-            rows[0].claim, rows[0].verdict, rows[0].published = head.claim, head.verdict, head.published
-            out += rows
-            continue
-        if rows:
+        if rows:  # the first row (a part, or a sweep not run) carries the claim's verdict
             rows[0].claim, rows[0].verdict, rows[0].published = head.claim, head.verdict, head.published
         out += rows or [head]
     return out
@@ -191,9 +159,7 @@ def claim_rows(claim: Claim, results: Path = RESULTS) -> list[Row]:
 
 def render(results: Path = RESULTS, claims: list[Claim] | None = None) -> str:
     """The whole table (header and rows) for the declared claims."""
-    rows = []
-    for c in project_claims() if claims is None else claims:
-        rows += claim_rows(c, results)
+    rows = [row for c in (project_claims() if claims is None else claims) for row in claim_rows(c, results)]
     return "\n".join([HEADER, *(r.markdown() for r in rows)])
 
 

@@ -20,6 +20,7 @@ file, the claim, the key and the fix), or bad arguments.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import sys
@@ -27,13 +28,15 @@ from pathlib import Path
 
 from xformer.help import PlainHelpFormatter
 from xformer.jobs import preregister
+from xformer.jobs.engines import wandb_has_api_key
 
-from .aggregate import Job, NoJobsError, Sweep, aggregate_jobs, find_job_dirs, load_jobs_once, main_metrics
-from .benchjson import load_bench
-from .claims import Claim, ClaimResult, DeclarationError, evaluate, load_file, project_claims
+from .aggregate import Job, NoJobsError, Sweep, aggregate_jobs, find_job_dirs, load_dirs, main_metrics
 from .export import is_report_folder, portable, read_report_folder, write_seed_files, write_verdicts
 from .markdown import render
 from .plots import length_metrics, plot_claim, write_plots
+from .rules.declare import Claim, DeclarationError, load_file
+from .rules.engine import evaluate, project_claims
+from .rules.results import ClaimResult
 
 PREFERRED = ("test/loss", "val/loss", "test/bleu", "val/bleu", "test/ppl", "val/ppl")
 """The metric tabulated and plotted first when neither ``--metric`` nor a claim names one."""
@@ -88,34 +91,33 @@ def find_bench_files(dirs: list[Path]) -> list[Path]:
     return sorted(out)
 
 
-def collect_jobs(dirs: list[Path], wandb_spec: str | None, has_bench: set[Path]) -> list[Job]:
-    """Jobs below ``dirs`` plus W&B runs.
-
-    Raises:
-        UsageError: a DIR does not exist, or holds neither a job nor a bench.json.
-    """
-    jobs: list[Job] = []
-    seen: set[Path] = set()  # each job folder once, whatever given paths reach it
-    for d in dirs:
-        if not d.is_dir():
-            raise UsageError(f"{d}: no such directory")
-        found = find_job_dirs(d)
-        if not found and is_report_folder(d):
-            try:
-                jobs += read_report_folder(d)
-            except ValueError as e:
-                raise UsageError(str(e)) from e
+def load_bench(paths: list[Path]) -> dict | None:
+    """The first readable JSON object among ``paths`` (``bench.json``, written by ``xformer bench``); ``None``
+    when there is none."""
+    for p in paths:
+        try:
+            data = json.loads(Path(p).read_text())
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
             continue
-        if not found and d not in has_bench:
-            raise UsageError(
-                f"{d}: no jobs found (no metrics.json or .hydra/overrides.yaml below it, "
-                f"and not a report folder with jobs.json)"
-            )
-        jobs += load_jobs_once(found, seen)
-    if wandb_spec:
-        from .wandb_source import has_api_key, load_wandb_jobs
+        if isinstance(data, dict):
+            return data
+    return None
 
-        if not has_api_key():
+
+def collect_jobs(dirs: list[Path], wandb_spec: str | None, has_bench: set[Path]) -> list[Job]:
+    """Jobs below ``dirs`` (a report folder's from its files) plus W&B runs. Raises NoJobsError: a DIR does
+    not exist, holds neither a job nor a bench.json, or its jobs.json is unreadable."""
+
+    def without_jobs(d: Path) -> list[Job] | None:
+        if is_report_folder(d):
+            return read_report_folder(d)
+        return [] if d in has_bench else None  # a folder with only a bench.json
+
+    jobs = load_dirs(dirs, without_jobs)
+    if wandb_spec:
+        from .wandb_source import load_wandb_jobs
+
+        if not wandb_has_api_key():
             print(f"wandb: no API key (WANDB_API_KEY or ~/.netrc); skipping {wandb_spec}, using the files only")
         else:
             try:
@@ -138,7 +140,6 @@ def preregistration(
     folder carries it. A researcher's own declarations (``own``) are frozen the first time they decide
     a folder: into the sweep folder ``dirs[0]`` (into ``out`` when that is a report folder), with the
     jobs finished by then. Returns the merged record."""
-    folders = list(dict.fromkeys([*dirs, out]))
     record: dict = {"format": 1, "claims": {}, "observations": []}
 
     def merge(got: dict) -> None:  # the first record of a claim wins; observations once each
@@ -146,15 +147,13 @@ def preregistration(
             record["claims"].setdefault(name, frozen)
         record["observations"] += [o for o in got["observations"] if o not in record["observations"]]
 
-    for d in folders:
+    for d in dict.fromkeys([*dirs, out]):  # each folder once
         merge(preregister.read(d))
     by_name = {c.name: c for c in claims}
     sweep_dir = dirs[0] if dirs and find_job_dirs(dirs[0]) else None
     if own:
-        target = sweep_dir or out
         mine = {v.claim: (by_name[v.claim].file, by_name[v.claim].body) for v in verdicts if v.claim in by_name}
-        n_done = sum(j.finished for j in jobs)
-        merge(preregister.freeze(target, mine, len(jobs), n_done))
+        merge(preregister.freeze(sweep_dir or out, mine, len(jobs), sum(j.finished for j in jobs)))
     for v in verdicts:
         c = by_name.get(v.claim)
         if c is None or not c.body:
@@ -168,11 +167,8 @@ def preregistration(
 
 
 def run(args: argparse.Namespace, command: str) -> Path:
-    """Build the report described by ``args``; return the path of report.md.
-
-    Raises:
-        UsageError: bad input (see :func:`collect_jobs`, unknown ``--metric``, nothing to report).
-    """
+    """Build the report described by ``args``; return the path of report.md. Raises UsageError or
+    NoJobsError on bad input (see :func:`collect_jobs`, an unknown ``--metric``, nothing to report)."""
     if not args.dirs and not args.wandb:
         raise UsageError("give at least one DIR (or --wandb ENTITY/PROJECT[:GROUP])")
     bench_files = [*args.bench, *find_bench_files([d for d in args.dirs if d.is_dir()])]
@@ -189,13 +185,8 @@ def run(args: argparse.Namespace, command: str) -> Path:
         known = ", ".join(sweep.metric_keys[:12]) or "none"
         raise UsageError(f"--metric {args.metric}: not a metric of these jobs (known: {known})")
 
-    own = None
-    if args.claims is not None:
-        try:
-            own = load_file(args.claims)
-        except DeclarationError as e:
-            raise UsageError(str(e)) from e
     try:
+        own = load_file(args.claims) if args.claims is not None else None
         verdicts, note = evaluate(sweep, own, bench, strict=own is not None)
     except DeclarationError as e:
         raise UsageError(str(e)) from e
@@ -219,17 +210,14 @@ def run(args: argparse.Namespace, command: str) -> Path:
         print(f"note: {note}")
     for v in verdicts:
         print(v.line())
-    if verdicts:
-        print(f"details (every part's interval, margin, power and second-half check): {path}")
     return path
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``xformer report``; returns the exit status (0 ok, 2 bad input)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = build_parser().parse_args(argv)
     except SystemExit as e:  # argparse already printed usage and the error
         return int(e.code or 0)
     try:

@@ -1,23 +1,17 @@
-"""The per-seed files of a report folder, and reading a report folder back as a sweep.
-
-Written next to ``report.md`` by ``xformer report`` so that anyone can recompute a verdict without the
-sweep's job folders:
+"""The per-seed files of a report folder (written next to ``report.md`` so that anyone can recompute a verdict
+without the sweep's job folders), and reading a report folder back as a sweep.
 
 - ``seeds.csv``: one row per job: ``setting`` (the group label), one column per swept key, ``seed``,
-  ``status`` (finished | diverged | failed | ...), ``diverged_step``, ``global_step``, ``tokens_seen``,
-  ``params_total``, ``job`` (folder relative to the sweep) and every final metric of the sweep.
-- ``curves.csv``: the per-seed validation curves, long format: ``job, setting, seed, metric,
-  optimizer_step, value`` (every ``val/*`` key logged in ``csv/metrics.csv``; ``optimizer_step``: updates
-  done. Files written before this column had ``step``, Lightning's 0-based row label, read back + 1).
-- ``jobs.json``: what :func:`xformer.report.aggregate.load_job` read from each job (overrides,
-  resolved config, Hydra choices, metrics, parameter counts, status), so that
-  ``xformer report <report folder>`` rebuilds the same sweep: :func:`read_report_folder`.
-- ``verdicts.json``: one record per claim with its parts (:func:`write_verdicts`), what
-  ``xformer claims table`` reads.
+  ``status``, ``diverged_step``, ``global_step``, ``tokens_seen``, ``params_total``, ``job`` (folder relative
+  to the sweep) and every final metric of the sweep.
+- ``curves.csv``: the per-seed ``val/*`` curves of ``csv/metrics.csv``, long format: ``job, setting, seed,
+  metric, optimizer_step, value`` (``optimizer_step``: updates done).
+- ``jobs.json``: what :func:`xformer.report.aggregate.load_job` read from each job, so that
+  ``xformer report <report folder>`` rebuilds the same sweep (:func:`read_report_folder`).
+- ``verdicts.json``: one record per claim with its parts (:func:`write_verdicts`), read by ``xformer claims table``.
 
-Paths in these files and in ``report.md`` are portable (:func:`portable`): under ``$XFORMER_DATA``,
-``$XFORMER_RUNS``, this checkout or the home folder they are written ``${XFORMER_DATA}/…``,
-``${XFORMER_RUNS}/…``, ``./…``, ``~/…``, never as the absolute paths of the machine that ran the sweep.
+Paths in these files and in ``report.md`` are portable (:func:`portable`): ``${XFORMER_DATA}/…``,
+``${XFORMER_RUNS}/…``, ``./…`` (this checkout) or ``~/…``, never the absolute paths of the machine that ran it.
 """
 
 from __future__ import annotations
@@ -26,15 +20,18 @@ import csv
 import json
 import math
 import os
+from dataclasses import fields
 from pathlib import Path
 
-from .aggregate import LIGHTNING_STEP_OFFSET, Job, Sweep, fmt_value, read_curves
+from .aggregate import Job, NoJobsError, Sweep, fmt_value, read_curves
 
 SEEDS_CSV, CURVES_CSV, JOBS_JSON, VERDICTS_JSON = "seeds.csv", "curves.csv", "jobs.json", "verdicts.json"
 FORMAT = 1
 """Version of ``jobs.json``."""
 VERDICTS_FORMAT = 2
 """Version of ``verdicts.json`` (2: a claim's ``parts``)."""
+JOB_FIELDS = [f.name for f in fields(Job) if f.name not in ("path", "curves")]
+"""The :class:`~xformer.report.aggregate.Job` fields a ``jobs.json`` record holds, besides ``job`` (its folder)."""
 
 
 def _prefixes() -> list[tuple[str, str]]:
@@ -68,38 +65,21 @@ def portable(obj, prefixes: list[tuple[str, str]] | None = None):
 
 
 def write_verdicts(results: list, out: Path) -> Path:
-    """Write ``verdicts.json``: ``{"format": 2, "claims": [{"claim", "statement", "verdict", "reason",
-    "budget", "sweep", "published", "note", "parts": [{"part", "test", "role", "says", "verdict",
-    "reason", "metric", "estimate", "interval", "confidence", "margin", "margin_source", "detectable",
-    "published_effect", "stability", "problems"}]}]}`` (:meth:`~xformer.report.rules.results.ClaimResult.record`)."""
-    records = [r.record() for r in results]
+    """Write ``verdicts.json``: ``{"format": 2, "claims": [...]}``, a record per claim with its parts
+    (:meth:`xformer.report.rules.results.ClaimResult.record`), paths made portable."""
     path = out / VERDICTS_JSON
-    path.write_text(json.dumps({"format": VERDICTS_FORMAT, "claims": portable(records)}, indent=1, default=str))
+    records = portable([r.record() for r in results])
+    path.write_text(json.dumps({"format": VERDICTS_FORMAT, "claims": records}, indent=1, default=str))
     return path
 
 
 def _rel(path: Path, roots: list[Path]) -> str:
-    for r in roots:
-        if path.is_relative_to(r):
-            return os.path.relpath(path, r)
-    return str(path)
+    """``path`` relative to the first of ``roots`` it lies under, else as it is."""
+    return next((os.path.relpath(path, r) for r in roots if path.is_relative_to(r)), str(path))
 
 
 def _setting(sweep: Sweep, job: Job) -> str:
     return ", ".join(f"{k}={fmt_value(job.value(k))}" for k in sweep.swept_keys) or "all jobs"
-
-
-def _val_keys(job: Job) -> list[str]:
-    """The ``val/*`` columns of a job's ``csv/metrics.csv`` (or its preloaded curves)."""
-    if job.curves is not None:
-        return sorted(k for k in job.curves if k.startswith("val/"))
-    path = job.path / "csv" / "metrics.csv"
-    try:
-        with path.open(newline="") as fh:
-            header = next(csv.reader(fh), [])
-    except OSError:
-        return []
-    return sorted(k for k in header if k.startswith("val/"))
 
 
 def write_seed_files(sweep: Sweep, out: Path) -> list[Path]:
@@ -114,42 +94,24 @@ def write_seed_files(sweep: Sweep, out: Path) -> list[Path]:
         w = csv.writer(fh)
         w.writerow(header)
         for j in sweep.jobs:
-            w.writerow(
-                [
-                    _setting(sweep, j),
-                    *(fmt_value(j.value(k)) for k in sweep.swept_keys),
-                    fmt_value(j.seed),
-                    j.status,
-                    *("" if v is None else v for v in (j.diverged_step, j.global_step, j.tokens_seen)),
-                    j.params.get("total", ""),
-                    names[id(j)],
-                    *(repr(j.metrics[m]) if m in j.metrics else "" for m in metrics),
-                ]
-            )
+            swept = [fmt_value(j.value(k)) for k in sweep.swept_keys]
+            steps = ["" if v is None else v for v in (j.diverged_step, j.global_step, j.tokens_seen)]
+            values = [repr(j.metrics[m]) if m in j.metrics else "" for m in metrics]
+            row = [_setting(sweep, j), *swept, fmt_value(j.seed), j.status, *steps, j.params.get("total", "")]
+            w.writerow([*row, names[id(j)], *values])
     records = []
     with (out / CURVES_CSV).open("w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["job", "setting", "seed", "metric", "optimizer_step", "value"])
         for j in sweep.jobs:
-            for key, (xs, ys) in sorted(read_curves(j, _val_keys(j)).items()):
+            curves = {k: c for k, c in read_curves(j, None).items() if k.startswith("val/")}
+            for key, (xs, ys) in sorted(curves.items()):
                 for x, y in zip(xs, ys, strict=False):
                     w.writerow([names[id(j)], _setting(sweep, j), fmt_value(j.seed), key, f"{x:g}", repr(y)])
-            records.append(
-                {
-                    "job": names[id(j)],
-                    "status": j.status,
-                    "overrides": {k: v for k, v in j.overrides.items()},
-                    "config": portable(j.config),
-                    "choices": j.choices,
-                    "metrics": {k: v if math.isfinite(v) else repr(v) for k, v in j.metrics.items()},  # "nan", "inf"
-                    "params": j.params,
-                    "wall_time_s": j.wall_time_s,
-                    "global_step": j.global_step,
-                    "tokens_seen": j.tokens_seen,
-                    "diverged_step": j.diverged_step,
-                    "error": portable(j.error),
-                }
-            )
+            record = {"job": names[id(j)]} | {k: getattr(j, k) for k in JOB_FIELDS}
+            record |= {"config": portable(j.config), "error": portable(j.error)}
+            record["metrics"] = {k: v if math.isfinite(v) else repr(v) for k, v in j.metrics.items()}  # "nan", "inf"
+            records.append(record)
     (out / JOBS_JSON).write_text(json.dumps({"format": FORMAT, "jobs": records}, indent=1, default=str))
     return [out / SEEDS_CSV, out / CURVES_CSV, out / JOBS_JSON]
 
@@ -160,43 +122,24 @@ def is_report_folder(d: Path) -> bool:
 
 
 def read_report_folder(d: Path) -> list[Job]:
-    """The jobs of a report folder, with their validation curves from ``curves.csv``.
-
-    Raises:
-        ValueError: ``jobs.json`` is unreadable or of an unknown format.
-    """
+    """The jobs of a report folder, with their validation curves from ``curves.csv``. Raises NoJobsError:
+    ``jobs.json`` is unreadable or of an unknown format."""
     try:
         data = json.loads((d / JOBS_JSON).read_text())
     except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"{d / JOBS_JSON}: unreadable ({e})") from e
+        raise NoJobsError(f"{d / JOBS_JSON}: unreadable ({e})") from e
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ValueError(f"{d / JOBS_JSON}: not a report folder of format {FORMAT}")
+        raise NoJobsError(f"{d / JOBS_JSON}: not a report folder of format {FORMAT}")
     curves: dict[str, dict[str, tuple[list[float], list[float]]]] = {}
     with (d / CURVES_CSV).open(newline="") as fh:
         for row in csv.DictReader(fh):
             xs, ys = curves.setdefault(row["job"], {}).setdefault(row["metric"], ([], []))
-            if "optimizer_step" in row:
-                xs.append(float(row["optimizer_step"]))
-            else:  # an older file: Lightning's 0-based row label
-                xs.append(float(row["step"]) + LIGHTNING_STEP_OFFSET)
+            xs.append(float(row["optimizer_step"]))
             ys.append(float(row["value"]))
-    jobs = []
-    for r in data["jobs"]:
-        jobs.append(
-            Job(
-                path=d / r["job"],
-                status=r["status"],
-                overrides=r.get("overrides") or {},
-                config=r.get("config") or {},
-                choices=r.get("choices") or {},
-                metrics={k: float(v) for k, v in (r.get("metrics") or {}).items()},
-                params={k: int(v) for k, v in (r.get("params") or {}).items()},
-                wall_time_s=r.get("wall_time_s"),
-                global_step=r.get("global_step"),
-                curves=curves.get(r["job"], {}),
-                diverged_step=r.get("diverged_step"),
-                error=r.get("error") or "",
-                tokens_seen=r.get("tokens_seen"),
-            )
-        )
+    jobs = [
+        Job(path=d / r["job"], curves=curves.get(r["job"], {}), **{k: r[k] for k in JOB_FIELDS if k in r})
+        for r in data["jobs"]
+    ]
+    for j in jobs:
+        j.metrics = {k: float(v) for k, v in j.metrics.items()}  # "nan", "inf" are written as text
     return jobs

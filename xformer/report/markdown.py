@@ -1,8 +1,6 @@
-"""The text of ``report.md``: first a summary table (one row per claim: its verdict and each part's),
-then the command and the sweep, each claim with its parts (test, verdict, interval, margin and where
-it comes from, detectable effect, reason; the rules linked, not repeated) and its plot, the sweep
-table, failed and diverged jobs, the parameter breakdown, the other plots and the per-seed files.
-Pure functions from the aggregated data to Markdown strings."""
+"""The text of ``report.md`` (pure functions from the aggregated data to Markdown): a summary table (a row per
+claim), the command and the sweep, each claim with its parts table (the rules linked, not repeated) and plot,
+the sweep table, failed and diverged jobs, the parameter breakdown, the other plots and the per-seed files."""
 
 from __future__ import annotations
 
@@ -10,10 +8,9 @@ import os
 from pathlib import Path
 
 from .aggregate import Job, Sweep, fmt_value
-from .claims import ClaimResult
 from .rules.engine import count_text
 from .rules.measures import block_share
-from .rules.results import PartResult
+from .rules.results import ClaimResult, PartResult
 
 RULES_DOC = Path(__file__).resolve().parents[2] / "docs" / "report.md"
 """Where the test types and the checks every part gets are documented (linked from every report)."""
@@ -22,24 +19,22 @@ RULES_DOC = Path(__file__).resolve().parents[2] / "docs" / "report.md"
 def rules_link(out_dir: Path) -> str:
     """A link to the test types' section of ``docs/report.md``: relative where the report lies in this
     checkout, else the file named in words."""
-    root = RULES_DOC.parents[1]
-    if Path(out_dir).resolve().is_relative_to(root):
-        return f"[docs/report.md § Test types]({_rel(RULES_DOC, Path(out_dir).resolve())}#test-types)"
+    if Path(out_dir).resolve().is_relative_to(RULES_DOC.parents[1]):
+        return f"[docs/report.md § Test types]({os.path.relpath(RULES_DOC, Path(out_dir).resolve())}#test-types)"
     return "docs/report.md § Test types (in the xformer checkout)"
 
 
 PARAM_ROLES = ("total", "attention", "ffn", "embedding", "positional", "norm", "other")
 
 
-def _cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+def table_row(cells) -> str:
+    """One row of a Markdown table (``|`` escaped, line breaks as spaces)."""
+    return "| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
     """A Markdown table."""
-    lines = ["| " + " | ".join(_cell(h) for h in header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows]
-    return "\n".join(lines)
+    return "\n".join([table_row(header), "|" + "---|" * len(header), *map(table_row, rows)])
 
 
 def sweep_table(sweep: Sweep, metrics: list[str]) -> str:
@@ -57,16 +52,11 @@ def sweep_table(sweep: Sweep, metrics: list[str]) -> str:
 
 def failed_table(jobs: list[Job], root: Path) -> str:
     """Failed, unfinished or diverged jobs: folder | status | step | overrides | error."""
-    rows = [
-        [
-            _rel(j.path, root),
-            j.status,
-            str(j.diverged_step) if j.diverged_step is not None else "–",
-            j.override_text(),
-            j.error[:200] or "–",
-        ]
-        for j in jobs
-    ]
+    rows = []
+    for j in jobs:
+        step = "–" if j.diverged_step is None else str(j.diverged_step)
+        overrides = " ".join(f"{k}={fmt_value(v)}" for k, v in j.overrides.items()) or "(no overrides)"
+        rows.append([os.path.relpath(j.path, root), j.status, step, overrides, j.error[:200] or "–"])
     return table(["job", "status", "diverged at step", "overrides", "error"], rows)
 
 
@@ -118,23 +108,14 @@ def parts_table(r: ClaimResult) -> str:
             margin += f" ({p.margin_source})"
         detect = "–" if p.detectable is None else f"{p.detectable:.3g}"
         if p.seeds_needed is not None:
-            detect += (
-                f"; ~{p.seeds_needed} seeds a side decide it" if p.seeds_needed <= 1000 else "; > 1000 seeds a side"
-            )
+            more = f"~{p.seeds_needed} seeds a side decide it" if p.seeds_needed <= 1000 else "> 1000 seeds a side"
+            detect += f"; {more}"
+        part = p.label + (f" `{p.sweep}`" if p.sweep else "")
+        verdict = qualified(f"**{p.verdict}**", p.problems, p.caveats)
+        estimate = f"{p.interval_text()} {p.metric or ''}".strip()
+        pre = part_preregistration(r.preregistration, i + 1)
         rows.append(
-            [
-                p.label + (f" `{p.sweep}`" if p.sweep else ""),
-                p.role,
-                p.test,
-                p.says or "–",
-                qualified(f"**{p.verdict}**", p.problems, p.caveats),
-                f"{p.interval_text()} {p.metric or ''}".strip(),
-                margin,
-                detect,
-                trend_text(p),
-                part_preregistration(r.preregistration, i + 1),
-                p.reason,
-            ]
+            [part, p.role, p.test, p.says or "–", verdict, estimate, margin, detect, trend_text(p), pre, p.reason]
         )
     return table(
         [
@@ -176,11 +157,8 @@ def params_table(sweep: Sweep) -> str:
         if not g.params:
             continue
         share = block_share(g) if g.params.get("ffn") and g.params.get("attention") else None
-        rows.append(
-            [g.label()]
-            + [f"{int(g.params[r]):,}" if r in g.params else "–" for r in PARAM_ROLES]
-            + [f"{share:.3f}" if share is not None else "–"]
-        )
+        counts = [f"{int(g.params[r]):,}" if r in g.params else "–" for r in PARAM_ROLES]
+        rows.append([g.label(), *counts, f"{share:.3f}" if share is not None else "–"])
     if not rows:
         return "_No parameter counts in metrics.json._"
     return table(["group", *PARAM_ROLES, "FFN share of block"], rows)
@@ -204,11 +182,9 @@ def claim_item(r: ClaimResult, plot: str | None = None) -> str:
             "",
         ]
     lines += [f"The claim states {states}."]
-    pre = r.preregistration or {}
-    if pre:
-        lines += [f"Pre-registration: {preregistration_text(pre)}."]
-    lines += [""]
-    lines += [parts_table(r), ""]
+    if r.preregistration:
+        lines += [f"Pre-registration: {preregistration_text(r.preregistration)}."]
+    lines += ["", parts_table(r), ""]
     if plot:
         lines += [f"![{r.claim}]({plot})", ""]
     for p in r.parts:
@@ -232,13 +208,6 @@ def preregistration_text(pre: dict) -> str:
     return out
 
 
-def _rel(path: Path, root: Path) -> str:
-    try:
-        return os.path.relpath(path, root)
-    except ValueError:
-        return str(path)
-
-
 def render(
     command: str,
     sweep: Sweep,
@@ -247,19 +216,13 @@ def render(
     plots: list[Path],
     out_dir: Path,
     decision_metric: str | None,
-    notes: list[str] | None = None,
-    verdict_plots: list[Path | None] | None = None,
-    files: list[Path] | None = None,
+    notes: list[str],
+    verdict_plots: list[Path | None],
+    files: list[Path],
 ) -> str:
-    """The whole ``report.md``.
-
-    Args:
-        command: the command line; ``sweep``: the aggregated jobs; ``metrics``: table columns;
-        ``verdicts``: claim verdicts; ``plots``: PNG files (linked relative to ``out_dir``);
-        ``decision_metric``: the metric claims were judged on by default; ``notes``: extra lines;
-        ``verdict_plots``: one PNG (or ``None``) per verdict, shown beside it; ``files``: the
-        per-seed files written next to the report (:mod:`xformer.report.export`).
-    """
+    """The whole ``report.md``: ``command`` (the command line), ``metrics`` (table columns), ``plots`` (PNGs
+    linked relative to ``out_dir``), ``decision_metric`` (the table's first), ``notes`` (extra lines),
+    ``verdict_plots`` (a PNG or ``None`` per verdict, shown beside it), ``files`` (the per-seed files)."""
     seeds = sorted({fmt_value(j.seed) for j in sweep.finished})
     parts = ["# xformer ablation report", ""]
     if verdicts:
@@ -274,7 +237,7 @@ def render(
         ]
     parts += [f"Command: `{command}`", ""]
     parts += ["Folders:"] + [f"- `{d}`" for d in sweep.dirs] + [""]
-    parts += [f"- {note}" for note in notes or []]
+    parts += [f"- {note}" for note in notes]
     parts += [
         f"- jobs: {len(sweep.jobs)} ({len(sweep.finished)} finished, {len(sweep.diverged)} diverged, "
         f"{len(sweep.failed)} failed or unfinished)",
@@ -287,8 +250,9 @@ def render(
         "",
     ]
     parts += ["## Claim verdicts", ""]
-    vplots = list(verdict_plots or []) + [None] * len(verdicts)
-    parts += [claim_item(v, _rel(p, out_dir) if p else None) for v, p in zip(verdicts, vplots, strict=False)] or [
+    plots_of = zip(verdicts, verdict_plots, strict=True)
+    items = [claim_item(v, os.path.relpath(p, out_dir) if p else None) for v, p in plots_of]
+    parts += items or [
         "_No claim asks about these runs (their experiment is not among any claim's sweeps; "
         "`xformer report DIR --claims FILE` decides your own)._"
     ]
@@ -300,7 +264,7 @@ def render(
     parts += [failed_table(odd, root) if odd else "_None._", ""]
     parts += ["## Parameters", "", params_table(sweep), ""]
     parts += ["## Plots", ""]
-    parts += [f"![{p.stem}]({_rel(p, out_dir)})" for p in plots] or ["_No plots._"]
+    parts += [f"![{p.stem}]({os.path.relpath(p, out_dir)})" for p in plots] or ["_No plots._"]
     if files:
         parts += [
             "",
@@ -310,5 +274,5 @@ def render(
             "reads them back):",
             "",
         ]
-        parts += [f"- [`{f.name}`]({_rel(f, out_dir)})" for f in files]
+        parts += [f"- [`{f.name}`]({os.path.relpath(f, out_dir)})" for f in files]
     return "\n".join(parts) + "\n"

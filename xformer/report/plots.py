@@ -1,16 +1,14 @@
-"""PNG plots of a sweep (matplotlib's Agg canvas; no pyplot, no display needed).
+"""PNG plots of a sweep (matplotlib's Agg canvas; no pyplot, no display needed). Error bars are the 95 % t
+interval of the mean over seeds, clipped to the metric's range, dashed and labelled where fewer than 3 seeds
+make it.
 
-- ``metric_<metric>_vs_<key>.png``: a metric against one swept key, error bars = 95 % t interval of
-  the mean over seeds (clipped to the metric's range; dashed and labelled where fewer than 3 seeds
-  make it), one line per combination of the other swept keys.
-- ``length_<metric>.png``: ``@Nx`` test metrics against the test-length multiple N, one line per group.
-- ``params_<metric>.png``: a metric against the total parameter count, one point per group (width at
-  equal size).
-- ``curves.png``: ``train/loss`` (named label-smoothed where it is), ``train/nll`` where logged, and
-  ``val/loss`` against step from each job's ``csv/metrics.csv``, one line per group, the mean over its
-  seeds, with a band from the lowest to the highest seed.
-- ``claim_<claim>_<n>.png`` (:func:`plot_claim`, shown next to its claim): each compared part's arms
-  with their intervals, and Δ over the second half of training where a part was checked there.
+- ``metric_<metric>_vs_<key>.png``: a metric against one swept key, a line per combination of the other keys.
+- ``length_<metric>.png``: ``@Nx`` test metrics against the test-length multiple N, a line per group.
+- ``params_<metric>.png``: a metric against the total parameter count, a point per group.
+- ``curves.png``: ``train/loss`` (named label-smoothed where it is), ``train/nll`` where logged and ``val/loss``
+  against step, a line per group: the mean over its seeds, with a band from the lowest to the highest seed.
+- ``claim_<claim>_<n>.png`` (:func:`plot_claim`, shown next to its claim): each compared part's arms with
+  their intervals, and Δ over the second half of training where a part was checked there.
 
 Every function returns the written path, or ``None`` when there is nothing to draw.
 """
@@ -22,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from .aggregate import Group, Stat, Sweep, fmt_value, read_curves, value_sort_key
@@ -40,8 +37,7 @@ def length_metrics(keys: list[str], base: str | None = None) -> tuple[str, dict[
     (``base`` first when given, else test loss, BLEU, exact match, accuracy), or ``None``."""
     families: dict[str, dict[float, str]] = {}
     for k in keys:
-        m = LENGTH_RE.match(k)
-        if m:
+        if m := LENGTH_RE.match(k):
             families.setdefault(m["base"], {})[float(m["n"])] = k
     order = [base] if base else ["test/loss", "test/bleu", "test/exact_match", "test/acc"]
     order += sorted(families)
@@ -59,7 +55,6 @@ def slug(text: str) -> str:
 
 def _save(fig: Figure, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    FigureCanvasAgg(fig)
     fig.savefig(path, dpi=110, bbox_inches="tight")
     return path
 
@@ -80,16 +75,17 @@ def ci_err(s: Stat | list[float], metric: str | None = None) -> tuple[float, flo
     return m - lo, hi - m
 
 
-def _errorbar(ax, xs, means, errs, ns, **kw):
-    """Error bars, dashed and labelled where a point's interval comes from fewer than :data:`FEW_SEEDS` seeds."""
+def _errorbar(ax, points: list[tuple[float, float, tuple[float, float], int]], **kw) -> None:
+    """Error bars at ``points`` ``(x, mean, (below, above), seeds)``, dashed and labelled where a point's
+    interval comes from fewer than :data:`FEW_SEEDS` seeds."""
+    xs, means, errs, _ = zip(*points, strict=True)
     container = ax.errorbar(xs, means, yerr=[[e[0] for e in errs], [e[1] for e in errs]], capsize=3, **kw)
-    few = [(x, m, e, n) for x, m, e, n in zip(xs, means, errs, ns, strict=True) if n < FEW_SEEDS]
+    few = [(x, m, n) for x, m, _, n in points if n < FEW_SEEDS]
     if few:
         for bars in container[2]:
             bars.set_linestyle("--")
-        for x, m, _, n in few:
+        for x, m, n in few:
             ax.annotate(f"n={n} < {FEW_SEEDS}", (x, m), fontsize="x-small", xytext=(4, -10), textcoords="offset points")
-    return container
 
 
 def plot_metric_vs_key(sweep: Sweep, metric: str, key: str, out: Path) -> Path | None:
@@ -107,19 +103,10 @@ def plot_metric_vs_key(sweep: Sweep, metric: str, key: str, out: Path) -> Path |
     xs_all = sorted({p[0] for pts in lines.values() for p in pts}, key=value_sort_key)
     numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs_all)
     pos = {x: (float(x) if numeric else i) for i, x in enumerate(xs_all)}
-    fig = Figure(figsize=(6, 4))
-    ax = fig.add_subplot()
+    ax = Figure(figsize=(6, 4)).add_subplot()
     for label, pts in lines.items():
         pts.sort(key=lambda p: value_sort_key(p[0]))
-        _errorbar(
-            ax,
-            [pos[p[0]] for p in pts],
-            [p[1] for p in pts],
-            [p[2] for p in pts],
-            [p[3] for p in pts],
-            marker="o",
-            label=label,
-        )
+        _errorbar(ax, [(pos[x], *rest) for x, *rest in pts], marker="o", label=label)
     if numeric and min(pos.values()) > 0 and max(pos.values()) / min(pos.values()) >= 8:
         ax.set_xscale("log", base=2)
     ax.set_xticks([pos[x] for x in xs_all], [fmt_value(x) for x in xs_all])
@@ -127,36 +114,24 @@ def plot_metric_vs_key(sweep: Sweep, metric: str, key: str, out: Path) -> Path |
     ax.grid(alpha=0.3)
     if len(lines) > 1:
         ax.legend(fontsize="small")
-    return _save(fig, out / f"metric_{slug(metric)}_vs_{slug(key)}.png")
+    return _save(ax.figure, out / f"metric_{slug(metric)}_vs_{slug(key)}.png")
 
 
 def plot_length(sweep: Sweep, base: str, lengths: dict[float, str], out: Path) -> Path | None:
     """``base@Nx`` against N for every group (length generalisation)."""
-    fig = Figure(figsize=(6, 4))
-    ax = fig.add_subplot()
-    drawn = False
+    ax = Figure(figsize=(6, 4)).add_subplot()
     for g in sweep.groups:
-        pts = [(n, g.stat(k)) for n, k in lengths.items() if g.stat(k) is not None and g.stat(k).n]
+        pts = [(n, s.mean, ci_err(s, k), s.n) for n, k in lengths.items() if (s := g.stat(k)) is not None and s.n]
         if pts:
-            errs = [ci_err(s, lengths[n]) for n, s in pts]
-            _errorbar(
-                ax,
-                [n for n, _ in pts],
-                [s.mean for _, s in pts],
-                errs,
-                [s.n for _, s in pts],
-                marker="o",
-                label=g.label(),
-            )
-            drawn = True
-    if not drawn:
+            _errorbar(ax, pts, marker="o", label=g.label())
+    if not ax.get_lines():
         return None
     ax.set_xscale("log", base=2)
     ax.set_xticks(list(lengths), [f"{n:g}x" for n in lengths])
     ax.set(xlabel="test length / training length", ylabel=base, title=f"{base} against test length")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
-    return _save(fig, out / f"length_{slug(base)}.png")
+    return _save(ax.figure, out / f"length_{slug(base)}.png")
 
 
 def plot_metric_vs_params(sweep: Sweep, metric: str, out: Path) -> Path | None:
@@ -168,14 +143,13 @@ def plot_metric_vs_params(sweep: Sweep, metric: str, out: Path) -> Path | None:
     ]
     if len({total for total, _, _ in pts}) < 2:
         return None
-    fig = Figure(figsize=(6, 4))
-    ax = fig.add_subplot()
+    ax = Figure(figsize=(6, 4)).add_subplot()
     for total, s, label in pts:
-        _errorbar(ax, [total], [s.mean], [ci_err(s, metric)], [s.n], marker="o")
+        _errorbar(ax, [(total, s.mean, ci_err(s, metric), s.n)], marker="o")
         ax.annotate(label, (total, s.mean), fontsize="x-small", xytext=(3, 3), textcoords="offset points")
     ax.set(xlabel="parameters (total)", ylabel=metric, title=f"{metric} vs parameter count")
     ax.grid(alpha=0.3)
-    return _save(fig, out / f"params_{slug(metric)}.png")
+    return _save(ax.figure, out / f"params_{slug(metric)}.png")
 
 
 def seed_band(
@@ -223,13 +197,8 @@ def plot_curves(sweep: Sweep, out: Path, keys: tuple[str, ...] = CURVE_KEYS) -> 
     if not per_group:
         return None
     keys = tuple(k for k in keys if k == "val/loss" or any(k in b for _, b in per_group)) or keys
-    smoothing = sorted(
-        {
-            float(eps)
-            for j in sweep.jobs
-            if isinstance(eps := ((j.config or {}).get("loss") or {}).get("label_smoothing"), (int, float)) and eps > 0
-        }
-    )
+    eps_of_jobs = (((j.config or {}).get("loss") or {}).get("label_smoothing") for j in sweep.jobs)
+    smoothing = sorted({float(e) for e in eps_of_jobs if isinstance(e, (int, float)) and e > 0})
     fig = Figure(figsize=(6 * len(keys), 4))
     axes = [fig.add_subplot(1, len(keys), i + 1) for i in range(len(keys))]
     for ax, k in zip(axes, keys, strict=True):
@@ -255,11 +224,9 @@ def plot_curves(sweep: Sweep, out: Path, keys: tuple[str, ...] = CURVE_KEYS) -> 
 
 
 def plot_claim(result: Any, out: Path, index: int) -> Path | None:
-    """One figure for a claim (:class:`xformer.report.rules.results.ClaimResult`): a panel per part
-    that compared arms (each arm's mean with its 95 % interval, clipped to the metric's range, dashed
-    with fewer than 3 seeds; x: the seeds), and, when a part was checked over the second half of
-    training, a panel of Δ against step with its intervals. ``None`` when no part has anything to
-    draw: no empty panel is ever drawn."""
+    """One figure for a claim (:class:`xformer.report.rules.results.ClaimResult`): a panel per part that
+    compared arms (each arm's mean with its interval; x: the seeds) and, when a part was checked over the
+    second half of training, a panel of Δ against step with its intervals. ``None`` when nothing to draw."""
     arm_parts = [p for p in result.parts if any(a.values for a in p.arms)][:3]
     stab = next((p for p in result.parts if p.stability is not None and p.stability.points), None)
     panels = len(arm_parts) + (1 if stab is not None else 0)
@@ -270,22 +237,11 @@ def plot_claim(result: Any, out: Path, index: int) -> Path | None:
         ax = fig.add_subplot(1, panels, k + 1)
         arms = [a for a in part.arms if a.values]
         for i, a in enumerate(arms):
-            _errorbar(
-                ax,
-                [i],
-                [a.mean],
-                [ci_err(a.values, part.metric) if a.n > 1 else (0.0, 0.0)],
-                [a.n],
-                marker="o",
-                color="tab:blue",
-            )
+            err = ci_err(a.values, part.metric) if a.n > 1 else (0.0, 0.0)
+            _errorbar(ax, [(i, a.mean, err, a.n)], marker="o", color="tab:blue")
             ax.plot([i] * a.n, a.values, "x", color="tab:orange", alpha=0.7)
-        ax.set_xticks(
-            range(len(arms)),
-            [a.name + (f"\n({a.diverged} diverged)" if a.diverged else "") for a in arms],
-            fontsize="x-small",
-            rotation=15,
-        )
+        names = [a.name + (f"\n({a.diverged} diverged)" if a.diverged else "") for a in arms]
+        ax.set_xticks(range(len(arms)), names, fontsize="x-small", rotation=15)
         ax.set_xlim(-0.5, len(arms) - 0.5)
         ax.set_ylabel(part.metric or "")
         ax.set_title(f"{result.claim} {part.label} {part.test}: {part.verdict}", fontsize="small")

@@ -5,13 +5,11 @@
 verdict under the null and the power at the detectable effect the report prints, each with its
 Monte-Carlo standard error.
 
-Every replicate is a sweep of in-memory jobs (:class:`~xformer.report.aggregate.Job` with final metrics
-and validation curves) decided by :func:`xformer.report.rules.engine.decide_part`, the function the
-report itself calls, so every gate (seeds, saturation, the second-half trend, divergence ranks) is in
-the measurement. The model: 3 seeds a setting, each seed's final ``test/loss`` = the setting's true mean
-+ N(0, 1) (the seed spread, the unit of every effect below); its ``val/loss`` curve over steps 10–100
-improves as ``0.3·log2(100/step)`` with independent N(0, 0.3) noise per validation and the same
-improvement in every setting (the gap does not close), ending at the seed's final value.
+Every replicate is a sweep of in-memory jobs decided by :func:`xformer.report.rules.engine.decide_part`, as
+in the report, so every gate (seeds, saturation, the second-half trend, divergence ranks) is measured. The
+model: 3 seeds a setting, each seed's final ``test/loss`` = the setting's true mean + N(0, 1) (the seed
+spread, the unit of every effect); its ``val/loss`` curve over steps 10–100 improves as ``0.3·log2(100/step)``
+with N(0, 0.3) noise per validation, alike in every setting (the gap does not close), ending at that value.
 
 - *null*: the truth sits on the decision boundary (no effect; for a non-inferiority or equivalence
   part, a true difference equal to the margin); a wrong verdict is any verdict the truth contradicts
@@ -66,15 +64,14 @@ def _sweep(
 ) -> tuple[Context, frozenset]:
     """A sweep over ``x`` (``{value: true mean}``), ``seeds`` seeds each, each seed diverging with
     probability ``diverge`` (``pattern``: the ``(x, seed)`` that diverge instead), and its pattern."""
-    jobs, i, diverged = [], 0, set()
+    jobs, diverged = [], set()
     for x, mu in means.items():
         for seed in range(1, seeds + 1):
             drawn = rng.random() < diverge
             if (x, seed) in pattern if pattern is not None else drawn:
                 diverged.add((x, seed))
             final = None if (x, seed) in diverged else mu + rng.gauss(0, SIGMA)
-            jobs.append(_job(i, {"x": x, "seed": seed}, final, rng))
-            i += 1
+            jobs.append(_job(len(jobs), {"x": x, "seed": seed}, final, rng))
     return Context(aggregate_jobs(jobs)), frozenset(diverged)
 
 

@@ -23,18 +23,10 @@ CONFIDENCE = 0.95
 
 @dataclass(frozen=True)
 class Interval:
-    """A difference of means with its interval.
-
-    Attributes:
-        delta: mean(A) - mean(B), in the metric's units (sign as given by the caller).
-        lo, hi: the interval's bounds (``lo <= delta <= hi``); equal to ``delta`` when both samples have
-            zero spread (a deterministic metric).
-        p: two-sided p-value of "no difference" (1.0 when both samples have zero spread and equal means,
-            0.0 when zero spread and different means).
-        df: Welch–Satterthwaite degrees of freedom (``inf`` without spread).
-        confidence: the interval's confidence level.
-        se: the standard error of ``delta`` (0 without spread; NaN where not computed).
-    """
+    """A difference of means (``delta``: mean(A) - mean(B), in the metric's units) with its interval
+    ``lo <= delta <= hi`` at level ``confidence``, the two-sided p-value ``p`` of no difference, the
+    Welch–Satterthwaite degrees of freedom ``df`` and the standard error ``se``. Without spread in either
+    sample: ``lo == hi == delta``, ``p`` 1 (equal means) or 0, ``df`` infinite, ``se`` 0."""
 
     delta: float
     lo: float
@@ -80,11 +72,7 @@ def _t_interval(delta: float, se2: float, df: float, confidence: float) -> Inter
 
 def mean_interval(values: list[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
     """``(mean, lo, hi)``: Student's t interval of the mean of ``values`` (``lo == hi == mean`` for one
-    value or no spread). The error bars of the report's plots.
-
-    Raises:
-        ValueError: no value, or a non-finite one.
-    """
+    value or no spread), the error bars of the report's plots. Raises ValueError: no value, or a non-finite one."""
     if not values or not all(math.isfinite(v) for v in values):
         raise ValueError("mean_interval: needs at least one finite value and no non-finite one")
     n = len(values)
@@ -103,13 +91,10 @@ POWER = 0.8
 def detectable_difference(
     sd: float, n_a: int, n_b: int, alpha: float = 1 - CONFIDENCE, power: float = POWER
 ) -> float | None:
-    """The smallest true difference a two-sided two-sample t-test at level ``alpha`` detects with
-    probability ``power``, for a common per-seed standard deviation ``sd`` and ``n_a``/``n_b`` seeds.
-
-    Solved exactly on the noncentral t distribution (ν = n_a + n_b − 2, noncentrality
-    ``δ / (sd·√(1/n_a + 1/n_b))``; Cohen 1988 §2.4 gives the same in tables); for large n it tends to
-    ``(z_{1-α/2} + z_{power}) · sd · √(1/n_a + 1/n_b)``. Same units as ``sd``. ``None`` with fewer than
-    2 seeds a side or no finite spread."""
+    """The smallest true difference (units of ``sd``) a two-sided two-sample t-test at level ``alpha``
+    detects with probability ``power``, for a per-seed standard deviation ``sd`` and ``n_a``/``n_b`` seeds:
+    solved on the noncentral t distribution (ν = n_a + n_b − 2, noncentrality ``δ / (sd·√(1/n_a + 1/n_b))``;
+    Cohen 1988 §2.4). ``None`` with fewer than 2 seeds a side or no finite spread."""
     if n_a < 2 or n_b < 2 or sd is None or not math.isfinite(sd):
         return None
     return detectable_for(sd * math.sqrt(1 / n_a + 1 / n_b), n_a + n_b - 2, alpha, power)
@@ -132,12 +117,10 @@ def seeds_needed(
 def contrast(samples: list[list[float]], weights: list[float], confidence: float = CONFIDENCE) -> Interval:
     """Welch's interval for a linear contrast ``Σ wᵢ·mean(samplesᵢ)`` of independent settings, e.g. an
     interaction ``(A₁ − B₁) − (A₂ − B₂)`` (weights 1, −1, −1, 1): variance ``Σ wᵢ² sᵢ²/nᵢ``,
-    Welch–Satterthwaite degrees of freedom (Satterthwaite 1946). With two settings and weights
-    (1, −1) it is :func:`welch`.
+    Welch–Satterthwaite degrees of freedom (Satterthwaite 1946); with weights (1, −1) it is :func:`welch`.
 
     Raises:
-        ValueError: fewer than 2 values in a sample, a non-finite value, or unequal lengths of
-            ``samples`` and ``weights``.
+        ValueError: fewer than 2 values in a sample, a non-finite value, or not one weight per sample.
     """
     if len(samples) != len(weights):
         raise ValueError(f"contrast: {len(samples)} samples for {len(weights)} weights")

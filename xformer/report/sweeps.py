@@ -1,6 +1,5 @@
-"""W&B sweep files generated from the claim configs: ``sweeps/<name>.yaml`` from
-``conf/experiment/claims/<name>.yaml`` (its ``hydra.sweeper.params`` axes) and the scale's seeds
-(``conf/scale/cpu.yaml``).
+"""W&B sweep files ``sweeps/<name>.yaml`` generated from ``conf/experiment/claims/<name>.yaml`` (its
+``hydra.sweeper.params`` axes) and the scale's seeds (``conf/scale/cpu.yaml``).
 
     python -m xformer.report.sweeps          # rewrite sweeps/<name>.yaml for every claim config
     python -m xformer.report.sweeps --check  # exit 1 naming the files that differ (also a test)

@@ -15,13 +15,6 @@ STATES = {"finished": "finished", "running": "running", "crashed": "failed", "fa
 CURVE_KEYS = ("train/loss", "val/loss")
 
 
-def has_api_key() -> bool:
-    """True when a W&B API key is available (the training driver's own check)."""
-    from xformer.jobs.wandb_run import wandb_has_api_key
-
-    return wandb_has_api_key()
-
-
 def load_wandb_jobs(spec: str) -> list[Job]:
     """All runs of ``ENTITY/PROJECT`` (only group ``GROUP`` when given) as :class:`Job`.
 
@@ -34,21 +27,13 @@ def load_wandb_jobs(spec: str) -> list[Job]:
         raise ValueError(f"--wandb {spec!r}: expected ENTITY/PROJECT[:GROUP]")
     import wandb  # imported here: slow, and only needed for this source
 
-    runs = wandb.Api().runs(path, filters={"group": group} if group else None)
     jobs = []
-    for run in runs:
+    for run in wandb.Api().runs(path, filters={"group": group} if group else None):
         summary = dict(run.summary._json_dict) if hasattr(run.summary, "_json_dict") else dict(run.summary)
         overrides = dict(kv for kv in (parse_override(t) for t in run.tags) if kv is not None)
-        metrics = {
-            k[len("final/") :]: float(v)
-            for k, v in summary.items()
-            if k.startswith("final/") and isinstance(v, (int, float)) and not isinstance(v, bool)
-        }
-        params = {
-            k[len("model/params_") :]: int(v)
-            for k, v in summary.items()
-            if k.startswith("model/params_") and isinstance(v, (int, float))
-        }
+        nums = {k: v for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        metrics = {k.removeprefix("final/"): float(v) for k, v in nums.items() if k.startswith("final/")}
+        params = {k.removeprefix("model/params_"): int(v) for k, v in nums.items() if k.startswith("model/params_")}
         history = {}
         for k in CURVE_KEYS:
             # Lightning's WandbLogger stores the trainer's row label (0-based, as in its CSV) in
@@ -61,15 +46,6 @@ def load_wandb_jobs(spec: str) -> list[Job]:
             ]
             if pts:
                 history[k] = ([float(s) for s, _ in pts], [float(v) for _, v in pts])
-        jobs.append(
-            Job(
-                path=Path(f"wandb:{path}/{run.id}"),
-                status=STATES.get(run.state, run.state),
-                overrides=overrides,
-                config=dict(run.config),
-                metrics=metrics,
-                params=params,
-                curves=history,
-            )
-        )
+        name, status = Path(f"wandb:{path}/{run.id}"), STATES.get(run.state, run.state)
+        jobs.append(Job(name, status, overrides, dict(run.config), metrics=metrics, params=params, curves=history))
     return jobs
