@@ -1,17 +1,7 @@
 """The test types a claim's parts are decided by: one module-level function each, named as in the
-declarations (``test: superiority``); a dotted path (``test: mypkg.tests.my_test``) selects one
-defined elsewhere with the same signature ``(part, ctx) -> PartResult`` and a ``check`` attribute.
-
-The types (superiority, non_inferiority, equivalence, contrast, trend, threshold, quantity) are
-tabulated in docs/report.md § Test types and each function's docstring. Every decision reads an
-interval, never a point estimate against a threshold alone.
-
-Checks every comparison gets (:func:`finish`): each arm needs :data:`MIN_SEEDS` seeds that count (a
-diverged seed counts, as an outcome worse than every finished one: :func:`diverged_decision`); a
-saturated bounded metric makes a supported or undecided part inconclusive but never a refutation; the
-trend of the gap over the second half is measured (:mod:`.stability`) and blocks a decided part only
-for a claim stated as a stable ranking, where it shows the gap closing; every part states its
-detectable effect at 80 % power and, undecided, the seeds a side that would decide it.
+declarations (``test: superiority``), or any function ``(part, ctx) -> PartResult`` with a ``check``
+attribute named by its dotted path. Tabulated in docs/report.md § Test types; :func:`finish` applies the
+checks every comparison gets (docs/report.md § Checks every part gets).
 """
 
 from __future__ import annotations
@@ -141,21 +131,15 @@ def finish(
     part: Part,
     res: PartResult,
     arms: list[Arm],
-    terms: list[tuple[float, list]] | None,
     boundary: float | None,
     se_df: tuple[float, float] | None,
     weights: list[float] | None = None,
     detect: dict | None = None,
 ) -> PartResult:
-    """The checks every comparison gets (the module's docstring): seeds, saturation, power, the
-    second-half trend, and the seeds a side that would decide an undecided part (``terms``: the weighted
-    arms' jobs; ``boundary``: what Δ was decided against; ``se_df``: Δ's standard error and degrees of
-    freedom; ``weights``: default ``+1, −1``; ``detect``: options of
-    :func:`~xformer.report.stats.detectable_planned`, e.g. two one-sided tests).
-
-    A gap *shown* to close (the trend's whole interval beyond the limit, or a late crossing) makes a
-    decided stable-ranking part inconclusive ("closing"), and is a caveat at a budget; a trend that
-    cannot be told from the limit leaves the verdict with the caveat "trend undetermined"."""
+    """The checks every comparison gets: seeds, saturation, power, the second-half trend (read when
+    ``boundary``, what Δ was decided against, is given) and the seeds a side that would decide an undecided
+    part. ``se_df``: Δ's standard error and degrees of freedom; ``weights``: the arms' (default ``+1, −1``);
+    ``detect``: options of :func:`~xformer.report.stats.detectable_planned`, e.g. two one-sided tests."""
     res.arms = arms
     res.evidence = [a.text() for a in arms] + res.evidence
     if se_df is not None and se_df[0] > 0:
@@ -193,8 +177,9 @@ def finish(
     ):
         res.problems.append("underpowered")
         res.reason = reason("underpowered", detectable=f"{res.detectable:.3g}", effect=f"{abs(effect):.3g}")
-    if terms is not None and boundary is not None and res.estimate is not None and res.scale == "metric":
+    if boundary is not None and res.estimate is not None and res.scale == "metric":
         side = 1.0 if res.estimate > boundary else -1.0
+        terms = [(w, a.jobs) for w, a in zip(weights, arms, strict=True)]
         st = stability_check(terms, str(part.metric), boundary, side, part.label)
         res.stability = st
         if st is not None:
@@ -318,7 +303,7 @@ def _margin(part: Part, ref: Arm) -> float:
 
 
 def _few_result(part: Part, arms: list[Arm], margin: float | None) -> PartResult:
-    return finish(part, result(part, INCONCLUSIVE, "", margin=margin), arms, None, None, None)
+    return finish(part, result(part, INCONCLUSIVE, "", margin=margin), arms, None, None)
 
 
 def _count_p(arms: list[Arm], weights: list[float]) -> tuple[float, float, float]:
@@ -563,7 +548,7 @@ def _diverged_result(
                 "no effect decides it at 80 % power with these divergences: the better arm's diverged seeds rank "
                 "below every finished one"
             )
-    return finish(part, res, arms, None, None, None, weights)
+    return finish(part, res, arms, None, None, weights)
 
 
 # -- the test types ---------------------------------------------------------------------------------
@@ -603,7 +588,7 @@ def superiority(part: Part, ctx: Context) -> PartResult:
                 f"the interval excludes the published effect {effect:+.3g}, but the seeds detect only "
                 f"|Δ| ≥ {detectable:.3g}: not read as a refutation"
             )
-    return finish(part, res, [a, b], [(1.0, a.jobs), (-1.0, b.jobs)], boundary, (iv.se, iv.df))
+    return finish(part, res, [a, b], boundary, (iv.se, iv.df))
 
 
 superiority.check = _needs("a", "b", "metric")
@@ -625,7 +610,7 @@ def non_inferiority(part: Part, ctx: Context) -> PartResult:
         INCONCLUSIVE: reason("straddles margin", m=f"{m:.3g}"),
     }
     res = result(part, verdict, words[verdict], estimate=d, lo=lo, hi=hi, confidence=iv.confidence, margin=m)
-    return finish(part, res, [a, b], [(1.0, a.jobs), (-1.0, b.jobs)], -m, (iv.se, iv.df))
+    return finish(part, res, [a, b], -m, (iv.se, iv.df))
 
 
 non_inferiority.check = _needs(
@@ -653,7 +638,7 @@ def equivalence(part: Part, ctx: Context) -> PartResult:
             elif res.verdict == NOT_SUPPORTED:
                 res.verdict = INCONCLUSIVE
             res.margin = m
-            return finish(part, res, [a, b], None, None, None)
+            return finish(part, res, [a, b], None, None)
         return _few_result(part, [a, b], m)
     lo95, d, hi95 = _oriented(iv, _hb(part))
     iv90 = welch(a.values, b.values, 1 - 2 * (1 - CONFIDENCE))
@@ -672,7 +657,7 @@ def equivalence(part: Part, ctx: Context) -> PartResult:
     res.evidence.append(f"95 % interval [{lo95:+.3g}, {hi95:+.3g}]")
     # two one-sided tests at 5 % each, both passing at a true difference of 0: the margin they need
     tost = {"alpha": 2 * (1 - CONFIDENCE), "power": 1 - (1 - 0.8) / 2}
-    return finish(part, res, [a, b], [(1.0, a.jobs), (-1.0, b.jobs)], boundary, (iv.se, iv.df), detect=tost)
+    return finish(part, res, [a, b], boundary, (iv.se, iv.df), detect=tost)
 
 
 equivalence.check = _needs(
@@ -704,9 +689,7 @@ def contrast_test(part: Part, ctx: Context) -> PartResult:
     }
     res = result(part, verdict, words[verdict], estimate=d, lo=lo, hi=hi, confidence=iv.confidence, margin=m or None)
     res.evidence.append("contrast: " + " ".join(f"{w:+g}·[{x.name}]" for w, x in zip(weights, arms, strict=True)))
-    return finish(
-        part, res, arms, [(w, x.jobs) for w, x in zip(weights, arms, strict=True)], m, (iv.se, iv.df), weights
-    )
+    return finish(part, res, arms, m, (iv.se, iv.df), weights)
 
 
 def _contrast_check(part: Part) -> tuple[str, str] | None:
@@ -838,17 +821,7 @@ def trend(part: Part, ctx: Context) -> PartResult:
             INCONCLUSIVE: reason("within noise", boundary="0"),
         }
         r = result(sub, v, words[v], estimate=d, lo=lo, hi=hi, confidence=iv.confidence)
-        steps.append(
-            finish(
-                sub,
-                r,
-                [hi_arm, lo_arm],
-                [(1.0, hi_arm.jobs), (-1.0, lo_arm.jobs)],
-                0.0,
-                (iv.se, iv.df),
-                detect={"tests": k_steps},
-            )
-        )
+        steps.append(finish(sub, r, [hi_arm, lo_arm], 0.0, (iv.se, iv.df), detect={"tests": k_steps}))
     worst = min(steps, key=lambda s: s.lo if s.lo is not None else -math.inf)
     verdicts = [s.verdict for s in steps]
 
@@ -961,9 +934,7 @@ def _diminishing(part: Part, arms: list[Arm], values: list[Any], hb: bool) -> Pa
         )
     res.evidence.append("decided on the final values (a contrast of three settings: no second-half trend)")
     w = [1.0, -2.0, 1.0]
-    return finish(
-        part, res, arms[worst[0] : worst[0] + 3], None, 0.0, (worst[1].se, worst[1].df), w, {"tests": len(pairs)}
-    )
+    return finish(part, res, arms[worst[0] : worst[0] + 3], None, (worst[1].se, worst[1].df), w, {"tests": len(pairs)})
 
 
 def _reaches(v: float, level: float, hb: bool) -> bool:
