@@ -57,13 +57,13 @@ class NotCovered(Exception):
         self.key = key
 
 
-def _needs(*keys: str, hint: dict | None = None) -> Callable[[Part], tuple[str, str] | None]:
-    """A declaration check: each of ``keys`` present (``hint``: the fix per key)."""
+def _needs(keys: str, **hint: str) -> Callable[[Part], tuple[str, str] | None]:
+    """A declaration check: each of the space-separated ``keys`` present (``hint``: the fix per key)."""
 
     def check(part: Part) -> tuple[str, str] | None:
-        for k in keys:
+        for k in keys.split():
             if part.get(k) is None:
-                fix = (hint or {}).get(k) or f"add '{k}: ...'"
+                fix = hint.get(k) or f"add '{k}: ...'"
                 return k, f"{part.test} needs '{k}'; fix: {fix}"
         return None
 
@@ -125,6 +125,13 @@ def saturated(metric: str, arms: list[Arm]) -> str | None:
 def _decide(lo: float, hi: float, boundary: float) -> Status:
     """Supported when the interval lies above ``boundary``, not supported when below, else inconclusive."""
     return SUPPORTED if lo > boundary else NOT_SUPPORTED if hi < boundary else INCONCLUSIVE
+
+
+def _every(verdicts: list[Status]) -> Status:
+    """Steps that must all hold: supported when every one is, not supported when any is, else inconclusive."""
+    if all(v == SUPPORTED for v in verdicts):
+        return SUPPORTED
+    return NOT_SUPPORTED if NOT_SUPPORTED in verdicts else INCONCLUSIVE
 
 
 def finish(
@@ -286,7 +293,7 @@ def _pooled_sd(arms: list[Arm]) -> float | None:
 def _two(part: Part, ctx: Context) -> tuple[Arm, Arm, float, Interval | None]:
     """Arms a and b, the margin and Welch's a − b (``None``: a diverged seed, or < 2 finished a side)."""
     a, b = _arm(ctx, part, "a"), _arm(ctx, part, "b")
-    m = _margin(part, b)
+    m = part.margin.resolve(b.mean) if part.margin is not None else 0.0
     if len(a.values) < 2 or len(b.values) < 2 or a.diverged or b.diverged:
         return a, b, m, None
     return a, b, m, welch(a.values, b.values)
@@ -295,11 +302,6 @@ def _two(part: Part, ctx: Context) -> tuple[Arm, Arm, float, Interval | None]:
 def _ranked(arms: list[Arm]) -> bool:
     """Whether arms without an interval are decided by ranks: a diverged seed, and 2 seeds an arm."""
     return any(x.diverged for x in arms) and all(x.n >= 2 for x in arms)
-
-
-def _margin(part: Part, ref: Arm) -> float:
-    m = part.margin
-    return m.resolve(ref.mean) if m is not None else 0.0
 
 
 def _few_result(part: Part, arms: list[Arm], margin: float | None) -> PartResult:
@@ -460,25 +462,18 @@ def _permutation_stats(
 
 
 RANK_POWER_DRAWS = 100_000
-"""Normal samples (seed 0) from which the rank test's detectable shift is read (its 80 % quantile): the
-power at the quantile is then 80 % within about 0.15 points (√(0.8·0.2/draws)); fewer are drawn where
-the seeds are many (at most :data:`RANK_POWER_PAIRS` pairs in all), where the shift only sizes advice."""
-
+"""Normal samples (seed 0) the rank test's detectable shift is read from: its power is 80 % ± 0.15 points."""
 RANK_POWER_PAIRS = 10_000_000
-"""The most differences bⱼ − aᵢ drawn for one shift (memory and time; 4 000 draws at 50 finished seeds a side)."""
+"""The most differences bⱼ − aᵢ drawn for one shift (fewer draws where the seeds are many)."""
 
 
 @functools.lru_cache(maxsize=1024)
 def rank_shift_needed(fa: int, da: int, fb: int, db: int, alpha: float, power: float = 0.8) -> float:
     """The location shift, in seed spreads, at which the exact rank test of :func:`diverged_decision`
     (arm ``a`` with ``fa`` finished and ``da`` diverged seeds against ``b`` with ``fb``, ``db``;
-    one-sided at ``alpha``) decides ``a`` better with probability ``power``; ``inf`` when no shift does.
-
-    With the divergence counts fixed, the statistic depends on the finished seeds only through
-    U = #{(i, j): aᵢ > bⱼ}; the exact permutation law gives the smallest U that decides, u*, and the test
-    decides at shift δ exactly when δ exceeds the u*-th smallest of the differences bⱼ − aᵢ. That order
-    statistic is drawn :data:`RANK_POWER_DRAWS` times from normal seeds (fixed seed: reproducible; the
-    power at the quantile is within about 0.15 points of ``power``), and its ``power`` quantile is the shift."""
+    one-sided at ``alpha``) decides ``a`` better with probability ``power``; ``inf`` when no shift does:
+    the ``power`` quantile of the u*-th smallest difference bⱼ − aᵢ of normal seeds, u* the smallest
+    U = #{(i, j): aᵢ > bⱼ} that decides (docs/report.md § Checks every part gets)."""
     na, nb, d = fa + da, fb + db, da + db
     if fa < 1 or fb < 1:
         return math.inf
@@ -509,18 +504,6 @@ def rank_shift_needed(fa: int, da: int, fb: int, db: int, alpha: float, power: f
     return float(np.quantile(np.concatenate(need), power))
 
 
-def rank_detectable(arms: list[Arm], weights: list[float], sd: float | None, power: float = 0.8) -> float | None:
-    """The detectable effect of the rank test of two arms (weights ±1) in the metric's units: the shift
-    of :func:`rank_shift_needed` at the arms' counts times the pooled seed spread of the finished seeds,
-    corrected for its bias by :func:`~xformer.report.stats.c4` as the Welch detectable is."""
-    if len(arms) != 2 or sorted(weights) != [-1.0, 1.0] or sd is None or not math.isfinite(sd):
-        return None
-    a, b = arms if weights[0] > 0 else arms[::-1]
-    z = rank_shift_needed(len(a.values), a.diverged, len(b.values), b.diverged, (1 - CONFIDENCE) / 2, power)
-    df = len(a.values) + len(b.values) - 2
-    return z * sd / c4(df) if math.isfinite(z) and df >= 1 else z
-
-
 def _rank_seeds_for(arms: list[Arm], sd: float, effect: float, power: float = 0.8, most: int = 50) -> int | None:
     """Seeds a side (the arms' shares of diverged seeds kept) at which the rank test's detectable effect
     is at most ``|effect|``; ``None`` when even ``most`` are not enough."""
@@ -536,14 +519,21 @@ def _rank_seeds_for(arms: list[Arm], sd: float, effect: float, power: float = 0.
 def _diverged_result(
     part: Part, arms: list[Arm], weights: list[float], boundary: float, margin: float | None, tests: int = 1
 ) -> PartResult:
-    """A comparison decided by :func:`diverged_decision`, with the rank test's own detectable effect
-    (at 80 % power, each of ``tests`` steps at 80 % ** (1 / ``tests``))."""
+    """A comparison decided by :func:`diverged_decision`; ranked two arms (weights ±1) get the rank test's
+    own detectable effect (at 80 % power, each of ``tests`` steps at 80 % ** (1 / ``tests``)): the shift of
+    :func:`rank_shift_needed` times the pooled spread of the finished seeds, ÷ c4 as Welch's is."""
     res = diverged_decision(part, arms, weights, boundary)
     res.margin = margin
-    if res.scale == "ranks":
-        res.detectable = rank_detectable(arms, weights, _pooled_sd(arms), 0.8 ** (1.0 / tests))
-        if res.detectable is not None and not math.isfinite(res.detectable):
-            res.detectable = None
+    sd = _pooled_sd(arms)
+    two = len(arms) == 2 and sorted(weights) == [-1.0, 1.0]
+    if res.scale == "ranks" and two and sd is not None and math.isfinite(sd):
+        a, b = arms if weights[0] > 0 else arms[::-1]
+        alpha, power = (1 - CONFIDENCE) / 2, 0.8 ** (1.0 / tests)
+        z = rank_shift_needed(len(a.values), a.diverged, len(b.values), b.diverged, alpha, power)
+        df = len(a.values) + len(b.values) - 2
+        if math.isfinite(z):
+            res.detectable = z * sd / c4(df) if df >= 1 else z
+        else:
             res.evidence.append(
                 "no effect decides it at 80 % power with these divergences: the better arm's diverged seeds rank "
                 "below every finished one"
@@ -591,7 +581,7 @@ def superiority(part: Part, ctx: Context) -> PartResult:
     return finish(part, res, [a, b], boundary, (iv.se, iv.df))
 
 
-superiority.check = _needs("a", "b", "metric")
+superiority.check = _needs("a b metric")
 
 
 def non_inferiority(part: Part, ctx: Context) -> PartResult:
@@ -614,14 +604,9 @@ def non_inferiority(part: Part, ctx: Context) -> PartResult:
 
 
 non_inferiority.check = _needs(
-    "a",
-    "b",
-    "metric",
-    "margin",
-    hint={
-        "margin": "add 'margin: <the largest acceptable deficit, in the metric's units, or a percentage such as "
-        "1%>' and 'margin_source: <where it comes from>', decided before looking at the data"
-    },
+    "a b metric margin",
+    margin="add 'margin: <the largest acceptable deficit, in the metric's units, or a percentage such as 1%>' and "
+    "'margin_source: <where it comes from>', decided before looking at the data",
 )
 
 
@@ -661,11 +646,8 @@ def equivalence(part: Part, ctx: Context) -> PartResult:
 
 
 equivalence.check = _needs(
-    "a",
-    "b",
-    "metric",
-    "margin",
-    hint={"margin": "add 'margin: <the largest difference that counts as the same>' and 'margin_source: ...'"},
+    "a b metric margin",
+    margin="add 'margin: <the largest difference that counts as the same>' and 'margin_source: ...'",
 )
 
 
@@ -693,7 +675,7 @@ def contrast_test(part: Part, ctx: Context) -> PartResult:
 
 
 def _contrast_check(part: Part) -> tuple[str, str] | None:
-    problem = _needs("terms", "metric")(part)
+    problem = _needs("terms metric")(part)
     if problem:
         return problem
     raw = part.get("terms")
@@ -752,15 +734,11 @@ def _axis_values(ctx: Context, part: Part) -> list[Any]:
 
 def _levels_check(part: Part) -> tuple[str, str] | None:
     vals = part.get("values")
-    if vals is None or vals == ALL_LEVELS:
+    if vals in (None, ALL_LEVELS) or (isinstance(vals, list) and len(vals) >= 2):
         return None
-    if not isinstance(vals, list) or len(vals) < 2:
-        return (
-            "values",
-            "expected the list of levels the part reads (at least 2); fix: e.g. 'values: [1, 2, 4, 8]' or "
-            "'values: all'",
-        )
-    return None
+    return "values", (
+        "expected the list of levels the part reads (at least 2); fix: e.g. 'values: [1, 2, 4, 8]' or 'values: all'"
+    )
 
 
 def _equal_params(part: Part, arms: list[Arm]) -> None:
@@ -804,7 +782,7 @@ def trend(part: Part, ctx: Context) -> PartResult:
         if _ranked([hi_arm, lo_arm]):
             steps.append(_diverged_result(sub, [hi_arm, lo_arm], [1.0, -1.0], 0.0, None, k_steps))
             continue
-        if hi_arm.diverged or lo_arm.diverged or len(lo_arm.values) < 2 or len(hi_arm.values) < 2:
+        if len(lo_arm.values) < 2 or len(hi_arm.values) < 2:  # diverged seeds and not ranked: fewer than 2
             steps.append(_few_result(sub, [hi_arm, lo_arm], 0.0))
             continue
         iv = welch(hi_arm.values, lo_arm.values)
@@ -823,21 +801,13 @@ def trend(part: Part, ctx: Context) -> PartResult:
         r = result(sub, v, words[v], estimate=d, lo=lo, hi=hi, confidence=iv.confidence)
         steps.append(finish(sub, r, [hi_arm, lo_arm], 0.0, (iv.se, iv.df), detect={"tests": k_steps}))
     worst = min(steps, key=lambda s: s.lo if s.lo is not None else -math.inf)
-    verdicts = [s.verdict for s in steps]
-
-    def named(s: PartResult) -> str:
-        return f"{step_names[steps.index(s)]}: {s.reason}"
-
-    if all(v == SUPPORTED for v in verdicts):
-        verdict, why = SUPPORTED, reason("every step", axis=axis)
-    elif any(v == NOT_SUPPORTED for v in verdicts):
-        verdict, why = (
-            NOT_SUPPORTED,
-            reason("a step fails", steps="; ".join(named(s) for s in steps if s.verdict == NOT_SUPPORTED)),
-        )
-    else:
-        verdict = INCONCLUSIVE
-        why = reason("steps open", steps="; ".join(named(s) for s in steps if s.verdict != SUPPORTED))
+    verdict = _every([s.verdict for s in steps])  # a failing or open trend names the steps that make it so
+    listed = "; ".join(f"{n}: {s.reason}" for n, s in zip(step_names, steps, strict=True) if s.verdict == verdict)
+    why = {
+        SUPPORTED: reason("every step", axis=axis),
+        NOT_SUPPORTED: reason("a step fails", steps=listed),
+        INCONCLUSIVE: reason("steps open", steps=listed),
+    }[verdict]
     res = result(part, verdict, why, estimate=worst.estimate, lo=worst.lo, hi=worst.hi, confidence=worst.confidence)
     res.scale = worst.scale
     res.arms = arms
@@ -849,8 +819,7 @@ def trend(part: Part, ctx: Context) -> PartResult:
         for n, s in zip(step_names, steps, strict=True)
     ]
     res.evidence += [e for s in steps for e in s.evidence if e.startswith(("trend:", "~", "more than 1000"))]
-    stab = [s.stability for s in steps if s.stability is not None]
-    res.stability = stab[0] if stab else None
+    res.stability = next((s.stability for s in steps if s.stability is not None), None)
     res.problems = sorted({p for s in steps for p in s.problems})
     res.caveats = sorted({c for s in steps for c in s.caveats})
     needed = [s.seeds_needed for s in steps if s.seeds_needed is not None and s.verdict == INCONCLUSIVE]
@@ -861,7 +830,7 @@ def trend(part: Part, ctx: Context) -> PartResult:
 
 
 def _trend_check(part: Part) -> tuple[str, str] | None:
-    problem = _needs("axis", "metric", "shape")(part)
+    problem = _needs("axis metric shape")(part)
     if problem:
         return problem
     if part.get("values") is None:
@@ -915,14 +884,13 @@ def _diminishing(part: Part, arms: list[Arm], values: list[Any], hb: bool) -> Pa
         for v, st in zip((_decide(iv.lo, iv.hi, 0.0) for _, iv, _ in pairs), strict, strict=True)
     ]
     names = [f"{fmt_value(values[i])}→{fmt_value(values[i + 1])}→{fmt_value(values[i + 2])}" for i, _, _ in pairs]
-    if all(v == SUPPORTED for v in verdicts):
-        verdict, why = SUPPORTED, reason("gains shrink", unit=unit, axis=part.get("axis"))
-    elif any(v == NOT_SUPPORTED for v in verdicts):
-        where = ", ".join(n for n, v in zip(names, verdicts, strict=True) if v == NOT_SUPPORTED)
-        verdict, why = NOT_SUPPORTED, reason("gain grows", where=where)
-    else:
-        where = ", ".join(n for n, v in zip(names, verdicts, strict=True) if v != SUPPORTED)
-        verdict, why = INCONCLUSIVE, reason("gains open", where=where)
+    verdict = _every(verdicts)
+    where = ", ".join(n for n, v in zip(names, verdicts, strict=True) if v == verdict)
+    why = {
+        SUPPORTED: reason("gains shrink", unit=unit, axis=part.get("axis")),
+        NOT_SUPPORTED: reason("gain grows", where=where),
+        INCONCLUSIVE: reason("gains open", where=where),
+    }[verdict]
     worst = min(pairs, key=lambda p: p[1].lo)
     res = result(
         part, verdict, why, estimate=worst[1].delta, lo=worst[1].lo, hi=worst[1].hi, confidence=worst[1].confidence
@@ -1005,12 +973,9 @@ def _stopped_early(job: Any) -> bool:
 
 
 def _threshold_check(part: Part) -> tuple[str, str] | None:
-    problem = _needs("metric", "level")(part) or _levels_check(part)
-    if problem is None and part.get("mode") == "steps":
-        problem = _needs(
-            "axis", "from_value", "to_value", hint={"from_value": "add 'from_value:' and 'to_value:' (values of axis)"}
-        )(part)
-    return problem
+    steps = _needs("axis from_value to_value", from_value="add 'from_value:' and 'to_value:' (values of axis)")
+    problem = _needs("metric level")(part) or _levels_check(part)
+    return problem or (steps(part) if part.get("mode") == "steps" else None)
 
 
 threshold.check = _threshold_check
