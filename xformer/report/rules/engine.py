@@ -1,14 +1,5 @@
-"""The engine: which declared claims a sweep asks about, each part decided by its test type, and a
-claim's verdict from its parts.
-
-A claim is **supported** when every claim part is, **not supported** when any is refuted, otherwise
-**inconclusive**, naming the parts; a precondition (a positive control) that fails makes it
-**cannot show it**, one that is undecided makes it inconclusive; descriptive parts are printed only.
-
-Which claims a sweep asks about: the jobs record the experiment they ran (Hydra's ``experiment``
-choice, ``claims/<name>``); a claim is decided where ``<name>`` is one of its ``sweeps``. Jobs that
-record no experiment get the claims whose every part finds its arms in the sweep, and the report
-says that it guessed.
+"""The engine: which declared claims a sweep asks about (docs/report.md § Which claims a report
+decides), each part decided by its test type, and a claim's verdict from its parts (:func:`combine`).
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
 """The measures a ``quantity`` part reads (``measure: <name>``, with ``args``): each a function
 ``(ctx, **args) -> [(label, value)]`` returning one value per thing measured, ``[]`` when the sweep or
 the bench file has nothing to measure.
-
-- :func:`ffn_block_share`: the FFN's share of one block's parameters, for every setting of the base
-  shape (counted from ``params`` in ``metrics.json``).
-- :func:`bench`: numbers from ``bench.json`` by dotted path (``sections.attention.explicit.time_exponent``).
-- :func:`bench_ratio`: the ratio of two such numbers.
-- :func:`param_spread`: the largest parameter count of the settings over the smallest.
 """
 
 from __future__ import annotations

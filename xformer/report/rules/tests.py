@@ -277,10 +277,8 @@ def _seeds_to_decide(
 
 
 def _pooled_sd(arms: list[Arm]) -> float | None:
-    """The pooled seed spread of the arms' finished seeds: Σ squared deviations from each arm's mean over
-    Σ (finished seeds − 1); a diverged seed has no value, so it adds no degree of freedom (counting it
-    would shrink the spread, and with it every detectable effect read from it). ``None`` with no arm of
-    2 finished seeds."""
+    """The pooled seed spread of the arms' finished seeds (a diverged seed adds no degree of freedom);
+    ``None`` with no arm of 2 finished seeds."""
     num, den = 0.0, 0
     for a in arms:
         if len(a.values) > 1:
@@ -1027,12 +1025,10 @@ def _steps_row(name: str, got: list[tuple[float, str]], level: float) -> str:
 
 def _steps(part: Part, ctx: Context) -> PartResult:
     """Steps to reach ``level``, censored both ways: the growth of log2(steps) from ``from_value`` to
-    ``to_value`` of ``axis`` at ``at``, minus the same growth at ``versus`` when given (a contrast of
-    growths), against log2(``factor``). A run that never reaches the level enters at its last step (a
-    lower bound), one that reaches it at its first validation at that step (an upper bound). The
-    interval's lower bound stays valid where every bound pushes the contrast up (lower bounds in
-    positively weighted cells, upper bounds in negatively weighted ones), its upper bound where every
-    bound pushes it down; a bound on the wrong side leaves that side unknown."""
+    ``to_value`` of ``axis`` at ``at``, minus the same growth at ``versus`` when given, against
+    log2(``factor``). A run that never reaches the level enters at its last step (a lower bound), one that
+    reaches it at its first validation at that step (an upper bound); an interval bound is read only where
+    every censored value pushes the estimate away from it."""
     axis, level, hb = str(part.get("axis")), float(part.get("level")), _hb(part)
     values = _axis_values(ctx, part)
     have = {fmt_value(v) for v in values}
