@@ -51,7 +51,6 @@ class Claim:
     file: str = ""
     at: str = "budget"
     body: dict = field(default_factory=dict, hash=False, compare=False)
-    extra: dict = field(default_factory=dict, hash=False, compare=False)
 
 
 class _UniqueKeys(yaml.SafeLoader):

@@ -27,13 +27,8 @@ def _number(v: Any) -> float | None:
 
 def bench(ctx: Any, paths: list[str] | str) -> list[tuple[str, float]]:
     """The numbers at ``paths`` (dotted) in ``bench.json``; paths without a number are left out."""
-    paths = [paths] if isinstance(paths, str) else list(paths)
-    out = []
-    for p in paths:
-        v = _number(_path(ctx.bench or {}, p))
-        if v is not None:
-            out.append((p, v))
-    return out
+    found = [(p, _number(_path(ctx.bench or {}, p))) for p in ([paths] if isinstance(paths, str) else paths)]
+    return [(p, v) for p, v in found if v is not None]
 
 
 def bench_ratio(ctx: Any, num: str, den: str) -> list[tuple[str, float]]:

@@ -1134,19 +1134,12 @@ def quantity(part: Part, ctx: Context) -> PartResult:
         ok = all(abs(d) <= tol for _, d in dev)
         verdict = NOT_SUPPORTED if bad else SUPPORTED if ok else INCONCLUSIVE
         worst = max(dev, key=lambda x: abs(x[1]))
-        why = (
-            reason("quantity off", target=f"{target:g}", far=f"{far:g}", bad=", ".join(bad))
-            if bad
-            else reason("quantity within", target=f"{target:g}", tol=f"{tol:g}", worst=f"{worst[1]:+.3g}")
-            if ok
-            else reason(
-                "quantity between",
-                tol=f"{tol:g}",
-                far=f"{far:g}",
-                target=f"{target:g}",
-                worst=f"{worst[0]} {worst[1]:+.3g}",
-            )
-        )
+        t, w = f"{target:g}", f"{worst[1]:+.3g}"
+        why = {
+            NOT_SUPPORTED: reason("quantity off", target=t, far=f"{far:g}", bad=", ".join(bad)),
+            SUPPORTED: reason("quantity within", target=t, tol=f"{tol:g}", worst=w),
+            INCONCLUSIVE: reason("quantity between", tol=f"{tol:g}", far=f"{far:g}", target=t, worst=f"{worst[0]} {w}"),
+        }[verdict]
     res = result(part, verdict, why, estimate=found[0][1])
     res.evidence = rows + ["a measured or counted number: no seeds, no interval"]
     return res
