@@ -980,16 +980,13 @@ threshold.check = _threshold_check
 
 
 REACHED, AT_FIRST, CENSORED = "reached", "at first", "censored"
-"""How a run's steps to a level are known: exactly (at the validation that first reaches it), only as
-"≤ the first validation" (reached there: left-censored), or only as "≥ its last step" (never reached
-before it stopped: right-censored)."""
+"""How a run's steps to a level are known: exactly, as "≤ its first validation", or as "≥ its last step"."""
 
 
 def steps_to_level(job: Any, curve: str, level: float, hb: bool) -> tuple[float, str] | None:
-    """``(step, how)``: the first validation step at which ``curve`` reaches ``level`` (``how``
-    :data:`REACHED`, or :data:`AT_FIRST` when that is the run's first validation, so the steps are only
-    known to be at most that), or the job's last validation step with :data:`CENSORED` (it stopped,
-    at its budget, on a plateau or diverged, before reaching it); ``None`` without a curve."""
+    """``(step, how)``: the first validation step at which ``curve`` reaches ``level`` (:data:`REACHED`, or
+    :data:`AT_FIRST` at the run's first validation), or the job's last validation step with :data:`CENSORED`
+    (it stopped before reaching it); ``None`` without a curve."""
     xs, ys = read_curves(job, (curve,)).get(curve, ([], []))
     if not xs:
         return None
