@@ -1,26 +1,8 @@
-"""Claims as data: reading and checking the YAML declarations that :mod:`.engine` decides.
-
-A declaration file maps claim names to claims (the project's claims: one file per claim in
-``conf/claims/``; a researcher's hypotheses: any file given to ``xformer report DIR --claims FILE``)::
-
-    H2:
-      statement: ratio 2 is no worse than ratio 4 by more than 0.01 nats
-      sweeps: [my_sweep]                # optional: the experiment(s) whose jobs it reads
-      parts:
-        - test: non_inferiority         # a test type of :mod:`.tests` (or a dotted path to one)
-          a: {model.ffn_ratio: 2}       # arms: override selectors
-          b: {model.ffn_ratio: 4}
-          margin: 0.01                  # or "1.5%": a share of arm b's mean
-          margin_source: one line on where the margin comes from
-          metric: test/loss             # a metric, `m1 - m2` (paired per seed) or `rise(val/loss)`
-          role: claim                   # claim (default) | precondition | descriptive
-          published_effect: 0.04        # the effect the source reports, in the metric's units
-
-Claim keys: ``statement`` (required), ``source``, ``published``, ``headline`` (a few words for
-tables), ``sweeps``, ``bench`` (reads ``bench.json``), ``rule`` (prose shown in ``docs/claims.md``),
-``parts`` (required, a non-empty list). Each part needs ``test``; the other keys depend on the test
-type (:mod:`.tests` says which). Every problem is a :class:`DeclarationError` whose message names
-the file, the claim, the key and the fix, as one line.
+"""Claims as data: reading and checking the YAML declarations that :mod:`.engine` decides (the keys:
+docs/report.md § Declaring a claim). A file maps claim names to claims: the project's, one file per
+claim in ``claims/``; a researcher's, any file given to ``xformer report DIR --claims FILE``. Each
+part's keys beyond the common ones depend on its test type (:mod:`.tests`). Every problem is a
+:class:`DeclarationError` whose message names the file, the claim, the key and the fix, as one line.
 """
 
 from __future__ import annotations
@@ -41,10 +23,7 @@ positive control: failing it makes the claim "cannot show it"), or is printed on
 
 CLAIM_KEYS = ("statement", "source", "published", "headline", "sweeps", "bench", "rule", "at", "parts")
 AT = ("budget", "stable ranking")
-"""What a claim states (``at``): ``budget``, the result at the stated budget (the final interval decides,
-the trend is printed: the default of a researcher's own hypotheses), or ``stable ranking``, a ranking
-that holds (a gap shown to close over the second half makes a part inconclusive: the default of the
-project's claims, whose ablations compare settings at one budget)."""
+"""What a claim states (``at``; docs/report.md § What a claim states)."""
 PART_KEYS = tuple(
     "test label says role metric better a b terms axis at values shape per margin margin_source "
     "published_effect level mode need expect factor from_value to_value versus measure args target "
@@ -72,7 +51,6 @@ class Claim:
     file: str = ""
     at: str = "budget"
     body: dict = field(default_factory=dict, hash=False, compare=False)
-    extra: dict = field(default_factory=dict, hash=False, compare=False)
 
 
 class _UniqueKeys(yaml.SafeLoader):

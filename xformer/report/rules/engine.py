@@ -1,14 +1,5 @@
-"""The engine: which declared claims a sweep asks about, each part decided by its test type, and a
-claim's verdict from its parts.
-
-A claim is **supported** when every claim part is, **not supported** when any is refuted, otherwise
-**inconclusive**, naming the parts; a precondition (a positive control) that fails makes it
-**cannot show it**, one that is undecided makes it inconclusive; descriptive parts are printed only.
-
-Which claims a sweep asks about: the jobs record the experiment they ran (Hydra's ``experiment``
-choice, ``claims/<name>``); a claim is decided where ``<name>`` is one of its ``sweeps``. Jobs that
-record no experiment get the claims whose every part finds its arms in the sweep, and the report
-says that it guessed.
+"""The engine: which declared claims a sweep asks about (docs/report.md § Which claims a report
+decides), each part decided by its test type, and a claim's verdict from its parts (:func:`combine`).
 """
 
 from __future__ import annotations
@@ -111,14 +102,6 @@ def _experiment_of(job) -> str:
     return str(exp).rsplit("/", 1)[-1] if exp else ""
 
 
-def sub_sweep(sweep: Sweep, name: str) -> Sweep:
-    """The jobs of ``sweep`` that ran experiment ``name`` (all of them when they record one experiment)."""
-    names = sweep_names(sweep)
-    if len(names) <= 1:
-        return sweep
-    return aggregate_jobs([j for j in sweep.jobs if _experiment_of(j) == name], sweep.dirs)
-
-
 def decide_claim(
     claim: Claim, sweep: Sweep, bench: dict | None = None, strict: bool = False, parts: list[Part] | None = None
 ) -> ClaimResult:
@@ -136,8 +119,9 @@ def decide_claim(
             r.problems.append("other sweep")
             results.append(r)
             continue
-        if want not in contexts:
-            contexts[want] = Context(sub_sweep(sweep, want) if want else sweep, bench)
+        if want not in contexts:  # the jobs that ran experiment ``want`` (all when they record one)
+            own = [j for j in sweep.jobs if _experiment_of(j) == want]
+            contexts[want] = Context(aggregate_jobs(own, sweep.dirs) if want and len(names) > 1 else sweep, bench)
         r = decide_part(p, contexts[want], strict)
         r.sweep = want if len(claim.sweeps) > 1 else ""
         results.append(r)
@@ -242,11 +226,9 @@ def _schedule(cfg: dict) -> str:
 
 
 def budget(jobs: list) -> str:
-    """The training budget of the compared settings: optimizer steps (``trainer.max_steps``, else the
-    steps run), tokens seen by a finished run (characters for tiny-shakespeare) and the LR schedule,
-    e.g. ``"3 000 steps, 6.1 M characters, warm-up 100 + linear decay to 0× peak, peak lr 0.003"``;
-    differing steps and schedules are joined with ``/`` and ``;``, differing token counts (padded
-    batches differ a little per seed) given as a range."""
+    """The training budget of the compared settings: steps (``trainer.max_steps``, else those run), tokens
+    seen by a finished run (characters for tiny-shakespeare) and the LR schedule, e.g. ``"3 000 steps,
+    6.1 M characters, warm-up 100 + linear decay to 0× peak, peak lr 0.003"``; token counts as a range."""
     steps, scheds, unit = set(), [], "tokens"
     counts: list[int] = []
     for j in {id(j): j for j in jobs}.values():

@@ -80,12 +80,11 @@ def job_value(job: Job, metric: str) -> float | None:
     term is not finite."""
     found = RISE.match(metric.strip())
     if found:
-        cv = [v for v in _curve(job, found["curve"].strip()).values() if math.isfinite(v)]
+        curve = list(_curve(job, found["curve"].strip()).values())
+        cv = [v for v in curve if math.isfinite(v)]
         if len(cv) < 2:
             return None
-        last = list(_curve(job, found["curve"].strip()).values())[-1]
-        best = min(cv) if not higher_is_better(found["curve"]) else max(cv)
-        return abs(last - best)
+        return abs(curve[-1] - (max(cv) if higher_is_better(found["curve"]) else min(cv)))
     terms = metric_terms(metric)
     vals = [job.metrics.get(t) for t in terms]
     if any(v is None for v in vals):

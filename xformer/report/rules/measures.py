@@ -1,12 +1,6 @@
 """The measures a ``quantity`` part reads (``measure: <name>``, with ``args``): each a function
 ``(ctx, **args) -> [(label, value)]`` returning one value per thing measured, ``[]`` when the sweep or
 the bench file has nothing to measure.
-
-- :func:`ffn_block_share`: the FFN's share of one block's parameters, for every setting of the base
-  shape (counted from ``params`` in ``metrics.json``).
-- :func:`bench`: numbers from ``bench.json`` by dotted path (``sections.attention.explicit.time_exponent``).
-- :func:`bench_ratio`: the ratio of two such numbers.
-- :func:`param_spread`: the largest parameter count of the settings over the smallest.
 """
 
 from __future__ import annotations
@@ -33,13 +27,8 @@ def _number(v: Any) -> float | None:
 
 def bench(ctx: Any, paths: list[str] | str) -> list[tuple[str, float]]:
     """The numbers at ``paths`` (dotted) in ``bench.json``; paths without a number are left out."""
-    paths = [paths] if isinstance(paths, str) else list(paths)
-    out = []
-    for p in paths:
-        v = _number(_path(ctx.bench or {}, p))
-        if v is not None:
-            out.append((p, v))
-    return out
+    found = [(p, _number(_path(ctx.bench or {}, p))) for p in ([paths] if isinstance(paths, str) else paths)]
+    return [(p, v) for p, v in found if v is not None]
 
 
 def bench_ratio(ctx: Any, num: str, den: str) -> list[tuple[str, float]]:

@@ -1,10 +1,6 @@
-"""Every reason a part or a claim can be given, one template each.
-
-A part's or a claim's ``reason`` is always :func:`reason` of one key of :data:`REASONS`: the text says
-why in one clause, never repeats a verdict word inside another verdict, and never nests a second reason.
-What an overridden result would have read goes to the evidence lines, not into the reason.
-:func:`parse` reads a reason back to its key (``tests/report/test_reasons.py`` does so for every reason
-the engine gives on its fixture sweeps).
+"""Every reason a part or a claim can be given, one template each: a ``reason`` is always :func:`reason`
+of one key of :data:`REASONS`, one clause that never nests a verdict or a second reason (what an
+overridden result would have read goes to the evidence lines). :func:`parse` reads a reason back to its key.
 """
 
 from __future__ import annotations

@@ -61,10 +61,8 @@ class StabilityPoint:
 
 @dataclass
 class Stability:
-    """The second-half check of one comparison: the curve read (``metric``; ``running_best``: the value
-    at the best checkpoint so far), the points, the per-doubling trend of Δ with its 95 % interval,
-    the limit it is held against, the ``outcome`` (not closing | closing | trend undetermined | late
-    crossing | few points | no curve) and a sentence."""
+    """The second-half check of one comparison (:mod:`.stability`): the curve read, the points, the
+    per-doubling trend of Δ with its 95 % interval, the limit, the ``outcome`` and a sentence."""
 
     metric: str
     running_best: bool = False
@@ -85,17 +83,10 @@ class Stability:
 
 @dataclass
 class PartResult:
-    """One part decided.
-
-    Attributes:
-        label: ``(i)``...; ``test``: the test type; ``role``: claim | precondition | descriptive;
-        ``says``: the part in words; ``verdict``: :class:`Status`; ``reason``: one sentence; ``metric``;
-        ``estimate``/``lo``/``hi``: the decisive estimate and its interval (``confidence``); ``margin``
-        (metric units) and ``margin_source``; ``detectable``: the smallest true effect the seeds detect
-        at 80 % power (metric units); ``published_effect``; ``arms``: the per-seed outcomes read;
-        ``stability``: the second-half check; ``evidence``: every further line; ``problems``: why it
-        is inconclusive (short names).
-    """
+    """One part decided: ``estimate``/``lo``/``hi``, the decisive estimate and its interval (``confidence``);
+    ``margin`` and ``detectable`` (the smallest true effect the seeds detect at 80 % power) in the metric's
+    units; ``stability``, the second-half check; ``evidence``, every further line; ``problems``, why it is
+    inconclusive (short names)."""
 
     label: str
     test: str

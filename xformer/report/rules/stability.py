@@ -1,20 +1,12 @@
 """The second-half check of a decided comparison: does the ranking hold over the validations of the
-second half of training, judged with intervals?
+second half of training, judged with intervals? (docs/report.md § Checks every part gets.)
 
-The curve read is the one the decision metric comes from: a ``test/*`` metric is evaluated on the best
-checkpoint (chosen on ``callbacks.model_checkpoint.monitor``), so its curve is the **running best**,
-the validation value at the best checkpoint so far; a ``val/*`` metric is the last validation, so its
-curve is the raw one. At most :data:`MAX_POINTS` evenly spaced validations shared by every seed at
-step ≥ half the last are read (at least :data:`MIN_POINTS`).
-
-Outcomes: **late crossing** (at a point the 95 % interval of Δ lies on the other side of the decision
-boundary), **closing** (the trend of the gap to the boundary, per doubling of steps, is below
-``−CLOSING_SHARE × final gap`` with its whole 95 % interval), **trend undetermined** (that interval
-straddles the limit), **not closing** (the interval lies above the limit). Only a gap *shown* to close
-(closing, late crossing) can change a verdict, and only for a claim stated as a stable ranking
-(:func:`.tests.finish`); the final interval decides. The trend's interval is Welch's
-(Welch–Satterthwaite for a contrast) over the per-seed least-squares slopes of the curve against
-log2(step), so the seeds' own spread sets its width.
+The curve read is the one the decision metric comes from: the **running best** for a ``test/*`` metric
+(evaluated on the best checkpoint), the raw curve for a ``val/*`` one. Outcomes: **late crossing**,
+**closing** (the per-doubling trend of the gap to the boundary lies below ``−CLOSING_SHARE × final gap``
+with its whole 95 % interval), **trend undetermined** (that interval straddles the limit), **not
+closing**. The trend's interval is Welch's (Welch–Satterthwaite for a contrast) over the per-seed
+least-squares slopes of the curve against log2(step).
 """
 
 from __future__ import annotations
@@ -27,6 +19,7 @@ from .evidence import RISE, base_name, higher_is_better
 from .results import Stability, StabilityPoint
 
 MIN_POINTS, MAX_POINTS = 4, 6
+"""A trend reads at most MAX_POINTS evenly spaced second-half validations every seed shares, at least MIN_POINTS."""
 CLOSING_SHARE = 0.25
 """The gap is closing when it shrinks per doubling of steps by more than this share of its final size."""
 

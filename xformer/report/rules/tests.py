@@ -1,17 +1,7 @@
 """The test types a claim's parts are decided by: one module-level function each, named as in the
-declarations (``test: superiority``); a dotted path (``test: mypkg.tests.my_test``) selects one
-defined elsewhere with the same signature ``(part, ctx) -> PartResult`` and a ``check`` attribute.
-
-The types (superiority, non_inferiority, equivalence, contrast, trend, threshold, quantity) are
-tabulated in docs/report.md § Test types and each function's docstring. Every decision reads an
-interval, never a point estimate against a threshold alone.
-
-Checks every comparison gets (:func:`finish`): each arm needs :data:`MIN_SEEDS` seeds that count (a
-diverged seed counts, as an outcome worse than every finished one: :func:`diverged_decision`); a
-saturated bounded metric makes a supported or undecided part inconclusive but never a refutation; the
-trend of the gap over the second half is measured (:mod:`.stability`) and blocks a decided part only
-for a claim stated as a stable ranking, where it shows the gap closing; every part states its
-detectable effect at 80 % power and, undecided, the seeds a side that would decide it.
+declarations (``test: superiority``), or any function ``(part, ctx) -> PartResult`` with a ``check``
+attribute named by its dotted path. Tabulated in docs/report.md § Test types; :func:`finish` applies the
+checks every comparison gets (docs/report.md § Checks every part gets).
 """
 
 from __future__ import annotations
@@ -67,13 +57,13 @@ class NotCovered(Exception):
         self.key = key
 
 
-def _needs(*keys: str, hint: dict | None = None) -> Callable[[Part], tuple[str, str] | None]:
-    """A declaration check: each of ``keys`` present (``hint``: the fix per key)."""
+def _needs(keys: str, **hint: str) -> Callable[[Part], tuple[str, str] | None]:
+    """A declaration check: each of the space-separated ``keys`` present (``hint``: the fix per key)."""
 
     def check(part: Part) -> tuple[str, str] | None:
-        for k in keys:
+        for k in keys.split():
             if part.get(k) is None:
-                fix = (hint or {}).get(k) or f"add '{k}: ...'"
+                fix = hint.get(k) or f"add '{k}: ...'"
                 return k, f"{part.test} needs '{k}'; fix: {fix}"
         return None
 
@@ -137,25 +127,26 @@ def _decide(lo: float, hi: float, boundary: float) -> Status:
     return SUPPORTED if lo > boundary else NOT_SUPPORTED if hi < boundary else INCONCLUSIVE
 
 
+def _every(verdicts: list[Status]) -> Status:
+    """Steps that must all hold: supported when every one is, not supported when any is, else inconclusive."""
+    if all(v == SUPPORTED for v in verdicts):
+        return SUPPORTED
+    return NOT_SUPPORTED if NOT_SUPPORTED in verdicts else INCONCLUSIVE
+
+
 def finish(
     part: Part,
     res: PartResult,
     arms: list[Arm],
-    terms: list[tuple[float, list]] | None,
     boundary: float | None,
     se_df: tuple[float, float] | None,
     weights: list[float] | None = None,
     detect: dict | None = None,
 ) -> PartResult:
-    """The checks every comparison gets (the module's docstring): seeds, saturation, power, the
-    second-half trend, and the seeds a side that would decide an undecided part (``terms``: the weighted
-    arms' jobs; ``boundary``: what Δ was decided against; ``se_df``: Δ's standard error and degrees of
-    freedom; ``weights``: default ``+1, −1``; ``detect``: options of
-    :func:`~xformer.report.stats.detectable_planned`, e.g. two one-sided tests).
-
-    A gap *shown* to close (the trend's whole interval beyond the limit, or a late crossing) makes a
-    decided stable-ranking part inconclusive ("closing"), and is a caveat at a budget; a trend that
-    cannot be told from the limit leaves the verdict with the caveat "trend undetermined"."""
+    """The checks every comparison gets: seeds, saturation, power, the second-half trend (read when
+    ``boundary``, what Δ was decided against, is given) and the seeds a side that would decide an undecided
+    part. ``se_df``: Δ's standard error and degrees of freedom; ``weights``: the arms' (default ``+1, −1``);
+    ``detect``: options of :func:`~xformer.report.stats.detectable_planned`, e.g. two one-sided tests."""
     res.arms = arms
     res.evidence = [a.text() for a in arms] + res.evidence
     if se_df is not None and se_df[0] > 0:
@@ -193,8 +184,9 @@ def finish(
     ):
         res.problems.append("underpowered")
         res.reason = reason("underpowered", detectable=f"{res.detectable:.3g}", effect=f"{abs(effect):.3g}")
-    if terms is not None and boundary is not None and res.estimate is not None and res.scale == "metric":
+    if boundary is not None and res.estimate is not None and res.scale == "metric":
         side = 1.0 if res.estimate > boundary else -1.0
+        terms = [(w, a.jobs) for w, a in zip(weights, arms, strict=True)]
         st = stability_check(terms, str(part.metric), boundary, side, part.label)
         res.stability = st
         if st is not None:
@@ -285,10 +277,8 @@ def _seeds_to_decide(
 
 
 def _pooled_sd(arms: list[Arm]) -> float | None:
-    """The pooled seed spread of the arms' finished seeds: Σ squared deviations from each arm's mean over
-    Σ (finished seeds − 1); a diverged seed has no value, so it adds no degree of freedom (counting it
-    would shrink the spread, and with it every detectable effect read from it). ``None`` with no arm of
-    2 finished seeds."""
+    """The pooled seed spread of the arms' finished seeds (a diverged seed adds no degree of freedom);
+    ``None`` with no arm of 2 finished seeds."""
     num, den = 0.0, 0
     for a in arms:
         if len(a.values) > 1:
@@ -301,7 +291,7 @@ def _pooled_sd(arms: list[Arm]) -> float | None:
 def _two(part: Part, ctx: Context) -> tuple[Arm, Arm, float, Interval | None]:
     """Arms a and b, the margin and Welch's a − b (``None``: a diverged seed, or < 2 finished a side)."""
     a, b = _arm(ctx, part, "a"), _arm(ctx, part, "b")
-    m = _margin(part, b)
+    m = part.margin.resolve(b.mean) if part.margin is not None else 0.0
     if len(a.values) < 2 or len(b.values) < 2 or a.diverged or b.diverged:
         return a, b, m, None
     return a, b, m, welch(a.values, b.values)
@@ -312,13 +302,8 @@ def _ranked(arms: list[Arm]) -> bool:
     return any(x.diverged for x in arms) and all(x.n >= 2 for x in arms)
 
 
-def _margin(part: Part, ref: Arm) -> float:
-    m = part.margin
-    return m.resolve(ref.mean) if m is not None else 0.0
-
-
 def _few_result(part: Part, arms: list[Arm], margin: float | None) -> PartResult:
-    return finish(part, result(part, INCONCLUSIVE, "", margin=margin), arms, None, None, None)
+    return finish(part, result(part, INCONCLUSIVE, "", margin=margin), arms, None, None)
 
 
 def _count_p(arms: list[Arm], weights: list[float]) -> tuple[float, float, float]:
@@ -475,25 +460,18 @@ def _permutation_stats(
 
 
 RANK_POWER_DRAWS = 100_000
-"""Normal samples (seed 0) from which the rank test's detectable shift is read (its 80 % quantile): the
-power at the quantile is then 80 % within about 0.15 points (√(0.8·0.2/draws)); fewer are drawn where
-the seeds are many (at most :data:`RANK_POWER_PAIRS` pairs in all), where the shift only sizes advice."""
-
+"""Normal samples (seed 0) the rank test's detectable shift is read from: its power is 80 % ± 0.15 points."""
 RANK_POWER_PAIRS = 10_000_000
-"""The most differences bⱼ − aᵢ drawn for one shift (memory and time; 4 000 draws at 50 finished seeds a side)."""
+"""The most differences bⱼ − aᵢ drawn for one shift (fewer draws where the seeds are many)."""
 
 
 @functools.lru_cache(maxsize=1024)
 def rank_shift_needed(fa: int, da: int, fb: int, db: int, alpha: float, power: float = 0.8) -> float:
     """The location shift, in seed spreads, at which the exact rank test of :func:`diverged_decision`
     (arm ``a`` with ``fa`` finished and ``da`` diverged seeds against ``b`` with ``fb``, ``db``;
-    one-sided at ``alpha``) decides ``a`` better with probability ``power``; ``inf`` when no shift does.
-
-    With the divergence counts fixed, the statistic depends on the finished seeds only through
-    U = #{(i, j): aᵢ > bⱼ}; the exact permutation law gives the smallest U that decides, u*, and the test
-    decides at shift δ exactly when δ exceeds the u*-th smallest of the differences bⱼ − aᵢ. That order
-    statistic is drawn :data:`RANK_POWER_DRAWS` times from normal seeds (fixed seed: reproducible; the
-    power at the quantile is within about 0.15 points of ``power``), and its ``power`` quantile is the shift."""
+    one-sided at ``alpha``) decides ``a`` better with probability ``power``; ``inf`` when no shift does:
+    the ``power`` quantile of the u*-th smallest difference bⱼ − aᵢ of normal seeds, u* the smallest
+    U = #{(i, j): aᵢ > bⱼ} that decides (docs/report.md § Checks every part gets)."""
     na, nb, d = fa + da, fb + db, da + db
     if fa < 1 or fb < 1:
         return math.inf
@@ -524,18 +502,6 @@ def rank_shift_needed(fa: int, da: int, fb: int, db: int, alpha: float, power: f
     return float(np.quantile(np.concatenate(need), power))
 
 
-def rank_detectable(arms: list[Arm], weights: list[float], sd: float | None, power: float = 0.8) -> float | None:
-    """The detectable effect of the rank test of two arms (weights ±1) in the metric's units: the shift
-    of :func:`rank_shift_needed` at the arms' counts times the pooled seed spread of the finished seeds,
-    corrected for its bias by :func:`~xformer.report.stats.c4` as the Welch detectable is."""
-    if len(arms) != 2 or sorted(weights) != [-1.0, 1.0] or sd is None or not math.isfinite(sd):
-        return None
-    a, b = arms if weights[0] > 0 else arms[::-1]
-    z = rank_shift_needed(len(a.values), a.diverged, len(b.values), b.diverged, (1 - CONFIDENCE) / 2, power)
-    df = len(a.values) + len(b.values) - 2
-    return z * sd / c4(df) if math.isfinite(z) and df >= 1 else z
-
-
 def _rank_seeds_for(arms: list[Arm], sd: float, effect: float, power: float = 0.8, most: int = 50) -> int | None:
     """Seeds a side (the arms' shares of diverged seeds kept) at which the rank test's detectable effect
     is at most ``|effect|``; ``None`` when even ``most`` are not enough."""
@@ -551,19 +517,26 @@ def _rank_seeds_for(arms: list[Arm], sd: float, effect: float, power: float = 0.
 def _diverged_result(
     part: Part, arms: list[Arm], weights: list[float], boundary: float, margin: float | None, tests: int = 1
 ) -> PartResult:
-    """A comparison decided by :func:`diverged_decision`, with the rank test's own detectable effect
-    (at 80 % power, each of ``tests`` steps at 80 % ** (1 / ``tests``))."""
+    """A comparison decided by :func:`diverged_decision`; ranked two arms (weights ±1) get the rank test's
+    own detectable effect (at 80 % power, each of ``tests`` steps at 80 % ** (1 / ``tests``)): the shift of
+    :func:`rank_shift_needed` times the pooled spread of the finished seeds, ÷ c4 as Welch's is."""
     res = diverged_decision(part, arms, weights, boundary)
     res.margin = margin
-    if res.scale == "ranks":
-        res.detectable = rank_detectable(arms, weights, _pooled_sd(arms), 0.8 ** (1.0 / tests))
-        if res.detectable is not None and not math.isfinite(res.detectable):
-            res.detectable = None
+    sd = _pooled_sd(arms)
+    two = len(arms) == 2 and sorted(weights) == [-1.0, 1.0]
+    if res.scale == "ranks" and two and sd is not None and math.isfinite(sd):
+        a, b = arms if weights[0] > 0 else arms[::-1]
+        alpha, power = (1 - CONFIDENCE) / 2, 0.8 ** (1.0 / tests)
+        z = rank_shift_needed(len(a.values), a.diverged, len(b.values), b.diverged, alpha, power)
+        df = len(a.values) + len(b.values) - 2
+        if math.isfinite(z):
+            res.detectable = z * sd / c4(df) if df >= 1 else z
+        else:
             res.evidence.append(
                 "no effect decides it at 80 % power with these divergences: the better arm's diverged seeds rank "
                 "below every finished one"
             )
-    return finish(part, res, arms, None, None, None, weights)
+    return finish(part, res, arms, None, None, weights)
 
 
 # -- the test types ---------------------------------------------------------------------------------
@@ -603,10 +576,10 @@ def superiority(part: Part, ctx: Context) -> PartResult:
                 f"the interval excludes the published effect {effect:+.3g}, but the seeds detect only "
                 f"|Δ| ≥ {detectable:.3g}: not read as a refutation"
             )
-    return finish(part, res, [a, b], [(1.0, a.jobs), (-1.0, b.jobs)], boundary, (iv.se, iv.df))
+    return finish(part, res, [a, b], boundary, (iv.se, iv.df))
 
 
-superiority.check = _needs("a", "b", "metric")
+superiority.check = _needs("a b metric")
 
 
 def non_inferiority(part: Part, ctx: Context) -> PartResult:
@@ -625,18 +598,13 @@ def non_inferiority(part: Part, ctx: Context) -> PartResult:
         INCONCLUSIVE: reason("straddles margin", m=f"{m:.3g}"),
     }
     res = result(part, verdict, words[verdict], estimate=d, lo=lo, hi=hi, confidence=iv.confidence, margin=m)
-    return finish(part, res, [a, b], [(1.0, a.jobs), (-1.0, b.jobs)], -m, (iv.se, iv.df))
+    return finish(part, res, [a, b], -m, (iv.se, iv.df))
 
 
 non_inferiority.check = _needs(
-    "a",
-    "b",
-    "metric",
-    "margin",
-    hint={
-        "margin": "add 'margin: <the largest acceptable deficit, in the metric's units, or a percentage such as "
-        "1%>' and 'margin_source: <where it comes from>', decided before looking at the data"
-    },
+    "a b metric margin",
+    margin="add 'margin: <the largest acceptable deficit, in the metric's units, or a percentage such as 1%>' and "
+    "'margin_source: <where it comes from>', decided before looking at the data",
 )
 
 
@@ -653,7 +621,7 @@ def equivalence(part: Part, ctx: Context) -> PartResult:
             elif res.verdict == NOT_SUPPORTED:
                 res.verdict = INCONCLUSIVE
             res.margin = m
-            return finish(part, res, [a, b], None, None, None)
+            return finish(part, res, [a, b], None, None)
         return _few_result(part, [a, b], m)
     lo95, d, hi95 = _oriented(iv, _hb(part))
     iv90 = welch(a.values, b.values, 1 - 2 * (1 - CONFIDENCE))
@@ -672,15 +640,12 @@ def equivalence(part: Part, ctx: Context) -> PartResult:
     res.evidence.append(f"95 % interval [{lo95:+.3g}, {hi95:+.3g}]")
     # two one-sided tests at 5 % each, both passing at a true difference of 0: the margin they need
     tost = {"alpha": 2 * (1 - CONFIDENCE), "power": 1 - (1 - 0.8) / 2}
-    return finish(part, res, [a, b], [(1.0, a.jobs), (-1.0, b.jobs)], boundary, (iv.se, iv.df), detect=tost)
+    return finish(part, res, [a, b], boundary, (iv.se, iv.df), detect=tost)
 
 
 equivalence.check = _needs(
-    "a",
-    "b",
-    "metric",
-    "margin",
-    hint={"margin": "add 'margin: <the largest difference that counts as the same>' and 'margin_source: ...'"},
+    "a b metric margin",
+    margin="add 'margin: <the largest difference that counts as the same>' and 'margin_source: ...'",
 )
 
 
@@ -704,13 +669,11 @@ def contrast_test(part: Part, ctx: Context) -> PartResult:
     }
     res = result(part, verdict, words[verdict], estimate=d, lo=lo, hi=hi, confidence=iv.confidence, margin=m or None)
     res.evidence.append("contrast: " + " ".join(f"{w:+g}·[{x.name}]" for w, x in zip(weights, arms, strict=True)))
-    return finish(
-        part, res, arms, [(w, x.jobs) for w, x in zip(weights, arms, strict=True)], m, (iv.se, iv.df), weights
-    )
+    return finish(part, res, arms, m, (iv.se, iv.df), weights)
 
 
 def _contrast_check(part: Part) -> tuple[str, str] | None:
-    problem = _needs("terms", "metric")(part)
+    problem = _needs("terms metric")(part)
     if problem:
         return problem
     raw = part.get("terms")
@@ -769,15 +732,11 @@ def _axis_values(ctx: Context, part: Part) -> list[Any]:
 
 def _levels_check(part: Part) -> tuple[str, str] | None:
     vals = part.get("values")
-    if vals is None or vals == ALL_LEVELS:
+    if vals in (None, ALL_LEVELS) or (isinstance(vals, list) and len(vals) >= 2):
         return None
-    if not isinstance(vals, list) or len(vals) < 2:
-        return (
-            "values",
-            "expected the list of levels the part reads (at least 2); fix: e.g. 'values: [1, 2, 4, 8]' or "
-            "'values: all'",
-        )
-    return None
+    return "values", (
+        "expected the list of levels the part reads (at least 2); fix: e.g. 'values: [1, 2, 4, 8]' or 'values: all'"
+    )
 
 
 def _equal_params(part: Part, arms: list[Arm]) -> None:
@@ -821,7 +780,7 @@ def trend(part: Part, ctx: Context) -> PartResult:
         if _ranked([hi_arm, lo_arm]):
             steps.append(_diverged_result(sub, [hi_arm, lo_arm], [1.0, -1.0], 0.0, None, k_steps))
             continue
-        if hi_arm.diverged or lo_arm.diverged or len(lo_arm.values) < 2 or len(hi_arm.values) < 2:
+        if len(lo_arm.values) < 2 or len(hi_arm.values) < 2:  # diverged seeds and not ranked: fewer than 2
             steps.append(_few_result(sub, [hi_arm, lo_arm], 0.0))
             continue
         iv = welch(hi_arm.values, lo_arm.values)
@@ -838,33 +797,15 @@ def trend(part: Part, ctx: Context) -> PartResult:
             INCONCLUSIVE: reason("within noise", boundary="0"),
         }
         r = result(sub, v, words[v], estimate=d, lo=lo, hi=hi, confidence=iv.confidence)
-        steps.append(
-            finish(
-                sub,
-                r,
-                [hi_arm, lo_arm],
-                [(1.0, hi_arm.jobs), (-1.0, lo_arm.jobs)],
-                0.0,
-                (iv.se, iv.df),
-                detect={"tests": k_steps},
-            )
-        )
+        steps.append(finish(sub, r, [hi_arm, lo_arm], 0.0, (iv.se, iv.df), detect={"tests": k_steps}))
     worst = min(steps, key=lambda s: s.lo if s.lo is not None else -math.inf)
-    verdicts = [s.verdict for s in steps]
-
-    def named(s: PartResult) -> str:
-        return f"{step_names[steps.index(s)]}: {s.reason}"
-
-    if all(v == SUPPORTED for v in verdicts):
-        verdict, why = SUPPORTED, reason("every step", axis=axis)
-    elif any(v == NOT_SUPPORTED for v in verdicts):
-        verdict, why = (
-            NOT_SUPPORTED,
-            reason("a step fails", steps="; ".join(named(s) for s in steps if s.verdict == NOT_SUPPORTED)),
-        )
-    else:
-        verdict = INCONCLUSIVE
-        why = reason("steps open", steps="; ".join(named(s) for s in steps if s.verdict != SUPPORTED))
+    verdict = _every([s.verdict for s in steps])  # a failing or open trend names the steps that make it so
+    listed = "; ".join(f"{n}: {s.reason}" for n, s in zip(step_names, steps, strict=True) if s.verdict == verdict)
+    why = {
+        SUPPORTED: reason("every step", axis=axis),
+        NOT_SUPPORTED: reason("a step fails", steps=listed),
+        INCONCLUSIVE: reason("steps open", steps=listed),
+    }[verdict]
     res = result(part, verdict, why, estimate=worst.estimate, lo=worst.lo, hi=worst.hi, confidence=worst.confidence)
     res.scale = worst.scale
     res.arms = arms
@@ -876,8 +817,7 @@ def trend(part: Part, ctx: Context) -> PartResult:
         for n, s in zip(step_names, steps, strict=True)
     ]
     res.evidence += [e for s in steps for e in s.evidence if e.startswith(("trend:", "~", "more than 1000"))]
-    stab = [s.stability for s in steps if s.stability is not None]
-    res.stability = stab[0] if stab else None
+    res.stability = next((s.stability for s in steps if s.stability is not None), None)
     res.problems = sorted({p for s in steps for p in s.problems})
     res.caveats = sorted({c for s in steps for c in s.caveats})
     needed = [s.seeds_needed for s in steps if s.seeds_needed is not None and s.verdict == INCONCLUSIVE]
@@ -888,7 +828,7 @@ def trend(part: Part, ctx: Context) -> PartResult:
 
 
 def _trend_check(part: Part) -> tuple[str, str] | None:
-    problem = _needs("axis", "metric", "shape")(part)
+    problem = _needs("axis metric shape")(part)
     if problem:
         return problem
     if part.get("values") is None:
@@ -942,14 +882,13 @@ def _diminishing(part: Part, arms: list[Arm], values: list[Any], hb: bool) -> Pa
         for v, st in zip((_decide(iv.lo, iv.hi, 0.0) for _, iv, _ in pairs), strict, strict=True)
     ]
     names = [f"{fmt_value(values[i])}→{fmt_value(values[i + 1])}→{fmt_value(values[i + 2])}" for i, _, _ in pairs]
-    if all(v == SUPPORTED for v in verdicts):
-        verdict, why = SUPPORTED, reason("gains shrink", unit=unit, axis=part.get("axis"))
-    elif any(v == NOT_SUPPORTED for v in verdicts):
-        where = ", ".join(n for n, v in zip(names, verdicts, strict=True) if v == NOT_SUPPORTED)
-        verdict, why = NOT_SUPPORTED, reason("gain grows", where=where)
-    else:
-        where = ", ".join(n for n, v in zip(names, verdicts, strict=True) if v != SUPPORTED)
-        verdict, why = INCONCLUSIVE, reason("gains open", where=where)
+    verdict = _every(verdicts)
+    where = ", ".join(n for n, v in zip(names, verdicts, strict=True) if v == verdict)
+    why = {
+        SUPPORTED: reason("gains shrink", unit=unit, axis=part.get("axis")),
+        NOT_SUPPORTED: reason("gain grows", where=where),
+        INCONCLUSIVE: reason("gains open", where=where),
+    }[verdict]
     worst = min(pairs, key=lambda p: p[1].lo)
     res = result(
         part, verdict, why, estimate=worst[1].delta, lo=worst[1].lo, hi=worst[1].hi, confidence=worst[1].confidence
@@ -961,9 +900,7 @@ def _diminishing(part: Part, arms: list[Arm], values: list[Any], hb: bool) -> Pa
         )
     res.evidence.append("decided on the final values (a contrast of three settings: no second-half trend)")
     w = [1.0, -2.0, 1.0]
-    return finish(
-        part, res, arms[worst[0] : worst[0] + 3], None, 0.0, (worst[1].se, worst[1].df), w, {"tests": len(pairs)}
-    )
+    return finish(part, res, arms[worst[0] : worst[0] + 3], None, (worst[1].se, worst[1].df), w, {"tests": len(pairs)})
 
 
 def _reaches(v: float, level: float, hb: bool) -> bool:
@@ -1034,28 +971,22 @@ def _stopped_early(job: Any) -> bool:
 
 
 def _threshold_check(part: Part) -> tuple[str, str] | None:
-    problem = _needs("metric", "level")(part) or _levels_check(part)
-    if problem is None and part.get("mode") == "steps":
-        problem = _needs(
-            "axis", "from_value", "to_value", hint={"from_value": "add 'from_value:' and 'to_value:' (values of axis)"}
-        )(part)
-    return problem
+    steps = _needs("axis from_value to_value", from_value="add 'from_value:' and 'to_value:' (values of axis)")
+    problem = _needs("metric level")(part) or _levels_check(part)
+    return problem or (steps(part) if part.get("mode") == "steps" else None)
 
 
 threshold.check = _threshold_check
 
 
 REACHED, AT_FIRST, CENSORED = "reached", "at first", "censored"
-"""How a run's steps to a level are known: exactly (at the validation that first reaches it), only as
-"≤ the first validation" (reached there: left-censored), or only as "≥ its last step" (never reached
-before it stopped: right-censored)."""
+"""How a run's steps to a level are known: exactly, as "≤ its first validation", or as "≥ its last step"."""
 
 
 def steps_to_level(job: Any, curve: str, level: float, hb: bool) -> tuple[float, str] | None:
-    """``(step, how)``: the first validation step at which ``curve`` reaches ``level`` (``how``
-    :data:`REACHED`, or :data:`AT_FIRST` when that is the run's first validation, so the steps are only
-    known to be at most that), or the job's last validation step with :data:`CENSORED` (it stopped,
-    at its budget, on a plateau or diverged, before reaching it); ``None`` without a curve."""
+    """``(step, how)``: the first validation step at which ``curve`` reaches ``level`` (:data:`REACHED`, or
+    :data:`AT_FIRST` at the run's first validation), or the job's last validation step with :data:`CENSORED`
+    (it stopped before reaching it); ``None`` without a curve."""
     xs, ys = read_curves(job, (curve,)).get(curve, ([], []))
     if not xs:
         return None
@@ -1091,12 +1022,10 @@ def _steps_row(name: str, got: list[tuple[float, str]], level: float) -> str:
 
 def _steps(part: Part, ctx: Context) -> PartResult:
     """Steps to reach ``level``, censored both ways: the growth of log2(steps) from ``from_value`` to
-    ``to_value`` of ``axis`` at ``at``, minus the same growth at ``versus`` when given (a contrast of
-    growths), against log2(``factor``). A run that never reaches the level enters at its last step (a
-    lower bound), one that reaches it at its first validation at that step (an upper bound). The
-    interval's lower bound stays valid where every bound pushes the contrast up (lower bounds in
-    positively weighted cells, upper bounds in negatively weighted ones), its upper bound where every
-    bound pushes it down; a bound on the wrong side leaves that side unknown."""
+    ``to_value`` of ``axis`` at ``at``, minus the same growth at ``versus`` when given, against
+    log2(``factor``). A run that never reaches the level enters at its last step (a lower bound), one that
+    reaches it at its first validation at that step (an upper bound); an interval bound is read only where
+    every censored value pushes the estimate away from it."""
     axis, level, hb = str(part.get("axis")), float(part.get("level")), _hb(part)
     values = _axis_values(ctx, part)
     have = {fmt_value(v) for v in values}
@@ -1202,19 +1131,12 @@ def quantity(part: Part, ctx: Context) -> PartResult:
         ok = all(abs(d) <= tol for _, d in dev)
         verdict = NOT_SUPPORTED if bad else SUPPORTED if ok else INCONCLUSIVE
         worst = max(dev, key=lambda x: abs(x[1]))
-        why = (
-            reason("quantity off", target=f"{target:g}", far=f"{far:g}", bad=", ".join(bad))
-            if bad
-            else reason("quantity within", target=f"{target:g}", tol=f"{tol:g}", worst=f"{worst[1]:+.3g}")
-            if ok
-            else reason(
-                "quantity between",
-                tol=f"{tol:g}",
-                far=f"{far:g}",
-                target=f"{target:g}",
-                worst=f"{worst[0]} {worst[1]:+.3g}",
-            )
-        )
+        t, w = f"{target:g}", f"{worst[1]:+.3g}"
+        why = {
+            NOT_SUPPORTED: reason("quantity off", target=t, far=f"{far:g}", bad=", ".join(bad)),
+            SUPPORTED: reason("quantity within", target=t, tol=f"{tol:g}", worst=w),
+            INCONCLUSIVE: reason("quantity between", tol=f"{tol:g}", far=f"{far:g}", target=t, worst=f"{worst[0]} {w}"),
+        }[verdict]
     res = result(part, verdict, why, estimate=found[0][1])
     res.evidence = rows + ["a measured or counted number: no seeds, no interval"]
     return res
