@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Subset
 from typing_extensions import override
 
 from xformer.config_types import NonNegative, Positive
@@ -31,6 +32,8 @@ from xformer.data.batching import (
 from xformer.data.errors import DataError
 from xformer.data.loader import EpochStream, trainer_batches_consumed
 from xformer.data.tokenizers import BOS, EOS, PAD, Tokenizer
+
+log = logging.getLogger(__name__)
 
 
 def base_args(base: type, args: dict[str, Any]) -> dict[str, Any]:
@@ -250,6 +253,19 @@ class XformerDataModule(L.LightningDataModule):
     def _build(self) -> None:
         raise NotImplementedError
 
+    def _set_splits(self, pairs: dict[str, Sequence[tuple[str, str]]], name: str) -> None:
+        """Tokenise ``{split: [(source, target), ...]}`` into ``train_set``, ``val_set`` and, in order, the other
+        splits as ``test_sets``: :class:`Seq2SeqDataset` (:class:`PromptLMDataset` when ``task == "lm"``)."""
+        enc = self.tokenizer.encode_batch
+        make = functools.partial(PromptLMDataset, sep_id=self.sep_id) if self.task == "lm" else Seq2SeqDataset
+        sets = {}
+        for split, rows in pairs.items():
+            src, tgt = [p[0] for p in rows], [p[1] for p in rows]
+            sets[split] = make(enc(src), enc(tgt), src, tgt)
+        log.info("%s: %s", name, {k: len(v) for k, v in sets.items()})
+        self.train_set, self.val_set = sets.pop("train"), sets.pop("val")
+        self.test_sets = sets
+
     def _require_setup(self) -> None:
         if not self._is_built:
             raise RuntimeError(f"{type(self).__name__}: call setup() before asking for loaders")
@@ -366,30 +382,14 @@ class XformerDataModule(L.LightningDataModule):
         return [self._loader(self.test_sets[name], train=False, persistent=False) for name in self.test_split_names]
 
 
-class FixedWindows(Dataset):
-    """The windows ``starts`` of a stride-1 :class:`WindowDataset`, in that order: a fixed random sample
-    for cheap validation. Example ``i`` is ``{"tgt": (block_size+1,), "idx": starts[i]}`` (starts are
-    distinct, so ``idx`` identifies an example across ranks)."""
-
-    def __init__(self, windows: WindowDataset, starts: np.ndarray) -> None:
-        self.windows, self.starts = windows, [int(s) for s in starts]
-
-    def __len__(self) -> int:
-        return len(self.starts)
-
-    def __getitem__(self, i: int) -> dict[str, Any]:
-        item = self.windows[self.starts[i]]
-        return {"tgt": item["tgt"], "idx": self.starts[i]}
-
-
-def random_windows(ids: np.ndarray, block_size: int, n: int, seed: int) -> FixedWindows:
+def random_windows(ids: np.ndarray, block_size: int, n: int, seed: int) -> Subset:
     """``n`` distinct windows of ``block_size + 1`` ids at uniformly random starts (without
     replacement; all windows if there are fewer), drawn from ``numpy.random.default_rng((seed, 1))``:
-    the same windows for the same ``seed``, whenever and however often they are asked for."""
+    the same windows for the same ``seed``, whenever and however often they are asked for. Example ``i``
+    is ``{"tgt": (block_size+1,), "idx": start}`` (distinct starts: ``idx`` identifies it across ranks)."""
     windows = WindowDataset(ids, block_size, stride=1)
     rng = np.random.default_rng((int(seed), 1))
-    starts = rng.choice(len(windows), size=min(n, len(windows)), replace=False)
-    return FixedWindows(windows, starts)
+    return Subset(windows, rng.choice(len(windows), size=min(n, len(windows)), replace=False).tolist())
 
 
 class WindowLMDataModule(XformerDataModule):

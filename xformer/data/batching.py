@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import Dataset, Sampler
 
 from xformer.data.tokenizers import PAD
@@ -76,13 +77,12 @@ class _EpochSampler(Sampler[list[int]]):
 
 
 def shard_batches(
-    batches: list[list[int]], num_replicas: int, rank: int, drop_last: bool = False, copy_offset: int | None = None
+    batches: list[list[int]], num_replicas: int, rank: int, copy_offset: int | None = None
 ) -> list[list[int]]:
     """Give rank ``rank`` its share of ``batches`` so every rank gets the same number of batches.
 
-    The list is first made a multiple of ``num_replicas`` long -- by repeating batches from its start
-    (``drop_last=False``; repeated examples carry the same ``idx``, so eval duplicates can be
-    removed) or by dropping the last batches (``drop_last=True``) -- then rank ``r`` takes
+    The list is first made a multiple of ``num_replicas`` long by repeating batches from its start (repeated
+    examples carry the same ``idx``, so eval duplicates can be removed), then rank ``r`` takes
     ``batches[r::num_replicas]`` (interleaved, so ranks see batches of similar size at each step).
     With ``copy_offset`` (training: the data set's size ``n``) the repeated batches' indices are
     shifted by ``n``, which :class:`WeightlessCopies` reads as "this example is a copy: no loss, no
@@ -96,9 +96,7 @@ def shard_batches(
     if num_replicas == 1:
         return list(batches)
     n = len(batches)
-    if drop_last:
-        batches = batches[: n - n % num_replicas]
-    elif n % num_replicas:
+    if n % num_replicas:
         n_pad = num_replicas - n % num_replicas
         shift = copy_offset or 0
         batches = list(batches) + [[j + shift for j in batches[i % n]] for i in range(n_pad)]
@@ -172,21 +170,15 @@ class TokenBudgetBatchSampler(_EpochSampler):
 
     Per epoch (seeded by ``(seed, epoch)``):
 
-    1. ``shuffle=True``: examples are put in random order, then split into pools of
-       ``pool_factor`` x (typical batch size) examples; ``pool_factor=None`` (default) means one
-       pool holding everything. ``shuffle=False``: one pool, original order.
-    2. Each pool is sorted by length, then by ``sort_keys`` (stable, so remaining ties keep the
+    1. ``shuffle=True``: examples are put in random order (``shuffle=False``: original order).
+    2. They are sorted by length, then by ``sort_keys`` (stable, so remaining ties keep the
        random order), and cut greedily into batches: an example joins the current batch while
-       ``max_len * (n + 1) <= budget``.
-       An example longer than the budget gets a batch of its own.
-    3. ``shuffle=True``: the batch order is shuffled.
+       ``max_len * (n + 1) <= budget``. An example longer than the budget gets a batch of its own.
+    3. ``shuffle=True``: the batch order is shuffled (``False``: :func:`spread_order`).
     4. With ``num_replicas > 1`` the batches are split across ranks by :func:`shard_batches`.
 
-    With the default ``pool_factor=None`` the sorted sequence of lengths -- hence the number of
-    batches -- is the same every epoch, while batch membership (ties between equal lengths are
-    broken randomly) and batch order change with the epoch. With a finite ``pool_factor`` the
-    number of batches can differ by a few between epochs; ``len()`` is exact for the epoch last
-    set, but Lightning reads ``len()`` once, so prefer ``None`` for training with Lightning.
+    The sorted sequence of lengths -- hence the number of batches -- is the same every epoch, while batch
+    membership (ties between equal lengths are broken randomly) and batch order change with the epoch.
 
     Args:
         lengths: per-example size in tokens (for seq2seq: ``max(len(src), len(tgt))``).
@@ -195,9 +187,6 @@ class TokenBudgetBatchSampler(_EpochSampler):
         seed: base seed; the epoch's generator is ``numpy.random.default_rng((seed, epoch))``.
         num_replicas: number of DDP ranks sharing the data.
         rank: this process's rank.
-        drop_last: with ``num_replicas > 1``, drop trailing batches instead of repeating batches to
-            make the count a multiple of ``num_replicas``. No effect with one replica.
-        pool_factor: pool size in typical batches (see above), or None for a single pool.
         sort_keys: optional extra per-example keys that order examples of equal length, e.g.
             ``[src_lengths, tgt_lengths]`` so both sides of a seq2seq batch pad little.
 
@@ -213,8 +202,6 @@ class TokenBudgetBatchSampler(_EpochSampler):
         seed: int,
         num_replicas: int = 1,
         rank: int = 0,
-        drop_last: bool = False,
-        pool_factor: int | None = None,
         sort_keys: Sequence[Sequence[int]] = (),
         weightless_copies: bool = False,
     ) -> None:
@@ -222,12 +209,9 @@ class TokenBudgetBatchSampler(_EpochSampler):
             raise ValueError(f"tokens_per_batch must be >= 1, got {tokens_per_batch}")
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank must be in [0, {num_replicas}), got {rank}")
-        if pool_factor is not None and pool_factor < 1:
-            raise ValueError(f"pool_factor must be >= 1 or None, got {pool_factor}")
         self.lengths = np.asarray(lengths, dtype=np.int64)
         self.tokens_per_batch, self.shuffle, self.seed = int(tokens_per_batch), bool(shuffle), int(seed)
-        self.num_replicas, self.rank, self.drop_last = int(num_replicas), int(rank), bool(drop_last)
-        self.pool_factor = pool_factor
+        self.num_replicas, self.rank = int(num_replicas), int(rank)
         self.sort_keys = [np.asarray(k, dtype=np.int64) for k in sort_keys]
         if any(len(k) != len(self.lengths) for k in self.sort_keys):
             raise ValueError("every sort key must have one entry per example")
@@ -242,18 +226,9 @@ class TokenBudgetBatchSampler(_EpochSampler):
             return self._cache[1]
         n = len(self.lengths)
         rng = np.random.default_rng((self.seed, epoch))
-        order = rng.permutation(n) if self.shuffle else np.arange(n)
-        if self.shuffle and self.pool_factor is not None and n:
-            typical = max(1, self.tokens_per_batch // max(1, int(np.median(self.lengths))))
-            pool = max(1, self.pool_factor * typical)
-        else:
-            pool = max(1, n)
-        batches: list[list[int]] = []
-        for start in range(0, n, pool):
-            idx = order[start : start + pool]
-            keys = [k[idx] for k in reversed(self.sort_keys)] + [self.lengths[idx]]
-            idx = idx[np.lexsort(keys)]  # stable; last key is the primary one
-            batches.extend(_greedy_batches(idx, self.lengths[idx], self.tokens_per_batch))
+        idx = rng.permutation(n) if self.shuffle else np.arange(n)
+        idx = idx[np.lexsort([k[idx] for k in reversed(self.sort_keys)] + [self.lengths[idx]])]  # last key first
+        batches = _greedy_batches(idx, self.lengths[idx], self.tokens_per_batch)
         # shuffled, or for evaluation in spread order: a fraction of the batches (``limit_val_batches``, the
         # decode subset) then spans the lengths instead of taking the shortest examples
         perm = rng.permutation(len(batches)) if self.shuffle else spread_order(len(batches))
@@ -264,12 +239,11 @@ class TokenBudgetBatchSampler(_EpochSampler):
     def __iter__(self) -> Iterator[list[int]]:
         skip = self.sampler.take_skip()
         offset = len(self.lengths) if self.weightless_copies else None
-        yield from shard_batches(self.all_batches(), self.num_replicas, self.rank, self.drop_last, offset)[skip:]
+        yield from shard_batches(self.all_batches(), self.num_replicas, self.rank, offset)[skip:]
 
     def __len__(self) -> int:
         """Number of batches this rank yields in the current epoch."""
-        n, r = len(self.all_batches()), self.num_replicas
-        return n // r if self.drop_last else -(-n // r)
+        return -(-len(self.all_batches()) // self.num_replicas)
 
 
 def spread_order(n: int) -> list[int]:
@@ -322,7 +296,7 @@ def padding_fraction(lengths: Sequence[int], batches: Sequence[Sequence[int]]) -
     return 0.0 if padded == 0 else 1.0 - real / padded
 
 
-class SequentialBatchSampler(Sampler[list[int]]):
+class SequentialBatchSampler(_EpochSampler):
     """Deterministic fixed-size batches ``[0..B-1], [B..2B-1], ...`` of ``range(n)``, sharded across ranks.
 
     For evaluation of fixed-length examples (e.g. LM windows). The last batch may be smaller.
@@ -340,17 +314,11 @@ class SequentialBatchSampler(Sampler[list[int]]):
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.n, self.batch_size = int(n), int(batch_size)
         self.num_replicas, self.rank = int(num_replicas), int(rank)
-        self.sampler = _EpochClock()  # no randomness; present for a uniform interface
-
-    def set_epoch(self, epoch: int) -> None:
-        """No effect on the batches (kept for interface uniformity)."""
-        self.sampler.set_epoch(epoch)
-
-    def _batches(self) -> list[list[int]]:
-        return [list(range(s, min(s + self.batch_size, self.n))) for s in range(0, self.n, self.batch_size)]
+        self.sampler = _EpochClock()  # the epoch changes nothing here: no randomness
 
     def __iter__(self) -> Iterator[list[int]]:
-        yield from shard_batches(self._batches(), self.num_replicas, self.rank)
+        batches = [list(range(s, min(s + self.batch_size, self.n))) for s in range(0, self.n, self.batch_size)]
+        yield from shard_batches(batches, self.num_replicas, self.rank)
 
     def __len__(self) -> int:
         """Batches this rank yields."""
@@ -399,12 +367,7 @@ class RandomBatchSampler(_EpochSampler):
 
 def _pad(seqs: Sequence[Sequence[int] | torch.Tensor], pad_value: Any, dtype: torch.dtype) -> torch.Tensor:
     """Stack variable-length 1-D sequences into a ``(B, max_len)`` tensor padded with ``pad_value``."""
-    max_len = max((len(s) for s in seqs), default=0)
-    out = torch.full((len(seqs), max_len), pad_value, dtype=dtype)
-    for i, s in enumerate(seqs):
-        if len(s):
-            out[i, : len(s)] = torch.as_tensor(s, dtype=dtype)
-    return out
+    return pad_sequence([torch.as_tensor(s, dtype=dtype) for s in seqs], batch_first=True, padding_value=pad_value)
 
 
 def collate_seq2seq(examples: Sequence[dict[str, Any]], pad_id: int = PAD) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Annotated
 
 from xformer.config_types import NonNegative, Positive, Range
-from xformer.data.base import Seq2SeqDataset, XformerDataModule, base_args
+from xformer.data.base import XformerDataModule, base_args
 from xformer.data.download import fetch, resolve_cache_dir
 from xformer.data.errors import DataError
 from xformer.data.textfiles import read_parallel
@@ -130,13 +130,11 @@ class Multi30kDataModule(XformerDataModule):
         for split in SPLIT_FILES:
             sets[split] = read_parallel(self.file_path(split, self.src_lang), self.file_path(split, self.tgt_lang))
         self.tokenizer = self._tokenizer_for(*sets["train"])
-        enc = self.tokenizer.encode_batch
+        pairs = {k: list(zip(s, t, strict=True)) for k, (s, t) in sets.items()}
         if self.train_limit is not None:
-            src, tgt = sets["train"]
-            if self.train_limit > len(src):
-                log.warning("multi30k: data.train_limit=%d exceeds the %d train pairs", self.train_limit, len(src))
-            sets["train"] = (src[: self.train_limit], tgt[: self.train_limit])
-        ds = {k: Seq2SeqDataset(enc(s), enc(t), s, t) for k, (s, t) in sets.items()}
-        self.train_set, self.val_set = ds["train"], ds["val"]
-        self.test_sets = {"test": ds["test"]}
-        log.info("multi30k %s-%s: %s", self.src_lang, self.tgt_lang, {k: len(v) for k, v in ds.items()})
+            if self.train_limit > len(pairs["train"]):
+                log.warning(
+                    "multi30k: data.train_limit=%d exceeds the %d train pairs", self.train_limit, len(sets["train"][0])
+                )
+            pairs["train"] = pairs["train"][: self.train_limit]
+        self._set_splits(pairs, f"multi30k {self.src_lang}-{self.tgt_lang}")

@@ -15,7 +15,7 @@ import numpy as np
 from num2words import num2words
 
 from xformer.config_types import NonNegative, Positive
-from xformer.data.base import Seq2SeqDataset, XformerDataModule, base_args
+from xformer.data.base import XformerDataModule, base_args
 from xformer.data.download import resolve_cache_dir
 from xformer.data.tokenizers import CharTokenizer, _atomic_write_text, train_or_load_bpe
 
@@ -158,19 +158,13 @@ class NumbersDataModule(XformerDataModule):
     def _build(self) -> None:
         self.numbers = self.sample_numbers()
         texts = self._texts()
-        src = {k: [p[0] for p in v] for k, v in texts.items()}
-        tgt = {k: [p[1] for p in v] for k, v in texts.items()}
         if self.tokenizer_kind == "bpe":
             self.tokenizer = train_or_load_bpe(
-                src["train"] + tgt["train"],
+                [p[0] for p in texts["train"]] + [p[1] for p in texts["train"]],
                 self.vocab_size,
                 resolve_cache_dir(self.cache_dir),
                 f"numbers-{self.src_lang}-{self.tgt_lang}",
             )
         else:
             self.tokenizer = CharTokenizer.from_texts(s for split in texts.values() for p in split for s in p)
-        enc = self.tokenizer.encode_batch
-        sets = {k: Seq2SeqDataset(enc(src[k]), enc(tgt[k]), src[k], tgt[k]) for k in texts}
-        self.train_set, self.val_set = sets["train"], sets["val"]
-        self.test_sets = {"test": sets["test"], "long": sets["long"]}
-        log.info("numbers: %s", {k: len(v) for k, v in sets.items()})
+        self._set_splits(texts, "numbers")

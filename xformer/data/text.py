@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from xformer.config_types import NonNegative, Positive
-from xformer.data.base import Seq2SeqDataset, WindowLMDataModule, XformerDataModule, base_args
+from xformer.data.base import WindowLMDataModule, XformerDataModule, base_args
 from xformer.data.download import resolve_cache_dir
 from xformer.data.errors import DataError
 from xformer.data.textfiles import read_parallel, read_text, read_tsv
@@ -154,10 +154,7 @@ class TextDataModule(WindowLMDataModule):
             if test is not None:
                 pairs["test"] = test
             self.tokenizer = self._make_tokenizer(pairs["train"][0] + pairs["train"][1])
-            enc = self.tokenizer.encode_batch
-            ds = {k: Seq2SeqDataset(enc(s), enc(t), s, t) for k, (s, t) in pairs.items()}
-            self.train_set, self.val_set = ds["train"], ds["val"]
-            self.test_sets = {"test": ds["test"]} if "test" in ds else {}
+            self._set_splits({k: list(zip(s, t, strict=True)) for k, (s, t) in pairs.items()}, self._name())
             return
         texts = {"train": read_text(self._path("train", True)), "val": read_text(self._path("val", True))}
         test_path = self._path("test", False)
