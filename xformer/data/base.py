@@ -283,7 +283,7 @@ class XformerDataModule(L.LightningDataModule):
         ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
         if self.sep_id is not None and self.sep_id in ids:
             ids = ids[len(ids) - ids[::-1].index(self.sep_id) :]
-        return self.tokenizer.decode(_until_eos(ids, self.eos_id))
+        return self.tokenizer.decode(ids[: ids.index(self.eos_id)] if self.eos_id in ids else ids)
 
     # ---- loaders ---------------------------------------------------------------------------
 
@@ -342,7 +342,9 @@ class XformerDataModule(L.LightningDataModule):
         loader = self._loader(self.train_set, train=True)
         if self._back_to_back is None:
             return loader
-        self._stream = EpochStream(loader, consumed=self._train_batches_consumed, **self._back_to_back)
+        self._stream = EpochStream(
+            loader, consumed=lambda: trainer_batches_consumed(getattr(self, "trainer", None)), **self._back_to_back
+        )
         if self._restored_position is not None:
             self._stream.load_state_dict(self._restored_position)
             self._restored_position = None
@@ -358,10 +360,6 @@ class XformerDataModule(L.LightningDataModule):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Keep a checkpoint's training position for the next :meth:`train_dataloader` stream."""
         self._restored_position = state_dict.get("train_position")
-
-    def _train_batches_consumed(self) -> int:
-        """Training micro-batches the attached trainer has processed over the run (0 without one)."""
-        return trainer_batches_consumed(getattr(self, "trainer", None))
 
     def limit_val_examples(self, fraction: float) -> tuple[int, int]:
         """Validate on ``fraction`` of the validation examples, evenly spread over their lengths
@@ -481,14 +479,6 @@ class WindowLMDataModule(XformerDataModule):
         else:
             sampler = SequentialBatchSampler(len(dataset), self.batch_size, num_replicas, rank)
         return self._make_loader(dataset, sampler, functools.partial(collate_lm, pad_id=self.pad_id), persistent)
-
-
-def _until_eos(ids: list[int], eos: int) -> list[int]:
-    """Ids before the first ``eos`` (all of them when there is none)."""
-    try:
-        return ids[: ids.index(eos)]
-    except ValueError:
-        return ids
 
 
 def _max_len(dataset: Any, attr: str) -> int:

@@ -1,19 +1,11 @@
 """Batch samplers and collate functions shared by the xformer DataModules.
 
-Samplers yield lists of dataset indices (use them as ``DataLoader(batch_sampler=...)``). They
-shard batches across DDP ranks themselves, so the Trainer must not inject its own sampler:
-use ``Trainer(use_distributed_sampler=False)``.
-
-Epochs: every sampler has ``set_epoch(epoch)``; it also exposes ``.sampler``, a tiny object whose
-``set_epoch`` forwards to the same state, because Lightning calls ``set_epoch`` on
-``dataloader.sampler`` and ``dataloader.batch_sampler.sampler`` (not on the batch sampler
-itself) at the start of every training epoch. Outside Lightning call ``set_epoch`` yourself.
-
-Resuming mid-epoch: :class:`TokenBudgetBatchSampler` and :class:`RandomBatchSampler` have
-``resume(epoch, batches_done)``, after which their next iteration continues ``epoch`` after its first
-``batches_done`` batches. :class:`xformer.data.loader.EpochStream` (exact resume as a whole:
-:mod:`xformer.jobs.resume`) stores its position in every checkpoint and resumes the sampler there, so a run
-restarted from a mid-epoch ``last.ckpt`` sees exactly the batches an uninterrupted run would have seen.
+Samplers yield lists of dataset indices (``DataLoader(batch_sampler=...)``) and shard batches across DDP ranks
+themselves: use ``Trainer(use_distributed_sampler=False)``. Each has ``set_epoch(epoch)``, also reachable as
+``.sampler.set_epoch`` (Lightning calls it on ``dataloader.batch_sampler.sampler`` when a training epoch starts;
+outside Lightning call it yourself), and ``resume(epoch, batches_done)``: the next iteration continues ``epoch``
+after its first ``batches_done`` batches, so :class:`xformer.data.loader.EpochStream` resumes a mid-epoch
+checkpoint with exactly the batches an uninterrupted run sees.
 """
 
 from __future__ import annotations
@@ -24,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch.nn.utils.rnn import pad_sequence
-from torch.utils.data import Dataset, Sampler
+from torch.utils.data import Dataset, Sampler, Subset
 
 from xformer.data.tokenizers import PAD
 
@@ -131,7 +123,7 @@ class WeightlessCopies(Dataset):
         return getattr(self.base, name)
 
 
-class SpreadSubset(Dataset):
+class SpreadSubset(Subset):
     """``fraction`` of ``dataset``'s examples, evenly spread over their lengths (``dataset.lengths()``, else
     over their order): of the examples sorted by length, the middle one of each of ``k = int(n * fraction)``
     equal strata. A fractional ``trainer.limit_val_batches`` becomes this subset, so validation on a fraction
@@ -143,22 +135,15 @@ class SpreadSubset(Dataset):
     def __init__(self, dataset: Dataset, fraction: float) -> None:
         if not 0 < fraction <= 1:
             raise ValueError(f"fraction must be in (0, 1], got {fraction}")
-        self.dataset = dataset
         n = len(dataset)
         lengths = np.asarray(dataset.lengths() if hasattr(dataset, "lengths") else np.zeros(n), dtype=np.int64)
-        by_length = np.argsort(lengths, kind="stable")
         k = max(1, int(n * fraction))
-        self.indices = np.sort(by_length[(2 * np.arange(k) + 1) * n // (2 * k)]).tolist()
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-    def __getitem__(self, i: int) -> Any:
-        return self.dataset[self.indices[i]]
+        middles = np.argsort(lengths, kind="stable")[(2 * np.arange(k) + 1) * n // (2 * k)]
+        super().__init__(dataset, np.sort(middles).tolist())
+        self._lengths = lengths[self.indices].tolist()
 
     def lengths(self) -> list[int]:
-        lengths = self.dataset.lengths() if hasattr(self.dataset, "lengths") else [0] * len(self.dataset)
-        return [lengths[i] for i in self.indices]
+        return self._lengths
 
     def sort_keys(self) -> list[list[int]]:
         keys = self.dataset.sort_keys() if hasattr(self.dataset, "sort_keys") else ()

@@ -16,18 +16,12 @@ log = logging.getLogger(__name__)
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
-def default_cache_dir() -> Path:
-    """Return the default cache folder: ``$XFORMER_CACHE`` if set and non-empty, else ``~/.cache/xformer``.
-
-    The folder is not created here.
-    """
-    env = os.environ.get("XFORMER_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "xformer"
-
-
 def resolve_cache_dir(cache_dir: str | Path | None) -> Path:
-    """Return ``cache_dir`` as a ``Path`` (``~`` expanded), or :func:`default_cache_dir` when it is None."""
-    return Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    """``cache_dir`` as a ``Path`` (``~`` expanded); when None, ``$XFORMER_CACHE`` if set and non-empty, else
+    ``~/.cache/xformer`` (not created here)."""
+    if cache_dir is None:
+        cache_dir = os.environ.get("XFORMER_CACHE") or Path.home() / ".cache" / "xformer"
+    return Path(cache_dir).expanduser()
 
 
 def fetch(url: str, sha256: str, cache_dir: str | Path, fname: str) -> Path:

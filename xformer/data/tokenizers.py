@@ -6,8 +6,8 @@
   only and cached on disk by :func:`train_or_load_bpe`.
 
 Common interface: ``encode(text) -> list[int]`` (no BOS/EOS added), ``encode_batch(texts)``,
-``decode(ids) -> str`` (special ids dropped), ``vocab_size``, ``save(path)`` and the class method
-``load(path)``; :func:`load_tokenizer` loads either kind from its JSON file.
+``decode(ids) -> str`` (special ids dropped, no stop at EOS), ``vocab_size``, ``save(path)`` (JSON, atomically)
+and the class method ``load(path)``; :func:`load_tokenizer` loads either kind from its JSON file.
 """
 
 from __future__ import annotations
@@ -35,38 +35,13 @@ SPECIAL_TOKENS: tuple[str, ...] = ("<pad>", "<s>", "</s>", "<unk>")
 
 
 class Tokenizer:
-    """Base class: the interface every xformer tokenizer implements.
-
-    Ids ``0..3`` are ``PAD, BOS, EOS, UNK``; subclasses may add further special ids after them.
-    """
-
-    n_special: int = len(SPECIAL_TOKENS)
-
-    @property
-    def vocab_size(self) -> int:
-        """Number of ids, specials included (ids are ``0 .. vocab_size-1``)."""
-        raise NotImplementedError
-
-    def encode(self, text: str) -> list[int]:
-        """Return the ids of ``text`` (no BOS/EOS added)."""
-        raise NotImplementedError
+    """Base of the tokenizers, with the common interface of this module's docstring (``vocab_size`` counts
+    every id, specials included). Ids ``0..3`` are ``PAD, BOS, EOS, UNK``; subclasses may add special ids after
+    them."""
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """Encode many strings; same result as ``[self.encode(t) for t in texts]``."""
         return [self.encode(t) for t in texts]
-
-    def decode(self, ids: Iterable[int]) -> str:
-        """Return the text of ``ids``; special ids are dropped (no stop at EOS here)."""
-        raise NotImplementedError
-
-    def save(self, path: str | Path) -> None:
-        """Write the tokenizer to a JSON file (atomically)."""
-        raise NotImplementedError
-
-    @classmethod
-    def load(cls, path: str | Path) -> Tokenizer:
-        """Read a tokenizer written by :meth:`save`."""
-        raise NotImplementedError
 
 
 class CharTokenizer(Tokenizer):
