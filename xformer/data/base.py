@@ -184,26 +184,21 @@ class WindowDataset(Dataset):
 class XformerDataModule(L.LightningDataModule):
     """Base of every xformer DataModule: the attributes and loaders the trainer relies on.
 
-    Subclasses implement :meth:`_build` (called once by :meth:`setup`) which must set
-    ``self.tokenizer`` (target side), ``self.train_set``, ``self.val_set``, ``self.test_sets``
-    (ordered ``{split_name: dataset}``) and may set the source tokenizer/vocab size.
+    Subclasses implement :meth:`_build` (called once by :meth:`setup`), which sets ``self.tokenizer`` (target
+    side), ``self.train_set``, ``self.val_set`` and ``self.test_sets`` (ordered ``{split_name: dataset}``) and may
+    set ``src_vocab_size``. After :meth:`setup`: ``task`` (``"seq2seq"``/``"lm"``), ``metrics``, ``src_vocab_size``,
+    ``tgt_vocab_size``, ``pad_id``, ``bos_id``, ``eos_id``, ``max_src_len``, ``max_tgt_len`` (tokens incl.
+    specials, over every split; ``max_src_len`` is 0 for LM), ``test_split_names``.
 
-    Attributes available after :meth:`setup`: ``task`` (``"seq2seq"``/``"lm"``), ``metrics``,
-    ``src_vocab_size``, ``tgt_vocab_size``, ``pad_id``, ``bos_id``, ``eos_id``, ``max_src_len``,
-    ``max_tgt_len`` (tokens incl. specials, over every split; ``max_src_len`` is 0 for LM),
-    ``test_split_names``.
-
-    Distributed: loaders read ``(world_size, global_rank)`` from ``self.trainer`` when it is set and
-    ``world_size > 1``, and shard batches themselves; create the Trainer with
-    ``use_distributed_sampler=False`` (otherwise Lightning tries to inject a DistributedSampler
-    into our batch sampler and raises ``TypeError``). Eval shards are padded by repeating batches
-    so every rank runs the same number of steps; drop duplicates with ``batch["idx"]``.
+    Distributed: loaders shard batches themselves by the attached trainer's ``(world_size, global_rank)``; create
+    the Trainer with ``use_distributed_sampler=False`` (else Lightning injects a DistributedSampler into the batch
+    sampler and raises ``TypeError``). Eval shards repeat batches so every rank runs the same number of steps;
+    drop duplicates with ``batch["idx"]``.
 
     Args:
         root: data folder (meaning depends on the data set; None = download or generate).
         tokens_per_batch: padded-token budget per batch per device (token-budget loaders).
-        num_workers: DataLoader worker processes.
-        pin_memory: DataLoader ``pin_memory``.
+        num_workers, pin_memory: DataLoader options.
         seed: seed for data generation/splitting and batch shuffling.
     """
 
@@ -246,8 +241,8 @@ class XformerDataModule(L.LightningDataModule):
             self.src_vocab_size = self.tgt_vocab_size
         self.test_split_names = list(self.test_sets)
         splits = [self.train_set, self.val_set, *self.test_sets.values()]
-        self.max_src_len = max((_max_len(d, "max_src_len") for d in splits), default=0)
-        self.max_tgt_len = max((_max_len(d, "max_tgt_len") for d in splits), default=0)
+        self.max_src_len = max((d.max_src_len() for d in splits if hasattr(d, "max_src_len")), default=0)
+        self.max_tgt_len = max((d.max_tgt_len() for d in splits if hasattr(d, "max_tgt_len")), default=0)
         self._is_built = True
 
     def _build(self) -> None:
@@ -393,24 +388,18 @@ def random_windows(ids: np.ndarray, block_size: int, n: int, seed: int) -> Subse
 class WindowLMDataModule(XformerDataModule):
     """Base for LM on a token stream: random windows for training, contiguous windows for eval.
 
-    Subclasses' :meth:`_build` set ``self.tokenizer``, ``self.train_ids``/``self.val_ids``/
-    ``self.test_ids`` (1-D int arrays; ``test_ids`` may be None to reuse ``val_ids``) and may
-    call ``super()._build()`` afterwards to make the datasets.
+    Subclasses' :meth:`_build` set ``self.tokenizer`` and ``self.train_ids``/``val_ids``/``test_ids`` (1-D int
+    arrays; ``test_ids`` None reuses ``val_ids``), then call ``super()._build()`` to make the datasets.
 
-    Batches: ``{"tgt": LongTensor (B, block_size+1), "idx": LongTensor (B,)}``; the model consumes
-    ``tgt[:, :-1]`` and predicts ``tgt[:, 1:]``. Training batches hold ``batch_size`` windows with
-    uniformly random starts; an epoch is ``train_windows_per_epoch`` windows in total over all
-    ranks (``None``: ``len(train_ids) // block_size``, i.e. on average one pass over the
-    training tokens). Eval windows start at multiples of ``block_size`` (non-overlapping inputs,
-    every token after the first predicted once; a trailing partial window is dropped) and
-    ``idx`` is the window number.
+    Batches: ``{"tgt": LongTensor (B, block_size+1), "idx": LongTensor (B,)}``; the model consumes ``tgt[:, :-1]``
+    and predicts ``tgt[:, 1:]``. ``B`` is ``batch_size``, or ``max(1, tokens_per_batch // block_size)`` when
+    ``tokens_per_batch`` is given. Training windows start uniformly at random; an epoch is
+    ``train_windows_per_epoch`` windows over all ranks (``None``: ``len(train_ids) // block_size``, one pass over
+    the training tokens on average). Eval windows start at multiples of ``block_size`` (every token after the
+    first predicted once; a trailing partial window is dropped), ``idx`` the window number.
 
-    Batch size: ``batch_size`` windows per device, or, when ``tokens_per_batch`` is given,
-    ``max(1, tokens_per_batch // block_size)`` windows (it overrides ``batch_size``).
-
-    Cheap validation (``val_estimate_batches = k``): validation scores ``k`` batches of random windows
-    of the val stream instead of the whole split (:func:`random_windows`, seeded by ``seed``: the same
-    windows at every validation, so successive estimates differ only by the model), as nanoGPT's
+    Cheap validation (``val_estimate_batches = k``): ``k`` batches of random val windows instead of the whole split
+    (:func:`random_windows`, seeded by ``seed``: the same windows at every validation), as nanoGPT's
     ``estimate_loss`` with ``eval_iters = k``. The full contiguous pass stays in ``val_full_set``.
     """
 
@@ -479,9 +468,3 @@ class WindowLMDataModule(XformerDataModule):
         else:
             sampler = SequentialBatchSampler(len(dataset), self.batch_size, num_replicas, rank)
         return self._make_loader(dataset, sampler, functools.partial(collate_lm, pad_id=self.pad_id), persistent)
-
-
-def _max_len(dataset: Any, attr: str) -> int:
-    """``dataset.<attr>()`` if the dataset has it, else 0."""
-    fn = getattr(dataset, attr, None)
-    return int(fn()) if fn is not None else 0

@@ -81,12 +81,9 @@ class SyntheticDataModule(XformerDataModule):
     Vocabulary: ``PAD, BOS, EOS, UNK``, ``<sep>`` (id 4), then the symbols (``n_symbols`` of
     ``0-9a-z`` for copy/reverse/sort; ``0-9`` and ``+`` for addition), one token per character.
 
-    Forms:
-
-    * ``"seq2seq"``: batches as in :func:`~xformer.data.batching.collate_seq2seq`.
-    * ``"lm"`` (``task="lm"``): ``tgt = [BOS] + src + [SEP] + target + [EOS]`` with ``loss_mask``
-      True on ``target`` and EOS and ``prompt_len = len(src) + 2``; see
-      :class:`~xformer.data.base.PromptLMDataset`. ``max_src_len`` is 0.
+    Forms: ``"seq2seq"`` (batches as :func:`~xformer.data.batching.collate_seq2seq`) or ``"lm"`` (``task="lm"``,
+    ``max_src_len`` 0): ``tgt = [BOS] + src + [SEP] + target + [EOS]``, the loss on ``target`` and EOS
+    (:class:`~xformer.data.base.PromptLMDataset`).
 
     Args:
         task_name: ``"copy"``, ``"reverse"``, ``"sort"`` or ``"addition"``.

@@ -149,22 +149,17 @@ class TextDataModule(WindowLMDataModule):
 
     def _build(self) -> None:
         if self.form == "parallel":
-            pairs = {"train": self._read_pairs("train", True), "val": self._read_pairs("val", True)}
-            test = self._read_pairs("test", False)
-            if test is not None:
-                pairs["test"] = test
+            pairs = {s: self._read_pairs(s, s != "test") for s in ("train", "val", "test")}
+            pairs = {k: v for k, v in pairs.items() if v is not None}
             self.tokenizer = self._make_tokenizer(pairs["train"][0] + pairs["train"][1])
             self._set_splits({k: list(zip(s, t, strict=True)) for k, (s, t) in pairs.items()}, self._name())
             return
-        texts = {"train": read_text(self._path("train", True)), "val": read_text(self._path("val", True))}
-        test_path = self._path("test", False)
-        if test_path is not None:
-            texts["test"] = read_text(test_path)
+        texts = {s: read_text(p) for s in ("train", "val", "test") if (p := self._path(s, s != "test")) is not None}
         self.tokenizer = self._make_tokenizer(texts["train"].splitlines(keepends=True))
         ids = {k: self._encode_stream(t) for k, t in texts.items()}
         self.train_ids, self.val_ids, self.test_ids = ids["train"], ids["val"], ids.get("test")
         WindowLMDataModule._build(self)
-        if test_path is None:
+        if "test" not in texts:
             self.test_sets = {}
 
     def _encode_stream(self, text: str) -> np.ndarray:

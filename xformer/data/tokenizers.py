@@ -240,31 +240,21 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     return (CharTokenizer if data.get("type") == "char" else BPETokenizer).load(path)
 
 
-def bpe_cache_path(texts: Sequence[str], vocab_size: int, cache_dir: str | Path, name: str) -> Path:
-    """Path of the cached BPE for these training texts: ``cache_dir/tokenizers/bpe-<name>-v<vocab>-<hash>.json``.
+def train_or_load_bpe(texts: Sequence[str], vocab_size: int, cache_dir: str | Path, name: str) -> BPETokenizer:
+    """Load the BPE trained on exactly ``texts`` from ``cache_dir/tokenizers/bpe-<name>-v<vocab_size>-<hash>.json``,
+    or train it (:meth:`BPETokenizer.train`) and write it there atomically (concurrent processes, e.g. DDP ranks,
+    at worst train twice). ``hash``: 16 hex digits of a SHA-256 over the vocabulary size, a format version and
+    every text in order, so different data or sizes never share a file.
 
-    ``hash`` is the first 16 hex digits of a SHA-256 over the vocabulary size, a format version and
-    every training text (in order), so different data or sizes never share a file.
+    Args:
+        texts: training sentences (train split only; source and target for a joint vocabulary).
+        name: short data-set name for the file name (e.g. ``"multi30k-de-en"``).
     """
     h = hashlib.sha256(f"xformer-bpe-v1|{vocab_size}|{len(texts)}|".encode())
     for t in texts:
         h.update(t.encode("utf-8"))
         h.update(b"\x00")
-    return Path(cache_dir).expanduser() / "tokenizers" / f"bpe-{name}-v{vocab_size}-{h.hexdigest()[:16]}.json"
-
-
-def train_or_load_bpe(texts: Sequence[str], vocab_size: int, cache_dir: str | Path, name: str) -> BPETokenizer:
-    """Load the BPE trained on exactly ``texts`` from the cache, or train it and cache it.
-
-    Args:
-        texts: training sentences (train split only; source and target for a joint vocabulary).
-        vocab_size: target vocabulary size (see :meth:`BPETokenizer.train`).
-        cache_dir: cache root; the file goes to ``cache_dir/tokenizers/`` (see :func:`bpe_cache_path`).
-        name: short data-set name used in the file name (e.g. ``"multi30k-de-en"``).
-
-    The file is written atomically, so concurrent processes (e.g. DDP ranks) at worst train twice.
-    """
-    path = bpe_cache_path(texts, vocab_size, cache_dir, name)
+    path = Path(cache_dir).expanduser() / "tokenizers" / f"bpe-{name}-v{vocab_size}-{h.hexdigest()[:16]}.json"
     if path.is_file():
         try:
             return BPETokenizer.load(path)
