@@ -39,14 +39,11 @@ SHA256 = {
 class Multi30kDataModule(XformerDataModule):
     """Multi30k task 1 translation (default German -> English) with a joint byte-level BPE.
 
-    Files: with ``root`` set, ``<root>/<stem>.<lang>.gz`` (or uncompressed ``<stem>.<lang>``) are
-    read; with ``root=None`` each gzipped file is downloaded once from ``base_url`` into
-    ``cache_dir/multi30k`` and checked against :data:`SHA256`. Lines are whitespace-stripped;
-    pairs with an empty side are skipped (count logged as a warning). The BPE is trained on the
-    train split (source + target) only and cached under ``cache_dir/tokenizers``.
-
-    Splits: ``train``, ``val`` and one test split named ``"test"`` (``test_2016_flickr``).
-    ``metrics = ["bleu"]``.
+    Files: with ``root`` set, ``<root>/<stem>.<lang>.gz`` (or uncompressed ``<stem>.<lang>``) are read; with
+    ``root=None`` each gzipped file is downloaded once from ``base_url`` into ``cache_dir/multi30k`` and checked
+    against :data:`SHA256`. Lines are whitespace-stripped; pairs with an empty side are skipped (count logged as a
+    warning). The BPE is trained on the train split (source + target) and cached under ``cache_dir/tokenizers``.
+    Splits: ``train``, ``val`` and ``"test"`` (``test_2016_flickr``). ``metrics = ["bleu"]``.
 
     Args:
         root: folder with the raw files, or None to download.
@@ -56,10 +53,9 @@ class Multi30kDataModule(XformerDataModule):
         vocab_size: joint BPE vocabulary size.
         cache_dir: downloads and tokenizer cache (None: ``$XFORMER_CACHE`` or ``~/.cache/xformer``).
         base_url: download location (override to use a mirror or a local test server).
-        train_limit: train on the first ``train_limit`` pairs of the train split only (None: all
-            29 000). A smaller training set makes over-fitting visible at CPU budgets (a dropout
-            ablation). The BPE is still trained on the whole train split, so the vocabulary
-            and the val/test sets are the same with and without a limit.
+        train_limit: train on the first ``train_limit`` train pairs only (None: all 29 000), to make
+            over-fitting visible at CPU budgets (a dropout ablation); the BPE, and so the vocabulary and the
+            val/test sets, stay those of the whole train split.
 
     Raises:
         DataError: a file is missing under ``root`` (message names it and the fix), fails its

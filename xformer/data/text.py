@@ -27,21 +27,18 @@ class TextDataModule(WindowLMDataModule):
     * ``format="tsv"``: ``train``, ``val`` and optionally ``test`` -- one file per split with
       ``source<TAB>target`` lines.
 
-    Lines are whitespace-stripped; pairs with an empty side are skipped (count logged). One joint
-    tokenizer covers source and target; batches as in
-    :func:`~xformer.data.batching.collate_seq2seq`, ``tokens_per_batch`` padded tokens each.
+    Lines are whitespace-stripped; pairs with an empty side are skipped (count logged). One joint tokenizer
+    covers source and target; batches as :func:`~xformer.data.batching.collate_seq2seq`, ``tokens_per_batch``
+    padded tokens each.
 
-    ``form="lm"`` (``task="lm"``, default ``metrics=[]``): ``train``, ``val`` and optionally
-    ``test`` are plain text files, each read as one token stream (line ends kept); batches of
-    ``max(1, tokens_per_batch // block_size)`` windows of ``block_size + 1`` tokens, random for
-    training and contiguous for eval (see :class:`~xformer.data.base.WindowLMDataModule`).
+    ``form="lm"`` (``task="lm"``, default ``metrics=[]``): ``train``, ``val`` and optionally ``test`` are plain
+    text files, each read as one token stream (line ends kept); batches of ``max(1, tokens_per_batch //
+    block_size)`` windows of ``block_size + 1`` tokens (:class:`~xformer.data.base.WindowLMDataModule`).
 
-    Without test files there is no test split (``test_split_names == []``, ``test_dataloader()``
-    returns ``[]``); otherwise it is named ``"test"``.
+    Without test files there is no test split (``test_split_names == []``); otherwise it is named ``"test"``.
 
-    Tokenizer (trained on train text only): ``"bpe"`` -- byte-level BPE of ``vocab_size``, cached
-    under ``cache_dir/tokenizers``; ``"char"`` -- the characters of the train text (others map to
-    UNK).
+    Tokenizer (trained on train text only): ``"bpe"`` -- byte-level BPE of ``vocab_size``, cached under
+    ``cache_dir/tokenizers``; ``"char"`` -- the characters of the train text (others map to UNK).
 
     Args:
         form: ``"parallel"`` or ``"lm"``.
