@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from xformer.data.download import default_cache_dir, fetch
+from xformer.data.download import fetch, resolve_cache_dir
 from xformer.data.errors import DataError
 from xformer.data.multi30k import SHA256
 from xformer.data.tinyshakespeare import SHA256 as SHAKESPEARE_SHA256
@@ -58,9 +58,9 @@ def test_bad_hash_format(tmp_path):
 
 def test_default_cache_dir(monkeypatch):
     monkeypatch.setenv("XFORMER_CACHE", "/some/where")
-    assert default_cache_dir() == Path("/some/where")
+    assert resolve_cache_dir(None) == Path("/some/where")
     monkeypatch.delenv("XFORMER_CACHE")
-    assert default_cache_dir() == Path.home() / ".cache" / "xformer"
+    assert resolve_cache_dir(None) == Path.home() / ".cache" / "xformer"
 
 
 def test_checksums_match_the_shared_readme():

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Subset
 from typing_extensions import override
 
 from xformer.config_types import NonNegative, Positive
@@ -31,6 +32,8 @@ from xformer.data.batching import (
 from xformer.data.errors import DataError
 from xformer.data.loader import EpochStream, trainer_batches_consumed
 from xformer.data.tokenizers import BOS, EOS, PAD, Tokenizer
+
+log = logging.getLogger(__name__)
 
 
 def base_args(base: type, args: dict[str, Any]) -> dict[str, Any]:
@@ -181,26 +184,21 @@ class WindowDataset(Dataset):
 class XformerDataModule(L.LightningDataModule):
     """Base of every xformer DataModule: the attributes and loaders the trainer relies on.
 
-    Subclasses implement :meth:`_build` (called once by :meth:`setup`) which must set
-    ``self.tokenizer`` (target side), ``self.train_set``, ``self.val_set``, ``self.test_sets``
-    (ordered ``{split_name: dataset}``) and may set the source tokenizer/vocab size.
+    Subclasses implement :meth:`_build` (called once by :meth:`setup`), which sets ``self.tokenizer`` (target
+    side), ``self.train_set``, ``self.val_set`` and ``self.test_sets`` (ordered ``{split_name: dataset}``) and may
+    set ``src_vocab_size``. After :meth:`setup`: ``task`` (``"seq2seq"``/``"lm"``), ``metrics``, ``src_vocab_size``,
+    ``tgt_vocab_size``, ``pad_id``, ``bos_id``, ``eos_id``, ``max_src_len``, ``max_tgt_len`` (tokens incl.
+    specials, over every split; ``max_src_len`` is 0 for LM), ``test_split_names``.
 
-    Attributes available after :meth:`setup`: ``task`` (``"seq2seq"``/``"lm"``), ``metrics``,
-    ``src_vocab_size``, ``tgt_vocab_size``, ``pad_id``, ``bos_id``, ``eos_id``, ``max_src_len``,
-    ``max_tgt_len`` (tokens incl. specials, over every split; ``max_src_len`` is 0 for LM),
-    ``test_split_names``.
-
-    Distributed: loaders read ``(world_size, global_rank)`` from ``self.trainer`` when it is set and
-    ``world_size > 1``, and shard batches themselves; create the Trainer with
-    ``use_distributed_sampler=False`` (otherwise Lightning tries to inject a DistributedSampler
-    into our batch sampler and raises ``TypeError``). Eval shards are padded by repeating batches
-    so every rank runs the same number of steps; drop duplicates with ``batch["idx"]``.
+    Distributed: loaders shard batches themselves by the attached trainer's ``(world_size, global_rank)``; create
+    the Trainer with ``use_distributed_sampler=False`` (else Lightning injects a DistributedSampler into the batch
+    sampler and raises ``TypeError``). Eval shards repeat batches so every rank runs the same number of steps;
+    drop duplicates with ``batch["idx"]``.
 
     Args:
         root: data folder (meaning depends on the data set; None = download or generate).
         tokens_per_batch: padded-token budget per batch per device (token-budget loaders).
-        num_workers: DataLoader worker processes.
-        pin_memory: DataLoader ``pin_memory``.
+        num_workers, pin_memory: DataLoader options.
         seed: seed for data generation/splitting and batch shuffling.
     """
 
@@ -243,12 +241,25 @@ class XformerDataModule(L.LightningDataModule):
             self.src_vocab_size = self.tgt_vocab_size
         self.test_split_names = list(self.test_sets)
         splits = [self.train_set, self.val_set, *self.test_sets.values()]
-        self.max_src_len = max((_max_len(d, "max_src_len") for d in splits), default=0)
-        self.max_tgt_len = max((_max_len(d, "max_tgt_len") for d in splits), default=0)
+        self.max_src_len = max((d.max_src_len() for d in splits if hasattr(d, "max_src_len")), default=0)
+        self.max_tgt_len = max((d.max_tgt_len() for d in splits if hasattr(d, "max_tgt_len")), default=0)
         self._is_built = True
 
     def _build(self) -> None:
         raise NotImplementedError
+
+    def _set_splits(self, pairs: dict[str, Sequence[tuple[str, str]]], name: str) -> None:
+        """Tokenise ``{split: [(source, target), ...]}`` into ``train_set``, ``val_set`` and, in order, the other
+        splits as ``test_sets``: :class:`Seq2SeqDataset` (:class:`PromptLMDataset` when ``task == "lm"``)."""
+        enc = self.tokenizer.encode_batch
+        make = functools.partial(PromptLMDataset, sep_id=self.sep_id) if self.task == "lm" else Seq2SeqDataset
+        sets = {}
+        for split, rows in pairs.items():
+            src, tgt = [p[0] for p in rows], [p[1] for p in rows]
+            sets[split] = make(enc(src), enc(tgt), src, tgt)
+        log.info("%s: %s", name, {k: len(v) for k, v in sets.items()})
+        self.train_set, self.val_set = sets.pop("train"), sets.pop("val")
+        self.test_sets = sets
 
     def _require_setup(self) -> None:
         if not self._is_built:
@@ -267,7 +278,7 @@ class XformerDataModule(L.LightningDataModule):
         ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
         if self.sep_id is not None and self.sep_id in ids:
             ids = ids[len(ids) - ids[::-1].index(self.sep_id) :]
-        return self.tokenizer.decode(_until_eos(ids, self.eos_id))
+        return self.tokenizer.decode(ids[: ids.index(self.eos_id)] if self.eos_id in ids else ids)
 
     # ---- loaders ---------------------------------------------------------------------------
 
@@ -326,7 +337,9 @@ class XformerDataModule(L.LightningDataModule):
         loader = self._loader(self.train_set, train=True)
         if self._back_to_back is None:
             return loader
-        self._stream = EpochStream(loader, consumed=self._train_batches_consumed, **self._back_to_back)
+        self._stream = EpochStream(
+            loader, consumed=lambda: trainer_batches_consumed(getattr(self, "trainer", None)), **self._back_to_back
+        )
         if self._restored_position is not None:
             self._stream.load_state_dict(self._restored_position)
             self._restored_position = None
@@ -342,10 +355,6 @@ class XformerDataModule(L.LightningDataModule):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Keep a checkpoint's training position for the next :meth:`train_dataloader` stream."""
         self._restored_position = state_dict.get("train_position")
-
-    def _train_batches_consumed(self) -> int:
-        """Training micro-batches the attached trainer has processed over the run (0 without one)."""
-        return trainer_batches_consumed(getattr(self, "trainer", None))
 
     def limit_val_examples(self, fraction: float) -> tuple[int, int]:
         """Validate on ``fraction`` of the validation examples, evenly spread over their lengths
@@ -366,53 +375,31 @@ class XformerDataModule(L.LightningDataModule):
         return [self._loader(self.test_sets[name], train=False, persistent=False) for name in self.test_split_names]
 
 
-class FixedWindows(Dataset):
-    """The windows ``starts`` of a stride-1 :class:`WindowDataset`, in that order: a fixed random sample
-    for cheap validation. Example ``i`` is ``{"tgt": (block_size+1,), "idx": starts[i]}`` (starts are
-    distinct, so ``idx`` identifies an example across ranks)."""
-
-    def __init__(self, windows: WindowDataset, starts: np.ndarray) -> None:
-        self.windows, self.starts = windows, [int(s) for s in starts]
-
-    def __len__(self) -> int:
-        return len(self.starts)
-
-    def __getitem__(self, i: int) -> dict[str, Any]:
-        item = self.windows[self.starts[i]]
-        return {"tgt": item["tgt"], "idx": self.starts[i]}
-
-
-def random_windows(ids: np.ndarray, block_size: int, n: int, seed: int) -> FixedWindows:
+def random_windows(ids: np.ndarray, block_size: int, n: int, seed: int) -> Subset:
     """``n`` distinct windows of ``block_size + 1`` ids at uniformly random starts (without
     replacement; all windows if there are fewer), drawn from ``numpy.random.default_rng((seed, 1))``:
-    the same windows for the same ``seed``, whenever and however often they are asked for."""
+    the same windows for the same ``seed``, whenever and however often they are asked for. Example ``i``
+    is ``{"tgt": (block_size+1,), "idx": start}`` (distinct starts: ``idx`` identifies it across ranks)."""
     windows = WindowDataset(ids, block_size, stride=1)
     rng = np.random.default_rng((int(seed), 1))
-    starts = rng.choice(len(windows), size=min(n, len(windows)), replace=False)
-    return FixedWindows(windows, starts)
+    return Subset(windows, rng.choice(len(windows), size=min(n, len(windows)), replace=False).tolist())
 
 
 class WindowLMDataModule(XformerDataModule):
     """Base for LM on a token stream: random windows for training, contiguous windows for eval.
 
-    Subclasses' :meth:`_build` set ``self.tokenizer``, ``self.train_ids``/``self.val_ids``/
-    ``self.test_ids`` (1-D int arrays; ``test_ids`` may be None to reuse ``val_ids``) and may
-    call ``super()._build()`` afterwards to make the datasets.
+    Subclasses' :meth:`_build` set ``self.tokenizer`` and ``self.train_ids``/``val_ids``/``test_ids`` (1-D int
+    arrays; ``test_ids`` None reuses ``val_ids``), then call ``super()._build()`` to make the datasets.
 
-    Batches: ``{"tgt": LongTensor (B, block_size+1), "idx": LongTensor (B,)}``; the model consumes
-    ``tgt[:, :-1]`` and predicts ``tgt[:, 1:]``. Training batches hold ``batch_size`` windows with
-    uniformly random starts; an epoch is ``train_windows_per_epoch`` windows in total over all
-    ranks (``None``: ``len(train_ids) // block_size``, i.e. on average one pass over the
-    training tokens). Eval windows start at multiples of ``block_size`` (non-overlapping inputs,
-    every token after the first predicted once; a trailing partial window is dropped) and
-    ``idx`` is the window number.
+    Batches: ``{"tgt": LongTensor (B, block_size+1), "idx": LongTensor (B,)}``; the model consumes ``tgt[:, :-1]``
+    and predicts ``tgt[:, 1:]``. ``B`` is ``batch_size``, or ``max(1, tokens_per_batch // block_size)`` when
+    ``tokens_per_batch`` is given. Training windows start uniformly at random; an epoch is
+    ``train_windows_per_epoch`` windows over all ranks (``None``: ``len(train_ids) // block_size``, one pass over
+    the training tokens on average). Eval windows start at multiples of ``block_size`` (every token after the
+    first predicted once; a trailing partial window is dropped), ``idx`` the window number.
 
-    Batch size: ``batch_size`` windows per device, or, when ``tokens_per_batch`` is given,
-    ``max(1, tokens_per_batch // block_size)`` windows (it overrides ``batch_size``).
-
-    Cheap validation (``val_estimate_batches = k``): validation scores ``k`` batches of random windows
-    of the val stream instead of the whole split (:func:`random_windows`, seeded by ``seed``: the same
-    windows at every validation, so successive estimates differ only by the model), as nanoGPT's
+    Cheap validation (``val_estimate_batches = k``): ``k`` batches of random val windows instead of the whole split
+    (:func:`random_windows`, seeded by ``seed``: the same windows at every validation), as nanoGPT's
     ``estimate_loss`` with ``eval_iters = k``. The full contiguous pass stays in ``val_full_set``.
     """
 
@@ -481,17 +468,3 @@ class WindowLMDataModule(XformerDataModule):
         else:
             sampler = SequentialBatchSampler(len(dataset), self.batch_size, num_replicas, rank)
         return self._make_loader(dataset, sampler, functools.partial(collate_lm, pad_id=self.pad_id), persistent)
-
-
-def _until_eos(ids: list[int], eos: int) -> list[int]:
-    """Ids before the first ``eos`` (all of them when there is none)."""
-    try:
-        return ids[: ids.index(eos)]
-    except ValueError:
-        return ids
-
-
-def _max_len(dataset: Any, attr: str) -> int:
-    """``dataset.<attr>()`` if the dataset has it, else 0."""
-    fn = getattr(dataset, attr, None)
-    return int(fn()) if fn is not None else 0

@@ -1,19 +1,11 @@
 """Batch samplers and collate functions shared by the xformer DataModules.
 
-Samplers yield lists of dataset indices (use them as ``DataLoader(batch_sampler=...)``). They
-shard batches across DDP ranks themselves, so the Trainer must not inject its own sampler:
-use ``Trainer(use_distributed_sampler=False)``.
-
-Epochs: every sampler has ``set_epoch(epoch)``; it also exposes ``.sampler``, a tiny object whose
-``set_epoch`` forwards to the same state, because Lightning calls ``set_epoch`` on
-``dataloader.sampler`` and ``dataloader.batch_sampler.sampler`` (not on the batch sampler
-itself) at the start of every training epoch. Outside Lightning call ``set_epoch`` yourself.
-
-Resuming mid-epoch: :class:`TokenBudgetBatchSampler` and :class:`RandomBatchSampler` have
-``resume(epoch, batches_done)``, after which their next iteration continues ``epoch`` after its first
-``batches_done`` batches. :class:`xformer.data.loader.EpochStream` (exact resume as a whole:
-:mod:`xformer.jobs.resume`) stores its position in every checkpoint and resumes the sampler there, so a run
-restarted from a mid-epoch ``last.ckpt`` sees exactly the batches an uninterrupted run would have seen.
+Samplers yield lists of dataset indices (``DataLoader(batch_sampler=...)``) and shard batches across DDP ranks
+themselves: use ``Trainer(use_distributed_sampler=False)``. Each has ``set_epoch(epoch)``, also reachable as
+``.sampler.set_epoch`` (Lightning calls it on ``dataloader.batch_sampler.sampler`` when a training epoch starts;
+outside Lightning call it yourself), and ``resume(epoch, batches_done)``: the next iteration continues ``epoch``
+after its first ``batches_done`` batches, so :class:`xformer.data.loader.EpochStream` resumes a mid-epoch
+checkpoint with exactly the batches an uninterrupted run sees.
 """
 
 from __future__ import annotations
@@ -23,7 +15,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, Sampler
+from torch.nn.utils.rnn import pad_sequence
+from torch.utils.data import Dataset, Sampler, Subset
 
 from xformer.data.tokenizers import PAD
 
@@ -76,13 +69,12 @@ class _EpochSampler(Sampler[list[int]]):
 
 
 def shard_batches(
-    batches: list[list[int]], num_replicas: int, rank: int, drop_last: bool = False, copy_offset: int | None = None
+    batches: list[list[int]], num_replicas: int, rank: int, copy_offset: int | None = None
 ) -> list[list[int]]:
     """Give rank ``rank`` its share of ``batches`` so every rank gets the same number of batches.
 
-    The list is first made a multiple of ``num_replicas`` long -- by repeating batches from its start
-    (``drop_last=False``; repeated examples carry the same ``idx``, so eval duplicates can be
-    removed) or by dropping the last batches (``drop_last=True``) -- then rank ``r`` takes
+    The list is first made a multiple of ``num_replicas`` long by repeating batches from its start (repeated
+    examples carry the same ``idx``, so eval duplicates can be removed), then rank ``r`` takes
     ``batches[r::num_replicas]`` (interleaved, so ranks see batches of similar size at each step).
     With ``copy_offset`` (training: the data set's size ``n``) the repeated batches' indices are
     shifted by ``n``, which :class:`WeightlessCopies` reads as "this example is a copy: no loss, no
@@ -96,9 +88,7 @@ def shard_batches(
     if num_replicas == 1:
         return list(batches)
     n = len(batches)
-    if drop_last:
-        batches = batches[: n - n % num_replicas]
-    elif n % num_replicas:
+    if n % num_replicas:
         n_pad = num_replicas - n % num_replicas
         shift = copy_offset or 0
         batches = list(batches) + [[j + shift for j in batches[i % n]] for i in range(n_pad)]
@@ -133,7 +123,7 @@ class WeightlessCopies(Dataset):
         return getattr(self.base, name)
 
 
-class SpreadSubset(Dataset):
+class SpreadSubset(Subset):
     """``fraction`` of ``dataset``'s examples, evenly spread over their lengths (``dataset.lengths()``, else
     over their order): of the examples sorted by length, the middle one of each of ``k = int(n * fraction)``
     equal strata. A fractional ``trainer.limit_val_batches`` becomes this subset, so validation on a fraction
@@ -145,22 +135,15 @@ class SpreadSubset(Dataset):
     def __init__(self, dataset: Dataset, fraction: float) -> None:
         if not 0 < fraction <= 1:
             raise ValueError(f"fraction must be in (0, 1], got {fraction}")
-        self.dataset = dataset
         n = len(dataset)
         lengths = np.asarray(dataset.lengths() if hasattr(dataset, "lengths") else np.zeros(n), dtype=np.int64)
-        by_length = np.argsort(lengths, kind="stable")
         k = max(1, int(n * fraction))
-        self.indices = np.sort(by_length[(2 * np.arange(k) + 1) * n // (2 * k)]).tolist()
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-    def __getitem__(self, i: int) -> Any:
-        return self.dataset[self.indices[i]]
+        middles = np.argsort(lengths, kind="stable")[(2 * np.arange(k) + 1) * n // (2 * k)]
+        super().__init__(dataset, np.sort(middles).tolist())
+        self._lengths = lengths[self.indices].tolist()
 
     def lengths(self) -> list[int]:
-        lengths = self.dataset.lengths() if hasattr(self.dataset, "lengths") else [0] * len(self.dataset)
-        return [lengths[i] for i in self.indices]
+        return self._lengths
 
     def sort_keys(self) -> list[list[int]]:
         keys = self.dataset.sort_keys() if hasattr(self.dataset, "sort_keys") else ()
@@ -172,21 +155,15 @@ class TokenBudgetBatchSampler(_EpochSampler):
 
     Per epoch (seeded by ``(seed, epoch)``):
 
-    1. ``shuffle=True``: examples are put in random order, then split into pools of
-       ``pool_factor`` x (typical batch size) examples; ``pool_factor=None`` (default) means one
-       pool holding everything. ``shuffle=False``: one pool, original order.
-    2. Each pool is sorted by length, then by ``sort_keys`` (stable, so remaining ties keep the
+    1. ``shuffle=True``: examples are put in random order (``shuffle=False``: original order).
+    2. They are sorted by length, then by ``sort_keys`` (stable, so remaining ties keep the
        random order), and cut greedily into batches: an example joins the current batch while
-       ``max_len * (n + 1) <= budget``.
-       An example longer than the budget gets a batch of its own.
-    3. ``shuffle=True``: the batch order is shuffled.
+       ``max_len * (n + 1) <= budget``. An example longer than the budget gets a batch of its own.
+    3. ``shuffle=True``: the batch order is shuffled (``False``: :func:`spread_order`).
     4. With ``num_replicas > 1`` the batches are split across ranks by :func:`shard_batches`.
 
-    With the default ``pool_factor=None`` the sorted sequence of lengths -- hence the number of
-    batches -- is the same every epoch, while batch membership (ties between equal lengths are
-    broken randomly) and batch order change with the epoch. With a finite ``pool_factor`` the
-    number of batches can differ by a few between epochs; ``len()`` is exact for the epoch last
-    set, but Lightning reads ``len()`` once, so prefer ``None`` for training with Lightning.
+    The sorted sequence of lengths -- hence the number of batches -- is the same every epoch, while batch
+    membership (ties between equal lengths are broken randomly) and batch order change with the epoch.
 
     Args:
         lengths: per-example size in tokens (for seq2seq: ``max(len(src), len(tgt))``).
@@ -195,9 +172,6 @@ class TokenBudgetBatchSampler(_EpochSampler):
         seed: base seed; the epoch's generator is ``numpy.random.default_rng((seed, epoch))``.
         num_replicas: number of DDP ranks sharing the data.
         rank: this process's rank.
-        drop_last: with ``num_replicas > 1``, drop trailing batches instead of repeating batches to
-            make the count a multiple of ``num_replicas``. No effect with one replica.
-        pool_factor: pool size in typical batches (see above), or None for a single pool.
         sort_keys: optional extra per-example keys that order examples of equal length, e.g.
             ``[src_lengths, tgt_lengths]`` so both sides of a seq2seq batch pad little.
 
@@ -213,8 +187,6 @@ class TokenBudgetBatchSampler(_EpochSampler):
         seed: int,
         num_replicas: int = 1,
         rank: int = 0,
-        drop_last: bool = False,
-        pool_factor: int | None = None,
         sort_keys: Sequence[Sequence[int]] = (),
         weightless_copies: bool = False,
     ) -> None:
@@ -222,12 +194,9 @@ class TokenBudgetBatchSampler(_EpochSampler):
             raise ValueError(f"tokens_per_batch must be >= 1, got {tokens_per_batch}")
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank must be in [0, {num_replicas}), got {rank}")
-        if pool_factor is not None and pool_factor < 1:
-            raise ValueError(f"pool_factor must be >= 1 or None, got {pool_factor}")
         self.lengths = np.asarray(lengths, dtype=np.int64)
         self.tokens_per_batch, self.shuffle, self.seed = int(tokens_per_batch), bool(shuffle), int(seed)
-        self.num_replicas, self.rank, self.drop_last = int(num_replicas), int(rank), bool(drop_last)
-        self.pool_factor = pool_factor
+        self.num_replicas, self.rank = int(num_replicas), int(rank)
         self.sort_keys = [np.asarray(k, dtype=np.int64) for k in sort_keys]
         if any(len(k) != len(self.lengths) for k in self.sort_keys):
             raise ValueError("every sort key must have one entry per example")
@@ -242,18 +211,9 @@ class TokenBudgetBatchSampler(_EpochSampler):
             return self._cache[1]
         n = len(self.lengths)
         rng = np.random.default_rng((self.seed, epoch))
-        order = rng.permutation(n) if self.shuffle else np.arange(n)
-        if self.shuffle and self.pool_factor is not None and n:
-            typical = max(1, self.tokens_per_batch // max(1, int(np.median(self.lengths))))
-            pool = max(1, self.pool_factor * typical)
-        else:
-            pool = max(1, n)
-        batches: list[list[int]] = []
-        for start in range(0, n, pool):
-            idx = order[start : start + pool]
-            keys = [k[idx] for k in reversed(self.sort_keys)] + [self.lengths[idx]]
-            idx = idx[np.lexsort(keys)]  # stable; last key is the primary one
-            batches.extend(_greedy_batches(idx, self.lengths[idx], self.tokens_per_batch))
+        idx = rng.permutation(n) if self.shuffle else np.arange(n)
+        idx = idx[np.lexsort([k[idx] for k in reversed(self.sort_keys)] + [self.lengths[idx]])]  # last key first
+        batches = _greedy_batches(idx, self.lengths[idx], self.tokens_per_batch)
         # shuffled, or for evaluation in spread order: a fraction of the batches (``limit_val_batches``, the
         # decode subset) then spans the lengths instead of taking the shortest examples
         perm = rng.permutation(len(batches)) if self.shuffle else spread_order(len(batches))
@@ -264,12 +224,11 @@ class TokenBudgetBatchSampler(_EpochSampler):
     def __iter__(self) -> Iterator[list[int]]:
         skip = self.sampler.take_skip()
         offset = len(self.lengths) if self.weightless_copies else None
-        yield from shard_batches(self.all_batches(), self.num_replicas, self.rank, self.drop_last, offset)[skip:]
+        yield from shard_batches(self.all_batches(), self.num_replicas, self.rank, offset)[skip:]
 
     def __len__(self) -> int:
         """Number of batches this rank yields in the current epoch."""
-        n, r = len(self.all_batches()), self.num_replicas
-        return n // r if self.drop_last else -(-n // r)
+        return -(-len(self.all_batches()) // self.num_replicas)
 
 
 def spread_order(n: int) -> list[int]:
@@ -322,7 +281,7 @@ def padding_fraction(lengths: Sequence[int], batches: Sequence[Sequence[int]]) -
     return 0.0 if padded == 0 else 1.0 - real / padded
 
 
-class SequentialBatchSampler(Sampler[list[int]]):
+class SequentialBatchSampler(_EpochSampler):
     """Deterministic fixed-size batches ``[0..B-1], [B..2B-1], ...`` of ``range(n)``, sharded across ranks.
 
     For evaluation of fixed-length examples (e.g. LM windows). The last batch may be smaller.
@@ -340,17 +299,11 @@ class SequentialBatchSampler(Sampler[list[int]]):
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.n, self.batch_size = int(n), int(batch_size)
         self.num_replicas, self.rank = int(num_replicas), int(rank)
-        self.sampler = _EpochClock()  # no randomness; present for a uniform interface
-
-    def set_epoch(self, epoch: int) -> None:
-        """No effect on the batches (kept for interface uniformity)."""
-        self.sampler.set_epoch(epoch)
-
-    def _batches(self) -> list[list[int]]:
-        return [list(range(s, min(s + self.batch_size, self.n))) for s in range(0, self.n, self.batch_size)]
+        self.sampler = _EpochClock()  # the epoch changes nothing here: no randomness
 
     def __iter__(self) -> Iterator[list[int]]:
-        yield from shard_batches(self._batches(), self.num_replicas, self.rank)
+        batches = [list(range(s, min(s + self.batch_size, self.n))) for s in range(0, self.n, self.batch_size)]
+        yield from shard_batches(batches, self.num_replicas, self.rank)
 
     def __len__(self) -> int:
         """Batches this rank yields."""
@@ -399,12 +352,7 @@ class RandomBatchSampler(_EpochSampler):
 
 def _pad(seqs: Sequence[Sequence[int] | torch.Tensor], pad_value: Any, dtype: torch.dtype) -> torch.Tensor:
     """Stack variable-length 1-D sequences into a ``(B, max_len)`` tensor padded with ``pad_value``."""
-    max_len = max((len(s) for s in seqs), default=0)
-    out = torch.full((len(seqs), max_len), pad_value, dtype=dtype)
-    for i, s in enumerate(seqs):
-        if len(s):
-            out[i, : len(s)] = torch.as_tensor(s, dtype=dtype)
-    return out
+    return pad_sequence([torch.as_tensor(s, dtype=dtype) for s in seqs], batch_first=True, padding_value=pad_value)
 
 
 def collate_seq2seq(examples: Sequence[dict[str, Any]], pad_id: int = PAD) -> dict[str, Any]:

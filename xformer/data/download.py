@@ -16,41 +16,23 @@ log = logging.getLogger(__name__)
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
-def default_cache_dir() -> Path:
-    """Return the default cache folder: ``$XFORMER_CACHE`` if set and non-empty, else ``~/.cache/xformer``.
-
-    The folder is not created here.
-    """
-    env = os.environ.get("XFORMER_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "xformer"
-
-
 def resolve_cache_dir(cache_dir: str | Path | None) -> Path:
-    """Return ``cache_dir`` as a ``Path`` (``~`` expanded), or :func:`default_cache_dir` when it is None."""
-    return Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    """``cache_dir`` as a ``Path`` (``~`` expanded); when None, ``$XFORMER_CACHE`` if set and non-empty, else
+    ``~/.cache/xformer`` (not created here)."""
+    if cache_dir is None:
+        cache_dir = os.environ.get("XFORMER_CACHE") or Path.home() / ".cache" / "xformer"
+    return Path(cache_dir).expanduser()
 
 
 def fetch(url: str, sha256: str, cache_dir: str | Path, fname: str) -> Path:
-    """Download ``url`` to ``cache_dir/fname`` once and verify its SHA-256; return the local path.
-
-    Uses ``pooch.retrieve``: when the file is already in the cache with the right hash nothing is
-    downloaded; otherwise it is downloaded to a temporary file in ``cache_dir``, hashed, and only
-    then moved into place, so an interrupted or corrupt download never leaves a file under
-    ``fname``.
-
-    Args:
-        url: address of the file (``http(s)://`` or ``ftp://``).
-        sha256: expected SHA-256 of the file as stored at ``url`` (64 hex digits, no prefix).
-        cache_dir: folder to keep the file in; created if missing.
-        fname: name of the file inside ``cache_dir``.
-
-    Returns:
-        Path to the verified local file.
+    """Download ``url`` once to ``cache_dir/fname`` (folder created if missing) and verify its SHA-256 (64 hex
+    digits, of the file as stored at ``url``); return the local path. ``pooch.retrieve`` downloads nothing when the
+    cached file has the right hash, else hashes the download in a temporary file before moving it into place, so an
+    interrupted or corrupt download never leaves a file under ``fname``.
 
     Raises:
-        DataError: the downloaded file's hash differs from ``sha256`` (message names the file, the
-            expected and the actual hash, and the fix), or the download failed (no network, HTTP
-            error), or ``sha256`` is malformed.
+        DataError: a malformed ``sha256``; a failed download (no network, HTTP error); a hash mismatch (the
+            message names the file, both hashes and the fix).
     """
     sha256 = sha256.lower().removeprefix("sha256:")
     if not _SHA256.match(sha256):

@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader
 
 from xformer.data.batching import weightless_copy
 
-__all__ = ["EpochStream", "Position", "data_index", "data_position", "trainer_batches_consumed", "training_stream"]
+__all__ = ["EpochStream", "Position", "data_index", "data_position", "trainer_batches_consumed"]
 
 Position = tuple[int, int, int]  # (epoch, batches of it done, batches the epoch has)
 
@@ -138,18 +138,14 @@ def trainer_batches_consumed(trainer: L.Trainer | None) -> int:
     return 0 if trainer is None else int(trainer.fit_loop.epoch_loop.batch_progress.total.processed)
 
 
-def training_stream(trainer: L.Trainer) -> EpochStream | None:
-    """The :class:`EpochStream` ``trainer`` trains on, or None (another loader, or none yet)."""
-    stream = getattr(trainer, "train_dataloader", None)
-    return stream if isinstance(stream, EpochStream) else None
-
-
 def data_position(trainer: L.Trainer) -> Position | None:
     """``(epoch, batches done, epoch's batches)`` of the training micro-batch in flight (during its hooks, from
     ``on_train_batch_start`` to ``on_train_batch_end``), counted by the :class:`EpochStream` the trainer runs;
     None when it runs another loader."""
-    stream = training_stream(trainer)
-    return None if stream is None else stream.position(int(trainer.fit_loop.epoch_loop.batch_progress.total.ready))
+    stream = getattr(trainer, "train_dataloader", None)
+    if not isinstance(stream, EpochStream):
+        return None
+    return stream.position(int(trainer.fit_loop.epoch_loop.batch_progress.total.ready))
 
 
 def data_index(trainer: L.Trainer, batch_idx: int) -> tuple[int, int]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Annotated
 
 from xformer.config_types import NonNegative, Positive, Range
-from xformer.data.base import Seq2SeqDataset, XformerDataModule, base_args
+from xformer.data.base import XformerDataModule, base_args
 from xformer.data.download import fetch, resolve_cache_dir
 from xformer.data.errors import DataError
 from xformer.data.textfiles import read_parallel
@@ -39,14 +39,11 @@ SHA256 = {
 class Multi30kDataModule(XformerDataModule):
     """Multi30k task 1 translation (default German -> English) with a joint byte-level BPE.
 
-    Files: with ``root`` set, ``<root>/<stem>.<lang>.gz`` (or uncompressed ``<stem>.<lang>``) are
-    read; with ``root=None`` each gzipped file is downloaded once from ``base_url`` into
-    ``cache_dir/multi30k`` and checked against :data:`SHA256`. Lines are whitespace-stripped;
-    pairs with an empty side are skipped (count logged as a warning). The BPE is trained on the
-    train split (source + target) only and cached under ``cache_dir/tokenizers``.
-
-    Splits: ``train``, ``val`` and one test split named ``"test"`` (``test_2016_flickr``).
-    ``metrics = ["bleu"]``.
+    Files: with ``root`` set, ``<root>/<stem>.<lang>.gz`` (or uncompressed ``<stem>.<lang>``) are read; with
+    ``root=None`` each gzipped file is downloaded once from ``base_url`` into ``cache_dir/multi30k`` and checked
+    against :data:`SHA256`. Lines are whitespace-stripped; pairs with an empty side are skipped (count logged as a
+    warning). The BPE is trained on the train split (source + target) and cached under ``cache_dir/tokenizers``.
+    Splits: ``train``, ``val`` and ``"test"`` (``test_2016_flickr``). ``metrics = ["bleu"]``.
 
     Args:
         root: folder with the raw files, or None to download.
@@ -56,10 +53,9 @@ class Multi30kDataModule(XformerDataModule):
         vocab_size: joint BPE vocabulary size.
         cache_dir: downloads and tokenizer cache (None: ``$XFORMER_CACHE`` or ``~/.cache/xformer``).
         base_url: download location (override to use a mirror or a local test server).
-        train_limit: train on the first ``train_limit`` pairs of the train split only (None: all
-            29 000). A smaller training set makes over-fitting visible at CPU budgets (a dropout
-            ablation). The BPE is still trained on the whole train split, so the vocabulary
-            and the val/test sets are the same with and without a limit.
+        train_limit: train on the first ``train_limit`` train pairs only (None: all 29 000), to make
+            over-fitting visible at CPU budgets (a dropout ablation); the BPE, and so the vocabulary and the
+            val/test sets, stay those of the whole train split.
 
     Raises:
         DataError: a file is missing under ``root`` (message names it and the fix), fails its
@@ -130,13 +126,11 @@ class Multi30kDataModule(XformerDataModule):
         for split in SPLIT_FILES:
             sets[split] = read_parallel(self.file_path(split, self.src_lang), self.file_path(split, self.tgt_lang))
         self.tokenizer = self._tokenizer_for(*sets["train"])
-        enc = self.tokenizer.encode_batch
+        pairs = {k: list(zip(s, t, strict=True)) for k, (s, t) in sets.items()}
         if self.train_limit is not None:
-            src, tgt = sets["train"]
-            if self.train_limit > len(src):
-                log.warning("multi30k: data.train_limit=%d exceeds the %d train pairs", self.train_limit, len(src))
-            sets["train"] = (src[: self.train_limit], tgt[: self.train_limit])
-        ds = {k: Seq2SeqDataset(enc(s), enc(t), s, t) for k, (s, t) in sets.items()}
-        self.train_set, self.val_set = ds["train"], ds["val"]
-        self.test_sets = {"test": ds["test"]}
-        log.info("multi30k %s-%s: %s", self.src_lang, self.tgt_lang, {k: len(v) for k, v in ds.items()})
+            if self.train_limit > len(pairs["train"]):
+                log.warning(
+                    "multi30k: data.train_limit=%d exceeds the %d train pairs", self.train_limit, len(sets["train"][0])
+                )
+            pairs["train"] = pairs["train"][: self.train_limit]
+        self._set_splits(pairs, f"multi30k {self.src_lang}-{self.tgt_lang}")

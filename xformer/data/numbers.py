@@ -15,7 +15,7 @@ import numpy as np
 from num2words import num2words
 
 from xformer.config_types import NonNegative, Positive
-from xformer.data.base import Seq2SeqDataset, XformerDataModule, base_args
+from xformer.data.base import XformerDataModule, base_args
 from xformer.data.download import resolve_cache_dir
 from xformer.data.tokenizers import CharTokenizer, _atomic_write_text, train_or_load_bpe
 
@@ -29,16 +29,12 @@ def number_pair(n: int, src_lang: str = "en", tgt_lang: str = "de") -> tuple[str
 
 
 def sample_by_digits(rng: np.random.Generator, count: int, min_digits: int, max_digits: int) -> np.ndarray:
-    """Draw ``count`` distinct integers, spread evenly over digit counts ``min_digits..max_digits``.
+    """``count`` distinct integers spread evenly over digit counts ``min_digits..max_digits`` (int64, random order).
 
-    Every digit count gets an equal share of ``count`` ("water-filling"): a digit count with fewer
-    numbers than its share (e.g. the ten 1-digit numbers 0-9) contributes all of them and the rest
-    is shared by the others. Within a digit count ``d`` numbers are uniform without replacement
-    over ``[10**(d-1), 10**d)`` (``[0, 10)`` for ``d = 1``). So small and large numbers both
-    appear, roughly log-uniformly.
-
-    Returns:
-        int64 array of ``count`` distinct numbers in random order.
+    Every digit count gets an equal share of ``count`` ("water-filling"): one with fewer numbers than its share
+    (e.g. the ten 1-digit numbers 0-9) gives all of them and the others share the rest. Within digit count ``d``
+    numbers are uniform without replacement over ``[10**(d-1), 10**d)`` (``[0, 10)`` for ``d = 1``), so small and
+    large numbers both appear, roughly log-uniformly.
 
     Raises:
         ValueError: fewer than ``count`` numbers exist with these digit counts.
@@ -69,15 +65,11 @@ def sample_by_digits(rng: np.random.Generator, count: int, min_digits: int, max_
 class NumbersDataModule(XformerDataModule):
     """English -> German number words (``num2words``), the embedded default seq2seq task.
 
-    Splits (all drawn with ``numpy.random.default_rng(seed)``, numbers distinct across splits):
-
-    * ``train`` / ``val`` / ``test``: ``n_train + n_val + n_test`` distinct numbers below 10**6
-      drawn by :func:`sample_by_digits` (equal share per digit count 1..6), then shuffled and cut
-      into the three splits, so they are disjoint.
-    * ``long``: ``n_long`` distinct numbers in ``[10**6, 10**9)`` (equal share per digit count
-      7..9); these use words never seen in training ("million", "Millionen").
-
-    ``test_split_names = ["test", "long"]``; ``metrics = ["exact_match"]``.
+    Splits, drawn with ``numpy.random.default_rng(seed)`` by :func:`sample_by_digits`, disjoint:
+    ``train``/``val``/``test`` (``n_train``/``n_val``/``n_test`` numbers below 10**6, equal share per digit count
+    1..6, cut from one shuffled draw) and ``long`` (``n_long`` numbers in ``[10**6, 10**9)``, digit counts 7..9,
+    words never seen in training: "million", "Millionen"). ``test_split_names = ["test", "long"]``;
+    ``metrics = ["exact_match"]``.
 
     Tokenizer: ``"bpe"`` -- joint byte-level BPE of ``vocab_size`` trained on train source and
     target text and cached under ``cache_dir/tokenizers``; ``"char"`` -- one id per character of
@@ -158,19 +150,13 @@ class NumbersDataModule(XformerDataModule):
     def _build(self) -> None:
         self.numbers = self.sample_numbers()
         texts = self._texts()
-        src = {k: [p[0] for p in v] for k, v in texts.items()}
-        tgt = {k: [p[1] for p in v] for k, v in texts.items()}
         if self.tokenizer_kind == "bpe":
             self.tokenizer = train_or_load_bpe(
-                src["train"] + tgt["train"],
+                [p[0] for p in texts["train"]] + [p[1] for p in texts["train"]],
                 self.vocab_size,
                 resolve_cache_dir(self.cache_dir),
                 f"numbers-{self.src_lang}-{self.tgt_lang}",
             )
         else:
             self.tokenizer = CharTokenizer.from_texts(s for split in texts.values() for p in split for s in p)
-        enc = self.tokenizer.encode_batch
-        sets = {k: Seq2SeqDataset(enc(src[k]), enc(tgt[k]), src[k], tgt[k]) for k in texts}
-        self.train_set, self.val_set = sets["train"], sets["val"]
-        self.test_sets = {"test": sets["test"], "long": sets["long"]}
-        log.info("numbers: %s", {k: len(v) for k, v in sets.items()})
+        self._set_splits(texts, "numbers")

@@ -18,16 +18,12 @@ the number of answers per step fixed.
 
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 
 from xformer.config_types import NonNegative, Positive
-from xformer.data.base import PromptLMDataset, XformerDataModule, base_args
+from xformer.data.base import XformerDataModule, base_args
 from xformer.data.synthetic import SEP, SYMBOLS
 from xformer.data.tokenizers import CharTokenizer
-
-log = logging.getLogger(__name__)
 
 
 def recall_examples(distance: int, n: int, n_symbols: int, rng: np.random.Generator) -> list[tuple[str, str]]:
@@ -81,12 +77,9 @@ class DistanceRecallDataModule(XformerDataModule):
     def _build(self) -> None:
         self.tokenizer = CharTokenizer(SYMBOLS[: self.n_symbols], extra_specials=[SEP])
         assert self.tokenizer.token_to_id(SEP) == self.sep_id
-        sets = {}
-        for k, (split, n) in enumerate((("train", self.n_train), ("val", self.n_val), ("test", self.n_test))):
-            pairs = recall_examples(self.distance, n, self.n_symbols, np.random.default_rng((self.seed, k)))
-            src, tgt = [p[0] for p in pairs], [p[1] for p in pairs]
-            enc = self.tokenizer.encode_batch
-            sets[split] = PromptLMDataset(enc(src), enc(tgt), src, tgt, self.sep_id)
-        self.train_set, self.val_set = sets["train"], sets["val"]
-        self.test_sets = {"test": sets["test"]}
-        log.info("recall at distance %d: %s", self.distance, {k: len(v) for k, v in sets.items()})
+        sizes = {"train": self.n_train, "val": self.n_val, "test": self.n_test}
+        pairs = {
+            split: recall_examples(self.distance, n, self.n_symbols, np.random.default_rng((self.seed, k)))
+            for k, (split, n) in enumerate(sizes.items())
+        }
+        self._set_splits(pairs, f"recall at distance {self.distance}")

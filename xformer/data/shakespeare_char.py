@@ -29,11 +29,10 @@ class ShakespeareCharDataModule(TinyShakespeareDataModule):
     Ids ``0..64`` are the characters in code-point order (nanoGPT's ``stoi``); ``pad_id``, ``bos_id``
     and ``eos_id`` are :data:`NO_TOKEN` (so :meth:`detokenize` never stops early: every id is a
     character). Training batches are random windows (``{"tgt": (B, block_size+1), "idx": (B,)}``, as
-    nanoGPT's ``get_batch``); validation is the full
-    contiguous pass over the last 10 %, or, with ``val_estimate_batches = k``, ``k`` fixed batches of
-    random val windows (nanoGPT's ``eval_iters``; see :class:`~xformer.data.base.WindowLMDataModule`).
-    There is no test text: with ``full_val_at_end`` the test stage scores the full val pass once
-    after training, logged as ``test/loss@val`` (the same split, named so), else it has no split.
+    nanoGPT's ``get_batch``); validation is the full contiguous pass over the last 10 %, or, with
+    ``val_estimate_batches = k``, ``k`` fixed batches of random val windows (nanoGPT's ``eval_iters``; see
+    :class:`~xformer.data.base.WindowLMDataModule`). There is no test text: with ``full_val_at_end`` the test
+    stage scores the full val pass once after training, logged as ``test/loss@val``, else it has no split.
 
     Args:
         root: folder with ``input.txt``, or None to download it into ``cache_dir``.

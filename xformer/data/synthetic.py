@@ -5,15 +5,11 @@ Train and validate on short sequences, test on in-range, 2x and 4x longer ones.
 
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 
 from xformer.config_types import NonNegative, Positive
-from xformer.data.base import PromptLMDataset, Seq2SeqDataset, XformerDataModule, base_args
+from xformer.data.base import XformerDataModule, base_args
 from xformer.data.tokenizers import CharTokenizer
-
-log = logging.getLogger(__name__)
 
 TASKS = ("copy", "reverse", "sort", "addition")
 """Supported ``task_name`` values."""
@@ -85,12 +81,9 @@ class SyntheticDataModule(XformerDataModule):
     Vocabulary: ``PAD, BOS, EOS, UNK``, ``<sep>`` (id 4), then the symbols (``n_symbols`` of
     ``0-9a-z`` for copy/reverse/sort; ``0-9`` and ``+`` for addition), one token per character.
 
-    Forms:
-
-    * ``"seq2seq"``: batches as in :func:`~xformer.data.batching.collate_seq2seq`.
-    * ``"lm"`` (``task="lm"``): ``tgt = [BOS] + src + [SEP] + target + [EOS]`` with ``loss_mask``
-      True on ``target`` and EOS and ``prompt_len = len(src) + 2``; see
-      :class:`~xformer.data.base.PromptLMDataset`. ``max_src_len`` is 0.
+    Forms: ``"seq2seq"`` (batches as :func:`~xformer.data.batching.collate_seq2seq`) or ``"lm"`` (``task="lm"``,
+    ``max_src_len`` 0): ``tgt = [BOS] + src + [SEP] + target + [EOS]``, the loss on ``target`` and EOS
+    (:class:`~xformer.data.base.PromptLMDataset`).
 
     Args:
         task_name: ``"copy"``, ``"reverse"``, ``"sort"`` or ``"addition"``.
@@ -171,14 +164,4 @@ class SyntheticDataModule(XformerDataModule):
         alphabet = "0123456789+" if self.task_name == "addition" else SYMBOLS[: self.n_symbols]
         self.tokenizer = CharTokenizer(alphabet, extra_specials=[SEP])
         assert self.tokenizer.token_to_id(SEP) == self.sep_id
-        enc = self.tokenizer.encode_batch
-        sets = {}
-        for split, pairs in self.pairs.items():
-            src, tgt = [p[0] for p in pairs], [p[1] for p in pairs]
-            if self.form == "lm":
-                sets[split] = PromptLMDataset(enc(src), enc(tgt), src, tgt, self.sep_id)
-            else:
-                sets[split] = Seq2SeqDataset(enc(src), enc(tgt), src, tgt)
-        self.train_set, self.val_set = sets["train"], sets["val"]
-        self.test_sets = {k: sets[k] for k in ("1x", "2x", "4x")}
-        log.info("synthetic %s (%s): %s", self.task_name, self.form, {k: len(v) for k, v in sets.items()})
+        self._set_splits(self.pairs, f"synthetic {self.task_name} ({self.form})")

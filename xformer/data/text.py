@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from xformer.config_types import NonNegative, Positive
-from xformer.data.base import Seq2SeqDataset, WindowLMDataModule, XformerDataModule, base_args
+from xformer.data.base import WindowLMDataModule, XformerDataModule, base_args
 from xformer.data.download import resolve_cache_dir
 from xformer.data.errors import DataError
 from xformer.data.textfiles import read_parallel, read_text, read_tsv
@@ -27,21 +27,18 @@ class TextDataModule(WindowLMDataModule):
     * ``format="tsv"``: ``train``, ``val`` and optionally ``test`` -- one file per split with
       ``source<TAB>target`` lines.
 
-    Lines are whitespace-stripped; pairs with an empty side are skipped (count logged). One joint
-    tokenizer covers source and target; batches as in
-    :func:`~xformer.data.batching.collate_seq2seq`, ``tokens_per_batch`` padded tokens each.
+    Lines are whitespace-stripped; pairs with an empty side are skipped (count logged). One joint tokenizer
+    covers source and target; batches as :func:`~xformer.data.batching.collate_seq2seq`, ``tokens_per_batch``
+    padded tokens each.
 
-    ``form="lm"`` (``task="lm"``, default ``metrics=[]``): ``train``, ``val`` and optionally
-    ``test`` are plain text files, each read as one token stream (line ends kept); batches of
-    ``max(1, tokens_per_batch // block_size)`` windows of ``block_size + 1`` tokens, random for
-    training and contiguous for eval (see :class:`~xformer.data.base.WindowLMDataModule`).
+    ``form="lm"`` (``task="lm"``, default ``metrics=[]``): ``train``, ``val`` and optionally ``test`` are plain
+    text files, each read as one token stream (line ends kept); batches of ``max(1, tokens_per_batch //
+    block_size)`` windows of ``block_size + 1`` tokens (:class:`~xformer.data.base.WindowLMDataModule`).
 
-    Without test files there is no test split (``test_split_names == []``, ``test_dataloader()``
-    returns ``[]``); otherwise it is named ``"test"``.
+    Without test files there is no test split (``test_split_names == []``); otherwise it is named ``"test"``.
 
-    Tokenizer (trained on train text only): ``"bpe"`` -- byte-level BPE of ``vocab_size``, cached
-    under ``cache_dir/tokenizers``; ``"char"`` -- the characters of the train text (others map to
-    UNK).
+    Tokenizer (trained on train text only): ``"bpe"`` -- byte-level BPE of ``vocab_size``, cached under
+    ``cache_dir/tokenizers``; ``"char"`` -- the characters of the train text (others map to UNK).
 
     Args:
         form: ``"parallel"`` or ``"lm"``.
@@ -149,25 +146,17 @@ class TextDataModule(WindowLMDataModule):
 
     def _build(self) -> None:
         if self.form == "parallel":
-            pairs = {"train": self._read_pairs("train", True), "val": self._read_pairs("val", True)}
-            test = self._read_pairs("test", False)
-            if test is not None:
-                pairs["test"] = test
+            pairs = {s: self._read_pairs(s, s != "test") for s in ("train", "val", "test")}
+            pairs = {k: v for k, v in pairs.items() if v is not None}
             self.tokenizer = self._make_tokenizer(pairs["train"][0] + pairs["train"][1])
-            enc = self.tokenizer.encode_batch
-            ds = {k: Seq2SeqDataset(enc(s), enc(t), s, t) for k, (s, t) in pairs.items()}
-            self.train_set, self.val_set = ds["train"], ds["val"]
-            self.test_sets = {"test": ds["test"]} if "test" in ds else {}
+            self._set_splits({k: list(zip(s, t, strict=True)) for k, (s, t) in pairs.items()}, self._name())
             return
-        texts = {"train": read_text(self._path("train", True)), "val": read_text(self._path("val", True))}
-        test_path = self._path("test", False)
-        if test_path is not None:
-            texts["test"] = read_text(test_path)
+        texts = {s: read_text(p) for s in ("train", "val", "test") if (p := self._path(s, s != "test")) is not None}
         self.tokenizer = self._make_tokenizer(texts["train"].splitlines(keepends=True))
         ids = {k: self._encode_stream(t) for k, t in texts.items()}
         self.train_ids, self.val_ids, self.test_ids = ids["train"], ids["val"], ids.get("test")
         WindowLMDataModule._build(self)
-        if test_path is None:
+        if "test" not in texts:
             self.test_sets = {}
 
     def _encode_stream(self, text: str) -> np.ndarray:

@@ -13,13 +13,7 @@ log = logging.getLogger(__name__)
 
 
 def read_text(path: str | Path) -> str:
-    """Read a whole UTF-8 text file, transparently gunzipping names ending in ``.gz``.
-
-    Args:
-        path: file to read.
-
-    Returns:
-        The decoded text, unchanged (line ends included).
+    """The whole text of a UTF-8 file, unchanged (line ends included); names ending in ``.gz`` are gunzipped.
 
     Raises:
         DataError: the file is missing, is not a readable gzip stream (corrupt or truncated), or
@@ -50,14 +44,8 @@ def read_text(path: str | Path) -> str:
 
 
 def read_lines(path: str | Path) -> list[str]:
-    """Read a UTF-8 (optionally gzipped) text file as a list of lines without their line ends.
-
-    ``\\n`` and ``\\r\\n`` line ends are removed; a final line end does not produce an extra empty
-    line. Other whitespace is kept.
-
-    Raises:
-        DataError: see :func:`read_text`.
-    """
+    """The lines of a UTF-8 (optionally gzipped) file without their ``\\n`` or ``\\r\\n`` ends (a final line
+    end adds no empty line; other whitespace is kept). Raises: DataError as :func:`read_text`."""
     lines = read_text(path).split("\n")
     if lines and lines[-1] == "":
         lines.pop()
@@ -65,17 +53,8 @@ def read_lines(path: str | Path) -> list[str]:
 
 
 def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[str], list[str]]:
-    """Read two line-aligned files (source and target sentences, one per line).
-
-    Leading/trailing whitespace is stripped from every line. Pairs where either side is empty are
-    skipped; their count is logged with ``log.warning``.
-
-    Args:
-        src_path: source-language file (plain or ``.gz``).
-        tgt_path: target-language file, same number of lines.
-
-    Returns:
-        ``(src_lines, tgt_lines)``, equal length, no empty strings.
+    """``(src_lines, tgt_lines)`` of two line-aligned files (plain or ``.gz``, one sentence per line), each line
+    whitespace-stripped; pairs with an empty side are skipped (their count logged as a warning).
 
     Raises:
         DataError: a file is missing/corrupt/not UTF-8 (see :func:`read_text`), or the two files
@@ -92,13 +71,8 @@ def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[str]
 
 
 def read_tsv(path: str | Path) -> tuple[list[str], list[str]]:
-    """Read a parallel corpus stored as ``source<TAB>target`` lines.
-
-    Whitespace around each side is stripped; blank lines and pairs with an empty side are skipped
-    (count logged with ``log.warning``).
-
-    Returns:
-        ``(src_lines, tgt_lines)``.
+    """``(src_lines, tgt_lines)`` of a parallel corpus stored as ``source<TAB>target`` lines, each side
+    whitespace-stripped; blank lines and pairs with an empty side are skipped (count logged as a warning).
 
     Raises:
         DataError: the file is missing/corrupt/not UTF-8, or a non-blank line does not contain

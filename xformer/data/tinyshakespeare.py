@@ -57,16 +57,10 @@ class TinyShakespeareDataModule(WindowLMDataModule):
 
     Args:
         root: folder containing ``input.txt``, or None to download.
-        tokens_per_batch: if set, overrides ``batch_size`` with ``tokens_per_batch // block_size``.
-        block_size: context length ``T`` (model sees ``T`` tokens, predicts ``T``).
-        batch_size: windows per batch per device.
-        train_windows_per_epoch: training windows per epoch in total, or None.
-        num_workers, pin_memory: DataLoader options.
-        seed: sampling seed.
+        tokens_per_batch, block_size, batch_size, train_windows_per_epoch, num_workers, pin_memory, seed,
+            val_estimate_batches: as :class:`~xformer.data.base.WindowLMDataModule`.
         cache_dir: download cache (None: ``$XFORMER_CACHE`` or ``~/.cache/xformer``).
         url: download address (override for a mirror or a local test server).
-        val_estimate_batches: k: validate on k fixed batches of random val windows instead of the whole
-            val split (:class:`~xformer.data.base.WindowLMDataModule`); None = the full pass.
 
     Raises:
         DataError: ``input.txt`` missing under ``root``, checksum/download failure, not UTF-8.

@@ -6,8 +6,8 @@
   only and cached on disk by :func:`train_or_load_bpe`.
 
 Common interface: ``encode(text) -> list[int]`` (no BOS/EOS added), ``encode_batch(texts)``,
-``decode(ids) -> str`` (special ids dropped), ``vocab_size``, ``save(path)`` and the class method
-``load(path)``; :func:`load_tokenizer` loads either kind from its JSON file.
+``decode(ids) -> str`` (special ids dropped, no stop at EOS), ``vocab_size``, ``save(path)`` (JSON, atomically)
+and the class method ``load(path)``; :func:`load_tokenizer` loads either kind from its JSON file.
 """
 
 from __future__ import annotations
@@ -35,38 +35,13 @@ SPECIAL_TOKENS: tuple[str, ...] = ("<pad>", "<s>", "</s>", "<unk>")
 
 
 class Tokenizer:
-    """Base class: the interface every xformer tokenizer implements.
-
-    Ids ``0..3`` are ``PAD, BOS, EOS, UNK``; subclasses may add further special ids after them.
-    """
-
-    n_special: int = len(SPECIAL_TOKENS)
-
-    @property
-    def vocab_size(self) -> int:
-        """Number of ids, specials included (ids are ``0 .. vocab_size-1``)."""
-        raise NotImplementedError
-
-    def encode(self, text: str) -> list[int]:
-        """Return the ids of ``text`` (no BOS/EOS added)."""
-        raise NotImplementedError
+    """Base of the tokenizers, with the common interface of this module's docstring (``vocab_size`` counts
+    every id, specials included). Ids ``0..3`` are ``PAD, BOS, EOS, UNK``; subclasses may add special ids after
+    them."""
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """Encode many strings; same result as ``[self.encode(t) for t in texts]``."""
         return [self.encode(t) for t in texts]
-
-    def decode(self, ids: Iterable[int]) -> str:
-        """Return the text of ``ids``; special ids are dropped (no stop at EOS here)."""
-        raise NotImplementedError
-
-    def save(self, path: str | Path) -> None:
-        """Write the tokenizer to a JSON file (atomically)."""
-        raise NotImplementedError
-
-    @classmethod
-    def load(cls, path: str | Path) -> Tokenizer:
-        """Read a tokenizer written by :meth:`save`."""
-        raise NotImplementedError
 
 
 class CharTokenizer(Tokenizer):
@@ -265,31 +240,21 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     return (CharTokenizer if data.get("type") == "char" else BPETokenizer).load(path)
 
 
-def bpe_cache_path(texts: Sequence[str], vocab_size: int, cache_dir: str | Path, name: str) -> Path:
-    """Path of the cached BPE for these training texts: ``cache_dir/tokenizers/bpe-<name>-v<vocab>-<hash>.json``.
+def train_or_load_bpe(texts: Sequence[str], vocab_size: int, cache_dir: str | Path, name: str) -> BPETokenizer:
+    """Load the BPE trained on exactly ``texts`` from ``cache_dir/tokenizers/bpe-<name>-v<vocab_size>-<hash>.json``,
+    or train it (:meth:`BPETokenizer.train`) and write it there atomically (concurrent processes, e.g. DDP ranks,
+    at worst train twice). ``hash``: 16 hex digits of a SHA-256 over the vocabulary size, a format version and
+    every text in order, so different data or sizes never share a file.
 
-    ``hash`` is the first 16 hex digits of a SHA-256 over the vocabulary size, a format version and
-    every training text (in order), so different data or sizes never share a file.
+    Args:
+        texts: training sentences (train split only; source and target for a joint vocabulary).
+        name: short data-set name for the file name (e.g. ``"multi30k-de-en"``).
     """
     h = hashlib.sha256(f"xformer-bpe-v1|{vocab_size}|{len(texts)}|".encode())
     for t in texts:
         h.update(t.encode("utf-8"))
         h.update(b"\x00")
-    return Path(cache_dir).expanduser() / "tokenizers" / f"bpe-{name}-v{vocab_size}-{h.hexdigest()[:16]}.json"
-
-
-def train_or_load_bpe(texts: Sequence[str], vocab_size: int, cache_dir: str | Path, name: str) -> BPETokenizer:
-    """Load the BPE trained on exactly ``texts`` from the cache, or train it and cache it.
-
-    Args:
-        texts: training sentences (train split only; source and target for a joint vocabulary).
-        vocab_size: target vocabulary size (see :meth:`BPETokenizer.train`).
-        cache_dir: cache root; the file goes to ``cache_dir/tokenizers/`` (see :func:`bpe_cache_path`).
-        name: short data-set name used in the file name (e.g. ``"multi30k-de-en"``).
-
-    The file is written atomically, so concurrent processes (e.g. DDP ranks) at worst train twice.
-    """
-    path = bpe_cache_path(texts, vocab_size, cache_dir, name)
+    path = Path(cache_dir).expanduser() / "tokenizers" / f"bpe-{name}-v{vocab_size}-{h.hexdigest()[:16]}.json"
     if path.is_file():
         try:
             return BPETokenizer.load(path)

@@ -1,11 +1,8 @@
-"""The LightningModule that trains and evaluates any xformer model shape on any data module.
-
-Each model class answers for its own shape (:class:`xformer.model.ModelBase`'s task glue:
-``logits_and_labels``, ``generate``, ``fit_to_positions``). Logged keys: docs/running.md. Counters and
-metrics are plain int64 device tensors and per-example rows, not torchmetrics objects: a torchmetrics
-state follows the module's dtype (``bf16-true`` rounds token counts past 256), and DDP's padded
-examples would count twice; how the ranks are reduced: docs/scaling.md.
-"""
+"""The LightningModule that trains and evaluates any xformer model shape on any data module (each model class
+answers for its own shape: :class:`xformer.model.ModelBase`'s ``logits_and_labels``, ``generate``,
+``fit_to_positions``). Logged keys: docs/running.md. Counters and metrics are plain int64 device tensors and
+per-example rows, not torchmetrics objects: a torchmetrics state follows the module's dtype (``bf16-true`` rounds
+token counts past 256) and DDP's padded examples would count twice; rank reduction: docs/scaling.md."""
 
 from __future__ import annotations
 
@@ -21,6 +18,8 @@ from typing import Callable
 import lightning as L
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.plugins.precision import MixedPrecision, Precision
+from lightning.pytorch.utilities import GradClipAlgorithmType
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from torch import Tensor
 from typing_extensions import override
@@ -29,6 +28,7 @@ from xformer import lightning_compat
 from xformer.data.loader import data_position
 from xformer.train.decode import DecodeSettings
 from xformer.train.losses import CrossEntropy
+from xformer.train.optim import build_optimizer
 
 log = logging.getLogger("xformer")
 
@@ -107,9 +107,8 @@ class TransformerLitModule(L.LightningModule):
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         self.detokenize = detokenize or (lambda ids: " ".join(map(str, ids)))
         self.seq_metrics = list(metrics or [])
-        if isinstance(decode, DecodeSettings):
-            decode = {k: v for k, v in dataclasses.asdict(decode).items() if k != "val_batches"}
-        self.decode_cfg = {"beam_size": 1, "alpha": 0.6, "max_len_a": 1.5, "max_len_b": 10, **(decode or {})}
+        decode = dataclasses.asdict(decode) if isinstance(decode, DecodeSettings) else decode
+        self.decode_cfg = {**dataclasses.asdict(DecodeSettings()), **(decode or {})}
         self.test_split_names = list(test_split_names or ["test"])
         self.val_decode_limit = val_decode_limit
         self._window: tuple[int, float, Tensor] | None = None  # (step, host time, tokens) at window start
@@ -148,16 +147,13 @@ class TransformerLitModule(L.LightningModule):
         save together, so the gather is a collective all reach)."""
         tokens = self.tokens_seen
         if self._step_window is not None:
-            # saved inside an accumulation window (SIGTERM): the weights hold no update from the
-            # window's micro-batches, which the resumed run trains again -- count them then, not twice
+            # saved inside an accumulation window (SIGTERM): the resumed run trains its micro-batches again
             tokens -= int(self._step_window[3])
         per_rank = [tokens]
         if self._attached() and self.trainer.world_size > 1:
-            # torch's own all_gather: LightningModule.all_gather calls torch.distributed.nn's deprecated one
-            mine = torch.tensor([tokens], dtype=torch.int64, device=self._tokens.device)
-            gathered = [torch.zeros_like(mine) for _ in range(self.trainer.world_size)]
-            torch.distributed.all_gather(gathered, mine)
-            per_rank = [int(t) for t in torch.cat(gathered).tolist()]
+            # torch's gather: LightningModule.all_gather calls torch.distributed.nn's deprecated all_gather
+            per_rank = [0] * self.trainer.world_size
+            torch.distributed.all_gather_object(per_rank, tokens)
         checkpoint["xformer"] = {**self.checkpoint_meta, "tokens_seen": sum(per_rank), "tokens_seen_per_rank": per_rank}
         if self._step_norm is not None:  # the loss normaliser, so a resumed run rounds as this one does
             checkpoint["xformer"]["step_norm"] = float(self._step_norm)
@@ -195,11 +191,9 @@ class TransformerLitModule(L.LightningModule):
 
     @override
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:
-        """Teacher-forced summed token loss of one micro-batch over a normaliser ``M`` shared by all ranks
-        (the previous step's mean target tokens per micro-batch); :meth:`on_before_optimizer_step`
-        rescales the step's gradient to its token mean over all micro-batches and ranks (docs/scaling.md).
-        Everything stays on the device (no host sync); the bar reads :attr:`progress_metrics` instead.
-        """
+        """Teacher-forced summed token loss of one micro-batch over a normaliser ``M`` shared by all ranks (the
+        previous step's mean target tokens per micro-batch; :meth:`on_before_optimizer_step` rescales the gradient
+        to the step's token mean, docs/scaling.md). Everything stays on the device (no host sync)."""
         logits, labels = self.logits_and_labels(batch)
         copies = batch.get("zero_weight")  # rows a DDP rank trains only to keep step with the others
         if copies is not None:
@@ -230,15 +224,8 @@ class TransformerLitModule(L.LightningModule):
             self._step_norm = norm
         if self._step_window is None:
             self._step_window = torch.zeros(5, dtype=torch.float64, device=loss_sum.device)
-        self._step_window += torch.stack(
-            (
-                loss_sum.detach().double(),
-                n_tgt.double(),
-                torch.ones((), dtype=torch.float64, device=loss_sum.device),
-                n_tok.double(),
-                nll_sum.double(),
-            )
-        )
+        sums = (loss_sum.detach(), n_tgt, torch.ones_like(n_tgt), n_tok, nll_sum)
+        self._step_window += torch.stack([s.double() for s in sums])
         return loss_sum / self._step_norm.to(loss_sum.dtype)
 
     @override
@@ -263,19 +250,16 @@ class TransformerLitModule(L.LightningModule):
                 groups.setdefault((g.device, g.dtype), []).append(g)
         with torch.no_grad():  # never read on the host: no sync per step
             for (device, dtype), grads in groups.items():
-                # one for-each call per device and dtype; the factor in the grads' dtype for float32/float64
-                # grads (CUDA fuses only a scalar of the grads' dtype; a 0-dim operand takes the other
-                # operand's dtype anyway), float64 for 16-bit grads (a bfloat16 copy would round it)
+                # one for-each call per device and dtype; the factor in float32/float64 grads' own dtype (CUDA
+                # fuses only a scalar of the grads' dtype), float64 for 16-bit grads (a bfloat16 copy would round it)
                 same = dtype in (torch.float32, torch.float64)
                 torch._foreach_mul_(grads, factor.to(device=device, dtype=dtype if same else factor.dtype))
         self._step_loss = loss_sum / n_tgt  # float64
-        # the same tokens' negative log-likelihood without label smoothing: the number to compare with
-        # val/loss (train/loss is the training objective, smoothed when loss.label_smoothing > 0)
+        # the same tokens' NLL without label smoothing, comparable with val/loss (train/loss is the objective)
         self._step_nll = window[4] / n_tgt
         self._step_logged = False
-        # else on_train_batch_end logs them, should the trainer stop after all; once it has (training may go
-        # on to min_steps), it logs them for the rest of the epoch: Lightning keeps one entry per hook and
-        # name, and the later hook's entry would hide this hook's values until the epoch ends
+        # else on_train_batch_end logs them should the trainer stop after all; once it has (training may go on to
+        # min_steps), it logs them for the epoch's rest: a later hook's entry would hide this hook's values
         if not self._late_logs and self._logs_this_step():
             self._log_step_loss()
         # next step's normaliser, the same on all ranks; a float32 value, so that dividing by it in
@@ -321,9 +305,7 @@ class TransformerLitModule(L.LightningModule):
         if epoch is None or self.trainer.state.fn not in ("fit", "test"):
             return
         # the same value on every rank: Lightning's advice to all-reduce an epoch-level value does not apply
-        warnings.filterwarnings(
-            "ignore", message=r"It is recommended to use `self\.log\('epoch'", category=PossibleUserWarning
-        )
+        warnings.filterwarnings("ignore", r"It is recommended to use `self\.log\('epoch'", PossibleUserWarning)
         self.log("epoch", float(epoch), add_dataloader_idx=False)
 
     @override
@@ -332,18 +314,16 @@ class TransformerLitModule(L.LightningModule):
 
     @override
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
-        """Log ``perf/tokens_seen`` and ``perf/tokens_per_s`` (device tensors) after the steps
-        :meth:`_logs_this_step` selects, and ``train/loss``/``train/nll`` if a callback's stop came after
-        :meth:`on_before_optimizer_step` passed them over. Throughput is over windows of
-        ``trainer.log_every_n_steps`` steps: per-step host time means nothing while the host runs ahead of the GPU.
-        """
+        """Log ``perf/tokens_seen`` and ``perf/tokens_per_s`` (device tensors) after the steps :meth:`_logs_this_step`
+        selects, and ``train/loss``/``train/nll`` if a callback's stop came after :meth:`on_before_optimizer_step`
+        passed them over. Throughput is over ``trainer.log_every_n_steps`` steps (the host runs ahead of the GPU)."""
         step = self.trainer.global_step
         every = max(1, int(self.trainer.log_every_n_steps or 1))
         now = time.perf_counter()
         if self._window is None:
             self._window = (step, now, self._tokens.clone())
         elif step != self._window[0] and step % every == 0:
-            start_step, t0, tok0 = self._window
+            _, t0, tok0 = self._window
             self._rate = (self._tokens - tok0).double() / max(now - t0, 1e-9)
             self._window = (step, now, self._tokens.clone())
             if self._step_loss is not None:
@@ -373,8 +353,7 @@ class TransformerLitModule(L.LightningModule):
         if self._step_loss is None:
             return {}
         out = {"train/loss": float(self._step_loss), "perf/tokens_seen": float(self._tokens)}
-        if self._step_nll is not None:
-            out["train/nll"] = float(self._step_nll)
+        out["train/nll"] = float(self._step_nll)  # set with train/loss
         if self._rate is not None:
             out["perf/tokens_per_s"] = float(self._rate)
         return out
@@ -392,9 +371,6 @@ class TransformerLitModule(L.LightningModule):
         refuses to clip (the gradients may be scaled): unscale them first (``16-mixed``), then clip."""
         if not gradient_clip_val:
             return
-        from lightning.pytorch.plugins.precision import MixedPrecision, Precision
-        from lightning.pytorch.utilities import GradClipAlgorithmType
-
         plugin = self.trainer.precision_plugin
         if isinstance(plugin, MixedPrecision) and getattr(optimizer, "_step_supports_amp_scaling", False):
             if plugin.scaler is not None:
@@ -436,8 +412,6 @@ class TransformerLitModule(L.LightningModule):
         fully_shard(self.model, mesh=mesh)
 
     def configure_optimizers(self):
-        from xformer.train.optim import build_optimizer
-
         opt = build_optimizer(self.optimizer_factory, self.model)  # optim=adamw: weight decay by parameter group
         sched = torch.optim.lr_scheduler.LambdaLR(opt, self.lr_lambda)
         # this run's settings, before Lightning restores a checkpoint's over them (see on_train_start)
@@ -451,16 +425,12 @@ class TransformerLitModule(L.LightningModule):
         """Put this run's optimizer hyperparameters and schedule settings back over those Lightning restored
         from the checkpoint (keeping moments and step count), each group's ``lr`` as the configured schedule
         gives it at the restored step: a resume with ``optim.lr=0.001`` trains at 0.001."""
-        groups, lambdas = getattr(self, "_configured", (None, None))
-        if groups is None:
-            return
+        groups, lambdas = self._configured  # set by configure_optimizers, which fit runs first
         for opt in self.trainer.optimizers:
             for group, conf in zip(opt.param_groups, groups, strict=False):
                 group.update({k: v for k, v in conf.items() if k != "lr"})
         for config in self.trainer.lr_scheduler_configs:
-            sched = config.scheduler
-            if not isinstance(sched, torch.optim.lr_scheduler.LambdaLR):
-                continue
+            sched = config.scheduler  # the LambdaLR of configure_optimizers
             for fn, state in zip(sched.lr_lambdas, lambdas, strict=False):
                 if state is not None:
                     fn.__dict__.update(copy.deepcopy(state))
@@ -516,8 +486,9 @@ class TransformerLitModule(L.LightningModule):
         ids = self.model.generate(batch, self.bos_id, self.eos_id, self.pad_id, *settings, logits=logits)
         return [self.detokenize(x) for x in ids]
 
-    def _eval_end(self, prefix: str, suffix: str = "") -> dict[str, float]:
-        acc = self._eval.pop(prefix, None)
+    def _eval_end(self, prefix: str, suffix: str = "", key: str | None = None) -> dict[str, float]:
+        """Log and return ``<prefix>/<metric><suffix>`` of the examples gathered under ``key`` (default ``prefix``)."""
+        acc = self._eval.pop(key or prefix, None)
         if acc is None:
             return {}
         if acc.get("cut"):
@@ -532,11 +503,8 @@ class TransformerLitModule(L.LightningModule):
         self.bleu_signature = signature or self.bleu_signature
         for key, val in out.items():
             # every rank holds the all-rank value: Lightning's advice to log it with sync_dist=True does not apply
-            warnings.filterwarnings(
-                "ignore",
-                message=rf"It is recommended to use `self\.log\({re.escape(repr(key))}, \.\.\., sync_dist=True\)`",
-                category=PossibleUserWarning,
-            )
+            advice = rf"It is recommended to use `self\.log\({re.escape(repr(key))}, \.\.\., sync_dist=True\)`"
+            warnings.filterwarnings("ignore", advice, PossibleUserWarning)
             # a float64 tensor keeps the exact value everywhere (Lightning makes a Python float float32);
             # batch_size=1 so the epoch mean is the value itself
             self.log(key, torch.tensor(val, dtype=torch.float64), sync_dist=False, rank_zero_only=False, batch_size=1)
@@ -547,10 +515,8 @@ class TransformerLitModule(L.LightningModule):
         local = (acc["idx"], acc["nll"], acc["n"], acc["correct"], acc["text"])
         parts = [local]
         if self._attached() and self.trainer.world_size > 1:
-            import torch.distributed as dist
-
             parts = [None] * self.trainer.world_size
-            dist.all_gather_object(parts, local)
+            torch.distributed.all_gather_object(parts, local)
         rows: dict[int, tuple[float, int, int]] = {}
         texts: dict[int, tuple[str, str]] = {}
         for idx, nll, n, correct, text in parts:
@@ -577,8 +543,4 @@ class TransformerLitModule(L.LightningModule):
     def on_test_epoch_end(self) -> None:
         self._log_data_epoch()
         for i, name in enumerate(self.test_split_names):
-            acc = self._eval.pop(f"test#{i}", None)
-            if acc is None:
-                continue
-            self._eval["test"] = acc
-            self._eval_end("test", "" if name == "test" else f"@{name}")
+            self._eval_end("test", "" if name == "test" else f"@{name}", key=f"test#{i}")

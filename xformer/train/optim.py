@@ -14,13 +14,11 @@ from xformer.config_types import Range
 def decay_split(
     model: nn.Module, decay_min_ndim: int = 2, decay_embeddings: bool = False
 ) -> tuple[list[str], list[str]]:
-    """``(decay, no_decay)`` parameter names (each tensor once; frozen ones left out).
-
-    A parameter decays when it has at least ``decay_min_ndim`` dimensions (2: the projection matrices, not
-    biases and norm gains), except lookup tables (``nn.Embedding``, positional schemes; a tied output layer
-    follows the embedding) unless ``decay_embeddings`` (nanoGPT decays every >= 2-D tensor; torchtune and
-    Hugging Face's trainer keep embeddings and norms out of decay).
-    """
+    """``(decay, no_decay)`` parameter names (each tensor once; frozen ones left out). A parameter decays when it
+    has at least ``decay_min_ndim`` dimensions (2: the projection matrices, not biases and norm gains), except
+    lookup tables (``nn.Embedding``, positional schemes; a tied output layer follows the embedding) unless
+    ``decay_embeddings`` (nanoGPT decays every >= 2-D tensor; torchtune and Hugging Face's trainer keep embeddings
+    and norms out of decay)."""
     from xformer.model.positional import PositionalEncoding
 
     tables: set[int] = set()

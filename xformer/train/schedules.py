@@ -78,14 +78,8 @@ def inverse_sqrt(warmup_steps: Warmup = 4000, decay_from: Steps | None = None):
     ``d_model^-0.5 · min(s^-0.5, s · warmup_steps^-1.5)``. ``warmup_steps = 0`` starts at the peak
     (a "no warm-up" arm, Xiong et al. 2020); set ``decay_from`` to keep the decay of the warm-up arm.
     """
-    decay_from = warmup_steps if decay_from is None else decay_from
-    decay_from = max(decay_from, 1)
+    decay_from = max(warmup_steps if decay_from is None else decay_from, 1)
     return Schedule(_inverse_sqrt, warmup_steps=warmup_steps, decay_from=decay_from)
-
-
-def paper_lr(d_model: int, warmup_steps: int) -> float:
-    """The peak rate of §5.3's schedule, ``d_model^-0.5 · warmup_steps^-0.5``."""
-    return d_model**-0.5 * max(warmup_steps, 1) ** -0.5
 
 
 def _warmup(s: int, warmup_steps: int) -> float | None:
@@ -108,10 +102,10 @@ def _linear(step: int, warmup_steps: int, total_steps: int, floor: float) -> flo
 def linear(warmup_steps: Warmup = 0, total_steps: Steps = 1000, floor: Floor = 0.1):
     """Linear warm-up to the peak, then linear decay to ``floor`` × peak at ``total_steps``, flat after.
 
-    Used by the claim sweeps (conf/scale/task/): runs of a few thousand steps end on a flat loss, so the
-    last two validations of a run can be compared to tell a finished run from an under-trained one.
-    Multiplier at optimizer step ``s`` (1-based): ``s / warmup_steps`` while ``s <= warmup_steps``, then
-    ``1 - (1 - floor) · p`` with ``p = min(1, (s - warmup_steps) / (total_steps - warmup_steps))``.
+    The claim sweeps' schedule (conf/scale/task/): a run ends on a flat rate, so its last validations tell a
+    finished run from an under-trained one. Multiplier at optimizer step ``s`` (1-based): ``s / warmup_steps``
+    while ``s <= warmup_steps``, then ``1 - (1 - floor) · p`` with
+    ``p = min(1, (s - warmup_steps) / (total_steps - warmup_steps))``.
     """
     return Schedule(_linear, warmup_steps=warmup_steps, total_steps=total_steps, floor=floor)
 

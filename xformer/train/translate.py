@@ -15,10 +15,7 @@ import torch
 from omegaconf import OmegaConf
 from torch.nn.utils.rnn import pad_sequence
 
-from xformer.data.tokenizers import BOS as BOS_ID
-from xformer.data.tokenizers import EOS as EOS_ID
-from xformer.data.tokenizers import PAD as PAD_ID
-from xformer.data.tokenizers import load_tokenizer
+from xformer.data.tokenizers import BOS, EOS, PAD, load_tokenizer
 from xformer.help import PlainHelpFormatter
 from xformer.model import EncoderDecoder, decoding
 
@@ -46,7 +43,7 @@ def load_checkpoint(path: str | Path):
         tok_file = Path(tmp) / "tokenizer.json"
         tok_file.write_text(meta["tokenizer"], encoding="utf-8")
         tokenizer = load_tokenizer(tok_file)
-    model = build_model(cfg, meta["src_vocab_size"], meta["tgt_vocab_size"], meta.get("pad_id", PAD_ID))
+    model = build_model(cfg, meta["src_vocab_size"], meta["tgt_vocab_size"], meta.get("pad_id", PAD))
     from .module import uncompiled_state_dict
 
     state = {
@@ -81,8 +78,8 @@ def translate(
     limit = getattr(model, "position_limit", None)
     encoded = []
     for n, line in enumerate(lines, start=1):
-        ids = tokenizer.encode(line) + [EOS_ID]
-        ids, clipped = decoding.clip_source(ids, limit, EOS_ID)
+        ids = tokenizer.encode(line) + [EOS]
+        ids, clipped = decoding.clip_source(ids, limit, EOS)
         if clipped and warn is not None:
             warn(
                 f"line {n}: {len(tokenizer.encode(line)) + 1} tokens, more than the model's {limit} positions "
@@ -98,11 +95,11 @@ def translate(
     for max_len, members in groups.items():
         for i in range(0, len(members), batch_size):
             rows = members[i : i + batch_size]
-            src = pad_sequence([torch.tensor(encoded[r]) for r in rows], batch_first=True, padding_value=PAD_ID)
+            src = pad_sequence([torch.tensor(encoded[r]) for r in rows], batch_first=True, padding_value=PAD)
             if beam_size > 1:
-                hyps = decoding.beam_search(model, src, BOS_ID, EOS_ID, PAD_ID, max_len, beam_size, alpha)
+                hyps = decoding.beam_search(model, src, BOS, EOS, PAD, max_len, beam_size, alpha)
             else:
-                hyps = decoding.greedy(model, src, BOS_ID, EOS_ID, PAD_ID, max_len)
+                hyps = decoding.greedy(model, src, BOS, EOS, PAD, max_len)
             for r, h in zip(rows, hyps, strict=True):
                 out[r] = tokenizer.decode(h)
     return out
