@@ -191,31 +191,21 @@ def fsdp_strategy(
     )
 
 
-def lost_peer(err: BaseException) -> BaseException | None:
-    """The error in ``err``'s chain saying a collective lost its peer: torch's ``DistError`` family, or gloo's
-    transport error (a plain ``RuntimeError`` naming gloo's ``transport`` source file); else None."""
+def peer_lost_line(err: BaseException, step: int | None, out_dir: Path | None) -> str | None:
+    """The ``error:`` line of a rank whose collective failed because another rank was lost (which rank, where,
+    the checkpoint kept, how to resume), or None when no error in ``err``'s chain is torch's ``DistError`` family
+    or gloo's transport error (a plain ``RuntimeError`` naming gloo's ``transport`` source file)."""
     import torch.distributed as dist
 
     seen: set[int] = set()
-    current: BaseException | None = err
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, dist.DistError) or (
-            isinstance(current, RuntimeError) and "gloo/transport" in str(current)
-        ):
-            return current
-        current = current.__cause__ or current.__context__
-    return None
-
-
-def peer_lost_line(err: BaseException, step: int | None, out_dir: Path | None) -> str | None:
-    """The ``error:`` line of a rank whose collective failed because another rank was lost (which rank, where,
-    the checkpoint kept, how to resume), or None when ``err`` is no such failure."""
-    cause = lost_peer(err)
-    if cause is None:
+    cause: BaseException | None = err
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, dist.DistError) or (isinstance(cause, RuntimeError) and "gloo/transport" in str(cause)):
+            break
+        cause = cause.__cause__ or cause.__context__
+    else:
         return None
-    import torch.distributed as dist
-
     rank, world = env_rank(), os.environ.get("WORLD_SIZE") or os.environ.get("SLURM_NTASKS") or "?"
     if dist.is_available() and dist.is_initialized():
         rank, world = dist.get_rank(), dist.get_world_size()

@@ -18,8 +18,6 @@ from urllib.parse import urlsplit
 
 from omegaconf import DictConfig, OmegaConf
 
-__all__ = ["DEFAULT_BASE_URL", "engine_problem", "missing_module", "wandb_has_api_key", "wandb_online"]
-
 DEFAULT_BASE_URL = "https://api.wandb.ai"
 #: Seconds an online W&B run waits for its server to accept a connection before the run is refused.
 REACH_TIMEOUT_S = 4.0

@@ -4,6 +4,7 @@ the end, and a sweep stopped by Ctrl-C or SIGTERM ended with the command that co
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
@@ -51,7 +52,7 @@ def record_job(cfg: DictConfig, ctx: JobContext, end: Outcome, record: RunRecord
         "error": error,
     }
     if ctx.plan is not None and ctx.plan.action != "refuse":
-        rec["resume"] = ctx.plan.decision
+        rec["resume"] = {"skip": "skipped", "resume": "resumed"}.get(ctx.plan.action, "new")
     if record is not None and (wandb := record.job.get("wandb")):
         rec["wandb"] = {k: wandb.get(k) for k in ("id", "name", "group")}
     write_json(ctx.sweep_dir / JOBS_DIR / f"{ctx.num}.json", rec, indent=2)
@@ -76,10 +77,8 @@ def write_sweep_summary(sweep_dir: Path, cfg: DictConfig, sweeper: Any, exit_on_
     "Failing jobs and the sweep summary"). ``sweeper``: ``hydra.sweeper``, which may name an Optuna study."""
     jobs = []
     for f in sorted((sweep_dir / JOBS_DIR).glob("*.json"), key=lambda p: int(p.stem)):
-        try:
+        with contextlib.suppress(OSError, ValueError):
             jobs.append(json.loads(f.read_text()))
-        except (OSError, ValueError):
-            continue
     failed = [j for j in jobs if j["status"] == Status.FAILED]
     diverged = [j for j in jobs if j["status"] == Status.DIVERGED]  # an outcome (NaN loss), not a crash
     dry = bool(OmegaConf.select(cfg, "sweep.dry_run", default=False))
@@ -176,13 +175,12 @@ def check_sweep(config: DictConfig) -> tuple[int, list[tuple[int, list[str], Bas
     for num, overrides in enumerate(jobs):
         try:
             check_config(loader.load_sweep_config(config, overrides))
-        except (ConfigError, DataError) as err:
-            bad.append((num, shown[num], err))
-        except Exception as err:  # composition errors (bad group option, missing key, ...)
-            if type(err).__module__.startswith(("hydra", "omegaconf")):
-                bad.append((num, shown[num], err))
-            else:
+        except Exception as err:  # also Hydra's and OmegaConf's composition errors (bad group option, missing key)
+            if not isinstance(err, (ConfigError, DataError)) and not type(err).__module__.startswith(
+                ("hydra", "omegaconf")
+            ):
                 raise
+            bad.append((num, shown[num], err))
     return len(jobs), bad
 
 
@@ -200,8 +198,7 @@ def sweep_mismatches(config: DictConfig, recorded: dict) -> tuple[int, list] | N
         if rec is None:
             continue
         job_cfg = loader.load_sweep_config(config, list(overrides))
-        diff = config_diff(rec, job_cfg, runtime_keys(job_cfg))
-        if diff:
+        if diff := config_diff(rec, job_cfg, runtime_keys(job_cfg)):
             bad.append((num, shown[num], diff))
     return len(jobs), bad
 

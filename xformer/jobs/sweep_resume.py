@@ -27,10 +27,6 @@ class Plan:
     checkpoint: Path | None = None
     reason: str | None = None
 
-    @property
-    def decision(self) -> str:
-        return {"skip": "skipped", "resume": "resumed"}.get(self.action, "new")
-
 
 def comparable(cfg: DictConfig | dict, ignore: list[str]) -> dict:
     """The unresolved task config as flat ``{dotted key: value}`` without ``hydra`` and the ``ignore`` keys."""
