@@ -47,12 +47,10 @@ def check_output_dir(path: str | os.PathLike, key: str = "hydra.run.dir", keep: 
         ) from None
     probe = folder / f".xformer-write-probe-{os.getpid()}"
     try:
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, b"x")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        with open(probe, "wb") as f:
+            f.write(b"x")
+            f.flush()
+            os.fsync(f.fileno())
     except OSError as err:
         raise ConfigError(
             f"{key}={path}: cannot write into the folder ({err.strerror or err}). Fix: free space "
@@ -199,13 +197,11 @@ class ResumeSweep(_Switch):
             return
         num, overrides, diff = bad[0]
         more = f" (and {len(bad) - 1} more jobs)" if len(bad) > 1 else ""
-        line = (
+        refuse(
             f"error: hydra.sweep.dir={sweep_dir}: job {num} ({' '.join(overrides) or 'defaults'}) was run "
             f"there with another config: {sweep_resume.describe_diff(diff)}{more}; nothing was run. Give this sweep a "
-            f"new hydra.sweep.dir, or restore the recorded values (sweep.resume=false reruns every job "
-            f"from scratch)"
+            f"new hydra.sweep.dir, or restore the recorded values (sweep.resume=false reruns every job from scratch)"
         )
-        refuse(line)
 
 
 class FreezeClaims(_Switch):

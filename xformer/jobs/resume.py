@@ -1,7 +1,5 @@
-"""Exact resume. **The guarantee:** a training job restarted in its own folder from any of its checkpoints trains
-the same batches, dropout, learning rate and ``tokens_seen`` and validates after the same optimizer steps as the
-uninterrupted run (docs/troubleshooting.md, "Resuming a killed run"). Here: the dropout RNG (:class:`StepSeed`), the
-validation schedule (:class:`OptimizerStepIntervals`), a moved folder's best checkpoint (:func:`reroot`), the CSV
+"""Exact resume (the guarantee: docs/troubleshooting.md, "Resuming a killed run"): the dropout RNG (:class:`StepSeed`),
+the validation schedule (:class:`OptimizerStepIntervals`), a moved folder's best checkpoint (:func:`reroot`), the CSV
 log (:class:`ResumableCSVLogger`); the data position: :class:`xformer.data.loader.EpochStream`."""
 
 from __future__ import annotations
@@ -40,15 +38,11 @@ def reroot(trainer: L.Trainer, callback: Any, checkpoint: dict) -> None:
     """Re-root ``callback``'s stored paths in ``checkpoint`` to its folder when the loaded checkpoint lies there
     (from ``on_load_checkpoint``): ``ModelCheckpoint`` drops its best score and top-k record when its folder
     differs from the stored one (Lightning#15705)."""
-    loaded, states = trainer.ckpt_path, checkpoint.get("callbacks") or {}
-    dirpath = getattr(callback, "dirpath", None)
-    if not loaded or not isinstance(states, dict) or not dirpath:
+    loaded, dirpath = trainer.ckpt_path, callback.dirpath
+    state = (checkpoint.get("callbacks") or {}).get(callback.state_key)
+    if not (loaded and dirpath and state) or Path(dirpath).resolve() != Path(loaded).resolve().parent:
         return
-    state = states.get(callback.state_key)
-    if not isinstance(state, dict) or Path(dirpath).resolve() != Path(loaded).resolve().parent:
-        return
-    old = state.get("dirpath")
-    if not isinstance(old, str) or not old or old == dirpath:
+    if not (old := state.get("dirpath")) or old == dirpath:
         return
     for key in ("best_model_path", "kth_best_model_path", "last_model_path"):
         if key in state:
