@@ -8,6 +8,7 @@ import netrc
 import os
 import pkgutil
 import re
+import shutil
 import socket
 import threading
 from importlib import metadata
@@ -166,8 +167,13 @@ def engine_problem(config: DictConfig, multirun: bool) -> str | None:
                         what = f"{search} ({what})"
                     return _missing_line(what, key, target, module)
         dry_run = OmegaConf.select(config, "sweep.dry_run", default=False)  # checks the jobs here, queues nothing
-        if slurm.is_slurm_sweep(config) and not dry_run and (line := slurm.missing_programs()) is not None:
-            return line
+        missing = [cmd for cmd in ("sbatch", "srun") if shutil.which(cmd) is None]  # submitit needs both
+        if slurm.is_slurm_sweep(config) and not dry_run and missing:
+            return (
+                f"hydra/launcher=slurm: {' and '.join(missing)} not found on PATH, so this is not a SLURM login node; "
+                f"nothing was queued. Fix: run the command on the cluster (or load its SLURM module), or drop "
+                f"hydra/launcher=slurm to run the jobs here (hydra/launcher=joblib_cpu runs them side by side)"
+            )
     loggers = OmegaConf.select(config, "logger", default=None)
     for name, node in loggers.items() if isinstance(loggers, DictConfig) else []:
         if not isinstance(node, DictConfig) or "_target_" not in node:

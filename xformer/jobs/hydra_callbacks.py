@@ -47,10 +47,12 @@ def check_output_dir(path: str | os.PathLike, key: str = "hydra.run.dir", keep: 
         ) from None
     probe = folder / f".xformer-write-probe-{os.getpid()}"
     try:
-        with open(probe, "wb") as f:
-            f.write(b"x")
-            f.flush()
-            os.fsync(f.fileno())
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, b"x")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     except OSError as err:
         raise ConfigError(
             f"{key}={path}: cannot write into the folder ({err.strerror or err}). Fix: free space "

@@ -94,8 +94,7 @@ class ResumableCSVLogger(CSVLogger):
         ``metrics.csv``."""
         if getattr(rank_zero_only, "rank", 0):
             return
-        writer = self.experiment
-        writer.save()
+        self.experiment.save()
         path = Path(self.log_dir) / "metrics.csv"
         if not path.is_file():
             return
@@ -214,13 +213,12 @@ class OptimizerStepIntervals(StepSeed):
             if not self._trained and epoch_loop.restarting and epoch_loop.restarted_on_last:
                 return self._restored_in_validation  # the restart question
             stepped = trainer.global_step != self._step_before_batch  # this micro-batch ended a step
-            if stepped and self.val_check_interval is None:  # a time: Lightning's decision
-                if lightning_decision(data_fetcher):
-                    return True
-            elif stepped and self.scheduled(trainer):
+            interval = self.val_check_interval  # None: a time, Lightning's decision
+            if stepped and (lightning_decision(data_fetcher) if interval is None else self.scheduled(trainer)):
                 return True
-            stopping = self.val_check_interval is not None and trainer.should_stop
-            stopping = stopping and trainer.global_step >= (trainer.fit_loop.min_steps or 0)  # honoured once met
+            # early stopping or max_time, honoured once min_steps is met
+            stopping = interval is not None and trainer.should_stop
+            stopping = stopping and trainer.global_step >= (trainer.fit_loop.min_steps or 0)
             if (stepped and budget_reached(trainer)) or stopping:  # early stopping or max_time: one more
                 self._unscheduled_step = trainer.global_step
                 return True
@@ -241,8 +239,7 @@ class OptimizerStepIntervals(StepSeed):
         if step == 0 or budget_reached(trainer):
             return
         if restored is _UNRECORDED:  # a checkpoint without the record: an interval counted over all epochs
-            interval = self.val_check_interval
-            unscheduled = interval is not None and step % interval != 0
+            unscheduled = self.val_check_interval is not None and step % self.val_check_interval != 0
         else:
             unscheduled = restored == step
         if not unscheduled:

@@ -239,18 +239,12 @@ def report_needs(config: DictConfig) -> str | None:
         return None
     if OmegaConf.select(config, "mode", default="train") != "train":
         return None
-    jobs = sweep_jobs(config)
     base_seed = OmegaConf.select(config, "seed", default=0)
-    settings: dict[tuple[str, ...], list[Any]] = {}
-    for job in jobs:
-        seed = override_values(job).get("seed", base_seed)
-        settings.setdefault(tuple(o for o in job if key_of(o) != "seed"), []).append(seed)
-    if len(settings) < 2:
-        return None
-    seeds = min(len(set(s)) for s in settings.values())
+    settings: dict[tuple[str, ...], list[Any]] = {}  # the seeds of each setting
     late_counts = []
-    for job in jobs:
+    for job in sweep_jobs(config):
         values = override_values(job)
+        settings.setdefault(tuple(o for o in job if key_of(o) != "seed"), []).append(values.get("seed", base_seed))
 
         def get(key: str, values: dict = values) -> Any:
             return values[key] if key in values else OmegaConf.select(config, key, default=None)
@@ -261,6 +255,9 @@ def report_needs(config: DictConfig) -> str | None:
         dense = (_int(get("val_dense.every")), _int(get("val_dense.until")) or 0)
         late = need.late_validations(need.validation_steps(max_steps, interval, *dense))
         late_counts.append((len(late), late, max_steps, dense))
+    if len(settings) < 2:
+        return None
+    seeds = min(len(set(s)) for s in settings.values())
     fix, has = [], [f"{seeds} seed{'s' if seeds != 1 else ''} per setting"]
     if seeds < need.MIN_SEEDS:
         used = list(dict.fromkeys(s for ss in settings.values() for s in ss))
