@@ -197,17 +197,14 @@ class StepEndCheckpoint(StepEnds, ModelCheckpoint):
 
 
 class StopCheckpoint(StepEndCheckpoint):
-    """``last.ckpt`` every ``every_n_train_steps`` optimizer steps (:class:`StepEndCheckpoint`) and where training
-    stops: on SIGTERM, Ctrl-C, SLURM's requeue signal (then requeue the job) and when ``fit`` ends
-    (docs/troubleshooting.md, "Ctrl-C" and "Preemption"). The handlers only mark this rank; at each optimizer
-    step's end the ranks agree and stop after the same step through Lightning's ``SIGTERMException``, which this
-    saves on (other exceptions save nothing, unlike ``OnExceptionCheckpoint``). Lightning's SIGTERM handler is
-    replaced during ``fit``: it stops after any micro-batch and calls a collective inside the handler, which
-    deadlocks (Lightning#20806). SLURM's signal (submitit's USR2, else Lightning's) is installed at ``setup``.
+    """``last.ckpt`` every ``every_n_train_steps`` optimizer steps and where training stops: on SIGTERM, Ctrl-C,
+    SLURM's requeue signal (then requeue the job) and when ``fit`` ends (docs/troubleshooting.md, "Ctrl-C" and
+    "Preemption"). The handlers only mark this rank; the ranks agree at each optimizer step's end and stop after the
+    same step through Lightning's ``SIGTERMException``, the one exception this saves on. Lightning's SIGTERM handler
+    is replaced during ``fit``: it stops after any micro-batch and deadlocks in a collective (Lightning#20806).
 
     Args:
-        save_on_train_end: save ``last.ckpt`` when ``fit`` ends normally (else only ``ModelCheckpoint``'s own
-            saves and the stops above write it).
+        save_on_train_end: save ``last.ckpt`` when ``fit`` ends normally.
         kwargs: ``ModelCheckpoint``'s (``dirpath``, ``every_n_train_steps``, ``save_top_k``, ...)."""
 
     def __init__(self, save_on_train_end: bool = True, **kwargs: Any) -> None:

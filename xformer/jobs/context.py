@@ -72,11 +72,8 @@ def _own(ckpt: str | None, out_dir: Path, mode: str) -> Path | None:
     """``ckpt`` when ``mode=train`` resumes it from inside the job's folder ``out_dir`` (:attr:`JobContext.resumed`)."""
     if ckpt is None or mode != "train":
         return None
-    try:
-        path = Path(ckpt).resolve()
-        return path if path.is_file() and path.is_relative_to(out_dir.resolve()) else None
-    except OSError:
-        return None
+    path = Path(ckpt).resolve()
+    return path if path.is_file() and path.is_relative_to(out_dir.resolve()) else None
 
 
 def job_context(cfg: DictConfig) -> JobContext:
