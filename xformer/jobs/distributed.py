@@ -49,11 +49,9 @@ def external_rank_argv(argv: list[str]) -> list[str]:
     job's folder; other rank 0s and ``-m`` are unchanged."""
     rank = env_rank()
     sweep_job = sweep_job_facts()
-    if any(a in ("-m", "--multirun") for a in argv[1:]):
+    if any(a in ("-m", "--multirun") for a in argv[1:]) or (rank == 0 and not sweep_job):
         return list(argv)
     if rank == 0:
-        if not sweep_job:
-            return list(argv)
         return [*argv, "hydra.run.dir=" + quoted(sweep_job["info"]["output_dir"]), "hydra.output_subdir=null"]
     out = list(argv)
     keys = {key_of(a) for a in argv[1:] if "=" in a}
@@ -124,9 +122,8 @@ def run_job(fn: Callable[..., Any], cfg: Any, ctx: JobContext, script: str | Pat
         stopped_by = signal.Signals(err.sigval).name
     finally:
         for key, value in saved_env.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
+            os.environ.pop(key, None)
+            if value is not None:
                 os.environ[key] = value
         for signum, handler in saved_handlers.items():
             signal.signal(signum, handler)
@@ -227,8 +224,7 @@ def logging_spec() -> dict:
     root = logging.getLogger()
     handlers = []
     for h in root.handlers:
-        fmt = h.formatter
-        form = (getattr(fmt, "_fmt", None), getattr(fmt, "datefmt", None)) if fmt is not None else (None, None)
+        form = (getattr(h.formatter, "_fmt", None), getattr(h.formatter, "datefmt", None))  # None: no formatter
         if isinstance(h, logging.FileHandler):
             handlers.append(("file", h.baseFilename, h.level, *form))
         elif isinstance(h, logging.StreamHandler) and h.stream in (sys.stdout, sys.stderr):

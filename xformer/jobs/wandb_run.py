@@ -36,9 +36,8 @@ def run_fields(node: DictConfig, info: dict) -> tuple[dict[str, Any], dict[str, 
     if group is None and info.get("sweep_dir"):
         group = "_".join(Path(info["sweep_dir"]).parts[-2:])
     tags = sorted(set(list(node.get("tags") or []) + swept))[:64]
-    return fit_wandb_fields(
-        name=name, group=group, tags=tags, project=node.get("project"), job_type=node.get("job_type")
-    )
+    more = {k: node.get(k) for k in ("project", "job_type")}
+    return fit_wandb_fields(name=name, group=group, tags=tags, **more)
 
 
 def wandb_logger(node: DictConfig, info: dict, out_dir: Path, resumed: Path | None = None) -> Any:
