@@ -16,6 +16,7 @@ from pathlib import Path
 import lightning as L
 import torch
 from hydra.utils import instantiate
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
 from omegaconf import DictConfig, OmegaConf
 
@@ -110,8 +111,6 @@ def build_trainer(cfg: DictConfig, start: float | None = None) -> L.Trainer:
             callbacks.append(OptimizerStepTimer(max_time))  # (Lightning then leaves trainer.max_time to it)
         return instantiate(trainer_cfg, logger=False, callbacks=callbacks)
     except Exception as err:  # Lightning refuses a value its signature allows (a range, a choice, a count as a word)
-        from lightning.fabric.utilities.exceptions import MisconfigurationException
-
         if (why := refusal(err, (ValueError, TypeError, MisconfigurationException))) is None:
             raise
         fix = "" if "Fix:" in why else " Fix: correct that trainer.* key"  # a strategy's refusal names its own fix

@@ -1,6 +1,8 @@
-"""Exact resume (the guarantee: docs/troubleshooting.md, "Resuming a killed run"): the dropout RNG (:class:`StepSeed`),
-the validation schedule (:class:`OptimizerStepIntervals`), a moved folder's best checkpoint (:func:`reroot`), the CSV
-log (:class:`ResumableCSVLogger`); the data position: :class:`xformer.data.loader.EpochStream`."""
+"""Exact resume. The guarantee: a training job restarted in its own folder from any of its checkpoints trains and
+validates as the uninterrupted run (docs/troubleshooting.md, "Resuming a killed run"). Here: the dropout RNG
+(:class:`StepSeed`), the validation schedule (:class:`OptimizerStepIntervals`), a moved folder's best checkpoint
+(:func:`reroot`), the CSV log (:class:`ResumableCSVLogger`); the data position:
+:class:`xformer.data.loader.EpochStream`."""
 
 from __future__ import annotations
 
