@@ -213,6 +213,7 @@ class FreezeClaims(_Switch):
     @override
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from . import preregister
+        from .sweep import sweep_jobs
 
         experiment = OmegaConf.select(config, "hydra.runtime.choices.experiment", default=None)
         if not self.enabled or not experiment or OmegaConf.select(config, "sweep.dry_run", default=False):
@@ -220,8 +221,6 @@ class FreezeClaims(_Switch):
         declarations = preregister.declarations_reading(str(experiment).rsplit("/", 1)[-1])
         if not declarations:
             return
-        from .sweep import sweep_jobs
-
         try:
             n_jobs: int | None = len(sweep_jobs(config))
         except Exception:  # a sweeper whose jobs cannot be listed up front (Optuna): the count stays unknown

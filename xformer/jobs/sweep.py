@@ -80,17 +80,16 @@ def write_sweep_summary(sweep_dir: Path, cfg: DictConfig, sweeper: Any, exit_on_
         with contextlib.suppress(OSError, ValueError):
             jobs.append(json.loads(f.read_text()))
     failed = [j for j in jobs if j["status"] == Status.FAILED]
-    diverged = [j for j in jobs if j["status"] == Status.DIVERGED]  # an outcome (NaN loss), not a crash
     dry = bool(OmegaConf.select(cfg, "sweep.dry_run", default=False))
     valued = [j for j in jobs if finite_or_none(j["objective"]["value"]) is not None]
     # nothing for a sweeper to pick from; a job stopped by a signal has not ended and resumes
-    ended = [j for j in jobs if j["status"] not in (Status.INTERRUPTED, Status.PREEMPTED)]
-    no_value = bool(ended) and not dry and not valued
+    ended = any(j["status"] not in (Status.INTERRUPTED, Status.PREEMPTED) for j in jobs)
+    no_value = ended and not dry and not valued
     summary: dict[str, Any] = {
         "sweep_dir": str(sweep_dir),
         "n_jobs": len(jobs),
         "n_failed": len(failed),
-        "n_diverged": len(diverged),
+        "n_diverged": sum(j["status"] == Status.DIVERGED for j in jobs),  # an outcome (NaN loss), not a crash
         "n_with_objective": len(valued),
         "objective": {k: OmegaConf.select(cfg, f"objective.{k}") for k in ("metric", "mode")},
         "jobs": jobs,
