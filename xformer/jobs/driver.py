@@ -57,8 +57,7 @@ def build_loggers(cfg: DictConfig, ctx: JobContext) -> list:
 def config_from_checkpoint(cfg: DictConfig, overrides: tuple[str, ...], ckpt: str | None) -> DictConfig:
     """For ``mode=eval``: ``model`` and ``data`` from the config stored in checkpoint ``ckpt`` (the weights only
     fit that model), keeping the ``data.*`` keys given on the command line."""
-    meta = read_checkpoint(ckpt).get("xformer") if ckpt else None
-    if not meta:
+    if not (meta := read_checkpoint(ckpt).get("xformer") if ckpt else None):
         return cfg
     stored = OmegaConf.create(meta["config"])
     cli = OmegaConf.from_dotlist([o for o in overrides if o.startswith("data.")])

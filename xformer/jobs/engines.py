@@ -29,8 +29,7 @@ def wandb_has_api_key() -> bool:
     ``WANDB_BASE_URL``."""
     if os.environ.get("WANDB_API_KEY"):
         return True
-    host = urlsplit(os.environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL).netloc
-    if not host:
+    if not (host := urlsplit(os.environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL).netloc):
         return False
     try:
         entry = netrc.netrc(str(Path(os.environ.get("NETRC") or "~/.netrc").expanduser())).authenticators(host)
@@ -75,8 +74,7 @@ def wandb_unreachable(timeout: float = REACH_TIMEOUT_S) -> str | None:
 def missing_module(target: str) -> str | None:
     """The module a ``_target_`` needs that is not installed, or ``None``: its package, one its module imports, or
     for a Hydra plugin one any module of the plugin or its distribution requires (launchers import late)."""
-    module = str(target).rpartition(".")[0]
-    if not module:
+    if not (module := str(target).rpartition(".")[0]):
         return None
     parts = module.split(".")
     modules = [module]

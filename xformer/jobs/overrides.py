@@ -67,10 +67,7 @@ def _script() -> str:
 def swept_keys(sweep_dir: str | Path | None) -> list[str]:
     """Keys that vary across the jobs of the sweep in ``sweep_dir`` (empty for a single run), from the overrides
     and ``hydra.sweeper.params`` in its ``multirun.yaml``."""
-    if not sweep_dir:
-        return []
-    path = Path(sweep_dir) / "multirun.yaml"
-    if not path.is_file():
+    if not sweep_dir or not (path := Path(sweep_dir) / "multirun.yaml").is_file():
         return []
     cfg = OmegaConf.load(path)
     keys = sweep_override_keys(OmegaConf.select(cfg, "hydra.overrides.task", default=[]) or [])

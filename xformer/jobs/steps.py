@@ -84,12 +84,10 @@ def _interval(interval, every: int | None, steps: int) -> int:
             "time. Fix: trainer.check_val_every_n_epoch=null"
         )
     k = max(1, int(steps * interval)) if isinstance(interval, float) else int(interval)
-    if every is None:
+    if every is None or (every == 1 and steps % k == 0):
         return k
     if k == steps:  # once an epoch, at its end: every N epochs
         return every * steps
-    if every == 1 and steps % k == 0:
-        return k
     raise ConfigError(
         f"trainer.check_val_every_n_epoch={every}: with trainer.val_check_interval={interval} it validates after "
         f"step {k} of every{'' if every == 1 else f' {every}th'} epoch of {steps} optimizer steps, which is no fixed "

@@ -76,8 +76,7 @@ class WandbPanels(L.Callback):
         return next((lg for lg in trainer.loggers if isinstance(lg, WandbLogger)), None)
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        logger = self._wandb(trainer)
-        if logger is None:
+        if (logger := self._wandb(trainer)) is None:
             return
         run = logger.experiment
         for key, kind in SUMMARIES.items():
