@@ -186,8 +186,7 @@ def check_sweep(config: DictConfig) -> tuple[int, list[tuple[int, list[str], Bas
 def sweep_mismatches(config: DictConfig, recorded: dict) -> tuple[int, list] | None:
     """``(number of jobs, [(num, overrides, diff)])`` for the jobs whose folder records another config, or None
     when the sweeper's jobs cannot be listed in advance (Optuna: each job checks itself)."""
-    sweeper = str(OmegaConf.select(config, "hydra.sweeper._target_", default=""))
-    if "BasicSweeper" not in sweeper:
+    if "BasicSweeper" not in str(OmegaConf.select(config, "hydra.sweeper._target_", default="")):
         return None
     loader = GlobalHydra.instance().config_loader()
     bad, jobs = [], sweep_jobs(config)

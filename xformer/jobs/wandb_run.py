@@ -81,8 +81,7 @@ def wandb_logger(node: DictConfig, info: dict, out_dir: Path, resumed: Path | No
 
 def describe_runs(loggers: list) -> dict | None:
     """``{"id", "name", "group", "tags", "mode"}`` of this process's W&B run (rank 0), else ``None``."""
-    run = next((lg.experiment for lg in loggers if isinstance(lg, LightningWandbLogger)), None)
-    if run is None:
+    if (run := next((lg.experiment for lg in loggers if isinstance(lg, LightningWandbLogger)), None)) is None:
         return None
     mode = os.environ.get("WANDB_MODE", "online")
     return {"id": run.id, "name": run.name, "group": run.group, "tags": list(run.tags or []), "mode": mode}
