@@ -83,7 +83,7 @@ class NonFiniteLossGuard(L.Callback):
     def divergence(self) -> dict[str, Any] | None:
         """``{"step", "reason", "first", "last"}`` when the last ``val/loss`` is non-finite or above the first
         (``step``: the first validation from which every later one stayed bad), else ``None``."""
-        if len(self.validations) < 2 and not (self.validations and not math.isfinite(self.validations[-1][1])):
+        if not self.validations:
             return None
         first_step, first = self.validations[0]
         last = self.validations[-1][1]
@@ -147,27 +147,17 @@ class NonFiniteLossGuard(L.Callback):
         if not bad:
             return
         f = {k: v.item() for k, v in self._first.items()}
+        step = int(f["step"] if f["step"] >= 0 else trainer.global_step)
+        where = f"at step {step} (epoch {f['epoch']}, batch {f['batch']})"
         if f["step"] < 0:  # another rank saw it first
-            where = f"by step {trainer.global_step} on another rank"
-            value, step = math.nan, None
-        else:
-            where = f"at step {f['step']} (epoch {f['epoch']}, batch {f['batch']})"
-            value, step = f["loss"], int(f["step"])
-        raise NonFiniteLossError(
-            f"train/loss is {value} {where}; training stopped. {self._kept(trainer)} {FIX}",
-            step=step if step is not None else int(trainer.global_step),
-        )
-
-    def _kept(self, trainer: L.Trainer) -> str:
-        lasts = [
-            cb.last_model_path
-            for cb in trainer.checkpoint_callbacks
-            if getattr(cb, "last_model_path", "") and os.path.isfile(cb.last_model_path)
-        ]
-        if not lasts:
-            return "No checkpoint had been written yet."
-        step = f" (step {self._last_saved_step})" if self._last_saved_step is not None else ""
-        return f"The last good checkpoint {lasts[0]}{step} was kept; the failed step was not saved."
+            where, f["loss"] = f"by step {step} on another rank", math.nan
+        kept = "No checkpoint had been written yet."
+        for path in (getattr(cb, "last_model_path", None) for cb in trainer.checkpoint_callbacks):
+            if path and os.path.isfile(path):
+                at = f" (step {self._last_saved_step})" if self._last_saved_step is not None else ""
+                kept = f"The last good checkpoint {path}{at} was kept; the failed step was not saved."
+                break
+        raise NonFiniteLossError(f"train/loss is {f['loss']} {where}; training stopped. {kept} {FIX}", step=step)
 
 
 class StepEnds(L.Callback):
@@ -207,17 +197,14 @@ class StepEndCheckpoint(StepEnds, ModelCheckpoint):
 
 
 class StopCheckpoint(StepEndCheckpoint):
-    """``last.ckpt`` every ``every_n_train_steps`` optimizer steps (:class:`StepEndCheckpoint`) and where training
-    stops: on SIGTERM, Ctrl-C, SLURM's requeue signal (then requeue the job) and when ``fit`` ends
-    (docs/troubleshooting.md, "Ctrl-C" and "Preemption"). The handlers only mark this rank; at each optimizer
-    step's end the ranks agree and stop after the same step through Lightning's ``SIGTERMException``, which this
-    saves on (other exceptions save nothing, unlike ``OnExceptionCheckpoint``). Lightning's SIGTERM handler is
-    replaced during ``fit``: it stops after any micro-batch and calls a collective inside the handler, which
-    deadlocks (Lightning#20806). SLURM's signal (submitit's USR2, else Lightning's) is installed at ``setup``.
+    """``last.ckpt`` every ``every_n_train_steps`` optimizer steps and where training stops: on SIGTERM, Ctrl-C,
+    SLURM's requeue signal (then requeue the job) and when ``fit`` ends (docs/troubleshooting.md, "Ctrl-C" and
+    "Preemption"). The handlers only mark this rank; the ranks agree at each optimizer step's end and stop after the
+    same step through Lightning's ``SIGTERMException``, the one exception this saves on. Lightning's SIGTERM handler
+    is replaced during ``fit``: it stops after any micro-batch and deadlocks in a collective (Lightning#20806).
 
     Args:
-        save_on_train_end: save ``last.ckpt`` when ``fit`` ends normally (else only ``ModelCheckpoint``'s own
-            saves and the stops above write it).
+        save_on_train_end: save ``last.ckpt`` when ``fit`` ends normally.
         kwargs: ``ModelCheckpoint``'s (``dirpath``, ``every_n_train_steps``, ``save_top_k``, ...)."""
 
     def __init__(self, save_on_train_end: bool = True, **kwargs: Any) -> None:
@@ -375,15 +362,6 @@ class OptimizerStepTimer(StepEnds, Timer):
             super().on_train_batch_end(trainer, *args, **kwargs)
 
 
-def _fsync_dir(folder: Path) -> None:
-    with contextlib.suppress(OSError):  # e.g. platforms without directory fds
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
     """``torch.save(obj, path)`` atomically: a temporary file in the same folder, ``fsync``, ``os.replace``,
     then the folder ``fsync``-ed. On any error ``path`` keeps its previous content and no temporary file is
@@ -400,7 +378,12 @@ def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    with contextlib.suppress(OSError):  # e.g. platforms without directory fds
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

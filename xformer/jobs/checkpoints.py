@@ -65,10 +65,8 @@ def requeued_checkpoint(out_dir: str | Path | None, announce: bool = False) -> P
         log.warning("requeued SLURM job %s: %s %s; starting from scratch", key, last, why)
         return None
     if announce and os.environ.get("SLURM_PROCID", "0") == "0":
-        at = f"{last} at step {ckpt.get('global_step')}"
-        log.warning(
-            "requeued SLURM job %s (restart %s): resuming by itself from %s", key.split("/", 1)[1], restarts, at
-        )
+        line = "requeued SLURM job %s (restart %s): resuming by itself from %s at step %s"
+        log.warning(line, key.split("/", 1)[1], restarts, last, ckpt.get("global_step"))
     return last
 
 

@@ -160,9 +160,7 @@ def quiet_console(resuming: bool = False) -> None:
     ):
         logging.getLogger(name).addFilter(_not_noise)  # a filter already there is not added twice
     # false here: logging counts optimizer steps across epochs
-    warnings.filterwarnings(
-        "ignore", message=r"The number of training batches \(\d+\) is smaller than the logging interval"
-    )
+    warnings.filterwarnings("ignore", r"The number of training batches \(\d+\) is smaller than the logging interval")
     warnings.filterwarnings(  # torch's deprecation, raised inside Lightning's own pytree helper
         "ignore",
         message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",

@@ -72,11 +72,8 @@ def _own(ckpt: str | None, out_dir: Path, mode: str) -> Path | None:
     """``ckpt`` when ``mode=train`` resumes it from inside the job's folder ``out_dir`` (:attr:`JobContext.resumed`)."""
     if ckpt is None or mode != "train":
         return None
-    try:
-        path = Path(ckpt).resolve()
-        return path if path.is_file() and path.is_relative_to(out_dir.resolve()) else None
-    except OSError:
-        return None
+    path = Path(ckpt).resolve()
+    return path if path.is_file() and path.is_relative_to(out_dir.resolve()) else None
 
 
 def job_context(cfg: DictConfig) -> JobContext:
@@ -162,10 +159,14 @@ def outcome_of(
 
     from .callbacks import FIX, NonFiniteLossError
 
-    if (reason := non_finite(err)) is not None:  # an outcome of the setting, not a crash
-        at = err.step if isinstance(err, NonFiniteLossError) else None if step is None else step + 1  # in flight
-        line = str(err) if isinstance(err, NonFiniteLossError) else f"{reason} at step {at}; training stopped. {FIX}"
-        return Outcome(Status.DIVERGED, 1, err, line, line.splitlines()[0], {"step": at, "reason": reason})
+    # a non-finite training value: an outcome of the setting, not a crash
+    if isinstance(err, NonFiniteLossError):
+        diverged = {"step": err.step, "reason": "non-finite train/loss"}
+        return Outcome(Status.DIVERGED, 1, err, str(err), str(err).splitlines()[0], diverged)
+    if isinstance(err, RuntimeError) and (reason := next((w for t, w in _NON_FINITE.items() if t in str(err)), None)):
+        at = None if step is None else step + 1  # the step in flight
+        line = f"{reason} at step {at}; training stopped. {FIX}"
+        return Outcome(Status.DIVERGED, 1, err, line, line, {"step": at, "reason": reason})
     if isinstance(err, (SIGTERMException, KeyboardInterrupt)) or ctrl_c:  # last.ckpt was saved (StopCheckpoint)
         sigint = not isinstance(err, SIGTERMException) or getattr(err, "stop_signal", None) == "SIGINT"
         status, how = (Status.INTERRUPTED, "Ctrl-C") if sigint else (Status.PREEMPTED, "SIGTERM")
@@ -183,17 +184,6 @@ _NON_FINITE = {
     "returned inf values": "non-finite gradient (anomaly detection)",
     "is non-finite, so it cannot be clipped": "non-finite gradient norm",
 }
-
-
-def non_finite(err: BaseException) -> str | None:
-    """The divergence reason when ``err`` says a training value became NaN or Inf, else None."""
-    from .callbacks import NonFiniteLossError
-
-    if isinstance(err, NonFiniteLossError):
-        return "non-finite train/loss"
-    if isinstance(err, RuntimeError):
-        return next((why for text, why in _NON_FINITE.items() if text in str(err)), None)
-    return None
 
 
 def outcome_of_record(record: RunRecord | None, failure: str | None, stopped_by: str | None, n: int) -> Outcome:

@@ -49,11 +49,9 @@ def external_rank_argv(argv: list[str]) -> list[str]:
     job's folder; other rank 0s and ``-m`` are unchanged."""
     rank = env_rank()
     sweep_job = sweep_job_facts()
-    if any(a in ("-m", "--multirun") for a in argv[1:]):
+    if any(a in ("-m", "--multirun") for a in argv[1:]) or (rank == 0 and not sweep_job):
         return list(argv)
     if rank == 0:
-        if not sweep_job:
-            return list(argv)
         return [*argv, "hydra.run.dir=" + quoted(sweep_job["info"]["output_dir"]), "hydra.output_subdir=null"]
     out = list(argv)
     keys = {key_of(a) for a in argv[1:] if "=" in a}
@@ -124,9 +122,8 @@ def run_job(fn: Callable[..., Any], cfg: Any, ctx: JobContext, script: str | Pat
         stopped_by = signal.Signals(err.sigval).name
     finally:
         for key, value in saved_env.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
+            os.environ.pop(key, None)
+            if value is not None:
                 os.environ[key] = value
         for signum, handler in saved_handlers.items():
             signal.signal(signum, handler)
@@ -191,31 +188,21 @@ def fsdp_strategy(
     )
 
 
-def lost_peer(err: BaseException) -> BaseException | None:
-    """The error in ``err``'s chain saying a collective lost its peer: torch's ``DistError`` family, or gloo's
-    transport error (a plain ``RuntimeError`` naming gloo's ``transport`` source file); else None."""
+def peer_lost_line(err: BaseException, step: int | None, out_dir: Path | None) -> str | None:
+    """The ``error:`` line of a rank whose collective failed because another rank was lost (which rank, where,
+    the checkpoint kept, how to resume), or None when no error in ``err``'s chain is torch's ``DistError`` family
+    or gloo's transport error (a plain ``RuntimeError`` naming gloo's ``transport`` source file)."""
     import torch.distributed as dist
 
     seen: set[int] = set()
-    current: BaseException | None = err
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, dist.DistError) or (
-            isinstance(current, RuntimeError) and "gloo/transport" in str(current)
-        ):
-            return current
-        current = current.__cause__ or current.__context__
-    return None
-
-
-def peer_lost_line(err: BaseException, step: int | None, out_dir: Path | None) -> str | None:
-    """The ``error:`` line of a rank whose collective failed because another rank was lost (which rank, where,
-    the checkpoint kept, how to resume), or None when ``err`` is no such failure."""
-    cause = lost_peer(err)
-    if cause is None:
+    cause: BaseException | None = err
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, dist.DistError) or (isinstance(cause, RuntimeError) and "gloo/transport" in str(cause)):
+            break
+        cause = cause.__cause__ or cause.__context__
+    else:
         return None
-    import torch.distributed as dist
-
     rank, world = env_rank(), os.environ.get("WORLD_SIZE") or os.environ.get("SLURM_NTASKS") or "?"
     if dist.is_available() and dist.is_initialized():
         rank, world = dist.get_rank(), dist.get_world_size()
@@ -237,8 +224,7 @@ def logging_spec() -> dict:
     root = logging.getLogger()
     handlers = []
     for h in root.handlers:
-        fmt = h.formatter
-        form = (getattr(fmt, "_fmt", None), getattr(fmt, "datefmt", None)) if fmt is not None else (None, None)
+        form = (getattr(h.formatter, "_fmt", None), getattr(h.formatter, "datefmt", None))  # None: no formatter
         if isinstance(h, logging.FileHandler):
             handlers.append(("file", h.baseFilename, h.level, *form))
         elif isinstance(h, logging.StreamHandler) and h.stream in (sys.stdout, sys.stderr):

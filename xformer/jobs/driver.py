@@ -16,6 +16,7 @@ from pathlib import Path
 import lightning as L
 import torch
 from hydra.utils import instantiate
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
 from omegaconf import DictConfig, OmegaConf
 
@@ -53,22 +54,10 @@ def build_loggers(cfg: DictConfig, ctx: JobContext) -> list:
     return loggers
 
 
-def tokenizer_blob(dm) -> str | None:
-    """The data module's tokenizer as the JSON text its ``save`` writes (stored in checkpoints)."""
-    tok = getattr(dm, "tokenizer", None)
-    if tok is None:
-        return None
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "tokenizer.json"
-        tok.save(path)
-        return path.read_text(encoding="utf-8")
-
-
 def config_from_checkpoint(cfg: DictConfig, overrides: tuple[str, ...], ckpt: str | None) -> DictConfig:
     """For ``mode=eval``: ``model`` and ``data`` from the config stored in checkpoint ``ckpt`` (the weights only
     fit that model), keeping the ``data.*`` keys given on the command line."""
-    meta = read_checkpoint(ckpt).get("xformer") if ckpt else None
-    if not meta:
+    if not (meta := read_checkpoint(ckpt).get("xformer") if ckpt else None):
         return cfg
     stored = OmegaConf.create(meta["config"])
     cli = OmegaConf.from_dotlist([o for o in overrides if o.startswith("data.")])
@@ -121,8 +110,6 @@ def build_trainer(cfg: DictConfig, start: float | None = None) -> L.Trainer:
             callbacks.append(OptimizerStepTimer(max_time))  # (Lightning then leaves trainer.max_time to it)
         return instantiate(trainer_cfg, logger=False, callbacks=callbacks)
     except Exception as err:  # Lightning refuses a value its signature allows (a range, a choice, a count as a word)
-        from lightning.fabric.utilities.exceptions import MisconfigurationException
-
         if (why := refusal(err, (ValueError, TypeError, MisconfigurationException))) is None:
             raise
         fix = "" if "Fix:" in why else " Fix: correct that trainer.* key"  # a strategy's refusal names its own fix
@@ -151,16 +138,19 @@ def build(cfg: DictConfig, ctx: JobContext, start: float | None = None) -> Job:
         if changes := check_resume_settings(cfg, ctx.ckpt):
             at = f" from step {ctx.step}" if ctx.step is not None else ""
             items = ", ".join(f"{k}: {old!r} -> {new!r}" for k, old, new in changes)
-            log.info(
-                "resuming %s with settings changed from the checkpoint's (they take effect%s): %s", ctx.ckpt, at, items
-            )
+            line = "resuming %s with settings changed from the checkpoint's (they take effect%s): %s"
+            log.info(line, ctx.ckpt, at, items)
             record.changed_on_resume = {k: {"checkpoint": old, "now": new} for k, old, new in changes}
     model = build_model(cfg, dm.src_vocab_size, dm.tgt_vocab_size, dm.pad_id)
     check_with_data(cfg, dm, model)  # stage 4
     record.params = model.param_breakdown()
     log.info("parameters: %s", ", ".join(f"{k}={v:,}" for k, v in record.params.items()))
     module = build_module(cfg, dm, model)
-    meta = {"config": record.config, "tokenizer": tokenizer_blob(dm)}
+    meta = {"config": record.config, "tokenizer": None}
+    if (tok := getattr(dm, "tokenizer", None)) is not None:  # the JSON text its ``save`` writes
+        with tempfile.TemporaryDirectory() as tmp:
+            tok.save(path := Path(tmp) / "tokenizer.json")
+            meta["tokenizer"] = path.read_text(encoding="utf-8")
     meta.update({k: getattr(dm, k) for k in ("src_vocab_size", "tgt_vocab_size", "pad_id")})
     module.checkpoint_meta = {**meta, "slurm_job": slurm_job_key()}  # a requeued SLURM job resumes only its own
     trainer.loggers = build_loggers(cfg, ctx)  # after every check: no W&B run for a refused config

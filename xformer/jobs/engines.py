@@ -8,6 +8,7 @@ import netrc
 import os
 import pkgutil
 import re
+import shutil
 import socket
 import threading
 from importlib import metadata
@@ -17,8 +18,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from omegaconf import DictConfig, OmegaConf
-
-__all__ = ["DEFAULT_BASE_URL", "engine_problem", "missing_module", "wandb_has_api_key", "wandb_online"]
 
 DEFAULT_BASE_URL = "https://api.wandb.ai"
 #: Seconds an online W&B run waits for its server to accept a connection before the run is refused.
@@ -30,8 +29,7 @@ def wandb_has_api_key() -> bool:
     ``WANDB_BASE_URL``."""
     if os.environ.get("WANDB_API_KEY"):
         return True
-    host = urlsplit(os.environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL).netloc
-    if not host:
+    if not (host := urlsplit(os.environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL).netloc):
         return False
     try:
         entry = netrc.netrc(str(Path(os.environ.get("NETRC") or "~/.netrc").expanduser())).authenticators(host)
@@ -76,8 +74,7 @@ def wandb_unreachable(timeout: float = REACH_TIMEOUT_S) -> str | None:
 def missing_module(target: str) -> str | None:
     """The module a ``_target_`` needs that is not installed, or ``None``: its package, one its module imports, or
     for a Hydra plugin one any module of the plugin or its distribution requires (launchers import late)."""
-    module = str(target).rpartition(".")[0]
-    if not module:
+    if not (module := str(target).rpartition(".")[0]):
         return None
     parts = module.split(".")
     modules = [module]
@@ -168,8 +165,13 @@ def engine_problem(config: DictConfig, multirun: bool) -> str | None:
                         what = f"{search} ({what})"
                     return _missing_line(what, key, target, module)
         dry_run = OmegaConf.select(config, "sweep.dry_run", default=False)  # checks the jobs here, queues nothing
-        if slurm.is_slurm_sweep(config) and not dry_run and (line := slurm.missing_programs()) is not None:
-            return line
+        missing = [cmd for cmd in ("sbatch", "srun") if shutil.which(cmd) is None]  # submitit needs both
+        if slurm.is_slurm_sweep(config) and not dry_run and missing:
+            return (
+                f"hydra/launcher=slurm: {' and '.join(missing)} not found on PATH, so this is not a SLURM login node; "
+                f"nothing was queued. Fix: run the command on the cluster (or load its SLURM module), or drop "
+                f"hydra/launcher=slurm to run the jobs here (hydra/launcher=joblib_cpu runs them side by side)"
+            )
     loggers = OmegaConf.select(config, "logger", default=None)
     for name, node in loggers.items() if isinstance(loggers, DictConfig) else []:
         if not isinstance(node, DictConfig) or "_target_" not in node:

@@ -199,13 +199,11 @@ class ResumeSweep(_Switch):
             return
         num, overrides, diff = bad[0]
         more = f" (and {len(bad) - 1} more jobs)" if len(bad) > 1 else ""
-        line = (
+        refuse(
             f"error: hydra.sweep.dir={sweep_dir}: job {num} ({' '.join(overrides) or 'defaults'}) was run "
             f"there with another config: {sweep_resume.describe_diff(diff)}{more}; nothing was run. Give this sweep a "
-            f"new hydra.sweep.dir, or restore the recorded values (sweep.resume=false reruns every job "
-            f"from scratch)"
+            f"new hydra.sweep.dir, or restore the recorded values (sweep.resume=false reruns every job from scratch)"
         )
-        refuse(line)
 
 
 class FreezeClaims(_Switch):
@@ -215,6 +213,7 @@ class FreezeClaims(_Switch):
     @override
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from . import preregister
+        from .sweep import sweep_jobs
 
         experiment = OmegaConf.select(config, "hydra.runtime.choices.experiment", default=None)
         if not self.enabled or not experiment or OmegaConf.select(config, "sweep.dry_run", default=False):
@@ -222,8 +221,6 @@ class FreezeClaims(_Switch):
         declarations = preregister.declarations_reading(str(experiment).rsplit("/", 1)[-1])
         if not declarations:
             return
-        from .sweep import sweep_jobs
-
         try:
             n_jobs: int | None = len(sweep_jobs(config))
         except Exception:  # a sweeper whose jobs cannot be listed up front (Optuna): the count stays unknown

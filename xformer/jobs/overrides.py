@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
 import sys
 from pathlib import Path
 
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from xformer.config.overrides import key_of, sweep_override_keys
@@ -30,17 +32,13 @@ def resume_command(job_dir: Path) -> str:
     if sweep_job := sweep_job_facts():
         return sweep_job["resume"]
     overrides: list[str] = []
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        if HydraConfig.initialized():
-            hydra = HydraConfig.get()
-            given = [*hydra.overrides.hydra, *hydra.overrides.task]
-            overrides = [o for o in given if key_of(o) not in ("ckpt_path", "hydra.run.dir", "hydra.mode")]
-            if sweep_dir(hydra) is not None:
+    if HydraConfig.initialized():  # else (outside Hydra, or no sweep folder to read) the job's own command below
+        hydra = HydraConfig.get()
+        given = [*hydra.overrides.hydra, *hydra.overrides.task]
+        overrides = [o for o in given if key_of(o) not in ("ckpt_path", "hydra.run.dir", "hydra.mode")]
+        if sweep_dir(hydra) is not None:
+            with contextlib.suppress(Exception):
                 return sweep_resume_command(HydraConfig.instance().cfg)
-    except Exception:  # outside Hydra, or no sweep folder to read: the job's own command below
-        pass
     command = [*overrides, "ckpt_path=last", f"hydra.run.dir={job_dir}"]
     return " ".join(["python", *map(shlex.quote, [_script(), *command])])
 
@@ -69,10 +67,7 @@ def _script() -> str:
 def swept_keys(sweep_dir: str | Path | None) -> list[str]:
     """Keys that vary across the jobs of the sweep in ``sweep_dir`` (empty for a single run), from the overrides
     and ``hydra.sweeper.params`` in its ``multirun.yaml``."""
-    if not sweep_dir:
-        return []
-    path = Path(sweep_dir) / "multirun.yaml"
-    if not path.is_file():
+    if not sweep_dir or not (path := Path(sweep_dir) / "multirun.yaml").is_file():
         return []
     cfg = OmegaConf.load(path)
     keys = sweep_override_keys(OmegaConf.select(cfg, "hydra.overrides.task", default=[]) or [])

@@ -1,8 +1,6 @@
-"""Pre-registration by construction: when a ``-m`` sweep starts, every declaration in ``claims/*.yaml`` that reads
-it is frozen into ``<sweep dir>/preregistration.json`` (``{"format", "claims": {id: {file, sha256, parts_sha256,
-declaration, frozen_at, jobs_finished, n_jobs}}, "observations": [...]}``). The first freeze is never
-overwritten: a changed declaration (hash of its canonical JSON, and of each part) is appended as an observation
-with the jobs finished when first seen (docs/report.md, "Pre-registration"). Imports neither torch nor Lightning."""
+"""Pre-registration (docs/report.md, "Pre-registration"): when a ``-m`` sweep starts, every declaration in
+``claims/*.yaml`` that reads it is frozen into ``<sweep dir>/preregistration.json``; the first freeze is never
+overwritten, a changed declaration is appended as an observation. Imports neither torch nor Lightning."""
 
 from __future__ import annotations
 

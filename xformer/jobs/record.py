@@ -57,31 +57,24 @@ class RunRecord:
         """The objective as a finite-or-infinite float; ``None`` when missing, NaN or not a number."""
         return finite_or_none(self.objective.get("value"))
 
-    def to_dict(self) -> dict:
-        out = {k: v for k, v in asdict(self).items() if k != "extra" and not (k in _OPTIONAL and v is None)}
-        out["status"] = str(self.status)
-        return {**out, **self.extra}
-
     def write(self, path: str | Path) -> None:
         """Write the record as indented JSON (values JSON cannot hold are written as text)."""
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2, default=str))
+        out = {k: v for k, v in asdict(self).items() if k != "extra" and not (k in _OPTIONAL and v is None)}
+        out["status"] = str(self.status)
+        Path(path).write_text(json.dumps({**out, **self.extra}, indent=2, default=str))
 
     @classmethod
-    def from_dict(cls, data: dict) -> RunRecord:
-        """Raises: ValueError: not a JSON object, or an unknown ``status``."""
+    def read(cls, path: str | Path) -> RunRecord:
+        """The record in ``path`` (a ``metrics.json`` or its job folder). Raises: OSError (no file), ValueError (not a
+        JSON object, or an unknown ``status``)."""
+        path = Path(path)
+        data = json.loads((path / FILE if path.is_dir() else path).read_text())
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
         names = {f.name for f in fields(cls)} - {"extra"}
         kw: dict[str, Any] = {k: v for k, v in data.items() if k in names and v is not None}
         kw["status"] = Status(data.get("status") or Status.RUNNING)
         return cls(**kw, extra={k: v for k, v in data.items() if k not in names})
-
-    @classmethod
-    def read(cls, path: str | Path) -> RunRecord:
-        """The record in ``path`` (a ``metrics.json`` or its job folder). Raises: OSError (no file), ValueError (not a
-        run record)."""
-        path = Path(path)
-        return cls.from_dict(json.loads((path / FILE if path.is_dir() else path).read_text()))
 
 
 def read_record(job_dir: str | Path) -> RunRecord | None:

@@ -1,8 +1,8 @@
-"""Exact resume. **The guarantee:** a training job restarted in its own folder from any of its checkpoints trains
-the same batches, dropout, learning rate and ``tokens_seen`` and validates after the same optimizer steps as the
-uninterrupted run (docs/troubleshooting.md, "Resuming a killed run"). Here: the dropout RNG (:class:`StepSeed`), the
-validation schedule (:class:`OptimizerStepIntervals`), a moved folder's best checkpoint (:func:`reroot`), the CSV
-log (:class:`ResumableCSVLogger`); the data position: :class:`xformer.data.loader.EpochStream`."""
+"""Exact resume. The guarantee: a training job restarted in its own folder from any of its checkpoints trains and
+validates as the uninterrupted run (docs/troubleshooting.md, "Resuming a killed run"). Here: the dropout RNG
+(:class:`StepSeed`), the validation schedule (:class:`OptimizerStepIntervals`), a moved folder's best checkpoint
+(:func:`reroot`), the CSV log (:class:`ResumableCSVLogger`); the data position:
+:class:`xformer.data.loader.EpochStream`."""
 
 from __future__ import annotations
 
@@ -40,15 +40,11 @@ def reroot(trainer: L.Trainer, callback: Any, checkpoint: dict) -> None:
     """Re-root ``callback``'s stored paths in ``checkpoint`` to its folder when the loaded checkpoint lies there
     (from ``on_load_checkpoint``): ``ModelCheckpoint`` drops its best score and top-k record when its folder
     differs from the stored one (Lightning#15705)."""
-    loaded, states = trainer.ckpt_path, checkpoint.get("callbacks") or {}
-    dirpath = getattr(callback, "dirpath", None)
-    if not loaded or not isinstance(states, dict) or not dirpath:
+    loaded, dirpath = trainer.ckpt_path, callback.dirpath
+    state = (checkpoint.get("callbacks") or {}).get(callback.state_key)
+    if not (loaded and dirpath and state) or Path(dirpath).resolve() != Path(loaded).resolve().parent:
         return
-    state = states.get(callback.state_key)
-    if not isinstance(state, dict) or Path(dirpath).resolve() != Path(loaded).resolve().parent:
-        return
-    old = state.get("dirpath")
-    if not isinstance(old, str) or not old or old == dirpath:
+    if not (old := state.get("dirpath")) or old == dirpath:
         return
     for key in ("best_model_path", "kth_best_model_path", "last_model_path"):
         if key in state:
@@ -100,8 +96,7 @@ class ResumableCSVLogger(CSVLogger):
         ``metrics.csv``."""
         if getattr(rank_zero_only, "rank", 0):
             return
-        writer = self.experiment
-        writer.save()
+        self.experiment.save()
         path = Path(self.log_dir) / "metrics.csv"
         if not path.is_file():
             return
@@ -220,13 +215,12 @@ class OptimizerStepIntervals(StepSeed):
             if not self._trained and epoch_loop.restarting and epoch_loop.restarted_on_last:
                 return self._restored_in_validation  # the restart question
             stepped = trainer.global_step != self._step_before_batch  # this micro-batch ended a step
-            if stepped and self.val_check_interval is None:  # a time: Lightning's decision
-                if lightning_decision(data_fetcher):
-                    return True
-            elif stepped and self.scheduled(trainer):
+            interval = self.val_check_interval  # None: a time, Lightning's decision
+            if stepped and (lightning_decision(data_fetcher) if interval is None else self.scheduled(trainer)):
                 return True
-            stopping = self.val_check_interval is not None and trainer.should_stop
-            stopping = stopping and trainer.global_step >= (trainer.fit_loop.min_steps or 0)  # honoured once met
+            # early stopping or max_time, honoured once min_steps is met
+            stopping = interval is not None and trainer.should_stop
+            stopping = stopping and trainer.global_step >= (trainer.fit_loop.min_steps or 0)
             if (stepped and budget_reached(trainer)) or stopping:  # early stopping or max_time: one more
                 self._unscheduled_step = trainer.global_step
                 return True
@@ -247,8 +241,7 @@ class OptimizerStepIntervals(StepSeed):
         if step == 0 or budget_reached(trainer):
             return
         if restored is _UNRECORDED:  # a checkpoint without the record: an interval counted over all epochs
-            interval = self.val_check_interval
-            unscheduled = interval is not None and step % interval != 0
+            unscheduled = self.val_check_interval is not None and step % self.val_check_interval != 0
         else:
             unscheduled = restored == step
         if not unscheduled:

@@ -95,18 +95,6 @@ def is_slurm_sweep(config: Any) -> bool:
     return str(OmegaConf.select(config, "hydra.launcher._target_", default="")).endswith(".SlurmLauncher")
 
 
-def missing_programs() -> str | None:
-    """The line saying which of ``sbatch`` and ``srun`` (submitit needs both) are not on PATH, else ``None``."""
-    missing = [cmd for cmd in ("sbatch", "srun") if shutil.which(cmd) is None]
-    if not missing:
-        return None
-    return (
-        f"hydra/launcher=slurm: {' and '.join(missing)} not found on PATH, so this is not a SLURM login node; "
-        f"nothing was queued. Fix: run the command on the cluster (or load its SLURM module), or drop "
-        f"hydra/launcher=slurm to run the jobs here (hydra/launcher=joblib_cpu runs them side by side)"
-    )
-
-
 def sbatch_request(launcher: dict) -> list[str]:
     """The ``sbatch`` options submitit derives from the resolved ``hydra.launcher`` settings for each job."""
     opts = {

@@ -17,20 +17,6 @@ def _number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def batches_taken(n: int, limit: int | float | None) -> int:
-    """Batches taken from an epoch of ``n`` under ``limit`` (``limit_train_batches``: an int, or a fraction,
-    rounded down as Lightning does; None or 1.0 = all). Raises: ConfigError when it takes none."""
-    if not _number(limit) or limit == 1.0:
-        return n
-    taken = min(n, int(limit)) if isinstance(limit, int) else min(n, int(n * float(limit)))
-    if taken < 1:
-        raise ConfigError(
-            f"trainer.limit_train_batches={limit}: takes none of an epoch's {n} batches. "
-            f"Fix: trainer.limit_train_batches={1 / n:.3g} or more, or an int"
-        )
-    return taken
-
-
 def steps_from_epochs(cfg: DictConfig, dm, world_size: int = 1) -> DictConfig:
     """``cfg`` with its epoch keys (``max_epochs``, ``limit_train_batches``, ``val_check_interval`` as a fraction,
     ``check_val_every_n_epoch``, ``limit_val_batches`` as a fraction) rewritten for the training data ``dm`` (set
@@ -41,12 +27,8 @@ def steps_from_epochs(cfg: DictConfig, dm, world_size: int = 1) -> DictConfig:
     keys = ("max_epochs", "limit_train_batches", "val_check_interval", "check_val_every_n_epoch", "limit_val_batches")
     given = {k: t.get(k) for k in keys}
     epochs, limit, interval, every = (given[k] for k in keys[:4])
-    needs_epoch = (
-        (_number(epochs) and epochs > 0)
-        or (_number(limit) and limit != 1.0)
-        or (isinstance(interval, float) and every is None)
-        or every is not None
-    )
+    val_in_epochs = every is not None or isinstance(interval, float)
+    needs_epoch = val_in_epochs or (_number(epochs) and epochs > 0) or (_number(limit) and limit != 1.0)
     val_fraction = given["limit_val_batches"]
     val_fraction = val_fraction if isinstance(val_fraction, float) and 0 < val_fraction < 1 else None
     if not needs_epoch and val_fraction is None:
@@ -57,21 +39,26 @@ def steps_from_epochs(cfg: DictConfig, dm, world_size: int = 1) -> DictConfig:
     lines = []
     if needs_epoch:
         n = math.ceil(len(dm.train_dataloader().batch_sampler) / max(1, world_size))
-        batches = batches_taken(n, limit)
-        accumulate = int(t.get("accumulate_grad_batches") or 1)
-        steps = math.ceil(batches / accumulate)
-        per = f"({steps} optimizer steps an epoch of {batches} batches)"
-        if _number(limit) and limit != 1.0:
+        batches = n
+        if _number(limit) and limit != 1.0:  # an int, or a fraction rounded down as Lightning does
+            batches = min(n, int(limit) if isinstance(limit, int) else int(n * float(limit)))
+            if batches < 1:
+                raise ConfigError(
+                    f"trainer.limit_train_batches={limit}: takes none of an epoch's {n} batches. "
+                    f"Fix: trainer.limit_train_batches={1 / n:.3g} or more, or an int"
+                )
             t.limit_train_batches = None
             cfg.data_epoch_batches = batches
             lines.append(f"trainer.limit_train_batches={limit} -> data epochs of {batches} of their {n} batches")
+        steps = math.ceil(batches / int(t.get("accumulate_grad_batches") or 1))
+        per = f"({steps} optimizer steps an epoch of {batches} batches)"
         if _number(epochs) and epochs > 0:
             budget = epochs * steps
             max_steps = t.get("max_steps")
             t.max_steps = budget if max_steps is None or max_steps < 0 else min(max_steps, budget)
             t.max_epochs = -1
             lines.append(f"trainer.max_epochs={epochs} -> trainer.max_steps={t.max_steps} {per}")
-        if every is not None or isinstance(interval, float):
+        if val_in_epochs:
             t.val_check_interval = _interval(interval, every, steps)
             t.check_val_every_n_epoch = None
             was = ", ".join(f"trainer.{k}={given[k]}" for k in ("val_check_interval", "check_val_every_n_epoch"))
@@ -97,12 +84,10 @@ def _interval(interval, every: int | None, steps: int) -> int:
             "time. Fix: trainer.check_val_every_n_epoch=null"
         )
     k = max(1, int(steps * interval)) if isinstance(interval, float) else int(interval)
-    if every is None:
+    if every is None or (every == 1 and steps % k == 0):
         return k
     if k == steps:  # once an epoch, at its end: every N epochs
         return every * steps
-    if every == 1 and steps % k == 0:
-        return k
     raise ConfigError(
         f"trainer.check_val_every_n_epoch={every}: with trainer.val_check_interval={interval} it validates after "
         f"step {k} of every{'' if every == 1 else f' {every}th'} epoch of {steps} optimizer steps, which is no fixed "

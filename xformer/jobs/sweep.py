@@ -4,6 +4,7 @@ the end, and a sweep stopped by Ctrl-C or SIGTERM ended with the command that co
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
@@ -51,7 +52,7 @@ def record_job(cfg: DictConfig, ctx: JobContext, end: Outcome, record: RunRecord
         "error": error,
     }
     if ctx.plan is not None and ctx.plan.action != "refuse":
-        rec["resume"] = ctx.plan.decision
+        rec["resume"] = {"skip": "skipped", "resume": "resumed"}.get(ctx.plan.action, "new")
     if record is not None and (wandb := record.job.get("wandb")):
         rec["wandb"] = {k: wandb.get(k) for k in ("id", "name", "group")}
     write_json(ctx.sweep_dir / JOBS_DIR / f"{ctx.num}.json", rec, indent=2)
@@ -76,22 +77,19 @@ def write_sweep_summary(sweep_dir: Path, cfg: DictConfig, sweeper: Any, exit_on_
     "Failing jobs and the sweep summary"). ``sweeper``: ``hydra.sweeper``, which may name an Optuna study."""
     jobs = []
     for f in sorted((sweep_dir / JOBS_DIR).glob("*.json"), key=lambda p: int(p.stem)):
-        try:
+        with contextlib.suppress(OSError, ValueError):
             jobs.append(json.loads(f.read_text()))
-        except (OSError, ValueError):
-            continue
     failed = [j for j in jobs if j["status"] == Status.FAILED]
-    diverged = [j for j in jobs if j["status"] == Status.DIVERGED]  # an outcome (NaN loss), not a crash
     dry = bool(OmegaConf.select(cfg, "sweep.dry_run", default=False))
     valued = [j for j in jobs if finite_or_none(j["objective"]["value"]) is not None]
     # nothing for a sweeper to pick from; a job stopped by a signal has not ended and resumes
-    ended = [j for j in jobs if j["status"] not in (Status.INTERRUPTED, Status.PREEMPTED)]
-    no_value = bool(ended) and not dry and not valued
+    ended = any(j["status"] not in (Status.INTERRUPTED, Status.PREEMPTED) for j in jobs)
+    no_value = ended and not dry and not valued
     summary: dict[str, Any] = {
         "sweep_dir": str(sweep_dir),
         "n_jobs": len(jobs),
         "n_failed": len(failed),
-        "n_diverged": len(diverged),
+        "n_diverged": sum(j["status"] == Status.DIVERGED for j in jobs),  # an outcome (NaN loss), not a crash
         "n_with_objective": len(valued),
         "objective": {k: OmegaConf.select(cfg, f"objective.{k}") for k in ("metric", "mode")},
         "jobs": jobs,
@@ -176,21 +174,19 @@ def check_sweep(config: DictConfig) -> tuple[int, list[tuple[int, list[str], Bas
     for num, overrides in enumerate(jobs):
         try:
             check_config(loader.load_sweep_config(config, overrides))
-        except (ConfigError, DataError) as err:
-            bad.append((num, shown[num], err))
-        except Exception as err:  # composition errors (bad group option, missing key, ...)
-            if type(err).__module__.startswith(("hydra", "omegaconf")):
-                bad.append((num, shown[num], err))
-            else:
+        except Exception as err:  # also Hydra's and OmegaConf's composition errors (bad group option, missing key)
+            if not isinstance(err, (ConfigError, DataError)) and not type(err).__module__.startswith(
+                ("hydra", "omegaconf")
+            ):
                 raise
+            bad.append((num, shown[num], err))
     return len(jobs), bad
 
 
 def sweep_mismatches(config: DictConfig, recorded: dict) -> tuple[int, list] | None:
     """``(number of jobs, [(num, overrides, diff)])`` for the jobs whose folder records another config, or None
     when the sweeper's jobs cannot be listed in advance (Optuna: each job checks itself)."""
-    sweeper = str(OmegaConf.select(config, "hydra.sweeper._target_", default=""))
-    if "BasicSweeper" not in sweeper:
+    if "BasicSweeper" not in str(OmegaConf.select(config, "hydra.sweeper._target_", default="")):
         return None
     loader = GlobalHydra.instance().config_loader()
     bad, jobs = [], sweep_jobs(config)
@@ -200,8 +196,7 @@ def sweep_mismatches(config: DictConfig, recorded: dict) -> tuple[int, list] | N
         if rec is None:
             continue
         job_cfg = loader.load_sweep_config(config, list(overrides))
-        diff = config_diff(rec, job_cfg, runtime_keys(job_cfg))
-        if diff:
+        if diff := config_diff(rec, job_cfg, runtime_keys(job_cfg)):
             bad.append((num, shown[num], diff))
     return len(jobs), bad
 
@@ -242,18 +237,12 @@ def report_needs(config: DictConfig) -> str | None:
         return None
     if OmegaConf.select(config, "mode", default="train") != "train":
         return None
-    jobs = sweep_jobs(config)
     base_seed = OmegaConf.select(config, "seed", default=0)
-    settings: dict[tuple[str, ...], list[Any]] = {}
-    for job in jobs:
-        seed = override_values(job).get("seed", base_seed)
-        settings.setdefault(tuple(o for o in job if key_of(o) != "seed"), []).append(seed)
-    if len(settings) < 2:
-        return None
-    seeds = min(len(set(s)) for s in settings.values())
+    settings: dict[tuple[str, ...], list[Any]] = {}  # the seeds of each setting
     late_counts = []
-    for job in jobs:
+    for job in sweep_jobs(config):
         values = override_values(job)
+        settings.setdefault(tuple(o for o in job if key_of(o) != "seed"), []).append(values.get("seed", base_seed))
 
         def get(key: str, values: dict = values) -> Any:
             return values[key] if key in values else OmegaConf.select(config, key, default=None)
@@ -264,6 +253,9 @@ def report_needs(config: DictConfig) -> str | None:
         dense = (_int(get("val_dense.every")), _int(get("val_dense.until")) or 0)
         late = need.late_validations(need.validation_steps(max_steps, interval, *dense))
         late_counts.append((len(late), late, max_steps, dense))
+    if len(settings) < 2:
+        return None
+    seeds = min(len(set(s)) for s in settings.values())
     fix, has = [], [f"{seeds} seed{'s' if seeds != 1 else ''} per setting"]
     if seeds < need.MIN_SEEDS:
         used = list(dict.fromkeys(s for ss in settings.values() for s in ss))

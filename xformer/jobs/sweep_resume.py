@@ -27,10 +27,6 @@ class Plan:
     checkpoint: Path | None = None
     reason: str | None = None
 
-    @property
-    def decision(self) -> str:
-        return {"skip": "skipped", "resume": "resumed"}.get(self.action, "new")
-
 
 def comparable(cfg: DictConfig | dict, ignore: list[str]) -> dict:
     """The unresolved task config as flat ``{dotted key: value}`` without ``hydra`` and the ``ignore`` keys."""
@@ -43,14 +39,9 @@ def config_diff(recorded: dict, current: DictConfig | dict, ignore: list[str]) -
     """``[(key, recorded, current)]`` for every key outside ``ignore`` that differs, sorted (``<absent>`` on a
     missing side). Missing vs ``null`` is no difference: an option added since with a ``null`` default leaves
     the job as it ran."""
-    a, b = comparable(recorded, ignore), comparable(current, ignore)
-    absent = "<absent>"
-    out = []
-    for k in sorted(set(a) | set(b)):
-        old, new = a.get(k, absent), b.get(k, absent)
-        if old != new and not (old is None and new == absent) and not (old == absent and new is None):
-            out.append((k, old, new))
-    return out
+    a, b, absent = comparable(recorded, ignore), comparable(current, ignore), "<absent>"
+    pairs = [(k, a.get(k, absent), b.get(k, absent)) for k in sorted(set(a) | set(b))]
+    return [(k, old, new) for k, old, new in pairs if old != new and (old, new) not in ((None, absent), (absent, None))]
 
 
 def describe_diff(diff: list[tuple[str, Any, Any]], limit: int = 3) -> str:

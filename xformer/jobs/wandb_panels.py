@@ -60,12 +60,6 @@ class WandbPanels(L.Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._best = {k: float(v) for k, v in (state_dict.get("best") or {}).items()}
 
-    def _track(self, trainer: L.Trainer) -> None:
-        for key, kind in SUMMARIES.items():
-            v, old = float(trainer.callback_metrics.get(key, math.nan)), self._best.get(key)
-            if math.isfinite(v) and (old is None or (v < old if kind == "min" else v > old)):
-                self._best[key] = v
-
     def _write_summary(self, trainer: L.Trainer) -> None:
         logger = self._wandb(trainer)
         if logger is not None and self._best:
@@ -82,8 +76,7 @@ class WandbPanels(L.Callback):
         return next((lg for lg in trainer.loggers if isinstance(lg, WandbLogger)), None)
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        logger = self._wandb(trainer)
-        if logger is None:
+        if (logger := self._wandb(trainer)) is None:
             return
         run = logger.experiment
         for key, kind in SUMMARIES.items():
@@ -140,11 +133,13 @@ class WandbPanels(L.Callback):
 
     @override
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if not trainer.sanity_checking:
-            self._track(trainer)
-            self._write_summary(trainer)
-        logger = self._wandb(trainer)
-        if logger is None or not self._rows or trainer.sanity_checking:
+        if trainer.sanity_checking:
             return
-        columns = ["step", "source", "reference", "hypothesis"]
-        logger.log_table("val/samples", columns=columns, data=self._rows, step=trainer.global_step)
+        for key, kind in SUMMARIES.items():
+            v, old = float(trainer.callback_metrics.get(key, math.nan)), self._best.get(key)
+            if math.isfinite(v) and (old is None or (v < old if kind == "min" else v > old)):
+                self._best[key] = v
+        self._write_summary(trainer)
+        if (logger := self._wandb(trainer)) is not None and self._rows:
+            columns = ["step", "source", "reference", "hypothesis"]
+            logger.log_table("val/samples", columns=columns, data=self._rows, step=trainer.global_step)

@@ -36,9 +36,8 @@ def run_fields(node: DictConfig, info: dict) -> tuple[dict[str, Any], dict[str, 
     if group is None and info.get("sweep_dir"):
         group = "_".join(Path(info["sweep_dir"]).parts[-2:])
     tags = sorted(set(list(node.get("tags") or []) + swept))[:64]
-    return fit_wandb_fields(
-        name=name, group=group, tags=tags, project=node.get("project"), job_type=node.get("job_type")
-    )
+    more = {k: node.get(k) for k in ("project", "job_type")}
+    return fit_wandb_fields(name=name, group=group, tags=tags, **more)
 
 
 def wandb_logger(node: DictConfig, info: dict, out_dir: Path, resumed: Path | None = None) -> Any:
@@ -56,18 +55,33 @@ def wandb_logger(node: DictConfig, info: dict, out_dir: Path, resumed: Path | No
 
         offline = os.environ.get("WANDB_MODE") in ("offline", "dryrun")
         kwargs["settings"] = wandb.Settings(quiet=True, silent=offline)
-    logger = start_wandb(lambda **kw: _instantiate(node, **kwargs, **kw), out_dir)
+    logger = _instantiate(node, **kwargs)
+    if getattr(rank_zero_only, "rank", 0) == 0:  # start the run now; an online run that cannot start goes offline
+        try:
+            run = logger.experiment
+        except Exception as err:
+            if os.environ.get("WANDB_MODE") in ("offline", "dryrun", "disabled"):
+                raise
+            why = f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:200]}"
+            line = "W&B: could not start an online run (%s); logging offline instead, upload later with `wandb sync`"
+            log.warning(line, why)
+            os.environ["WANDB_MODE"] = "offline"
+            _teardown()
+            logger = _instantiate(node, **kwargs, mode="offline")
+            run = logger.experiment
+        if isinstance(run_id := getattr(run, "id", None), str) and run_id:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            id_file.write_text(run_id + "\n")
+        if full:  # the shortened fields' full text
+            run.config.update({"wandb_full": full}, allow_val_change=True)
     # spawned ranks re-attach with W&B's settings from the environment: keep their files in the job folder
     os.environ["WANDB_DIR"] = str(logger.save_dir or out_dir)
-    if full and getattr(rank_zero_only, "rank", 0) == 0:  # its run started: the shortened fields' full text
-        logger.experiment.config.update({"wandb_full": full}, allow_val_change=True)
     return logger
 
 
 def describe_runs(loggers: list) -> dict | None:
     """``{"id", "name", "group", "tags", "mode"}`` of this process's W&B run (rank 0), else ``None``."""
-    run = next((lg.experiment for lg in loggers if isinstance(lg, LightningWandbLogger)), None)
-    if run is None:
+    if (run := next((lg.experiment for lg in loggers if isinstance(lg, LightningWandbLogger)), None)) is None:
         return None
     mode = os.environ.get("WANDB_MODE", "online")
     return {"id": run.id, "name": run.name, "group": run.group, "tags": list(run.tags or []), "mode": mode}
@@ -151,29 +165,20 @@ def shorten(text: str, limit: int) -> str:
     return f"{text[: limit - 9]}~{digest}"
 
 
-def fit_wandb_fields(
-    name: str | None = None,
-    group: str | None = None,
-    tags: list[str] | None = None,
-    project: str | None = None,
-    job_type: str | None = None,
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """W&B ``init`` arguments within W&B's limits (empty tags dropped, duplicates removed, ``None`` left out).
-    Returns ``(kwargs, full)``: ``full`` maps each shortened field to its original value."""
+LIMITS = {"name": NAME_MAX, "group": GROUP_MAX, "project": 128, "job_type": 64}  # W&B's, in characters
+
+
+def fit_wandb_fields(tags: list[str] | None = None, **fields: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """W&B ``init`` arguments (``tags`` and the :data:`LIMITS` fields) within W&B's limits (empty tags dropped,
+    duplicates removed, ``None`` left out). Returns ``(kwargs, full)``: ``full`` maps each shortened field to its
+    original value."""
     kwargs: dict[str, Any] = {}
     full: dict[str, Any] = {}
-    for key, value, limit in (
-        ("name", name, NAME_MAX),
-        ("group", group, GROUP_MAX),
-        ("project", project, 128),
-        ("job_type", job_type, 64),
-    ):
-        if value is None:
-            continue
-        value = str(value)
-        kwargs[key] = shorten(value, limit)
-        if kwargs[key] != value:
-            full[key] = value
+    for key, value in fields.items():
+        if value is not None:
+            kwargs[key] = shorten(str(value), LIMITS[key])
+            if kwargs[key] != str(value):
+                full[key] = str(value)
     if tags is not None:
         kwargs["tags"] = list(dict.fromkeys(shorten(str(t), TAG_MAX) for t in tags if str(t)))
         if any(len(str(t)) > TAG_MAX for t in tags):
@@ -190,29 +195,3 @@ def _teardown() -> None:
         wandb.teardown()
     except Exception as err:  # nothing to shut down, or already gone
         log.debug("W&B teardown: %s", err)
-
-
-def start_wandb(make_logger: Callable[..., Any], out_dir: Path) -> Any:
-    """``make_logger(**extra)`` with its run started now (rank 0), its id in ``wandb_id.txt``; when the online run
-    cannot start, one warning and an offline run under the same id."""
-    logger = make_logger()
-    if getattr(rank_zero_only, "rank", 0) != 0:
-        return logger
-    try:
-        run = logger.experiment
-    except Exception as err:
-        if os.environ.get("WANDB_MODE") in ("offline", "dryrun", "disabled"):
-            raise
-        why = f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:200]}"
-        log.warning(
-            "W&B: could not start an online run (%s); logging offline instead, upload later with `wandb sync`", why
-        )
-        os.environ["WANDB_MODE"] = "offline"
-        _teardown()
-        logger = make_logger(mode="offline")
-        run = logger.experiment
-    run_id = getattr(run, "id", None)
-    if isinstance(run_id, str) and run_id:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / WANDB_ID_FILE).write_text(run_id + "\n")
-    return logger
