@@ -20,6 +20,8 @@
 # CPUs and memory split between them), in partition `cpu` of its own $XFORMER_SLURM_DIR (default
 # /tmp/xformer-slurm-<N>nodes), beside the one-node cluster: `srun --nodes=2` gives each task its own
 # SLURM_NODEID, as on a real cluster. The node names resolve nowhere: jobs set MASTER_ADDR=127.0.0.1.
+# XFORMER_SLURM_PORT=P puts slurmctld on port P and the slurmd on P+1.. (a further cluster beside these,
+# with its own XFORMER_SLURM_DIR). A start that finds no cluster answering begins with an empty queue.
 # Requires root (the daemons) and, when slurm is not installed, apt-get. Exit 3 means "cannot
 # start here" with one line on stderr saying why (the tests skip on it).
 set -euo pipefail
@@ -33,6 +35,7 @@ else
 fi
 CONF="$STATE/slurm.conf"
 PARTITION="${XFORMER_SLURM_PARTITION:-cpu}"
+PORT="${XFORMER_SLURM_PORT:-}"  # slurmctld's port, slurmd's the next ones (another cluster beside these)
 export SLURM_CONF="$CONF"
 
 cannot() { echo "slurm-localhost: $*" >&2; exit 3; }
@@ -54,14 +57,15 @@ write_conf() {
   mem=$(awk '/MemTotal/ {print int($2 / 1024 * 0.9)}' /proc/meminfo)
   mkdir -p "$STATE/ctld" "$STATE/d" "$STATE/log"
   if [ "$NODES" = 1 ]; then
-    ports=""
+    ports=""  # SLURM's own (6817, 6818) unless XFORMER_SLURM_PORT is set
+    [ -z "$PORT" ] || ports=$'SlurmctldPort='"$PORT"$'\nSlurmdPort='"$((PORT + 1))"
     nodes="NodeName=localhost CPUs=$cpus RealMemory=$mem State=UNKNOWN"
     members=localhost
   else  # N slurmd on this machine: own ports, own names, the CPUs and memory split
-    ports=$'SlurmctldPort=17010\nSlurmdPort=17011'
+    ports=$'SlurmctldPort='"${PORT:=17010}"$'\nSlurmdPort='"$((PORT + 1))"
     nodes=""
     for k in $(seq 1 "$NODES"); do
-      nodes+="NodeName=node$k NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((17010 + k)) "
+      nodes+="NodeName=node$k NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((PORT + k)) "
       nodes+="CPUs=$(( cpus / NODES > 0 ? cpus / NODES : 1 )) RealMemory=$(( mem / NODES )) State=UNKNOWN"$'\n'
     done
     members="node[1-$NODES]"
