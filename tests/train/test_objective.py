@@ -96,8 +96,7 @@ def test_check_objective_names_the_key_and_the_choices(metric):
 def test_valid_objectives_of_the_data_are_accepted():
     from omegaconf import OmegaConf
 
-    from xformer.config.check import check_objective, objective_keys
+    from xformer.config.check import check_objective
 
-    assert objective_keys(["exact_match"]) == ["val/loss", "val/ppl", "val/acc", "val/exact_match", "train/loss"]
-    for metric in objective_keys(["bleu"]):
+    for metric in ["val/loss", "val/ppl", "val/acc", "val/bleu", "train/loss"]:  # logged at every validation
         check_objective(OmegaConf.create({"objective": {"metric": metric}, "decode": {"val_batches": None}}), ["bleu"])

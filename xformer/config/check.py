@@ -306,17 +306,13 @@ def installed_and_present(cfg: DictConfig) -> None:
         raise ConfigError(f"data.root={root}: no such folder. Fix: the data's folder, or null to download/generate it")
 
 
-def objective_keys(metrics: list[str]) -> list[str]:
-    """The keys a training run logs at every validation, which ``objective.metric`` may name."""
-    return ["val/loss", "val/ppl", "val/acc"] + [f"val/{m}" for m in metrics] + ["train/loss"]
-
-
 def check_objective(cfg: DictConfig, metrics: list[str] | None = None, data_name: str = "this data") -> None:
     """Training logs ``objective.metric`` (of the data's ``metrics``; None: not known). Raises: ConfigError."""
     if cfg.get("mode", "train") != "train":
         return
     metric, known = str(cfg.objective.metric), list(SEQUENCE_METRICS) if metrics is None else metrics
-    if metric not in (keys := objective_keys(known)):
+    # the keys a training run logs at every validation
+    if metric not in (keys := ["val/loss", "val/ppl", "val/acc", *[f"val/{m}" for m in known], "train/loss"]):
         why = "no such metric" if metrics is None else f"data {data_name} does not compute it"
         why = "test metrics come after training" if metric.startswith("test/") else why
         raise ConfigError(f"objective.metric={metric}: not logged ({why}); use one of {', '.join(keys)}")
@@ -471,7 +467,11 @@ def check_config_first(cfg: DictConfig, ckpt: str | None = None) -> None:
 
 
 #: Lightning's accelerator names (values of ``trainer.accelerator``) for devices torch can count
-_ACCELERATORS = {"gpu": "cuda", "cuda": "cuda", "mps": "mps"}
+_ACCELERATORS = {
+    "gpu": "cuda",
+    "cuda": "cuda",
+    "mps": "mps",
+}
 
 
 def check_devices(cfg: DictConfig) -> None:
