@@ -54,13 +54,14 @@ def test_start_after_a_killed_run_begins_with_an_empty_queue(tmp_path):
         if res.returncode != 0:
             pytest.skip(f"cluster: {(res.stderr or res.stdout).strip().splitlines()[-1:]}")
         held = [_run(env, "sbatch", "--parsable", str(script)).stdout.strip() for _ in range(2)]
-        deadline = time.monotonic() + 60  # the first holds both CPUs, the second waits; both saved to disk
+        deadline = time.monotonic() + 300  # the first holds both CPUs, the second waits; both saved to disk
         while time.monotonic() < deadline:
             states = _run(env, "squeue", "-h", "-o", "%T").stdout.split()
             if sorted(states) == ["PENDING", "RUNNING"]:
                 break
             time.sleep(1)
-        assert sorted(states) == ["PENDING", "RUNNING"], states
+        queue = _run(env, "squeue", "-h", "-o", "%i %T %r").stdout + _run(env, "sinfo", "-N", "-o", "%N %T %C").stdout
+        assert sorted(states) == ["PENDING", "RUNNING"], queue
         time.sleep(10)  # slurmctld writes its job state a few seconds after a change
         _kill_daemons(state)
 
