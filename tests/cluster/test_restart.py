@@ -1,5 +1,9 @@
 """``scripts/slurm-localhost.sh start`` after a run of the cluster was killed (a session or CI stopped
-mid-test): the cluster begins with an empty queue, so no job saved by the killed run holds its CPUs."""
+mid-test): the cluster begins with an empty queue, so no job saved by the killed run holds its CPUs.
+
+In ``make test-slow`` (one process), not in the ``cluster`` set that CI runs with two processes: while the
+other localhost clusters launch jobs at the same time, this third cluster's launches fail ("launch failed
+requeued held"); with them idle it runs as a real cluster does."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import pytest
 
 from tests.cluster.conftest import SCRIPT, _cannot_start
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 PORT = 17110  # beside the one-node (6817) and two-node (17010..) clusters of the other tests
 MARK = "600.17110"  # the jobs' `sleep` argument, so that only this test's tasks are killed
