@@ -72,8 +72,11 @@ def _own(ckpt: str | None, out_dir: Path, mode: str) -> Path | None:
     """``ckpt`` when ``mode=train`` resumes it from inside the job's folder ``out_dir`` (:attr:`JobContext.resumed`)."""
     if ckpt is None or mode != "train":
         return None
-    path = Path(ckpt).resolve()
-    return path if path.is_file() and path.is_relative_to(out_dir.resolve()) else None
+    try:  # a name the file system refuses (too long) is no file of the job's: the config check names it
+        path = Path(ckpt).resolve()
+        return path if path.is_file() and path.is_relative_to(out_dir.resolve()) else None
+    except OSError:
+        return None
 
 
 def job_context(cfg: DictConfig) -> JobContext:
