@@ -36,6 +36,7 @@ fi
 CONF="$STATE/slurm.conf"
 PARTITION="${XFORMER_SLURM_PARTITION:-cpu}"
 PORT="${XFORMER_SLURM_PORT:-}"  # slurmctld's port, slurmd's the next ones (another cluster beside these)
+[[ -z "$PORT" || "$PORT" =~ ^[1-9][0-9]{2,4}$ ]] || { echo "slurm-localhost: XFORMER_SLURM_PORT=$PORT is not a port number (e.g. 17110)" >&2; exit 2; }
 export SLURM_CONF="$CONF"
 
 cannot() { echo "slurm-localhost: $*" >&2; exit 3; }
