@@ -62,10 +62,10 @@ def refresh_csv_headers(trainer: Any) -> None:
 
 
 # -- the trainer's stop flag (xformer.jobs.callbacks.StopCheckpoint) ---------------------------------
-def request_stop(trainer: Any) -> None:
-    """Set the flag Lightning's training loop reads after each batch to stop as on SIGTERM
-    (``trainer.received_sigterm`` becomes True; the SIGTERM checkpoint logic then runs)."""
-    trainer._signal_connector.received_sigterm = True
+def request_stop(trainer: Any, stop: bool = True) -> None:
+    """Set (``stop``) or clear the flag Lightning's training and evaluation loops read after each batch to stop as
+    on SIGTERM (``trainer.received_sigterm``; the SIGTERM checkpoint logic then runs)."""
+    trainer._signal_connector.received_sigterm = stop
 
 
 # -- a WandbLogger's pending wandb.init arguments (xformer.jobs.wandb_run) ---------------------------

@@ -104,3 +104,19 @@ class RaiseAt(L.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:  # noqa: D102
         if self.enabled and trainer.global_step == self.step:
             raise RuntimeError(f"a failure inside training at step {self.step}")
+
+
+class SignalInValidation(L.Callback):
+    """Send ``sig`` (``"SIGTERM"`` or ``"SIGINT"``) as the first batch of the validation after optimizer step
+    ``step`` starts (of ``fit``: the signal arrives while that validation runs)."""
+
+    def __init__(self, step: int, sig: str = "SIGTERM") -> None:
+        self.step, self.sig, self.sent = int(step), signal.Signals[sig], False
+        if self.sig == signal.SIGINT:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    @override
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:  # noqa: D102
+        if not self.sent and trainer.state.fn == "fit" and trainer.global_step == self.step:
+            self.sent = True
+            os.kill(os.getpid(), self.sig)

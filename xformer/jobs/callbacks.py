@@ -213,7 +213,7 @@ class StopCheckpoint(StepEndCheckpoint):
         self._previous: dict[int, Any] = {}  # the handlers this fit replaced
         self._sigints = 0  # Ctrl-C presses during this fit
         self._marked = False  # a stop signal reached this rank, not yet acted on
-        self._trainer: L.Trainer | None = None
+        self._held = False  # a stop requested before this validation, requested again at its end
         self._slurm: int | None = None  # SLURM's requeue signal, installed
         self._engine_handler: Any = None
         self._received: int | None = None  # SLURM's requeue signal, received
@@ -224,19 +224,9 @@ class StopCheckpoint(StepEndCheckpoint):
         """SLURM's requeue signal once received (``"SIGUSR2"``/``"SIGUSR1"``), else None."""
         return None if self._received is None else signal.Signals(self._received).name
 
-    def stop_now(self) -> None:
-        """Request Lightning's stop at once when one process is validating after a step (no micro-batch is in
-        flight, and Lightning stops right after that validation)."""
-        trainer = self._trainer
-        # trainer.validating is set before any callback's on_validation_start, whatever their order
-        validating = trainer is not None and trainer.state.fn == "fit" and trainer.validating
-        if validating and trainer.world_size == 1:
-            request_stop(trainer)
-
     @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         super().setup(trainer, pl_module, stage)
-        self._trainer = trainer
         if self._slurm is not None or "SLURM_JOB_ID" not in os.environ:  # no requeue signal outside SLURM
             return
         signum = slurm.submitit_signal() or slurm.lightning_requeue_signal(trainer)
@@ -251,7 +241,6 @@ class StopCheckpoint(StepEndCheckpoint):
         if first and slurm.global_rank() == 0:
             then = "saving last.ckpt after the step in flight, then requeueing this job"
             log.warning("SLURM sent %s: %s", signal.Signals(signum).name, then)
-        self.stop_now()
 
     def _path(self) -> Path | None:
         return Path(self.dirpath) / f"{self.CHECKPOINT_NAME_LAST}{self.FILE_EXTENSION}" if self.dirpath else None
@@ -265,8 +254,7 @@ class StopCheckpoint(StepEndCheckpoint):
             return
 
         def stop(_signum: int) -> None:
-            self._marked = True  # acted on at the end of the optimizer step in flight (on_train_batch_end)
-            self.stop_now()
+            self._marked = True  # acted on at the end of the optimizer step in flight, or of this validation
 
         def on_sigint(signum, _frame) -> None:
             self._sigints += 1
@@ -295,6 +283,22 @@ class StopCheckpoint(StepEndCheckpoint):
         # the ranks get a signal at different moments: they agree at the end of the same step
         if trainer.strategy.reduce_boolean_decision(self._marked or self._received is not None, all=False):
             request_stop(trainer)
+
+    # A stop waits for the validation it meets: Lightning's evaluation loop would stop after one batch and save
+    # a checkpoint that a resumed run takes for a finished validation (Lightning restarts after it).
+    @override
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._held = trainer.state.fn == "fit" and not trainer.sanity_checking and trainer.received_sigterm
+        if self._held:  # requested at the end of the step this validation follows
+            request_stop(trainer, False)
+
+    @override
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_validation_end(trainer, pl_module)  # this validation's checkpoints first
+        arrived = trainer.world_size == 1 and (self._marked or self._received is not None)  # a signal meanwhile
+        if trainer.state.fn == "fit" and not trainer.sanity_checking and (self._held or arrived):
+            request_stop(trainer)  # Lightning stops right after this validation
+        self._held = False
 
     def _restore_handlers(self) -> None:
         if threading.current_thread() is threading.main_thread():
