@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import math
 
-from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from xformer.errors import ConfigError
@@ -30,10 +29,11 @@ def _n(count: int, word: str, plural: str | None = None) -> str:
     return f"{count} {word if count == 1 else plural or word + 's'}"
 
 
-def _check_values(t: DictConfig) -> None:
+def check_epoch_values(t: DictConfig) -> None:
     """The epoch keys' own values, before any data: ``max_epochs`` an int >= 1 or -1 (none), ``limit_train_batches``
     and ``val_check_interval`` an int >= 1 or a fraction of an epoch in [0, 1], ``check_val_every_n_epoch`` an int
-    >= 1. Raises: ConfigError naming the first key out of range."""
+    >= 1 (no Lightning import: the config check may call it). Raises: ConfigError naming the first key out of
+    range."""
     epochs, every = t.get("max_epochs"), t.get("check_val_every_n_epoch")
     if epochs == 0:
         raise ConfigError(
@@ -100,7 +100,7 @@ def steps_from_epochs(cfg: DictConfig, dm) -> DictConfig:
     ``data_val_examples`` (the validation examples kept). Raises: ConfigError for a value out of range or an epoch
     key with no step equivalent."""
     t = cfg.trainer
-    _check_values(t)
+    check_epoch_values(t)
     keys = ("max_epochs", "limit_train_batches", "val_check_interval", "check_val_every_n_epoch", "limit_val_batches")
     given = {k: t.get(k) for k in keys}
     epochs, limit, interval, every = (given[k] for k in keys[:4])
@@ -162,6 +162,8 @@ def steps_from_epochs(cfg: DictConfig, dm) -> DictConfig:
             f"trainer.limit_val_batches={val_fraction} -> validation on {kept} of {total} examples, evenly spread "
             "over their lengths"
         )
+    from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
     if not getattr(rank_zero_only, "rank", 0):  # every rank converts; one says so
         for line in lines:
             log.info("%s", line)
