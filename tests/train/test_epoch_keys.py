@@ -266,3 +266,187 @@ def test_a_run_without_a_budget_is_refused(tmp_path, epochs):
     with pytest.raises(ConfigError, match=r"^trainer.max_steps=-1: no budget .* Fix: trainer.max_steps="):
         check_static(_compose(["trainer.max_steps=-1", f"trainer.max_epochs={epochs}"], tmp_path))
     check_static(_compose(["trainer.max_steps=-1", "trainer.max_epochs=2"], tmp_path))
+
+
+def _lines(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "xformer"]
+
+
+@pytest.mark.parametrize("limit", ["1", "2", "0.5", "1.0", "1000"])
+def test_an_int_limit_counts_batches_and_a_float_is_a_fraction(tmp_path, numbers, caplog, limit):
+    """Lightning's ``limit_train_batches`` (Trainer docs): an int counts batches (1 is one batch, "1 batch per epoch
+    will be used"), a float in [0, 1] is a fraction, rounded down; more than the epoch has is all of it. The
+    one endless epoch is never cut by it (the key is cleared once converted)."""
+    n, value = _batches_an_epoch(numbers), (float(limit) if "." in limit else int(limit))
+    want = min(n, value) if isinstance(value, int) else int(n * value)
+    with caplog.at_level(logging.INFO, logger="xformer"):
+        out = steps_from_epochs(
+            _compose([f"+trainer.limit_train_batches={limit}", "trainer.max_epochs=3"], tmp_path), numbers
+        )
+    assert out.trainer.max_steps == 3 * want and out.get("data_epoch_batches") == (want if want < n else None)
+    assert out.trainer.get("limit_train_batches") in (None, 1.0)
+    step = "1 optimizer step an epoch of 1 batch" if want == 1 else f"{want} optimizer steps an epoch of {want} batches"
+    assert f"trainer.max_epochs=3 -> trainer.max_steps={3 * want} ({step})" in _lines(caplog)
+
+
+@pytest.mark.parametrize("every", [1, 2, 3])
+@pytest.mark.parametrize("interval", ["default", "epoch", "1.0"])
+def test_check_val_every_n_epoch_alone_is_n_epochs_of_steps(tmp_path, numbers, caplog, every, interval):
+    """``check_val_every_n_epoch=N`` with the config's ``val_check_interval`` (500 steps, more than an epoch),
+    exactly an epoch's steps, or 1.0: Lightning validates at the end of every N-th epoch, so every N epochs of
+    steps; an int interval longer than the epoch can only mean the epoch's end, and the line says so."""
+    n = _batches_an_epoch(numbers)
+    given = {"default": [], "epoch": [f"trainer.val_check_interval={n}"], "1.0": ["trainer.val_check_interval=1.0"]}
+    cfg = _compose([*given[interval], f"trainer.check_val_every_n_epoch={every}"], tmp_path)
+    with caplog.at_level(logging.INFO, logger="xformer"):
+        out = steps_from_epochs(cfg, numbers)
+    assert out.trainer.val_check_interval == every * n and out.trainer.check_val_every_n_epoch is None
+    (line,) = _lines(caplog)
+    each = "every epoch" if every == 1 else f"every {every} epochs"
+    assert (f"at the end of {each}" in line) == (cfg.trainer.val_check_interval == 500 > n), line
+
+
+def test_an_interval_inside_every_other_epoch_is_refused_with_step_counted_fixes(tmp_path, numbers):
+    """``val_check_interval=1`` with ``check_val_every_n_epoch=2``: every step of one epoch in two, then none:
+    no fixed interval, refused with the two step-counted readings (every step, every 2 epochs of steps)."""
+    n = _batches_an_epoch(numbers)
+    with pytest.raises(ConfigError) as err:
+        steps_from_epochs(
+            _compose(["trainer.val_check_interval=1", "trainer.check_val_every_n_epoch=2"], tmp_path), numbers
+        )
+    line = str(err.value)
+    assert line.startswith("trainer.check_val_every_n_epoch=2: ") and "one epoch in 2" in line and "2th" not in line
+    assert line.endswith(f"(e.g. 1, or {2 * n} for every 2 epochs)"), line
+
+
+OUT_OF_RANGE = [
+    "trainer.val_check_interval=0",
+    "trainer.val_check_interval=-3",
+    "trainer.val_check_interval=-0.5",
+    "trainer.val_check_interval=1.5",
+    "trainer.check_val_every_n_epoch=0",
+    "trainer.check_val_every_n_epoch=-1",
+    "+trainer.limit_train_batches=0",
+    "+trainer.limit_train_batches=-2",
+    "+trainer.limit_train_batches=1.5",
+    "+trainer.limit_train_batches=-0.5",
+    "trainer.max_epochs=0",
+    "trainer.max_epochs=-2",
+]
+
+
+@pytest.mark.parametrize("override", OUT_OF_RANGE)
+def test_a_count_below_one_or_a_fraction_outside_0_1_is_refused_in_one_line(tmp_path, numbers, override):
+    """Lightning reads these numbers as a count (an int) or a fraction of an epoch (a float in [0, 1]); it
+    refuses other floats. A count below 1 trains nothing (``limit_train_batches``, ``max_epochs``, as
+    ``max_steps=0``) or divides by zero (intervals): each refused in one line naming the key and the fix,
+    also without any other epoch key (``max_steps=5``) and where ``val_check_interval=1.0`` would make N epochs
+    of steps of it."""
+    every = ["trainer.val_check_interval=1.0"] if "every_n_epoch" in override else []  # once an epoch, every N
+    with pytest.raises(ConfigError) as err:
+        steps_from_epochs(_compose(["trainer.max_steps=5", *every, override], tmp_path), numbers)
+    line, key = str(err.value), override.lstrip("+")
+    assert "\n" not in line and line.startswith(f"{key}: ") and " Fix: " in line, line
+    if key.endswith("=0") and "limit_train" in key:
+        assert "Fix: trainer.limit_train_batches=<batches an epoch >= 1>" in line, line
+
+
+def test_a_zero_interval_stops_the_run_before_any_training(tmp_path):
+    """``max_steps=5 val_check_interval=0`` (no epoch key): one ``error:`` line, exit 2 (was: a ZeroDivisionError
+    in the validation schedule during training)."""
+    job = tmp_path / "job"
+    res = run_py([*SMALL, "trainer.max_steps=5", "trainer.val_check_interval=0", f"hydra.run.dir={job}"], tmp_path)
+    assert res.returncode == 2, res.stderr[-2000:]
+    errors = [x for x in res.stderr.splitlines() if x.startswith("error:")]
+    assert (
+        len(errors) == 1
+        and errors[0].startswith("error: trainer.val_check_interval=0: ")
+        and "Traceback" not in res.stderr
+    )
+    assert not (job / "checkpoints").exists()
+
+
+def test_a_smaller_max_steps_says_it_ends_the_run_first(tmp_path, numbers, caplog):
+    """Lightning stops at whichever of ``max_epochs`` and ``max_steps`` comes first: the line gives the epochs'
+    steps and says the smaller ``max_steps`` stands."""
+    n = _batches_an_epoch(numbers)
+    with caplog.at_level(logging.INFO, logger="xformer"):
+        out = steps_from_epochs(_compose(["trainer.max_epochs=1000", "trainer.max_steps=1500"], tmp_path), numbers)
+    assert out.trainer.max_steps == min(1500, 1000 * n)
+    assert _lines(caplog) == [
+        f"trainer.max_epochs=1000 -> trainer.max_steps=1500: 1000 epochs are {1000 * n} optimizer steps "
+        f"({n} optimizer steps an epoch of {n} batches), so trainer.max_steps=1500 ends the run first"
+    ]
+
+
+@pytest.mark.parametrize(
+    "devices, nodes", [("2", 1), ("auto", 1), ("'2'", 2), ("1", 3)], ids=["two", "auto", "string", "nodes"]
+)
+def test_the_world_size_is_lightnings(tmp_path, devices, nodes):
+    """The processes an epoch's batches are shared by, as the trainer Lightning builds from the same keys counts
+    them (``Trainer.world_size``), before it is built."""
+    from xformer.jobs.steps import world_size
+
+    cfg = _compose(["trainer.accelerator=cpu", f"trainer.devices={devices}", f"trainer.num_nodes={nodes}"], tmp_path)
+    devices = cfg.trainer.devices
+    trainer = L.Trainer(accelerator="cpu", devices=devices, num_nodes=nodes, logger=False, enable_checkpointing=False)
+    assert world_size(cfg.trainer) == trainer.world_size
+
+
+def test_an_epoch_counts_one_ranks_share_of_the_batches(tmp_path, numbers):
+    """``devices`` a list of ids: as many ranks, each with ``ceil(batches / ranks)`` batches an epoch (was: one
+    rank for any devices but an int)."""
+    n = _batches_an_epoch(numbers)
+    out = steps_from_epochs(
+        _compose(["trainer.devices=[0,1]", "trainer.max_epochs=2", "trainer.max_steps=-1"], tmp_path), numbers
+    )
+    assert out.trainer.max_steps == 2 * math.ceil(n / 2)
+
+
+def test_devices_only_the_built_trainer_counts_are_refused_with_epoch_keys(tmp_path, numbers):
+    cfg = _compose(["trainer.accelerator=auto", "trainer.devices=auto", "trainer.max_epochs=2"], tmp_path)
+    with pytest.raises(ConfigError, match=r"^trainer.devices=auto: .* Fix: trainer.devices=<count>"):
+        steps_from_epochs(cfg, numbers)
+    steps_from_epochs(_compose(["trainer.accelerator=auto", "trainer.devices=auto"], tmp_path), numbers)
+
+
+def test_only_rank_zero_says_the_conversion(tmp_path, numbers, caplog, monkeypatch):
+    """Every rank converts its config; the lines are printed once (Lightning's ``rank_zero_only.rank``)."""
+    from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
+    cfg = _compose(["trainer.max_epochs=2"], tmp_path)
+    for rank, said in ((1, 0), (0, 1)):
+        monkeypatch.setattr(rank_zero_only, "rank", rank)
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="xformer"):
+            out = steps_from_epochs(cfg, numbers)
+        assert len(_lines(caplog)) == said and out.trainer.max_steps == 2 * _batches_an_epoch(numbers)
+
+
+def test_the_record_keeps_the_data_side_of_the_conversion_and_a_resume_names_its_change(tmp_path):
+    """``data_epoch_batches`` and ``data_val_examples`` (the config keys ``metrics.json`` and the checkpoint
+    carry) say what the run trained and validated on; a resume that changes either, also from or to all of the
+    data, lists it among the changed settings."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from xformer.config.checkpoint import check_resume_settings
+    from xformer.data.numbers import NumbersDataModule
+
+    dm = NumbersDataModule(n_train=500, n_val=96, n_test=10, n_long=5, cache_dir=str(tmp_path / "cache"))
+    dm.prepare_data()
+    dm.setup("fit")
+    n, here = _batches_an_epoch(dm), [f"paths.root_dir={tmp_path}"]  # no Hydra run to resolve it
+    first = steps_from_epochs(
+        _compose(
+            [*here, "+trainer.limit_train_batches=1", "trainer.limit_val_batches=0.25", "trainer.max_steps=8"], tmp_path
+        ),
+        dm,
+    )
+    assert n > 1 and first.data_epoch_batches == 1 and first.data_val_examples == len(dm.val_set) < 96
+    path = tmp_path / "last.ckpt"
+    torch.save({"state_dict": {}, "xformer": {"config": OmegaConf.to_container(first, resolve=True)}}, path)
+    resumed = _compose([*here, "trainer.max_steps=8"], tmp_path)
+    changes = {k: (old, new) for k, old, new in check_resume_settings(resumed, str(path))}
+    assert changes["data_epoch_batches"] == (1, None) and changes["data_val_examples"] == (len(dm.val_set), None)
+    assert check_resume_settings(first, str(path)) == []

@@ -121,10 +121,11 @@ def test_a_fraction_or_a_time_interval_validates_at_the_end_of_an_optimizer_step
 
 
 @pytest.mark.parametrize("interval", [3, pytest.param(4, marks=pytest.mark.slow)])
-def test_an_interval_counted_in_an_epoch_that_is_no_step_interval_is_refused_before_training(tmp_path, interval):
+def test_an_interval_of_an_epoch_or_more_counted_in_epochs_validates_at_each_epochs_end(tmp_path, interval):
     """3 batches per epoch, accumulation 2: an epoch has 2 optimizer steps, so an interval of 3 or 4 counted
-    inside each epoch would never validate: one ``error:`` line naming the key, the epoch's steps and the
-    step-counted fix."""
+    inside each epoch (``check_val_every_n_epoch=1``) cannot fall inside one: it is the epoch's end, every 2
+    steps, and the conversion line says so."""
+    probe = tmp_path / "probe.json"
     res = run_py(
         [
             *T,
@@ -133,14 +134,42 @@ def test_an_interval_counted_in_an_epoch_that_is_no_step_interval_is_refused_bef
             "trainer.check_val_every_n_epoch=1",
             "trainer.accumulate_grad_batches=2",
             f"hydra.run.dir={tmp_path / 'job'}",
+            "+callbacks.probe._target_=tests.train.step_probe.Probe",
+            f"+callbacks.probe.path={probe}",
+        ],
+        tmp_path,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert [e["step"] for e in events(probe) if e["kind"] == "val"] == [2, 4, 6]
+    line = (
+        f"trainer.val_check_interval={interval}, trainer.check_val_every_n_epoch=1 -> trainer.val_check_interval=2 "
+        f"({interval} optimizer steps are an epoch or more: at the end of every epoch; 2 optimizer steps an epoch "
+        "of 3 batches)"
+    )
+    assert (res.stdout + res.stderr).count(line) == 1, (res.stdout + res.stderr)[-3000:]
+
+
+def test_an_interval_inside_one_epoch_in_two_is_refused_before_training(tmp_path):
+    """3 batches per epoch, accumulation 2 (2 optimizer steps): ``val_check_interval=1`` with
+    ``check_val_every_n_epoch=2`` validates after both steps of one epoch in two, and never in the other: no
+    interval in steps, so one ``error:`` line naming the key, the epoch's steps and the step-counted fix."""
+    res = run_py(
+        [
+            *T,
+            "trainer.max_steps=6",
+            "trainer.val_check_interval=1",
+            "trainer.check_val_every_n_epoch=2",
+            "trainer.accumulate_grad_batches=2",
+            f"hydra.run.dir={tmp_path / 'job'}",
         ],
         tmp_path,
     )
     assert res.returncode == 2, res.stderr[-3000:]
     errors = [line for line in (res.stdout + res.stderr).splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in res.stderr, res.stderr[-3000:]
-    assert errors[0].startswith("error: trainer.check_val_every_n_epoch=1: ") and "of 2 optimizer steps" in errors[0]
+    assert errors[0].startswith("error: trainer.check_val_every_n_epoch=2: ") and "of 2 optimizer steps" in errors[0]
     assert "Fix: trainer.check_val_every_n_epoch=null and trainer.val_check_interval=<optimizer steps>" in errors[0]
+    assert errors[0].endswith("(e.g. 1, or 4 for every 2 epochs)"), errors[0]
 
 
 def test_a_limit_that_takes_no_batch_of_an_epoch_is_refused_before_training(tmp_path):
@@ -154,5 +183,5 @@ def test_a_limit_that_takes_no_batch_of_an_epoch_is_refused_before_training(tmp_
     assert len(errors) == 1 and "Traceback" not in res.stderr, res.stderr[-3000:]
     assert errors[0] == (
         "error: trainer.limit_train_batches=0.1: takes none of an epoch's 3 batches. "
-        "Fix: trainer.limit_train_batches=0.333 or more, or an int"
+        "Fix: trainer.limit_train_batches=0.333 or more, or an int >= 1"
     )

@@ -148,6 +148,8 @@ def check_checkpoint_vocab(cfg: DictConfig, path: str, dm) -> None:
 
 #: Keys (and all below them) a resumed run may not change: its model, data and order, loss, optimizer class.
 SHAPING_KEYS = ("model", "data", "loss", "seed", "optim.optimizer._target_")
+#: Keys the epoch conversion adds (:func:`xformer.jobs.steps.steps_from_epochs`); absent means None (all data).
+CONVERTED_KEYS = ("data_epoch_batches", "data_val_examples")
 #: Keys that may differ from the checkpoint's without a word (besides ``sweep.runtime_keys``).
 QUIET_KEYS = ("mode", "task_name", "callbacks", "module", "trainer.default_root_dir")
 
@@ -159,8 +161,9 @@ def under(key: str, prefixes) -> bool:
 
 def check_resume_settings(cfg: DictConfig, path: str) -> list[tuple[str, Any, Any]]:
     """``[(key, checkpoint's value, this run's value)]`` where this training run's config differs from the
-    checkpoint's (:data:`QUIET_KEYS`, ``sweep.runtime_keys`` and keys absent from either left out); they take
-    effect from the resumed step. Raises: ConfigError when a :data:`SHAPING_KEYS` key differs."""
+    checkpoint's (:data:`QUIET_KEYS`, ``sweep.runtime_keys`` and keys absent from either left out; an absent
+    :data:`CONVERTED_KEYS` key is None); they take effect from the resumed step. Raises: ConfigError when a
+    :data:`SHAPING_KEYS` key differs."""
     if cfg.get("mode", "train") != "train":
         return []
     _, meta = load_checkpoint_parts(path)
@@ -168,7 +171,8 @@ def check_resume_settings(cfg: DictConfig, path: str) -> list[tuple[str, Any, An
     if not isinstance(stored, dict):
         return []
     ignore = [*runtime_keys(cfg), "hydra"]
-    want, have = flat(stored), flat(OmegaConf.to_container(cfg, resolve=True))
+    none = dict.fromkeys(CONVERTED_KEYS)
+    want, have = {**none, **flat(stored)}, {**none, **flat(OmegaConf.to_container(cfg, resolve=True))}
     diff = [(k, want[k], have[k]) for k in sorted(set(want) & set(have)) if want[k] != have[k] and not under(k, ignore)]
     shaping = [d for d in diff if under(d[0], SHAPING_KEYS)]
     if shaping:

@@ -129,8 +129,7 @@ def build(cfg: DictConfig, ctx: JobContext, start: float | None = None) -> Job:
     dm.prepare_data()
     dm.setup("fit")
     if cfg.mode == "train":  # epoch keys -> optimizer steps, once, with a line each
-        devices, nodes = cfg.trainer.get("devices"), cfg.trainer.get("num_nodes") or 1
-        cfg = steps_from_epochs(cfg, dm, devices * nodes if isinstance(devices, int) else 1)
+        cfg = steps_from_epochs(cfg, dm)
     record = RunRecord(job=ctx.info(), config=OmegaConf.to_container(cfg, resolve=True))
     trainer = build_trainer(cfg, start)  # the run's one trainer, its loggers given once they are built
     if ctx.ckpt is not None:
