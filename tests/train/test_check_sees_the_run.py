@@ -230,3 +230,15 @@ def test_a_refusal_inside_a_sweep_job_is_its_error_line_not_a_traceback(tmp_path
     assert "Traceback" not in out, out[-3000:]
     said = re.findall(r"job (\d) \(.*\) failed; the sweep goes on: (error: .*)", out)
     assert sorted(said) == [("0", line), ("1", line)], out[-3000:]
+
+
+def test_a_sweeps_report_hint_names_no_step_its_jobs_do_not_run(tmp_path):
+    """``trainer.max_epochs=1,2``: the hint at the sweep's start names no validation step past a job's budget (the
+    conversion's own lines say the budgets)."""
+    res = run_py([*SMALL, "trainer.max_epochs=1,2", "sweep.dry_run=true", f"hydra.sweep.dir={tmp_path / 's'}", "-m"],
+                 tmp_path)  # fmt: skip
+    out = res.stdout + res.stderr
+    budgets = [int(n) for n in re.findall(r"trainer\.max_epochs=\d -> trainer\.max_steps=(\d+) ", out)]
+    (hint,) = [ln for ln in out.splitlines() if "report: a verdict" in ln]
+    named = [int(n) for part in re.findall(r"validations? \(([\d, ]+)\)", hint) for n in part.split(", ")]
+    assert res.returncode == 0 and len(set(budgets)) == 2 and all(n <= max(budgets) for n in named), out[-3000:]
