@@ -4,6 +4,7 @@ against the metrics the run logs; a refusal inside a ``-m`` job prints its ``err
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 
@@ -242,3 +243,19 @@ def test_a_sweeps_report_hint_names_no_step_its_jobs_do_not_run(tmp_path):
     (hint,) = [ln for ln in out.splitlines() if "report: a verdict" in ln]
     named = [int(n) for part in re.findall(r"validations? \(([\d, ]+)\)", hint) for n in part.split(", ")]
     assert res.returncode == 0 and len(set(budgets)) == 2 and all(n <= max(budgets) for n in named), out[-3000:]
+
+
+def test_eval_runs_without_the_validation_schedule_which_does_nothing_there(tmp_path):
+    """``mode=eval`` with a fractional ``val_check_interval`` (Lightning's trainer refuses it without
+    ``check_val_every_n_epoch``): the run tests the checkpoint, as without the key; the dry run passes."""
+    train = run_py([*SMALL, "trainer.max_steps=2", f"hydra.run.dir={tmp_path / 'train'}"], tmp_path)
+    assert train.returncode == 0, train.stderr[-2000:]
+    (ckpt,) = (tmp_path / "train" / "checkpoints").glob("best-*.ckpt")
+    base = [*SMALL, "mode=eval", f"ckpt_path={ckpt}"]
+    plain = run_py([*base, f"hydra.run.dir={tmp_path / 'plain'}"], tmp_path)
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    for name, extra in (("run", []), ("dry", ["sweep.dry_run=true"])):
+        res = run_py([*base, "trainer.val_check_interval=0.5", *extra, f"hydra.run.dir={tmp_path / name}"], tmp_path)
+        assert res.returncode == 0 and not _error_lines(res), res.stderr[-2000:]
+    tested = [json.loads((tmp_path / d / "metrics.json").read_text())["metrics"] for d in ("plain", "run")]
+    assert tested[0] == tested[1]
