@@ -4,7 +4,8 @@ names (the schema), the named cross-key rules no signature can know, and the sta
 0. :func:`first_error`, the command line composes with Hydra's Compose API (before ``@hydra.main``);
 1. :func:`check_static`, the config alone (no torch);
 2. :func:`check_model`, the :data:`EARLY` nodes, the mixer and optimizer rules, the model on the meta device;
-3. :func:`check_data_options`, the other nodes and the data module's constructor;
+3. :func:`check_data_options`, the other nodes, the data module's constructor and (a dry run, a sweep's check) the
+   callbacks and trainer the run builds (:mod:`xformer.config.trainer`);
 4. :func:`check_with_data`, the built data against the model.
 
 Every mistake is one ``error:`` line naming the key, its YAML file where known, and the fix."""
