@@ -28,6 +28,7 @@ log = logging.getLogger("xformer")
 def main(cfg: DictConfig) -> float | None:
     """One job, top to bottom: its context, the config check, training and testing (or a dry run), its end."""
     from xformer.config.check import check_config, check_config_first, check_devices
+    from xformer.config.trainer import as_run
     from xformer.errors import ConfigError, held_warnings
     from xformer.jobs.context import Outcome, job_context, outcome_of
     from xformer.jobs.record import Status, read_record
@@ -56,8 +57,8 @@ def main(cfg: DictConfig) -> float | None:
             from xformer.jobs.driver import run
 
             # data and model built once; metrics.json written however it ends; a -m job on several
-            # devices runs under torchrun (xformer.jobs.distributed)
-            end, record = run_job(run, cfg, ctx, script=__file__)
+            # devices runs under torchrun (xformer.jobs.distributed); eval drops the validation schedule (no fit)
+            end, record = run_job(run, as_run(cfg) if cfg.mode == "eval" else cfg, ctx, script=__file__)
     except (Exception, KeyboardInterrupt) as err:  # before training: invalid config or data, Ctrl-C
         end = outcome_of(err, out_dir=ctx.out_dir)
 
@@ -82,9 +83,11 @@ def end_job(cfg: DictConfig, ctx, end, record) -> float | None:
             stop_sweep(cfg, ctx, end)  # the summary of what ran, and the command that goes on
         sys.exit(end.exit_code)
     if ctx.multirun:  # the sweep goes on; the sweeper gets the worst objective
-        err = end.error
-        what = f"job {ctx.num} ({' '.join(ctx.overrides)}) failed; the sweep goes on"
-        log.error("%s", what, exc_info=(type(err), err, err.__traceback__))
+        err, what = end.error, f"job {ctx.num} ({' '.join(ctx.overrides)}) failed; the sweep goes on"
+        if end.line is not None and os.environ.get("HYDRA_FULL_ERROR") != "1":  # a refusal: its line, as a run's
+            log.error("%s: error: %s", what, end.line)
+        else:  # a crash: its traceback
+            log.error("%s", what, exc_info=(type(err), err, err.__traceback__))
         return fallback(cfg)
     if os.environ.get("HYDRA_FULL_ERROR") == "1" or end.line is None:
         raise end.error  # a crash: its traceback

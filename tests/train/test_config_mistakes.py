@@ -106,12 +106,15 @@ def test_a_logger_whose_package_is_missing_fails_first(monkeypatch):
     ],
 )
 def test_a_warmup_as_long_as_the_run_is_a_warning(overrides, words, caplog):
+    """Judged on the config the trainer is built from (its budget in steps: tests/train/test_epoch_keys.py)."""
+    from xformer.config.check import warmup_rules
+
     with caplog.at_level("WARNING", logger="xformer"):
-        check_static(_compose(overrides))
+        warmup_rules(_compose(overrides))
     assert any(words in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
     caplog.clear()
     with caplog.at_level("WARNING", logger="xformer"):
-        check_static(_compose(["optim=adamw", "trainer.max_steps=500"]))
+        warmup_rules(_compose(["optim=adamw", "trainer.max_steps=500"]))
     assert not caplog.records
 
 
@@ -250,8 +253,9 @@ def test_run_py_refuses_a_trainer_value_in_one_line_before_building_the_model(tm
 
 @pytest.mark.slow  # 30-60 s: in `make test-slow`, out of `make test`'s 10-minute budget
 def test_a_refused_run_prints_its_error_line_alone_and_a_valid_one_keeps_its_warnings(tmp_path):
-    """``trainer.max_steps=5`` draws the warm-up warning (stage 1); ``model.dropout=2`` is refused in stage 2:
-    the refused run prints only its ``error:`` line, the same settings without the mistake print the warning."""
+    """``trainer.max_steps=5`` draws the warm-up warning (once the budget is known); ``model.dropout=2`` is refused
+    in stage 2: the refused run prints only its ``error:`` line, the same settings without the mistake print the
+    warning."""
     import os
     import subprocess
     import sys

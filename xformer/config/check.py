@@ -4,7 +4,8 @@ names (the schema), the named cross-key rules no signature can know, and the sta
 0. :func:`first_error`, the command line composes with Hydra's Compose API (before ``@hydra.main``);
 1. :func:`check_static`, the config alone (no torch);
 2. :func:`check_model`, the :data:`EARLY` nodes, the mixer and optimizer rules, the model on the meta device;
-3. :func:`check_data_options`, the other nodes and the data module's constructor;
+3. :func:`check_data_options`, the other nodes, the data module's constructor and (a dry run, a sweep's check) the
+   callbacks and trainer the run builds (:mod:`xformer.config.trainer`);
 4. :func:`check_with_data`, the built data against the model.
 
 Every mistake is one ``error:`` line naming the key, its YAML file where known, and the fix."""
@@ -14,7 +15,6 @@ from __future__ import annotations
 import inspect
 import logging
 import re
-import warnings
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -29,13 +29,12 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, Interpolation
 
 from xformer.config.checkpoint import check_checkpoint_model, check_ckpt_file
 from xformer.config.overrides import added_overrides, key_of, parse
+from xformer.config.trainer import _ACCELERATORS, CONSUMED, _get, _nodes, as_run, build_callbacks, trainer_accepts
 from xformer.config_types import Range, closest, fix_for, hint, import_target, parameters, value_problem
 from xformer.errors import ConfigError, warn_once
 from xformer.train.checkpoint_file import build_model, refusal
 
 # -- the schema: each node against its class --------------------------------------------------------
-#: Keys of a node that xformer reads itself before it instantiates the node's target.
-CONSUMED = {"lightning.Trainer": ("compile",), "lightning.pytorch.Trainer": ("compile",)}
 #: Nodes the run does not instantiate (Hydra's own settings).
 SKIP = ("hydra",)
 #: The roots checked in stage 2 (their targets import torch at most); the others follow in stage 3.
@@ -195,28 +194,22 @@ _LOGGER_PACKAGES = {
 }
 
 
-def _get(cfg: DictConfig, key: str, default=None):  # an interpolation that does not resolve: Hydra names it
-    return OmegaConf.select(cfg, key, default=default, throw_on_resolution_failure=False)
-
-
-def _nodes(cfg: DictConfig, key: str) -> list[tuple[str, DictConfig]]:
-    """``(name, node)`` of each node under ``key`` (``callbacks``, ``logger``)."""
-    parent = _get(cfg, key)
-    return [(str(k), v) for k, v in (parent.items() if OmegaConf.is_dict(parent) else []) if OmegaConf.is_dict(v)]
-
-
-def optim_rules(cfg: DictConfig) -> None:
-    """Warm-up vs schedule length (warns), schedule vs step budget, unread weight decay. Raises: ConfigError."""
-    warmup, steps, epochs = (_get(cfg, k) for k in ("optim.warmup_steps", "trainer.max_steps", "trainer.max_epochs"))
-    optim = _get(cfg, "optim")
-    node = optim.get("scheduler") if isinstance(optim, DictConfig) else None
-    total = _get(cfg, "optim.scheduler.total_steps") if isinstance(node, DictConfig) else None
+def warmup_rules(cfg: DictConfig) -> None:
+    """Warm-up vs schedule length and step budget (warns), on the config with its epoch keys in steps."""
+    warmup, steps, total = (_get(cfg, k) for k in ("optim.warmup_steps", "trainer.max_steps", "optim.scheduler"))
+    total = _get(cfg, "optim.scheduler.total_steps") if isinstance(total, DictConfig) else None
     if isinstance(warmup, int) and isinstance(total, int) and 0 < total <= warmup:
         why = f">= optim.scheduler.total_steps={total}: the learning rate climbs for the whole schedule, then drops"
         warn_once(f"optim.warmup_steps={warmup} {why} to its floor at once", cfg)
     elif isinstance(warmup, int) and isinstance(steps, int) and 0 < steps < warmup:
         why = f"> trainer.max_steps={steps}: the run ends before the learning rate reaches its peak optim.lr"
         warn_once(f"optim.warmup_steps={warmup} {why}", cfg)
+
+
+def optim_rules(cfg: DictConfig) -> None:
+    """Schedule vs step budget, unread weight decay (the warm-up: :func:`warmup_rules`). Raises: ConfigError."""
+    steps, epochs, optim = (_get(cfg, k) for k in ("trainer.max_steps", "trainer.max_epochs", "optim"))
+    node = optim.get("scheduler") if isinstance(optim, DictConfig) else None
     follows = isinstance(node, DictConfig) and "total_steps" in node
     follows = follows and node._get_node("total_steps")._value() == "${trainer.max_steps}"
     # max_epochs becomes max_steps once the data is known (xformer.jobs.steps)
@@ -290,10 +283,21 @@ def epoch_keyed_callbacks(cfg: DictConfig) -> None:
                 raise ConfigError(f"{key}.{option}={bad}: acts at an epoch's end. Fix: {key}.{option}={good}")
         for base in (b for b in why if issubclass(cls, b) and not mine):
             raise ConfigError(f"{key} ({cls.__name__}): {why[base]}")
+        # no step or time trigger: Lightning saves at its epoch's end (once, at the run's end) or after validations
+        triggers = (node.get(k) for k in ("every_n_train_steps", "every_n_epochs", "train_time_interval"))
+        lone = issubclass(cls, cb.ModelCheckpoint) and all(t is None for t in triggers)
+        at, fix = f"{key}.save_on_train_epoch_end", f"Fix: {key}.every_n_train_steps=<optimizer steps, e.g. an epoch's>"
+        epoch_end, limit = node.get("save_on_train_epoch_end"), _get(cfg, "trainer.limit_val_batches")
+        if lone and str(epoch_end).lower() == "true":
+            raise ConfigError(f"{at}=true: saves at Lightning's epoch's end, which comes once, at the run's end. {fix}")
+        if lone and epoch_end is None and limit == 0 and not mine:  # xformer's own save at validations by design
+            said = f"{key} ({cls.__name__}) saves after each validation, and it runs none (Lightning: at epochs' ends)"
+            raise ConfigError(f"trainer.limit_val_batches={limit}: {said}. {fix}")
         hooks = [h for h in ("on_train_epoch_start", "on_train_epoch_end") if hasattr(cls, h)]
         if hooks := [h for h in hooks if getattr(cls, h).__module__.split(".")[0] not in ("lightning", "xformer")]:
             fix = "act in on_train_batch_end every N optimizer steps (trainer.global_step), or in on_validation_end"
-            raise ConfigError(f"{key} ({cls.__name__}): its {' and '.join(hooks)} run once, at the end. Fix: {fix}")
+            said = " and ".join(f"{h} runs once, at the run's {h.rsplit('_', 1)[1]}" for h in hooks)
+            raise ConfigError(f"{key} ({cls.__name__}): its {said}. Fix: {fix}")
 
 
 def installed_and_present(cfg: DictConfig) -> None:
@@ -311,11 +315,13 @@ def check_objective(cfg: DictConfig, metrics: list[str] | None = None, data_name
     if cfg.get("mode", "train") != "train":
         return
     metric, known = str(cfg.objective.metric), list(SEQUENCE_METRICS) if metrics is None else metrics
-    # the keys a training run logs at every validation
-    if metric not in (keys := ["val/loss", "val/ppl", "val/acc", *[f"val/{m}" for m in known], "train/loss"]):
-        why = "no such metric" if metrics is None else f"data {data_name} does not compute it"
-        why = "test metrics come after training" if metric.startswith("test/") else why
-        raise ConfigError(f"objective.metric={metric}: not logged ({why}); use one of {', '.join(keys)}")
+    keys = ["val/loss", "val/ppl", "val/acc", *[f"val/{m}" for m in known], "train/loss"]  # logged at validations
+    watched = [(f"callbacks.{n}.monitor", _get(cfg, f"callbacks.{n}.monitor")) for n, _ in _nodes(cfg, "callbacks")]
+    for at, name in (("objective.metric", metric), *((at, str(m)) for at, m in watched if m is not None)):
+        if name not in keys:
+            why = "no such metric" if metrics is None else f"data {data_name} does not compute it"
+            why = "test metrics come after training" if name.startswith("test/") else why
+            raise ConfigError(f"{at}={name}: not logged ({why}). Fix: use one of {', '.join(keys)}")
     limit, never = _get(cfg, "trainer.limit_val_batches"), f"so objective.metric={metric} is never logged"
     if metric.startswith("val/") and limit is not None and not isinstance(limit, bool) and limit == 0:
         raise ConfigError(f"trainer.limit_val_batches={limit}: {never}. Fix: > 0, or objective.metric=train/loss")
@@ -401,55 +407,12 @@ def check_model(cfg: DictConfig, ckpt: str | None = None) -> None:
         check_checkpoint_model(cfg, ckpt)
 
 
-def bare_trainer(target: str, keys: dict):
-    """Lightning's ``target`` trainer from ``keys`` alone, without its logs. Raises: what its constructor raises."""
-    previous = logging.root.manager.disable
-    logging.disable(logging.WARNING)  # the device summary: printed once, by the run's own trainer
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            node = {"_target_": target, "_convert_": "all", **keys}  # plain dicts (max_time as a timedelta's keys)
-            return instantiate(node, logger=False, enable_checkpointing=False, callbacks=[])
-    finally:
-        logging.disable(previous)
-
-
-def trainer_accepts(cfg: DictConfig) -> None:
-    """Lightning's own checks of ``trainer`` (not a GPU: :func:`check_devices`), naming the key. Raises: ConfigError."""
-    from lightning.fabric.utilities.exceptions import MisconfigurationException
-
-    node = _get(cfg, "trainer")
-    if not isinstance(node, DictConfig) or "_target_" not in node or str(node.get("accelerator")) in _ACCELERATORS:
-        return
-    items = []
-    for key in (str(k) for k in node if k != "_target_" and k not in CONSUMED.get(str(node._target_), ())):
-        try:
-            items.append((key, OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v := node[key]) else v))
-        except Exception:  # ${hydra:...} outside a job (a sweep's check), or a reference named by another check
-            continue
-    kinds, refused = (ValueError, TypeError, MisconfigurationException, ImportError), False
-    for n in (len(items), *range(1, len(items) + 1)):  # all keys; once refused, the first n: the key it refuses
-        try:
-            bare_trainer(str(node._target_), dict(items[:n]))
-        except Exception as err:
-            if (why := refusal(err, kinds)) is None:
-                raise
-            if refused:  # by the n-th key (a refusal of xformer's own strategy: its line as it is)
-                key, sub = items[n - 1][0], node.get(items[n - 1][0])
-                shown = f"{key} ({sub.get('_target_')})" if OmegaConf.is_dict(sub) else f"{key}={sub}"
-                line = f"trainer.{shown}: {why.rstrip('.')}. Fix: another trainer.{key} (Trainer {key})"
-                raise ConfigError(refusal(err, (ConfigError,)) or line) from None
-            refused = True
-        if not refused:
-            return
-
-
 def check_data_options(cfg: DictConfig, trainer: bool = True):
     """Stage 3 (``trainer``: not in the run): the other nodes; returns the data module. Raises: ConfigError."""
     check_targets(cfg, early=False)
     epoch_keyed_callbacks(cfg)
     if trainer:
-        trainer_accepts(cfg)
+        build_callbacks(cfg, check=True)
     try:
         dm = instantiate(cfg.data)
     except Exception as err:
@@ -457,6 +420,9 @@ def check_data_options(cfg: DictConfig, trainer: bool = True):
             raise
         raise ConfigError(f"data ({str(cfg.data.get('_target_', '?')).rsplit('.', 1)[-1]}): {why}") from None
     check_objective(cfg, list(getattr(dm, "metrics", []) or []), type(dm).__name__)
+    if trainer:  # the trainer the run builds, after its data is known
+        trainer_accepts(converted := as_run(cfg, dm))
+        warmup_rules(converted)
     return dm
 
 
@@ -464,14 +430,6 @@ def check_config_first(cfg: DictConfig, ckpt: str | None = None) -> None:
     """Stages 1 and 2: what ``run.py`` checks before it imports Lightning or W&B. Raises: ConfigError."""
     check_static(cfg)
     check_model(cfg, ckpt)
-
-
-#: Lightning's accelerator names (values of ``trainer.accelerator``) for devices torch can count
-_ACCELERATORS = {
-    "gpu": "cuda",
-    "cuda": "cuda",
-    "mps": "mps",
-}
 
 
 def check_devices(cfg: DictConfig) -> None:
@@ -496,7 +454,9 @@ def check_config(cfg: DictConfig, ckpt: str | None = None) -> None:
 
 
 def check_with_data(cfg: DictConfig, dm, model) -> None:
-    """Stage 4: ``model.check_data``, the longest sequence vs ``model.max_len`` (eval: warns). Raises: ConfigError."""
+    """Stage 4: ``model.check_data``, the longest sequence vs ``model.max_len`` (eval: warns), the warm-up vs the step
+    budget (warns). Raises: ConfigError."""
+    warmup_rules(cfg)
     model.check_data(dm)
     limit, need = model.position_limit, model.positions_needed(dm)
     if limit is None or limit >= need:

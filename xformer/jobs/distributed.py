@@ -67,7 +67,7 @@ def external_rank_argv(argv: list[str]) -> list[str]:
 def ranks_to_start(trainer_cfg: Any) -> int:
     """How many processes :func:`run_job` starts for a ``-m`` job: the devices when the launcher of a ``Trainer``
     built from ``trainer_cfg`` would re-run the script, else 0 (also for a config Lightning refuses)."""
-    from xformer.config.check import bare_trainer
+    from xformer.config.trainer import bare_trainer
 
     keys = [k for k in ("accelerator", "devices", "num_nodes", "strategy", "plugins") if k in trainer_cfg]
     kwargs = OmegaConf.to_container(OmegaConf.masked_copy(trainer_cfg, keys), resolve=True)

@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from xformer.config.check import check_data_options, check_with_data
 from xformer.config.checkpoint import check_checkpoint_vocab, check_resume_settings
+from xformer.config.trainer import build_callbacks
 from xformer.data.base import XformerDataModule
 from xformer.errors import ConfigError
 from xformer.train.checkpoint_file import build_model, read_checkpoint, refusal
@@ -93,10 +94,9 @@ def build_module(cfg: DictConfig, dm, model: torch.nn.Module) -> TransformerLitM
 
 def build_trainer(cfg: DictConfig, start: float | None = None) -> L.Trainer:
     """``cfg.trainer`` with the configured callbacks, :class:`~xformer.jobs.resume.OptimizerStepIntervals` (clock
-    from ``start``) and the progress bar; no loggers yet. Raises: ConfigError for a value Lightning refuses."""
-    callbacks = [
-        instantiate(c) for c in (cfg.get("callbacks") or {}).values() if isinstance(c, DictConfig) and "_target_" in c
-    ]
+    from ``start``) and the progress bar; no loggers yet. Raises: ConfigError for a value Lightning or a callback
+    refuses."""
+    callbacks = build_callbacks(cfg)  # a value a callback's constructor refuses: one ConfigError line
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     trainer_cfg.pop("compile", None)  # xformer's key (build_module)
     interval = trainer_cfg.get("val_check_interval")

@@ -230,7 +230,8 @@ def _int(value: Any) -> int | None:
 def report_needs(config: DictConfig) -> str | None:
     """One line saying what ``xformer report`` needs to decide multirun ``config`` (:mod:`xformer.verdict_needs`)
     when its jobs have fewer seeds or second-half validations, with the overrides that give them; ``None`` when
-    they have enough, compare no settings, or cannot be listed up front (Optuna)."""
+    they have enough, compare no settings, or cannot be listed up front (Optuna); a job whose budget or interval
+    counts the data's epochs adds no validation count (its steps come with its data)."""
     from xformer import verdict_needs as need
 
     if "BasicSweeper" not in str(OmegaConf.select(config, "hydra.sweeper._target_", default="")):
@@ -250,6 +251,8 @@ def report_needs(config: DictConfig) -> str | None:
         max_steps, interval = _int(get("trainer.max_steps")), _int(get("trainer.val_check_interval"))
         if max_steps is None or interval is None or max_steps <= 0:
             continue
+        if (_int(get("trainer.max_epochs")) or 0) > 0 or get("trainer.check_val_every_n_epoch") is not None:
+            continue  # counted in the data's epochs: its steps are known once its data is (xformer.jobs.steps)
         dense = (_int(get("val_dense.every")), _int(get("val_dense.until")) or 0)
         late = need.late_validations(need.validation_steps(max_steps, interval, *dense))
         late_counts.append((len(late), late, max_steps, dense))
