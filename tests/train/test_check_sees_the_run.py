@@ -16,9 +16,9 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from tests.conftest import REPO
 from tests.reliability.conftest import run_py
 from xformer.config.check import check_config
+from xformer.config.steps import steps_from_epochs
 from xformer.errors import ConfigError
 from xformer.jobs.driver import build_trainer
-from xformer.jobs.steps import steps_from_epochs
 
 #: 6 training batches an epoch (6 optimizer steps)
 SMALL = [

@@ -17,8 +17,8 @@ from tests.reliability.conftest import run_py
 from tests.train.step_probe import events
 from tests.train.test_step_intervals import T as SMALL  # the tiny run with 3 training batches an epoch
 from xformer.config.check import check_config
+from xformer.config.steps import steps_from_epochs
 from xformer.errors import ConfigError
-from xformer.jobs.steps import steps_from_epochs
 
 
 def _compose(overrides, tmp_path):
@@ -385,7 +385,7 @@ def test_a_smaller_max_steps_says_it_ends_the_run_first(tmp_path, numbers, caplo
 def test_the_world_size_is_lightnings(tmp_path, devices, nodes):
     """The processes an epoch's batches are shared by, as the trainer Lightning builds from the same keys counts
     them (``Trainer.world_size``), before it is built."""
-    from xformer.jobs.steps import world_size
+    from xformer.config.steps import world_size
 
     cfg = _compose(["trainer.accelerator=cpu", f"trainer.devices={devices}", f"trainer.num_nodes={nodes}"], tmp_path)
     devices = cfg.trainer.devices

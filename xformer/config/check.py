@@ -212,7 +212,7 @@ def optim_rules(cfg: DictConfig) -> None:
     node = optim.get("scheduler") if isinstance(optim, DictConfig) else None
     follows = isinstance(node, DictConfig) and "total_steps" in node
     follows = follows and node._get_node("total_steps")._value() == "${trainer.max_steps}"
-    # max_epochs becomes max_steps once the data is known (xformer.jobs.steps)
+    # max_epochs becomes max_steps once the data is known (xformer.config.steps)
     if follows and isinstance(steps, int) and steps < 1 and not (isinstance(epochs, int) and epochs > 0):
         fix = "set optim.scheduler.total_steps=<steps>, trainer.max_steps or trainer.max_epochs"
         raise ConfigError(f"optim.scheduler.total_steps: follows trainer.max_steps={steps} (no length). Fix: {fix}")

@@ -148,7 +148,7 @@ def check_checkpoint_vocab(cfg: DictConfig, path: str, dm) -> None:
 
 #: Keys (and all below them) a resumed run may not change: its model, data and order, loss, optimizer class.
 SHAPING_KEYS = ("model", "data", "loss", "seed", "optim.optimizer._target_")
-#: Keys the epoch conversion adds (:func:`xformer.jobs.steps.steps_from_epochs`); absent means None (all data).
+#: Keys the epoch conversion adds (:func:`xformer.config.steps.steps_from_epochs`); absent means None (all data).
 CONVERTED_KEYS = ("data_epoch_batches", "data_val_examples")
 #: Keys that may differ from the checkpoint's without a word (besides ``sweep.runtime_keys``).
 QUIET_KEYS = ("mode", "task_name", "callbacks", "module", "trainer.default_root_dir")

@@ -10,6 +10,7 @@ import warnings
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from xformer.config.steps import steps_from_epochs
 from xformer.errors import ConfigError
 from xformer.train.checkpoint_file import refusal
 
@@ -79,10 +80,8 @@ def build_callbacks(cfg: DictConfig, check: bool = False) -> list:
 
 def as_run(cfg: DictConfig, dm=None) -> DictConfig:
     """``cfg`` as the job builds its trainer from it: training, its epoch keys in steps for the data module ``dm``
-    (:func:`~xformer.jobs.steps.steps_from_epochs`, the data set up if a key needs it); eval (no fit, no ``dm``),
+    (:func:`~xformer.config.steps.steps_from_epochs`, the data set up if a key needs it); eval (no fit, no ``dm``),
     without a validation schedule. Raises: ConfigError: the conversion's refusals."""
-    from xformer.jobs.steps import steps_from_epochs
-
     if cfg.get("mode") == "eval":
         cfg = cfg.copy()
         OmegaConf.set_struct(cfg, False)
@@ -99,8 +98,7 @@ def as_run(cfg: DictConfig, dm=None) -> DictConfig:
                 SetUp.ready = True
             return getattr(dm, name)
 
-    devices, nodes = _get(cfg, "trainer.devices"), _get(cfg, "trainer.num_nodes") or 1
-    return steps_from_epochs(cfg, SetUp(), devices * nodes if isinstance(devices, int) else 1)
+    return steps_from_epochs(cfg, SetUp())
 
 
 def trainer_accepts(cfg: DictConfig) -> None:

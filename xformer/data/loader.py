@@ -33,7 +33,7 @@ class EpochStream:
         consumed: the trainer's count of training micro-batches whose update is done (checkpoints store
             the position after it; e.g. :func:`trainer_batches_consumed`).
         epoch_batches: batches taken from each epoch (``trainer.limit_train_batches`` converted by
-            :func:`xformer.jobs.steps.steps_from_epochs`); None = all.
+            :func:`xformer.config.steps.steps_from_epochs`); None = all.
         accumulate: micro-batches per optimizer step. An epoch whose batch count is not a multiple of it
             ends with copies of its last batch that weigh nothing (``zero_weight``: no loss, no tokens),
             so every window of the epoch is whole, an epoch's end is an optimizer step's end, and the

@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from xformer.config.check import check_data_options, check_with_data
 from xformer.config.checkpoint import check_checkpoint_vocab, check_resume_settings
+from xformer.config.steps import steps_from_epochs
 from xformer.config.trainer import build_callbacks
 from xformer.data.base import XformerDataModule
 from xformer.errors import ConfigError
@@ -35,7 +36,6 @@ from .context import JobContext, Outcome, outcome_of
 from .distributed import peer_lost_line
 from .record import FILE, RunRecord, read_record
 from .resume import OptimizerStepIntervals, ResumableCSVLogger
-from .steps import steps_from_epochs
 from .wandb_run import describe_runs, finish_runs, wandb_logger
 
 # Lightning warns whenever `srun` is on PATH; outside a SLURM job that says nothing about this run.

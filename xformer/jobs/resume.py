@@ -152,7 +152,7 @@ class OptimizerStepIntervals(StepSeed):
     validation the schedule did not ask for, which a resume with a larger budget takes back.
 
     Args:
-        val_check_interval: the interval in optimizer steps (:func:`xformer.jobs.steps.steps_from_epochs`); None:
+        val_check_interval: the interval in optimizer steps (:func:`xformer.config.steps.steps_from_epochs`); None:
             a time, Lightning's decision at the first step's end once due.
         dense_every, dense_until: ``val_dense``: also validate every ``dense_every`` steps up to ``dense_until``.
         seed: the dropout seed (:class:`StepSeed`).

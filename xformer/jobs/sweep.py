@@ -252,7 +252,7 @@ def report_needs(config: DictConfig) -> str | None:
         if max_steps is None or interval is None or max_steps <= 0:
             continue
         if (_int(get("trainer.max_epochs")) or 0) > 0 or get("trainer.check_val_every_n_epoch") is not None:
-            continue  # counted in the data's epochs: its steps are known once its data is (xformer.jobs.steps)
+            continue  # counted in the data's epochs: its steps are known once its data is (xformer.config.steps)
         dense = (_int(get("val_dense.every")), _int(get("val_dense.until")) or 0)
         late = need.late_validations(need.validation_steps(max_steps, interval, *dense))
         late_counts.append((len(late), late, max_steps, dense))
