@@ -38,13 +38,15 @@ class StepProbe(L.Callback):
 
 
 class PoisonGradient(L.Callback):
-    """Set the first element of the first parameter's gradient to NaN before optimizer step ``step`` (1-based)."""
+    """Set the first element of the first parameter's gradient to NaN before optimizer step ``step`` (1-based), on
+    global rank ``rank`` only (``None``: every rank)."""
 
-    def __init__(self, step: int) -> None:
+    def __init__(self, step: int, rank: int | None = None) -> None:
         self.step = int(step)
+        self.rank = rank
 
     @override
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
-        if trainer.global_step + 1 == self.step:
+        if trainer.global_step + 1 == self.step and self.rank in (None, trainer.global_rank):
             grad = next(p.grad for p in pl_module.parameters() if p.grad is not None)
             grad.view(-1)[0] = math.nan

@@ -166,3 +166,22 @@ def test_a_validation_loss_that_rose_is_diverged_with_the_default_checkpoints(tm
     assert record["diverged"]["step"] == every * (k + 1)
     assert "rose above its first validation" in record["diverged"]["reason"]
     finite_checkpoints(job)
+
+
+@pytest.mark.slow  # ~30 s: two CPU ranks
+def test_a_non_finite_gradient_on_one_rank_stops_every_rank_naming_that_rank_and_its_step(tmp_path):
+    """Under DDP a NaN put into rank 1's gradient only (after the all-reduce) stops both ranks right after that
+    step; rank 0's record names rank 1 and the step the probe saw, and every checkpoint left is finite."""
+    job, probe = tmp_path / "ddp", tmp_path / "probe.jsonl"
+    poison = "+callbacks.poison._target_=tests.reliability.divergence_probe.PoisonGradient"
+    ddp = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"]
+    args = [*SPARSE, *ddp, "trainer.max_steps=8", "trainer.val_check_interval=2", poison, "+callbacks.poison.step=3"]
+    args += ["+callbacks.poison.rank=1", PROBE, f"+callbacks.probe.path={probe}", f"hydra.run.dir={job}"]
+    res = run_py(args, tmp_path)
+    assert res.returncode == 1, res.stdout[-2000:] + res.stderr[-2000:]
+    step, what = first_bad(probe)
+    record = metrics(job)
+    assert what == "grad" and record["diverged"] == {"step": step, "reason": "non-finite gradient norm"}
+    assert f"at step {step} (" in record["error"] and ", rank 1)" in record["error"]
+    assert record["global_step"] <= step + 1
+    assert all(s < step for s in finite_checkpoints(job).values())

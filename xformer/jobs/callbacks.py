@@ -193,13 +193,16 @@ class NonFiniteLossGuard(L.Callback):
                 bad = trainer.strategy.reduce_boolean_decision(bad, all=False)
         if not bad:
             return
-        f = {k: v.item() for k, v in self._first.items()}
-        step = int(f["step"] if f["step"] >= 0 else trainer.global_step)
-        where = f"at step {step} (epoch {f['epoch']}, batch {f['batch']})"
+        keys = ("step", "epoch", "batch", "loss", "grad")
+        row = torch.stack([self._first[k].double() for k in keys])
+        rows = trainer.strategy.all_gather(row).reshape(-1, len(keys)) if trainer.world_size > 1 else row[None]
+        # the first bad step over all ranks (a rank that saw none has step -1), one host read
+        _, rank, first = min((v[0], r, v) for r, v in enumerate(rows.tolist()) if v[0] >= 0)
+        f, step = dict(zip(keys, first, strict=True)), int(first[0])
+        on = f", rank {rank}" if trainer.world_size > 1 else ""
+        where = f"at step {step} (epoch {int(f['epoch'])}, batch {int(f['batch'])}{on})"
         what, reason = f"train/loss is {f['loss']}", "non-finite train/loss"
-        if f["step"] < 0:  # another rank saw it first
-            where, what = f"by step {step} on another rank", "train/loss or the gradient norm is non-finite"
-        elif math.isfinite(f["loss"]):
+        if math.isfinite(f["loss"]):
             what, reason = f"the gradient norm is {f['grad']} (train/loss {f['loss']:.4g})", "non-finite gradient norm"
         kept = "No checkpoint had been written yet."
         for path in (getattr(cb, "last_model_path", None) for cb in trainer.checkpoint_callbacks):
