@@ -63,9 +63,10 @@ def grad_norm(module: torch.nn.Module) -> torch.Tensor | None:
 
 
 class NonFiniteLossGuard(L.Callback):
-    """Raise :class:`NonFiniteLossError` at the end of the first optimizer step whose training loss or gradient
-    norm (:func:`grad_norm`) is NaN or Inf, before any checkpoint or validation after it (docs/troubleshooting.md,
-    "NaN or Inf loss"); the error names that step. Keeps ``(step, val/loss)`` of every validation, in the
+    """Raise :class:`NonFiniteLossError` right after the first optimizer step whose training loss or gradient
+    norm (:func:`grad_norm`) is NaN or Inf (at the end of the next micro-batch, or at the checkpoint save or
+    validation that comes first), so no checkpoint after it is written (docs/troubleshooting.md, "NaN or Inf
+    loss"); the error names that step, the first over all ranks. Keeps ``(step, val/loss)`` of every validation, in the
     checkpoint, for :meth:`divergence`.
 
     Cost per optimizer step: one pass over the gradients (none under a loss scaler, ``16-mixed``, which skips
@@ -78,7 +79,7 @@ class NonFiniteLossGuard(L.Callback):
     def __init__(self) -> None:
         self._last_saved_step: int | None = None
         self._first: dict[str, torch.Tensor] | None = None  # first bad step, epoch, batch, loss, grad norm (device)
-        self._pending: tuple[torch.Tensor, Any] | None = None  # a GPU flag's host copy and its event
+        self._pending: tuple[torch.Tensor, Any] | None = None  # the last flag's host copy, its CUDA event (or None)
         self._step_before_batch = 0
         self.validations: list[tuple[int, float]] = []  # (optimizer step, val/loss) of every validation
 
