@@ -181,7 +181,6 @@ def test_combinations_that_cannot_train_are_refused_before_training_with_one_lin
     "override,key",
     [
         ("callbacks.wandb_panels.n_samples=-1", "callbacks.wandb_panels.n_samples"),
-        ("callbacks.nan_guard.check_every_n_steps=0", "callbacks.nan_guard.check_every_n_steps"),
     ],
 )
 def test_new_callback_options_out_of_range_are_one_line_naming_the_key(override, key, tmp_path):

@@ -5,7 +5,10 @@ learning rate of 1e30 blows the weights up after the first step."""
 
 from __future__ import annotations
 
+import csv
+import json
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -67,3 +70,118 @@ def test_a_run_diverged_in_anomaly_mode_is_recorded_as_diverged_as_a_nan_loss_is
         assert record["status"] == "diverged"
         assert set(record["diverged"]) == {"step", "reason"} and record["diverged"]["reason"].startswith("non-finite")
         assert 1 <= record["diverged"]["step"] <= 4
+
+
+#: tiny runs that log no training step (log_every_n_steps beyond the run) and save checkpoints at validations
+#: only (the default last_checkpoint's 100 steps are beyond it too), with a constant learning rate
+SPARSE = [*TINY, "trainer.log_every_n_steps=25", "optim/scheduler=constant", "optim.warmup_steps=0"]
+PROBE = "+callbacks.probe._target_=tests.reliability.divergence_probe.StepProbe"
+
+
+def first_bad(probe: Path) -> tuple[int, str]:
+    """The first optimizer step whose loss or gradient the probe saw non-finite, and which one went first."""
+    rows = [json.loads(line) for line in probe.read_text().splitlines()]
+    bad = next(r for r in rows if not r["finite"])
+    return bad["step"], bad["what"]
+
+
+def finite_checkpoints(job: Path) -> dict[str, int]:
+    """``name -> global_step`` of every checkpoint in the job's folder; fails on one with a non-finite tensor."""
+    steps = {}
+    for path in sorted((job / "checkpoints").glob("*.ckpt")):
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+        tensors = [t for t in ckpt["state_dict"].values() if t.is_floating_point()]
+        assert tensors and all(torch.isfinite(t).all() for t in tensors), f"{path.name} has non-finite weights"
+        steps[path.name] = ckpt["global_step"]
+    return steps
+
+
+@pytest.mark.parametrize(
+    "name,extra,reason",
+    [
+        ("nan_loss", ["optim.lr=1e20"], "non-finite train/loss"),
+        ("nan_loss_unclipped", ["optim.lr=1e20", "trainer.gradient_clip_val=0"], "non-finite train/loss"),
+        (
+            "nan_loss_value_clip",
+            ["optim.lr=1e20", "trainer.gradient_clip_algorithm=value"],
+            "non-finite train/loss",
+        ),
+        (
+            "nan_gradient",
+            [
+                "+callbacks.poison._target_=tests.reliability.divergence_probe.PoisonGradient",
+                "+callbacks.poison.step=3",
+            ],
+            "non-finite gradient norm",
+        ),
+        ("nan_loss_accumulated", ["optim.lr=1e20", "trainer.accumulate_grad_batches=2"], "non-finite train/loss"),
+        ("anomaly", ["optim.lr=1e20", "+trainer.detect_anomaly=true"], "non-finite gradient (anomaly detection)"),
+    ],
+)
+def test_a_non_finite_step_stops_the_run_there_as_diverged_and_no_checkpoint_after_it_is_kept(
+    name, extra, reason, tmp_path
+):
+    """However a training step goes non-finite (its loss, its gradient, anomaly mode's NaN in backward), whatever
+    ``log_every_n_steps`` is, the run stops right after that step as diverged, naming it, and every checkpoint left
+    is finite and from before it (the probe's record of each step is the reference)."""
+    job, probe = tmp_path / name, tmp_path / "probe.jsonl"
+    args = [
+        *SPARSE,
+        "trainer.max_steps=8",
+        "trainer.val_check_interval=2",
+        *extra,
+        PROBE,
+        f"+callbacks.probe.path={probe}",
+    ]
+    res = run_py([*args, f"hydra.run.dir={job}"], tmp_path)
+    assert res.returncode == 1, res.stdout[-2000:] + res.stderr[-2000:]
+    assert "Traceback (most recent call last)" not in res.stderr
+    step, what = first_bad(probe)
+    assert what == ("grad" if reason == "non-finite gradient norm" else "loss")
+    record = metrics(job)
+    assert record["status"] == "diverged"
+    assert record["diverged"] == {"step": step, "reason": reason}
+    assert record["global_step"] <= step + 1, "it stopped right after the first bad step"
+    assert f"at step {step}" in record["error"]
+    saved = finite_checkpoints(job)
+    assert all(s < step for s in saved.values()), saved
+
+
+def test_a_validation_loss_that_rose_is_diverged_with_the_default_checkpoints(tmp_path):
+    """A run whose last ``val/loss`` ends above its first is ``diverged`` (exit 0) although testing reloads the best
+    checkpoint (an earlier validation's callback state): the reference is the job's own CSV of validations."""
+    job, every = tmp_path / "rose", 5
+    data = ["data.n_val=60", "data.n_long=20", "data.tokens_per_batch=512"]  # 6 steps an epoch
+    args = [*SPARSE, *data, "trainer.max_steps=20", f"trainer.val_check_interval={every}", "optim.lr=1e4"]
+    res = run_py([*args, "trainer.gradient_clip_val=0", "logger=csv", f"hydra.run.dir={job}"], tmp_path)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    with open(job / "csv" / "metrics.csv") as f:
+        vals = [float(r["val/loss"]) for r in csv.DictReader(f) if r.get("val/loss")]  # one row a validation
+    assert len(vals) == 4 and vals[-1] > vals[0], f"the setting no longer diverges: {vals}"
+    record = metrics(job)
+    assert record["status"] == "diverged", record["status"]
+    k = len(vals) - 1  # the first validation from which every later one stayed above the first
+    while k > 0 and vals[k - 1] > vals[0]:
+        k -= 1
+    assert record["diverged"]["step"] == every * (k + 1)
+    assert "rose above its first validation" in record["diverged"]["reason"]
+    finite_checkpoints(job)
+
+
+@pytest.mark.slow  # ~30 s: two CPU ranks
+def test_a_non_finite_gradient_on_one_rank_stops_every_rank_naming_that_rank_and_its_step(tmp_path):
+    """Under DDP a NaN put into rank 1's gradient only (after the all-reduce) stops both ranks right after that
+    step; rank 0's record names rank 1 and the step the probe saw, and every checkpoint left is finite."""
+    job, probe = tmp_path / "ddp", tmp_path / "probe.jsonl"
+    poison = "+callbacks.poison._target_=tests.reliability.divergence_probe.PoisonGradient"
+    ddp = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"]
+    args = [*SPARSE, *ddp, "trainer.max_steps=8", "trainer.val_check_interval=2", poison, "+callbacks.poison.step=3"]
+    args += ["+callbacks.poison.rank=1", PROBE, f"+callbacks.probe.path={probe}", f"hydra.run.dir={job}"]
+    res = run_py(args, tmp_path)
+    assert res.returncode == 1, res.stdout[-2000:] + res.stderr[-2000:]
+    step, what = first_bad(probe)
+    record = metrics(job)
+    assert what == "grad" and record["diverged"] == {"step": step, "reason": "non-finite gradient norm"}
+    assert f"at step {step} (" in record["error"] and ", rank 1)" in record["error"]
+    assert record["global_step"] <= step + 1
+    assert all(s < step for s in finite_checkpoints(job).values())

@@ -1,6 +1,6 @@
 """Lightning callbacks that keep long runs safe (all on in ``conf/callbacks/default.yaml``): stop at the first
-non-finite loss, save ``last.ckpt`` where training stops (and requeue on SLURM's signal), and write checkpoints
-at optimizer steps' ends, atomically. Exact resume as a whole: :mod:`xformer.jobs.resume`."""
+non-finite loss or gradient norm, save ``last.ckpt`` where training stops (and requeue on SLURM's signal), and write
+checkpoints at optimizer steps' ends, atomically. Exact resume as a whole: :mod:`xformer.jobs.resume`."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import sys
 import threading
 import uuid
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import lightning as L
 import torch
@@ -23,7 +23,6 @@ from lightning.pytorch.callbacks import ModelCheckpoint, Timer
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
-from xformer.config_types import Range
 from xformer.data.loader import data_index
 from xformer.lightning_compat import request_stop
 
@@ -40,27 +39,48 @@ log = logging.getLogger("xformer")
 
 
 class NonFiniteLossError(RuntimeError):
-    """The training loss became NaN or Inf; ``step``: the optimizer step of the first non-finite loss."""
+    """A training step went non-finite; ``step``: that optimizer step (1-based), ``reason``: ``"non-finite
+    train/loss"`` or ``"non-finite gradient norm"`` (the record's ``diverged.reason``)."""
 
-    def __init__(self, message: str, step: int | None = None) -> None:
+    def __init__(self, message: str, step: int | None = None, reason: str = "non-finite train/loss") -> None:
         super().__init__(message)
         self.step = step
+        self.reason = reason
 
 
 VAL_LOSS = "val/loss"  # its rise above its first value marks a run as diverged
 
 
-class NonFiniteLossGuard(L.Callback):
-    """Raise :class:`NonFiniteLossError` when a training loss has been NaN or Inf (docs/troubleshooting.md, "NaN or
-    Inf loss"): a device-side flag (no sync per step), read by all ranks every ``check_every_n_steps`` optimizer
-    steps (``None``: ``log_every_n_steps``), at the end of training and before any checkpoint is written. Keeps
-    ``(step, val/loss)`` of every validation, in the checkpoint, for :meth:`divergence`."""
+def grad_norm(module: torch.nn.Module) -> torch.Tensor | None:
+    """The 2-norm of ``module``'s gradients (this rank's shard of FSDP's), a float32 scalar on the first
+    gradient's device; ``None`` without gradients. One fused pass over the gradients, no host sync."""
+    grads = [p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad for p in module.parameters()]
+    grads = [g for g in grads if g is not None]
+    if not grads:
+        return None
+    norms = torch._foreach_norm(grads)
+    return torch.linalg.vector_norm(torch.stack([n.to(grads[0].device, torch.float32) for n in norms]))
 
-    def __init__(self, check_every_n_steps: Annotated[int, Range(ge=1)] | None = None) -> None:
-        self.check_every_n_steps = check_every_n_steps
+
+class NonFiniteLossGuard(L.Callback):
+    """Raise :class:`NonFiniteLossError` right after the first optimizer step whose training loss or gradient
+    norm (:func:`grad_norm`) is NaN or Inf (at the end of the next micro-batch, or at the checkpoint save or
+    validation that comes first), so no checkpoint after it is written (docs/troubleshooting.md, "NaN or Inf
+    loss"); the error names that step, the first over all ranks. Keeps ``(step, val/loss)`` of every validation, in the
+    checkpoint, for :meth:`divergence`.
+
+    Cost per optimizer step: one pass over the gradients (none under a loss scaler, ``16-mixed``, which skips
+    the steps whose gradients overflowed); per micro-batch: a flag kept on the device, copied to the host as its
+    work is queued and read there after the next micro-batch's work is queued (on a GPU: a pinned copy and an
+    event, no stall), so a run stops one micro-batch after the bad one, naming the bad step; every checkpoint save
+    and validation in ``fit`` reads the flag at once. With several ranks, one device all-reduce (max) of the flag
+    per micro-batch, so all ranks stop after the same one."""
+
+    def __init__(self) -> None:
         self._last_saved_step: int | None = None
-        self._first: dict[str, torch.Tensor] | None = None  # first bad step, epoch, batch, loss (device)
-        self._checked_step = -1
+        self._first: dict[str, torch.Tensor] | None = None  # first bad step, epoch, batch, loss, grad norm (device)
+        self._pending: tuple[torch.Tensor, Any] | None = None  # the last flag's host copy, its CUDA event (or None)
+        self._step_before_batch = 0
         self.validations: list[tuple[int, float]] = []  # (optimizer step, val/loss) of every validation
 
     def state_dict(self) -> dict[str, Any]:
@@ -68,6 +88,11 @@ class NonFiniteLossGuard(L.Callback):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.validations = [(int(s), float(v)) for s, v in state_dict.get("validations", [])]
+
+    @override
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.state.fn == "fit" and not trainer.sanity_checking:
+            self._check(trainer)  # no validation of a failed step's weights
 
     @override
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -107,11 +132,11 @@ class NonFiniteLossGuard(L.Callback):
 
     @override
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._first, self._checked_step = None, -1
+        self._first, self._pending = None, None
 
     @override
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
-        if trainer.training:
+        if trainer.state.fn == "fit":
             self._check(trainer)  # before the file is written: a poisoned state is never saved
         self._last_saved_step = trainer.global_step
 
@@ -120,44 +145,73 @@ class NonFiniteLossGuard(L.Callback):
         self._check(trainer)
 
     @override
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module, batch, batch_idx: int) -> None:
+        self._step_before_batch = trainer.global_step
+
+    @override
     def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs: Any, batch, batch_idx: int) -> None:
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if not isinstance(loss, torch.Tensor):
             return
         loss = loss.detach().float().mean()
+        stepped = trainer.global_step != self._step_before_batch  # gradients are complete: their norm counts
+        # a loss scaler (16-mixed) skips the steps whose gradients overflowed: their norm is no divergence
+        scaled = getattr(trainer.precision_plugin, "scaler", None) is not None
+        norm = grad_norm(pl_module) if stepped and not scaled else None
+        norm = norm.to(loss.device) if norm is not None else torch.zeros_like(loss)
         if self._first is None or self._first["loss"].device != loss.device:
             minus = torch.full((), -1, dtype=torch.int64, device=loss.device)
-            self._first = {"step": minus, "epoch": minus.clone(), "batch": minus.clone(), "loss": loss.clone()}
-        new = (~torch.isfinite(loss)) & (self._first["step"] < 0)  # stays on the device
+            self._first = {"step": minus, "epoch": minus.clone(), "batch": minus.clone(), "loss": loss, "grad": norm}
+        new = ~(torch.isfinite(loss) & torch.isfinite(norm)) & (self._first["step"] < 0)  # stays on the device
         epoch, index = data_index(trainer, batch_idx)
-        for key, value in (("step", trainer.global_step), ("epoch", epoch), ("batch", index), ("loss", loss)):
+        step = self._step_before_batch + 1  # the optimizer step this micro-batch belongs to
+        for key, value in (("step", step), ("epoch", epoch), ("batch", index), ("loss", loss), ("grad", norm)):
             self._first[key] = torch.where(new, value, self._first[key])
-        every = self.check_every_n_steps or max(1, int(trainer.log_every_n_steps or 1))
-        step = trainer.global_step
-        if step % every == 0 and step != self._checked_step:
-            self._check(trainer)
+        if self._pending is not None:  # the last micro-batch's flag, copied to the host once its work was queued
+            host, done = self._pending
+            if done is not None:
+                done.synchronize()  # that micro-batch's work only: this one's stays queued on the GPU
+            self._check(trainer, bool(host.numpy() > 0))  # host memory: no device read
+        flag = (self._first["step"] >= 0).to(torch.int32)
+        if trainer.world_size > 1:  # any rank's, on the device: every rank stops after the same micro-batch
+            flag = trainer.strategy.reduce(flag, reduce_op=torch.distributed.ReduceOp.MAX)
+        cuda = flag.device.type == "cuda"
+        host = torch.empty((), dtype=torch.int32, pin_memory=cuda)
+        host.copy_(flag, non_blocking=cuda)
+        done = torch.cuda.Event() if cuda else None
+        if done is not None:
+            done.record()
+        self._pending = (host, done)
 
-    def _check(self, trainer: L.Trainer) -> None:
-        self._checked_step = trainer.global_step
+    def _check(self, trainer: L.Trainer, bad: bool | None = None) -> None:
+        """Raise :class:`NonFiniteLossError` when any rank has seen a non-finite step (``bad``: all ranks' flag,
+        already read; ``None``: read and reduce it now, a host sync)."""
         if self._first is None:
             return
-        bad = bool(self._first["step"] >= 0)
-        if trainer.world_size > 1:
-            bad = trainer.strategy.reduce_boolean_decision(bad, all=False)
+        if bad is None:
+            bad = bool(self._first["step"] >= 0)
+            if trainer.world_size > 1:
+                bad = trainer.strategy.reduce_boolean_decision(bad, all=False)
         if not bad:
             return
-        f = {k: v.item() for k, v in self._first.items()}
-        step = int(f["step"] if f["step"] >= 0 else trainer.global_step)
-        where = f"at step {step} (epoch {f['epoch']}, batch {f['batch']})"
-        if f["step"] < 0:  # another rank saw it first
-            where, f["loss"] = f"by step {step} on another rank", math.nan
+        keys = ("step", "epoch", "batch", "loss", "grad")
+        row = torch.stack([self._first[k].double() for k in keys])
+        rows = trainer.strategy.all_gather(row).reshape(-1, len(keys)) if trainer.world_size > 1 else row[None]
+        # the first bad step over all ranks (a rank that saw none has step -1), one host read
+        _, rank, first = min((v[0], r, v) for r, v in enumerate(rows.tolist()) if v[0] >= 0)
+        f, step = dict(zip(keys, first, strict=True)), int(first[0])
+        on = f", rank {rank}" if trainer.world_size > 1 else ""
+        where = f"at step {step} (epoch {int(f['epoch'])}, batch {int(f['batch'])}{on})"
+        what, reason = f"train/loss is {f['loss']}", "non-finite train/loss"
+        if math.isfinite(f["loss"]):
+            what, reason = f"the gradient norm is {f['grad']} (train/loss {f['loss']:.4g})", "non-finite gradient norm"
         kept = "No checkpoint had been written yet."
         for path in (getattr(cb, "last_model_path", None) for cb in trainer.checkpoint_callbacks):
             if path and os.path.isfile(path):
                 at = f" (step {self._last_saved_step})" if self._last_saved_step is not None else ""
                 kept = f"The last good checkpoint {path}{at} was kept; the failed step was not saved."
                 break
-        raise NonFiniteLossError(f"train/loss is {f['loss']} {where}; training stopped. {kept} {FIX}", step=step)
+        raise NonFiniteLossError(f"{what} {where}; training stopped. {kept} {FIX}", step=step, reason=reason)
 
 
 class StepEnds(L.Callback):

@@ -164,7 +164,7 @@ def outcome_of(
 
     # a non-finite training value: an outcome of the setting, not a crash
     if isinstance(err, NonFiniteLossError):
-        diverged = {"step": err.step, "reason": "non-finite train/loss"}
+        diverged = {"step": err.step, "reason": err.reason}
         return Outcome(Status.DIVERGED, 1, err, str(err), str(err).splitlines()[0], diverged)
     if isinstance(err, RuntimeError) and (reason := next((w for t, w in _NON_FINITE.items() if t in str(err)), None)):
         at = None if step is None else step + 1  # the step in flight
@@ -180,12 +180,11 @@ def outcome_of(
     return Outcome(Status.FAILED, 1, err, None, first_line(err))
 
 
-#: torch's errors for non-finite training values: anomaly mode's NaN in backward, and the non-finite gradient norm
-#: of ``clip_grad_norm_(error_if_nonfinite=True)``
+#: torch's errors for non-finite training values: anomaly mode's NaN in backward (a non-finite loss or gradient
+#: norm is NonFiniteLossGuard's NonFiniteLossError)
 _NON_FINITE = {
     "returned nan values": "non-finite gradient (anomaly detection)",
     "returned inf values": "non-finite gradient (anomaly detection)",
-    "is non-finite, so it cannot be clipped": "non-finite gradient norm",
 }
 
 

@@ -162,14 +162,16 @@ def build(cfg: DictConfig, ctx: JobContext, start: float | None = None) -> Job:
     return Job(cfg, dm, module, trainer, record)
 
 
-def fit_and_test(job: Job, ckpt: str | None, out_dir: Path) -> tuple[dict, dict, int | None]:
+def fit_and_test(job: Job, ckpt: str | None, out_dir: Path) -> tuple[dict, dict, int | None, dict | None]:
     """``mode=train``: fit (resuming from ``ckpt``), then test the objective's best checkpoint; ``mode=eval``:
-    test ``ckpt``. Returns ``(fit_metrics, test_metrics, tokens_seen)`` (``{}`` and ``None`` in eval); a resume with
-    nothing left to train takes its fit values from the record in the job's folder ``out_dir``."""
+    test ``ckpt``. Returns ``(fit_metrics, test_metrics, tokens_seen, rose)`` (``{}``, ``None`` and ``None`` in
+    eval; ``rose``: the fit's :func:`divergence_of`); a resume with nothing left to train takes its fit values
+    from the record in the job's folder ``out_dir``."""
     cfg, trainer, module, dm = job.cfg, job.trainer, job.module, job.dm
     if cfg.mode != "train":
-        return {}, _test(trainer, module, dm, ckpt), None
+        return {}, _test(trainer, module, dm, ckpt), None, None
     trainer.fit(module, datamodule=dm, ckpt_path=ckpt)
+    rose = divergence_of(trainer)  # testing the best checkpoint reloads its callbacks' (older) state
     # `epoch` is the data position the loggers' rows carry (the module logs it), not a metric of the run
     fit_metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k != "epoch"}
     # the last step's train-time values, also where that step was not logged
@@ -180,7 +182,7 @@ def fit_and_test(job: Job, ckpt: str | None, out_dir: Path) -> tuple[dict, dict,
     fit_metrics.update(last_step)
     tokens_seen = module.tokens_seen  # testing the best checkpoint reloads its (older) count
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
-    return fit_metrics, _test(trainer, module, dm, best or None), tokens_seen
+    return fit_metrics, _test(trainer, module, dm, best or None), tokens_seen, rose
 
 
 def _test(trainer: L.Trainer, module, dm, ckpt: str | None) -> dict:
@@ -258,9 +260,9 @@ def run(cfg: DictConfig, ctx: JobContext) -> tuple[Outcome, RunRecord]:
     job = build(cfg, ctx, start)
     final, tokens_seen = {}, None
     try:
-        fit_metrics, test_metrics, tokens_seen = fit_and_test(job, ctx.ckpt, ctx.out_dir)
+        fit_metrics, test_metrics, tokens_seen, rose = fit_and_test(job, ctx.ckpt, ctx.out_dir)
         final = {**fit_metrics, **test_metrics}
-        end = outcome_of(rose=divergence_of(job.trainer) if cfg.mode == "train" else None)
+        end = outcome_of(rose=rose)
     except BaseException as err:  # recorded; SIGTERM (preemption) and Ctrl-C saved last.ckpt
         ctrl_c = type(err) is SystemExit and job.trainer.interrupted  # Lightning's exit(1) after a KeyboardInterrupt
         step = job.trainer.global_step
