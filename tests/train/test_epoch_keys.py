@@ -423,10 +423,12 @@ def test_only_rank_zero_says_the_conversion(tmp_path, numbers, caplog, monkeypat
         assert len(_lines(caplog)) == said and out.trainer.max_steps == 2 * _batches_an_epoch(numbers)
 
 
-def test_the_record_keeps_the_data_side_of_the_conversion_and_a_resume_names_its_change(tmp_path):
+@pytest.mark.parametrize("changed", ["data_epoch_batches", "data_val_examples"])
+def test_the_record_keeps_the_data_side_of_the_conversion_and_a_resume_may_not_change_it(tmp_path, changed):
     """``data_epoch_batches`` and ``data_val_examples`` (the config keys ``metrics.json`` and the checkpoint
     carry) say what the run trained and validated on; a resume that changes either, also from or to all of the
-    data, lists it among the changed settings."""
+    data, is refused as a change of the data is, naming the trainer key (validation losses on other examples would
+    be compared with the checkpoint's: its best, the divergence rule)."""
     import torch
     from omegaconf import OmegaConf
 
@@ -446,7 +448,16 @@ def test_the_record_keeps_the_data_side_of_the_conversion_and_a_resume_names_its
     assert n > 1 and first.data_epoch_batches == 1 and first.data_val_examples == len(dm.val_set) < 96
     path = tmp_path / "last.ckpt"
     torch.save({"state_dict": {}, "xformer": {"config": OmegaConf.to_container(first, resolve=True)}}, path)
-    resumed = _compose([*here, "trainer.max_steps=8"], tmp_path)
-    changes = {k: (old, new) for k, old, new in check_resume_settings(resumed, str(path))}
-    assert changes["data_epoch_batches"] == (1, None) and changes["data_val_examples"] == (len(dm.val_set), None)
+    keep = {
+        "data_epoch_batches": "trainer.limit_val_batches=0.25",
+        "data_val_examples": "+trainer.limit_train_batches=1",
+    }
+    resumed = steps_from_epochs(_compose([*here, keep[changed], "trainer.max_steps=8"], tmp_path), dm)
+    was = {"data_epoch_batches": 1, "data_val_examples": len(dm.val_set)}[changed]
+    with pytest.raises(ConfigError) as refused:
+        check_resume_settings(resumed, str(path))
+    line = str(refused.value)
+    assert f"{changed}: {was!r} (checkpoint) -> None (now)" in line and "\n" not in line
+    key = {"data_epoch_batches": "limit_train_batches", "data_val_examples": "limit_val_batches"}[changed]
+    assert f"Fix: trainer.{key}=<as the checkpoint's run had it: {was}>" in line
     assert check_resume_settings(first, str(path)) == []

@@ -148,8 +148,9 @@ def check_checkpoint_vocab(cfg: DictConfig, path: str, dm) -> None:
 
 #: Keys (and all below them) a resumed run may not change: its model, data and order, loss, optimizer class.
 SHAPING_KEYS = ("model", "data", "loss", "seed", "optim.optimizer._target_")
-#: Keys the epoch conversion adds (:func:`xformer.config.steps.steps_from_epochs`); absent means None (all data).
-CONVERTED_KEYS = ("data_epoch_batches", "data_val_examples")
+#: Keys the epoch conversion adds (:func:`xformer.config.steps.steps_from_epochs`; absent means None: all data) and
+#: the trainer key each comes from. They shape the data too: the batches of an epoch, the validation examples.
+CONVERTED_KEYS = {"data_epoch_batches": "trainer.limit_train_batches", "data_val_examples": "trainer.limit_val_batches"}
 #: Keys that may differ from the checkpoint's without a word (besides ``sweep.runtime_keys``).
 QUIET_KEYS = ("mode", "task_name", "callbacks", "module", "trainer.default_root_dir")
 
@@ -163,7 +164,7 @@ def check_resume_settings(cfg: DictConfig, path: str) -> list[tuple[str, Any, An
     """``[(key, checkpoint's value, this run's value)]`` where this training run's config differs from the
     checkpoint's (:data:`QUIET_KEYS`, ``sweep.runtime_keys`` and keys absent from either left out; an absent
     :data:`CONVERTED_KEYS` key is None); they take effect from the resumed step. Raises: ConfigError when a
-    :data:`SHAPING_KEYS` key differs."""
+    :data:`SHAPING_KEYS` or :data:`CONVERTED_KEYS` key differs."""
     if cfg.get("mode", "train") != "train":
         return []
     _, meta = load_checkpoint_parts(path)
@@ -174,11 +175,16 @@ def check_resume_settings(cfg: DictConfig, path: str) -> list[tuple[str, Any, An
     none = dict.fromkeys(CONVERTED_KEYS)
     want, have = {**none, **flat(stored)}, {**none, **flat(OmegaConf.to_container(cfg, resolve=True))}
     diff = [(k, want[k], have[k]) for k in sorted(set(want) & set(have)) if want[k] != have[k] and not under(k, ignore)]
-    shaping = [d for d in diff if under(d[0], SHAPING_KEYS)]
+    shaping = [d for d in diff if under(d[0], (*SHAPING_KEYS, *CONVERTED_KEYS))]
     if shaping:
         what = ", ".join(f"{k}: {old!r} (checkpoint) -> {new!r} (now)" for k, old, new in shaping[:4])
         more = f" and {len(shaping) - 4} more" if len(shaping) > 4 else ""
-        fix = " ".join(f"{k}={'null' if old is None else old}" for k, old, _ in shaping[:4])
+        fix = " ".join(  # a converted key: the trainer key the checkpoint's run set
+            f"{CONVERTED_KEYS[k]}=<as the checkpoint's run had it: {'all' if old is None else old}>"
+            if k in CONVERTED_KEYS
+            else f"{k}={'null' if old is None else old}"
+            for k, old, _ in shaping[:4]
+        )
         raise ConfigError(
             f"ckpt_path={path}: this run changes what the checkpoint's model and data are ({what}{more}); "
             f"a resumed run continues them. Fix: {fix} (the checkpoint's values), or drop ckpt_path "
