@@ -100,11 +100,17 @@ def finite_checkpoints(job: Path) -> dict[str, int]:
     "name,extra,reason",
     [
         ("nan_loss", ["optim.lr=1e20"], "non-finite train/loss"),
-        ("nan_loss_unclipped", ["optim.lr=1e20", "trainer.gradient_clip_val=0"], "non-finite train/loss"),
-        (
+        pytest.param(  # the siblings of nan_loss: in make test-slow (make test's 10-minute budget)
+            "nan_loss_unclipped",
+            ["optim.lr=1e20", "trainer.gradient_clip_val=0"],
+            "non-finite train/loss",
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
             "nan_loss_value_clip",
             ["optim.lr=1e20", "trainer.gradient_clip_algorithm=value"],
             "non-finite train/loss",
+            marks=pytest.mark.slow,
         ),
         (
             "nan_gradient",
@@ -114,8 +120,18 @@ def finite_checkpoints(job: Path) -> dict[str, int]:
             ],
             "non-finite gradient norm",
         ),
-        ("nan_loss_accumulated", ["optim.lr=1e20", "trainer.accumulate_grad_batches=2"], "non-finite train/loss"),
-        ("anomaly", ["optim.lr=1e20", "+trainer.detect_anomaly=true"], "non-finite gradient (anomaly detection)"),
+        pytest.param(
+            "nan_loss_accumulated",
+            ["optim.lr=1e20", "trainer.accumulate_grad_batches=2"],
+            "non-finite train/loss",
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
+            "anomaly",
+            ["optim.lr=1e20", "+trainer.detect_anomaly=true"],
+            "non-finite gradient (anomaly detection)",
+            marks=pytest.mark.slow,
+        ),
     ],
 )
 def test_a_non_finite_step_stops_the_run_there_as_diverged_and_no_checkpoint_after_it_is_kept(

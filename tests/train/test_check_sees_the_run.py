@@ -245,6 +245,7 @@ def test_a_sweeps_report_hint_names_no_step_its_jobs_do_not_run(tmp_path):
     assert res.returncode == 0 and len(set(budgets)) == 2 and all(n <= max(budgets) for n in named), out[-3000:]
 
 
+@pytest.mark.slow  # two runs and a dry run: in make test-slow (make test's 10-minute budget)
 def test_eval_runs_without_the_validation_schedule_which_does_nothing_there(tmp_path):
     """``mode=eval`` with a fractional ``val_check_interval`` (Lightning's trainer refuses it without
     ``check_val_every_n_epoch``): the run tests the checkpoint, as without the key; the dry run passes."""
