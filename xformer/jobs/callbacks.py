@@ -53,13 +53,13 @@ VAL_LOSS = "val/loss"  # its rise above its first value marks a run as diverged
 
 def grad_norm(module: torch.nn.Module) -> torch.Tensor | None:
     """The 2-norm of ``module``'s gradients (this rank's shard of FSDP's), a float32 scalar on the first
-    gradient's device; ``None`` without gradients. One fused pass over the gradients, no host sync."""
+    gradient's device; ``None`` without gradients. One fused pass over the gradients (torch's ``get_total_norm``, as
+    ``clip_grad_norm_`` computes it), no host sync."""
     grads = [p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad for p in module.parameters()]
     grads = [g for g in grads if g is not None]
     if not grads:
         return None
-    norms = torch._foreach_norm(grads)
-    return torch.linalg.vector_norm(torch.stack([n.to(grads[0].device, torch.float32) for n in norms]))
+    return torch.nn.utils.get_total_norm(grads, foreach=True).float()
 
 
 class NonFiniteLossGuard(L.Callback):
