@@ -209,6 +209,8 @@ def test_a_dry_run_a_sweeps_check_and_a_run_agree(tmp_path):
     ok = run_py([*SMALL, "trainer.max_steps=6", "trainer.val_check_interval=0.5", "seed=0,1", "sweep.dry_run=true",
                  f"hydra.sweep.dir={tmp_path / 'ok'}", "-m"], tmp_path)  # fmt: skip
     assert ok.returncode == 0 and ok.stdout.count("-> config ok") == 2, ok.stderr[-2000:]
+    said = [ln for ln in (ok.stdout + ok.stderr).splitlines() if "-> trainer.val_check_interval=" in ln]
+    assert len(said) == 2, said  # once per job, by the job: the sweep's check says nothing of its own
     refused = [*SMALL, "trainer.max_epochs=2", "+trainer.limit_train_batches=0"]
     run = run_py([*refused, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
     dry = run_py([*refused, "sweep.dry_run=true", f"hydra.run.dir={tmp_path / 'dry'}"], tmp_path)

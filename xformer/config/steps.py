@@ -196,7 +196,8 @@ def _interval(interval, every: int | None, steps: int) -> tuple[int | str, str]:
     inside = "each epoch" if every == 1 else f"one epoch in {every}"
     raise ConfigError(
         f"trainer.check_val_every_n_epoch={every}: with trainer.val_check_interval={interval} it validates every "
-        f"{_n(k, 'optimizer step')} inside {inside} of {steps} optimizer steps, which is no fixed interval in steps "
+        f"{_n(k, 'optimizer step')}, in {inside} only (epochs of {_n(steps, 'optimizer step')}), which is no fixed "
+        "interval in steps "
         f"(xformer counts steps). Fix: trainer.check_val_every_n_epoch=null and "
         f"trainer.val_check_interval=<optimizer steps> (e.g. {k}, or {every * steps} for {each})"
     )

@@ -170,16 +170,20 @@ def check_sweep(config: DictConfig) -> tuple[int, list[tuple[int, list[str], Bas
     loader = GlobalHydra.instance().config_loader()
     jobs = sweep_jobs(config)
     shown = _swept(jobs)
-    bad = []
-    for num, overrides in enumerate(jobs):
-        try:
-            check_config(loader.load_sweep_config(config, overrides))
-        except Exception as err:  # also Hydra's and OmegaConf's composition errors (bad group option, missing key)
-            if not isinstance(err, (ConfigError, DataError)) and not type(err).__module__.startswith(
-                ("hydra", "omegaconf")
-            ):
-                raise
-            bad.append((num, shown[num], err))
+    bad, level = [], log.level
+    log.setLevel(logging.WARNING)  # the data's and the conversion's lines: each job says its own when it runs
+    try:
+        for num, overrides in enumerate(jobs):
+            try:
+                check_config(loader.load_sweep_config(config, overrides))
+            except Exception as err:  # also Hydra's and OmegaConf's composition errors (bad group option, missing key)
+                if not isinstance(err, (ConfigError, DataError)) and not type(err).__module__.startswith(
+                    ("hydra", "omegaconf")
+                ):
+                    raise
+                bad.append((num, shown[num], err))
+    finally:
+        log.setLevel(level)
     return len(jobs), bad
 
 
